@@ -1,0 +1,138 @@
+"""Normalized events that flow from sources to detectors.
+
+Sources (pcap files, live exec streams, Envoy admin, the pod spec) turn what they read into these frozen
+dataclasses; detectors consume nothing else, so they never depend on pyshark, tshark or the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntFlag
+
+
+class TcpFlags(IntFlag):
+    """TCP header flag bits, as on the wire (RFC 9293 section 3.1)."""
+
+    FIN = 0x01
+    SYN = 0x02
+    RST = 0x04
+    PSH = 0x08
+    ACK = 0x10
+    URG = 0x20
+
+    def short(self) -> str:
+        """tcpdump-style flag string: ``S``, ``S.``, ``R.``, ``P.``, ``F.`` (``.`` is ACK)."""
+        out = ""
+        for bit, ch in ((TcpFlags.SYN, "S"), (TcpFlags.FIN, "F"), (TcpFlags.RST, "R"), (TcpFlags.PSH, "P")):
+            if self & bit:
+                out += ch
+        if self & TcpFlags.ACK:
+            out += "."
+        return out or "none"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpStart:
+    """The start of an HTTP/1 message as it was on the wire.
+
+    ``start_line`` is the request or status line; ``headers`` are (name, value) pairs in wire order with their
+    original case and duplicates kept, because framing rules (RFC 9112 section 6) depend on exactly that.
+    ``raw_header_lines`` keeps lines that did not parse as ``name: value`` (bad header bytes).
+    """
+
+    start_line: str
+    headers: tuple[tuple[str, str], ...] = ()
+    raw_header_lines: tuple[str, ...] = ()
+    complete: bool = True  # False when the header block did not end inside this segment
+
+    @property
+    def is_request(self) -> bool:
+        return not self.start_line.startswith("HTTP/")
+
+
+@dataclass(frozen=True, slots=True)
+class PacketEvent:
+    """One TCP segment seen on one interface.
+
+    ``ts`` is seconds since the epoch; ``frame`` is the 1-based frame number within ``source`` exactly as
+    Wireshark numbers it in the user's file (display filters keep that numbering); ``seq``/``ack`` are raw
+    (absolute) sequence numbers; ``payload_len`` is in bytes.
+    """
+
+    ts: float
+    iface: str
+    source: str
+    frame: int
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    flags: TcpFlags
+    seq: int
+    ack: int
+    payload_len: int = 0
+    http: HttpStart | None = None
+
+    @property
+    def is_syn(self) -> bool:
+        """A connection request: SYN without ACK."""
+        return bool(self.flags & TcpFlags.SYN) and not self.flags & TcpFlags.ACK
+
+    @property
+    def is_syn_ack(self) -> bool:
+        return bool(self.flags & TcpFlags.SYN) and bool(self.flags & TcpFlags.ACK)
+
+    @property
+    def is_rst(self) -> bool:
+        return bool(self.flags & TcpFlags.RST)
+
+    @property
+    def is_fin(self) -> bool:
+        return bool(self.flags & TcpFlags.FIN)
+
+    @property
+    def src_endpoint(self) -> str:
+        return endpoint(self.src, self.sport)
+
+    @property
+    def dst_endpoint(self) -> str:
+        return endpoint(self.dst, self.dport)
+
+
+def endpoint(ip: str, port: int) -> str:
+    """``ip:port``, with IPv6 addresses in brackets as URLs and Envoy write them (``[::1]:5000``)."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+@dataclass(frozen=True, slots=True)
+class RedirectMap:
+    """Which inbound pod ports Istio's nat rules REDIRECT to which listener port.
+
+    Built from the pod spec and its ``traffic.sidecar.istio.io/*`` annotations (see
+    ``istio/redirect.py``); detectors use it to know that two pod ports share one listener socket space.
+    ``include_all`` mirrors istio-iptables ``-b '*'``; ``excluded`` are the RETURNed ports; ``included`` is used
+    when ``include_all`` is False.
+    """
+
+    listener_port: int = 15006
+    include_all: bool = True
+    included: frozenset[int] = frozenset()
+    excluded: frozenset[int] = frozenset({15008, 15090, 15021, 15020})
+
+    def listener_for(self, port: int) -> int | None:
+        """The listener port a connection to ``port`` is REDIRECTed to, or None when it is not captured."""
+        if port in self.excluded:
+            return None
+        if self.include_all or port in self.included:
+            return self.listener_port
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextEvent:
+    """Something known about the pod that is not a packet: its redirect map, its IPs, a kernel counter."""
+
+    ts: float
+    kind: str  # "redirect-map" | "pod" | "kernel-counter"
+    data: dict = field(default_factory=dict, hash=False, compare=False)
+    redirect_map: RedirectMap | None = None

@@ -1,0 +1,64 @@
+"""Findings: what a detector concluded, with the evidence that proves it and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "error": 2}[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One packet (or log line) that a finding rests on. ``frame`` is the frame number in ``source``."""
+
+    source: str
+    iface: str
+    frame: int
+    ts: float
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRef:
+    """The connection a finding is about: client and server as ``ip:port``, and the interface it was seen on."""
+
+    client: str
+    server: str
+    iface: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A detector's conclusion. Field names are the `-o json` report contract of DESIGN.md."""
+
+    detector: str
+    severity: Severity
+    title: str
+    flow: FlowRef
+    evidence: tuple[Evidence, ...]
+    envoy_flags: tuple[str, ...] = ()
+    explanation: str = ""
+    remediation: str = ""
+    pod: str | None = None
+    ts: float = 0.0  # when the deciding packet was seen, seconds since the epoch
+    details: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["severity"] = self.severity.value
+        d["envoy_flags"] = list(self.envoy_flags)
+        d["evidence"] = [asdict(e) for e in self.evidence]
+        if self.pod is None:
+            d.pop("pod")
+        if not self.details:
+            d.pop("details")
+        return d

@@ -1,0 +1,179 @@
+"""The flow table: TCP connections keyed by interface and four-tuple, bounded in size and age.
+
+Memory must stay flat on endless captures (DESIGN.md, performance budget), so flows expire after an idle time
+measured in packet time (offline files replay faster than wall time) and the table is capped; the least
+recently seen flow goes first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .events import PacketEvent, RedirectMap, TcpFlags
+
+Endpoint = tuple[str, int]
+FlowKey = tuple[str, Endpoint, Endpoint]  # (iface, client, server)
+
+
+class FlowState(str, Enum):
+    SYN_SENT = "syn-sent"
+    ESTABLISHED = "established"
+    CLOSING = "closing"  # a FIN was seen from one side
+    CLOSED = "closed"  # FIN from both sides
+    RESET = "reset"
+
+    @property
+    def live(self) -> bool:
+        """Whether a socket may still hold this four-tuple (the kernel keeps it until close completes)."""
+        return self in (FlowState.SYN_SENT, FlowState.ESTABLISHED, FlowState.CLOSING)
+
+
+@dataclass(slots=True)
+class Flow:
+    """One TCP connection as seen on one interface. Times are seconds since the epoch."""
+
+    iface: str
+    client: Endpoint
+    server: Endpoint
+    first_ts: float
+    last_ts: float
+    state: FlowState
+    syn_seen: bool = False
+    packets: int = 0
+    first_frame: int = 0
+    source: str = ""
+    reused_closed: bool = False  # this SYN reused the four-tuple of a flow seen closed or reset (TIME_WAIT reuse)
+    client_fin: bool = False
+    server_fin: bool = False
+    notes: dict = field(default_factory=dict)  # small per-detector annotations, dropped with the flow
+
+    @property
+    def key(self) -> FlowKey:
+        return (self.iface, self.client, self.server)
+
+
+def _guess_client(ev: PacketEvent) -> tuple[Endpoint, Endpoint]:
+    """Client and server of a connection picked up mid-stream: the SYN tells, else the higher (ephemeral) port."""
+    a, b = (ev.src, ev.sport), (ev.dst, ev.dport)
+    if ev.is_syn:
+        return a, b
+    if ev.is_syn_ack:
+        return b, a
+    return (a, b) if ev.sport >= ev.dport else (b, a)
+
+
+class FlowTable:
+    """Bounded table of flows.
+
+    ``idle_s``: a live flow unseen for this many seconds (packet time) is dropped; ``closed_idle_s`` the same for
+    closed and reset flows (they matter only briefly, e.g. a retransmission after RST); ``max_flows`` caps the
+    table. ``observe`` must be called once per packet, in capture order per interface.
+    """
+
+    def __init__(self, idle_s: float = 300.0, closed_idle_s: float = 10.0, max_flows: int = 100_000) -> None:
+        self.idle_s = idle_s
+        self.closed_idle_s = closed_idle_s
+        self.max_flows = max_flows
+        self._flows: OrderedDict[FlowKey, Flow] = OrderedDict()
+        self._by_client: dict[tuple[str, Endpoint], set[FlowKey]] = {}
+        self._since_sweep = 0
+        self.expired = 0
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def get(self, iface: str, a: Endpoint, b: Endpoint) -> Flow | None:
+        """The flow between endpoints ``a`` and ``b`` on ``iface``, in either direction."""
+        return self._flows.get((iface, a, b)) or self._flows.get((iface, b, a))
+
+    def observe(self, ev: PacketEvent) -> Flow:
+        """Update the table with one packet and return its flow (new or existing)."""
+        a, b = (ev.src, ev.sport), (ev.dst, ev.dport)
+        flow = self._flows.get((ev.iface, a, b)) or self._flows.get((ev.iface, b, a))
+        reused = False
+        if flow is not None and ev.is_syn and not flow.state.live:
+            # A new connection reusing the four-tuple after close (TIME_WAIT reuse): a new flow.
+            self._remove(flow.key)
+            flow, reused = None, True
+        if flow is None:
+            client, server = _guess_client(ev)
+            state = FlowState.SYN_SENT if ev.is_syn else FlowState.ESTABLISHED
+            flow = Flow(ev.iface, client, server, ev.ts, ev.ts, state, syn_seen=ev.is_syn,
+                        first_frame=ev.frame, source=ev.source, reused_closed=reused)
+            self._insert(flow)
+        else:
+            self._flows.move_to_end(flow.key)
+        flow.last_ts = max(flow.last_ts, ev.ts)
+        flow.packets += 1
+        from_client = (ev.src, ev.sport) == flow.client
+        if ev.is_rst:
+            flow.state = FlowState.RESET
+        elif ev.is_syn_ack and flow.state is FlowState.SYN_SENT:
+            flow.state = FlowState.ESTABLISHED
+        elif ev.flags & TcpFlags.FIN:
+            if from_client:
+                flow.client_fin = True
+            else:
+                flow.server_fin = True
+            flow.state = FlowState.CLOSED if flow.client_fin and flow.server_fin else FlowState.CLOSING
+        elif flow.state is FlowState.SYN_SENT and not ev.is_syn and from_client and ev.flags & TcpFlags.ACK:
+            flow.state = FlowState.ESTABLISHED
+        self._since_sweep += 1
+        if self._since_sweep >= 1024 or len(self._flows) > self.max_flows:
+            self.sweep(ev.ts)
+        return flow
+
+    def live_flows_of_client(self, iface: str, client: Endpoint) -> list[Flow]:
+        """Live flows on ``iface`` whose client endpoint is ``client`` (ip, port)."""
+        keys = self._by_client.get((iface, client), ())
+        return [f for k in keys if (f := self._flows.get(k)) is not None and f.state.live]
+
+    def redirect_peers(self, ev: PacketEvent, redirect_map: RedirectMap) -> list[Flow]:
+        """Live flows that share ``ev``'s client ip:port and whose server port REDIRECTs to the same listener.
+
+        These are the connections a new SYN collides with after Istio's REDIRECT: both map to
+        (pod, listener port, client ip, client port), one four-tuple for two connections.
+        """
+        listener = redirect_map.listener_for(ev.dport)
+        if listener is None:
+            return []
+        return [
+            f
+            for f in self.live_flows_of_client(ev.iface, (ev.src, ev.sport))
+            if f.server[0] == ev.dst and f.server[1] != ev.dport and redirect_map.listener_for(f.server[1]) == listener
+        ]
+
+    def sweep(self, now: float) -> int:
+        """Drop idle flows (packet time ``now``, seconds) and enforce the size cap; returns how many went."""
+        self._since_sweep = 0
+        # The dict is in last-seen order, so the scan can stop at the first flow younger than the shorter timeout.
+        gone = []
+        for k, f in self._flows.items():
+            age = now - f.last_ts
+            if age <= self.closed_idle_s:
+                break
+            if age > (self.idle_s if f.state.live else self.closed_idle_s):
+                gone.append(k)
+        for k in gone:
+            self._remove(k)
+        while len(self._flows) > self.max_flows:
+            self._remove(next(iter(self._flows)))
+            gone.append(None)
+        self.expired += len(gone)
+        return len(gone)
+
+    def _insert(self, flow: Flow) -> None:
+        self._flows[flow.key] = flow
+        self._by_client.setdefault((flow.iface, flow.client), set()).add(flow.key)
+
+    def _remove(self, key: FlowKey) -> None:
+        flow = self._flows.pop(key, None)
+        if flow is None:
+            return
+        idx = self._by_client.get((flow.iface, flow.client))
+        if idx is not None:
+            idx.discard(key)
+            if not idx:
+                del self._by_client[(flow.iface, flow.client)]

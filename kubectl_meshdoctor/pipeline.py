@@ -1,0 +1,112 @@
+"""The core: events in, findings out. Knows nothing of where packets come from or where findings go."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .detectors import Detector, DetectorContext, load_detectors
+from .events import ContextEvent, PacketEvent
+from .findings import Finding
+from .flows import FlowTable
+
+TICK_EVERY_S = 0.5  # packet time between detector ticks (silence-based conclusions such as unanswered SYNs)
+MAX_FINDINGS = 10_000
+
+
+@dataclass(slots=True)
+class IfaceStats:
+    packets: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    """Counts for the report and the TUI header. Times in seconds since the epoch."""
+
+    packets: int = 0
+    by_iface: dict[str, IfaceStats] = field(default_factory=dict)
+    flows_seen: int = 0
+    findings_dropped: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        firsts = [s.first_ts for s in self.by_iface.values() if s.first_ts is not None]
+        lasts = [s.last_ts for s in self.by_iface.values() if s.last_ts is not None]
+        return round(max(lasts) - min(firsts), 6) if firsts and lasts else 0.0
+
+
+class Pipeline:
+    """Feeds packets through the flow table and every detector; collects findings.
+
+    ``on_finding`` is called for each finding as it is concluded (the TUI and live sinks subscribe); all
+    findings are also kept (up to MAX_FINDINGS) for the final report.
+    """
+
+    def __init__(self, detectors: Iterable[Detector], ctx: DetectorContext,
+                 on_finding: Callable[[Finding], None] | None = None) -> None:
+        self.ctx = ctx
+        self.detectors = list(detectors)
+        self.findings: list[Finding] = []
+        self.stats = PipelineStats()
+        self._on_finding = on_finding
+        self._next_tick: float | None = None
+        self._flow_keys_seen = 0
+
+    @classmethod
+    def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
+                       on_finding: Callable[[Finding], None] | None = None) -> "Pipeline":
+        """A pipeline with a fresh flow table and the detectors found by the registry (all, or ``only``)."""
+        ctx = DetectorContext(flows=FlowTable(), pod=pod)
+        return cls(load_detectors(ctx, only), ctx, on_finding)
+
+    @property
+    def flows(self) -> FlowTable:
+        return self.ctx.flows
+
+    def feed(self, ev: PacketEvent) -> None:
+        """One packet through the flow table and the detectors."""
+        st = self.stats.by_iface.get(ev.iface)
+        if st is None:
+            st = self.stats.by_iface[ev.iface] = IfaceStats()
+        st.packets += 1
+        if st.first_ts is None:
+            st.first_ts = ev.ts
+        st.last_ts = ev.ts
+        self.stats.packets += 1
+        before = len(self.ctx.flows)
+        flow = self.ctx.flows.observe(ev)
+        if len(self.ctx.flows) > before:
+            self.stats.flows_seen += 1
+        for det in self.detectors:
+            self._emit(det.on_packet(ev, flow))
+        if self._next_tick is None or ev.ts >= self._next_tick:
+            self._next_tick = ev.ts + TICK_EVERY_S
+            self.tick(ev.ts)
+
+    def context(self, ev: ContextEvent) -> None:
+        """Something known about the pod; a redirect map replaces the default one."""
+        if ev.redirect_map is not None:
+            self.ctx.redirect_map = ev.redirect_map
+        for det in self.detectors:
+            self._emit(det.on_context(ev))
+
+    def tick(self, now: float) -> None:
+        for det in self.detectors:
+            self._emit(det.on_tick(now))
+
+    def finish(self) -> list[Finding]:
+        """End of input: let detectors conclude, return every finding kept."""
+        for det in self.detectors:
+            self._emit(det.finish())
+        return self.findings
+
+    def _emit(self, found: Iterable[Finding]) -> None:
+        for f in found:
+            if len(self.findings) < MAX_FINDINGS:
+                self.findings.append(f)
+            else:
+                self.stats.findings_dropped += 1
+            if self._on_finding is not None:
+                self._on_finding(f)

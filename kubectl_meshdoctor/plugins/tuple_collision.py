@@ -1,0 +1,199 @@
+"""``tuple-collision``: two connections that Istio's REDIRECT folds onto one four-tuple.
+
+Istio's nat rules REDIRECT every captured inbound port to the listener on 15006, so a client ip:port connected to
+pod port P and now sending a SYN to pod port Q reaches the kernel as a second connection on the same
+(pod ip, 15006, client ip, client port) four-tuple. The established socket answers the SYN with a challenge ACK
+(RFC 5961 section 4; RFC 9293 section 3.10.7.4), the client resets and retries about a second later, or the SYN
+is silently dropped and retransmitted. Envoy on the client side logs UF (and URX once retries run out).
+Seen on the pod's ``eth0``, before the nat rules rewrite the port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..detectors import Detector
+from ..events import PacketEvent, endpoint
+from ..findings import Evidence, Finding, FlowRef, Severity
+from ..flows import Flow
+
+_PENDING_MAX = 10_000
+_PENDING_TTL_S = 60.0
+
+
+@dataclass(slots=True)
+class _PendingSyn:
+    syn: PacketEvent
+    peers: list[tuple[str, int, int, str]]  # (peer server endpoint, its first frame, its source, state)
+    reported: bool = False
+    retransmits: list[PacketEvent] = field(default_factory=list)
+
+
+def _remediation(port: int) -> str:
+    return f"""\
+# Stop the two ports sharing Istio's inbound listener socket space: exclude the colliding port from capture
+# (pod template annotation; the sidecar then no longer intercepts it on {port}) ...
+metadata:
+  annotations:
+    traffic.sidecar.istio.io/excludeInboundPorts: "{port}"
+---
+# ... or, for the whole workload, a Sidecar whose ingress listener for {port} bypasses iptables capture:
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata:
+  name: no-capture-{port}
+spec:
+  workloadSelector:
+    labels:
+      app: <your-app>
+  ingress:
+  - port:
+      number: {port}
+      protocol: TCP
+      name: tcp-{port}
+    defaultEndpoint: 127.0.0.1:{port}
+    captureMode: NONE
+# Also check the client: it reuses one source port for two destinations (a fixed bind() or SO_REUSEADDR port
+# pool); letting the kernel pick ephemeral ports removes the collision at its source."""
+
+
+class TupleCollision(Detector):
+    id = "tuple-collision"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._pending: dict[tuple[str, tuple[str, int], tuple[str, int]], _PendingSyn] = {}
+
+    def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        if ev.is_syn:
+            return self._on_syn(ev, flow)
+        key = (ev.iface, (ev.dst, ev.dport), (ev.src, ev.sport))  # an answer travels server -> client
+        pending = self._pending.get(key)
+        if pending is None:
+            return ()
+        if ev.is_rst:
+            del self._pending[key]
+            return ()
+        if ev.is_syn_ack:
+            del self._pending[key]
+            if pending.peers and not pending.reported:
+                return (self._exposure(pending, ev),)
+            return ()
+        if pending.reported or ev.flags == 0:
+            return ()
+        # An ACK without SYN answering a SYN: an established socket owns the four-tuple (challenge ACK).
+        if ev.ack == (pending.syn.seq + 1) % 2**32:
+            return ()
+        if not pending.peers and (flow.reused_closed or self.ctx.redirect_map.listener_for(ev.sport) is None):
+            # TIME_WAIT reuse or an uncaptured port: not Istio's REDIRECT folding two connections together.
+            return ()
+        pending.reported = True
+        return (self._challenge_ack(pending, ev),)
+
+    def on_tick(self, now: float) -> Iterable[Finding]:
+        stale = [k for k, p in self._pending.items() if now - p.syn.ts > _PENDING_TTL_S]
+        for k in stale:
+            del self._pending[k]
+        return ()
+
+    def _on_syn(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        key = (ev.iface, (ev.src, ev.sport), (ev.dst, ev.dport))
+        pending = self._pending.get(key)
+        if pending is not None and pending.syn.seq == ev.seq:
+            pending.retransmits.append(ev)
+            if pending.peers and not pending.reported:
+                pending.reported = True
+                return (self._dropped(pending, ev),)
+            return ()
+        peers = [
+            (endpoint(*f.server), f.first_frame, f.source, f.state.value)
+            for f in self.ctx.flows.redirect_peers(ev, self.ctx.redirect_map)
+        ]
+        if len(self._pending) >= _PENDING_MAX:
+            self._pending.pop(next(iter(self._pending)))
+        self._pending[key] = _PendingSyn(ev, peers)
+        return ()
+
+    def _peer_evidence(self, pending: _PendingSyn) -> list[Evidence]:
+        syn = pending.syn
+        out = []
+        for server, frame, source, state in pending.peers:
+            if frame:
+                out.append(Evidence(source or syn.source, syn.iface, frame, 0.0,
+                                    f"first packet of the live connection {syn.src_endpoint} -> {server} ({state})"))
+        return out
+
+    def _finding(self, pending: _PendingSyn, severity: Severity, title: str, evidence: list[Evidence],
+                 flags: tuple[str, ...], explanation: str, ts: float) -> Finding:
+        syn = pending.syn
+        return Finding(
+            detector=self.id,
+            severity=severity,
+            title=title,
+            flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
+            evidence=tuple(evidence),
+            envoy_flags=flags,
+            explanation=explanation,
+            remediation=_remediation(syn.dport),
+            pod=self.ctx.pod,
+            ts=ts,
+            details={"peers": [p[0] for p in pending.peers]},
+        )
+
+    def _peer_text(self, pending: _PendingSyn) -> str:
+        if not pending.peers:
+            return "a connection from the same client port that started before the capture"
+        return "its live connection to " + ", ".join(p[0] for p in pending.peers)
+
+    def _challenge_ack(self, pending: _PendingSyn, ack: PacketEvent) -> Finding:
+        syn = pending.syn
+        listener = self.ctx.redirect_map.listener_for(syn.dport)
+        evidence = [Evidence(syn.source, syn.iface, syn.frame, syn.ts, "SYN"),
+                    Evidence(ack.source, ack.iface, ack.frame, ack.ts,
+                             f"challenge ACK (ack {ack.ack}, not SYN seq+1 {(syn.seq + 1) % 2**32})")]
+        evidence += self._peer_evidence(pending)
+        return self._finding(
+            pending, Severity.ERROR,
+            f"SYN to {syn.dst_endpoint} collided with a live connection from the same client port",
+            evidence, ("UF", "URX"),
+            f"Istio REDIRECTs inbound ports to {listener}, so {syn.src_endpoint}'s SYN to {syn.dst_endpoint} and "
+            f"{self._peer_text(pending)} are the same four-tuple ({syn.dst}:{listener}, {syn.src_endpoint}) inside "
+            f"the pod. The pod's kernel found the established socket and answered the SYN with a challenge ACK "
+            f"(RFC 5961 section 4) instead of a SYN-ACK; the client resets and retries about a second later, or "
+            f"gives up. Envoy on the calling side logs UF (upstream connection failure), URX when retries run out; "
+            f"callers see 503s and ~1-3 s connect stalls.",
+            ack.ts,
+        )
+
+    def _dropped(self, pending: _PendingSyn, retrans: PacketEvent) -> Finding:
+        syn = pending.syn
+        evidence = [Evidence(syn.source, syn.iface, syn.frame, syn.ts, "SYN"),
+                    Evidence(retrans.source, retrans.iface, retrans.frame, retrans.ts,
+                             f"SYN retransmitted after {retrans.ts - syn.ts:.3f} s, no answer")]
+        evidence += self._peer_evidence(pending)
+        return self._finding(
+            pending, Severity.ERROR,
+            f"SYN to {syn.dst_endpoint} dropped while the same client port holds a redirected connection",
+            evidence, ("UF", "URX"),
+            f"{syn.src_endpoint} holds {self._peer_text(pending)}; Istio REDIRECTs both ports to the same listener, "
+            f"so the new SYN maps onto an existing four-tuple (conntrack clash) and is dropped; the client "
+            f"retransmits. Envoy on the calling side logs UF/URX; callers see connect stalls of 1 s and more.",
+            retrans.ts,
+        )
+
+    def _exposure(self, pending: _PendingSyn, synack: PacketEvent) -> Finding:
+        syn = pending.syn
+        evidence = [Evidence(syn.source, syn.iface, syn.frame, syn.ts, "SYN"),
+                    Evidence(synack.source, synack.iface, synack.frame, synack.ts, "SYN-ACK")]
+        evidence += self._peer_evidence(pending)
+        return self._finding(
+            pending, Severity.WARNING,
+            f"Client port {syn.src_endpoint} reused for two redirected ports of {syn.dst} at once",
+            evidence, ("UF", "URX"),
+            f"{syn.src_endpoint} connected to {syn.dst_endpoint} while holding {self._peer_text(pending)}. Both "
+            f"REDIRECT to the same listener, so they share one four-tuple inside the pod. This time the kernel's "
+            f"NAT remapped the port and the SYN succeeded; when conntrack loses the first entry the next one gets a "
+            f"challenge ACK (RFC 5961 section 4) and Envoy logs UF/URX.",
+            synack.ts,
+        )
