@@ -1,0 +1,163 @@
+"""Network namespaces, veths and Istio's nat rules for lab pods.
+
+Each lab pod is two namespaces joined by a veth: `<prefix>-<pod>` (the pod: lo + eth0 with the rules
+istio-init installs) and `<prefix>-<pod>-c` (its downstream clients). Every command runs through `ip`,
+`iptables-restore` or `sysctl`; failures raise LabError with one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from kubectl_meshdoctor.lab.state import LabError
+
+# iptables-restore input of istio-init for the default injection template (Istio >= 1.25, REDIRECT mode,
+# `istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i * -x "" -b * -d 15090,15021,15020`), verbatim from
+# ../shared/reference/istio/iptables_rules.txt section 2. Every inbound TCP port except 15008/15090/15021/15020
+# is REDIRECTed to 15006, so 5000 and 5002 share one listener: the root of the four-tuple collision.
+# `lint` compares a pod's redirect map against this text: keep it the one copy.
+ISTIO_NAT_RULES = """\
+* nat
+-N ISTIO_INBOUND
+-N ISTIO_REDIRECT
+-N ISTIO_IN_REDIRECT
+-N ISTIO_OUTPUT
+-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN
+-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
+-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
+-A PREROUTING -p tcp -j ISTIO_INBOUND
+-A ISTIO_INBOUND -p tcp --dport 15090 -j RETURN
+-A ISTIO_INBOUND -p tcp --dport 15021 -j RETURN
+-A ISTIO_INBOUND -p tcp --dport 15020 -j RETURN
+-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
+-A OUTPUT -j ISTIO_OUTPUT
+-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN
+-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
+-A ISTIO_OUTPUT -j ISTIO_REDIRECT
+COMMIT
+"""
+
+INBOUND_CAPTURE_PORT = 15006  # Envoy's virtualInbound; the sidecar stand-in listens here
+INBOUND_PASSTHROUGH_SOURCE = "127.0.0.6"  # Envoy's InboundPassthroughBindIpv4; RETURNed by ISTIO_OUTPUT
+
+# Only benchmarking addresses (RFC 2544), never routable, so a lab cannot shadow a real network.
+LAB_NETWORK = ipaddress.ip_network("198.18.0.0/15")
+
+# Kernel-chosen (ephemeral) client ports stay below this, so a scenario that binds an explicit port from
+# CLIENT_FIXED_PORTS never races the kernel for it.
+CLIENT_EPHEMERAL_PORTS = (32768, 39999)
+CLIENT_FIXED_PORTS = (40000, 60999)
+
+DEFAULT_LAB_NAME = "meshdoctor-lab"
+_NETNS_DIR = Path("/run/netns")
+_TOOLS = ("ip", "iptables-restore", "conntrack", "sysctl")
+
+
+def netns_prefix(lab_name: str) -> str:
+    """A short namespace prefix for a lab: `mdlab` for the default lab, `md` + 6 hex digits otherwise.
+
+    Derived from the name so two labs with different names coexist without sharing a namespace.
+    """
+    if lab_name == DEFAULT_LAB_NAME:
+        return "mdlab"
+    return "md" + hashlib.sha256(lab_name.encode()).hexdigest()[:6]
+
+
+def pod_addresses(index: int) -> tuple[str, str]:
+    """(client_ip, pod_ip) of pod number `index` (1-based): 198.18.<index>.1 and 198.18.<index>.2.
+
+    Raises LabError when the index leaves 198.18.0.0/15's third octet range.
+    """
+    if not 1 <= index <= 254:
+        raise LabError(f"lab pod number {index} is out of range 1-254")
+    return f"198.18.{index}.1", f"198.18.{index}.2"
+
+
+def missing_tools() -> list[str]:
+    """Names of the commands the lab needs that are not on PATH."""
+    return [tool for tool in _TOOLS if shutil.which(tool) is None]
+
+
+def run(args: Sequence[str], *, input_text: str | None = None, timeout: float = 20.0) -> str:
+    """Run a command and return its stdout; raise LabError with the command and its first error line."""
+    try:
+        done = subprocess.run(
+            list(args), input=input_text, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LabError(f"{' '.join(args)}: {exc}") from None
+    if done.returncode != 0:
+        detail = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[0]
+        raise LabError(f"{' '.join(args)}: {detail}")
+    return done.stdout
+
+
+def in_netns(netns: str, *args: str) -> list[str]:
+    """The argv that runs `args` inside `netns`."""
+    return ["ip", "netns", "exec", netns, *args]
+
+
+def netns_exists(netns: str) -> bool:
+    return (_NETNS_DIR / netns).exists()
+
+
+def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: str) -> None:
+    """Create the pod and client namespaces, the eth0 veth pair, addresses, and the Istio nat rules.
+
+    Raises LabError (leaving whatever was created for delete_netns to remove) when a step fails.
+    """
+    for ns in (netns, client_netns):
+        if netns_exists(ns):
+            raise LabError(f"network namespace {ns} already exists (another lab? run `lab down` first)")
+        run(["ip", "netns", "add", ns])
+    # Both ends are called eth0: inside its namespace each is the only interface besides lo.
+    run(["ip", "link", "add", "eth0", "netns", netns, "type", "veth", "peer", "name", "eth0", "netns", client_netns])
+    for ns, ip in ((netns, pod_ip), (client_netns, client_ip)):
+        run(in_netns(ns, "ip", "addr", "add", f"{ip}/24", "dev", "eth0"))
+        run(in_netns(ns, "ip", "link", "set", "lo", "up"))
+        run(in_netns(ns, "ip", "link", "set", "eth0", "up"))
+    lo, hi = CLIENT_EPHEMERAL_PORTS
+    run(in_netns(client_netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={lo} {hi}"))
+    run(in_netns(netns, "iptables-restore"), input_text=ISTIO_NAT_RULES)
+
+
+def netns_pids(netns: str) -> list[int]:
+    """Pids of the processes whose network namespace is `netns` (empty when it does not exist)."""
+    if not netns_exists(netns):
+        return []
+    try:
+        out = run(["ip", "netns", "pids", netns])
+    except LabError:
+        return []
+    return [int(tok) for tok in out.split()]
+
+
+def delete_netns(netns: str) -> None:
+    """Delete a namespace (its veth end goes with it, and with it the peer); no error when already gone."""
+    if netns_exists(netns):
+        run(["ip", "netns", "delete", netns])
+
+
+def listening_ports(netns: str) -> set[int]:
+    """TCP ports with a listening socket in `netns`; empty when `ss` fails (e.g. the namespace is gone)."""
+    try:
+        out = run(in_netns(netns, "ss", "-Hltn"))
+    except LabError:
+        return set()
+    ports: set[int] = set()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            ports.add(int(fields[3].rsplit(":", 1)[1]))
+    return ports

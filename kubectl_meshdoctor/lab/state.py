@@ -1,0 +1,154 @@
+"""The lab's state file contract: what `lab up` wrote, read back by `down`, `status` and the test API server.
+
+state_dir/state.json is the single source of truth about a running lab. The API server serves `pods` as Pod
+objects and runs exec/port-forward in `netns`; `down` kills `pids` and deletes the namespaces. Keys may be
+added, never renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+STATE_FILE = "state.json"
+
+
+class LabError(Exception):
+    """A lab operation failed; the message is one line meant for the user (no traceback)."""
+
+
+@dataclass(frozen=True)
+class LabPort:
+    """A container port of a lab pod (name as in the pod spec, e.g. `http`, `tcp-echo`)."""
+
+    name: str
+    port: int
+
+
+@dataclass(frozen=True)
+class LabPod:
+    """One lab pod: a network namespace with the Istio nat rules, apps and a sidecar stand-in.
+
+    `netns` holds the pod (eth0 = `pod_ip`/24, lo); `client_netns` holds the other end of the veth
+    (`client_ip`/24), where scenario drivers run as the pod's downstream clients.
+    """
+
+    name: str
+    scenario: str
+    netns: str
+    client_netns: str
+    pod_ip: str
+    client_ip: str
+    ports: tuple[LabPort, ...]
+    uid: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "scenario": self.scenario,
+            "netns": self.netns,
+            "client_netns": self.client_netns,
+            "pod_ip": self.pod_ip,
+            "client_ip": self.client_ip,
+            "ports": [{"name": p.name, "port": p.port} for p in self.ports],
+            "uid": self.uid,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "LabPod":
+        return cls(
+            name=data["name"],
+            scenario=data["scenario"],
+            netns=data["netns"],
+            client_netns=data["client_netns"],
+            pod_ip=data["pod_ip"],
+            client_ip=data["client_ip"],
+            ports=tuple(LabPort(p["name"], int(p["port"])) for p in data["ports"]),
+            uid=data["uid"],
+        )
+
+
+@dataclass(frozen=True)
+class LabObservation:
+    """What `status` saw right now (never written to state.json)."""
+
+    running: tuple[str, ...]  # pid keys whose process is alive
+    dead: tuple[str, ...]  # pid keys whose process is gone
+    netns_present: tuple[str, ...]
+    netns_missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LabState:
+    """A lab as `up` left it. `pids` maps `<pod>/<role>` (and `apiserver`) to a process id.
+
+    `started` maps the same keys to the process start time (seconds since epoch, as psutil reports it) so
+    that `down` never kills a recycled pid.
+    """
+
+    name: str
+    namespace: str
+    state_dir: Path
+    kubeconfig: Path
+    netns_prefix: str
+    pods: tuple[LabPod, ...]
+    pids: Mapping[str, int] = field(default_factory=dict)
+    started: Mapping[str, float] = field(default_factory=dict)
+    observed: LabObservation | None = None
+
+    def pod(self, name: str) -> LabPod:
+        """The pod called `name`; raises KeyError when the lab has none."""
+        for pod in self.pods:
+            if pod.name == name:
+                return pod
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "state_dir": str(self.state_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "netns_prefix": self.netns_prefix,
+            "pods": [p.to_json() for p in self.pods],
+            "pids": dict(self.pids),
+            "started": dict(self.started),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "LabState":
+        return cls(
+            name=data["name"],
+            namespace=data["namespace"],
+            state_dir=Path(data["state_dir"]),
+            kubeconfig=Path(data["kubeconfig"]),
+            netns_prefix=data.get("netns_prefix", ""),
+            pods=tuple(LabPod.from_json(p) for p in data["pods"]),
+            pids={k: int(v) for k, v in data.get("pids", {}).items()},
+            started={k: float(v) for k, v in data.get("started", {}).items()},
+        )
+
+
+def write_state(state: LabState) -> Path:
+    """Write state_dir/state.json atomically (readers never see half a file); returns its path."""
+    path = state.state_dir / STATE_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_state(state_dir: Path) -> LabState | None:
+    """The state in state_dir, or None when there is no state file.
+
+    Raises ValueError (or KeyError) when the file exists but is not a lab state.
+    """
+    path = Path(state_dir) / STATE_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return LabState.from_json(json.loads(text))
