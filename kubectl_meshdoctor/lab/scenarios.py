@@ -1,0 +1,351 @@
+"""Scenario drivers: downstream clients that reproduce a failure (or its absence) against a lab pod.
+
+Run in the pod's CLIENT namespace. Each round is self-contained (opens and closes its own sockets); the driver
+loop is bounded by a round count AND a time limit. One JSON line per round goes to stdout.
+
+    ip netns exec <client-ns> python -m kubectl_meshdoctor.lab.scenarios collision \\
+        --pod-ip 198.18.1.2 --client-ip 198.18.1.1 --pod-netns mdlab-collision --rounds 1
+
+Scenarios:
+  collision  client_ip:X holds a live HTTP keep-alive to pod:5000; conntrack is flushed in the pod namespace;
+             a second socket bound to the same client_ip:X dials pod:5002. REDIRECT maps both to
+             pod:15006, so the SYN lands on the live four-tuple: the pod answers with an RFC 5961 challenge
+             ACK, the client resets (which kills the live connection), and the retransmitted SYN succeeds.
+  remap      the same port reuse without the flush: conntrack still knows the live connection, so NAT
+             remaps the source port of the second one. Exposure, no failure, no challenge ACK.
+  healthy    HTTP GETs on new connections (kernel-chosen ports) and TCP echo exchanges. No errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping
+
+from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
+from kubectl_meshdoctor.lab.netns import CLIENT_FIXED_PORTS, in_netns
+from kubectl_meshdoctor.lab.state import LabPod, LabPort
+
+SCENARIOS = ("collision", "remap", "healthy")
+DEFAULT_ROUNDS = 1500
+DEFAULT_SECONDS = 3000.0  # keeps a forgotten lab's traffic under an hour
+DEFAULT_PERIOD = 2.0  # seconds between round starts
+
+_IO_TIMEOUT = 5.0  # seconds per socket operation
+_LIVE_INTERVAL = 0.3  # seconds between requests on the live connection
+_LIVE_REQUESTS = 3  # requests on the live connection before and after the second connect
+_HEALTHY_CONNECTIONS = 3
+_HTTP_REQUEST = b"GET / HTTP/1.1\r\nHost: lab\r\nUser-Agent: meshdoctor-lab\r\n\r\n"
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one round did, from the client's side plus the pod kernel's challenge-ACK counter.
+
+    `challenge_acks` is the increase of TcpExtTCPChallengeACK in the pod namespace during the round (None when
+    nstat could not be read). `second_connect_s` is how long the colliding connect took (seconds).
+    """
+
+    scenario: str
+    pod: str
+    started: float  # seconds since epoch
+    duration_s: float
+    client_port: int | None = None
+    http_ok: int = 0
+    echo_ok: int = 0
+    second_connect_s: float | None = None
+    live_reset: bool = False
+    challenge_acks: int | None = None
+    errors: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["errors"] = list(self.errors)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RoundResult":
+        return cls(**{**data, "errors": tuple(data.get("errors", ()))})
+
+
+@dataclass
+class _Tally:
+    """Mutable counters filled while a round runs, frozen into a RoundResult at the end."""
+
+    client_port: int | None = None
+    http_ok: int = 0
+    echo_ok: int = 0
+    second_connect_s: float | None = None
+    live_reset: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def challenge_ack_count(pod_netns: str) -> int | None:
+    """TcpExtTCPChallengeACK of the pod namespace's kernel (absolute), or None when nstat fails."""
+    try:
+        out = subprocess.run(
+            in_netns(pod_netns, "nstat", "-azs", "TcpExtTCPChallengeACK"),
+            capture_output=True, text=True, timeout=_IO_TIMEOUT, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "TcpExtTCPChallengeACK":
+            return int(fields[1])
+    return None
+
+
+def flush_conntrack(pod_netns: str) -> None:
+    """Forget every conntrack entry in the pod namespace (the live connection's NAT mapping included).
+
+    Raises OSError or subprocess.CalledProcessError when conntrack fails.
+    """
+    subprocess.run(
+        in_netns(pod_netns, "conntrack", "-F"), capture_output=True, timeout=_IO_TIMEOUT, check=True
+    )
+
+
+def _bound_socket(client_ip: str, port: int) -> socket.socket:
+    # SO_REUSEADDR on both sockets is what lets the second one share client_ip:port with the live one;
+    # their four-tuples differ only in the destination port, which REDIRECT then erases.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.settimeout(_IO_TIMEOUT)
+    try:
+        sock.bind((client_ip, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _http_exchange(sock: socket.socket) -> int:
+    """Send one keep-alive GET on a connected socket; return the status code. Raises OSError."""
+    sock.sendall(_HTTP_REQUEST)
+    response = http.client.HTTPResponse(sock)
+    try:
+        response.begin()
+        response.read()
+        return response.status
+    except http.client.HTTPException as exc:
+        raise OSError(f"bad HTTP response: {exc!r}") from None
+    finally:
+        response.close()  # closes only the response's file object; the socket stays open
+
+
+def _echo_exchange(sock: socket.socket, message: bytes) -> bool:
+    sock.sendall(message)
+    got = b""
+    while len(got) < len(message):
+        chunk = sock.recv(len(message) - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return got == message
+
+
+def _live_requests(live: socket.socket, tally: _Tally) -> bool:
+    """Send _LIVE_REQUESTS keep-alive GETs ~0.3 s apart; False (and an error noted) if the connection died."""
+    for i in range(_LIVE_REQUESTS):
+        if i:
+            time.sleep(_LIVE_INTERVAL)  # the keep-alive cadence a capture sees
+        try:
+            status = _http_exchange(live)
+        except OSError as exc:
+            tally.live_reset = True
+            tally.errors.append(f"live connection to :{HTTP_PORT}: {_one_line(exc)}")
+            return False
+        if status == 200:
+            tally.http_ok += 1
+        else:
+            tally.errors.append(f"live connection got HTTP {status}")
+    return True
+
+
+def _port_reuse_round(pod: LabPod, tally: _Tally, *, flush: bool, used_ports: set[int]) -> None:
+    """Hold client_ip:X -> pod:5000 live, optionally flush conntrack, then dial pod:5002 from client_ip:X."""
+    live, port = _open_live_connection(pod, used_ports)
+    tally.client_port = port
+    second: socket.socket | None = None
+    try:
+        if not _live_requests(live, tally):
+            return
+        if flush:
+            # Flush right before the SYN, with the live connection idle: any packet of it in between would let
+            # conntrack pick it up again and NAT would remap instead of colliding.
+            flush_conntrack(pod.netns)
+        second = _bound_socket(pod.client_ip, port)
+        t0 = time.monotonic()
+        second.connect((pod.pod_ip, ECHO_PORT))
+        tally.second_connect_s = time.monotonic() - t0
+        if _echo_exchange(second, b"meshdoctor-echo\n"):
+            tally.echo_ok += 1
+        else:
+            tally.errors.append(f"echo on :{ECHO_PORT} came back wrong")
+        time.sleep(_LIVE_INTERVAL)
+        _live_requests(live, tally)
+    except (OSError, subprocess.SubprocessError) as exc:
+        tally.errors.append(_one_line(exc))
+    finally:
+        live.close()
+        if second is not None:
+            second.close()
+
+
+def _open_live_connection(pod: LabPod, used_ports: set[int]) -> tuple[socket.socket, int]:
+    """Connect client_ip:X -> pod:5000 with a fresh X from CLIENT_FIXED_PORTS; raises OSError after 5 tries."""
+    last: OSError | None = None
+    for _ in range(5):
+        port = random.randint(*CLIENT_FIXED_PORTS)
+        if port in used_ports:
+            continue
+        used_ports.add(port)
+        try:
+            sock = _bound_socket(pod.client_ip, port)
+        except OSError as exc:  # another driver holds it; pick again
+            last = exc
+            continue
+        try:
+            sock.connect((pod.pod_ip, HTTP_PORT))
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        return sock, port
+    raise OSError(f"no usable client port in {CLIENT_FIXED_PORTS}: {last}")
+
+
+def _healthy_round(pod: LabPod, tally: _Tally) -> None:
+    for i in range(_HEALTHY_CONNECTIONS):
+        conn = http.client.HTTPConnection(pod.pod_ip, HTTP_PORT, timeout=_IO_TIMEOUT)
+        try:
+            conn.request("GET", f"/healthy/{i}", headers={"User-Agent": "meshdoctor-lab"})
+            response = conn.getresponse()
+            response.read()
+            if response.status == 200:
+                tally.http_ok += 1
+            else:
+                tally.errors.append(f"GET :{HTTP_PORT} answered HTTP {response.status}")
+        except (OSError, http.client.HTTPException) as exc:
+            tally.errors.append(f"GET :{HTTP_PORT}: {_one_line(exc)}")
+        finally:
+            conn.close()
+    for i in range(_HEALTHY_CONNECTIONS):
+        try:
+            with socket.create_connection((pod.pod_ip, ECHO_PORT), timeout=_IO_TIMEOUT) as sock:
+                if _echo_exchange(sock, f"meshdoctor-echo {i}\n".encode()):
+                    tally.echo_ok += 1
+                else:
+                    tally.errors.append(f"echo on :{ECHO_PORT} came back wrong")
+        except OSError as exc:
+            tally.errors.append(f"echo :{ECHO_PORT}: {_one_line(exc)}")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def run_round(pod: LabPod, scenario: str, *, used_ports: set[int] | None = None) -> RoundResult:
+    """Run one round of `scenario` against `pod`. Must run inside pod.client_netns.
+
+    Takes about 1-3 seconds. Never raises for network failures (they land in RoundResult.errors); raises
+    ValueError for an unknown scenario.
+    """
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
+    ports = used_ports if used_ports is not None else set()
+    started, t0 = time.time(), time.monotonic()
+    acks_before = challenge_ack_count(pod.netns)
+    tally = _Tally()
+    if scenario == "healthy":
+        _healthy_round(pod, tally)
+    else:
+        _port_reuse_round(pod, tally, flush=scenario == "collision", used_ports=ports)
+    acks_after = challenge_ack_count(pod.netns)
+    acks = None if acks_before is None or acks_after is None else acks_after - acks_before
+    return RoundResult(
+        scenario=scenario,
+        pod=pod.name,
+        started=started,
+        duration_s=round(time.monotonic() - t0, 6),
+        client_port=tally.client_port,
+        http_ok=tally.http_ok,
+        echo_ok=tally.echo_ok,
+        second_connect_s=tally.second_connect_s,
+        live_reset=tally.live_reset,
+        challenge_acks=acks,
+        errors=tuple(tally.errors),
+    )
+
+
+def drive(
+    pod: LabPod,
+    scenario: str,
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    seconds: float = DEFAULT_SECONDS,
+    period: float = DEFAULT_PERIOD,
+    emit: Callable[[RoundResult], None] = lambda r: print(json.dumps(r.to_json()), flush=True),
+) -> int:
+    """Run at most `rounds` rounds, starting one every `period` seconds, for at most `seconds` seconds.
+
+    Returns the number of rounds run. Raises ValueError for an unknown scenario.
+    """
+    deadline = time.monotonic() + seconds
+    used_ports: set[int] = set()
+    done = 0
+    while done < rounds and time.monotonic() < deadline:
+        round_start = time.monotonic()
+        emit(run_round(pod, scenario, used_ports=used_ports))
+        done += 1
+        if len(used_ports) > 1000:  # TIME_WAIT is long gone for ports used this many rounds ago
+            used_ports.clear()
+        pause = min(period - (time.monotonic() - round_start), deadline - time.monotonic())
+        if done < rounds and pause > 0:
+            time.sleep(pause)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kubectl_meshdoctor.lab.scenarios",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("scenario", choices=SCENARIOS)
+    parser.add_argument("--pod-ip", required=True)
+    parser.add_argument("--client-ip", required=True)
+    parser.add_argument("--pod-netns", required=True, help="for conntrack -F and nstat")
+    parser.add_argument("--pod-name", help="pod name in the results (default: the scenario)")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="time limit of the whole run")
+    parser.add_argument("--period", type=float, default=DEFAULT_PERIOD, help="seconds between round starts")
+    args = parser.parse_args(argv)
+    pod = LabPod(
+        name=args.pod_name or args.scenario,
+        scenario=args.scenario,
+        netns=args.pod_netns,
+        client_netns="",
+        pod_ip=args.pod_ip,
+        client_ip=args.client_ip,
+        ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),
+        uid="",
+    )
+    try:
+        drive(pod, args.scenario, rounds=args.rounds, seconds=args.seconds, period=args.period)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
