@@ -1,0 +1,344 @@
+"""The pod lab's public API: `up`, `down`, `status`, and `trigger_round` for deterministic tests.
+
+`up` builds one network namespace pair per pod (netns.py), starts the apps and the sidecar stand-in inside
+the pod namespace, the scenario driver inside the client namespace, then the test API server; each process
+is detached (own session, output to a log file in state_dir) and recorded in state_dir/state.json. `down`
+undoes all of it from that file alone, so it works after a crash or a half-finished `up`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import psutil
+
+from kubectl_meshdoctor.lab import netns
+from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
+from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
+from kubectl_meshdoctor.lab.scenarios import (
+    DEFAULT_PERIOD,
+    DEFAULT_ROUNDS,
+    DEFAULT_SECONDS,
+    SCENARIOS,
+    RoundResult,
+)
+from kubectl_meshdoctor.lab.state import (
+    LabError,
+    LabObservation,
+    LabPod,
+    LabPort,
+    LabState,
+    read_state,
+    write_state,
+)
+
+__all__ = [
+    "LabError", "LabState", "LabPod", "RoundResult", "default_state_dir", "up", "down", "status", "trigger_round",
+]
+
+STATE_ROOT = Path("/run/kubectl-meshdoctor")
+DEFAULT_PODS = ("collision", "healthy")
+_POLL = 0.05  # seconds between readiness checks
+_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
+_START_TIME_SLACK = 1.0  # seconds; psutil's create_time is rounded to clock ticks
+
+
+def default_state_dir(name: str = DEFAULT_LAB_NAME) -> Path:
+    """/run/kubectl-meshdoctor/<name>: tmpfs, so a reboot (which also drops the namespaces) forgets the lab."""
+    return STATE_ROOT / name
+
+
+def up(
+    name: str = DEFAULT_LAB_NAME,
+    state_dir: Path | None = None,
+    pods: Sequence[str] = DEFAULT_PODS,
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    seconds: float = DEFAULT_SECONDS,
+    period: float = DEFAULT_PERIOD,
+    drivers: bool = True,
+    apiserver: bool = True,
+    ready_timeout: float = 20.0,
+) -> LabState:
+    """Build the lab and return its state (also written to state_dir/state.json).
+
+    `pods` are scenario names (one of SCENARIOS); each becomes a pod of that name. The scenario drivers run
+    at most `rounds` rounds, one every `period` seconds, for at most `seconds` seconds; `drivers=False`
+    leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
+
+    Raises LabError when not root, a tool is missing, a pod name is unknown or repeated, a lab already uses
+    state_dir or its namespaces, or a process does not become ready. On any failure everything already
+    created is removed again.
+    """
+    state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
+    _preflight(pods)
+    if (state_dir / "state.json").exists():
+        raise LabError(f"a lab already has state in {state_dir}; run `lab down` first")
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    prefix = netns.netns_prefix(name)
+    state = LabState(
+        name=name,
+        namespace=name,
+        state_dir=state_dir,
+        kubeconfig=state_dir / "kubeconfig",
+        netns_prefix=prefix,
+        pods=tuple(_new_pod(prefix, index, scenario) for index, scenario in enumerate(pods, start=1)),
+    )
+    taken = [ns for ns in _all_netns(state) if netns.netns_exists(ns)]
+    if taken:
+        # Refuse before writing any state: the cleanup below deletes every namespace the state names.
+        raise LabError(f"network namespace {taken[0]} already exists (another lab named {name}?); run `lab down`")
+    # Written before anything exists, so a failed or interrupted `up` can always be undone by `down`.
+    write_state(state)
+    try:
+        state = _bring_up(state, rounds=rounds, seconds=seconds, period=period, drivers=drivers,
+                          apiserver=apiserver, ready_timeout=ready_timeout)
+    except BaseException:
+        try:
+            down(state_dir)
+        except LabError:
+            pass  # the first error is the one the user needs
+        raise
+    return state
+
+
+def down(state_dir: Path) -> None:
+    """Stop every process the lab started, delete its namespaces and remove state_dir. Idempotent.
+
+    Raises LabError when something could not be removed (the message names it).
+    """
+    state_dir = Path(state_dir)
+    try:
+        state = read_state(state_dir)
+    except (ValueError, KeyError) as exc:
+        raise LabError(f"{state_dir}/state.json is not a lab state ({exc}); remove it by hand") from None
+    leftovers: list[str] = []
+    if state is not None:
+        for key, pid in state.pids.items():
+            if not _stop(pid, state.started.get(key)):
+                leftovers.append(f"process {key} (pid {pid})")
+        for ns in _all_netns(state):
+            # Anything still inside our namespaces was started there by us or by a test (e.g. tcpdump).
+            for pid in netns.netns_pids(ns):
+                if not _stop(pid, None):
+                    leftovers.append(f"process {pid} in {ns}")
+            try:
+                netns.delete_netns(ns)
+            except LabError as exc:
+                leftovers.append(str(exc))
+    if leftovers:
+        raise LabError("lab down left behind: " + "; ".join(leftovers))
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def status(state_dir: Path) -> LabState | None:
+    """The lab's state with `observed` filled in (which processes run, which namespaces exist).
+
+    Returns None when state_dir holds no lab. Raises LabError when the state file is unreadable.
+    """
+    try:
+        state = read_state(Path(state_dir))
+    except (ValueError, KeyError) as exc:
+        raise LabError(f"{state_dir}/state.json is not a lab state ({exc})") from None
+    if state is None:
+        return None
+    running = tuple(k for k, pid in state.pids.items() if _live_process(pid, state.started.get(k)) is not None)
+    all_ns = _all_netns(state)
+    present = tuple(ns for ns in all_ns if netns.netns_exists(ns))
+    observed = LabObservation(
+        running=running,
+        dead=tuple(k for k in state.pids if k not in running),
+        netns_present=present,
+        netns_missing=tuple(ns for ns in all_ns if ns not in present),
+    )
+    return replace(state, observed=observed)
+
+
+def trigger_round(state: LabState, pod: str, scenario: str | None = None, timeout: float = 60.0) -> RoundResult:
+    """Run one scenario round now, in the pod's client namespace, and return its result.
+
+    `scenario` defaults to the pod's own. `timeout` is in seconds. Raises LabError when the pod is unknown
+    or the driver fails or times out.
+    """
+    try:
+        lab_pod = state.pod(pod)
+    except KeyError:
+        raise LabError(f"the lab has no pod {pod!r}") from None
+    argv = netns.in_netns(lab_pod.client_netns, *_driver_args(lab_pod, scenario or lab_pod.scenario,
+                                                             rounds=1, seconds=timeout, period=0.0))
+    out = netns.run(argv, timeout=timeout + 5.0)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise LabError(f"scenario driver for {pod} printed no result")
+    return RoundResult.from_json(json.loads(lines[-1]))
+
+
+def _preflight(pods: Sequence[str]) -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (network namespaces, iptables, conntrack): run it with sudo")
+    missing = netns.missing_tools()
+    if missing:
+        raise LabError(f"the lab needs {', '.join(missing)} on PATH (iproute2, iptables, conntrack, procps)")
+    unknown = [p for p in pods if p not in SCENARIOS]
+    if unknown:
+        raise LabError(f"unknown lab pod {unknown[0]!r} (one of {', '.join(SCENARIOS)})")
+    if len(set(pods)) != len(pods):
+        raise LabError("each lab pod may appear once")
+    if not pods:
+        raise LabError("the lab needs at least one pod")
+
+
+def _new_pod(prefix: str, index: int, scenario: str) -> LabPod:
+    client_ip, pod_ip = netns.pod_addresses(index)
+    return LabPod(
+        name=scenario,
+        scenario=scenario,
+        netns=f"{prefix}-{scenario}",
+        client_netns=f"{prefix}-{scenario}-c",
+        pod_ip=pod_ip,
+        client_ip=client_ip,
+        ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),
+        uid=str(uuid.uuid4()),
+    )
+
+
+def _all_netns(state: LabState) -> list[str]:
+    return [ns for pod in state.pods for ns in (pod.netns, pod.client_netns)]
+
+
+def _bring_up(
+    state: LabState, *, rounds: int, seconds: float, period: float, drivers: bool, apiserver: bool,
+    ready_timeout: float,
+) -> LabState:
+    for pod in state.pods:
+        netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip)
+        for role, args in (
+            ("app-http", ["-m", "kubectl_meshdoctor.lab.apps", "http", "--port", str(HTTP_PORT)]),
+            ("app-tcp", ["-m", "kubectl_meshdoctor.lab.apps", "tcp-echo", "--port", str(ECHO_PORT)]),
+            ("sidecar", ["-m", "kubectl_meshdoctor.lab.sidecar", "--port", str(INBOUND_CAPTURE_PORT)]),
+        ):
+            state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, sys.executable, *args))
+    for pod in state.pods:
+        wanted = {HTTP_PORT, ECHO_PORT, INBOUND_CAPTURE_PORT}
+        _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
+                  lambda pod=pod: wanted <= netns.listening_ports(pod.netns),
+                  watch=[f"{pod.name}/{role}" for role in ("app-http", "app-tcp", "sidecar")])
+    if drivers:
+        for pod in state.pods:
+            argv = netns.in_netns(pod.client_netns, *_driver_args(pod, pod.scenario, rounds=rounds,
+                                                                  seconds=seconds, period=period))
+            state = _spawn(state, f"{pod.name}/scenario", argv)
+    if apiserver:
+        state = _spawn(state, "apiserver", [
+            sys.executable, "-m", "kubectl_meshdoctor.lab.apiserver",
+            "--state", str(state.state_dir / "state.json"), "--kubeconfig", str(state.kubeconfig),
+            "--host", "127.0.0.1", "--port", "0",
+        ])
+        _wait_for(state, "test API server (kubeconfig)", ready_timeout, state.kubeconfig.exists,
+                  watch=["apiserver"])
+    return state
+
+
+def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, period: float) -> list[str]:
+    return [
+        sys.executable, "-m", "kubectl_meshdoctor.lab.scenarios", scenario,
+        "--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns, "--pod-name", pod.name,
+        "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
+    ]
+
+
+def _spawn(state: LabState, key: str, argv: list[str]) -> LabState:
+    """Start argv detached (own session, output to state_dir/<key>.log), record it, rewrite the state file."""
+    log_path = _log_path(state, key)
+    with open(log_path, "ab") as log:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise LabError(f"cannot start {key}: {exc.strerror or exc}") from None
+    try:
+        started = psutil.Process(proc.pid).create_time()
+    except psutil.NoSuchProcess:
+        started = time.time()
+    state = replace(state, pids={**state.pids, key: proc.pid}, started={**state.started, key: started})
+    write_state(state)
+    return state
+
+
+def _log_path(state: LabState, key: str) -> Path:
+    return state.state_dir / (key.replace("/", "-") + ".log")
+
+
+def _wait_for(
+    state: LabState, what: str, timeout: float, ready: Callable[[], bool], *, watch: Sequence[str]
+) -> None:
+    """Poll `ready` until true; raise LabError when `timeout` seconds pass or a `watch`ed process has died."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        for key in watch:
+            if _live_process(state.pids[key], state.started.get(key)) is None:
+                raise LabError(f"{key} exited during lab up: {_last_line(_log_path(state, key))}")
+        if time.monotonic() > deadline:
+            raise LabError(f"{what} not ready after {timeout:g} s (logs in {state.state_dir})")
+        time.sleep(_POLL)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1].strip() if lines else "no output"
+
+
+def _live_process(pid: int, started: float | None) -> psutil.Process | None:
+    """The process `pid` if it runs and (when `started` is known) is the one we started, else None."""
+    try:
+        proc = psutil.Process(pid)
+        if started is not None and abs(proc.create_time() - started) > _START_TIME_SLACK:
+            return None  # the pid was recycled: not ours
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            _reap(pid)
+            return None
+        return proc
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _reap(pid: int) -> None:
+    # Our own children (when `up` ran in this process, as in tests) linger as zombies until waited for.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _stop(pid: int, started: float | None) -> bool:
+    """SIGTERM the process group of a lab process, SIGKILL after _STOP_GRACE seconds. True when it is gone."""
+    if _live_process(pid, started) is None:
+        return True
+    for sig, grace in ((signal.SIGTERM, _STOP_GRACE), (signal.SIGKILL, _STOP_GRACE)):
+        try:
+            # Lab processes lead their own session, so the group holds exactly what they spawned.
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if _live_process(pid, started) is None:
+                return True
+            time.sleep(_POLL)
+    return _live_process(pid, started) is None
