@@ -1,0 +1,254 @@
+"""``kubectl meshdoctor``: the command line front end. Parses flags, runs the core, maps errors to exit codes.
+
+Exit codes (DESIGN.md): 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on
+stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from . import __version__
+from .report import EXIT_USAGE, RENDERERS
+
+PROG = "kubectl meshdoctor"
+
+EPILOG_MAIN = """\
+examples:
+  kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
+  kubectl meshdoctor watch deploy/reviews -n shop --no-tui --duration 120 -o json > report.json
+  kubectl meshdoctor analyze lo.pcap eth0.pcapng -o json
+  sudo kubectl meshdoctor lab up          # a local pod lab with real failures, and its kubeconfig
+
+exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error
+"""
+
+EPILOG_WATCH = """\
+watch adds (or reuses) an ephemeral container meshdoctor-* targeting istio-proxy, runs tcpdump on the pod's
+lo and eth0, and runs every detector live. Ephemeral containers cannot be removed; the container's command is a
+bounded sleep (--ttl), and the tcpdumps end when watch ends.
+
+examples:
+  kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
+  kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60 -o text
+  kubectl meshdoctor watch pod/collision --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
+"""
+
+EPILOG_ANALYZE = """\
+The interface of each file comes from FILE:IFACE, else pcapng interface blocks, else the file's stem
+(lo.pcap -> lo). Frame numbers in the report are the frame numbers Wireshark shows for that file.
+
+examples:
+  kubectl meshdoctor analyze lo.pcap eth0.pcap
+  kubectl meshdoctor analyze capture.pcapng:eth0 -o json
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, like kubectl
+        self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see --help)\n")
+
+
+def _kube_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (as kubectl)")
+    g.add_argument("-n", "--namespace", help="namespace of the target (default: the context's, else default)")
+    g.add_argument("--context", help="kubeconfig context to use (default: current-context)")
+    g.add_argument("--kubeconfig", help="path to the kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
+    g.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="timeout of each API request (default 30)")
+
+
+def _output_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=sorted(RENDERERS), default="text",
+                   help="report format (default text); json is the stable schema of the docs")
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Find why an Istio mesh answers 502/503: capture a pod's lo and eth0, "
+                "detect four-tuple collisions and other failures, and explain the Envoy response flags.",
+                epilog=EPILOG_MAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"kubectl-meshdoctor {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    w = sub.add_parser("watch", help="capture a pod live and show findings (TUI, or a report with --no-tui)",
+                       description="Capture a pod's lo and eth0 live and run every detector.",
+                       epilog=EPILOG_WATCH, formatter_class=argparse.RawDescriptionHelpFormatter)
+    w.add_argument("target", metavar="pod/NAME|deploy/NAME", help="what to capture (a bare NAME is a pod)")
+    _kube_flags(w)
+    w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end")
+    w.add_argument("--duration", type=_positive, metavar="SECONDS",
+                   help="stop after this many seconds (default: until q / Ctrl-C)")
+    _output_flag(w)
+    w.add_argument("--image", default=None, help="debug container image with tcpdump "
+                   "(default docker.io/nicolaka/netshoot:v0.13)")
+    w.add_argument("--ttl", type=_positive, default=3600, metavar="SECONDS",
+                   help="the debug container's sleep: it ends by itself after this (default 3600)")
+    w.add_argument("--write-pcap", type=Path, metavar="DIR",
+                   help="also save the raw lo and eth0 captures in DIR (they carry secrets: only on request)")
+
+    a = sub.add_parser("analyze", help="run the detectors on pcap/pcapng files",
+                       description="Run the detectors on capture files (tcpdump, ksniff, Wireshark).",
+                       epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("files", nargs="+", metavar="FILE[:IFACE]")
+    _output_flag(a)
+
+    lab = sub.add_parser("lab", help="a local pod lab (network namespaces, Istio's nat rules, real failures)",
+                         description="Manage the pod lab: real kernel TCP and iptables in network namespaces, "
+                         "a sidecar stand-in, and a test API server that kubectl and watch talk to. Needs root.",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="examples:\n  sudo kubectl meshdoctor lab up\n"
+                                "  sudo kubectl meshdoctor lab status\n  sudo kubectl meshdoctor lab down\n")
+    lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", parser_class=_Parser, required=True)
+    for name, text in (("up", "create the lab and print its kubeconfig"), ("down", "remove the lab"),
+                       ("status", "show the lab's pods and processes")):
+        lp = lab_sub.add_parser(name, help=text, description=text)
+        lp.add_argument("--name", default="meshdoctor-lab", help="lab name, also its namespace "
+                        "(default meshdoctor-lab)")
+        lp.add_argument("--state-dir", type=Path, help="where the lab keeps its state "
+                        "(default /run/kubectl-meshdoctor/NAME)")
+        if name == "up":
+            lp.add_argument("--pods", default="collision,healthy",
+                            help="comma-separated scenario pods to create (default collision,healthy)")
+    return p
+
+
+def _err(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return EXIT_USAGE
+
+
+def _cmd_analyze(args) -> int:
+    from .analyze import CaptureArg, InputError, analyze
+    from .pipeline import Pipeline
+
+    try:
+        report = asyncio.run(analyze([CaptureArg.parse(f) for f in args.files], Pipeline.with_detectors()))
+    except InputError as e:
+        return _err(str(e))
+    sys.stdout.write(RENDERERS[args.output](report))
+    return report.exit_code()
+
+
+def _watch_options(args, kube):
+    from .kube.debug import DEFAULT_IMAGE
+    from .kube.target import Target
+    from .live import WatchOptions
+
+    return WatchOptions(target=Target.parse(args.target), namespace=args.namespace or kube.namespace,
+                        duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
+                        write_pcap_dir=args.write_pcap)
+
+
+def _cmd_watch(args) -> int:
+    from .kube.client import KubeError, KubeOptions, connect
+    from .kube.target import Target
+
+    try:
+        Target.parse(args.target)
+        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
+        opts = _watch_options(args, kube)
+    except (ValueError, KubeError) as e:
+        return _err(str(e))
+    if args.no_tui:
+        return _watch_headless(kube, opts, args.output)
+    from .tui.run import run_tui
+
+    return run_tui(kube, opts, args.output)
+
+
+def _watch_headless(kube, opts, output: str) -> int:
+    from .kube.client import KubeError
+    from .live import watch
+    from .pipeline import Pipeline
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)  # stop cleanly: the tcpdumps must end in the pod
+
+        def progress(msg: str) -> None:
+            sys.stderr.write(f"{msg}\n")
+
+        def on_finding(f) -> None:
+            sys.stderr.write(f"{f.severity.value}: {f.detector}: {f.title}\n")
+
+        pipeline = Pipeline.with_detectors(on_finding=on_finding)
+        try:
+            report = await watch(kube, opts, pipeline, stop, progress)
+        except KubeError as e:
+            return _err(str(e))
+        for p in report.problems:
+            sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
+        sys.stdout.write(RENDERERS[output](report))
+        return report.exit_code()
+
+    return asyncio.run(main())
+
+
+def _cmd_lab(args) -> int:
+    from .lab import lab
+    from .lab.state import LabError
+
+    state_dir = args.state_dir or lab.default_state_dir(args.name)
+    try:
+        if args.lab_command == "up":
+            pods = [p.strip() for p in args.pods.split(",") if p.strip()]
+            sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)} ...\n")
+            state = lab.up(args.name, state_dir, pods)
+            print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
+                  f"{state.namespace}")
+            print(f"kubeconfig: {state.kubeconfig}")
+            print(f"try:  kubectl meshdoctor watch pod/{state.pods[0].name} --kubeconfig {state.kubeconfig}")
+        elif args.lab_command == "down":
+            lab.down(state_dir)
+            print(f"lab in {state_dir} is down")
+        else:
+            state = lab.status(state_dir)
+            if state is None:
+                print(f"no lab in {state_dir}")
+                return 0
+            print(lab.describe(state) if hasattr(lab, "describe") else state)
+    except LabError as e:
+        return _err(str(e))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    handler = {"watch": _cmd_watch, "analyze": _cmd_analyze, "lab": _cmd_lab}[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `| head` closed our stdout
+        return 0
+    except Exception as e:  # a bug of ours: one line, the traceback only on request
+        if os.environ.get("MESHDOCTOR_DEBUG"):
+            traceback.print_exc()
+        first = str(e).splitlines()[0] if str(e) else ""
+        return _err(f"internal error: {type(e).__name__}: {first} (set MESHDOCTOR_DEBUG=1 for details)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

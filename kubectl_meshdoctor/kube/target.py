@@ -1,0 +1,68 @@
+"""Resolving ``pod/x``, ``deploy/x`` (or a bare pod name) to the pods to capture."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubernetes.client.exceptions import ApiException
+
+from .client import Kube, KubeError, api_error_message
+
+SIDECAR = "istio-proxy"
+_KINDS = {"pod": "pod", "pods": "pod", "po": "pod", "deploy": "deployment", "deployment": "deployment",
+          "deployments": "deployment"}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    kind: str  # "pod" | "deployment"
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Target":
+        """``pod/x``, ``deploy/x``, ``deployment/x`` or ``x`` (a pod). Raises ValueError on anything else."""
+        kind, sep, name = text.partition("/")
+        if not sep:
+            kind, name = "pod", text
+        if kind.lower() not in _KINDS or not name:
+            raise ValueError(f'cannot capture "{text}": use pod/NAME or deploy/NAME')
+        return cls(_KINDS[kind.lower()], name)
+
+
+def resolve_pods(kube: Kube, target: Target, namespace: str):
+    """The V1Pod objects ``target`` names, running ones first. Raises KubeError when there are none."""
+    try:
+        if target.kind == "pod":
+            return [kube.core.read_namespaced_pod(target.name, namespace, _request_timeout=kube.request_timeout_s)]
+        dep = kube.apps.read_namespaced_deployment(target.name, namespace, _request_timeout=kube.request_timeout_s)
+        labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
+        if not labels:
+            raise KubeError(f"deployment/{target.name} has no matchLabels selector to find its pods")
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        pods = kube.core.list_namespaced_pod(namespace, label_selector=selector,
+                                             _request_timeout=kube.request_timeout_s).items
+    except ApiException as e:
+        if e.status == 404:
+            raise KubeError(f'{target.kind} "{target.name}" not found in namespace "{namespace}"') from None
+        raise KubeError(f"reading {target.kind}/{target.name}: {api_error_message(e)}") from None
+    if not pods:
+        raise KubeError(f"deployment/{target.name} has no pods in namespace \"{namespace}\"")
+    return sorted(pods, key=lambda p: (p.status.phase != "Running", p.metadata.name))
+
+
+def sidecar_of(pod) -> object | None:
+    """The istio-proxy container: in ``spec.containers`` (classic) or an init container (native sidecar)."""
+    for c in list(pod.spec.containers or []) + list(pod.spec.init_containers or []):
+        if c.name == SIDECAR:
+            return c
+    return None
+
+
+def check_capturable(pod) -> None:
+    """Raise KubeError unless the pod runs and has an Istio sidecar."""
+    name = pod.metadata.name
+    if pod.status is None or pod.status.phase != "Running":
+        phase = pod.status.phase if pod.status else "unknown"
+        raise KubeError(f"pod/{name} is {phase}, not Running: nothing to capture")
+    if sidecar_of(pod) is None:
+        raise KubeError(f"pod/{name} has no {SIDECAR} container: not in the mesh (is sidecar injection on?)")

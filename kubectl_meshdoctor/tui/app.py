@@ -1,0 +1,150 @@
+"""The Textual front end of ``watch``: a sink of the pipeline that only renders.
+
+The app is given a ``Session``: a coroutine that runs the capture (live, or a recorded file in tests) and
+reports through callbacks. It never touches pyshark or the Kubernetes client itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Static
+
+from ..findings import Finding, Severity
+from ..pipeline import PipelineStats
+from ..report import Report
+
+_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+
+
+@dataclass(slots=True)
+class SessionHooks:
+    """What a session calls back into, and the stop signal it must honour."""
+
+    on_finding: Callable[[Finding], None]
+    progress: Callable[[str], None]
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(slots=True)
+class Session:
+    """A capture run for the app: ``run(hooks)`` returns the final report; ``stats()`` is polled for counts;
+    ``describe`` is shown in the header (context, namespace, target)."""
+
+    run: Callable[[SessionHooks], Awaitable[Report]]
+    stats: Callable[[], PipelineStats]
+    describe: str
+    phase: Callable[[], str] = lambda: ""
+
+
+def finding_detail(f: Finding) -> str:
+    """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets)."""
+    lines = [f"{f.severity.value.upper()}  {f.detector}  Envoy flags: {', '.join(f.envoy_flags) or '-'}",
+             f.title, "", f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"]
+    if f.pod:
+        lines.append(f"pod: {f.pod}")
+    lines.append("evidence:")
+    lines += [f"  {e.source} frame {e.frame}: {e.what}" for e in f.evidence]
+    lines += ["", f.explanation, "", "fix:", f.remediation]
+    return "\n".join(lines)
+
+
+class MeshDoctorApp(App[Report | None]):
+    """Findings as they arrive, packet/flow counts per interface, a detail view; ``q`` stops cleanly."""
+
+    TITLE = "kubectl meshdoctor"
+    CSS = """
+    #status { height: auto; padding: 0 1; background: $boost; }
+    #findings { height: 1fr; }
+    #detail-box { height: 1fr; border-top: solid $primary; }
+    #detail { padding: 0 1; }
+    """
+    BINDINGS = [Binding("q", "quit_clean", "Quit (stops the capture)"),
+                Binding("ctrl+c", "quit_clean", "Quit", show=False)]
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+        self.hooks = SessionHooks(on_finding=self._on_finding, progress=self._on_progress)
+        self.findings: list[Finding] = []
+        self.report: Report | None = None
+        self.last_progress = "starting"
+        self.error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(self._status_text(), id="status")
+        with Vertical():
+            table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+            table.add_column("#", key="n")
+            table.add_columns("severity", "detector", "flags", "finding")
+            yield table
+            with VerticalScroll(id="detail-box"):
+                yield Static("No findings yet. Capturing...", id="detail", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = self.session.describe
+        self.set_interval(0.5, self._refresh_status)
+        self._run_session()
+
+    @work(exclusive=True, exit_on_error=False)
+    async def _run_session(self) -> None:
+        try:
+            self.report = await self.session.run(self.hooks)
+            self.last_progress = "capture ended"
+        except Exception as e:  # shown on screen and returned to the CLI, never a traceback
+            self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self.last_progress = f"error: {self.error}"
+        self._refresh_status()
+        if self.hooks.stop.is_set():
+            self.exit(self.report)
+
+    def _on_progress(self, message: str) -> None:
+        self.last_progress = message
+        self._refresh_status()
+
+    def _on_finding(self, f: Finding) -> None:
+        self.findings.append(f)
+        table = self.query_one("#findings", DataTable)
+        from rich.text import Text
+
+        n = len(self.findings)
+        table.add_row(n, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
+                      ",".join(f.envoy_flags), f.title, key=str(n - 1))
+        table.sort("n", reverse=True)  # newest first
+        if len(self.findings) == 1:
+            self._show(f)
+
+    def _show(self, f: Finding) -> None:
+        self.query_one("#detail", Static).update(finding_detail(f))
+
+    @on(DataTable.RowHighlighted, "#findings")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key is not None and event.row_key.value is not None:
+            self._show(self.findings[int(event.row_key.value)])
+
+    def _status_text(self) -> str:
+        st = self.session.stats()
+        ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
+        errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
+        warnings = sum(1 for f in self.findings if f.severity is Severity.WARNING)
+        return (f"{self.session.describe}\n{ifaces}  flows: {st.flows_seen}  "
+                f"findings: {errors} error, {warnings} warning\n{self.last_progress}")
+
+    def _refresh_status(self) -> None:
+        self.query_one("#status", Static).update(self._status_text())
+
+    async def action_quit_clean(self) -> None:
+        """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""
+        self.last_progress = "stopping: ending tcpdump in the pod ..."
+        self._refresh_status()
+        self.hooks.stop.set()
+        if self.report is not None or self.error is not None:
+            self.exit(self.report)
