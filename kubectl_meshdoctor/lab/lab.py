@@ -84,7 +84,6 @@ def up(
     _preflight(pods)
     if (state_dir / "state.json").exists():
         raise LabError(f"a lab already has state in {state_dir}; run `lab down` first")
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     prefix = netns.netns_prefix(name)
     state = LabState(
         name=name,
@@ -98,6 +97,7 @@ def up(
     if taken:
         # Refuse before writing any state: the cleanup below deletes every namespace the state names.
         raise LabError(f"network namespace {taken[0]} already exists (another lab named {name}?); run `lab down`")
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     # Written before anything exists, so a failed or interrupted `up` can always be undone by `down`.
     write_state(state)
     try:
