@@ -1,0 +1,44 @@
+"""Hand-built PacketEvent sequences for detector unit tests (real captures are used by the lab tests)."""
+
+from __future__ import annotations
+
+from kubectl_meshdoctor.events import PacketEvent, TcpFlags
+
+S, A, F, R, P = TcpFlags.SYN, TcpFlags.ACK, TcpFlags.FIN, TcpFlags.RST, TcpFlags.PSH
+
+
+class Wire:
+    """Builds numbered packets on one interface; ``t`` is advanced by each packet's ``dt`` (seconds)."""
+
+    def __init__(self, iface: str = "eth0", source: str = "test.pcap", t0: float = 1_764_439_363.0) -> None:
+        self.iface, self.source, self.t, self.frame = iface, source, t0, 0
+        self.events: list[PacketEvent] = []
+
+    def pkt(self, src: str, dst: str, flags, seq: int = 0, ack: int = 0, dt: float = 0.001,
+            payload_len: int = 0) -> PacketEvent:
+        (sip, sport), (dip, dport) = _ep(src), _ep(dst)
+        self.t += dt
+        self.frame += 1
+        ev = PacketEvent(self.t, self.iface, self.source, self.frame, sip, sport, dip, dport, TcpFlags(flags),
+                         seq, ack, payload_len)
+        self.events.append(ev)
+        return ev
+
+    def handshake(self, client: str, server: str, cseq: int = 1000, sseq: int = 5000) -> None:
+        self.pkt(client, server, S, cseq)
+        self.pkt(server, client, S | A, sseq, cseq + 1)
+        self.pkt(client, server, A, cseq + 1, sseq + 1)
+
+
+def _ep(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def run(events, only=None):
+    from kubectl_meshdoctor.pipeline import Pipeline
+
+    p = Pipeline.with_detectors(only=only)
+    for ev in events:
+        p.feed(ev)
+    return p.finish()

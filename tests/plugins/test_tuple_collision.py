@@ -1,0 +1,99 @@
+from kubectl_meshdoctor.events import RedirectMap
+from kubectl_meshdoctor.pipeline import Pipeline
+from kubectl_meshdoctor.events import ContextEvent
+from kubectl_meshdoctor.findings import Severity
+
+from ..helpers import A, P, R, S, Wire, run
+
+C, P5000, P5002 = "198.18.0.1:40001", "198.18.0.2:5000", "198.18.0.2:5002"
+
+
+def collision_wire() -> Wire:
+    w = Wire()
+    w.handshake(C, P5000, cseq=1000, sseq=5000)
+    w.pkt(C, P5000, P | A, 1001, 5001, payload_len=10)
+    w.pkt(P5000, C, A, 5001, 1011)
+    w.pkt(C, P5002, S, 9000)  # frame 6
+    w.pkt(P5002, C, A, 5001, 1011)  # frame 7: challenge ACK carries the other connection's numbers
+    w.pkt(C, P5002, R, 1011)
+    w.pkt(C, P5002, S, 9000, dt=1.0)
+    w.pkt(P5002, C, S | A, 7000, 9001)
+    return w
+
+
+def test_challenge_ack_is_an_error_naming_both_frames_and_the_live_connection():
+    findings = run(collision_wire().events, only=["tuple-collision"])
+    assert len(findings) == 1
+    f = findings[0]
+    assert f.severity is Severity.ERROR
+    assert (f.flow.client, f.flow.server, f.flow.iface) == (C, P5002, "eth0")
+    assert [(e.frame, e.what.split(" (")[0]) for e in f.evidence[:2]] == [(6, "SYN"), (7, "challenge ACK")]
+    assert f.evidence[2].frame == 1 and "198.18.0.2:5000" in f.evidence[2].what
+    assert set(f.envoy_flags) == {"UF", "URX"}
+    assert "RFC 5961" in f.explanation
+    assert 'excludeInboundPorts: "5002"' in f.remediation
+
+
+def test_syn_timeout_leaves_the_collision_to_tuple_collision():
+    assert run(collision_wire().events, only=["syn-timeout"]) == []
+
+
+def test_exposure_without_failure_is_a_warning():
+    w = Wire()
+    w.handshake(C, P5000)
+    w.handshake(C, P5002, cseq=9000, sseq=7000)  # the NAT remapped inside the pod: SYN-ACK, no failure
+    findings = run(w.events, only=["tuple-collision"])
+    assert [f.severity for f in findings] == [Severity.WARNING]
+    assert findings[0].flow.server == P5002
+
+
+def test_closed_first_connection_is_no_collision():
+    w = Wire()
+    w.handshake(C, P5000)
+    w.pkt(C, P5000, R, 1001)
+    w.handshake(C, P5002, cseq=9000, sseq=7000)
+    assert run(w.events, only=["tuple-collision"]) == []
+
+
+def test_excluded_port_is_not_folded_by_redirect():
+    w = Wire()
+    w.handshake(C, P5000)
+    w.pkt(C, "198.18.0.2:15021", S, 9000)
+    w.pkt("198.18.0.2:15021", C, A, 1, 1)
+    assert run(w.events, only=["tuple-collision"]) == []
+
+
+def test_annotation_excluded_port_stops_the_finding():
+    from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
+
+    p = Pipeline.with_detectors(only=["tuple-collision"])
+    p.context(ContextEvent(0.0, "redirect-map", redirect_map=redirect_map_from_annotations(
+        {"traffic.sidecar.istio.io/excludeInboundPorts": "5002"})))
+    for ev in collision_wire().events:
+        p.feed(ev)
+    assert p.finish() == []
+
+
+def test_dropped_syn_with_a_live_peer_is_an_error():
+    w = Wire()
+    w.handshake(C, P5000)
+    w.pkt(C, P5002, S, 9000)
+    w.pkt(C, P5002, S, 9000, dt=1.0)
+    findings = run(w.events)
+    assert [(f.detector, f.severity) for f in findings] == [("tuple-collision", Severity.ERROR)]
+    assert [e.frame for e in findings[0].evidence[:2]] == [4, 5]
+
+
+def test_ipv6_collision():
+    c6, s6a, s6b = "[fd00::1]:40001", "[fd00::2]:5000", "[fd00::2]:5002"
+    w = Wire()
+    w.handshake(c6, s6a)
+    w.pkt(c6, s6b, S, 9000)
+    w.pkt(s6b, c6, A, 5001, 1001)
+    findings = run(w.events, only=["tuple-collision"])
+    assert len(findings) == 1 and findings[0].flow.client == "[fd00::1]:40001"
+
+
+def test_redirect_map_default_matches_istio():
+    m = RedirectMap()
+    assert m.listener_for(5000) == 15006 and m.listener_for(15020) is None

@@ -1,0 +1,58 @@
+"""The command line contract: exit codes and one-line errors (DESIGN.md), run as a user runs it."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def meshdoctor(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def assert_one_line_error(proc, needle):
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_analyze_missing_file(tmp_path):
+    assert_one_line_error(meshdoctor("analyze", str(tmp_path / "nope.pcap")), "no such file")
+
+
+def test_analyze_not_a_capture(tmp_path):
+    f = tmp_path / "notes.pcap"
+    f.write_text("GET / HTTP/1.1\r\n\r\n")
+    assert_one_line_error(meshdoctor("analyze", str(f)), "not a pcap or pcapng capture")
+
+
+def test_analyze_directory(tmp_path):
+    assert_one_line_error(meshdoctor("analyze", str(tmp_path)), "is a directory")
+
+
+def test_no_command_prints_help_and_exits_2():
+    proc = meshdoctor()
+    assert proc.returncode == 2 and "watch" in proc.stdout and "analyze" in proc.stdout
+
+
+@pytest.mark.parametrize("target", ["svc/x", "pod/", "statefulset/db"])
+def test_watch_bad_target(target, tmp_path):
+    assert_one_line_error(meshdoctor("watch", target, "--kubeconfig", str(tmp_path / "kc")), "use pod/NAME")
+
+
+def test_watch_missing_kubeconfig(tmp_path):
+    assert_one_line_error(meshdoctor("watch", "pod/x", "--kubeconfig", str(tmp_path / "kc")), "no kubeconfig")
+
+
+def test_watch_bad_duration():
+    assert_one_line_error(meshdoctor("watch", "pod/x", "--duration", "-3"), "must be more than 0")
+
+
+def test_help_teaches_with_examples():
+    proc = meshdoctor("watch", "--help")
+    assert proc.returncode == 0
+    for flag in ("--namespace", "--context", "--kubeconfig", "--no-tui", "--duration", "examples:"):
+        assert flag in proc.stdout
