@@ -1,0 +1,448 @@
+"""The HTTP routes of the lab API server (aiohttp), with bearer-token auth, RBAC-like denies and faults.
+
+All state lives in the `LabApiServer` object: the pod store, the process registry, the faults table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from . import discovery
+from .channels import EXEC_PROTOCOLS, ERROR, Framing
+from .containers import EphemeralRunner
+from .exec import ExecOptions, ExecSession, failure_status
+from .faults import Faults, FaultSpecError
+from .labelsel import SelectorError, field_matcher, label_matcher
+from .objects import LabConfig, forbidden, list_json, not_found, status_failure
+from .patch import ApiError, decode_and_validate
+from .processes import ProcessRegistry
+from .store import PodRecord, Store
+
+log = logging.getLogger("meshdoctor.apiserver")
+
+USER = "meshdoctor-lab"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def status_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(body, status=int(body.get("code", 500)), headers=headers)
+
+
+def _bool_param(request: web.Request, key: str) -> bool:
+    return request.query.get(key, "").lower() in ("true", "1", "yes")
+
+
+class LabApiServer:
+    """One lab's API server. Create, `await start()` inside the loop, serve `app`, `await shutdown()`."""
+
+    def __init__(self, config: LabConfig, token: str) -> None:
+        self.config = config
+        self.token = token
+        self.store = Store(config)
+        self.registry = ProcessRegistry()
+        self.faults = Faults()
+        self.runner = EphemeralRunner(self.store, self.registry, lambda: self.faults)
+        self.background: set[asyncio.Task[Any]] = set()
+        self.websockets: set[web.WebSocketResponse] = set()
+        self.app = web.Application(middlewares=[self._log_mw, self._auth_mw], client_max_size=16 << 20)
+        self._routes()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.registry.start()
+
+    async def shutdown(self) -> None:
+        """Kill every process we started, then let open sockets finish (they see the exits)."""
+        await self.registry.shutdown()
+        await self.runner.shutdown()
+        for task in list(self.background):
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
+
+    def _routes(self) -> None:
+        r = self.app.router
+        r.add_get("/version", self.version)
+        r.add_get("/api", self.api_versions)
+        r.add_get("/api/v1", self.api_v1)
+        r.add_get("/apis", self.api_groups)
+        r.add_get("/apis/apps/v1", self.apps_v1)
+        r.add_get("/healthz", self.healthz)
+        r.add_get("/readyz", self.healthz)
+        r.add_get("/livez", self.healthz)
+        r.add_get("/api/v1/pods", self.list_pods)
+        r.add_get("/api/v1/namespaces/{ns}/pods", self.list_pods)
+        r.add_get("/api/v1/namespaces/{ns}/pods/{name}", self.get_pod)
+        r.add_get("/api/v1/namespaces/{ns}/pods/{name}/ephemeralcontainers", self.get_pod)
+        r.add_patch("/api/v1/namespaces/{ns}/pods/{name}/ephemeralcontainers", self.patch_ephemeral)
+        r.add_route("GET", "/api/v1/namespaces/{ns}/pods/{name}/exec", self.exec)
+        r.add_route("POST", "/api/v1/namespaces/{ns}/pods/{name}/exec", self.exec)
+        r.add_get("/api/v1/namespaces/{ns}/pods/{name}/log", self.pod_log)
+        r.add_route("GET", "/api/v1/namespaces/{ns}/pods/{name}/portforward", self.portforward)
+        r.add_route("POST", "/api/v1/namespaces/{ns}/pods/{name}/portforward", self.portforward)
+        r.add_get("/apis/apps/v1/deployments", self.list_deployments)
+        r.add_get("/apis/apps/v1/namespaces/{ns}/deployments", self.list_deployments)
+        r.add_get("/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.get_deployment)
+        r.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", self.ssar)
+        r.add_get("/_lab/faults", self.get_faults)
+        r.add_post("/_lab/faults", self.set_faults)
+        r.add_delete("/_lab/faults", self.clear_faults)
+
+    # ------------------------------------------------------------------------------------------ middleware
+
+    @web.middleware
+    async def _log_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        t0 = time.monotonic()
+        status: int | str = "-"
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except web.HTTPException as exc:
+            status = exc.status
+            if exc.status == 404:
+                return status_response(status_failure(
+                    404, "the server could not find the requested resource", details={}))
+            if exc.status == 405:
+                return status_response(status_failure(
+                    405, f"the server does not allow this method on the requested resource"))
+            raise
+        finally:
+            log.info("%s %s -> %s %.1fms", request.method, request.path_qs, status, (time.monotonic() - t0) * 1e3)
+
+    @web.middleware
+    async def _auth_mw(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in ("/healthz", "/readyz", "/livez"):
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        if header != f"Bearer {self.token}":
+            return status_response(status_failure(401, "Unauthorized"))
+        return await handler(request)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    async def _fault(self, operation: str) -> tuple[web.Response | None, Any]:
+        """Apply the faults table to one request: (a response to send instead, the rule that matched)."""
+        rule = self.faults.take(operation)
+        if rule is None:
+            return None, None
+        if rule.delay_s > 0:
+            await asyncio.sleep(rule.delay_s)
+        if rule.status:
+            msg = rule.message or f"lab fault injected on {operation}"
+            return status_response(status_failure(rule.status, msg, rule.reason)), rule
+        return None, rule
+
+    def _denied(self, verb: str, resource: str, subresource: str = "", group: str = "", ns: str = "",
+                name: str = "") -> web.Response | None:
+        if self.faults.denied(verb, resource, subresource, group, ns, name):
+            return status_response(forbidden(USER, verb, resource, subresource, group, ns, name))
+        return None
+
+    def _pod_or_404(self, request: web.Request) -> PodRecord | web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        record = self.store.get(ns, name)
+        if record is None:
+            return status_response(not_found("pods", name))
+        return record
+
+    # ------------------------------------------------------------------------------------------ discovery
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.VERSION)
+
+    async def api_versions(self, request: web.Request) -> web.Response:
+        host = request.host
+        return web.json_response(discovery.api_versions(host))
+
+    async def api_v1(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.CORE_V1_RESOURCES)
+
+    async def api_groups(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.API_GROUPS)
+
+    async def apps_v1(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.APPS_V1_RESOURCES)
+
+    # ------------------------------------------------------------------------------------------ pods
+
+    async def list_pods(self, request: web.Request) -> web.StreamResponse:
+        ns = request.match_info.get("ns", "")
+        if (resp := self._denied("watch" if _bool_param(request, "watch") else "list", "pods", ns=ns)) is not None:
+            return resp
+        resp, _ = await self._fault("list_pods")
+        if resp is not None:
+            return resp
+        try:
+            by_label = label_matcher(request.query.get("labelSelector"))
+            by_field = field_matcher(request.query.get("fieldSelector"))
+        except SelectorError as exc:
+            return status_response(status_failure(400, str(exc)))
+
+        def matching() -> list[dict[str, Any]]:
+            out = []
+            for record in self.store.pods.values():
+                if ns and ns != self.store.namespace:
+                    continue
+                obj = self.store.pod_json(record)
+                if by_label(obj["metadata"]["labels"]) and by_field(obj):
+                    out.append(obj)
+            return out
+
+        if _bool_param(request, "watch"):
+            return await self._watch(request, matching)
+        return web.json_response(list_json("PodList", "v1", matching(), self.store.resource_version))
+
+    async def _watch(self, request: web.Request, matching: Callable[[], list[dict[str, Any]]]) -> web.StreamResponse:
+        """Watch events as JSON lines: ADDED for what exists, then MODIFIED on every change, until
+        timeoutSeconds (default 30 min) or the client leaves. Pods are never deleted while the lab runs."""
+        timeout = float(request.query.get("timeoutSeconds") or 1800)
+        since = int(request.query.get("resourceVersion") or 0)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        seen: dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        while True:
+            for obj in matching():
+                name, rv = obj["metadata"]["name"], obj["metadata"]["resourceVersion"]
+                if seen.get(name) == rv:
+                    continue
+                kind = "ADDED" if name not in seen else "MODIFIED"
+                seen[name] = rv
+                if int(rv) <= since and kind == "ADDED" and since:
+                    continue
+                await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            async with self.store.changed:
+                try:
+                    await asyncio.wait_for(self.store.changed.wait(), timeout=left)
+                except asyncio.TimeoutError:
+                    pass
+        await resp.write_eof()
+        return resp
+
+    async def get_pod(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        sub = "ephemeralcontainers" if request.path.endswith("/ephemeralcontainers") else ""
+        if (resp := self._denied("get", "pods", sub, ns=ns, name=name)) is not None:
+            return resp
+        resp, _ = await self._fault("get_pod")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        return web.json_response(self.store.pod_json(record))
+
+    async def patch_ephemeral(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if (resp := self._denied("patch", "pods", "ephemeralcontainers", ns=ns, name=name)) is not None:
+            return resp
+        resp, _ = await self._fault("patch_ephemeralcontainers")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        raw = await request.read()
+        dry_run = "All" in request.query.getall("dryRun", [])
+        async with record.lock:
+            try:
+                entries, warnings = decode_and_validate(
+                    name, self.store.pod_json(record), request.headers.get("Content-Type", ""), raw,
+                    record.ephemeral, record.container_names())
+            except ApiError as exc:
+                return status_response(exc.body)
+            headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
+            if dry_run:
+                preview = self.store.pod_json(record)
+                preview["spec"]["ephemeralContainers"] = entries
+                return web.json_response(preview, headers=headers)
+            old = {c["name"] for c in record.ephemeral}
+            new = [e for e in entries if e["name"] not in old]
+            if new:
+                record.ephemeral = entries
+                await self.store.touch(record)
+                for entry in new:
+                    self.runner.start(record, entry)
+            return web.json_response(self.store.pod_json(record), headers=headers)
+
+    # ------------------------------------------------------------------------------------------ exec
+
+    async def exec(self, request: web.Request) -> web.StreamResponse:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        # A WebSocket upgrade is a GET, authorized as get and (since 1.35) also create.
+        for verb in ("get", "create"):
+            if (resp := self._denied(verb, "pods", "exec", ns=ns, name=name)) is not None:
+                return resp
+        resp, rule = await self._fault("exec")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        opts = ExecOptions(
+            command=tuple(request.query.getall("command", [])),
+            container=request.query.get("container", ""),
+            stdin=_bool_param(request, "stdin"),
+            stdout=_bool_param(request, "stdout"),
+            stderr=_bool_param(request, "stderr"),
+            tty=_bool_param(request, "tty"),
+        )
+        if not (opts.stdin or opts.stdout or opts.stderr):
+            return status_response(status_failure(400, "you must specify at least 1 of stdin, stdout, stderr"))
+        if not opts.command:
+            return status_response(status_failure(400, "you must specify at least one command for the container"))
+        names = [c["name"] for c in self.store.pod_json(record)["spec"]["containers"]]
+        ephemeral = [c["name"] for c in record.ephemeral]
+        container = opts.container
+        if not container:
+            if len(names) != 1:
+                return status_response(status_failure(
+                    400, f"a container name must be specified for pod {name}, choose one of: "
+                         f"[{' '.join(names)}] or one of the init containers: [istio-init]"
+                         + (f" or one of the ephemeral containers: [{' '.join(ephemeral)}]" if ephemeral else "")))
+            container = names[0]
+        if container not in names and container not in ephemeral and container != "istio-init":
+            return status_response(status_failure(400, f"container {container} is not valid for pod {name}"))
+        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, timeout=2.0, max_msg_size=16 << 20)
+        if not ws.can_prepare(request):
+            return status_response(status_failure(400, "Upgrade request required"))
+        await ws.prepare(request)
+        framing = Framing(ws.ws_protocol or "")
+        state = record.ephemeral_state.get(container)
+        not_running = container == "istio-init" or (container in ephemeral and (state is None
+                                                                                   or state.phase != "running"))
+        if not_running:
+            await ws.send_bytes(bytes((ERROR,)) + failure_status(
+                framing, f'container not found ("{container}")', "NotFound"))
+            await ws.close()
+            return ws
+        self.websockets.add(ws)
+        try:
+            session = ExecSession(ws, framing, request, self.registry, record.spec.netns, opts,
+                                  rule.drop_after_bytes if rule is not None else None, self.background)
+            await session.run()
+        finally:
+            self.websockets.discard(ws)
+        return ws
+
+    # ------------------------------------------------------------------------------------------ logs, portforward
+
+    async def pod_log(self, request: web.Request) -> web.StreamResponse:
+        from .logs import serve_log
+
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if (resp := self._denied("get", "pods", "log", ns=ns, name=name)) is not None:
+            return resp
+        resp, _ = await self._fault("log")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        return await serve_log(request, self.store, record)
+
+    async def portforward(self, request: web.Request) -> web.StreamResponse:
+        from .portforward import serve_portforward
+
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        for verb in ("get", "create"):
+            if (resp := self._denied(verb, "pods", "portforward", ns=ns, name=name)) is not None:
+                return resp
+        resp, _ = await self._fault("portforward")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        return await serve_portforward(request, record.spec.netns, record.spec.uid)
+
+    # ------------------------------------------------------------------------------------------ deployments
+
+    async def list_deployments(self, request: web.Request) -> web.Response:
+        ns = request.match_info.get("ns", "")
+        if (resp := self._denied("list", "deployments", group="apps", ns=ns)) is not None:
+            return resp
+        try:
+            by_label = label_matcher(request.query.get("labelSelector"))
+            by_field = field_matcher(request.query.get("fieldSelector"), kind="Deployment")
+        except SelectorError as exc:
+            return status_response(status_failure(400, str(exc)))
+        items = []
+        if not ns or ns == self.store.namespace:
+            for record in self.store.pods.values():
+                obj = self.store.deployment_json(record)
+                if by_label(obj["metadata"]["labels"]) and by_field(obj):
+                    items.append(obj)
+        return web.json_response(list_json("DeploymentList", "apps/v1", items, self.store.resource_version))
+
+    async def get_deployment(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if (resp := self._denied("get", "deployments", group="apps", ns=ns, name=name)) is not None:
+            return resp
+        resp, _ = await self._fault("get_deployment")
+        if resp is not None:
+            return resp
+        record = self.store.get(ns, name)
+        if record is None:
+            return status_response(not_found("deployments", name, group="apps"))
+        return web.json_response(self.store.deployment_json(record))
+
+    # ------------------------------------------------------------------------------------------ authorization
+
+    async def ssar(self, request: web.Request) -> web.Response:
+        resp, _ = await self._fault("ssar")
+        if resp is not None:
+            return resp
+        try:
+            body = await request.json()
+            spec = body["spec"]
+        except (ValueError, KeyError, TypeError):
+            return status_response(status_failure(400, "the body of the request was in an unknown format"))
+        attrs = spec.get("resourceAttributes")
+        if isinstance(attrs, dict):
+            allowed = not self.faults.denied(
+                str(attrs.get("verb", "")), str(attrs.get("resource", "")), str(attrs.get("subresource", "")),
+                str(attrs.get("group", "")), str(attrs.get("namespace", "")), str(attrs.get("name", "")))
+        else:
+            allowed = True  # nonResourceAttributes: the lab's user may read every non-resource URL
+        status: dict[str, Any] = {"allowed": allowed}
+        if allowed:
+            status["reason"] = ('RBAC: allowed by ClusterRoleBinding "meshdoctor-lab" of ClusterRole '
+                                f'"cluster-admin" to User "{USER}"')
+        return web.json_response({
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }, status=201)
+
+    # ------------------------------------------------------------------------------------------ lab admin
+
+    async def get_faults(self, request: web.Request) -> web.Response:
+        return web.json_response(self.faults.raw)
+
+    async def set_faults(self, request: web.Request) -> web.Response:
+        try:
+            self.faults = Faults.parse(await request.json())
+        except (ValueError, FaultSpecError) as exc:
+            return status_response(status_failure(400, f"bad faults: {exc}"))
+        return web.json_response(self.faults.raw)
+
+    async def clear_faults(self, request: web.Request) -> web.Response:
+        self.faults = Faults()
+        return web.json_response({})

@@ -1,0 +1,201 @@
+"""An exec session: one process in the pod's network namespace wired to a WebSocket by channels, like the kubelet.
+
+Bytes flow unchanged and as they arrive (reads of up to 64 KiB, each forwarded at once as one frame). Sending
+awaits the socket's drain, so a slow client stops us reading the process's pipe and the process blocks, as it
+would on a real pipe. When the client goes away first, the process's stdin is closed and its output pipes too
+(it is not killed: it sees EOF / SIGPIPE as with any vanished reader) and it is reaped in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from .channels import CLOSE, ERROR, RESIZE, STDERR, STDIN, STDOUT, FrameError, Framing
+from .processes import ProcessRegistry, netns_argv
+
+log = logging.getLogger("meshdoctor.apiserver")
+
+READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    """The exec query: argv (no shell), which streams are attached, tty (merges stderr into stdout)."""
+
+    command: tuple[str, ...]
+    container: str
+    stdin: bool
+    stdout: bool
+    stderr: bool
+    tty: bool
+
+
+class _Dropped(Exception):
+    """The drop_after_bytes fault fired: the connection is cut as if the network failed."""
+
+
+def exit_status(framing: Framing, argv: tuple[str, ...], code: int) -> bytes | None:
+    """The error-channel payload at exit: JSON Status for v4+, plain text (or nothing on success) for v1."""
+    if framing.status_json:
+        if code == 0:
+            return json.dumps({"metadata": {}, "status": "Success"}).encode()
+        text = f"command terminated with non-zero exit code: error executing command [{' '.join(argv)}], " \
+               f"exit code {code}"
+        return json.dumps({"metadata": {}, "status": "Failure", "message": text, "reason": "NonZeroExitCode",
+                           "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}).encode()
+    if code == 0:
+        return None
+    return f"command terminated with non-zero exit code: exit status {code}".encode()
+
+
+def failure_status(framing: Framing, message: str, reason: str, code: int = 0) -> bytes:
+    """A failure on the error channel before anything ran (e.g. container not running)."""
+    if not framing.status_json:
+        return message.encode()
+    body: dict[str, Any] = {"metadata": {}, "status": "Failure", "message": message, "reason": reason}
+    if code:
+        body["code"] = code
+    return json.dumps(body).encode()
+
+
+class ExecSession:
+    """Runs one exec on an already prepared WebSocket. `run` returns when the socket is done with."""
+
+    def __init__(self, ws: web.WebSocketResponse, framing: Framing, request: web.Request,
+                 registry: ProcessRegistry, netns: str, opts: ExecOptions, drop_after_bytes: int | None,
+                 background: set[asyncio.Task[Any]]) -> None:
+        self._ws = ws
+        self._framing = framing
+        self._request = request
+        self._registry = registry
+        self._netns = netns
+        self._opts = opts
+        self._drop_after = drop_after_bytes
+        self._sent_stdout = 0
+        self._background = background  # reaper tasks of processes whose client left; owned by the app
+
+    async def send(self, channel: int, payload: bytes) -> None:
+        frame = self._framing.encode(channel, payload)
+        if isinstance(frame, str):
+            await self._ws.send_str(frame)
+        else:
+            await self._ws.send_bytes(frame)
+
+    async def run(self) -> None:
+        opts = self._opts
+        try:
+            proc = await self._registry.spawn(
+                netns_argv(self._netns, list(opts.command)),
+                stdin=subprocess.PIPE if opts.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if opts.stdout else subprocess.DEVNULL,
+                stderr=(subprocess.STDOUT if opts.tty else subprocess.PIPE) if opts.stderr else subprocess.DEVNULL,
+            )
+        except (OSError, RuntimeError) as exc:
+            await self.send(ERROR, failure_status(self._framing, f"failed to exec in container: {exc}",
+                                                  "InternalError", 500))
+            await self._ws.close()
+            return
+        # "connected": an empty frame on the lowest channel the server writes to.
+        await self.send(STDOUT if opts.stdout else STDERR if opts.stderr and not opts.tty else ERROR, b"")
+
+        reader = asyncio.create_task(self._from_client(proc))
+        pumps = []
+        if proc.stdout is not None:
+            pumps.append(asyncio.create_task(self._pump(proc.stdout, STDOUT)))
+        if proc.stderr is not None:
+            pumps.append(asyncio.create_task(self._pump(proc.stderr, STDERR)))
+        finished = asyncio.create_task(self._finish(proc, pumps))
+        done, _ = await asyncio.wait({reader, finished}, return_when=asyncio.FIRST_COMPLETED)
+
+        if finished in done and finished.exception() is None:
+            code = finished.result()
+            status = exit_status(self._framing, opts.command, code)
+            try:
+                if status is not None:
+                    await self.send(ERROR, status)
+                await self._ws.close()
+            except (ConnectionError, RuntimeError):
+                pass
+            await asyncio.gather(reader, return_exceptions=True)
+            self._close_stdin(proc)
+            return
+
+        # The client left (or the drop fault cut it): behave like the kubelet, leave the process be.
+        if finished in done and isinstance(finished.exception(), _Dropped):
+            log.info("exec %s: dropping the stream after %d stdout bytes (fault)", opts.command, self._sent_stdout)
+            transport = self._request.transport
+            if transport is not None:
+                transport.abort()
+        reader.cancel()
+        finished.cancel()
+        for pump in pumps:
+            pump.cancel()
+        await asyncio.gather(reader, finished, *pumps, return_exceptions=True)
+        self._close_stdin(proc)
+        self._close_output(proc)
+        if proc.returncode is None:
+            task = asyncio.create_task(self._registry.wait(proc))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _finish(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]]) -> int:
+        """All output forwarded and the process exited -> its exit code. Raises _Dropped from a pump."""
+        await asyncio.gather(*pumps)
+        return await self._registry.wait(proc)
+
+    async def _pump(self, stream: asyncio.StreamReader, channel: int) -> None:
+        while True:
+            chunk = await stream.read(READ_CHUNK)
+            if not chunk:
+                return
+            if channel == STDOUT and self._drop_after is not None:
+                room = self._drop_after - self._sent_stdout
+                if len(chunk) >= room:
+                    if room > 0:
+                        await self.send(channel, chunk[:room])
+                    self._sent_stdout += max(room, 0)
+                    raise _Dropped()
+            await self.send(channel, chunk)
+            if channel == STDOUT:
+                self._sent_stdout += len(chunk)
+
+    async def _from_client(self, proc: asyncio.subprocess.Process) -> None:
+        """Client frames -> process stdin until the client closes the socket."""
+        async for msg in self._ws:
+            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
+                continue
+            try:
+                channel, payload = self._framing.decode(msg.data)
+            except FrameError:
+                continue
+            if channel == STDIN and proc.stdin is not None and not proc.stdin.is_closing():
+                try:
+                    proc.stdin.write(payload)
+                    await proc.stdin.drain()
+                except (ConnectionError, BrokenPipeError):
+                    pass
+            elif channel == CLOSE and self._framing.close_signal and payload[:1] == bytes((STDIN,)):
+                self._close_stdin(proc)
+            elif channel == RESIZE:
+                pass  # no terminal behind tty=true here; resize has nothing to act on
+
+    @staticmethod
+    def _close_stdin(proc: asyncio.subprocess.Process) -> None:
+        if proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.close()
+
+    @staticmethod
+    def _close_output(proc: asyncio.subprocess.Process) -> None:
+        # Closing our read ends is what a vanished reader does to a pipe: the next write gets EPIPE/SIGPIPE.
+        transport = getattr(proc, "_transport", None)
+        for fd in (1, 2):
+            pipe = transport.get_pipe_transport(fd) if transport is not None else None
+            if pipe is not None:
+                pipe.close()

@@ -1,0 +1,488 @@
+"""Kubernetes object JSON for lab pods: Pod, PodList, Deployment, Status, in the shapes a real API server returns.
+
+The Pod follows the classic Istio sidecar layout (`istio-proxy` last in `spec.containers`, `istio-init` as the
+init container), as in shared/reference/kubernetes/pod_istio_sample.yaml DOC 1, so that code written against this
+server sees what it would see on a cluster running Istio 1.26 on Kubernetes 1.30.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+ISTIO_IMAGE = "docker.io/istio/proxyv2:1.26.2"
+APP_IMAGE = "docker.io/library/python:3.11-slim"
+NODE_NAME = "lab-node"
+HOST_IP = "172.18.0.2"
+# Ports the injector always excludes from inbound capture (Envoy prometheus, health, agent).
+ISTIO_EXCLUDED_INBOUND = ("15090", "15021", "15020")
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """A container port of a lab pod's `app` container."""
+
+    name: str
+    port: int
+    protocol: str = "TCP"
+
+
+@dataclass(frozen=True)
+class PodSpecIn:
+    """One pod as the lab's state file describes it (unknown keys are ignored on purpose: the lab may add some)."""
+
+    name: str
+    netns: str
+    pod_ip: str
+    uid: str
+    ports: tuple[PortSpec, ...]
+    scenario: str = ""
+    annotations: tuple[tuple[str, str], ...] = ()
+    exclude_inbound_ports: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PodSpecIn":
+        """Raises KeyError/ValueError on a pod entry that lacks name, netns, pod_ip or uid."""
+        excl = data.get("exclude_inbound_ports") or ()
+        if isinstance(excl, str):
+            excl = [p for p in excl.split(",") if p]
+        return cls(
+            name=str(data["name"]),
+            netns=str(data["netns"]),
+            pod_ip=str(data["pod_ip"]),
+            uid=str(data["uid"]),
+            ports=tuple(
+                PortSpec(str(p["name"]), int(p["port"]), str(p.get("protocol", "TCP"))) for p in data.get("ports", [])
+            ),
+            scenario=str(data.get("scenario", "")),
+            annotations=tuple(sorted((str(k), str(v)) for k, v in (data.get("annotations") or {}).items())),
+            exclude_inbound_ports=tuple(str(p) for p in excl),
+        )
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """What the API server needs from the lab's state file."""
+
+    name: str
+    namespace: str
+    state_dir: Path
+    pods: tuple[PodSpecIn, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def load(cls, path: Path) -> "LabConfig":
+        """Read the state JSON written by the lab. Raises OSError, ValueError (bad JSON) or KeyError."""
+        data = json.loads(path.read_text())
+        return cls(
+            name=str(data.get("name", "meshdoctor-lab")),
+            namespace=str(data["namespace"]),
+            state_dir=Path(data.get("state_dir") or path.parent),
+            pods=tuple(PodSpecIn.from_json(p) for p in data.get("pods", [])),
+        )
+
+
+def rfc3339(ts: float) -> str:
+    """Seconds since epoch -> `2026-08-20T09:14:07Z` (the API's second-precision timestamps)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def fake_digest(*parts: str) -> str:
+    """A stable 64-hex id (container ids, image digests) derived from `parts`."""
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()
+
+
+def template_hash(name: str) -> str:
+    """A pod-template-hash-like 10-char suffix, stable per deployment name."""
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    digest = hashlib.sha256(name.encode()).digest()
+    return "".join(alphabet[b % len(alphabet)] for b in digest[:10])
+
+
+# ---------------------------------------------------------------------------------------------------- Status
+
+STATUS_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def status_failure(
+    code: int, message: str, reason: str | None = None, details: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A metav1.Status body for an HTTP error, as the API server writes it."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason or STATUS_REASONS.get(code, "Unknown"),
+    }
+    if details is not None:
+        body["details"] = dict(details)
+    body["code"] = code
+    return body
+
+
+def not_found(resource: str, name: str, group: str = "") -> dict[str, Any]:
+    """404 for a missing object: `pods "x" not found` with details name/kind (group only for non-core)."""
+    qualified = f"{resource}.{group}" if group else resource
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    return status_failure(404, f'{qualified} "{name}" not found', details=details)
+
+
+def forbidden(user: str, verb: str, resource: str, subresource: str, group: str, namespace: str, name: str) -> dict:
+    """403 as RBAC denies it: `pods "x" is forbidden: User "u" cannot patch resource "pods/ephemeralcontainers" ...`."""
+    full = f"{resource}/{subresource}" if subresource else resource
+    qualified = f"{resource}.{group}" if group else resource
+    subject = f'{qualified} "{name}"' if name else qualified
+    message = (
+        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{full}" in API group "{group}" '
+        f'in the namespace "{namespace}"'
+    )
+    details: dict[str, Any] = {"name": name} if name else {}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    return status_failure(403, message, details=details)
+
+
+# ---------------------------------------------------------------------------------------------------- Pod
+
+
+def labels_for(pod: PodSpecIn) -> dict[str, str]:
+    return {
+        "app": pod.name,
+        "pod-template-hash": template_hash(pod.name),
+        "security.istio.io/tlsMode": "istio",
+        "service.istio.io/canonical-name": pod.name,
+        "service.istio.io/canonical-revision": "v1",
+        "version": "v1",
+    }
+
+
+def _probe(path: str, port: int, period: int, failure: int, timeout: int) -> dict[str, Any]:
+    return {
+        "failureThreshold": failure,
+        "httpGet": {"path": path, "port": port, "scheme": "HTTP"},
+        "periodSeconds": period,
+        "successThreshold": 1,
+        "timeoutSeconds": timeout,
+    }
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+def _app_container(pod: PodSpecIn) -> dict[str, Any]:
+    return {
+        "env": [{"name": "LAB_SCENARIO", "value": pod.scenario}],
+        "image": APP_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "name": "app",
+        "ports": [{"containerPort": p.port, "name": p.name, "protocol": p.protocol} for p in pod.ports],
+        "resources": {},
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+
+
+def _proxy_container(pod: PodSpecIn, namespace: str) -> dict[str, Any]:
+    pod_ports = ",".join(
+        json.dumps({"name": p.name, "containerPort": p.port, "protocol": p.protocol}, separators=(",", ":"))
+        for p in pod.ports
+    )
+    return {
+        "args": [
+            "proxy",
+            "sidecar",
+            "--domain",
+            "$(POD_NAMESPACE).svc.cluster.local",
+            "--proxyLogLevel=warning",
+            "--proxyComponentLogLevel=misc:error",
+            "--log_output_level=default:info",
+        ],
+        "env": [
+            {"name": "PILOT_CERT_PROVIDER", "value": "istiod"},
+            {"name": "CA_ADDR", "value": "istiod.istio-system.svc:15012"},
+            _field_env("POD_NAME", "metadata.name"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+            _field_env("INSTANCE_IP", "status.podIP"),
+            _field_env("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+            _field_env("HOST_IP", "status.hostIP"),
+            {"name": "PROXY_CONFIG", "value": "{}\n"},
+            {"name": "ISTIO_META_POD_PORTS", "value": f"[{pod_ports}]"},
+            {"name": "ISTIO_META_APP_CONTAINERS", "value": "app"},
+            {"name": "ISTIO_META_CLUSTER_ID", "value": "Kubernetes"},
+            _field_env("ISTIO_META_NODE_NAME", "spec.nodeName"),
+            {"name": "ISTIO_META_INTERCEPTION_MODE", "value": "REDIRECT"},
+            {"name": "ISTIO_META_WORKLOAD_NAME", "value": pod.name},
+            {
+                "name": "ISTIO_META_OWNER",
+                "value": f"kubernetes://apis/apps/v1/namespaces/{namespace}/deployments/{pod.name}",
+            },
+            {"name": "ISTIO_META_MESH_ID", "value": "cluster.local"},
+            {"name": "TRUST_DOMAIN", "value": "cluster.local"},
+        ],
+        "image": ISTIO_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "name": "istio-proxy",
+        "ports": [{"containerPort": 15090, "name": "http-envoy-prom", "protocol": "TCP"}],
+        "readinessProbe": _probe("/healthz/ready", 15021, 15, 4, 3),
+        "resources": {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "100m", "memory": "128Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "runAsGroup": 1337,
+            "runAsNonRoot": True,
+            "runAsUser": 1337,
+        },
+        "startupProbe": _probe("/healthz/ready", 15021, 1, 600, 3),
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+
+
+def _init_container(pod: PodSpecIn) -> dict[str, Any]:
+    excluded = ",".join((*ISTIO_EXCLUDED_INBOUND, *pod.exclude_inbound_ports))
+    return {
+        "args": [
+            "istio-iptables", "-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*",
+            "-x", "", "-b", "*", "-d", excluded, "--log_output_level=default:info",
+        ],
+        "image": ISTIO_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "name": "istio-init",
+        "resources": {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "100m", "memory": "128Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"add": ["NET_ADMIN", "NET_RAW"], "drop": ["ALL"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": False,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "runAsUser": 0,
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+
+
+def _running_status(pod: PodSpecIn, name: str, image: str, started: float, ready: bool = True) -> dict[str, Any]:
+    return {
+        "containerID": "containerd://" + fake_digest(pod.uid, name),
+        "image": image,
+        "imageID": image.rsplit(":", 1)[0] + "@sha256:" + fake_digest(image),
+        "lastState": {},
+        "name": name,
+        "ready": ready,
+        "restartCount": 0,
+        "started": True,
+        "state": {"running": {"startedAt": rfc3339(started)}},
+    }
+
+
+STATIC_CONTAINERS = ("app", "istio-proxy")
+INIT_CONTAINERS = ("istio-init",)
+
+
+def pod_json(
+    pod: PodSpecIn,
+    namespace: str,
+    created: float,
+    resource_version: int,
+    ephemeral: list[dict[str, Any]],
+    ephemeral_statuses: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The Pod object (kind Pod, apiVersion v1) for a lab pod with its current ephemeral containers."""
+    sidecar_status = {
+        "initContainers": ["istio-init"],
+        "containers": ["istio-proxy"],
+        "volumes": ["workload-socket", "credential-socket", "workload-certs", "istio-envoy", "istio-data",
+                    "istio-podinfo", "istio-token", "istiod-ca-cert"],
+        "imagePullSecrets": None,
+        "revision": "default",
+    }
+    annotations = {
+        "istio.io/rev": "default",
+        "kubectl.kubernetes.io/default-container": "app",
+        "kubectl.kubernetes.io/default-logs-container": "app",
+        "prometheus.io/path": "/stats/prometheus",
+        "prometheus.io/port": "15020",
+        "prometheus.io/scrape": "true",
+        "sidecar.istio.io/status": json.dumps(sidecar_status, separators=(",", ":")),
+    }
+    annotations.update(dict(pod.annotations))
+    rs_name = f"{pod.name}-{template_hash(pod.name)}"
+    spec: dict[str, Any] = {
+        "containers": [_app_container(pod), _proxy_container(pod, namespace)],
+        "dnsPolicy": "ClusterFirst",
+        "enableServiceLinks": True,
+        "initContainers": [_init_container(pod)],
+        "nodeName": NODE_NAME,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "priority": 0,
+        "restartPolicy": "Always",
+        "schedulerName": "default-scheduler",
+        "securityContext": {},
+        "serviceAccount": "default",
+        "serviceAccountName": "default",
+        "terminationGracePeriodSeconds": 30,
+        "tolerations": [
+            {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists",
+             "tolerationSeconds": 300},
+            {"effect": "NoExecute", "key": "node.kubernetes.io/unreachable", "operator": "Exists",
+             "tolerationSeconds": 300},
+        ],
+    }
+    if ephemeral:
+        spec["ephemeralContainers"] = ephemeral
+    started = created + 3
+    status: dict[str, Any] = {
+        "conditions": [
+            {"lastProbeTime": None, "lastTransitionTime": rfc3339(created + 2), "status": "True",
+             "type": "PodReadyToStartContainers"},
+            {"lastProbeTime": None, "lastTransitionTime": rfc3339(created + 2), "status": "True",
+             "type": "Initialized"},
+            {"lastProbeTime": None, "lastTransitionTime": rfc3339(started), "status": "True", "type": "Ready"},
+            {"lastProbeTime": None, "lastTransitionTime": rfc3339(started), "status": "True",
+             "type": "ContainersReady"},
+            {"lastProbeTime": None, "lastTransitionTime": rfc3339(created), "status": "True",
+             "type": "PodScheduled"},
+        ],
+        # Sorted by name, as the kubelet reports them.
+        "containerStatuses": [
+            _running_status(pod, "app", APP_IMAGE, started),
+            _running_status(pod, "istio-proxy", ISTIO_IMAGE, started),
+        ],
+        "hostIP": HOST_IP,
+        "hostIPs": [{"ip": HOST_IP}],
+        "initContainerStatuses": [
+            {
+                "containerID": "containerd://" + fake_digest(pod.uid, "istio-init"),
+                "image": ISTIO_IMAGE,
+                "imageID": "docker.io/istio/proxyv2@sha256:" + fake_digest(ISTIO_IMAGE),
+                "lastState": {},
+                "name": "istio-init",
+                "ready": True,
+                "restartCount": 0,
+                "started": False,
+                "state": {
+                    "terminated": {
+                        "containerID": "containerd://" + fake_digest(pod.uid, "istio-init"),
+                        "exitCode": 0,
+                        "finishedAt": rfc3339(created + 2),
+                        "reason": "Completed",
+                        "startedAt": rfc3339(created + 1),
+                    }
+                },
+            }
+        ],
+        "phase": "Running",
+        "podIP": pod.pod_ip,
+        "podIPs": [{"ip": pod.pod_ip}],
+        "qosClass": "Burstable",
+        "startTime": rfc3339(created),
+    }
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "annotations": annotations,
+            "creationTimestamp": rfc3339(created),
+            "generateName": f"{rs_name}-",
+            "labels": labels_for(pod),
+            "name": pod.name,
+            "namespace": namespace,
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "blockOwnerDeletion": True, "controller": True, "kind": "ReplicaSet",
+                 "name": rs_name, "uid": fake_digest("rs", pod.uid)[:8] + "-0000-4000-8000-" + fake_digest(
+                     "rs", pod.uid)[8:20]},
+            ],
+            "resourceVersion": str(resource_version),
+            "uid": pod.uid,
+        },
+        "spec": spec,
+        "status": status,
+    }
+
+
+def list_json(kind: str, api_version: str, items: list[dict[str, Any]], resource_version: int) -> dict[str, Any]:
+    """A List object (PodList, DeploymentList)."""
+    return {"apiVersion": api_version, "items": items, "kind": kind,
+            "metadata": {"resourceVersion": str(resource_version)}}
+
+
+def deployment_json(pod: PodSpecIn, namespace: str, created: float, resource_version: int) -> dict[str, Any]:
+    """The Deployment that owns a lab pod: same name, one replica, selector `app: <pod name>`."""
+    labels = {"app": pod.name, "version": "v1"}
+    template_labels = {"app": pod.name, "version": "v1"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "annotations": {"deployment.kubernetes.io/revision": "1"},
+            "creationTimestamp": rfc3339(created),
+            "generation": 1,
+            "labels": labels,
+            "name": pod.name,
+            "namespace": namespace,
+            "resourceVersion": str(resource_version),
+            "uid": fake_digest("deploy", pod.uid)[:8] + "-0000-4000-8000-" + fake_digest("deploy", pod.uid)[8:20],
+        },
+        "spec": {
+            "progressDeadlineSeconds": 600,
+            "replicas": 1,
+            "revisionHistoryLimit": 10,
+            "selector": {"matchLabels": {"app": pod.name}},
+            "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}, "type": "RollingUpdate"},
+            "template": {
+                "metadata": {"creationTimestamp": None, "labels": template_labels},
+                "spec": {
+                    "containers": [_app_container(pod)],
+                    "dnsPolicy": "ClusterFirst",
+                    "restartPolicy": "Always",
+                    "schedulerName": "default-scheduler",
+                    "securityContext": {},
+                    "terminationGracePeriodSeconds": 30,
+                },
+            },
+        },
+        "status": {
+            "availableReplicas": 1,
+            "conditions": [
+                {"lastTransitionTime": rfc3339(created + 3), "lastUpdateTime": rfc3339(created + 3),
+                 "message": "Deployment has minimum availability.", "reason": "MinimumReplicasAvailable",
+                 "status": "True", "type": "Available"},
+                {"lastTransitionTime": rfc3339(created), "lastUpdateTime": rfc3339(created + 3),
+                 "message": f'ReplicaSet "{pod.name}-{template_hash(pod.name)}" has successfully progressed.',
+                 "reason": "NewReplicaSetAvailable", "status": "True", "type": "Progressing"},
+            ],
+            "observedGeneration": 1,
+            "readyReplicas": 1,
+            "replicas": 1,
+            "updatedReplicas": 1,
+        },
+    }

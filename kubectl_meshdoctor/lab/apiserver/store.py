@@ -1,0 +1,113 @@
+"""The server's mutable view of the lab: one record per pod, a resourceVersion counter, change notification."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .objects import LabConfig, PodSpecIn, deployment_json, pod_json
+
+
+@dataclass
+class EphemeralState:
+    """What the kubelet would report for one ephemeral container (times in seconds since epoch)."""
+
+    name: str
+    image: str
+    netns: str
+    phase: str = "waiting"  # waiting -> running -> terminated
+    waiting_reason: str = "ContainerCreating"
+    waiting_message: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+
+    def status_json(self, pod_uid: str) -> dict[str, Any]:
+        from .objects import fake_digest, rfc3339
+
+        cid = "containerd://" + fake_digest(pod_uid, self.name)
+        state: dict[str, Any]
+        if self.phase == "waiting":
+            state = {"waiting": {"reason": self.waiting_reason}}
+            if self.waiting_message:
+                state["waiting"]["message"] = self.waiting_message
+        elif self.phase == "running":
+            state = {"running": {"startedAt": rfc3339(self.started_at or time.time())}}
+        else:
+            state = {"terminated": {
+                "containerID": cid,
+                "exitCode": self.exit_code if self.exit_code is not None else 0,
+                "finishedAt": rfc3339(self.finished_at or time.time()),
+                "reason": "Completed" if self.exit_code == 0 else "Error",
+                "startedAt": rfc3339(self.started_at or self.finished_at or time.time()),
+            }}
+        out: dict[str, Any] = {
+            "image": self.image,
+            "imageID": "",
+            "lastState": {},
+            "name": self.name,
+            "ready": False,
+            "restartCount": 0,
+            "state": state,
+        }
+        if self.phase != "waiting":
+            out["containerID"] = cid
+            out["imageID"] = self.image.rsplit(":", 1)[0] + "@sha256:" + fake_digest(self.image)
+        return out
+
+
+@dataclass
+class PodRecord:
+    spec: PodSpecIn
+    created: float
+    resource_version: int
+    ephemeral: list[dict[str, Any]] = field(default_factory=list)
+    ephemeral_state: dict[str, EphemeralState] = field(default_factory=dict)
+    # Serialises PATCHes of one pod so two clients cannot both pass validation with the same name.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def container_names(self) -> list[str]:
+        return ["app", "istio-proxy", "istio-init"]
+
+
+class Store:
+    """All lab pods. Bumps resourceVersion on every change and wakes watchers."""
+
+    def __init__(self, config: LabConfig) -> None:
+        self.config = config
+        self.namespace = config.namespace
+        now = time.time()
+        self._rv = 1000
+        self.pods: dict[str, PodRecord] = {}
+        for spec in config.pods:
+            self._rv += 1
+            self.pods[spec.name] = PodRecord(spec=spec, created=now, resource_version=self._rv)
+        self.changed = asyncio.Condition()
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def get(self, namespace: str, name: str) -> PodRecord | None:
+        if namespace != self.namespace:
+            return None
+        return self.pods.get(name)
+
+    async def touch(self, record: PodRecord) -> None:
+        """Record a change of `record` (new resourceVersion) and wake everyone waiting on `changed`."""
+        self._rv += 1
+        record.resource_version = self._rv
+        async with self.changed:
+            self.changed.notify_all()
+
+    def pod_json(self, record: PodRecord) -> dict[str, Any]:
+        statuses = [record.ephemeral_state[c["name"]].status_json(record.spec.uid)
+                    for c in record.ephemeral if c["name"] in record.ephemeral_state]
+        return pod_json(record.spec, self.namespace, record.created, record.resource_version,
+                        record.ephemeral, statuses)
+
+    def deployment_json(self, record: PodRecord) -> dict[str, Any]:
+        return deployment_json(record.spec, self.namespace, record.created, record.resource_version)
