@@ -134,7 +134,6 @@ class InboundSidecar:
             # Envoy's TCP proxy closes the downstream when the upstream connect fails (UF); the HTTP-aware
             # version will answer 503 instead.
             flags, reason = "UF", _failure_reason(exc)
-            down_writer.transport.abort()
         else:
             upstream_local = up_writer.get_extra_info("sockname")[:2]
             # A reset on either leg aborts both; which side reset is not a TCP-proxy flag in Envoy either.
