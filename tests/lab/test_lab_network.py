@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -145,6 +146,53 @@ def test_healthy_round_gets_200s_through_the_sidecar(quiet_lab: LabState) -> Non
         # upstream_local_address 127.0.0.6 (inbound passthrough), downstream_remote the client namespace
         assert " 127.0.0.6:" in line and f" {pod.pod_ip}:5000 {pod.client_ip}:" in line
         assert '"- - -" 0 - ' in line  # no response flags: the upstream leg worked
+
+
+_HALF_CLOSE_CLIENT = """
+import socket, sys
+payload = b"m" * 32768
+s = socket.create_connection((sys.argv[1], 5002), timeout=5)
+s.sendall(payload)
+s.shutdown(socket.SHUT_WR)  # our FIN must reach the app through the sidecar ...
+got = b""
+while chunk := s.recv(65536):  # ... and the app's FIN must come back as EOF
+    got += chunk
+print(len(got), got == payload)
+"""
+
+
+@pytest.mark.lab
+def test_sidecar_relays_half_close_both_ways(quiet_lab: LabState) -> None:
+    pod = quiet_lab.pod("healthy")
+    out = subprocess.run(
+        netns.in_netns(pod.client_netns, sys.executable, "-c", _HALF_CLOSE_CLIENT, pod.pod_ip),
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    assert out.split() == ["32768", "True"]
+
+
+_REFUSED_CLIENT = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], 5003), timeout=5)  # accepted by the sidecar: REDIRECT took it
+print(repr(s.recv(100)))
+"""
+
+
+@pytest.mark.lab
+def test_sidecar_closes_downstream_when_upstream_is_refused(quiet_lab: LabState) -> None:
+    pod = quiet_lab.pod("healthy")
+    sidecar_log = quiet_lab.state_dir / "healthy-sidecar.log"
+    out = subprocess.run(
+        netns.in_netns(pod.client_netns, sys.executable, "-c", _REFUSED_CLIENT, pod.pod_ip),
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    assert out.strip() == "b''"  # a clean close, no bytes
+
+    def refused_lines() -> list[str]:
+        return [line for line in sidecar_log.read_text().splitlines() if " inbound|5003|| " in line]
+
+    _wait_until("a UF access-log line for :5003", 10.0, lambda: bool(refused_lines()))
+    assert '"- - -" 0 UF ' in refused_lines()[-1] and "delayed_connect_error:_111" in refused_lines()[-1]
 
 
 @pytest.mark.lab
