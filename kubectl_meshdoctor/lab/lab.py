@@ -76,14 +76,17 @@ def up(
     at most `rounds` rounds, one every `period` seconds, for at most `seconds` seconds; `drivers=False`
     leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
 
-    Raises LabError when not root, a tool is missing, a pod name is unknown or repeated, a lab already uses
-    state_dir or its namespaces, or a process does not become ready. On any failure everything already
+    Raises LabError when not root, a tool is missing, a pod name is unknown or repeated, state_dir is not
+    empty, a lab already uses state_dir or its namespaces, or a process does not become ready. On any failure everything already
     created is removed again.
     """
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
     _preflight(pods)
     if (state_dir / "state.json").exists():
         raise LabError(f"a lab already has state in {state_dir}; run `lab down` first")
+    if state_dir.exists() and any(state_dir.iterdir()):
+        # `down` removes the whole directory, so it must hold nothing but the lab's own files.
+        raise LabError(f"state directory {state_dir} is not empty; pick a new one")
     prefix = netns.netns_prefix(name)
     state = LabState(
         name=name,
@@ -122,20 +125,21 @@ def down(state_dir: Path) -> None:
         state = read_state(state_dir)
     except (ValueError, KeyError) as exc:
         raise LabError(f"{state_dir}/state.json is not a lab state ({exc}); remove it by hand") from None
+    if state is None:
+        return  # nothing of ours here (and a directory without our state file is not ours to remove)
     leftovers: list[str] = []
-    if state is not None:
-        for key, pid in state.pids.items():
-            if not _stop(pid, state.started.get(key)):
-                leftovers.append(f"process {key} (pid {pid})")
-        for ns in _all_netns(state):
-            # Anything still inside our namespaces was started there by us or by a test (e.g. tcpdump).
-            for pid in netns.netns_pids(ns):
-                if not _stop(pid, None):
-                    leftovers.append(f"process {pid} in {ns}")
-            try:
-                netns.delete_netns(ns)
-            except LabError as exc:
-                leftovers.append(str(exc))
+    for key, pid in state.pids.items():
+        if not _stop(pid, state.started.get(key)):
+            leftovers.append(f"process {key} (pid {pid})")
+    for ns in _all_netns(state):
+        # Anything still inside our namespaces was started there by us or by a test (e.g. tcpdump).
+        for pid in netns.netns_pids(ns):
+            if not _stop(pid, None):
+                leftovers.append(f"process {pid} in {ns}")
+        try:
+            netns.delete_netns(ns)
+        except LabError as exc:
+            leftovers.append(str(exc))
     if leftovers:
         raise LabError("lab down left behind: " + "; ".join(leftovers))
     shutil.rmtree(state_dir, ignore_errors=True)

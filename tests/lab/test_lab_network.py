@@ -243,6 +243,13 @@ def test_up_refuses_unknown_pods_and_taken_namespaces(quiet_lab: LabState, tmp_p
         lab.up(name=quiet_lab.name, state_dir=tmp_path / "y", apiserver=False)
     assert all(netns.netns_exists(pod.netns) for pod in quiet_lab.pods)
     assert not (tmp_path / "y").exists()
+    # A directory with someone else's files is refused, and `down` never removes a directory without state.
+    (tmp_path / "z").mkdir()
+    (tmp_path / "z" / "keep.txt").write_text("not the lab's")
+    with pytest.raises(LabError, match="not empty"):
+        lab.up(name="mdtest-z", state_dir=tmp_path / "z", apiserver=False)
+    lab.down(tmp_path / "z")
+    assert (tmp_path / "z" / "keep.txt").exists()
 
 
 def _assert_gone(state: LabState) -> None:
