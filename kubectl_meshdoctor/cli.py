@@ -183,11 +183,16 @@ def _watch_headless(kube, opts, output: str) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)  # stop cleanly: the tcpdumps must end in the pod
 
+        # Progress and live findings go to a terminal only, so scripts see stderr hold just the one error line.
+        live = sys.stderr.isatty()
+
         def progress(msg: str) -> None:
-            sys.stderr.write(f"{msg}\n")
+            if live:
+                sys.stderr.write(f"{msg}\n")
 
         def on_finding(f) -> None:
-            sys.stderr.write(f"{f.severity.value}: {f.detector}: {f.title}\n")
+            if live:
+                sys.stderr.write(f"{f.severity.value}: {f.detector}: {f.title}\n")
 
         pipeline = Pipeline.with_detectors(on_finding=on_finding)
         try:

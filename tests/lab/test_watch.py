@@ -1,0 +1,161 @@
+"""`watch` end to end on the pod lab: real kernel, real tcpdump and tshark, the official client against the
+lab's API server. Only the API server and Envoy are stand-ins."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kubectl_meshdoctor.lab import lab
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def lab_state(tmp_path_factory):
+    name = f"mdtest-w{secrets.token_hex(2)}"
+    state_dir = tmp_path_factory.mktemp("lab") / name
+    state = lab.up(name, state_dir, ("collision", "healthy"), period=1.5)
+    try:
+        yield state
+    finally:
+        lab.down(state_dir)
+
+
+def meshdoctor(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def watch_json(state, pod: str, seconds: int, *extra: str) -> tuple[int, dict, str]:
+    proc = meshdoctor("watch", f"pod/{pod}", "--kubeconfig", str(state.kubeconfig), "--no-tui",
+                      "--duration", str(seconds), "-o", "json", *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def tshark_frames(path: Path) -> dict[int, tuple[str, int, int, int]]:
+    """frame number -> (tcp flags hex, srcport, dstport, ack_raw), read by tshark from the saved capture."""
+    out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", "tcp", "-T", "fields", "-e", "frame.number",
+                          "-e", "tcp.flags", "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.ack_raw"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        n, flags, sp, dp, ack = line.split("\t")
+        rows[int(n)] = (flags, int(sp), int(dp), int(ack))
+    return rows
+
+
+def tcpdumps_in(netns: str) -> list[int]:
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(int(pid)).name() == "tcpdump":
+                out.append(int(pid))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def collisions(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["detector"] == "tuple-collision" and f["severity"] == "error"]
+
+
+@pytest.fixture(scope="module")
+def collision_run(lab_state, tmp_path_factory):
+    """One `watch pod/collision --no-tui` that also saves the raw captures."""
+    pcaps = tmp_path_factory.mktemp("pcaps")
+    rc, report, stderr = watch_json(lab_state, "collision", 7, "--write-pcap", str(pcaps))
+    return rc, report, pcaps
+
+
+def test_watch_reports_the_collision_with_flow_and_frames(lab_state, collision_run):
+    rc, report, pcaps = collision_run
+    pod = lab_state.pod("collision")
+    assert rc == 1  # an error finding
+    found = collisions(report)
+    assert found, report["findings"]
+    f = found[0]
+    client_ip, client_port = f["flow"]["client"].rsplit(":", 1)
+    assert client_ip == pod.client_ip
+    assert f["flow"]["server"] == f"{pod.pod_ip}:5002" and f["flow"]["iface"] == "eth0"
+    assert set(f["envoy_flags"]) == {"UF", "URX"}
+    # The evidence frames are real frames of the eth0 capture: a SYN to 5002 and the ACK that answered it.
+    frames = tshark_frames(pcaps / "collision-eth0.pcap")
+    syn, ack = f["evidence"][0], f["evidence"][1]
+    assert syn["what"] == "SYN" and ack["what"].startswith("challenge ACK")
+    assert frames[syn["frame"]][:3] == ("0x0002", int(client_port), 5002)
+    assert frames[ack["frame"]][:3] == ("0x0010", 5002, int(client_port))
+    assert ack["frame"] > syn["frame"]
+    assert report["stats"]["interfaces"]["lo"]["packets"] > 0
+    assert report["source"]["kind"] == "live" and report["source"]["container"].startswith("meshdoctor-")
+
+
+def test_analyze_finds_the_same_collision_in_the_saved_captures(collision_run):
+    _, live, pcaps = collision_run
+    proc = meshdoctor("analyze", str(pcaps / "collision-lo.pcap:lo"), str(pcaps / "collision-eth0.pcap:eth0"),
+                      "-o", "json")
+    assert proc.returncode == 1, proc.stderr
+    offline = json.loads(proc.stdout)
+
+    def key(f):
+        return (f["flow"]["client"], f["flow"]["server"], tuple(e["frame"] for e in f["evidence"][:2]))
+
+    assert {key(f) for f in collisions(offline)} == {key(f) for f in collisions(live)}
+
+
+def test_no_tcpdump_left_and_second_watch_reuses_the_container(lab_state, collision_run):
+    _, first, _ = collision_run
+    pod = lab_state.pod("collision")
+    deadline = time.monotonic() + 10
+    while tcpdumps_in(pod.netns) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tcpdumps_in(pod.netns) == []
+    _, second, _ = watch_json(lab_state, "collision", 2)
+    assert second["source"]["container_reused"] is True
+    assert second["source"]["container"] == first["source"]["container"]
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(lab_state.kubeconfig)))
+    eph = api.read_namespaced_pod("collision", lab_state.namespace).spec.ephemeral_containers or []
+    assert [c.name for c in eph if c.name.startswith("meshdoctor-")] == [first["source"]["container"]]
+    assert tcpdumps_in(pod.netns) == []
+
+
+def test_healthy_pod_has_no_error_finding(lab_state):
+    rc, report, _ = watch_json(lab_state, "healthy", 5)
+    assert rc == 0
+    assert [f for f in report["findings"] if f["severity"] == "error"] == []
+    assert report["stats"]["interfaces"]["eth0"]["packets"] > 10  # traffic was there to judge
+    assert report["stats"]["interfaces"]["lo"]["packets"] > 10
+
+
+def test_capture_cut_mid_packet_is_analysed_up_to_the_cut(collision_run, tmp_path):
+    _, _, pcaps = collision_run
+    data = (pcaps / "collision-eth0.pcap").read_bytes()
+    frames = tshark_frames(pcaps / "collision-eth0.pcap")
+    cut = tmp_path / "eth0.pcap"
+    cut.write_bytes(data[: len(data) - 7])  # tcpdump killed while writing the last record
+    proc = meshdoctor("analyze", str(cut), "-o", "json")
+    assert proc.returncode in (0, 1), proc.stderr
+    report = json.loads(proc.stdout)
+    (problem,) = report["problems"]
+    assert problem["cut_after_frame"] == max(frames) - 1
+    assert "cut short" in problem["what"]
+    assert report["stats"]["packets"] == len(frames) - 1
+
+
+def test_unknown_pod_is_one_line_exit_2(lab_state):
+    proc = meshdoctor("watch", "pod/nope", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui",
+                      "--duration", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and 'pod "nope" not found' in proc.stderr
