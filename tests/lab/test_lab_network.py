@@ -7,6 +7,7 @@ kernel send a real challenge ACK, seen both on the wire (tcpdump on the pod's et
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -211,9 +212,14 @@ def test_down_leaves_no_namespace_and_no_process(tmp_path: Path) -> None:
     _require_lab_host()
     name = f"mdtest-{uuid.uuid4().hex[:8]}"
     state_dir = tmp_path / name
-    state = lab.up(name=name, state_dir=state_dir, pods=("healthy",), apiserver=False, rounds=100, period=0.5)
+    # With the test API server when it is installed, so `down` is shown to stop it too.
+    with_apiserver = importlib.util.find_spec("kubectl_meshdoctor.lab.apiserver.__main__") is not None
+    state = lab.up(name=name, state_dir=state_dir, pods=("healthy",), apiserver=with_apiserver,
+                   rounds=100, period=0.5)
     try:
-        assert set(state.pids) == {"healthy/app-http", "healthy/app-tcp", "healthy/sidecar", "healthy/scenario"}
+        expected = {"healthy/app-http", "healthy/app-tcp", "healthy/sidecar", "healthy/scenario"}
+        assert set(state.pids) == expected | ({"apiserver"} if with_apiserver else set())
+        assert state.kubeconfig.exists() == with_apiserver
     finally:
         lab.down(state_dir)
     _assert_gone(state)
