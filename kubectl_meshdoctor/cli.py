@@ -229,10 +229,27 @@ def _cmd_lab(args) -> int:
             if state is None:
                 print(f"no lab in {state_dir}")
                 return 0
-            print(lab.describe(state) if hasattr(lab, "describe") else state)
+            print(_describe_lab(state))
+            obs = state.observed
+            return 0 if obs is None or (not obs.dead and not obs.netns_missing) else 1
     except LabError as e:
         return _err(str(e))
     return 0
+
+
+def _describe_lab(state) -> str:
+    obs = state.observed
+    lines = [f"lab {state.name}: namespace {state.namespace}, kubeconfig {state.kubeconfig}"]
+    for pod in state.pods:
+        lines.append(f"  pod/{pod.name}  {pod.pod_ip}  client {pod.client_ip}  netns {pod.netns}  "
+                     f"scenario {pod.scenario}")
+    if obs is not None:
+        lines.append(f"  processes running: {', '.join(obs.running) or 'none'}")
+        if obs.dead:
+            lines.append(f"  processes dead: {', '.join(obs.dead)} (see the logs in {state.state_dir})")
+        if obs.netns_missing:
+            lines.append(f"  network namespaces missing: {', '.join(obs.netns_missing)}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

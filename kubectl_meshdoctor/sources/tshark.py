@@ -35,6 +35,12 @@ class _EkPipeCapture(PipeCapture):
         super().__init__(*args, **kwargs)
         self._use_ek = True
 
+    def close(self) -> None:
+        # packets_from_tshark already ended tshark and read_stream closes the fd once. The inherited close()
+        # (also run from __del__) would start an event loop, which fails inside ours, and close the fd number
+        # again, by then possibly another stream's.
+        pass
+
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:

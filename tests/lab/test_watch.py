@@ -159,3 +159,34 @@ def test_unknown_pod_is_one_line_exit_2(lab_state):
                       "--duration", "1")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and 'pod "nope" not found' in proc.stderr
+
+
+async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state):
+    """What README command 1 shows: the TUI on pod/collision, the finding with its eth0 frames, q to leave."""
+    from textual.widgets import DataTable, Static
+
+    from kubectl_meshdoctor.kube.client import KubeOptions, connect
+    from kubectl_meshdoctor.kube.target import Target
+    from kubectl_meshdoctor.live import WatchOptions
+    from kubectl_meshdoctor.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.tui.run import live_session
+
+    kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
+    app = MeshDoctorApp(live_session(kube, WatchOptions(Target("pod", "collision"), kube.namespace)))
+    pod = lab_state.pod("collision")
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = app.query_one("#findings", DataTable)
+        deadline = time.monotonic() + 60
+        while not any(table.get_row_at(i)[2] == "tuple-collision" and str(table.get_row_at(i)[1]) == "error"
+                      for i in range(table.row_count)):
+            assert time.monotonic() < deadline, "no tuple-collision row within 60 s"
+            await pilot.pause(0.1)
+        detail = str(app.query_one("#detail", Static).render())
+        assert "collision/eth0 frame" in detail and ": SYN" in detail and "challenge ACK" in detail
+        assert tcpdumps_in(pod.netns)  # the capture really runs while the screen is up
+        await pilot.press("q")
+        while app.is_running and time.monotonic() < deadline + 30:
+            await pilot.pause(0.1)
+    assert app.return_value is not None
+    assert any(f.detector == "tuple-collision" for f in app.return_value.findings)
+    assert tcpdumps_in(pod.netns) == []

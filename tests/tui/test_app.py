@@ -1,0 +1,58 @@
+"""The TUI driven by Textual's pilot, replaying a recorded lab capture; assertions are on what the screen shows."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from textual.widgets import DataTable, Static
+
+from kubectl_meshdoctor.analyze import CaptureArg, analyze
+from kubectl_meshdoctor.pipeline import Pipeline
+from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session, SessionHooks
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+def replay_session(*files: str) -> Session:
+    """A Session that plays recorded captures through the real pipeline, then waits for q like a live run."""
+    box: list[Pipeline] = [Pipeline.with_detectors()]
+
+    async def run(hooks: SessionHooks):
+        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding)
+        box[0] = pipeline
+        hooks.progress("replaying")
+        report = await analyze([CaptureArg.parse(str(DATA / f)) for f in files], pipeline)
+        await hooks.stop.wait()
+        return report
+
+    return Session(run=run, stats=lambda: box[0].stats, describe="replay of the lab's collision pod")
+
+
+async def wait_for(pilot, condition, seconds: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await pilot.pause(0.05)
+
+
+def screen_text(app, selector: str) -> str:
+    return str(app.query_one(selector, Static).render())
+
+
+async def test_findings_appear_with_counts_and_detail_then_q_quits():
+    app = MeshDoctorApp(replay_session("lab-collision-eth0.pcap:eth0", "lab-collision-lo.pcap:lo"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = app.query_one("#findings", DataTable)
+        await wait_for(pilot, lambda: table.row_count >= 1)
+        row = table.get_row_at(0)
+        assert str(row[1]) == "error" and row[2] == "tuple-collision" and row[3] == "UF,URX"
+        await wait_for(pilot, lambda: "lo: 29 pkts" in screen_text(app, "#status"))
+        assert "eth0: 33 pkts" in screen_text(app, "#status")
+        assert "1 error" in screen_text(app, "#status")
+        detail = screen_text(app, "#detail")
+        assert "frame 19: SYN" in detail and "frame 20: challenge ACK" in detail
+        assert 'excludeInboundPorts: "5002"' in detail
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
+    assert app.return_value is not None and app.return_value.exit_code() == 1
