@@ -210,8 +210,16 @@ class LabApiServer:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        try:
+            await self._watch_events(resp, matching, since, time.monotonic() + timeout)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the client stopped watching
+        return resp
+
+    async def _watch_events(self, resp: web.StreamResponse, matching: Callable[[], list[dict[str, Any]]],
+                            since: int, deadline: float) -> None:
         seen: dict[str, str] = {}
-        deadline = time.monotonic() + timeout
         while True:
             for obj in matching():
                 name, rv = obj["metadata"]["name"], obj["metadata"]["resourceVersion"]
@@ -230,8 +238,6 @@ class LabApiServer:
                     await asyncio.wait_for(self.store.changed.wait(), timeout=left)
                 except asyncio.TimeoutError:
                     pass
-        await resp.write_eof()
-        return resp
 
     async def get_pod(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]

@@ -48,6 +48,16 @@ def _dial_in_thread(netns: str, family: int, addr: tuple[Any, ...]) -> socket.so
         raise
 
 
+def _settle(fut: "asyncio.Future[socket.socket]", result: socket.socket | None, exc: BaseException | None) -> None:
+    if fut.done():  # the waiter was cancelled: do not leak the connected socket
+        if result is not None:
+            result.close()
+    elif exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)  # type: ignore[arg-type]
+
+
 async def dial_netns(netns: str, family: int, addr: tuple[Any, ...]) -> socket.socket:
     """Run `_dial_in_thread` on a fresh thread that dies afterwards (a pooled thread would stay in the pod
     namespace and poison later work such as DNS lookups)."""
@@ -58,9 +68,9 @@ async def dial_netns(netns: str, family: int, addr: tuple[Any, ...]) -> socket.s
         try:
             result = _dial_in_thread(netns, family, addr)
         except BaseException as exc:  # handed to the loop, re-raised by the awaiting coroutine
-            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_exception(exc))
+            loop.call_soon_threadsafe(_settle, fut, None, exc)
         else:
-            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(result))
+            loop.call_soon_threadsafe(_settle, fut, result, None)
 
     threading.Thread(target=work, name=f"dial-{netns}", daemon=True).start()
     return await fut
