@@ -118,8 +118,10 @@ class MeshDoctorApp(App[Report | None]):
         n = len(self.findings)
         table.add_row(n, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
                       ",".join(f.envoy_flags), f.title, key=str(n - 1))
+        following = table.cursor_row == 0  # the user has not moved away from the newest finding
         table.sort("n", reverse=True)  # newest first
-        if len(self.findings) == 1:
+        if following:
+            table.move_cursor(row=0)
             self._show(f)
 
     def _show(self, f: Finding) -> None:
