@@ -101,7 +101,7 @@ def _require_root() -> None:
         pytest.skip("needs iproute2")
 
 
-def _start_server(tmp: Path, netns: str) -> Server:
+def _start_server(tmp: Path, netns: str, *extra: str) -> Server:
     state_dir = tmp / "state"
     state_dir.mkdir(parents=True)
     state = {
@@ -118,7 +118,7 @@ def _start_server(tmp: Path, netns: str) -> Server:
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kubectl_meshdoctor.lab.apiserver", "--state", str(state_dir / "state.json"),
-             "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", "0"],
+             "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", "0", *extra],
             stdout=subprocess.DEVNULL, stderr=err)
 
     def ready() -> bool:
@@ -555,6 +555,20 @@ def test_portforward_reaches_localhost_in_the_pod(server: Server) -> None:
     finally:
         echo.kill()
         echo.wait()
+
+
+def test_tls_mode_serves_https_with_its_own_ca(netns_name: str, tmp_path: Path) -> None:
+    srv = _start_server(tmp_path, netns_name, "--tls")
+    try:
+        kc = yaml.safe_load(srv.kubeconfig.read_text())
+        assert kc["clusters"][0]["cluster"]["server"].startswith("https://127.0.0.1:")
+        assert kc["clusters"][0]["cluster"]["certificate-authority-data"]
+        assert srv.api.read_namespaced_pod(POD, NAMESPACE).metadata.name == POD  # verified against the CA
+        out = stream(srv.api.connect_get_namespaced_pod_exec, POD, NAMESPACE, command=["echo", "over-wss"],
+                     container="app", stdin=False, stdout=True, stderr=True, tty=False)
+        assert out == "over-wss\n"
+    finally:
+        assert _stop_server(srv) == []
 
 
 # ------------------------------------------------------------------------------------------------ shutdown

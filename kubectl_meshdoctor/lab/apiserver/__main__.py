@@ -1,6 +1,6 @@
 """CLI: serve a lab's pods until SIGTERM/SIGINT, then end every process it started and exit 0.
 
-    python -m kubectl_meshdoctor.lab.apiserver --state STATE_JSON --kubeconfig OUT_PATH [--host H] [--port P]
+    python -m kubectl_meshdoctor.lab.apiserver --state STATE_JSON --kubeconfig OUT_PATH [--host H] [--port P] [--tls]
 
 The kubeconfig is written (atomically) only once the socket is bound: its existence means ready.
 Exit codes: 0 after a signal, 2 on a bad state file or a port that cannot be bound.
@@ -14,6 +14,7 @@ import logging
 import secrets
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 from aiohttp import web
@@ -21,6 +22,7 @@ from aiohttp import web
 from .app import LabApiServer
 from .kubeconfig import kubeconfig_dict, write_kubeconfig
 from .objects import LabConfig
+from .tls import TlsMaterial, make_tls
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -31,6 +33,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = any free port")
     p.add_argument("--token", default=None, help="bearer token (default: random)")
+    p.add_argument("--tls", action="store_true",
+                   help="serve HTTPS with a throwaway self-signed certificate (needed by kubectl, which sends no "
+                        "token over plain HTTP)")
     return p.parse_args(argv)
 
 
@@ -41,11 +46,23 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"apiserver: cannot read state {args.state}: {exc}", file=sys.stderr)
         return 2
     token = args.token or secrets.token_urlsafe(32)
+    with tempfile.TemporaryDirectory(prefix="meshdoctor-apiserver-") as tmp:
+        tls: TlsMaterial | None = None
+        if args.tls:
+            try:
+                tls = make_tls(Path(tmp), args.host)
+            except RuntimeError as exc:
+                print(f"apiserver: {exc}", file=sys.stderr)
+                return 2
+        return await _serve(args, config, token, tls)
+
+
+async def _serve(args: argparse.Namespace, config: LabConfig, token: str, tls: TlsMaterial | None) -> int:
     server = LabApiServer(config, token)
     await server.start()
     runner = web.AppRunner(server.app, access_log=None, shutdown_timeout=2.0, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.TCPSite(runner, args.host, args.port, ssl_context=tls.context if tls else None)
     try:
         await site.start()
     except OSError as exc:
@@ -59,10 +76,12 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    write_kubeconfig(args.kubeconfig, kubeconfig_dict(f"http://{url_host}:{port}", token, config.namespace,
-                                                      cluster=config.name))
+    scheme = "https" if tls else "http"
+    write_kubeconfig(args.kubeconfig, kubeconfig_dict(f"{scheme}://{url_host}:{port}", token, config.namespace,
+                                                      cluster=config.name, ca_pem=tls.cert_pem if tls else None))
     logging.getLogger("meshdoctor.apiserver").info(
-        "serving %d pod(s) of namespace %s on http://%s:%d", len(config.pods), config.namespace, url_host, port)
+        "serving %d pod(s) of namespace %s on %s://%s:%d", len(config.pods), config.namespace, scheme, url_host,
+        port)
     await stop.wait()
     logging.getLogger("meshdoctor.apiserver").info("stopping: ending every process started")
     await server.shutdown()

@@ -19,7 +19,8 @@ from .containers import EphemeralRunner
 from .exec import ExecOptions, ExecSession, failure_status
 from .faults import Faults, FaultSpecError
 from .labelsel import SelectorError, field_matcher, label_matcher
-from .objects import LabConfig, forbidden, list_json, not_found, status_failure
+from .objects import (LabConfig, forbidden, list_json, namespace_json, not_found, pod_table,
+                      status_failure)
 from .patch import ApiError, decode_and_validate
 from .processes import ProcessRegistry
 from .store import PodRecord, Store
@@ -32,6 +33,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def status_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(body, status=int(body.get("code", 500)), headers=headers)
+
+
+def _wants_table(request: web.Request) -> bool:
+    """kubectl get asks for server-side printing; the Python client never does."""
+    accept = request.headers.get("Accept", "")
+    return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
 def _bool_param(request: web.Request, key: str) -> bool:
@@ -73,9 +80,12 @@ class LabApiServer:
         r.add_get("/api/v1", self.api_v1)
         r.add_get("/apis", self.api_groups)
         r.add_get("/apis/apps/v1", self.apps_v1)
+        r.add_get("/apis/authorization.k8s.io/v1", self.authorization_v1)
         r.add_get("/healthz", self.healthz)
         r.add_get("/readyz", self.healthz)
         r.add_get("/livez", self.healthz)
+        r.add_get("/api/v1/namespaces", self.list_namespaces)
+        r.add_get("/api/v1/namespaces/{ns}", self.get_namespace)
         r.add_get("/api/v1/pods", self.list_pods)
         r.add_get("/api/v1/namespaces/{ns}/pods", self.list_pods)
         r.add_get("/api/v1/namespaces/{ns}/pods/{name}", self.get_pod)
@@ -173,6 +183,24 @@ class LabApiServer:
     async def apps_v1(self, request: web.Request) -> web.Response:
         return web.json_response(discovery.APPS_V1_RESOURCES)
 
+    async def authorization_v1(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.AUTHORIZATION_V1_RESOURCES)
+
+    # ------------------------------------------------------------------------------------------ namespaces
+
+    def _namespace(self) -> dict[str, Any]:
+        created = min((r.created for r in self.store.pods.values()), default=time.time())
+        return namespace_json(self.store.namespace, created)
+
+    async def list_namespaces(self, request: web.Request) -> web.Response:
+        return web.json_response(list_json("NamespaceList", "v1", [self._namespace()], self.store.resource_version))
+
+    async def get_namespace(self, request: web.Request) -> web.Response:
+        name = request.match_info["ns"]
+        if name != self.store.namespace:
+            return status_response(not_found("namespaces", name))
+        return web.json_response(self._namespace())
+
     # ------------------------------------------------------------------------------------------ pods
 
     async def list_pods(self, request: web.Request) -> web.StreamResponse:
@@ -200,6 +228,8 @@ class LabApiServer:
 
         if _bool_param(request, "watch"):
             return await self._watch(request, matching)
+        if _wants_table(request):
+            return web.json_response(pod_table(matching(), self.store.resource_version, time.time()))
         return web.json_response(list_json("PodList", "v1", matching(), self.store.resource_version))
 
     async def _watch(self, request: web.Request, matching: Callable[[], list[dict[str, Any]]]) -> web.StreamResponse:
@@ -250,6 +280,9 @@ class LabApiServer:
         record = self._pod_or_404(request)
         if isinstance(record, web.Response):
             return record
+        if _wants_table(request) and not sub:
+            return web.json_response(pod_table([self.store.pod_json(record)], self.store.resource_version,
+                                                time.time()))
         return web.json_response(self.store.pod_json(record))
 
     async def patch_ephemeral(self, request: web.Request) -> web.Response:

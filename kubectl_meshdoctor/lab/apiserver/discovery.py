@@ -51,6 +51,8 @@ CORE_V1_RESOURCES: dict[str, Any] = {
     "kind": "APIResourceList",
     "groupVersion": "v1",
     "resources": [
+        {**_res("namespaces", "Namespace", ["get", "list"], namespaced=False, short=["ns"]),
+         "singularName": "namespace"},
         {**_res("pods", "Pod", ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
                 short=["po"]), "singularName": "pod", "categories": ["all"]},
         _res("pods/ephemeralcontainers", "Pod", ["get", "patch", "update"]),
@@ -69,5 +71,15 @@ APPS_V1_RESOURCES: dict[str, Any] = {
         {**_res("deployments", "Deployment",
                 ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
                 short=["deploy"]), "singularName": "deployment", "categories": ["all"]},
+    ],
+}
+
+AUTHORIZATION_V1_RESOURCES: dict[str, Any] = {
+    "kind": "APIResourceList",
+    "apiVersion": "v1",
+    "groupVersion": "authorization.k8s.io/v1",
+    "resources": [
+        {**_res("selfsubjectaccessreviews", "SelfSubjectAccessReview", ["create"], namespaced=False),
+         "singularName": "selfsubjectaccessreview"},
     ],
 }

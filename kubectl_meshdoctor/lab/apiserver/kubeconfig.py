@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 from pathlib import Path
@@ -12,13 +13,18 @@ import yaml
 CONTEXT = "meshdoctor-lab"
 
 
-def kubeconfig_dict(server: str, token: str, namespace: str, cluster: str = CONTEXT) -> dict[str, Any]:
-    """Cluster `server` (plain http), a bearer-token user, context `meshdoctor-lab` (current) in `namespace`."""
+def kubeconfig_dict(server: str, token: str, namespace: str, cluster: str = CONTEXT,
+                    ca_pem: bytes | None = None) -> dict[str, Any]:
+    """Cluster `server` (http, or https trusting `ca_pem`), a bearer-token user, context `meshdoctor-lab`
+    (current) in `namespace`."""
+    cluster_entry: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        cluster_entry["certificate-authority-data"] = base64.b64encode(ca_pem).decode("ascii")
     return {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
-        "clusters": [{"name": cluster, "cluster": {"server": server}}],
+        "clusters": [{"name": cluster, "cluster": cluster_entry}],
         "users": [{"name": cluster, "user": {"token": token}}],
         "contexts": [{"name": CONTEXT, "context": {"cluster": cluster, "user": cluster, "namespace": namespace}}],
         "current-context": CONTEXT,

@@ -486,3 +486,69 @@ def deployment_json(pod: PodSpecIn, namespace: str, created: float, resource_ver
             "updatedReplicas": 1,
         },
     }
+
+
+# ---------------------------------------------------------------------------------------------------- Table
+
+
+def human_age(seconds: float) -> str:
+    """kubectl's short duration: 42s, 5m3s, 2m, 3h, 4d (coarser as it grows)."""
+    s = int(max(seconds, 0))
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    h = m // 60
+    if h < 48:
+        return f"{h}h"
+    return f"{h // 24}d"
+
+
+_POD_COLUMNS = [
+    ("Name", "string", "name", 0), ("Ready", "string", "", 0), ("Status", "string", "", 0),
+    ("Restarts", "string", "", 0), ("Age", "string", "", 0), ("IP", "string", "", 1), ("Node", "string", "", 1),
+    ("Nominated Node", "string", "", 1), ("Readiness Gates", "string", "", 1),
+]
+
+
+def pod_table(pods: list[dict[str, Any]], resource_version: int, now: float) -> dict[str, Any]:
+    """The server-side printing kubectl asks for (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`)."""
+    rows = []
+    for obj in pods:
+        statuses = obj["status"].get("containerStatuses", [])
+        ready = sum(1 for s in statuses if s.get("ready"))
+        created = time.mktime(time.strptime(obj["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")) \
+            - time.timezone
+        rows.append({
+            "cells": [obj["metadata"]["name"], f"{ready}/{len(obj['spec']['containers'])}", obj["status"]["phase"],
+                      str(sum(s.get("restartCount", 0) for s in statuses)), human_age(now - created),
+                      obj["status"].get("podIP", "<none>"), obj["spec"].get("nodeName", "<none>"), "<none>",
+                      "<none>"],
+            "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                       "metadata": obj["metadata"]},
+        })
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": str(resource_version)},
+        "columnDefinitions": [{"name": n, "type": t, "format": f, "description": "", "priority": p}
+                              for n, t, f, p in _POD_COLUMNS],
+        "rows": rows,
+    }
+
+
+def namespace_json(name: str, created: float) -> dict[str, Any]:
+    """The lab's Namespace (kubectl reads it to word a NotFound)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"creationTimestamp": rfc3339(created), "labels": {"kubernetes.io/metadata.name": name,
+                                                                         "istio-injection": "enabled"},
+                     "name": name, "resourceVersion": "1", "uid": fake_digest("ns", name)[:8] + "-0000-4000-8000-"
+                     + fake_digest("ns", name)[8:20]},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
