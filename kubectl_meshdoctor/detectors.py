@@ -88,3 +88,40 @@ def load_detectors(ctx: DetectorContext, only: Iterable[str] | None = None) -> l
     if missing:
         raise UnknownDetectorError(f"unknown detector {', '.join(missing)}; known: {', '.join(sorted(classes))}")
     return [classes[i](ctx) for i in ids]
+
+
+class PendingSyns:
+    """Connection attempts a detector waits on, keyed by (iface, client, server), bounded in count and age.
+
+    ``max_items``: the oldest attempt goes first when full; ``ttl_s``: ``expire(now)`` drops attempts whose SYN
+    is older than this (packet time, seconds). Values must have a ``syn`` PacketEvent attribute.
+    """
+
+    def __init__(self, max_items: int = 10_000, ttl_s: float = 60.0) -> None:
+        self.max_items = max_items
+        self.ttl_s = ttl_s
+        self._items: dict = {}
+
+    @staticmethod
+    def key_of_syn(ev: PacketEvent) -> tuple:
+        return (ev.iface, (ev.src, ev.sport), (ev.dst, ev.dport))
+
+    @staticmethod
+    def key_of_answer(ev: PacketEvent) -> tuple:
+        """The attempt a packet from the server answers: it travels server -> client."""
+        return (ev.iface, (ev.dst, ev.dport), (ev.src, ev.sport))
+
+    def get(self, key):
+        return self._items.get(key)
+
+    def add(self, key, value) -> None:
+        if len(self._items) >= self.max_items and key not in self._items:
+            self._items.pop(next(iter(self._items)))
+        self._items[key] = value
+
+    def pop(self, key) -> None:
+        self._items.pop(key, None)
+
+    def expire(self, now: float) -> None:
+        for k in [k for k, v in self._items.items() if now - v.syn.ts > self.ttl_s]:
+            del self._items[k]

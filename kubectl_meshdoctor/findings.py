@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+from .events import PacketEvent
+
 
 class Severity(str, Enum):
     INFO = "info"
@@ -25,6 +27,11 @@ class Evidence:
     frame: int
     ts: float
     what: str
+
+    @classmethod
+    def of(cls, ev: PacketEvent, what: str) -> "Evidence":
+        """Evidence pointing at the packet ``ev``."""
+        return cls(ev.source, ev.iface, ev.frame, ev.ts, what)
 
 
 @dataclass(frozen=True, slots=True)

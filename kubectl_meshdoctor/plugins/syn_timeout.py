@@ -10,14 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..detectors import Detector
+from ..detectors import Detector, PendingSyns
 from ..events import PacketEvent
 from ..findings import Evidence, Finding, FlowRef, Severity
 from ..flows import Flow
 
 ERROR_AFTER_RETRANSMITS = 3
-_PENDING_MAX = 10_000
-_PENDING_TTL_S = 180.0
 
 _REMEDIATION = """\
 # Find what eats the SYN: a NetworkPolicy or firewall, a full accept queue (TcpExtListenDrops), conntrack
@@ -62,36 +60,32 @@ class SynTimeout(Detector):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._pending: dict[tuple[str, tuple[str, int], tuple[str, int]], _Pending] = {}
+        self._pending = PendingSyns(ttl_s=180.0)  # covers the default tcp_syn_retries backoff (~127 s)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.is_syn:
             return self._on_syn(ev)
-        key = (ev.iface, (ev.dst, ev.dport), (ev.src, ev.sport))
+        key = PendingSyns.key_of_answer(ev)
         pending = self._pending.get(key)
         if pending is not None:
             if ev.is_syn_ack:
-                del self._pending[key]
+                self._pending.pop(key)
             else:
                 pending.answered = True  # a RST or a challenge ACK: another detector's story
         return ()
 
     def on_tick(self, now: float) -> Iterable[Finding]:
-        stale = [k for k, p in self._pending.items() if now - p.syn.ts > _PENDING_TTL_S]
-        for k in stale:
-            del self._pending[k]
+        self._pending.expire(now)
         return ()
 
     def _on_syn(self, ev: PacketEvent) -> Iterable[Finding]:
-        key = (ev.iface, (ev.src, ev.sport), (ev.dst, ev.dport))
+        key = PendingSyns.key_of_syn(ev)
         pending = self._pending.get(key)
         if pending is None or pending.syn.seq != ev.seq:
             if self.ctx.flows.redirect_peers(ev, self.ctx.redirect_map):
-                self._pending.pop(key, None)
+                self._pending.pop(key)
                 return ()
-            if len(self._pending) >= _PENDING_MAX:
-                self._pending.pop(next(iter(self._pending)))
-            self._pending[key] = _Pending(ev)
+            self._pending.add(key, _Pending(ev))
             return ()
         if pending.answered:
             pending.answered = False  # the client retries after an answer it rejected; not a silent drop
@@ -115,9 +109,8 @@ class SynTimeout(Detector):
             title=f"SYN to {syn.dst_endpoint} unanswered, retransmitted {n} time{'s' if n > 1 else ''} "
                   f"({waited:.1f} s)",
             flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
-            evidence=(Evidence(syn.source, syn.iface, syn.frame, syn.ts, "SYN"),
-                      Evidence(last.source, last.iface, last.frame, last.ts,
-                               f"SYN retransmission {n}, {waited:.3f} s after the first, no answer")),
+            evidence=(Evidence.of(syn, "SYN"),
+                      Evidence.of(last, f"SYN retransmission {n}, {waited:.3f} s after the first, no answer")),
             envoy_flags=("UF", "URX"),
             explanation=(
                 f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and got no SYN-ACK, RST or ICMP; the kernel "

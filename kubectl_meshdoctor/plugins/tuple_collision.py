@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..detectors import Detector
+from ..detectors import Detector, PendingSyns
 from ..events import PacketEvent, endpoint
 from ..findings import Evidence, Finding, FlowRef, Severity
 from ..flows import Flow
 
-_PENDING_MAX = 10_000
-_PENDING_TTL_S = 60.0
 
 
 @dataclass(slots=True)
@@ -63,20 +61,20 @@ class TupleCollision(Detector):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._pending: dict[tuple[str, tuple[str, int], tuple[str, int]], _PendingSyn] = {}
+        self._pending = PendingSyns(ttl_s=60.0)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.is_syn:
             return self._on_syn(ev, flow)
-        key = (ev.iface, (ev.dst, ev.dport), (ev.src, ev.sport))  # an answer travels server -> client
+        key = PendingSyns.key_of_answer(ev)
         pending = self._pending.get(key)
         if pending is None:
             return ()
         if ev.is_rst:
-            del self._pending[key]
+            self._pending.pop(key)
             return ()
         if ev.is_syn_ack:
-            del self._pending[key]
+            self._pending.pop(key)
             if pending.peers and not pending.reported:
                 return (self._exposure(pending, ev),)
             return ()
@@ -92,13 +90,11 @@ class TupleCollision(Detector):
         return (self._challenge_ack(pending, ev),)
 
     def on_tick(self, now: float) -> Iterable[Finding]:
-        stale = [k for k, p in self._pending.items() if now - p.syn.ts > _PENDING_TTL_S]
-        for k in stale:
-            del self._pending[k]
+        self._pending.expire(now)
         return ()
 
     def _on_syn(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
-        key = (ev.iface, (ev.src, ev.sport), (ev.dst, ev.dport))
+        key = PendingSyns.key_of_syn(ev)
         pending = self._pending.get(key)
         if pending is not None and pending.syn.seq == ev.seq:
             pending.retransmits.append(ev)
@@ -110,14 +106,13 @@ class TupleCollision(Detector):
             (endpoint(*f.server), f.first_frame, f.source, f.state.value)
             for f in self.ctx.flows.redirect_peers(ev, self.ctx.redirect_map)
         ]
-        if len(self._pending) >= _PENDING_MAX:
-            self._pending.pop(next(iter(self._pending)))
-        self._pending[key] = _PendingSyn(ev, peers)
+        self._pending.add(key, _PendingSyn(ev, peers))
         return ()
 
-    def _peer_evidence(self, pending: _PendingSyn) -> list[Evidence]:
+    def _evidence(self, pending: _PendingSyn, answer: PacketEvent, what: str) -> list[Evidence]:
+        """The SYN, the packet that decided (``what`` it was), and the first frame of each colliding connection."""
         syn = pending.syn
-        out = []
+        out = [Evidence.of(syn, "SYN"), Evidence.of(answer, what)]
         for server, frame, source, state in pending.peers:
             if frame:
                 out.append(Evidence(source or syn.source, syn.iface, frame, 0.0,
@@ -149,10 +144,8 @@ class TupleCollision(Detector):
     def _challenge_ack(self, pending: _PendingSyn, ack: PacketEvent) -> Finding:
         syn = pending.syn
         listener = self.ctx.redirect_map.listener_for(syn.dport)
-        evidence = [Evidence(syn.source, syn.iface, syn.frame, syn.ts, "SYN"),
-                    Evidence(ack.source, ack.iface, ack.frame, ack.ts,
-                             f"challenge ACK (ack {ack.ack}, not SYN seq+1 {(syn.seq + 1) % 2**32})")]
-        evidence += self._peer_evidence(pending)
+        evidence = self._evidence(pending, ack, f"challenge ACK (ack {ack.ack}, not SYN seq+1 "
+                                                f"{(syn.seq + 1) % 2**32})")
         return self._finding(
             pending, Severity.ERROR,
             f"SYN to {syn.dst_endpoint} collided with a live connection from the same client port",
@@ -168,10 +161,8 @@ class TupleCollision(Detector):
 
     def _dropped(self, pending: _PendingSyn, retrans: PacketEvent) -> Finding:
         syn = pending.syn
-        evidence = [Evidence(syn.source, syn.iface, syn.frame, syn.ts, "SYN"),
-                    Evidence(retrans.source, retrans.iface, retrans.frame, retrans.ts,
-                             f"SYN retransmitted after {retrans.ts - syn.ts:.3f} s, no answer")]
-        evidence += self._peer_evidence(pending)
+        evidence = self._evidence(pending, retrans, f"SYN retransmitted after {retrans.ts - syn.ts:.3f} s, "
+                                                    f"no answer")
         return self._finding(
             pending, Severity.ERROR,
             f"SYN to {syn.dst_endpoint} dropped while the same client port holds a redirected connection",
@@ -184,9 +175,7 @@ class TupleCollision(Detector):
 
     def _exposure(self, pending: _PendingSyn, synack: PacketEvent) -> Finding:
         syn = pending.syn
-        evidence = [Evidence(syn.source, syn.iface, syn.frame, syn.ts, "SYN"),
-                    Evidence(synack.source, synack.iface, synack.frame, synack.ts, "SYN-ACK")]
-        evidence += self._peer_evidence(pending)
+        evidence = self._evidence(pending, synack, "SYN-ACK")
         return self._finding(
             pending, Severity.WARNING,
             f"Client port {syn.src_endpoint} reused for two redirected ports of {syn.dst} at once",
