@@ -64,6 +64,10 @@ class TupleCollision(Detector):
         self._pending = PendingSyns(ttl_s=60.0)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        if ev.iface == "lo":
+            # Inbound REDIRECT happens in PREROUTING, for packets that arrive from outside; on lo the sidecar's
+            # upstream connections (from 127.0.0.6) are RETURNed, so one source port to two app ports is normal.
+            return ()
         if ev.is_syn:
             return self._on_syn(ev, flow)
         key = PendingSyns.key_of_answer(ev)

@@ -133,8 +133,8 @@ def test_no_tcpdump_left_and_second_watch_reuses_the_container(lab_state, collis
 
 def test_healthy_pod_has_no_error_finding(lab_state):
     rc, report, _ = watch_json(lab_state, "healthy", 5)
-    assert rc == 0
-    assert [f for f in report["findings"] if f["severity"] == "error"] == []
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert errors == [] and rc == 0, json.dumps(errors, indent=1)
     assert report["stats"]["interfaces"]["eth0"]["packets"] > 10  # traffic was there to judge
     assert report["stats"]["interfaces"]["lo"]["packets"] > 10
 

@@ -97,3 +97,11 @@ def test_ipv6_collision():
 def test_redirect_map_default_matches_istio():
     m = RedirectMap()
     assert m.listener_for(5000) == 15006 and m.listener_for(15020) is None
+
+
+def test_loopback_upstream_port_reuse_is_not_a_collision():
+    w = Wire(iface="lo")
+    w.handshake("127.0.0.6:40001", P5000)
+    w.pkt("127.0.0.6:40001", P5002, S, 9000)
+    w.pkt(P5002, "127.0.0.6:40001", A, 5001, 1001)
+    assert run(w.events, only=["tuple-collision"]) == []
