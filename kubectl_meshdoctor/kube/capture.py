@@ -7,14 +7,18 @@ kernel then counts drops, which tcpdump reports on exit) rather than unbounded b
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 
 from kubernetes.stream import stream as k8s_stream
 from kubernetes.stream import ws_client
+from websocket import ABNF, WebSocketConnectionClosedException
 
 from .client import Kube, api_error_message
 
@@ -88,33 +92,10 @@ class ExecCapture:
                 container=self.container, command=capture_command(self.iface, self.max_seconds),
                 stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True,
             )
-            # stream() in client v37 does not pass capture_all through; without this the client keeps a copy of
-            # every captured byte for read_all() and memory grows with the capture.
-            ws._all = ws_client._IgnoredIO()
             self.started.set()
-            stop_sent = False
-            stop_deadline = 0.0
-            err_tail = b""
-            while ws.is_open():
-                if stop_sent and time.monotonic() > stop_deadline:
-                    self.error = f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; stream closed"
-                    break
-                if self._stop.is_set() and not stop_sent:
-                    stop_sent = True
-                    stop_deadline = time.monotonic() + STOP_GRACE_S
-                    if ws.subprotocol == ws_client.V5_CHANNEL_PROTOCOL:
-                        ws.close_channel(ws_client.STDIN_CHANNEL)  # stdin EOF: the watchdog SIGINTs tcpdump
-                    else:
-                        break  # no half-close before v5: closing the stream closes stdin too
-                ws.update(timeout=0.2)
-                err_tail = self._drain(ws, tee, err_tail)
-            err_tail = self._drain(ws, tee, err_tail)
-            self.stderr = err_tail.decode("utf-8", "replace")
-            if not ws.is_open():
-                try:
-                    self.returncode = ws.returncode
-                except Exception:  # no status frame: the stream was cut, not ended
-                    self.returncode = None
+            status = self._pump(ws, tee)
+            if status is not None:
+                self.returncode = exit_code_of(status)
             if self.returncode is None and not self._stop.is_set():
                 self.error = f"capture stream on {self.iface} ended without an exit status (connection lost)"
             elif self.returncode not in (None, 0) and not self._stop.is_set():
@@ -133,21 +114,83 @@ class ExecCapture:
                 tee.close()
             os.close(self.write_fd)  # EOF for tshark
 
-    def _drain(self, ws, tee, err_tail: bytes) -> bytes:
-        out = ws.read_channel(ws_client.STDOUT_CHANNEL)
-        if out:
-            self.bytes_received += len(out)
-            if tee is not None:
-                tee.write(out)
-                tee.flush()
-            view = memoryview(out)
-            while view:
-                try:
-                    n = os.write(self.write_fd, view)
-                except BrokenPipeError:  # tshark went away; keep draining so tcpdump is not blocked
-                    break
-                view = view[n:]
-        err = ws.read_channel(ws_client.STDERR_CHANNEL)
-        if err:
-            err_tail = (err_tail + err)[-4096:]
-        return err_tail
+    def _pump(self, ws, tee) -> bytes | None:
+        """Move frames from the websocket to the pipe until the stream ends; returns the channel-3 status.
+
+        Frames are read straight off the socket: the client's own reader appends each burst to one bytes
+        buffer (quadratic on a fast stream, measured at 2 MB/s) and keeps a copy of everything for read_all().
+        """
+        sock = ws.sock
+        stop_deadline: float | None = None
+        err_tail = b""
+        status: bytes | None = None
+        while True:
+            if self._stop.is_set() and stop_deadline is None:
+                stop_deadline = time.monotonic() + STOP_GRACE_S
+                if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
+                    break  # no half-close before v5: closing the stream closes stdin too
+                ws.close_channel(ws_client.STDIN_CHANNEL)  # stdin EOF: the watchdog SIGINTs tcpdump
+            if stop_deadline is not None and time.monotonic() > stop_deadline:
+                self.error = f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; stream closed"
+                break
+            if not _readable(sock, 0.2):
+                continue
+            try:
+                opcode, frame = sock.recv_data_frame(True)
+            except (WebSocketConnectionClosedException, OSError):
+                break
+            if opcode == ABNF.OPCODE_CLOSE:
+                break
+            if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+                continue
+            data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+            channel, payload = data[0], data[1:]
+            if channel == ws_client.STDOUT_CHANNEL and payload:
+                self._deliver(payload, tee)
+            elif channel == ws_client.STDERR_CHANNEL:
+                err_tail = (err_tail + payload)[-4096:]
+            elif channel == ws_client.ERROR_CHANNEL:
+                status = payload
+        self.stderr = err_tail.decode("utf-8", "replace")
+        return status
+
+    def _deliver(self, payload: bytes, tee) -> None:
+        self.bytes_received += len(payload)
+        if tee is not None:
+            tee.write(payload)
+        view = memoryview(payload)
+        while view:
+            try:
+                n = os.write(self.write_fd, view)  # blocks when tshark lags: back-pressure to tcpdump
+            except BrokenPipeError:  # tshark went away; keep draining so tcpdump is not blocked
+                return
+            view = view[n:]
+
+
+def exit_code_of(status: bytes) -> int | None:
+    """The exit code in an exec status (v4/v5 error channel): 0 for Success, the ExitCode cause otherwise."""
+    try:
+        st = json.loads(status)
+    except ValueError:
+        return None
+    if st.get("status") == "Success":
+        return 0
+    for cause in (st.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message"))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _readable(sock, timeout: float) -> bool:
+    """Whether a frame can be read without blocking longer than ``timeout`` seconds."""
+    raw = sock.sock
+    if raw is None:
+        return True  # closed: let recv raise
+    if isinstance(raw, ssl.SSLSocket) and raw.pending():
+        return True  # TLS records already decrypted are invisible to poll()
+    poller = select.poll()
+    poller.register(raw, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))

@@ -205,3 +205,32 @@ def test_kubectl_flags_context_namespace_and_deploy(lab_state):
     bad_ns = meshdoctor("watch", "pod/healthy", "--kubeconfig", kc, "-n", "elsewhere", "--no-tui")
     assert bad_ns.returncode == 2 and bad_ns.stderr.count("\n") == 1
     assert 'pod "healthy" not found in namespace "elsewhere"' in bad_ns.stderr
+
+
+def test_dropped_capture_stream_is_reported_not_lost(lab_state):
+    """The API server cuts one exec stream mid-capture (no status, no close frame): the report says so."""
+    import urllib.request
+
+    import yaml
+
+    kc = yaml.safe_load(Path(lab_state.kubeconfig).read_text())
+    server, token = kc["clusters"][0]["cluster"]["server"], kc["users"][0]["user"]["token"]
+    fault = json.dumps({"exec": {"drop_after_bytes": 200, "times": 1}}).encode()
+    req = urllib.request.Request(f"{server}/_lab/faults", data=fault, method="POST",
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).close()
+    try:
+        rc, report, _ = watch_json(lab_state, "healthy", 3)
+    finally:
+        clear = urllib.request.Request(f"{server}/_lab/faults", method="DELETE",
+                                       headers={"Authorization": f"Bearer {token}"})
+        urllib.request.urlopen(clear, timeout=10).close()
+    lost = [p for p in report["problems"] if "connection lost" in p["what"]]
+    assert len(lost) == 1, report["problems"]
+    assert lost[0]["where"].startswith("pod/healthy ")
+    # The cut stream closed tcpdump's stdin in the pod: the dead-man's switch ends it.
+    netns = lab_state.pod("healthy").netns
+    deadline = time.monotonic() + 15
+    while tcpdumps_in(netns) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tcpdumps_in(netns) == []
