@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from .events import PacketEvent
+from .events import PacketEvent, endpoint
 
 
 class Severity(str, Enum):
@@ -41,6 +41,11 @@ class FlowRef:
     client: str
     server: str
     iface: str
+
+    @classmethod
+    def of(cls, flow) -> "FlowRef":
+        """The reference to a flow-table ``Flow`` (client and server as the table decided them)."""
+        return cls(endpoint(*flow.client), endpoint(*flow.server), flow.iface)
 
 
 @dataclass(frozen=True, slots=True)

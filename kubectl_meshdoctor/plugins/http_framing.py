@@ -1,0 +1,97 @@
+"""``http-framing``: an HTTP/1 response from the app whose message framing Envoy rejects.
+
+RFC 9112 section 6: a message body's length comes from Transfer-Encoding or Content-Length, never both, and
+``chunked`` must be the final transfer coding of a request (6.1); conflicting Content-Length values are an
+unrecoverable error (6.3). Envoy's HTTP/1 codec rejects these (and header names with invalid bytes, RFC 9110
+section 5.1), resets the upstream connection and answers the caller 502 with response flag UPE and details
+``upstream_reset_before_response_started{protocol_error}``. Header names compare case-insensitively, so
+``Transfer-Encoding: chunked`` plus ``transfer-encoding: Chunked`` is two fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..detectors import Detector
+from ..events import HttpStart, PacketEvent
+from ..findings import Evidence, Finding, FlowRef, Severity
+from ..flows import Flow
+from ..redact import header_line, raw_line
+
+
+def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
+    """What in ``msg``'s header block breaks RFC 9112 framing, one sentence each (empty when it is fine)."""
+    out: list[str] = []
+    te = [(n, v) for n, v in msg.headers if n.lower() == "transfer-encoding"]
+    cl = [(n, v) for n, v in msg.headers if n.lower() == "content-length"]
+    if len(te) > 1:
+        out.append("more than one Transfer-Encoding field: " + "; ".join(header_line(n, v) for n, v in te))
+    if te:
+        codings = [c.strip().lower() for _, v in te for c in v.split(",") if c.strip()]
+        if codings and codings[-1] != "chunked":
+            out.append(f"chunked is not the final transfer coding ({', '.join(codings)})")
+        if cl:
+            out.append("Transfer-Encoding together with Content-Length: "
+                       + "; ".join(header_line(n, v) for n, v in te + cl))
+    values = {v.strip() for _, v in cl for v in v.split(",")}
+    if len(values) > 1:
+        out.append("conflicting Content-Length values: " + ", ".join(sorted(values)))
+    for line in msg.raw_header_lines:
+        if line[:1] in (" ", "\t"):
+            out.append(f"obsolete line folding: {raw_line(line, redact)!r}")
+        else:
+            out.append(f"invalid header name bytes: {raw_line(line, redact)!r}")
+    return out
+
+
+_REMEDIATION = """\
+# Fix the app (or the library/proxy in front of it) so every response carries exactly one framing header:
+#   Transfer-Encoding: chunked        (once, chunked last, no Content-Length), or
+#   Content-Length: <n>               (once, or repeated with the same value)
+# and header names are tokens (no spaces before the colon). Envoy follows RFC 9112 and will keep resetting
+# these responses. Until the app is fixed, retries hide some of the 502s from callers:
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: <service>
+spec:
+  hosts: [<service>]
+  http:
+  - route:
+    - destination:
+        host: <service>
+    retries:
+      attempts: 2
+      retryOn: reset,5xx"""
+
+
+class HttpFraming(Detector):
+    id = "http-framing"
+
+    def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        msg = ev.http
+        if msg is None or ev.iface != "lo" or msg.is_request:
+            return ()
+        problems = framing_violations(msg)
+        if not problems:
+            return ()
+        return (Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"{ev.src_endpoint} answered with framing Envoy rejects: {problems[0].split(':')[0]}",
+            flow=FlowRef.of(flow),
+            evidence=(Evidence.of(ev, f"{msg.start_line!r} with " + "; ".join(problems)),),
+            envoy_flags=("UPE",),
+            explanation=(
+                f"The app at {ev.src_endpoint} sent a response whose body length is ambiguous: "
+                f"{'; '.join(problems)}. RFC 9112 section 6 forbids this (6.1 Transfer-Encoding, 6.3 message "
+                f"body length) because two parsers can disagree on where the message ends (request smuggling). "
+                f"Envoy's HTTP/1 codec rejects it, resets the upstream connection and answers the caller 502 with "
+                f"response flag UPE and details upstream_reset_before_response_started{{protocol_error}}."),
+            remediation=_REMEDIATION,
+            pod=self.ctx.pod,
+            ts=ev.ts,
+            details={"violations": problems,
+                     "response_code_details": "upstream_reset_before_response_started{protocol_error}"},
+        ),)
+

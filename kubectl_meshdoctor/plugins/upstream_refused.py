@@ -1,0 +1,86 @@
+"""``upstream-refused``: the sidecar's connection to the app is refused.
+
+Envoy's inbound listener connects to the app from 127.0.0.6 over ``lo``. When nothing listens on the app port
+(the app restarts, listens on another port, or binds 127.0.0.1 only while Envoy dials the pod IP), the kernel
+answers the SYN with RST (RFC 9293 section 3.10.7.1: no socket, send a reset). Envoy answers the caller 503 with
+response flag UF and details ``upstream_reset_before_response_started{remote_connection_failure...}``
+(older: ``{connection_failure,delayed_connect_error:_111}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..detectors import Detector, PendingSyns
+from ..events import PacketEvent
+from ..findings import Evidence, Finding, FlowRef, Severity
+from ..flows import Flow
+
+
+def _remediation(port: int) -> str:
+    return f"""\
+# Make the app listen on port {port} on all addresses (0.0.0.0 / ::, not 127.0.0.1: Istio's sidecar
+# connects to the pod IP), and let the pod report ready only when it does:
+spec:
+  containers:
+  - name: <app>
+    ports:
+    - containerPort: {port}
+    readinessProbe:
+      tcpSocket:
+        port: {port}
+      periodSeconds: 5
+# If the app restarts (kubectl get pod: RESTARTS), fix the crash or the liveness probe first; if the
+# Service targetPort points elsewhere, correct it."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    syn: PacketEvent
+
+
+class UpstreamRefused(Detector):
+    id = "upstream-refused"
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._pending = PendingSyns(ttl_s=30.0)
+
+    def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        if ev.iface != "lo":
+            return ()  # the sidecar -> app leg only exists on the pod's loopback
+        if ev.is_syn:
+            self._pending.add(PendingSyns.key_of_syn(ev), _Attempt(ev))
+            return ()
+        key = PendingSyns.key_of_answer(ev)
+        attempt = self._pending.get(key)
+        if attempt is None:
+            return ()
+        self._pending.pop(key)
+        if not ev.is_rst:
+            return ()
+        syn = attempt.syn
+        return (Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"Nothing listens on {syn.dst_endpoint}: the sidecar's connection to the app was refused",
+            flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
+            evidence=(Evidence.of(syn, "SYN from the sidecar"), Evidence.of(ev, "RST: connection refused")),
+            envoy_flags=("UF",),
+            explanation=(
+                f"The sidecar ({syn.src_endpoint}) opened a connection to the app at {syn.dst_endpoint} and the "
+                f"pod's kernel answered the SYN with RST after {1000 * (ev.ts - syn.ts):.1f} ms: no socket "
+                f"listens there (RFC 9293 section 3.10.7.1). Envoy answers the caller 503 with response flag UF "
+                f"and details upstream_reset_before_response_started{{remote_connection_failure}} "
+                f"(\"delayed connect error: 111\", Connection refused). Typical causes: the app is restarting, "
+                f"listens on another port, or binds 127.0.0.1 only while the sidecar dials the pod IP."),
+            remediation=_remediation(syn.dport),
+            pod=self.ctx.pod,
+            ts=ev.ts,
+            details={"response_code_details": "upstream_reset_before_response_started{remote_connection_failure}"},
+        ),)
+
+    def on_tick(self, now: float) -> Iterable[Finding]:
+        self._pending.expire(now)
+        return ()

@@ -1,0 +1,72 @@
+import pytest
+
+from kubectl_meshdoctor.events import HttpStart, PacketEvent, TcpFlags
+from kubectl_meshdoctor.findings import Severity
+from kubectl_meshdoctor.plugins.http_framing import framing_violations
+from kubectl_meshdoctor.sources.http1 import parse_http_start
+
+from ..helpers import A, P, Wire, run
+
+SIDECAR, APP = "127.0.0.6:45000", "198.18.5.2:5000"
+
+
+def response(head: str) -> HttpStart:
+    msg = parse_http_start(head.encode("latin-1") + b"\r\n\r\n")
+    assert msg is not None
+    return msg
+
+
+@pytest.mark.parametrize("head, needle", [
+    ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: Chunked", "more than one Transfer-Encoding"),
+    ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\ntransfer-encoding: chunked", "more than one Transfer-Encoding"),
+    ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5", "together with Content-Length"),
+    ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6", "conflicting Content-Length"),
+    ("HTTP/1.1 200 OK\r\nContent-Length: 5, 6", "conflicting Content-Length"),
+    ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip", "chunked is not the final"),
+    ("HTTP/1.1 200 OK\r\nX-Bad : 1\r\nContent-Length: 0", "invalid header name bytes"),
+])
+def test_rejected_framings(head, needle):
+    problems = framing_violations(response(head))
+    assert any(needle in p for p in problems), problems
+
+
+@pytest.mark.parametrize("head", [
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked",
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked",
+    "HTTP/1.1 200 OK\r\nContent-Length: 12",
+    "HTTP/1.1 200 OK\r\nContent-Length: 12\r\nContent-Length: 12",
+    "HTTP/1.1 204 No Content",
+])
+def test_valid_framings(head):
+    assert framing_violations(response(head)) == []
+
+
+def framed_wire(head: str, iface: str = "lo") -> Wire:
+    w = Wire(iface=iface)
+    w.handshake(SIDECAR, APP)
+    w.pkt(SIDECAR, APP, P | A, 1001, 5001, payload_len=60)
+    ev = w.pkt(APP, SIDECAR, P | A, 5001, 1061, payload_len=len(head) + 4)
+    w.events[-1] = PacketEvent(ev.ts, ev.iface, ev.source, ev.frame, ev.src, ev.sport, ev.dst, ev.dport,
+                               TcpFlags(ev.flags), ev.seq, ev.ack, ev.payload_len, response(head))
+    return w
+
+
+def test_duplicate_te_response_on_lo_is_upe_with_the_frame():
+    w = framed_wire("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: Chunked")
+    (f,) = run(w.events, only=["http-framing"])
+    assert f.severity is Severity.ERROR and f.envoy_flags == ("UPE",)
+    assert [e.frame for e in f.evidence] == [5]
+    assert "Transfer-Encoding: chunked; Transfer-Encoding: Chunked" in f.evidence[0].what
+    assert (f.flow.client, f.flow.server, f.flow.iface) == (SIDECAR, APP, "lo")
+    assert "RFC 9112" in f.explanation
+
+
+def test_sensitive_values_are_redacted_in_evidence():
+    w = framed_wire("HTTP/1.1 200 OK\r\nSet-Cookie : session=s3cret\r\nContent-Length: 0")
+    (f,) = run(w.events, only=["http-framing"])
+    assert "s3cret" not in f.evidence[0].what and "<redacted>" in f.evidence[0].what
+
+
+def test_requests_and_eth0_are_not_judged():
+    assert run(framed_wire("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2", iface="eth0").events,
+               only=["http-framing"]) == []

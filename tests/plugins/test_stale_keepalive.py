@@ -1,0 +1,68 @@
+from kubectl_meshdoctor.findings import Severity
+
+from ..helpers import A, F, P, R, Wire, run
+
+SIDECAR, APP = "127.0.0.6:45000", "198.18.4.2:5000"
+
+
+def pooled(w: Wire) -> None:
+    w.handshake(SIDECAR, APP)
+    w.pkt(SIDECAR, APP, P | A, 1001, 5001, payload_len=80)
+    w.pkt(APP, SIDECAR, P | A, 5001, 1081, payload_len=120)
+    w.pkt(SIDECAR, APP, A, 1081, 5121)
+
+
+def test_request_after_the_apps_fin_answered_by_rst_is_uc():
+    w = Wire(iface="lo")
+    pooled(w)
+    w.pkt(APP, SIDECAR, F | A, 5121, 1081, dt=0.5)  # frame 7: idle close
+    w.pkt(SIDECAR, APP, A, 1081, 5122)
+    w.pkt(SIDECAR, APP, P | A, 1081, 5122, payload_len=80, dt=0.5)  # frame 9: reuse of the pooled connection
+    w.pkt(APP, SIDECAR, R, 5122, 0)  # frame 10
+    (f,) = run(w.events, only=["stale-keepalive"])
+    assert f.severity is Severity.ERROR and f.envoy_flags == ("UC",)
+    assert [e.frame for e in f.evidence] == [7, 9, 10]
+    assert (f.flow.client, f.flow.server) == (SIDECAR, APP)
+    assert "idleTimeout" in f.remediation
+    assert f.details["request_after_fin_ms"] > 0
+
+
+def test_fin_and_request_in_the_same_millisecond_is_the_same_race():
+    w = Wire(iface="lo")
+    pooled(w)
+    w.pkt(SIDECAR, APP, P | A, 1081, 5121, payload_len=80, dt=1.0)
+    w.pkt(APP, SIDECAR, F | A, 5121, 1081, dt=0.0004)
+    w.pkt(APP, SIDECAR, R, 5122, 0, dt=0.0001)
+    (f,) = run(w.events, only=["stale-keepalive"])
+    assert "before (crossing)" in f.evidence[1].what
+
+
+def test_normal_fin_close_with_no_request_after_it_is_fine():
+    w = Wire(iface="lo")
+    pooled(w)
+    w.pkt(APP, SIDECAR, F | A, 5121, 1081, dt=0.5)
+    w.pkt(SIDECAR, APP, F | A, 1081, 5122)
+    w.pkt(APP, SIDECAR, A, 5122, 1082)
+    assert run(w.events, only=["stale-keepalive"]) == []
+
+
+def test_reset_without_a_fin_before_is_not_this_race():
+    w = Wire(iface="lo")
+    pooled(w)
+    w.pkt(SIDECAR, APP, P | A, 1081, 5121, payload_len=80, dt=1.0)
+    w.pkt(APP, SIDECAR, R, 5121, 0)
+    assert run(w.events, only=["stale-keepalive"]) == []
+
+
+def test_out_of_order_interfaces_do_not_mix():
+    """eth0 packets interleaved between the lo frames (two capture streams) change nothing."""
+    w = Wire(iface="lo")
+    e = Wire(iface="eth0")
+    pooled(w)
+    w.pkt(APP, SIDECAR, F | A, 5121, 1081, dt=0.5)
+    e.pkt("198.18.4.1:39000", "198.18.4.2:5000", P | A, 1, 1, payload_len=80)
+    w.pkt(SIDECAR, APP, P | A, 1081, 5122, payload_len=80, dt=0.5)
+    w.pkt(APP, SIDECAR, R, 5122, 0)
+    merged = w.events[:7] + e.events + w.events[7:]
+    (f,) = run(merged, only=["stale-keepalive"])
+    assert f.flow.iface == "lo"

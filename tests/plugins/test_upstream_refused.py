@@ -1,0 +1,27 @@
+from kubectl_meshdoctor.findings import Severity
+
+from ..helpers import A, R, S, Wire, run
+
+SIDECAR, APP = "127.0.0.6:41234", "198.18.3.2:5000"
+
+
+def test_syn_answered_by_rst_on_lo_is_uf():
+    w = Wire(iface="lo")
+    w.pkt(SIDECAR, APP, S, 100)
+    w.pkt(APP, SIDECAR, R | A, 0, 101)
+    (f,) = run(w.events, only=["upstream-refused"])
+    assert f.severity is Severity.ERROR and f.envoy_flags == ("UF",)
+    assert (f.flow.client, f.flow.server, f.flow.iface) == (SIDECAR, APP, "lo")
+    assert [e.frame for e in f.evidence] == [1, 2]
+    assert "containerPort: 5000" in f.remediation
+
+
+def test_accepted_connection_and_eth0_resets_are_not_refusals():
+    w = Wire(iface="lo")
+    w.handshake(SIDECAR, APP)
+    w.pkt(APP, SIDECAR, R | A, 5001, 1001)  # a reset later in the life of a connection
+    assert run(w.events, only=["upstream-refused"]) == []
+    e = Wire(iface="eth0")
+    e.pkt("198.18.3.1:40000", "198.18.3.2:15021", S, 1)
+    e.pkt("198.18.3.2:15021", "198.18.3.1:40000", R | A, 0, 2)
+    assert run(e.events, only=["upstream-refused"]) == []
