@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -10,7 +11,8 @@ from pathlib import Path
 
 from .pipeline import Pipeline
 from .report import Report
-from .sources.tshark import read_file
+from .sources.merge import merge_by_time
+from .sources.tshark import ReadResult, read_file
 
 # pcap (both byte orders, micro- and nanosecond), pcapng section header block.
 _MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1", b"\x0a\x0d\x0d\x0a")
@@ -26,15 +28,23 @@ class CaptureArg:
 
     path: str
     iface: str
+    explicit: bool = False  # the user named the interface: it applies to every packet of the file
 
     @classmethod
     def parse(cls, arg: str) -> "CaptureArg":
-        path, iface = arg, ""
         if ":" in arg and not os.path.exists(arg):
             head, _, tail = arg.rpartition(":")
             if head and re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", tail):
-                path, iface = head, tail
-        return cls(path, iface or Path(path).name.split(".")[0] or "unknown")
+                return cls(head, tail, explicit=True)
+        return cls(arg, iface_from_name(arg))
+
+
+def iface_from_name(path: str) -> str:
+    """The interface a file name suggests: ``lo.pcap`` -> lo, ``reviews-eth0.pcap`` -> eth0 (the names
+    ``watch --write-pcap`` gives), otherwise the stem itself."""
+    stem = Path(path).name.split(".")[0] or "unknown"
+    last = re.split(r"[-_]", stem)[-1]
+    return last if re.fullmatch(r"lo|any|eth\d+|net\d+|en[a-z0-9]+|veth\w*", last) else stem
 
 
 def check_capture(path: str) -> None:
@@ -63,13 +73,20 @@ def complete_frames(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+async def _reader(a: CaptureArg, on_event) -> ReadResult:
+    return await read_file(a.path, a.path, a.iface, on_event, force_iface=a.explicit)
+
+
 async def analyze(args: list[CaptureArg], pipeline: Pipeline) -> Report:
     """Run every capture through ``pipeline`` and build the report. Raises InputError for unreadable input."""
     for a in args:
         check_capture(a.path)
     problems: list[dict] = []
-    for a in args:
-        result = await read_file(a.path, a.path, a.iface, pipeline.feed)
+    readers = [functools.partial(_reader, a) for a in args]
+    results = await merge_by_time(readers, pipeline.feed)
+    for a, result in zip(args, results):
+        if isinstance(result, BaseException):
+            raise result
         if result.cut_short:
             whole = complete_frames(a.path)
             last = whole if whole is not None else result.last_frame

@@ -57,8 +57,29 @@ def _flags(hexstr: str) -> TcpFlags:
     return TcpFlags(int(hexstr, 16) & 0x3F)
 
 
-def packet_to_event(layers, source: str, default_iface: str) -> PacketEvent | None:
-    """Normalize one pyshark EK packet; None for packets without TCP over IPv4/IPv6."""
+ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
+
+
+def _iface_of(layers, frame: dict, default_iface: str) -> str:
+    """The interface a packet was captured on: the pcapng interface name, else from a Linux cooked header
+    (``tcpdump -i any``, ksniff): lo by its hardware type (772) or interface index 1 (lo is always index 1 in
+    a network namespace), any other device of a pod being its ``eth0``; else ``default_iface``."""
+    name = frame.get("frame_frame_interface_name")
+    if name and name != "any":
+        return name
+    sll = getattr(layers, "sll", None)
+    if sll is not None:
+        d = sll._fields_dict
+        if d.get("sll_sll_hatype") == ARPHRD_LOOPBACK or d.get("sll_sll_ifindex") == "1":
+            return "lo"
+        return "eth0"
+    return default_iface
+
+
+def packet_to_event(layers, source: str, default_iface: str, force_iface: bool = False) -> PacketEvent | None:
+    """Normalize one pyshark EK packet; None for packets without TCP over IPv4/IPv6.
+
+    ``force_iface`` puts every packet on ``default_iface`` (the user said ``FILE:IFACE``)."""
     # pyshark's public get_field() walks prefixes and casts per call; the raw EK dict is the same data, cheaper.
     frame = layers.frame_info._fields_dict
     try:
@@ -75,7 +96,7 @@ def packet_to_event(layers, source: str, default_iface: str) -> PacketEvent | No
             return None
         ipd = ipv6._fields_dict
         src, dst = ipd["ipv6_ipv6_src"], ipd["ipv6_ipv6_dst"]
-    iface = frame.get("frame_frame_interface_name") or default_iface
+    iface = default_iface if force_iface else _iface_of(layers, frame, default_iface)
     payload_len = int(tcp.get("tcp_tcp_len", 0))
     http: HttpStart | None = None
     if payload_len:
@@ -99,11 +120,13 @@ def packet_to_event(layers, source: str, default_iface: str) -> PacketEvent | No
     )
 
 
-async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None]) -> ReadResult:
+async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
+                      force_iface: bool = False) -> ReadResult:
     """Read pcap/pcapng bytes from ``fd`` until EOF, calling ``on_event`` for each TCP packet in order.
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
-    ``pod/iface``); ``iface`` is used when the capture does not name the interface itself.
+    ``pod/iface``); ``iface`` is used when the capture does not name the interface itself, or always with
+    ``force_iface``.
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
     capture = _EkPipeCapture(fd, display_filter=DISPLAY_FILTER, custom_parameters=list(TSHARK_ARGS))
@@ -112,7 +135,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
 
     def handle(pkt) -> None:
         nonlocal count, last
-        ev = packet_to_event(pkt, source, iface)
+        ev = packet_to_event(pkt, source, iface, force_iface)
         if ev is not None:
             count += 1
             last = ev.frame
@@ -136,6 +159,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     return ReadResult(count, last, cut, error if error and "Running as user" not in error else None)
 
 
-async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None]) -> ReadResult:
+async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],
+                    force_iface: bool = False) -> ReadResult:
     """``read_stream`` over a capture file. Raises OSError when it cannot be opened."""
-    return await read_stream(os.open(path, os.O_RDONLY), source, iface, on_event)
+    return await read_stream(os.open(path, os.O_RDONLY), source, iface, on_event, force_iface)

@@ -1,0 +1,128 @@
+"""`analyze` on the captures people really have: pcapng with interface blocks, `tcpdump -i any` (Linux cooked
+v2 and v1, as ksniff writes), and lo and eth0 as separate files; all recorded from the lab's collision pod at
+the same time, so all must tell the same story."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kubectl_meshdoctor.lab import lab
+from kubectl_meshdoctor.lab.scenarios import challenge_ack_count
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    name = f"mdtest-f{secrets.token_hex(2)}"
+    out = tmp_path_factory.mktemp("formats")
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("collision",), period=1.5)
+    try:
+        netns = state.pod("collision").netns
+        run = ["ip", "netns", "exec", netns]
+        commands = {
+            "lo.pcap": ["tcpdump", "-i", "lo", "-n", "-U", "--immediate-mode", "-w", str(out / "lo.pcap"), "tcp"],
+            "eth0.pcap": ["tcpdump", "-i", "eth0", "-n", "-U", "--immediate-mode", "-w", str(out / "eth0.pcap"),
+                          "tcp"],
+            "any-sll2.pcap": ["tcpdump", "-i", "any", "-n", "-U", "--immediate-mode", "-w",
+                              str(out / "any-sll2.pcap"), "tcp"],
+            "any-sll1.pcap": ["tcpdump", "-i", "any", "-y", "LINUX_SLL", "-n", "-U", "--immediate-mode", "-w",
+                              str(out / "any-sll1.pcap"), "tcp"],
+            "both.pcapng": ["dumpcap", "-f", "tcp", "-i", "lo", "-i", "eth0", "-w", str(out / "both.pcapng")],
+        }
+        procs = [subprocess.Popen(run + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for cmd in commands.values()]
+        try:
+            deadline = time.monotonic() + 20
+            for p in procs:  # "listening on" (tcpdump) / "Capturing on" (dumpcap): the interfaces are open
+                line = ""
+                while "listening on" not in line and "Capturing on" not in line:
+                    assert time.monotonic() < deadline and p.poll() is None, "capture did not start"
+                    line = p.stderr.readline()
+            ready_ts = time.time()
+            # Two collision rounds while all capture: the first is compared, the second gives every capturer
+            # time to write the first out (dumpcap has no immediate mode and loses what it holds at SIGINT).
+            first_seen_ts = None
+            before = challenge_ack_count(netns)
+            while challenge_ack_count(netns) < before + 2:
+                if first_seen_ts is None and challenge_ack_count(netns) > before:
+                    first_seen_ts = time.time()
+                assert time.monotonic() < deadline + 30, "no two challenge ACKs in the lab"
+                time.sleep(0.05)
+            first_seen_ts = first_seen_ts or time.time()
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGINT)
+            for p in procs:
+                p.wait(timeout=20)
+    finally:
+        lab.down(state.state_dir)
+    return out, state.pod("collision"), (ready_ts, first_seen_ts)
+
+
+def analyze(*files: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *files, "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def collision_flows(report: dict, window: tuple[float, float] = (0.0, float("inf"))) -> set[tuple[str, str, str]]:
+    """Collisions whose SYN came within ``window`` (seconds since the epoch), when every capture ran."""
+    return {(f["flow"]["client"], f["flow"]["server"], f["flow"]["iface"]) for f in report["findings"]
+            if f["detector"] == "tuple-collision" and f["severity"] == "error"
+            and window[0] <= f["evidence"][0]["ts"] <= window[1]}
+
+
+def test_separate_files_are_the_reference(recordings):
+    out, pod, window = recordings
+    report = analyze(str(out / "lo.pcap"), str(out / "eth0.pcap"))
+    flows = collision_flows(report, window)
+    assert flows and all(server == f"{pod.pod_ip}:5002" and iface == "eth0" for _, server, iface in flows)
+    assert set(report["stats"]["interfaces"]) == {"lo", "eth0"}
+
+
+def packets_by_iface(path, iface="unknown", force=False) -> dict[tuple, str]:
+    """(src, sport, dst, dport, seq, ack, flags) -> the interface our reader attributes the packet to."""
+    import asyncio
+
+    from kubectl_meshdoctor.sources.tshark import read_file
+
+    seen: dict[tuple, str] = {}
+
+    def keep(ev):
+        seen[(ev.src, ev.sport, ev.dst, ev.dport, ev.seq, ev.ack, int(ev.flags))] = ev.iface
+
+    asyncio.run(read_file(str(path), str(path), iface, keep, force_iface=force))
+    return seen
+
+
+@pytest.mark.parametrize("name", ["any-sll2.pcap", "any-sll1.pcap", "both.pcapng"])
+def test_mixed_captures_attribute_lo_and_eth0(recordings, name):
+    out, _, window = recordings
+    truth = packets_by_iface(out / "lo.pcap", "lo", True) | packets_by_iface(out / "eth0.pcap", "eth0", True)
+    mixed = packets_by_iface(out / name)
+    common = set(truth) & set(mixed)
+    # The captures ran side by side and may start or stop a few packets apart; what both saw must agree.
+    for iface in ("lo", "eth0"):
+        assert sum(1 for k in common if truth[k] == iface) >= 5, (name, iface, len(common))
+    wrong = {k: (mixed[k], truth[k]) for k in common if mixed[k] != truth[k]}
+    assert wrong == {}
+    reference = analyze(str(out / "lo.pcap"), str(out / "eth0.pcap"))
+    assert collision_flows(analyze(str(out / name)), window) == collision_flows(reference, window) != set()
+
+
+def test_two_files_are_merged_by_time(recordings):
+    """lo and eth0 given together come out in time order: the report's first finding is the earliest."""
+    out, _, _ = recordings
+    report = analyze(str(out / "eth0.pcap"), str(out / "lo.pcap"))
+    assert report["stats"]["duration_s"] > 0
+    times = [e["ts"] for f in report["findings"] for e in f["evidence"][:1]]
+    assert times == sorted(times)

@@ -1,0 +1,57 @@
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubectl_meshdoctor.analyze import CaptureArg, iface_from_name
+from kubectl_meshdoctor.sources.merge import merge_by_time
+
+from ..helpers import S, Wire
+
+
+def reader(events, pause_every=3):
+    async def read(push):
+        for i, ev in enumerate(events):
+            push(ev)
+            if i % pause_every == 0:
+                await asyncio.sleep(0)  # let the other reader run, as tshark output arrives in bursts
+        return len(events)
+    return read
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(0, 100, allow_nan=False), max_size=40), min_size=1, max_size=4),
+       st.integers(1, 5))
+def test_merged_output_is_time_ordered_and_complete(times_per_stream, pause_every):
+    streams = []
+    for n, times in enumerate(times_per_stream):
+        w = Wire(iface=f"if{n}", t0=0.0)
+        for t in sorted(times):
+            w.t = t
+            w.pkt("198.18.0.1:1", "198.18.0.2:2", S, dt=0.0)
+        streams.append(w.events)
+    out = []
+    results = asyncio.run(merge_by_time([reader(s, pause_every) for s in streams], out.append))
+    assert results == [len(s) for s in streams]
+    assert [e.ts for e in out] == sorted(e.ts for s in streams for e in s)
+    assert sorted(map(id, out)) == sorted(id(e) for s in streams for e in s)
+
+
+def test_a_failing_reader_is_returned_and_the_rest_still_delivered():
+    w = Wire()
+    w.pkt("198.18.0.1:1", "198.18.0.2:2", S)
+
+    async def broken(push):
+        raise RuntimeError("tshark crashed")
+
+    out = []
+    results = asyncio.run(merge_by_time([broken, reader(w.events)], out.append))
+    assert isinstance(results[0], RuntimeError) and results[1] == 1 and len(out) == 1
+
+
+def test_interface_from_file_names_and_arguments():
+    assert iface_from_name("lo.pcap") == "lo"
+    assert iface_from_name("/tmp/reviews-v1-eth0.pcap") == "eth0"
+    assert iface_from_name("capture.pcapng") == "capture"
+    assert CaptureArg.parse("x.pcap:eth0") == CaptureArg("x.pcap", "eth0", explicit=True)
+    assert CaptureArg.parse("lo.pcap") == CaptureArg("lo.pcap", "lo", explicit=False)
