@@ -58,6 +58,7 @@ class Finding:
     flow: FlowRef
     evidence: tuple[Evidence, ...]
     envoy_flags: tuple[str, ...] = ()
+    response_code_details: str = ""  # Envoy's %RESPONSE_CODE_DETAILS% for the requests this explains
     explanation: str = ""
     remediation: str = ""
     pod: str | None = None

@@ -91,7 +91,7 @@ class HttpFraming(Detector):
             remediation=_REMEDIATION,
             pod=self.ctx.pod,
             ts=ev.ts,
-            details={"violations": problems,
-                     "response_code_details": "upstream_reset_before_response_started{protocol_error}"},
+            response_code_details="upstream_reset_before_response_started{protocol_error}",
+            details={"violations": problems},
         ),)
 

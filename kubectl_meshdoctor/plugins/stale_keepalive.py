@@ -97,6 +97,6 @@ class StaleKeepalive(Detector):
             remediation=_REMEDIATION,
             pod=self.ctx.pod,
             ts=rst.ts,
-            details={"request_after_fin_ms": round((req.ts - fin.ts) * 1000, 3),
-                     "response_code_details": "upstream_reset_before_response_started{connection_termination}"},
+            response_code_details="upstream_reset_before_response_started{connection_termination}",
+            details={"request_after_fin_ms": round((req.ts - fin.ts) * 1000, 3)},
         ),)

@@ -112,6 +112,7 @@ class SynTimeout(Detector):
             evidence=(Evidence.of(syn, "SYN"),
                       Evidence.of(last, f"SYN retransmission {n}, {waited:.3f} s after the first, no answer")),
             envoy_flags=("UF", "URX"),
+            response_code_details="upstream_reset_before_response_started{connection_timeout}",
             explanation=(
                 f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and got no SYN-ACK, RST or ICMP; the kernel "
                 f"retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s (RFC 6298 section 5 backoff). "

@@ -124,7 +124,8 @@ class TupleCollision(Detector):
         return out
 
     def _finding(self, pending: _PendingSyn, severity: Severity, title: str, evidence: list[Evidence],
-                 flags: tuple[str, ...], explanation: str, ts: float) -> Finding:
+                 flags: tuple[str, ...], explanation: str, ts: float,
+                 details: str = "upstream_reset_before_response_started{remote_connection_failure}") -> Finding:
         syn = pending.syn
         return Finding(
             detector=self.id,
@@ -133,6 +134,7 @@ class TupleCollision(Detector):
             flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
             evidence=tuple(evidence),
             envoy_flags=flags,
+            response_code_details=details,
             explanation=explanation,
             remediation=_remediation(syn.dport),
             pod=self.ctx.pod,
@@ -174,7 +176,7 @@ class TupleCollision(Detector):
             f"{syn.src_endpoint} holds {self._peer_text(pending)}; Istio REDIRECTs both ports to the same listener, "
             f"so the new SYN maps onto an existing four-tuple (conntrack clash) and is dropped; the client "
             f"retransmits. Envoy on the calling side logs UF/URX; callers see connect stalls of 1 s and more.",
-            retrans.ts,
+            retrans.ts, "upstream_reset_before_response_started{connection_timeout}",
         )
 
     def _exposure(self, pending: _PendingSyn, synack: PacketEvent) -> Finding:

@@ -78,7 +78,7 @@ class UpstreamRefused(Detector):
             remediation=_remediation(syn.dport),
             pod=self.ctx.pod,
             ts=ev.ts,
-            details={"response_code_details": "upstream_reset_before_response_started{remote_connection_failure}"},
+            response_code_details="upstream_reset_before_response_started{remote_connection_failure}",
         ),)
 
     def on_tick(self, now: float) -> Iterable[Finding]:

@@ -67,6 +67,8 @@ def render_text(report: Report) -> str:
         pod = f" pod/{f.pod}" if f.pod else ""
         lines.append(f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {f.title}")
         lines.append(f"  flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}")
+        if f.response_code_details:
+            lines.append(f"  envoy: {f.response_code_details}")
         for e in f.evidence:
             lines.append(f"  evidence: {e.source} frame {e.frame}: {e.what}")
         if f.explanation:

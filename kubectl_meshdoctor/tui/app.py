@@ -47,6 +47,8 @@ def finding_detail(f: Finding) -> str:
     """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets)."""
     lines = [f"{f.severity.value.upper()}  {f.detector}  Envoy flags: {', '.join(f.envoy_flags) or '-'}",
              f.title, "", f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"]
+    if f.response_code_details:
+        lines.append(f"envoy details: {f.response_code_details}")
     if f.pod:
         lines.append(f"pod: {f.pod}")
     lines.append("evidence:")
