@@ -66,7 +66,7 @@ def _kube_flags(p: argparse.ArgumentParser) -> None:
 
 def _output_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=sorted(RENDERERS), default="text",
-                   help="report format (default text); json is the stable schema of the docs")
+                   help="report format (default text); json is the stable schema, markdown for tickets")
 
 
 def _positive(text: str) -> float:

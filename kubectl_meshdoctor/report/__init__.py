@@ -79,4 +79,36 @@ def render_text(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS = {"json": render_json, "text": render_text}
+def render_markdown(report: Report) -> str:
+    """A report to paste into an incident ticket: a summary table, then one section per finding."""
+    st = report.stats
+    ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
+    out = [f"# kubectl-meshdoctor report", "",
+           f"{st.packets} packets ({ifaces}), {st.flows_seen} flows, {st.duration_s:.1f} s.", ""]
+    for p in report.problems:
+        out.append(f"> **problem** {p['where']}: {p['what']}")
+    if report.problems:
+        out.append("")
+    findings = sorted(report.findings, key=lambda f: (-f.severity.rank, f.ts))
+    if not findings:
+        out.append("No findings.")
+        return "\n".join(out) + "\n"
+    out += ["| severity | detector | Envoy flags | flow | finding |", "|---|---|---|---|---|"]
+    for f in findings:
+        title = f.title.replace("|", "\\|")
+        out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | "
+                   f"{f.flow.client} -> {f.flow.server} ({f.flow.iface}) | {title} |")
+    for n, f in enumerate(findings, 1):
+        out += ["", f"## {n}. {f.severity.value}: {f.title}", "",
+                f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
+        if f.response_code_details:
+            out.append(f"- response_code_details: `{f.response_code_details}`")
+        if f.pod:
+            out.append(f"- pod: {f.pod}")
+        out += ["", "| source | frame | what |", "|---|---|---|"]
+        out += [f"| {e.source} | {e.frame} | {e.what} |" for e in f.evidence]
+        out += ["", f.explanation, "", "Fix:", "", "```yaml", f.remediation, "```"]
+    return "\n".join(out) + "\n"
+
+
+RENDERERS = {"json": render_json, "text": render_text, "markdown": render_markdown}

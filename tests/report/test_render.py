@@ -1,0 +1,40 @@
+"""Report sinks on a recorded lab capture: the JSON contract of DESIGN.md, and readable text and Markdown."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.analyze import CaptureArg, analyze
+from kubectl_meshdoctor.pipeline import Pipeline
+from kubectl_meshdoctor.report import render_json, render_markdown, render_text
+
+DATA = Path(__file__).parent.parent / "data"
+
+
+@pytest.fixture(scope="module")
+def report():
+    args = [CaptureArg.parse(str(DATA / "lab-collision-eth0.pcap")), CaptureArg.parse(str(DATA / "lab-collision-lo.pcap"))]
+    return asyncio.run(analyze(args, Pipeline.with_detectors()))
+
+
+def test_json_follows_the_design_contract(report):
+    d = json.loads(render_json(report))
+    assert d["tool"] == "kubectl-meshdoctor" and d["source"]["kind"] == "pcap" and len(d["source"]["files"]) == 2
+    assert d["stats"]["packets"] == 62 and d["stats"]["flows"] > 0 and d["stats"]["duration_s"] > 0
+    (f,) = d["findings"]
+    assert set(f) >= {"detector", "severity", "title", "envoy_flags", "flow", "evidence", "explanation",
+                      "remediation", "response_code_details"}
+    assert set(f["flow"]) == {"client", "server", "iface"}
+    assert set(f["evidence"][0]) == {"source", "iface", "frame", "ts", "what"}
+    assert isinstance(f["evidence"][0]["frame"], int) and isinstance(f["evidence"][0]["ts"], float)
+    assert report.exit_code() == 1
+
+
+def test_text_and_markdown_name_the_frames_and_the_fix(report):
+    text = render_text(report)
+    assert "ERROR tuple-collision [UF,URX]" in text and "frame 20: challenge ACK" in text
+    md = render_markdown(report)
+    assert "| error | `tuple-collision` | UF,URX |" in md
+    assert "| 20 | challenge ACK" in md and "```yaml" in md and "excludeInboundPorts" in md
