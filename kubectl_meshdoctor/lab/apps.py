@@ -1,10 +1,16 @@
 """The lab pod's applications: an HTTP/1.1 server (port 5000) and a TCP echo server (port 5002).
 
-Written on raw asyncio streams on purpose: later knobs make the HTTP app emit framing no library would
-(duplicate Transfer-Encoding, TE with Content-Length), close idle keep-alives, or listen on 127.0.0.1 only.
+Written on raw asyncio streams on purpose: knobs make the HTTP app emit framing no library would, close idle
+keep-alives, or listen on 127.0.0.1 only.
+
+HTTP paths (every app): `/chunked` answers with a valid chunked body, `/close` answers with Content-Length and
+`Connection: close` and then closes (FIN), anything else answers 200 with Content-Length only. With
+`--broken-framing` the paths in FRAMING_VARIANTS answer with that broken framing, and every other path rotates
+through them. Each response (status line, fields and body) is written with one send(), so the whole header
+block is in the first TCP segment. Events (idle closes, broken responses) are logged to stdout.
 
 Run in a pod namespace:
-    python -m kubectl_meshdoctor.lab.apps http [--port 5000] [--bind 0.0.0.0]
+    python -m kubectl_meshdoctor.lab.apps http [--port 5000] [--bind 0.0.0.0] [--idle-timeout S] [--broken-framing]
     python -m kubectl_meshdoctor.lab.apps tcp-echo [--port 5002] [--bind 0.0.0.0]
 """
 
@@ -12,13 +18,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import sys
+import time
 from dataclasses import dataclass
 
 HTTP_PORT = 5000
 ECHO_PORT = 5002
 _MAX_HEAD = 65536  # bytes of request line + headers we accept
 _CHUNK = 65536
+
+_BROKEN_BODY = b"hello"
+# Path -> response head fields whose framing Envoy's HTTP/1 codec rejects (RFC 9112 section 6.3 / 5.1).
+FRAMING_VARIANTS: dict[str, tuple[str, ...]] = {
+    "/dup-te": ("Transfer-Encoding: chunked", "Transfer-Encoding: Chunked"),
+    "/te-cl": ("Transfer-Encoding: chunked", f"Content-Length: {len(_BROKEN_BODY)}"),
+    "/cl-conflict": (f"Content-Length: {len(_BROKEN_BODY)}", f"Content-Length: {len(_BROKEN_BODY) + 1}"),
+    "/te-not-last": ("Transfer-Encoding: chunked, gzip",),
+    "/bad-header-name": ("X-Bad : 1", f"Content-Length: {len(_BROKEN_BODY)}"),
+}
+CHUNKED_BODY = b"hello from a chunked body\n"
+
+
+def _log(message: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
 
 
 class BadRequest(Exception):
@@ -70,13 +93,16 @@ class HttpAppConfig:
     bind: str = "0.0.0.0"
     port: int = HTTP_PORT
     body: bytes = b"ok from meshdoctor lab\n"
+    idle_timeout: float | None = None  # seconds a keep-alive connection may sit idle before we close it
+    broken_framing: bool = False  # serve FRAMING_VARIANTS
 
 
 class HttpApp:
-    """A keep-alive HTTP/1.1 server answering every request `200` with a Content-Length body."""
+    """A keep-alive HTTP/1.1 server (200 with a Content-Length body unless a path or knob says otherwise)."""
 
     def __init__(self, config: HttpAppConfig) -> None:
         self._config = config
+        self._rotation = itertools.cycle(FRAMING_VARIANTS)
 
     async def serve_forever(self) -> None:
         """Listen until cancelled; raises OSError when the port cannot be bound."""
@@ -87,12 +113,16 @@ class HttpApp:
             await server.serve_forever()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
         try:
             while True:
                 try:
-                    head = await reader.readuntil(b"\r\n\r\n")
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._config.idle_timeout)
                 except asyncio.IncompleteReadError:
                     break  # downstream closed between requests
+                except asyncio.TimeoutError:
+                    _log(f"idle close {peer[0]}:{peer[1]} after {self._config.idle_timeout:g} s")
+                    break
                 try:
                     request = parse_head(head)
                     await _discard_body(reader, request)
@@ -100,26 +130,50 @@ class HttpApp:
                     writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                     await writer.drain()
                     break
-                writer.write(self._response(request))
+                response, keep_open = self._response(request)
+                writer.write(response)  # one send(): the transport writes at once when its buffer is empty
                 await writer.drain()
-                if not request.keep_alive:
+                if not (request.keep_alive and keep_open):
                     break
         except (ConnectionError, OSError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
 
-    def _response(self, request: HttpRequest) -> bytes:
+    def _response(self, request: HttpRequest) -> tuple[bytes, bool]:
+        """(response bytes, keep the connection open afterwards)."""
+        path = request.target.split("?", 1)[0]
+        if self._config.broken_framing:
+            variant = path if path in FRAMING_VARIANTS else next(self._rotation)
+            _log(f"broken framing {variant} for {request.method} {request.target}")
+            return self._broken(variant), variant != "/te-not-last"
+        if path == "/chunked":
+            size = f"{len(CHUNKED_BODY):x}".encode()
+            body = size + b"\r\n" + CHUNKED_BODY + b"\r\n0\r\n\r\n"
+            return self._head(request, ("Transfer-Encoding: chunked",)) + body, True
+        close = path == "/close"
         body = b"" if request.method == "HEAD" else self._config.body
-        connection = "keep-alive" if request.keep_alive else "close"
-        head = (
-            "HTTP/1.1 200 OK\r\n"
-            "Content-Type: text/plain\r\n"
-            f"Content-Length: {len(self._config.body)}\r\n"
-            f"Connection: {connection}\r\n"
-            "\r\n"
-        )
-        return head.encode("latin-1") + body
+        fields = (f"Content-Length: {len(self._config.body)}",) + (("Connection: close",) if close else ())
+        return self._head(request, fields) + body, not close
+
+    @staticmethod
+    def _head(request: HttpRequest, fields: tuple[str, ...]) -> bytes:
+        if not request.keep_alive and "Connection: close" not in fields:
+            fields += ("Connection: close",)
+        lines = ("HTTP/1.1 200 OK", "Content-Type: text/plain", *fields)
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    @staticmethod
+    def _broken(variant: str) -> bytes:
+        fields = FRAMING_VARIANTS[variant]
+        if any("chunked" in f for f in fields):
+            body = f"{len(_BROKEN_BODY):x}\r\n".encode() + _BROKEN_BODY + b"\r\n0\r\n\r\n"
+        else:
+            body = _BROKEN_BODY + b"!"  # one byte more than the smaller Content-Length
+        if variant == "/bad-header-name":
+            body = _BROKEN_BODY
+        lines = ("HTTP/1.1 200 OK", "Content-Type: text/plain", *fields)
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 async def _discard_body(reader: asyncio.StreamReader, request: HttpRequest) -> None:
@@ -172,9 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("app", choices=("http", "tcp-echo"))
     parser.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 = unreachable via eth0)")
     parser.add_argument("--port", type=int, help="listen port (default 5000 for http, 5002 for tcp-echo)")
+    parser.add_argument("--idle-timeout", type=float, help="http: close keep-alive connections idle this long (s)")
+    parser.add_argument("--broken-framing", action="store_true", help="http: answer with broken framing")
     args = parser.parse_args(argv)
     if args.app == "http":
-        app: HttpApp | EchoApp = HttpApp(HttpAppConfig(bind=args.bind, port=args.port or HTTP_PORT))
+        app: HttpApp | EchoApp = HttpApp(HttpAppConfig(
+            bind=args.bind, port=args.port or HTTP_PORT, idle_timeout=args.idle_timeout,
+            broken_framing=args.broken_framing))
     else:
         app = EchoApp(EchoAppConfig(bind=args.bind, port=args.port or ECHO_PORT))
     try:

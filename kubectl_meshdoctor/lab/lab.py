@@ -30,6 +30,7 @@ from kubectl_meshdoctor.lab.scenarios import (
     DEFAULT_ROUNDS,
     DEFAULT_SECONDS,
     SCENARIOS,
+    SETUPS,
     RoundResult,
 )
 from kubectl_meshdoctor.lab.state import (
@@ -43,7 +44,8 @@ from kubectl_meshdoctor.lab.state import (
 )
 
 __all__ = [
-    "LabError", "LabState", "LabPod", "RoundResult", "default_state_dir", "up", "down", "status", "trigger_round",
+    "LabError", "LabState", "LabPod", "RoundResult", "access_log_path", "default_state_dir", "up", "down", "status",
+    "trigger_round",
 ]
 
 STATE_ROOT = Path("/run/kubectl-meshdoctor")
@@ -226,17 +228,15 @@ def _bring_up(
 ) -> LabState:
     for pod in state.pods:
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip)
-        for role, args in (
-            ("app-http", ["-m", "kubectl_meshdoctor.lab.apps", "http", "--port", str(HTTP_PORT)]),
-            ("app-tcp", ["-m", "kubectl_meshdoctor.lab.apps", "tcp-echo", "--port", str(ECHO_PORT)]),
-            ("sidecar", ["-m", "kubectl_meshdoctor.lab.sidecar", "--port", str(INBOUND_CAPTURE_PORT)]),
-        ):
+        (state.state_dir / pod.name).mkdir(exist_ok=True)
+        for role, args in _pod_processes(pod.scenario):
             state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, sys.executable, *args))
     for pod in state.pods:
-        wanted = {HTTP_PORT, ECHO_PORT, INBOUND_CAPTURE_PORT}
+        roles = [role for role, _ in _pod_processes(pod.scenario)]
+        wanted = {ECHO_PORT, INBOUND_CAPTURE_PORT} | ({HTTP_PORT} if "app-http" in roles else set())
         _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
-                  lambda pod=pod: wanted <= netns.listening_ports(pod.netns),
-                  watch=[f"{pod.name}/{role}" for role in ("app-http", "app-tcp", "sidecar")])
+                  lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
+                  watch=[f"{pod.name}/{role}" for role in roles])
     if drivers:
         for pod in state.pods:
             argv = netns.in_netns(pod.client_netns, *_driver_args(pod, pod.scenario, rounds=rounds,
@@ -251,6 +251,19 @@ def _bring_up(
         _wait_for(state, "test API server (kubeconfig)", ready_timeout, state.kubeconfig.exists,
                   watch=["apiserver"])
     return state
+
+
+def _pod_processes(scenario: str) -> list[tuple[str, list[str]]]:
+    """(role, python args) of the processes in a scenario's pod namespace; SETUPS holds the knobs."""
+    setup = SETUPS[scenario]
+    processes = []
+    if setup.app_http is not None:
+        processes.append(("app-http", ["-m", "kubectl_meshdoctor.lab.apps", "http", "--port", str(HTTP_PORT),
+                                       *setup.app_http]))
+    processes.append(("app-tcp", ["-m", "kubectl_meshdoctor.lab.apps", "tcp-echo", "--port", str(ECHO_PORT)]))
+    processes.append(("sidecar", ["-m", "kubectl_meshdoctor.lab.sidecar", "--port", str(INBOUND_CAPTURE_PORT),
+                                  "--http-ports", str(HTTP_PORT), *setup.sidecar]))
+    return processes
 
 
 def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, period: float) -> list[str]:
@@ -279,8 +292,22 @@ def _spawn(state: LabState, key: str, argv: list[str]) -> LabState:
     return state
 
 
+# Pod processes log where the test API server's log endpoint reads a container's log
+# (apiserver/containers.py log_path: state_dir/<pod>/<container>.log): the apps are container `app`, the
+# sidecar (whose stdout is its access log) is `istio-proxy`.
+_CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy"}
+
+
 def _log_path(state: LabState, key: str) -> Path:
+    pod, _, role = key.partition("/")
+    if role in _CONTAINER_OF_ROLE:
+        return state.state_dir / pod / f"{_CONTAINER_OF_ROLE[role]}.log"
     return state.state_dir / (key.replace("/", "-") + ".log")
+
+
+def access_log_path(state: LabState, pod: str) -> Path:
+    """The pod's sidecar access log (Istio TEXT format), as `kubectl logs <pod> -c istio-proxy` shows it."""
+    return state.state_dir / pod / "istio-proxy.log"
 
 
 def _wait_for(

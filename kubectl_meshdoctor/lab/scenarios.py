@@ -14,14 +14,35 @@ Scenarios:
   remap      the same port reuse without the flush: conntrack still knows the live connection, so NAT
              remaps the source port of the second one. Exposure, no failure, no challenge ACK.
   healthy    HTTP GETs on new connections (kernel-chosen ports) and TCP echo exchanges. No errors.
+  healthy-http
+             negative cases for the HTTP detectors: a Content-Length response and a valid chunked one on one
+             keep-alive, `/close` (the app answers `Connection: close` and FINs; no request follows on that
+             upstream connection), then 20 short connections. 200s only, no RST on lo.
+  framing    one GET per FRAMING_VARIANTS path, each on a new connection; the app answers with broken framing,
+             the sidecar resets the upstream connection (RST from 127.0.0.6) and answers 502 UPE.
+  stale-keepalive
+             GET 1 leaves a pooled upstream connection; the app closes it after STALE_IDLE_TIMEOUT (FIN from
+             :5000); once the sidecar's end is in CLOSE-WAIT, GET 2 on a new downstream connection is sent on
+             the stale upstream (the sidecar races the FIN): the app's kernel answers RST, the client gets 503 UC.
+  refused    nothing listens on :5000: the sidecar's SYN from 127.0.0.6 gets RST, the client gets 503 UF.
+  refused-localhost
+             the app listens on 127.0.0.1:5000 only; the sidecar dials pod_ip:5000: same RST, same 503 UF.
+  syn-drop   the pod drops SYNs to :5002 (raw PREROUTING) for SYN_DROP_SECONDS (2.5 s) while the client
+             connects: the client kernel retransmits the same SYN (same seq) after ~1 s (and ~2 s on kernels with
+             linear SYN timeouts); the retransmit at ~3 s passes, so the connect succeeds after ~3 s (it never
+             times out) and the echo works.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import http.client
 import json
+import os
 import random
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -29,11 +50,20 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-from kubectl_meshdoctor.lab.netns import CLIENT_FIXED_PORTS, in_netns
+from kubectl_meshdoctor.lab.apps import CHUNKED_BODY, ECHO_PORT, FRAMING_VARIANTS, HTTP_PORT
+from kubectl_meshdoctor.lab.netns import CLIENT_FIXED_PORTS, INBOUND_PASSTHROUGH_SOURCE, in_netns
 from kubectl_meshdoctor.lab.state import LabPod, LabPort
 
-SCENARIOS = ("collision", "remap", "healthy")
+SCENARIOS = (
+    "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
+    "syn-drop",
+)
+STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
+# Seconds the syn-drop rule stays. The client kernel retransmits a SYN after 1 s, then 3 s (classic exponential
+# backoff: 1, 3, 7 s) or, with net.ipv4.tcp_syn_linear_timeouts (default 4 since Linux 6.7), after 1, 2, 3, 4 s.
+# 2.5 s is half a second clear of both schedules: the SYN at ~3 s is the first to pass, under either.
+SYN_DROP_SECONDS = 2.5
+HEALTHY_SHORT_CONNECTIONS = 20
 DEFAULT_ROUNDS = 1500
 DEFAULT_SECONDS = 3000.0  # keeps a forgotten lab's traffic under an hour
 DEFAULT_PERIOD = 2.0  # seconds between round starts
@@ -43,6 +73,30 @@ _LIVE_INTERVAL = 0.3  # seconds between requests on the live connection
 _LIVE_REQUESTS = 3  # requests on the live connection before and after the second connect
 _HEALTHY_CONNECTIONS = 3
 _HTTP_REQUEST = b"GET / HTTP/1.1\r\nHost: lab\r\nUser-Agent: meshdoctor-lab\r\n\r\n"
+_SYN_CONNECT_TIMEOUT = 10.0  # seconds; covers the SYN retransmits at ~1 s and ~3 s
+
+
+@dataclass(frozen=True)
+class PodSetup:
+    """The processes of a scenario's pod: extra args of `apps http` (None: nothing listens on :5000) and of
+    the sidecar."""
+
+    app_http: tuple[str, ...] | None = ()
+    sidecar: tuple[str, ...] = ()
+
+
+SETUPS: dict[str, PodSetup] = {
+    "collision": PodSetup(),
+    "remap": PodSetup(),
+    "healthy": PodSetup(),
+    "healthy-http": PodSetup(),
+    "framing": PodSetup(app_http=("--broken-framing",)),
+    "stale-keepalive": PodSetup(app_http=("--idle-timeout", str(STALE_IDLE_TIMEOUT)),
+                                sidecar=("--upstream-fin-race",)),
+    "refused": PodSetup(app_http=None),
+    "refused-localhost": PodSetup(app_http=("--bind", "127.0.0.1")),
+    "syn-drop": PodSetup(),
+}
 
 
 @dataclass(frozen=True)
@@ -64,15 +118,25 @@ class RoundResult:
     live_reset: bool = False
     challenge_acks: int | None = None
     errors: tuple[str, ...] = ()
+    # HTTP scenarios: (path, status, body) of every request in order; the body only when it is not 200.
+    http: tuple[tuple[str, int, str], ...] = ()
+    connect_s: float | None = None  # syn-drop: how long the connect to :5002 took (seconds)
+    upstream_fin_s: float | None = None  # stale-keepalive: request 1 done -> sidecar's upstream in CLOSE-WAIT
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["errors"] = list(self.errors)
+        data["http"] = [list(h) for h in self.http]
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RoundResult":
-        return cls(**{**data, "errors": tuple(data.get("errors", ()))})
+        return cls(**{**data, "errors": tuple(data.get("errors", ())),
+                      "http": tuple((p, int(c), b) for p, c, b in data.get("http", ()))})
+
+    @property
+    def statuses(self) -> tuple[int, ...]:
+        return tuple(status for _, status, _ in self.http)
 
 
 @dataclass
@@ -85,6 +149,9 @@ class _Tally:
     second_connect_s: float | None = None
     live_reset: bool = False
     errors: list[str] = field(default_factory=list)
+    http: list[tuple[str, int, str]] = field(default_factory=list)
+    connect_s: float | None = None
+    upstream_fin_s: float | None = None
 
 
 def challenge_ack_count(pod_netns: str) -> int | None:
@@ -249,6 +316,133 @@ def _healthy_round(pod: LabPod, tally: _Tally) -> None:
             tally.errors.append(f"echo :{ECHO_PORT}: {_one_line(exc)}")
 
 
+def _get(pod: LabPod, tally: _Tally, path: str, conn: http.client.HTTPConnection | None = None,
+         expect_body: bytes | None = None) -> int | None:
+    """GET `path` (on `conn`, else on a new connection closed afterwards); record (path, status, body).
+
+    Returns the status, or None when the exchange failed (noted in tally.errors). A non-200 is an error too.
+    """
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(pod.pod_ip, HTTP_PORT, timeout=_IO_TIMEOUT)
+    try:
+        conn.request("GET", path, headers={"User-Agent": "meshdoctor-lab"})
+        response = conn.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        tally.errors.append(f"GET {path}: {_one_line(exc)}")
+        return None
+    finally:
+        if own:
+            conn.close()
+    tally.http.append((path, response.status, "" if response.status == 200 else body.decode("latin-1")))
+    if response.status == 200:
+        tally.http_ok += 1
+        if expect_body is not None and body != expect_body:
+            tally.errors.append(f"GET {path}: body {body[:40]!r} is not {expect_body[:40]!r}")
+    else:
+        tally.errors.append(f"GET {path} answered HTTP {response.status}")
+    return response.status
+
+
+def _healthy_http_round(pod: LabPod, tally: _Tally) -> None:
+    conn = http.client.HTTPConnection(pod.pod_ip, HTTP_PORT, timeout=_IO_TIMEOUT)
+    try:
+        _get(pod, tally, "/length", conn)  # Content-Length only
+        _get(pod, tally, "/chunked", conn, expect_body=CHUNKED_BODY)  # one valid Transfer-Encoding: chunked
+    finally:
+        conn.close()
+    _get(pod, tally, "/close")  # the app FINs after answering; nothing is sent on that connection again
+    for i in range(HEALTHY_SHORT_CONNECTIONS):
+        _get(pod, tally, f"/short/{i}")
+
+
+def _framing_round(pod: LabPod, tally: _Tally) -> None:
+    for path in FRAMING_VARIANTS:
+        _get(pod, tally, path)
+
+
+def _refused_round(pod: LabPod, tally: _Tally) -> None:
+    _get(pod, tally, "/refused")
+
+
+def _stale_upstream(pod: LabPod) -> bool | None:
+    """True when the sidecar holds a connection 127.0.0.6 -> pod:5000 in CLOSE-WAIT (the app's FIN arrived
+    and the sidecar has not closed its end); None when `ss` cannot tell."""
+    try:
+        out = subprocess.run(in_netns(pod.netns, "ss", "-Htn", "state", "close-wait"),
+                             capture_output=True, text=True, timeout=_IO_TIMEOUT, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return any(f"{INBOUND_PASSTHROUGH_SOURCE}:" in line and f"{pod.pod_ip}:{HTTP_PORT}" in line
+               for line in out.splitlines())
+
+
+def _stale_keepalive_round(pod: LabPod, tally: _Tally) -> None:
+    if _get(pod, tally, "/stale/1") != 200:
+        return
+    done = time.monotonic()
+    deadline = done + max(10 * STALE_IDLE_TIMEOUT, 5.0)
+    while (stale := _stale_upstream(pod)) is False and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if stale is None:
+        time.sleep(2 * STALE_IDLE_TIMEOUT)  # cannot observe it: give the app's idle close twice its timeout
+    elif not stale:
+        tally.errors.append(f"no upstream connection in CLOSE-WAIT within {deadline - done:g} s")
+        return
+    else:
+        tally.upstream_fin_s = round(time.monotonic() - done, 3)
+    _get(pod, tally, "/stale/2")  # a NEW downstream connection: the sidecar serves it from its pool
+
+
+def _syn_drop_rule(pod: LabPod, action: str) -> list[str]:
+    return in_netns(pod.netns, "iptables", "-w", "5", "-t", "raw", action, "PREROUTING", "-p", "tcp",
+                    "--dport", str(ECHO_PORT), "--syn", "-m", "comment", "--comment",
+                    f"meshdoctor-lab-syn-drop-{os.getpid()}", "-j", "DROP")
+
+
+def _syn_drop_round(pod: LabPod, tally: _Tally) -> None:
+    subprocess.run(_syn_drop_rule(pod, "-I"), capture_output=True, timeout=_IO_TIMEOUT, check=True)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        try:
+            sock.setblocking(False)
+            t0 = time.monotonic()
+            err = sock.connect_ex((pod.pod_ip, ECHO_PORT))  # the SYN leaves now and is dropped
+            if err not in (0, errno.EINPROGRESS):
+                raise OSError(err, os.strerror(err))
+            time.sleep(SYN_DROP_SECONDS)  # the drop window itself, not a wait for a condition
+        finally:
+            subprocess.run(_syn_drop_rule(pod, "-D"), capture_output=True, timeout=_IO_TIMEOUT, check=True)
+        _, writable, _ = select.select([], [sock], [], max(0.0, t0 + _SYN_CONNECT_TIMEOUT - time.monotonic()))
+        if not writable:
+            raise OSError(f"connect to :{ECHO_PORT} not done after {_SYN_CONNECT_TIMEOUT:g} s")
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
+        tally.connect_s = round(time.monotonic() - t0, 3)
+        sock.setblocking(True)
+        sock.settimeout(_IO_TIMEOUT)
+        if _echo_exchange(sock, b"meshdoctor-echo after syn drop\n"):
+            tally.echo_ok += 1
+        else:
+            tally.errors.append(f"echo on :{ECHO_PORT} came back wrong")
+    except (OSError, subprocess.SubprocessError) as exc:
+        tally.errors.append(f"syn-drop :{ECHO_PORT}: {_one_line(exc)}")
+    finally:
+        sock.close()
+
+
+_ROUNDS: dict[str, Callable[[LabPod, "_Tally"], None]] = {
+    "healthy": _healthy_round,
+    "healthy-http": _healthy_http_round,
+    "framing": _framing_round,
+    "stale-keepalive": _stale_keepalive_round,
+    "refused": _refused_round,
+    "refused-localhost": _refused_round,
+    "syn-drop": _syn_drop_round,
+}
+
+
 def _one_line(exc: BaseException) -> str:
     text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     return text.splitlines()[0] if text else type(exc).__name__
@@ -266,8 +460,8 @@ def run_round(pod: LabPod, scenario: str, *, used_ports: set[int] | None = None)
     started, t0 = time.time(), time.monotonic()
     acks_before = challenge_ack_count(pod.netns)
     tally = _Tally()
-    if scenario == "healthy":
-        _healthy_round(pod, tally)
+    if scenario in _ROUNDS:
+        _ROUNDS[scenario](pod, tally)
     else:
         _port_reuse_round(pod, tally, flush=scenario == "collision", used_ports=ports)
     acks_after = challenge_ack_count(pod.netns)
@@ -284,6 +478,9 @@ def run_round(pod: LabPod, scenario: str, *, used_ports: set[int] | None = None)
         live_reset=tally.live_reset,
         challenge_acks=acks,
         errors=tuple(tally.errors),
+        http=tuple(tally.http),
+        connect_s=tally.connect_s,
+        upstream_fin_s=tally.upstream_fin_s,
     )
 
 
@@ -315,6 +512,10 @@ def drive(
     return done
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kubectl_meshdoctor.lab.scenarios",
@@ -340,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),
         uid="",
     )
+    # `lab down` sends SIGTERM: unwind (finally blocks remove e.g. the syn-drop rule) instead of dying mid-round.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         drive(pod, args.scenario, rounds=args.rounds, seconds=args.seconds, period=args.period)
     except KeyboardInterrupt:
