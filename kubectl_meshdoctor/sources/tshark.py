@@ -65,7 +65,7 @@ def _iface_of(layers, frame: dict, default_iface: str) -> str:
     (``tcpdump -i any``, ksniff): lo by its hardware type (772) or interface index 1 (lo is always index 1 in
     a network namespace), any other device of a pod being its ``eth0``; else ``default_iface``."""
     name = frame.get("frame_frame_interface_name")
-    if name and name != "any":
+    if name and name not in ("any", "unknown"):  # tshark says "unknown" for an interface block without a name
         return name
     sll = getattr(layers, "sll", None)
     if sll is not None:

@@ -55,3 +55,16 @@ def test_interface_from_file_names_and_arguments():
     assert iface_from_name("capture.pcapng") == "capture"
     assert CaptureArg.parse("x.pcap:eth0") == CaptureArg("x.pcap", "eth0", explicit=True)
     assert CaptureArg.parse("lo.pcap") == CaptureArg("lo.pcap", "lo", explicit=False)
+
+
+def test_pcapng_without_interface_names_falls_back_to_the_file_name():
+    """editcap/mergecap write interface blocks without names; tshark calls them "unknown"."""
+    import asyncio
+    from pathlib import Path
+
+    from kubectl_meshdoctor.sources.tshark import read_file
+
+    path = Path(__file__).parent.parent / "data" / "unnamed-iface-eth0.pcapng"
+    seen = set()
+    asyncio.run(read_file(str(path), path.name, iface_from_name(str(path)), lambda ev: seen.add(ev.iface)))
+    assert seen == {"eth0"}
