@@ -56,3 +56,34 @@ def test_help_teaches_with_examples():
     assert proc.returncode == 0
     for flag in ("--namespace", "--context", "--kubeconfig", "--no-tui", "--duration", "examples:"):
         assert flag in proc.stdout
+
+
+KUBECONFIG_DOWN = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("hello\n", "not a kubeconfig"),
+    ("a: [b\n", "not valid YAML at line 2"),
+    ("- 1\n- 2\n", "not a kubeconfig"),
+    (KUBECONFIG_DOWN, "cannot reach the API server at http://127.0.0.1:1: connection refused"),
+])
+def test_watch_bad_kubeconfigs_are_one_line(tmp_path, content, needle):
+    kc = tmp_path / "kc"
+    kc.write_text(content)
+    assert_one_line_error(meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui"), needle)
+
+
+def test_kubeconfig_list_skips_empty_files_like_kubectl(tmp_path):
+    import os
+
+    empty, down = tmp_path / "empty", tmp_path / "down"
+    empty.write_text("")
+    down.write_text(KUBECONFIG_DOWN)
+    env = dict(os.environ, KUBECONFIG=f"{empty}:{tmp_path / 'missing'}:{down}")
+    assert_one_line_error(meshdoctor("watch", "pod/x", "--no-tui", env=env), "cannot reach the API server")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 
@@ -40,16 +43,50 @@ class Kube:
         return k8s.AppsV1Api(self.api)
 
 
+def kubeconfig_path(explicit: str | None) -> str:
+    """The kubeconfig to load: ``--kubeconfig``, else ``$KUBECONFIG`` (a list: kubectl merges its files and skips
+    missing or empty ones; the client merges a ``:``-joined path the same way), else ``~/.kube/config``.
+
+    Raises KubeError when there is none.
+    """
+    if explicit:
+        if not os.path.isfile(explicit):
+            what = "is a directory, not a kubeconfig" if os.path.isdir(explicit) else "does not exist"
+            raise KubeError(f"kubeconfig {explicit} {what} (use --kubeconfig or set KUBECONFIG)")
+        return explicit
+    env = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    found = [p for p in env if os.path.isfile(p) and os.path.getsize(p) > 0]
+    if found:
+        return os.pathsep.join(found)
+    default = os.path.expanduser("~/.kube/config")
+    if not env and os.path.isfile(default):
+        return default
+    raise KubeError(f"no kubeconfig at {os.pathsep.join(env) or default} (use --kubeconfig or set KUBECONFIG)")
+
+
+def _check_kubeconfig(path: str) -> None:
+    """Raise KubeError unless ``path`` is a YAML mapping: the client's loader fails cryptically on anything else."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise KubeError(f"invalid kubeconfig {path}: not valid YAML{where}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise KubeError(f"cannot read kubeconfig {path}: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(doc, dict):
+        raise KubeError(f"invalid kubeconfig {path}: not a kubeconfig (a YAML mapping with kind: Config)")
+
+
 def connect(opts: KubeOptions) -> Kube:
-    """Load the kubeconfig as kubectl would (``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``).
+    """An API client for the kubeconfig and context kubectl would use, and the namespace to default to.
 
     Raises KubeError with a one-line message when there is no usable kubeconfig or context.
     """
-    path = opts.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-    if path is None:
-        path = os.path.expanduser("~/.kube/config")
-    if not os.path.exists(path):
-        raise KubeError(f"no kubeconfig at {path} (use --kubeconfig or set KUBECONFIG)")
+    path = kubeconfig_path(opts.kubeconfig)
+    for one in path.split(os.pathsep):
+        _check_kubeconfig(one)
     try:
         contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
         ctx = next((c for c in contexts if c["name"] == opts.context), None) if opts.context else active
@@ -57,10 +94,30 @@ def connect(opts: KubeOptions) -> Kube:
             names = ", ".join(c["name"] for c in contexts) or "none"
             raise KubeError(f'context "{opts.context}" not found in {path} (contexts: {names})')
         api = k8s_config.new_client_from_config(config_file=path, context=ctx["name"])
-    except ConfigException as e:
-        raise KubeError(f"invalid kubeconfig {path}: {str(e).splitlines()[0]}") from None
-    namespace = opts.namespace or ctx.get("context", {}).get("namespace") or "default"
+    except KubeError:
+        raise
+    except (ConfigException, yaml.YAMLError, OSError, TypeError, AttributeError, KeyError, ValueError) as e:
+        # The client's loader assumes a well-formed file; anything else surfaces as these.
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise KubeError(f"invalid kubeconfig {path}: {first}") from None
+    namespace = opts.namespace or (ctx.get("context") or {}).get("namespace") or "default"
     return Kube(api, namespace, ctx["name"], opts.request_timeout_s)
+
+
+def api_call(kube: Kube, what: str, fn, *args, not_found: str | None = None, **kwargs):
+    """``fn(*args, **kwargs)`` with the request timeout, every failure turned into one KubeError line:
+    ``not_found`` for a 404 (when given), the server's Status message, or why the server was not reachable."""
+    try:
+        return fn(*args, _request_timeout=kube.request_timeout_s, **kwargs)
+    except ApiException as e:
+        if e.status == 404 and not_found:
+            raise KubeError(not_found) from None
+        raise KubeError(f"{what}: {api_error_message(e)}") from None
+    except urllib3.exceptions.HTTPError as e:
+        reason = str(getattr(e, "reason", None) or e)
+        reason = reason.rsplit("] ", 1)[-1].rstrip(")'\"").lower() if "]" in reason else reason.splitlines()[0]
+        raise KubeError(f"cannot reach the API server at {kube.api.configuration.host}: {reason} "
+                        f"(is the cluster up, and --context right?)") from None
 
 
 def api_error_message(e: Exception) -> str:

@@ -13,9 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubernetes.client.exceptions import ApiException
-
-from .client import Kube, KubeError, api_error_message
+from .client import Kube, KubeError, api_call
 from .target import SIDECAR
 
 DEFAULT_IMAGE = "docker.io/nicolaka/netshoot:v0.13"  # ships tcpdump, sh, timeout, cat
@@ -75,21 +73,14 @@ def ensure_debug_container(kube: Kube, pod, image: str = DEFAULT_IMAGE, ttl_s: i
     name = NAME_PREFIX + "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(5))
     progress(f"adding ephemeral container {name} ({image}) to pod/{pod_name}")
     body = {"spec": {"ephemeralContainers": [container_spec(name, image, ttl_s)]}}
-    try:
-        kube.core.patch_namespaced_pod_ephemeralcontainers(pod_name, ns, body,
-                                                           _request_timeout=kube.request_timeout_s)
-    except ApiException as e:
-        if e.status == 404:
-            raise KubeError("ephemeral containers are disabled for this cluster, or the pod is gone "
-                            f"({api_error_message(e)})") from None
-        raise KubeError(f"cannot add the debug container to pod/{pod_name}: {api_error_message(e)}") from None
+    api_call(kube, f"cannot add the debug container to pod/{pod_name}",
+             kube.core.patch_namespaced_pod_ephemeralcontainers, pod_name, ns, body,
+             not_found=f"ephemeral containers are disabled for this cluster, or pod/{pod_name} is gone")
     deadline = time.monotonic() + wait_s
     last_reason = "not started yet"
     while time.monotonic() < deadline:
-        try:
-            current = kube.core.read_namespaced_pod(pod_name, ns, _request_timeout=kube.request_timeout_s)
-        except ApiException as e:
-            raise KubeError(f"reading pod/{pod_name}: {api_error_message(e)}") from None
+        current = api_call(kube, f"reading pod/{pod_name}", kube.core.read_namespaced_pod, pod_name, ns,
+                           not_found=f"pod/{pod_name} was deleted while its debug container started")
         st = _statuses(current).get(name)
         if st is not None and st.state is not None:
             if st.state.running:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubernetes.client.exceptions import ApiException
-
-from .client import Kube, KubeError, api_error_message
+from .client import Kube, KubeError, api_call
 
 SIDECAR = "istio-proxy"
 _KINDS = {"pod": "pod", "pods": "pod", "po": "pod", "deploy": "deployment", "deployment": "deployment",
@@ -31,20 +29,17 @@ class Target:
 
 def resolve_pods(kube: Kube, target: Target, namespace: str):
     """The V1Pod objects ``target`` names, running ones first. Raises KubeError when there are none."""
-    try:
-        if target.kind == "pod":
-            return [kube.core.read_namespaced_pod(target.name, namespace, _request_timeout=kube.request_timeout_s)]
-        dep = kube.apps.read_namespaced_deployment(target.name, namespace, _request_timeout=kube.request_timeout_s)
-        labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
-        if not labels:
-            raise KubeError(f"deployment/{target.name} has no matchLabels selector to find its pods")
-        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        pods = kube.core.list_namespaced_pod(namespace, label_selector=selector,
-                                             _request_timeout=kube.request_timeout_s).items
-    except ApiException as e:
-        if e.status == 404:
-            raise KubeError(f'{target.kind} "{target.name}" not found in namespace "{namespace}"') from None
-        raise KubeError(f"reading {target.kind}/{target.name}: {api_error_message(e)}") from None
+    missing = f'{target.kind} "{target.name}" not found in namespace "{namespace}"'
+    what = f"reading {target.kind}/{target.name}"
+    if target.kind == "pod":
+        return [api_call(kube, what, kube.core.read_namespaced_pod, target.name, namespace, not_found=missing)]
+    dep = api_call(kube, what, kube.apps.read_namespaced_deployment, target.name, namespace, not_found=missing)
+    labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
+    if not labels:
+        raise KubeError(f"deployment/{target.name} has no matchLabels selector to find its pods")
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    pods = api_call(kube, f"listing the pods of deployment/{target.name}", kube.core.list_namespaced_pod,
+                    namespace, label_selector=selector).items
     if not pods:
         raise KubeError(f"deployment/{target.name} has no pods in namespace \"{namespace}\"")
     return sorted(pods, key=lambda p: (p.status.phase != "Running", p.metadata.name))
