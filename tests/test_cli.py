@@ -44,7 +44,7 @@ def test_watch_bad_target(target, tmp_path):
 
 
 def test_watch_missing_kubeconfig(tmp_path):
-    assert_one_line_error(meshdoctor("watch", "pod/x", "--kubeconfig", str(tmp_path / "kc")), "no kubeconfig")
+    assert_one_line_error(meshdoctor("watch", "pod/x", "--kubeconfig", str(tmp_path / "kc")), "does not exist")
 
 
 def test_watch_bad_duration():
