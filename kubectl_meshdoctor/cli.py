@@ -6,13 +6,18 @@ stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal err
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
 import signal
-import sys
-import traceback
-from pathlib import Path
+
+# A Ctrl-C while Python is still importing should just end the program, not print an import traceback;
+# main() installs the usual KeyboardInterrupt handling once it runs.
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from . import __version__
 from .report import EXIT_USAGE, RENDERERS
@@ -91,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=EPILOG_WATCH, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("target", metavar="pod/NAME|deploy/NAME", help="what to capture (a bare NAME is a pod)")
     _kube_flags(w)
-    w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end")
+    w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end (the default "
+                   "when stdout or stdin is not a terminal)")
     w.add_argument("--duration", type=_positive, metavar="SECONDS",
                    help="stop after this many seconds (default: until q / Ctrl-C)")
     _output_flag(w)
@@ -165,7 +171,8 @@ def _cmd_watch(args) -> int:
         opts = _watch_options(args, kube)
     except (ValueError, KubeError) as e:
         return _err(str(e))
-    if args.no_tui:
+    if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
+        # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
         return _watch_headless(kube, opts, args.output)
     from .tui.run import run_tui
 
@@ -180,8 +187,8 @@ def _watch_headless(kube, opts, output: str) -> int:
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)  # stop cleanly: the tcpdumps must end in the pod
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, stop.set)  # stop cleanly and still print the report
 
         # Progress and live findings go to a terminal only, so scripts see stderr hold just the one error line.
         live = sys.stderr.isatty()
@@ -253,6 +260,7 @@ def _describe_lab(state) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

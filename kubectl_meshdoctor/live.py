@@ -105,7 +105,8 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
         where = f"pod/{pod_name} {cap.iface}"
         if cap.error:
             problems.append({"where": where, "what": cap.error})
-        if isinstance(res, BaseException):
+        if isinstance(res, BaseException) and not stop.is_set():
+            # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
             problems.append({"where": where, "what": f"tshark failed: {str(res).splitlines()[0] if str(res) else type(res).__name__}"})
         if cap.dropped_by_kernel:
             problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})

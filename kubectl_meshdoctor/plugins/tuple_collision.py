@@ -23,7 +23,7 @@ from ..flows import Flow
 @dataclass(slots=True)
 class _PendingSyn:
     syn: PacketEvent
-    peers: list[tuple[str, int, int, str]]  # (peer server endpoint, its first frame, its source, state)
+    peers: list[tuple[str, int, str, float, str]]  # (peer server endpoint, first frame, source, first ts, state)
     reported: bool = False
     retransmits: list[PacketEvent] = field(default_factory=list)
 
@@ -107,7 +107,7 @@ class TupleCollision(Detector):
                 return (self._dropped(pending, ev),)
             return ()
         peers = [
-            (endpoint(*f.server), f.first_frame, f.source, f.state.value)
+            (endpoint(*f.server), f.first_frame, f.source, f.first_ts, f.state.value)
             for f in self.ctx.flows.redirect_peers(ev, self.ctx.redirect_map)
         ]
         self._pending.add(key, _PendingSyn(ev, peers))
@@ -117,9 +117,9 @@ class TupleCollision(Detector):
         """The SYN, the packet that decided (``what`` it was), and the first frame of each colliding connection."""
         syn = pending.syn
         out = [Evidence.of(syn, "SYN"), Evidence.of(answer, what)]
-        for server, frame, source, state in pending.peers:
+        for server, frame, source, first_ts, state in pending.peers:
             if frame:
-                out.append(Evidence(source or syn.source, syn.iface, frame, 0.0,
+                out.append(Evidence(source or syn.source, syn.iface, frame, first_ts,
                                     f"first packet of the live connection {syn.src_endpoint} -> {server} ({state})"))
         return out
 

@@ -41,6 +41,7 @@ class Session:
     stats: Callable[[], PipelineStats]
     describe: str
     phase: Callable[[], str] = lambda: ""
+    exit_when_done: bool = False  # leave the screen when the run ends by itself (watch --duration)
 
 
 def finding_detail(f: Finding) -> str:
@@ -105,7 +106,7 @@ class MeshDoctorApp(App[Report | None]):
             self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
             self.last_progress = f"error: {self.error}"
         self._refresh_status()
-        if self.hooks.stop.is_set():
+        if self.hooks.stop.is_set() or self.session.exit_when_done:
             self.exit(self.report)
 
     def _on_progress(self, message: str) -> None:
@@ -139,8 +140,8 @@ class MeshDoctorApp(App[Report | None]):
         ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
         errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
         warnings = sum(1 for f in self.findings if f.severity is Severity.WARNING)
-        return (f"{self.session.describe}\n{ifaces}  flows: {st.flows_seen}  "
-                f"findings: {errors} error, {warnings} warning\n{self.last_progress}")
+        return (f"{ifaces}  flows: {st.flows_seen}  findings: {errors} error, {warnings} warning\n"
+                f"{self.last_progress}")
 
     def _refresh_status(self) -> None:
         self.query_one("#status", Static).update(self._status_text())

@@ -25,7 +25,7 @@ def live_session(kube: Kube, opts: WatchOptions) -> Session:
     describe = (f"context {kube.context}  namespace {opts.namespace}  "
                 f"{opts.target.kind}/{opts.target.name}")
     return Session(run=run, stats=lambda: (pipeline_box[0] if pipeline_box else empty).stats,
-                   describe=describe, phase=lambda: state.phase)
+                   describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None)
 
 
 def run_tui(kube: Kube, opts: WatchOptions, output: str) -> int:
