@@ -51,8 +51,18 @@ def render_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2) + "\n"
 
 
+def group_findings(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings grouped by (severity, detector, title), most severe group first, each group in time order:
+    a capture with the same failure a hundred times reads as one problem seen a hundred times."""
+    groups: dict[tuple, list[Finding]] = {}
+    for f in sorted(findings, key=lambda f: f.ts):
+        groups.setdefault((f.severity.rank, f.detector, f.title), []).append(f)
+    return [groups[k] for k in sorted(groups, key=lambda k: (-k[0], groups[k][0].ts))]
+
+
 def render_text(report: Report) -> str:
-    """A report a person reads in a terminal: one block per finding, most severe first."""
+    """A report a person reads in a terminal: one block per kind of finding, most severe first; the
+    explanation and fix once, then every occurrence with its flow and frames."""
     st = report.stats
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
     lines = [f"kubectl-meshdoctor {__version__}: {st.packets} packets ({ifaces}), {st.flows_seen} flows, "
@@ -61,18 +71,22 @@ def render_text(report: Report) -> str:
         lines.append(f"problem: {p['where']}: {p['what']}")
     if not report.findings:
         lines.append("no findings")
-    for f in sorted(report.findings, key=lambda f: (-f.severity.rank, f.ts)):
+    for group in group_findings(report.findings):
+        f = group[0]
         lines.append("")
         flags = f" [{','.join(f.envoy_flags)}]" if f.envoy_flags else ""
         pod = f" pod/{f.pod}" if f.pod else ""
-        lines.append(f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {f.title}")
-        lines.append(f"  flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}")
+        times = f" ({len(group)} times)" if len(group) > 1 else ""
+        lines.append(f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {f.title}{times}")
         if f.response_code_details:
             lines.append(f"  envoy: {f.response_code_details}")
-        for e in f.evidence:
-            lines.append(f"  evidence: {e.source} frame {e.frame}: {e.what}")
+        for n, occ in enumerate(group, 1):
+            label = f"  #{n} " if len(group) > 1 else "  "
+            lines.append(f"{label}flow: {occ.flow.client} -> {occ.flow.server} on {occ.flow.iface}")
+            for e in occ.evidence:
+                lines.append(f"      evidence: {e.source} frame {e.frame}: {e.what}")
         if f.explanation:
-            lines.append(f"  why: {f.explanation}")
+            lines.append(f"  why: {f.explanation}" + (" (shown for #1)" if len(group) > 1 else ""))
         if f.remediation:
             lines.append("  fix:")
             lines.extend("    " + ln for ln in f.remediation.splitlines())
@@ -89,24 +103,28 @@ def render_markdown(report: Report) -> str:
         out.append(f"> **problem** {p['where']}: {p['what']}")
     if report.problems:
         out.append("")
-    findings = sorted(report.findings, key=lambda f: (-f.severity.rank, f.ts))
-    if not findings:
+    groups = group_findings(report.findings)
+    if not groups:
         out.append("No findings.")
         return "\n".join(out) + "\n"
-    out += ["| severity | detector | Envoy flags | flow | finding |", "|---|---|---|---|---|"]
-    for f in findings:
+    out += ["| severity | detector | Envoy flags | times | first flow | finding |", "|---|---|---|---|---|---|"]
+    for g in groups:
+        f = g[0]
         title = f.title.replace("|", "\\|")
-        out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | "
+        out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {len(g)} | "
                    f"{f.flow.client} -> {f.flow.server} ({f.flow.iface}) | {title} |")
-    for n, f in enumerate(findings, 1):
+    for n, g in enumerate(groups, 1):
+        f = g[0]
         out += ["", f"## {n}. {f.severity.value}: {f.title}", "",
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
             out.append(f"- response_code_details: `{f.response_code_details}`")
         if f.pod:
             out.append(f"- pod: {f.pod}")
-        out += ["", "| source | frame | what |", "|---|---|---|"]
-        out += [f"| {e.source} | {e.frame} | {e.what} |" for e in f.evidence]
+        out += ["", "| # | flow | source | frame | what |", "|---|---|---|---|---|"]
+        for i, occ in enumerate(g, 1):
+            flow = f"{occ.flow.client} -> {occ.flow.server} ({occ.flow.iface})"
+            out += [f"| {i} | {flow} | {e.source} | {e.frame} | {e.what} |" for e in occ.evidence]
         out += ["", f.explanation, "", "Fix:", "", "```yaml", f.remediation, "```"]
     return "\n".join(out) + "\n"
 

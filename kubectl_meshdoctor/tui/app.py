@@ -86,7 +86,7 @@ class MeshDoctorApp(App[Report | None]):
         with Vertical():
             table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
             table.add_column("#", key="n")
-            table.add_columns("severity", "detector", "flags", "finding")
+            table.add_columns("severity", "detector", "flags", "flow", "finding")
             yield table
             with VerticalScroll(id="detail-box"):
                 yield Static("No findings yet. Capturing...", id="detail", markup=False)
@@ -120,7 +120,7 @@ class MeshDoctorApp(App[Report | None]):
 
         n = len(self.findings)
         table.add_row(n, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
-                      ",".join(f.envoy_flags), f.title, key=str(n - 1))
+                      ",".join(f.envoy_flags), f"{f.flow.client} -> {f.flow.server}", f.title, key=str(n - 1))
         following = table.cursor_row == 0  # the user has not moved away from the newest finding
         table.sort("n", reverse=True)  # newest first
         if following:

@@ -36,5 +36,23 @@ def test_text_and_markdown_name_the_frames_and_the_fix(report):
     text = render_text(report)
     assert "ERROR tuple-collision [UF,URX]" in text and "frame 20: challenge ACK" in text
     md = render_markdown(report)
-    assert "| error | `tuple-collision` | UF,URX |" in md
+    assert "| error | `tuple-collision` | UF,URX | 1 |" in md
     assert "| 20 | challenge ACK" in md and "```yaml" in md and "excludeInboundPorts" in md
+
+
+def test_repeated_findings_are_grouped_with_every_occurrence_listed():
+    from dataclasses import replace
+
+    from kubectl_meshdoctor.findings import FlowRef
+    from kubectl_meshdoctor.report import Report, group_findings
+
+    args = [CaptureArg.parse(str(DATA / "lab-collision-eth0.pcap"))]
+    base = asyncio.run(analyze(args, Pipeline.with_detectors()))
+    f = base.findings[0]
+    many = [replace(f, flow=FlowRef(f"198.18.1.1:{40000 + i}", f.flow.server, "eth0"), ts=f.ts + i) for i in range(5)]
+    report = Report(base.source, base.stats, many)
+    assert [len(g) for g in group_findings(many)] == [5]
+    text = render_text(report)
+    assert "(5 times)" in text and text.count("fix:") == 1
+    assert all(f"198.18.1.1:{40000 + i} ->" in text for i in range(5))
+    assert "| 5 |" in render_markdown(report)
