@@ -15,6 +15,7 @@ signal.signal(signal.SIGINT, signal.SIG_DFL)
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -139,12 +140,37 @@ def _err(message: str) -> int:
     return EXIT_USAGE
 
 
+async def _progress_line(pipeline, label: str, every_s: float = 1.0) -> None:
+    """Rewrite one status line on a terminal's stderr every ``every_s`` seconds until cancelled."""
+    if not sys.stderr.isatty():
+        return
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            st = pipeline.stats
+            per_iface = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items()))
+            sys.stderr.write(f"\r{label}: {st.packets} packets ({per_iface}), {len(pipeline.findings)} findings ")
+            sys.stderr.flush()
+    finally:
+        sys.stderr.write("\r\033[K")
+
+
 def _cmd_analyze(args) -> int:
     from .analyze import CaptureArg, InputError, analyze
     from .pipeline import Pipeline
 
+    captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
+
+    async def run():
+        pipeline = Pipeline.with_detectors()
+        ticker = asyncio.create_task(_progress_line(pipeline, "analyzing"))
+        try:
+            return await analyze(captures, pipeline)
+        finally:
+            ticker.cancel()
+
     try:
-        report = asyncio.run(analyze([CaptureArg.parse(f) for f in args.files], Pipeline.with_detectors()))
+        report = asyncio.run(run())
     except InputError as e:
         return _err(str(e))
     sys.stdout.write(RENDERERS[args.output](report))
@@ -195,17 +221,21 @@ def _watch_headless(kube, opts, output: str) -> int:
 
         def progress(msg: str) -> None:
             if live:
-                sys.stderr.write(f"{msg}\n")
+                sys.stderr.write(f"\r\033[K{msg}\n")
 
         def on_finding(f) -> None:
             if live:
-                sys.stderr.write(f"{f.severity.value}: {f.detector}: {f.title}\n")
+                sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {f.title} ({f.flow.client} -> "
+                                 f"{f.flow.server})\n")
 
         pipeline = Pipeline.with_detectors(on_finding=on_finding)
+        ticker = asyncio.create_task(_progress_line(pipeline, "capturing"))
         try:
             report = await watch(kube, opts, pipeline, stop, progress)
         except KubeError as e:
             return _err(str(e))
+        finally:
+            ticker.cancel()
         for p in report.problems:
             sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
         sys.stdout.write(RENDERERS[output](report))
@@ -218,6 +248,8 @@ def _cmd_lab(args) -> int:
     from .lab import lab
     from .lab.state import LabError
 
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.name):
+        return _err(f'lab name "{args.name}" must be a Kubernetes namespace name (lower case letters, digits, -)')
     state_dir = args.state_dir or lab.default_state_dir(args.name)
     try:
         if args.lab_command == "up":

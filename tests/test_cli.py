@@ -87,3 +87,16 @@ def test_kubeconfig_list_skips_empty_files_like_kubectl(tmp_path):
     down.write_text(KUBECONFIG_DOWN)
     env = dict(os.environ, KUBECONFIG=f"{empty}:{tmp_path / 'missing'}:{down}")
     assert_one_line_error(meshdoctor("watch", "pod/x", "--no-tui", env=env), "cannot reach the API server")
+
+
+@pytest.mark.parametrize("name", ["bad name/x", "UPPER", "-dash", "a" * 64])
+def test_lab_names_must_be_namespace_names(name):
+    assert_one_line_error(meshdoctor("lab", "up", f"--name={name}"), "must be a Kubernetes namespace name")
+
+
+def test_the_same_file_twice_counts_once():
+    from pathlib import Path
+
+    f = str(Path(__file__).parent / "data" / "lab-collision-eth0.pcap")
+    once, twice = meshdoctor("analyze", f, "-o", "json"), meshdoctor("analyze", f, f, "-o", "json")
+    assert once.stdout == twice.stdout and once.returncode == twice.returncode == 1
