@@ -122,6 +122,9 @@ class PendingSyns:
     def pop(self, key) -> None:
         self._items.pop(key, None)
 
+    def values(self) -> list:
+        return list(self._items.values())
+
     def expire(self, now: float) -> None:
         for k in [k for k, v in self._items.items() if now - v.syn.ts > self.ttl_s]:
             del self._items[k]

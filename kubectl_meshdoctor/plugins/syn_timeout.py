@@ -47,15 +47,23 @@ spec:
       perTryTimeout: 2s"""
 
 
+GIVE_UP_AFTER_S = 10.0  # silence after the last retransmission before an unanswered attempt is reported
+
+
 @dataclass(slots=True)
 class _Pending:
     syn: PacketEvent
     retransmits: int = 0
-    answered: bool = False
+    answered: bool = False  # by something other than a SYN-ACK (RST, challenge ACK): other detectors' story
     last: PacketEvent | None = None
+    reported: bool = False
 
 
 class SynTimeout(Detector):
+    """One finding per connection attempt, concluded when the SYN is finally answered, when the client falls
+    silent for GIVE_UP_AFTER_S, or at the end of the capture: a warning, an error from
+    ERROR_AFTER_RETRANSMITS retransmissions on."""
+
     id = "syn-timeout"
 
     def __init__(self, ctx) -> None:
@@ -67,16 +75,24 @@ class SynTimeout(Detector):
             return self._on_syn(ev)
         key = PendingSyns.key_of_answer(ev)
         pending = self._pending.get(key)
-        if pending is not None:
-            if ev.is_syn_ack:
-                self._pending.pop(key)
-            else:
-                pending.answered = True  # a RST or a challenge ACK: another detector's story
+        if pending is None:
+            return ()
+        if not ev.is_syn_ack:
+            pending.answered = True
+            return ()
+        self._pending.pop(key)
+        if pending.retransmits and not pending.reported:
+            return (self._finding(pending, answer=ev),)
         return ()
 
     def on_tick(self, now: float) -> Iterable[Finding]:
+        out = [self._finding(p) for p in self._pending.values()
+               if p.retransmits and not p.reported and p.last is not None and now - p.last.ts > GIVE_UP_AFTER_S]
         self._pending.expire(now)
-        return ()
+        return out
+
+    def finish(self) -> Iterable[Finding]:
+        return [self._finding(p) for p in self._pending.values() if p.retransmits and not p.reported]
 
     def _on_syn(self, ev: PacketEvent) -> Iterable[Finding]:
         key = PendingSyns.key_of_syn(ev)
@@ -92,34 +108,37 @@ class SynTimeout(Detector):
             return ()
         pending.retransmits += 1
         pending.last = ev
-        if pending.retransmits == 1:
-            return (self._finding(pending, Severity.WARNING),)
-        if pending.retransmits == ERROR_AFTER_RETRANSMITS:
-            return (self._finding(pending, Severity.ERROR),)
         return ()
 
-    def _finding(self, pending: _Pending, severity: Severity) -> Finding:
+    def _finding(self, pending: _Pending, answer: PacketEvent | None = None) -> Finding:
+        pending.reported = True
         syn, last = pending.syn, pending.last
         assert last is not None
         n = pending.retransmits
         waited = last.ts - syn.ts
+        severity = Severity.ERROR if n >= ERROR_AFTER_RETRANSMITS else Severity.WARNING
+        evidence = [Evidence.of(syn, "SYN"),
+                    Evidence.of(last, f"SYN retransmission {n}, {waited:.3f} s after the first, no answer")]
+        outcome = "no answer in the capture"
+        if answer is not None:
+            outcome = f"answered by a SYN-ACK only after {answer.ts - syn.ts:.3f} s"
+            evidence.append(Evidence.of(answer, f"SYN-ACK after {answer.ts - syn.ts:.3f} s"))
         return Finding(
             detector=self.id,
             severity=severity,
-            title=f"SYN to {syn.dst_endpoint} unanswered, retransmitted {n} time{'s' if n > 1 else ''} "
-                  f"({waited:.1f} s)",
+            title=f"SYN to {syn.dst_endpoint} retransmitted without an answer",
             flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
-            evidence=(Evidence.of(syn, "SYN"),
-                      Evidence.of(last, f"SYN retransmission {n}, {waited:.3f} s after the first, no answer")),
+            evidence=tuple(evidence),
             envoy_flags=("UF", "URX"),
             response_code_details="upstream_reset_before_response_started{connection_timeout}",
             explanation=(
                 f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and got no SYN-ACK, RST or ICMP; the kernel "
-                f"retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s (RFC 6298 section 5 backoff). "
-                f"Something between drops it, or the listener's accept queue is full. Envoy logs UF when its "
-                f"connect timeout fires (URX once retries are spent); callers see slow or failed requests."),
+                f"retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s ({outcome}; RFC 6298 "
+                f"section 5 backoff). Something between drops it, or the listener's accept queue is full. Envoy "
+                f"logs UF when its connect timeout fires (URX once retries are spent); callers see slow or failed "
+                f"requests."),
             remediation=_REMEDIATION,
             pod=self.ctx.pod,
-            ts=last.ts,
-            details={"retransmits": n, "waited_s": round(waited, 6)},
+            ts=(answer or last).ts,
+            details={"retransmits": n, "waited_s": round(waited, 6), "answered": answer is not None},
         )
