@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default docker.io/nicolaka/netshoot:v0.13)")
     w.add_argument("--ttl", type=_positive, default=3600, metavar="SECONDS",
                    help="the debug container's sleep: it ends by itself after this (default 3600)")
+    w.add_argument("-v", "--verbose", action="store_true",
+                   help="progress lines on stderr even when it is not a terminal (e.g. \"capturing ...\")")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
                    help="also save the raw lo and eth0 captures in DIR (they carry secrets: only on request)")
 
@@ -199,13 +201,13 @@ def _cmd_watch(args) -> int:
         return _err(str(e))
     if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
         # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
-        return _watch_headless(kube, opts, args.output)
+        return _watch_headless(kube, opts, args.output, args.verbose)
     from .tui.run import run_tui
 
     return run_tui(kube, opts, args.output)
 
 
-def _watch_headless(kube, opts, output: str) -> int:
+def _watch_headless(kube, opts, output: str, verbose: bool = False) -> int:
     from .kube.client import KubeError
     from .live import watch
     from .pipeline import Pipeline
@@ -220,8 +222,9 @@ def _watch_headless(kube, opts, output: str) -> int:
         live = sys.stderr.isatty()
 
         def progress(msg: str) -> None:
-            if live:
-                sys.stderr.write(f"\r\033[K{msg}\n")
+            if live or verbose:
+                sys.stderr.write(f"\r\033[K{msg}\n" if live else f"{msg}\n")
+                sys.stderr.flush()
 
         def on_finding(f) -> None:
             if live:

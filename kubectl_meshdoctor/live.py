@@ -23,6 +23,13 @@ from .report import Report
 from .sources.tshark import read_stream
 
 IFACES = ("lo", "eth0")
+LISTEN_TIMEOUT_S = 30.0
+
+
+def _wait_listening(captures: list[ExecCapture], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for cap in captures:
+        cap.listening.wait(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,9 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
             state.captures.append(cap)
             cap.start()
             readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed)))
+        progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
+        await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
+        # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
         progress(f"capturing {', '.join(opts.ifaces)} in pod/{pod_name} via {dbg.name}")
         waiters = [asyncio.create_task(stop.wait())] + readers
         timeout = opts.duration_s

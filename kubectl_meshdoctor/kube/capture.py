@@ -61,6 +61,9 @@ class ExecCapture:
     stderr: str = ""
     error: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
+    # Set once tcpdump says "listening on" (its interface is open: packets from now on are captured), or when
+    # the stream ends without that, so waiters never hang.
+    listening: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -105,6 +108,7 @@ class ExecCapture:
             self.error = f"capture stream on {self.iface}: {api_error_message(e)}"
         finally:
             self.started.set()
+            self.listening.set()
             if ws is not None:
                 try:
                     ws.close()
@@ -149,6 +153,8 @@ class ExecCapture:
                 self._deliver(payload, tee)
             elif channel == ws_client.STDERR_CHANNEL:
                 err_tail = (err_tail + payload)[-4096:]
+                if b"listening on" in err_tail:
+                    self.listening.set()
             elif channel == ws_client.ERROR_CHANNEL:
                 status = payload
         self.stderr = err_tail.decode("utf-8", "replace")
