@@ -143,3 +143,83 @@ def test_stale_keepalive_frames_are_fin_request_rst(quiet_lab, tmp_path):
     assert frames[req][1] != "5000" and int(frames[req][2]) > 0  # data from the sidecar
     assert frames[rst][1] == "5000" and int(frames[rst][0], 16) & 0x04  # RST from the app port
     assert fin < req < rst and f["envoy_flags"] == ["UC"]
+
+
+TIME_WAIT_REUSE = r"""
+import socket, sys
+pod_ip, client_ip, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for i in range(10):  # bounded: ten connections from one client port, each closed by the server first
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.settimeout(5)
+    s.bind((client_ip, port))
+    s.connect((pod_ip, 5000))
+    s.sendall(b"GET /short/%d HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n" % i)
+    data = b""
+    while True:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200"), data[:40]
+    s.close()
+print("ok")
+"""
+
+CONNECT_ONCE = r"""
+import socket, sys, time
+t = time.monotonic()
+s = socket.create_connection((sys.argv[1], 5002), timeout=10)
+s.sendall(b"ping\n")
+assert s.recv(16) == b"ping\n"
+s.close()
+print(round(time.monotonic() - t, 3))
+"""
+
+
+def test_real_traffic_that_must_not_raise_an_error(quiet_lab, tmp_path):
+    """Port reuse after the server's TIME_WAIT, and a SYN retransmitted once and then answered: no error."""
+    pod = quiet_lab.pod("healthy-http")
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", "pod/healthy-http",
+                             "--kubeconfig", str(quiet_lab.kubeconfig), "--no-tui", "-v", "-o", "json",
+                             "--write-pcap", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    rule = ["PREROUTING", "-p", "tcp", "--dport", "5002", "--syn", "-j", "DROP"]
+    iptables_raw = ["ip", "netns", "exec", pod.netns, "iptables", "-t", "raw"]
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not line.startswith("capturing"):
+            assert proc.poll() is None and time.monotonic() < deadline, line
+            line = proc.stderr.readline()
+        in_client = ["ip", "netns", "exec", pod.client_netns, sys.executable, "-c"]
+        reuse = subprocess.run(in_client + [TIME_WAIT_REUSE, pod.pod_ip, pod.client_ip, "45000"],
+                               capture_output=True, text=True, timeout=60)
+        assert reuse.stdout.strip() == "ok", reuse.stderr
+        # Drop exactly the first SYN to 5002: the rule goes once its counter shows one dropped packet.
+        subprocess.run([*iptables_raw, "-I", *rule], check=True)
+        client = subprocess.Popen(in_client + [CONNECT_ONCE, pod.pod_ip], stdout=subprocess.PIPE, text=True)
+        try:
+            while True:
+                listing = subprocess.run([*iptables_raw, "-L", "PREROUTING", "-v", "-x", "-n"],
+                                         capture_output=True, text=True).stdout
+                if any("DROP" in ln and "dpt:5002" in ln and ln.split()[0] != "0" for ln in listing.splitlines()):
+                    break
+                assert time.monotonic() < deadline, listing
+                time.sleep(0.01)
+        finally:
+            subprocess.run([*iptables_raw, "-D", *rule], check=True)
+        connect_s = float(client.communicate(timeout=30)[0])
+        assert connect_s >= 0.9  # it waited for the retransmission
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads(stdout)
+    assert [f for f in report["findings"] if f["severity"] == "error"] == [], stdout[:3000]
+    (retry,) = [f for f in report["findings"] if f["detector"] == "syn-timeout"]
+    assert retry["severity"] == "warning"
+    assert retry["details"]["retransmits"] == 1 and retry["details"]["answered"] is True
+    syns = tshark_fields(tmp_path / "healthy-http-eth0.pcap", "tcp.flags", "tcp.srcport")
+    assert sum(1 for flags, sport in syns.values() if flags == "0x0002" and sport == "45000") == 10
