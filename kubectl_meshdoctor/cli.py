@@ -73,6 +73,9 @@ def _kube_flags(p: argparse.ArgumentParser) -> None:
 def _output_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=sorted(RENDERERS), default="text",
                    help="report format (default text); json is the stable schema, markdown for tickets")
+    p.add_argument("--no-redact", dest="redact", action="store_false",
+                   help="show authorization, cookie, set-cookie, proxy-authorization and x-api-key values "
+                        "(hidden by default: reports get shared)")
 
 
 def _positive(text: str) -> float:
@@ -164,7 +167,7 @@ def _cmd_analyze(args) -> int:
     captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
 
     async def run():
-        pipeline = Pipeline.with_detectors()
+        pipeline = Pipeline.with_detectors(redact=args.redact)
         ticker = asyncio.create_task(_progress_line(pipeline, "analyzing"))
         try:
             return await analyze(captures, pipeline)
@@ -201,13 +204,13 @@ def _cmd_watch(args) -> int:
         return _err(str(e))
     if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
         # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
-        return _watch_headless(kube, opts, args.output, args.verbose)
+        return _watch_headless(kube, opts, args.output, args.verbose, args.redact)
     from .tui.run import run_tui
 
-    return run_tui(kube, opts, args.output)
+    return run_tui(kube, opts, args.output, args.redact)
 
 
-def _watch_headless(kube, opts, output: str, verbose: bool = False) -> int:
+def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool = True) -> int:
     from .kube.client import KubeError
     from .live import watch
     from .pipeline import Pipeline
@@ -231,7 +234,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False) -> int:
                 sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {f.title} ({f.flow.client} -> "
                                  f"{f.flow.server})\n")
 
-        pipeline = Pipeline.with_detectors(on_finding=on_finding)
+        pipeline = Pipeline.with_detectors(on_finding=on_finding, redact=redact)
         ticker = asyncio.create_task(_progress_line(pipeline, "capturing"))
         try:
             report = await watch(kube, opts, pipeline, stop, progress)

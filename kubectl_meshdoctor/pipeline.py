@@ -56,9 +56,9 @@ class Pipeline:
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
-                       on_finding: Callable[[Finding], None] | None = None) -> "Pipeline":
+                       on_finding: Callable[[Finding], None] | None = None, redact: bool = True) -> "Pipeline":
         """A pipeline with a fresh flow table and the detectors found by the registry (all, or ``only``)."""
-        ctx = DetectorContext(flows=FlowTable(), pod=pod)
+        ctx = DetectorContext(flows=FlowTable(), pod=pod, redact=redact)
         return cls(load_detectors(ctx, only), ctx, on_finding)
 
     @property

@@ -25,14 +25,14 @@ def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
     te = [(n, v) for n, v in msg.headers if n.lower() == "transfer-encoding"]
     cl = [(n, v) for n, v in msg.headers if n.lower() == "content-length"]
     if len(te) > 1:
-        out.append("more than one Transfer-Encoding field: " + "; ".join(header_line(n, v) for n, v in te))
+        out.append("more than one Transfer-Encoding field: " + "; ".join(header_line(n, v, redact) for n, v in te))
     if te:
         codings = [c.strip().lower() for _, v in te for c in v.split(",") if c.strip()]
         if codings and codings[-1] != "chunked":
             out.append(f"chunked is not the final transfer coding ({', '.join(codings)})")
         if cl:
             out.append("Transfer-Encoding together with Content-Length: "
-                       + "; ".join(header_line(n, v) for n, v in te + cl))
+                       + "; ".join(header_line(n, v, redact) for n, v in te + cl))
     values = {v.strip() for _, v in cl for v in v.split(",")}
     if len(values) > 1:
         out.append("conflicting Content-Length values: " + ", ".join(sorted(values)))
@@ -72,7 +72,7 @@ class HttpFraming(Detector):
         msg = ev.http
         if msg is None or ev.iface != "lo" or msg.is_request:
             return ()
-        problems = framing_violations(msg)
+        problems = framing_violations(msg, self.ctx.redact)
         if not problems:
             return ()
         return (Finding(

@@ -11,14 +11,14 @@ from ..report import RENDERERS
 from .app import MeshDoctorApp, Session, SessionHooks
 
 
-def live_session(kube: Kube, opts: WatchOptions) -> Session:
+def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session:
     """A Session that runs ``watch`` on the cluster with a fresh pipeline."""
     pipeline_box: list[Pipeline] = []
     state = WatchState()
     empty = Pipeline.with_detectors()
 
     async def run(hooks: SessionHooks):
-        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding)
+        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact)
         pipeline_box.append(pipeline)
         return await watch(kube, opts, pipeline, hooks.stop, hooks.progress, state)
 
@@ -28,9 +28,9 @@ def live_session(kube: Kube, opts: WatchOptions) -> Session:
                    describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None)
 
 
-def run_tui(kube: Kube, opts: WatchOptions, output: str) -> int:
+def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:
     """Run the TUI; on exit print the report (``output`` format) so the findings outlive the screen."""
-    app = MeshDoctorApp(live_session(kube, opts))
+    app = MeshDoctorApp(live_session(kube, opts, redact))
     report = app.run()
     if app.error:
         sys.stderr.write(f"kubectl meshdoctor: error: {app.error}\n")

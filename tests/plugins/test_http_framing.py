@@ -70,3 +70,14 @@ def test_sensitive_values_are_redacted_in_evidence():
 def test_requests_and_eth0_are_not_judged():
     assert run(framed_wire("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2", iface="eth0").events,
                only=["http-framing"]) == []
+
+
+def test_no_redact_shows_the_value():
+    from kubectl_meshdoctor.pipeline import Pipeline
+
+    w = framed_wire("HTTP/1.1 200 OK\r\nSet-Cookie : session=s3cret\r\nContent-Length: 0")
+    p = Pipeline.with_detectors(only=["http-framing"], redact=False)
+    for ev in w.events:
+        p.feed(ev)
+    (f,) = p.finish()
+    assert "s3cret" in f.evidence[0].what
