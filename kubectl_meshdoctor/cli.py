@@ -56,6 +56,17 @@ examples:
 """
 
 
+EPILOG_LOGLEVEL = """\
+examples:
+  kubectl meshdoctor log-level pod/reviews-v1-7d9                       # show the levels
+  kubectl meshdoctor log-level pod/reviews-v1-7d9 --level connection:debug,http:debug
+  kubectl meshdoctor log-level deploy/reviews --level debug
+  kubectl meshdoctor log-level -l app=reviews -r                         # back to Istio's defaults
+
+A bad level or an unknown logger exits 2 before any proxy is changed and names the valid ones.
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, like kubectl
         self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see --help)\n")
@@ -113,6 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="progress lines on stderr even when it is not a terminal (e.g. \"capturing ...\")")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
                    help="also save the raw lo and eth0 captures in DIR (they carry secrets: only on request)")
+
+    ll = sub.add_parser("log-level", help="show or change the sidecars' Envoy log levels (like istioctl "
+                        "proxy-config log)", description="Show or change Envoy log levels of the sidecar of "
+                        "a pod, of every pod of a deployment, or of every pod matching -l. Compatible with "
+                        "istioctl proxy-config log.", epilog=EPILOG_LOGLEVEL,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ll.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME", help="whose sidecar (or use -l)")
+    ll.add_argument("-l", "--selector", help="every running pod with these labels, e.g. app=reviews")
+    _kube_flags(ll)
+    what = ll.add_mutually_exclusive_group()
+    what.add_argument("--level", metavar="SPEC", help="debug (every logger), or http:debug,connection:trace "
+                      "(':' or '='); levels: trace debug info warning error critical off")
+    what.add_argument("-r", "--reset", action="store_true",
+                      help="back to Istio's defaults: every logger warning, misc error")
+    ll.add_argument("--proxy-admin-port", type=int, default=15000, metavar="PORT",
+                    help="Envoy admin port in the pod (default 15000)")
+    ll.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text table or json")
 
     a = sub.add_parser("analyze", help="run the detectors on pcap/pcapng files",
                        description="Run the detectors on capture files (tcpdump, ksniff, Wireshark).",
@@ -250,6 +278,44 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
     return asyncio.run(main())
 
 
+def _cmd_log_level(args) -> int:
+    import json
+
+    from .envoy.logging import RESET, LevelError
+    from .kube.admin import EnvoyAdmin
+    from .kube.client import KubeError, KubeOptions, connect
+    from .kube.target import Target, check_capturable, pods_by_selector, resolve_pods
+    from .loglevel import render_table, set_log_levels
+
+    if bool(args.target) == bool(args.selector):
+        return _err("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
+    spec = RESET if args.reset else args.level
+    admins: list[EnvoyAdmin] = []
+    try:
+        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
+        ns = args.namespace or kube.namespace
+        pods = (pods_by_selector(kube, args.selector, ns) if args.selector
+                else resolve_pods(kube, Target.parse(args.target), ns))
+        for pod in pods:
+            check_capturable(pod)
+        admins = [EnvoyAdmin(kube, pod.metadata.namespace, pod.metadata.name, args.proxy_admin_port)
+                  for pod in pods]
+        results = set_log_levels(admins, spec)
+    except (ValueError, KubeError) as e:  # LevelError is a ValueError; nothing was changed then
+        return _err(str(e))
+    finally:
+        for a in admins:
+            a.close()
+    if args.output == "json":
+        print(json.dumps({"level": spec, "proxies": [{"pod": r.pod, "loggers": r.levels} for r in results]},
+                         indent=2))
+    else:
+        named = tuple(part.replace("=", ":").split(":")[0].strip() for part in (args.level or "").split(",")
+                      if ":" in part or "=" in part)
+        sys.stdout.write(render_table(results, named))
+    return 0
+
+
 def _cmd_lab(args) -> int:
     from .lab import lab
     from .lab.state import LabError
@@ -304,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    handler = {"watch": _cmd_watch, "analyze": _cmd_analyze, "lab": _cmd_lab}[args.command]
+    handler = {"watch": _cmd_watch, "analyze": _cmd_analyze, "lab": _cmd_lab,
+               "log-level": _cmd_log_level}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -45,6 +45,16 @@ def resolve_pods(kube: Kube, target: Target, namespace: str):
     return sorted(pods, key=lambda p: (p.status.phase != "Running", p.metadata.name))
 
 
+def pods_by_selector(kube: Kube, selector: str, namespace: str):
+    """Running pods matching a label selector (``-l app=reviews``). Raises KubeError when none match."""
+    pods = api_call(kube, f"listing pods with -l {selector}", kube.core.list_namespaced_pod, namespace,
+                    label_selector=selector).items
+    running = [p for p in pods if p.status is not None and p.status.phase == "Running"]
+    if not running:
+        raise KubeError(f'no running pod matches -l {selector} in namespace "{namespace}"')
+    return sorted(running, key=lambda p: p.metadata.name)
+
+
 def sidecar_of(pod) -> object | None:
     """The istio-proxy container: in ``spec.containers`` (classic) or an init container (native sidecar)."""
     for c in list(pod.spec.containers or []) + list(pod.spec.init_containers or []):

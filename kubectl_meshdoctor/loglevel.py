@@ -1,0 +1,79 @@
+"""``log-level``: change the sidecars' Envoy log levels like ``istioctl proxy-config log``, and show the result.
+
+Every change is validated against the logger names the proxy itself reports before any proxy is touched, and
+a level counts as applied only once the proxy lists it back (POST /logging with no parameters).
+Source: Envoy source/server/admin/logs_handler.cc; istio/istio istioctl/pkg/proxyconfig/proxyconfig.go.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .envoy.logging import log_level_queries, logging_error, parse_logging
+from .kube.admin import EnvoyAdmin
+from .kube.client import KubeError
+
+MAX_PARALLEL = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyLevels:
+    """What one proxy reports after the change: logger -> level, in Envoy's order."""
+
+    pod: str
+    levels: dict[str, str]
+
+    def summary(self) -> str:
+        """``warning (57 loggers); connection: debug, misc: error``: the common level, then the exceptions."""
+        if not self.levels:
+            return "no loggers"
+        common, n = Counter(self.levels.values()).most_common(1)[0]
+        others = [f"{name}: {lvl}" for name, lvl in self.levels.items() if lvl != common]
+        return f"{common} ({n} loggers)" + ("; " + ", ".join(others) if others else "")
+
+
+def current_levels(admin: EnvoyAdmin) -> dict[str, str]:
+    """The proxy's loggers and levels (POST /logging without parameters lists them; GET is refused)."""
+    resp = admin.post("/logging")
+    if resp.status != 200:
+        raise KubeError(f"pod/{admin.pod}: POST /logging answered {resp.status}: {resp.body.strip()[:200]}")
+    return parse_logging(resp.body)
+
+
+def apply_levels(admin: EnvoyAdmin, queries: tuple[str, ...]) -> ProxyLevels:
+    """POST each query to /logging in order, then read the levels back. Raises KubeError when Envoy refuses."""
+    for query in queries:
+        resp = admin.post("/logging", query)
+        if resp.status != 200:
+            reason = logging_error(resp.body) or resp.body.strip()[:200]
+            raise KubeError(f"pod/{admin.pod}: Envoy refused logging?{query}: {reason}")
+    return ProxyLevels(admin.pod, current_levels(admin))
+
+
+def set_log_levels(admins: list[EnvoyAdmin], spec: str | None,
+                   progress: Callable[[str], None] = lambda s: None) -> list[ProxyLevels]:
+    """Apply ``spec`` (``istioctl proxy-config log --level`` syntax, or ``reset``; None only reads) to every
+    proxy. The spec is checked against the first proxy's loggers before any change (LevelError, a ValueError,
+    names the valid choices). Raises KubeError for a proxy that cannot be reached or refuses."""
+    if not admins:
+        return []
+    first = current_levels(admins[0])
+    queries = log_level_queries(spec, first.keys()) if spec is not None else ()
+    progress(f"setting {spec} on {len(admins)} prox{'y' if len(admins) == 1 else 'ies'}" if spec else
+             f"reading log levels of {len(admins)} prox{'y' if len(admins) == 1 else 'ies'}")
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(admins))) as pool:
+        return list(pool.map(lambda a: apply_levels(a, queries), admins))
+
+
+def render_table(results: list[ProxyLevels], changed: tuple[str, ...] = ()) -> str:
+    """``POD  LEVELS`` lines; ``changed`` loggers are listed explicitly even when they equal the common level."""
+    width = max([len("POD")] + [len(r.pod) for r in results])
+    lines = [f"{'POD'.ljust(width)}  LEVELS"]
+    for r in results:
+        text = r.summary()
+        shown = [f"{name}: {r.levels[name]}" for name in changed if name in r.levels and f"{name}:" not in text]
+        lines.append(f"{r.pod.ljust(width)}  {text}" + ("; " + ", ".join(shown) if shown else ""))
+    return "\n".join(lines) + "\n"
