@@ -1,7 +1,8 @@
 """The Envoy version from the admin `GET /server_info` JSON.
 
 Source: envoyproxy/envoy `api/envoy/admin/v3/server_info.proto` (`ServerInfo.version`) and
-`source/common/version/version.cc` (`VersionInfo::version`: `<sha>/<x.y.z[-label]>/<Clean|Modified>/<RELEASE|DEBUG>/<ssl>`).
+`source/common/version/version.cc` (`VersionInfo::version`:
+`<sha>/<x.y.z[-label]>/<Clean|Modified>/<RELEASE|DEBUG>/<ssl>`).
 """
 
 from __future__ import annotations

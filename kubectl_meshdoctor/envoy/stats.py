@@ -20,6 +20,8 @@ StatValue = int | str  # counters and gauges are ints; text readouts and histogr
 
 NO_RECORDED_VALUES = "No recorded values"
 _HISTOGRAM = re.compile(r"P\d+(\.\d+)?\(")
+# Stat names hold `.`, `|`, `;`, `=`, `:` and `/` (Istio labels), but never spaces, quotes, braces or tags.
+_NAME = re.compile(r'[^\s"{}<>\[\]]+')
 
 # Delimiter Istio >= 1.23 puts after a cluster name / HCM stat prefix (`cluster.<name>;.<stat>`).
 ISTIO_DELIMITER = ";."
@@ -37,7 +39,7 @@ def parse_stats(body: str) -> dict[str, StatValue]:
     for line in lines:
         # Names contain `:` (spiffe://...) but not `: `; text readouts may contain `: `, so split at the first.
         name, sep, value = line.partition(": ")
-        if not sep or not name or " " in name:
+        if not sep or not _NAME.fullmatch(name):
             continue
         stats[name] = _value(value)
     if lines and not stats:
