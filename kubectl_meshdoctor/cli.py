@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default docker.io/nicolaka/netshoot:v0.13)")
     w.add_argument("--ttl", type=_positive, default=3600, metavar="SECONDS",
                    help="the debug container's sleep: it ends by itself after this (default 3600)")
+    w.add_argument("--proxy-admin-port", type=int, default=15000, metavar="PORT",
+                   help="the sidecar's Envoy admin port, for counters (default 15000)")
     w.add_argument("-v", "--verbose", action="store_true",
                    help="progress lines on stderr even when it is not a terminal (e.g. \"capturing ...\")")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
@@ -217,7 +219,7 @@ def _watch_options(args, kube):
 
     return WatchOptions(target=Target.parse(args.target), namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
-                        write_pcap_dir=args.write_pcap)
+                        write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port)
 
 
 def _cmd_watch(args) -> int:

@@ -64,6 +64,8 @@ class Finding:
     pod: str | None = None
     ts: float = 0.0  # when the deciding packet was seen, seconds since the epoch
     details: dict = field(default_factory=dict, hash=False, compare=False)
+    access_log: tuple[str, ...] = ()  # the sidecar's access-log lines this finding explains, as logged
+    counters: dict = field(default_factory=dict, hash=False, compare=False)  # Envoy stats that moved, by name
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -72,6 +74,9 @@ class Finding:
         d["evidence"] = [asdict(e) for e in self.evidence]
         if self.pod is None:
             d.pop("pod")
-        if not self.details:
-            d.pop("details")
+        for optional in ("details", "access_log", "counters"):
+            if not d[optional]:
+                d.pop(optional)
+            elif optional == "access_log":
+                d[optional] = list(self.access_log)
         return d

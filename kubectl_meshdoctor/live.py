@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .correlate import attach_counters
 from .events import ContextEvent
 from .istio.redirect import redirect_map_from_annotations
 from .kube.capture import ExecCapture
@@ -19,6 +20,7 @@ from .kube.client import Kube
 from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from .kube.target import Target, check_capturable, resolve_pods
 from .pipeline import Pipeline
+from .proxy import SIDECAR_CONTAINER, close_proxy, open_proxy
 from .report import Report
 from .sources.tshark import read_stream
 
@@ -44,6 +46,7 @@ class WatchOptions:
     ttl_s: int = DEFAULT_TTL_S
     write_pcap_dir: Path | None = None
     ifaces: tuple[str, ...] = IFACES
+    admin_port: int = 15000  # the sidecar's Envoy admin port (--proxy-admin-port)
 
 
 @dataclass(slots=True)
@@ -82,6 +85,8 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
     max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
     readers = []
     problems: list[dict] = []
+    progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
+    proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
     state.phase = "capturing"
     try:
         for iface in opts.ifaces:
@@ -120,9 +125,13 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
             problems.append({"where": where, "what": f"tshark failed: {str(res).splitlines()[0] if str(res) else type(res).__name__}"})
         if cap.dropped_by_kernel:
             problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
-    findings = pipeline.finish()
+    moved = await close_proxy(proxy)
+    problems += proxy.problems
+    findings = attach_counters(pipeline.finish(), moved)
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
               "container_reused": dbg.reused, "interfaces": list(opts.ifaces)}
     if state.pcap_files:
         source["files"] = dict(state.pcap_files)
-    return Report(source, pipeline.stats, findings, problems)
+    envoy = {"version": proxy.version, "counters_moved": moved,
+             "access_log_lines": proxy.follower.lines if proxy.follower else 0}
+    return Report(source, pipeline.stats, findings, problems, envoy=envoy)

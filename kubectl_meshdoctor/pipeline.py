@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .correlate import Correlator
 from .detectors import Detector, DetectorContext, load_detectors
 from .events import ContextEvent, PacketEvent
 from .findings import Finding
@@ -51,6 +52,7 @@ class Pipeline:
         self.findings: list[Finding] = []
         self.stats = PipelineStats()
         self._on_finding = on_finding
+        self.correlator = Correlator(ctx.pod)
         self._next_tick: float | None = None
         self._flow_keys_seen = 0
 
@@ -86,20 +88,28 @@ class Pipeline:
             self.tick(ev.ts)
 
     def context(self, ev: ContextEvent) -> None:
-        """Something known about the pod; a redirect map replaces the default one."""
+        """Something known about the pod; a redirect map replaces the default one; an access-log line
+        (``kind == "access-log"``, ``data["entry"]``) is kept for correlation."""
         if ev.redirect_map is not None:
             self.ctx.redirect_map = ev.redirect_map
+        if ev.kind == "access-log":
+            self.correlator.pod = self.ctx.pod
+            self.correlator.add(ev.data["entry"])
         for det in self.detectors:
             self._emit(det.on_context(ev))
 
     def tick(self, now: float) -> None:
         for det in self.detectors:
             self._emit(det.on_tick(now))
+        self._emit(self.correlator.unexplained(now, self.findings))
 
     def finish(self) -> list[Finding]:
-        """End of input: let detectors conclude, return every finding kept."""
+        """End of input: let detectors conclude, link findings to the access-log lines they explain, report the
+        failing lines nothing explains; return every finding kept."""
         for det in self.detectors:
             self._emit(det.finish())
+        self.findings = [self.correlator.attach(f) for f in self.findings]
+        self._emit(self.correlator.unexplained(None, self.findings))
         return self.findings
 
     def _emit(self, found: Iterable[Finding]) -> None:

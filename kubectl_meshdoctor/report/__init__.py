@@ -26,6 +26,7 @@ class Report:
     stats: PipelineStats
     findings: list[Finding]
     problems: list[dict] = field(default_factory=list)
+    envoy: dict | None = None  # the sidecar's side: version, counters that moved, access-log lines read
 
     def exit_code(self) -> int:
         return EXIT_FINDINGS if any(f.severity is Severity.ERROR for f in self.findings) else EXIT_OK
@@ -43,6 +44,7 @@ class Report:
                 "interfaces": {k: {"packets": v.packets} for k, v in sorted(st.by_iface.items())},
             },
             "problems": self.problems,
+            **({"envoy": self.envoy} if self.envoy is not None else {}),
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -85,6 +87,10 @@ def render_text(report: Report) -> str:
             lines.append(f"{label}flow: {occ.flow.client} -> {occ.flow.server} on {occ.flow.iface}")
             for e in occ.evidence:
                 lines.append(f"      evidence: {e.source} frame {e.frame}: {e.what}")
+            for line in occ.access_log:
+                lines.append(f"      access log: {line}")
+            for name, value in sorted(occ.counters.items()):
+                lines.append(f"      counter: {name} +{value}")
         if f.explanation:
             lines.append(f"  why: {f.explanation}" + (" (shown for #1)" if len(group) > 1 else ""))
         if f.remediation:

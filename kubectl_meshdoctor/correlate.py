@@ -1,0 +1,129 @@
+"""Links between what the wire shows and what Envoy says: access-log lines and moved cluster counters.
+
+A packet finding explains the access-log lines that carry one of its response flags, name its server as their
+upstream host, and started around the same time. A line with a failure flag that no packet finding explains
+becomes an ``access-log`` finding of its own after a grace period, with the flag's meaning and what to
+capture next (DESIGN.md, Context; Envoy access-log docs, %RESPONSE_FLAGS%).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import replace
+
+from .envoy.access_log import AccessLogEntry
+from .envoy.flags import flag
+from .findings import Evidence, Finding, FlowRef, Severity
+
+FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR"})
+WINDOW_S = 3.0  # how far a line's request may start before, or end after, the packet that decided
+GRACE_S = 5.0  # how long a failing line waits for a packet finding before it is reported on its own
+MAX_LINES = 10_000
+
+_NEXT_CAPTURE = {
+    "UC": "capture lo while it happens: a FIN from the app followed by a request from 127.0.0.6 and an RST is "
+          "stale-keepalive; an RST alone means the app reset the connection",
+    "UF": "capture lo: a SYN from 127.0.0.6 answered by RST means nothing listens on the app port; no answer "
+          "means drops; on the caller's side, capture eth0 for challenge ACKs (tuple-collision)",
+    "URX": "the retries were spent: look for the failure of each attempt (UF, UC) in the same window",
+    "UPE": "capture lo: the app's response headers show which framing rule (RFC 9112 section 6) it breaks",
+    "UH": "no healthy endpoint: check the cluster's hosts in /clusters (health_flags) and the endpoints",
+    "UT": "the route timeout fired: compare the access log's duration with the app's response time on lo",
+}
+
+
+def _server_of(entry: AccessLogEntry) -> str | None:
+    return entry.upstream_host or entry.downstream_local
+
+
+class Correlator:
+    """Keeps the recent access-log lines (bounded) and matches them to findings."""
+
+    def __init__(self, pod: str | None = None, source: str = "istio-proxy log") -> None:
+        self.pod = pod
+        self.source = source
+        self._lines: deque[tuple[int, AccessLogEntry]] = deque(maxlen=MAX_LINES)
+        self._reported: set[int] = set()  # line numbers already explained or reported alone
+        self._next_line = 1
+
+    def add(self, entry: AccessLogEntry) -> None:
+        self._lines.append((self._next_line, entry))
+        self._next_line += 1
+
+    def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
+        """The access-log lines ``f`` explains, in log order."""
+        if not f.envoy_flags:
+            return []
+        times = [e.ts for e in f.evidence if e.ts] or [f.ts]
+        lo, hi = min(times) - WINDOW_S, max(times) + WINDOW_S
+        out = []
+        for n, entry in self._lines:
+            if not set(entry.flags) & set(f.envoy_flags):
+                continue
+            end = entry.ts + entry.duration_ms / 1000.0
+            if end < lo or entry.ts > hi:
+                continue
+            if _server_of(entry) not in (f.flow.server, None):
+                continue
+            out.append((n, entry))
+        return out
+
+    def attach(self, f: Finding) -> Finding:
+        """``f`` with the raw lines it explains (marked, so they are not reported again on their own)."""
+        lines = self.lines_for(f)
+        if not lines:
+            return f
+        self._reported.update(n for n, _ in lines)
+        return replace(f, access_log=tuple(e.raw for _, e in lines))
+
+    def unexplained(self, now: float | None, findings: Iterable[Finding]) -> list[Finding]:
+        """``access-log`` findings for failing lines older than GRACE_S (all, when ``now`` is None) that no
+        finding in ``findings`` explains."""
+        for f in findings:
+            self._reported.update(n for n, _ in self.lines_for(f))
+        out = []
+        for n, entry in self._lines:
+            if n in self._reported or not set(entry.flags) & FAILURE_FLAGS:
+                continue
+            if now is not None and now - entry.ts < GRACE_S:
+                continue
+            self._reported.add(n)
+            out.append(self._finding(n, entry))
+        return out
+
+    def _finding(self, n: int, entry: AccessLogEntry) -> Finding:
+        flags = [flag(s) for s in entry.flags]
+        meanings = "; ".join(f"{fl.short} ({fl.long or 'unknown flag'}): {fl.meaning}" for fl in flags)
+        nxt = next((_NEXT_CAPTURE[s] for s in entry.flags if s in _NEXT_CAPTURE),
+                   "capture lo and eth0 while it happens (kubectl meshdoctor watch)")
+        server = _server_of(entry) or "-"
+        request = f"{entry.method} {entry.path}" if entry.method else "a TCP connection"
+        return Finding(
+            detector="access-log",
+            severity=Severity.ERROR if entry.code >= 500 or entry.code == 0 else Severity.WARNING,
+            title=f"Envoy logged {','.join(entry.flags)} ({entry.code}) for {server} with no packet evidence",
+            flow=FlowRef(entry.downstream_remote or "-", server, ""),
+            evidence=(Evidence(self.source, "", n, entry.ts, entry.raw),),
+            envoy_flags=tuple(entry.flags),
+            response_code_details=entry.details or "",
+            explanation=(f"The sidecar answered {request} with {entry.code} and response flags "
+                         f"{','.join(entry.flags)}: {meanings}. No packet in the capture explains it (the failure "
+                         f"may lie outside the captured interfaces or before the capture started)."),
+            remediation=f"# What to capture next: {nxt}.",
+            pod=self.pod,
+            ts=entry.ts,
+            access_log=(entry.raw,),
+        )
+
+
+def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]]) -> list[Finding]:
+    """Each finding with the Envoy cluster counters that moved during the run for the inbound cluster of its
+    server port (``inbound|<port>||``); ``moved`` is cluster -> stat -> delta."""
+    out = []
+    for f in findings:
+        port = f.flow.server.rsplit(":", 1)[-1]
+        counters = moved.get(f"inbound|{port}||") if port.isdigit() else None
+        out.append(replace(f, counters={f"cluster.inbound|{port}||.{k}": v for k, v in counters.items()})
+                   if counters else f)
+    return out

@@ -1,0 +1,66 @@
+"""Following a container's log through the API (pods/log, follow=true): the sidecar's access log."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .client import Kube, api_error_message
+
+MAX_LINE_BYTES = 64 * 1024  # longer lines are cut: an access-log line is a few hundred bytes
+
+
+@dataclass(slots=True)
+class LogFollower:
+    """Streams new lines of ``container``'s log to ``on_line`` from a thread until ``stop``.
+
+    ``error`` says why the stream ended early (one line), None after a clean stop."""
+
+    kube: Kube
+    namespace: str
+    pod: str
+    container: str
+    on_line: Callable[[str], None]
+    error: str | None = None
+    lines: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _resp: object | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"log-{self.pod}-{self.container}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.close()  # unblocks the read in the thread
+            except Exception:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self._resp = self.kube.core.read_namespaced_pod_log(
+                self.pod, self.namespace, container=self.container, follow=True, tail_lines=0,
+                _preload_content=False)
+            buf = b""
+            for chunk in self._resp.stream(4096):
+                if self._stop.is_set():
+                    return
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    self.lines += 1
+                    self.on_line(line[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r"))
+                if len(buf) > MAX_LINE_BYTES:
+                    buf = b""
+            if not self._stop.is_set():
+                self.error = f"the {self.container} log stream ended (pod restarted or connection lost)"
+        except Exception as e:  # reported by the caller, never lost silently
+            if not self._stop.is_set():
+                self.error = f"following the {self.container} log: {api_error_message(e)}"

@@ -1,0 +1,86 @@
+"""The sidecar's side of a ``watch``: Envoy admin counters before and after, and the followed access log.
+
+Everything here is best effort: a proxy whose admin port cannot be reached (RBAC on pods/portforward, a
+non-default port) or whose log cannot be followed still gets its packets analysed; the reason goes into the
+report's problems instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+from .envoy.access_log import parse_line
+from .envoy.server_info import envoy_version
+from .envoy.stats import by_cluster, delta, parse_stats
+from .events import ContextEvent
+from .kube.admin import ADMIN_PORT, EnvoyAdmin
+from .kube.client import Kube, KubeError
+from .kube.logs import LogFollower
+from .pipeline import Pipeline
+
+SIDECAR_CONTAINER = "istio-proxy"
+
+
+@dataclass(slots=True)
+class ProxyLink:
+    """Admin and log access to one pod's sidecar for the length of a run."""
+
+    admin: EnvoyAdmin
+    follower: LogFollower | None = None
+    version: str | None = None
+    stats_before: dict = field(default_factory=dict)
+    problems: list[dict] = field(default_factory=list)
+
+    def _problem(self, what: str) -> None:
+        self.problems.append({"where": f"pod/{self.admin.pod} {SIDECAR_CONTAINER}", "what": what})
+
+
+def _snapshot(admin: EnvoyAdmin) -> dict:
+    resp = admin.get("/stats")
+    if resp.status != 200:
+        raise KubeError(f"GET /stats answered {resp.status}")
+    return parse_stats(resp.body)
+
+
+async def open_proxy(kube: Kube, namespace: str, pod: str, pipeline: Pipeline,
+                     admin_port: int = ADMIN_PORT) -> ProxyLink:
+    """Read the proxy's version and counters, and start following its access log into ``pipeline``."""
+    link = ProxyLink(EnvoyAdmin(kube, namespace, pod, admin_port))
+    try:
+        info = await asyncio.to_thread(link.admin.get, "/server_info")
+        link.version = envoy_version(json.loads(info.body)) if info.status == 200 else None
+        link.stats_before = await asyncio.to_thread(_snapshot, link.admin)
+    except (KubeError, ValueError) as e:
+        link._problem(f"Envoy admin not reachable, no counters: {str(e).splitlines()[0]}")
+    loop = asyncio.get_running_loop()
+
+    def on_line(line: str) -> None:
+        entry = parse_line(line)
+        if entry is not None:  # Envoy's own log lines share the container log; they are not access-log lines
+            loop.call_soon_threadsafe(pipeline.context, ContextEvent(time.time(), "access-log", {"entry": entry}))
+
+    link.follower = LogFollower(kube, namespace, pod, SIDECAR_CONTAINER, on_line)
+    link.follower.start()
+    return link
+
+
+async def close_proxy(link: ProxyLink) -> dict[str, dict[str, int]]:
+    """Stop following the log; return the cluster counters that moved since ``open_proxy`` (cluster -> stat ->
+    delta), empty when the admin API was not reachable."""
+    moved: dict[str, dict[str, int]] = {}
+    if link.follower is not None:
+        await asyncio.to_thread(link.follower.stop)
+        if link.follower.error:
+            link._problem(link.follower.error)
+    if link.stats_before:
+        try:
+            after = await asyncio.to_thread(_snapshot, link.admin)
+            moved = {cluster: dict(stats) for cluster, stats in by_cluster(delta(link.stats_before, after)).items()}
+        except (KubeError, ValueError) as e:
+            link._problem(f"Envoy admin not reachable at the end, no counter deltas: {str(e).splitlines()[0]}")
+    await asyncio.to_thread(link.admin.close)
+    return moved
+

@@ -1,0 +1,56 @@
+"""Packet findings linked to the access-log lines they explain; unexplained failing lines reported alone."""
+
+from kubectl_meshdoctor.correlate import GRACE_S, Correlator, attach_counters
+from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.findings import Evidence, Finding, FlowRef, Severity
+
+UPE = ('[2025-06-12T08:14:09.644Z] "GET /orders/42 HTTP/1.1" 502 UPE upstream_reset_before_response_started'
+       '{protocol_error} - "-" 0 87 3 - "-" "Go-http-client/1.1" "3b7caa0b-9626-946d-b4ef-36c5ddf790bc" '
+       '"orders.shop.svc.cluster.local:5000" "10.244.1.23:5000" inbound|5000|| 127.0.0.6:44336 '
+       '10.244.1.23:5000 10.244.2.7:44408 outbound_.5000_._.orders.shop.svc.cluster.local default')
+UF = ('[2025-06-12T08:14:07.031Z] "GET /admin/health HTTP/1.1" 503 UF upstream_reset_before_response_started'
+      '{remote_connection_failure|delayed_connect_error:_Connection_refused} - "delayed_connect_error:_Connection_'
+      'refused" 0 167 0 - "-" "Go-http-client/1.1" "0f6d1e52-8c7a-9a3e-b7c4-2d5e8f1a6b90" '
+      '"orders.shop.svc.cluster.local:5002" "10.244.1.23:5002" inbound|5002|| - 10.244.1.23:5002 '
+      '10.244.2.7:51930 outbound_.5002_._.orders.shop.svc.cluster.local default')
+
+
+def framing_finding(ts: float, server: str = "10.244.1.23:5000") -> Finding:
+    return Finding("http-framing", Severity.ERROR, "bad framing", FlowRef("127.0.0.6:44336", server, "lo"),
+                   (Evidence("p/lo", "lo", 7, ts, "response"),), ("UPE",), ts=ts)
+
+
+def test_finding_gets_the_line_with_its_flag_host_and_time():
+    c = Correlator("orders")
+    upe, uf = parse_line(UPE), parse_line(UF)
+    c.add(uf)
+    c.add(upe)
+    f = c.attach(framing_finding(upe.ts + 0.002))
+    assert f.access_log == (UPE,)
+    assert c.unexplained(None, [f])[0].access_log == (UF,)  # the UF line had no packet finding
+
+
+def test_lines_far_in_time_or_for_another_host_are_not_linked():
+    c = Correlator()
+    upe = parse_line(UPE)
+    c.add(upe)
+    assert c.attach(framing_finding(upe.ts + 60)).access_log == ()
+    assert c.attach(framing_finding(upe.ts, server="10.244.1.23:5999")).access_log == ()
+
+
+def test_unexplained_line_waits_for_the_grace_period_then_names_flag_meaning_and_next_capture():
+    c = Correlator("orders")
+    uf = parse_line(UF)
+    c.add(uf)
+    assert c.unexplained(uf.ts + GRACE_S / 2, []) == []
+    (f,) = c.unexplained(uf.ts + GRACE_S + 1, [])
+    assert f.detector == "access-log" and f.severity is Severity.ERROR and f.envoy_flags == ("UF",)
+    assert "UpstreamConnectionFailure" in f.explanation and "SYN from 127.0.0.6" in f.remediation
+    assert f.flow.server == "10.244.1.23:5002" and f.evidence[0].what == UF
+    assert c.unexplained(None, []) == []  # reported once
+
+
+def test_counters_of_the_servers_inbound_cluster_are_attached():
+    f = framing_finding(1.0)
+    (g,) = attach_counters([f], {"inbound|5000||": {"upstream_cx_protocol_error": 2}, "inbound|5002||": {"x": 1}})
+    assert g.counters == {"cluster.inbound|5000||.upstream_cx_protocol_error": 2}
