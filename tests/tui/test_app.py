@@ -47,8 +47,8 @@ async def test_findings_appear_with_counts_and_detail_then_q_quits():
         await wait_for(pilot, lambda: table.row_count >= 1)
         row = table.get_row_at(0)
         assert str(row[1]) == "error" and row[2] == "tuple-collision" and row[3] == "UF,URX"
-        await wait_for(pilot, lambda: "lo: 29 pkts" in screen_text(app, "#status"))
-        assert "eth0: 33 pkts" in screen_text(app, "#status")
+        await wait_for(pilot, lambda: "lo: 29 pkts" in screen_text(app, "#status")
+                       and "eth0: 33 pkts" in screen_text(app, "#status"))
         assert "1 error" in screen_text(app, "#status")
         detail = screen_text(app, "#detail")
         assert "frame 19: SYN" in detail and "frame 20: challenge ACK" in detail
