@@ -248,8 +248,14 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        def on_signal(sig: int) -> None:
+            if stop.is_set():  # asked twice: stop waiting for a clean end (the pod's dead-man's switch remains)
+                loop.remove_signal_handler(sig)
+                os.kill(os.getpid(), sig)
+            stop.set()  # stop cleanly and still print the report
+
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, stop.set)  # stop cleanly and still print the report
+            loop.add_signal_handler(sig, on_signal, sig)
 
         # Progress and live findings go to a terminal only, so scripts see stderr hold just the one error line.
         live = sys.stderr.isatty()

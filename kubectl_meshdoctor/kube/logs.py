@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,11 +35,13 @@ class LogFollower:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        resp = self._resp
-        if resp is not None:
+        # Closing the response from here would wait for the reader's buffer lock; shutting the socket down
+        # makes the blocked read return instead, and the reader closes the response itself.
+        sock = getattr(getattr(self._resp, "connection", None), "sock", None)
+        if sock is not None:
             try:
-                resp.close()  # unblocks the read in the thread
-            except Exception:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
                 pass
         if self._thread is not None:
             self._thread.join(timeout)
@@ -64,3 +67,9 @@ class LogFollower:
         except Exception as e:  # reported by the caller, never lost silently
             if not self._stop.is_set():
                 self.error = f"following the {self.container} log: {api_error_message(e)}"
+        finally:
+            if self._resp is not None:
+                try:
+                    self._resp.close()
+                except Exception:
+                    pass
