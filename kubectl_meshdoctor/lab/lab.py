@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import psutil
 
 from kubectl_meshdoctor.lab import netns
+from kubectl_meshdoctor.lab.admin import ADMIN_PORT
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
 from kubectl_meshdoctor.lab.scenarios import (
@@ -229,11 +230,11 @@ def _bring_up(
     for pod in state.pods:
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
-        for role, args in _pod_processes(pod.scenario):
+        for role, args in _pod_processes(pod, state.namespace):
             state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, sys.executable, *args))
     for pod in state.pods:
-        roles = [role for role, _ in _pod_processes(pod.scenario)]
-        wanted = {ECHO_PORT, INBOUND_CAPTURE_PORT} | ({HTTP_PORT} if "app-http" in roles else set())
+        roles = [role for role, _ in _pod_processes(pod, state.namespace)]
+        wanted = {ECHO_PORT, INBOUND_CAPTURE_PORT, ADMIN_PORT} | ({HTTP_PORT} if "app-http" in roles else set())
         _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
                   lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
                   watch=[f"{pod.name}/{role}" for role in roles])
@@ -253,16 +254,19 @@ def _bring_up(
     return state
 
 
-def _pod_processes(scenario: str) -> list[tuple[str, list[str]]]:
+def _pod_processes(pod: LabPod, namespace: str) -> list[tuple[str, list[str]]]:
     """(role, python args) of the processes in a scenario's pod namespace; SETUPS holds the knobs."""
-    setup = SETUPS[scenario]
+    setup = SETUPS[pod.scenario]
     processes = []
     if setup.app_http is not None:
         processes.append(("app-http", ["-m", "kubectl_meshdoctor.lab.apps", "http", "--port", str(HTTP_PORT),
                                        *setup.app_http]))
     processes.append(("app-tcp", ["-m", "kubectl_meshdoctor.lab.apps", "tcp-echo", "--port", str(ECHO_PORT)]))
     processes.append(("sidecar", ["-m", "kubectl_meshdoctor.lab.sidecar", "--port", str(INBOUND_CAPTURE_PORT),
-                                  "--http-ports", str(HTTP_PORT), *setup.sidecar]))
+                                  "--http-ports", str(HTTP_PORT),
+                                  "--app-ports", ",".join(str(p.port) for p in pod.ports),
+                                  "--pod-ip", pod.pod_ip, "--pod-name", pod.name, "--pod-namespace", namespace,
+                                  "--admin-port", str(ADMIN_PORT), *setup.sidecar]))
     return processes
 
 
