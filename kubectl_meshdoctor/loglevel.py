@@ -77,3 +77,30 @@ def render_table(results: list[ProxyLevels], changed: tuple[str, ...] = ()) -> s
         shown = [f"{name}: {r.levels[name]}" for name in changed if name in r.levels and f"{name}:" not in text]
         lines.append(f"{r.pod.ljust(width)}  {text}" + ("; " + ", ".join(shown) if shown else ""))
     return "\n".join(lines) + "\n"
+
+
+class LoggerControl:
+    """Read and change one proxy's log levels, for a front end: every call blocks (run it in a worker) and
+    returns what the proxy reports afterwards, so a screen shows only confirmed levels.
+
+    Raises KubeError when the proxy cannot be reached or refuses, LevelError for an invalid spec.
+    """
+
+    def __init__(self, admin: EnvoyAdmin) -> None:
+        self.admin = admin
+        self._known: list[str] = []
+
+    @property
+    def pod(self) -> str:
+        return self.admin.pod
+
+    def levels(self) -> dict[str, str]:
+        levels = current_levels(self.admin)
+        self._known = list(levels)
+        return levels
+
+    def apply(self, spec: str) -> dict[str, str]:
+        """``spec`` as ``log-level --level`` takes it (``connection:debug``, ``debug``) or ``reset``."""
+        if not self._known:
+            self.levels()
+        return apply_levels(self.admin, log_level_queries(spec, self._known)).levels

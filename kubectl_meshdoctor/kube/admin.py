@@ -9,7 +9,9 @@ library's client, speaking over the forwarded socket.
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -45,8 +47,11 @@ class EnvoyAdmin:
     admin port.
     """
 
-    def __init__(self, kube: Kube, namespace: str, pod: str, port: int = ADMIN_PORT, timeout_s: float = 10.0):
+    def __init__(self, kube: Kube | None, namespace: str, pod: str, port: int = ADMIN_PORT, timeout_s: float = 10.0,
+                 open_socket: Callable[[], socket.socket] | None = None):
+        """``open_socket`` replaces the port-forward (e.g. a direct connection to a stand-in proxy in tests)."""
         self.kube, self.namespace, self.pod, self.port, self.timeout_s = kube, namespace, pod, port, timeout_s
+        self._custom_socket = open_socket
         self._lock = threading.Lock()
         self._forward = None
         self._conn: _ForwardedConnection | None = None
@@ -87,6 +92,8 @@ class EnvoyAdmin:
         return self._conn
 
     def _open_socket(self):
+        if self._custom_socket is not None:
+            return self._custom_socket()
         try:
             self._forward = portforward(self.kube.core.connect_get_namespaced_pod_portforward, self.pod,
                                         self.namespace, ports=str(self.port))

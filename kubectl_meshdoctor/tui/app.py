@@ -42,6 +42,7 @@ class Session:
     describe: str
     phase: Callable[[], str] = lambda: ""
     exit_when_done: bool = False  # leave the screen when the run ends by itself (watch --duration)
+    loggers: Callable[[], object | None] = lambda: None  # a LoggerControl once the proxy is known
 
 
 def finding_detail(f: Finding) -> str:
@@ -69,6 +70,7 @@ class MeshDoctorApp(App[Report | None]):
     #detail { padding: 0 1; }
     """
     BINDINGS = [Binding("q", "quit_clean", "Quit (stops the capture)"),
+                Binding("l", "loggers", "Envoy loggers"),
                 Binding("ctrl+c", "quit_clean", "Quit", show=False)]
 
     def __init__(self, session: Session) -> None:
@@ -145,6 +147,17 @@ class MeshDoctorApp(App[Report | None]):
 
     def _refresh_status(self) -> None:
         self.query_one("#status", Static).update(self._status_text())
+
+    def action_loggers(self) -> None:
+        """The sidecar's log levels, changed with a key (only once the run has found the proxy)."""
+        control = self.session.loggers()
+        if control is None:
+            self.last_progress = "the proxy is not known yet: loggers are available once capturing"
+            self._refresh_status()
+            return
+        from .loggers import LoggersScreen
+
+        self.push_screen(LoggersScreen(control))
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""

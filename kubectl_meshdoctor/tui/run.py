@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from ..kube.admin import EnvoyAdmin
 from ..kube.client import Kube
+from ..loglevel import LoggerControl
 from ..live import WatchOptions, WatchState, watch
 from ..pipeline import Pipeline
 from ..report import RENDERERS
@@ -24,8 +26,18 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
 
     describe = (f"context {kube.context}  namespace {opts.namespace}  "
                 f"{opts.target.kind}/{opts.target.name}")
+    controls: dict[str, LoggerControl] = {}
+
+    def loggers() -> LoggerControl | None:
+        if state.pod is None:
+            return None
+        if state.pod not in controls:
+            controls[state.pod] = LoggerControl(EnvoyAdmin(kube, opts.namespace, state.pod, opts.admin_port))
+        return controls[state.pod]
+
     return Session(run=run, stats=lambda: (pipeline_box[0] if pipeline_box else empty).stats,
-                   describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None)
+                   describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None,
+                   loggers=loggers)
 
 
 def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:

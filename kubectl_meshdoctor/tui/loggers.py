@@ -1,0 +1,101 @@
+"""The loggers pane: the sidecar's Envoy log levels, changed with a key and shown only once the proxy confirms."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+LEVEL_KEYS = {"t": "trace", "d": "debug", "i": "info", "w": "warning", "e": "error", "o": "off"}
+
+
+class LoggersScreen(Screen):
+    """``control`` has ``levels()`` and ``apply(spec)`` (loglevel.LoggerControl); both block, so they run in
+    worker threads and the table is redrawn from what the proxy answers."""
+
+    BINDINGS = [
+        *(Binding(key, f"set_level('{level}')", f"{level}", show=key in "dwe") for key, level in LEVEL_KEYS.items()),
+        Binding("D", "set_all('debug')", "all debug"),
+        Binding("r", "set_all('reset')", "reset to Istio defaults"),
+        Binding("escape,l", "app.pop_screen", "back"),
+    ]
+    CSS = """
+    #loggers-status { height: auto; padding: 0 1; background: $boost; }
+    """
+
+    def __init__(self, control) -> None:
+        super().__init__()
+        self.control = control
+        self.levels: dict[str, str] = {}
+        self.status = "reading log levels from the proxy ..."
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(self.status, id="loggers-status", markup=False)
+        table = DataTable(id="loggers", cursor_type="row", zebra_stripes=True)
+        table.add_column("logger", key="logger")
+        table.add_column("level", key="level")
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"Envoy loggers of pod/{self.control.pod}"
+        self._refresh_levels()
+
+    def _set_status(self, text: str) -> None:
+        self.status = text
+        self.query_one("#loggers-status", Static).update(text)
+
+    def _show(self, levels: dict[str, str]) -> None:
+        table = self.query_one("#loggers", DataTable)
+        if list(levels) != list(self.levels):
+            row = table.cursor_row
+            table.clear()
+            for name, level in levels.items():
+                table.add_row(name, level, key=name)
+            table.move_cursor(row=min(row, len(levels) - 1))
+        else:
+            for name, level in levels.items():
+                if self.levels.get(name) != level:
+                    table.update_cell(name, "level", level)
+        self.levels = dict(levels)
+
+    @work(thread=True, exclusive=True, group="loggers")
+    def _refresh_levels(self) -> None:
+        try:
+            levels = self.control.levels()
+        except Exception as e:  # shown, never raised: the proxy may be unreachable
+            self.app.call_from_thread(self._set_status, f"cannot read levels: {str(e).splitlines()[0]}")
+            return
+        self.app.call_from_thread(self._show, levels)
+        self.app.call_from_thread(self._set_status, f"{len(levels)} loggers of pod/{self.control.pod}; "
+                                  "keys: t d i w e o set the selected logger, D all debug, r reset")
+
+    @work(thread=True, exclusive=True, group="loggers")
+    def _apply(self, spec: str, what: str) -> None:
+        try:
+            levels = self.control.apply(spec)
+        except Exception as e:
+            self.app.call_from_thread(self._set_status, f"not changed: {str(e).splitlines()[0]}")
+            return
+        self.app.call_from_thread(self._show, levels)
+        self.app.call_from_thread(self._set_status, f"{what}: confirmed by the proxy")
+
+    def selected_logger(self) -> str | None:
+        table = self.query_one("#loggers", DataTable)
+        if not table.row_count:
+            return None
+        return str(table.get_row_at(table.cursor_row)[0])
+
+    def action_set_level(self, level: str) -> None:
+        name = self.selected_logger()
+        if name is None:
+            return
+        self._set_status(f"setting {name} to {level} ...")
+        self._apply(f"{name}:{level}", f"{name}: {level}")
+
+    def action_set_all(self, spec: str) -> None:
+        self._set_status(f"setting every logger: {spec} ...")
+        self._apply(spec, "every logger: " + ("Istio defaults" if spec == "reset" else spec))
