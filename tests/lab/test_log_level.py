@@ -1,0 +1,72 @@
+"""`log-level` against the lab's sidecar stand-in through the test API server's port-forward."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+
+import pytest
+
+from kubectl_meshdoctor.lab import lab
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def lab_state(tmp_path_factory):
+    name = f"mdtest-l{secrets.token_hex(2)}"
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("healthy", "healthy-http"), drivers=False)
+    try:
+        yield state
+    finally:
+        lab.down(state.state_dir)
+
+
+def log_level(state, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "log-level", *args, "--kubeconfig",
+                           str(state.kubeconfig)], capture_output=True, text=True, timeout=120)
+
+
+def levels_of(state, pod: str) -> dict[str, str]:
+    proc = log_level(state, f"pod/{pod}", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    (proxy,) = json.loads(proc.stdout)["proxies"]
+    return proxy["loggers"]
+
+
+def test_set_a_logger_then_read_it_back_from_the_proxy(lab_state):
+    assert levels_of(lab_state, "healthy")["connection"] == "warning"
+    proc = log_level(lab_state, "pod/healthy", "--level", "connection:debug,http=trace")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].split() == ["POD", "LEVELS"]
+    assert "connection: debug" in proc.stdout and "http: trace" in proc.stdout
+    after = levels_of(lab_state, "healthy")
+    assert after["connection"] == "debug" and after["http"] == "trace" and after["router"] == "warning"
+    assert levels_of(lab_state, "healthy-http")["connection"] == "warning"  # only the named pod changed
+    reset = log_level(lab_state, "pod/healthy", "-r")
+    assert reset.returncode == 0 and "warning (60 loggers); misc: error" in reset.stdout, reset.stdout
+    assert levels_of(lab_state, "healthy")["connection"] == "warning"
+
+
+def test_every_pod_of_a_selector(lab_state):
+    proc = log_level(lab_state, "-l", "version=v1", "--level", "debug")
+    assert proc.returncode == 0, proc.stderr
+    assert "healthy " in proc.stdout and "healthy-http " in proc.stdout
+    assert set(levels_of(lab_state, "healthy-http").values()) == {"debug"}
+    assert log_level(lab_state, "-l", "version=v1", "-r").returncode == 0
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("loud", "unknown log level 'loud'"),
+    ("conection:debug", "unknown logger 'conection'"),
+])
+def test_bad_level_or_logger_exits_2_naming_the_valid_ones_and_changes_nothing(lab_state, spec, needle):
+    before = levels_of(lab_state, "healthy")
+    proc = log_level(lab_state, "pod/healthy", "--level", spec)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert needle in line
+    assert "trace, debug, info, warning, error, critical, off" in line or "connection" in line
+    assert levels_of(lab_state, "healthy") == before
