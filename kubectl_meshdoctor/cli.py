@@ -120,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default docker.io/nicolaka/netshoot:v0.13)")
     w.add_argument("--ttl", type=_positive, default=3600, metavar="SECONDS",
                    help="the debug container's sleep: it ends by itself after this (default 3600)")
+    w.add_argument("--iface", default="lo,eth0", metavar="LIST",
+                   help="the pod's interfaces to capture, comma-separated (default lo,eth0)")
     w.add_argument("--proxy-admin-port", type=int, default=15000, metavar="PORT",
                    help="the sidecar's Envoy admin port, for counters (default 15000)")
     w.add_argument("-v", "--verbose", action="store_true",
@@ -212,6 +214,14 @@ def _cmd_analyze(args) -> int:
     return report.exit_code()
 
 
+def _ifaces(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", n)]
+    if not names or bad:
+        raise ValueError(f"--iface takes interface names like lo,eth0 (got {text!r})")
+    return names
+
+
 def _watch_options(args, kube):
     from .kube.debug import DEFAULT_IMAGE
     from .kube.target import Target
@@ -219,7 +229,8 @@ def _watch_options(args, kube):
 
     return WatchOptions(target=Target.parse(args.target), namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
-                        write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port)
+                        write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
+                        ifaces=_ifaces(args.iface))
 
 
 def _cmd_watch(args) -> int:

@@ -223,3 +223,53 @@ def test_real_traffic_that_must_not_raise_an_error(quiet_lab, tmp_path):
     assert retry["details"]["retransmits"] == 1 and retry["details"]["answered"] is True
     syns = tshark_fields(tmp_path / "healthy-http-eth0.pcap", "tcp.flags", "tcp.srcport")
     assert sum(1 for flags, sport in syns.values() if flags == "0x0002" and sport == "45000") == 10
+
+
+def test_stale_keepalive_finding_carries_the_uc_line_and_the_moved_counter(quiet_lab, tmp_path):
+    live, _ = run_scenario(quiet_lab, "stale-keepalive", tmp_path)
+    (f,) = [f for f in live["findings"] if f["detector"] == "stale-keepalive"]
+    pod = quiet_lab.pod("stale-keepalive")
+    (line,) = f["access_log"]
+    assert '" 503 UC upstream_reset_before_response_started{connection_termination} ' in line
+    assert f'"{pod.pod_ip}:5000"' in line  # the upstream host the finding's flow names
+    assert f["counters"]["cluster.inbound|5000||.upstream_cx_destroy_remote_with_active_rq"] >= 1
+    assert live["envoy"]["version"] and live["envoy"]["access_log_lines"] >= 2
+    assert [x for x in live["findings"] if x["detector"] == "access-log"] == []  # the UC line is explained
+
+
+def watch_refused_round(quiet_lab, *extra: str) -> dict:
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", "pod/refused", "--kubeconfig",
+                             str(quiet_lab.kubeconfig), "--no-tui", "-v", "-o", "json", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not line.startswith("capturing"):
+            assert proc.poll() is None and time.monotonic() < deadline, line
+            line = proc.stderr.readline()
+        lab.trigger_round(quiet_lab, "refused")
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return json.loads(stdout)
+
+
+def test_uf_lines_are_linked_to_the_refused_connections(quiet_lab):
+    report = watch_refused_round(quiet_lab)
+    refused = [f for f in report["findings"] if f["detector"] == "upstream-refused"]
+    assert refused and all(any(" 503 UF " in ln for ln in f["access_log"]) for f in refused)
+    assert [f for f in report["findings"] if f["detector"] == "access-log"] == []
+
+
+def test_failing_access_log_line_without_packet_evidence_becomes_its_own_finding(quiet_lab):
+    """Without lo in the capture nothing on the wire explains the UF lines: each stands as an access-log finding
+    with the flag's meaning and what to capture next."""
+    report = watch_refused_round(quiet_lab, "--iface", "eth0")
+    assert [f for f in report["findings"] if f["detector"] == "upstream-refused"] == []
+    alone = [f for f in report["findings"] if f["detector"] == "access-log"]
+    assert alone and all(f["envoy_flags"] == ["UF"] and f["severity"] == "error" for f in alone)
+    assert "UpstreamConnectionFailure" in alone[0]["explanation"]
+    assert "capture lo" in alone[0]["remediation"]
+    assert alone[0]["flow"]["server"] == f"{quiet_lab.pod('refused').pod_ip}:5000"
