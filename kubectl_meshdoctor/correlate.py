@@ -51,6 +51,10 @@ class Correlator:
         self._lines.append((self._next_line, entry))
         self._next_line += 1
 
+    def entries(self) -> list[AccessLogEntry]:
+        """The lines kept (the newest MAX_LINES), in log order."""
+        return [e for _, e in self._lines]
+
     def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
         """The access-log lines ``f`` explains, in log order."""
         if not f.envoy_flags:

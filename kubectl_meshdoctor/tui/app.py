@@ -43,6 +43,9 @@ class Session:
     phase: Callable[[], str] = lambda: ""
     exit_when_done: bool = False  # leave the screen when the run ends by itself (watch --duration)
     loggers: Callable[[], object | None] = lambda: None  # a LoggerControl once the proxy is known
+    clusters: Callable[[], Callable[[], dict] | None] = lambda: None  # a /clusters fetcher once known
+    access_log: Callable[[], list] = lambda: []  # the access-log entries followed so far
+    pod: Callable[[], str | None] = lambda: None
 
 
 def finding_detail(f: Finding) -> str:
@@ -71,6 +74,8 @@ class MeshDoctorApp(App[Report | None]):
     """
     BINDINGS = [Binding("q", "quit_clean", "Quit (stops the capture)"),
                 Binding("l", "loggers", "Envoy loggers"),
+                Binding("c", "clusters", "Envoy clusters"),
+                Binding("a", "access_log", "access log"),
                 Binding("ctrl+c", "quit_clean", "Quit", show=False)]
 
     def __init__(self, session: Session) -> None:
@@ -158,6 +163,21 @@ class MeshDoctorApp(App[Report | None]):
         from .loggers import LoggersScreen
 
         self.push_screen(LoggersScreen(control))
+
+    def action_clusters(self) -> None:
+        fetch = self.session.clusters()
+        if fetch is None:
+            self.last_progress = "the proxy is not known yet: clusters are available once capturing"
+            self._refresh_status()
+            return
+        from .envoy import ClustersScreen
+
+        self.push_screen(ClustersScreen(fetch, self.session.pod() or "?"))
+
+    def action_access_log(self) -> None:
+        from .envoy import AccessLogScreen
+
+        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod() or "?"))
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""

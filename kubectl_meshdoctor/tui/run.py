@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ..envoy.clusters import parse_clusters
 from ..kube.admin import EnvoyAdmin
 from ..kube.client import Kube
 from ..loglevel import LoggerControl
@@ -35,9 +36,16 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
             controls[state.pod] = LoggerControl(EnvoyAdmin(kube, opts.namespace, state.pod, opts.admin_port))
         return controls[state.pod]
 
+    def clusters():
+        control = loggers()
+        if control is None:
+            return None
+        return lambda: parse_clusters(control.admin.get("/clusters", {"format": "json"}).body)
+
     return Session(run=run, stats=lambda: (pipeline_box[0] if pipeline_box else empty).stats,
                    describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None,
-                   loggers=loggers)
+                   loggers=loggers, clusters=clusters, pod=lambda: state.pod,
+                   access_log=lambda: pipeline_box[0].correlator.entries() if pipeline_box else [])
 
 
 def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:

@@ -1,0 +1,177 @@
+"""Envoy panes: the sidecar's clusters and hosts (counters that moved are highlighted) and its access log
+(response flags coloured, filterable). They render what the session hands them and fetch nothing themselves
+but through the session's callables, in worker threads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from ..envoy.access_log import AccessLogEntry
+from ..envoy.clusters import Cluster
+
+HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error", "rq_timeout", "rq_total")
+FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
+              "UO": "yellow", "DC": "dim", "NR": "yellow"}
+REFRESH_S = 2.0
+
+
+def flags_text(flags: tuple[str, ...]) -> Text:
+    if not flags:
+        return Text("-", style="dim")
+    out = Text()
+    for i, f in enumerate(flags):
+        if i:
+            out.append(",")
+        out.append(f, style=FLAG_STYLE.get(f, "bold"))
+    return out
+
+
+class ClustersScreen(Screen):
+    """One row per (cluster, host) from GET /clusters, refreshed every REFRESH_S; a counter that grew since
+    the previous refresh is shown bold on yellow. Click a column header to sort by it."""
+
+    BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now")]
+    CSS = "#clusters-status { height: auto; padding: 0 1; background: $boost; }"
+
+    def __init__(self, fetch: Callable[[], dict[str, Cluster]], pod: str) -> None:
+        super().__init__()
+        self.fetch = fetch
+        self.pod = pod
+        self.previous: dict[tuple[str, str], dict[str, int]] = {}
+        self.sort_column: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("reading /clusters ...", id="clusters-status", markup=False)
+        table = DataTable(id="clusters", cursor_type="row", zebra_stripes=True)
+        table.add_column("cluster", key="cluster")
+        table.add_column("host", key="host")
+        for name in HOST_COUNTERS:
+            table.add_column(name, key=name)
+        table.add_column("health", key="health")
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"Envoy clusters of pod/{self.pod}"
+        self.action_refresh()
+        self.set_interval(REFRESH_S, self.action_refresh)
+
+    @work(thread=True, exclusive=True, group="clusters")
+    def action_refresh(self) -> None:
+        try:
+            clusters = self.fetch()
+        except Exception as e:
+            self.app.call_from_thread(self._set_status, f"cannot read /clusters: {str(e).splitlines()[0]}")
+            return
+        self.app.call_from_thread(self.show_clusters, clusters)
+
+    def _set_status(self, text: str) -> None:
+        self.query_one("#clusters-status", Static).update(text)
+
+    def show_clusters(self, clusters: dict[str, Cluster]) -> None:
+        table = self.query_one("#clusters", DataTable)
+        table.clear()
+        moved = 0
+        current: dict[tuple[str, str], dict[str, int]] = {}
+        for cluster in clusters.values():
+            for host in cluster.hosts:
+                key = (cluster.name, host.endpoint)
+                values = {name: getattr(host, name) for name in HOST_COUNTERS}
+                before = self.previous.get(key, values)
+                cells = []
+                for name in HOST_COUNTERS:
+                    grew = values[name] > before.get(name, values[name])
+                    moved += grew
+                    cells.append(Text(str(values[name]), style="bold black on yellow" if grew else ""))
+                health = ",".join(host.health_flags) or "healthy"
+                table.add_row(cluster.name, host.endpoint, *cells,
+                              Text(health, style="" if host.healthy else "bold red"), key="|".join(key))
+                current[key] = values
+        self.previous = current
+        if self.sort_column:
+            table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+        self._set_status(f"{len(clusters)} clusters, {len(current)} hosts; {moved} counters moved since the last "
+                     f"refresh (every {REFRESH_S:.0f} s)")
+
+    @on(DataTable.HeaderSelected, "#clusters")
+    def _sort(self, event: DataTable.HeaderSelected) -> None:
+        self.sort_column = str(event.column_key.value)
+        event.data_table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+
+
+def _sort_key(value) -> tuple:
+    text = value.plain if isinstance(value, Text) else str(value)
+    return (0, int(text), "") if text.isdigit() else (1, 0, text)
+
+
+class AccessLogScreen(Screen):
+    """The access-log lines followed so far, newest first; ``/`` filters by flag or any text of the line."""
+
+    BINDINGS = [Binding("escape,a", "app.pop_screen", "back"), Binding("slash", "filter", "filter")]
+    CSS = "#log-status { height: auto; padding: 0 1; background: $boost; }"
+
+    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str) -> None:
+        super().__init__()
+        self.entries = entries
+        self.pod = pod
+        self.filter_text = ""
+        self._shown = -1
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="log-status", markup=False)
+        yield Input(placeholder="filter: a flag (UC) or any text, Enter to apply", id="log-filter")
+        table = DataTable(id="access-log", cursor_type="row", zebra_stripes=True)
+        for name in ("time", "code", "flags", "details", "upstream host", "request"):
+            table.add_column(name, key=name)
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"Envoy access log of pod/{self.pod}"
+        self.query_one("#access-log", DataTable).focus()  # keys go to the screen; / moves to the filter
+        self.refresh_entries()
+        self.set_interval(1.0, self.refresh_entries)
+
+    def matches(self, e: AccessLogEntry) -> bool:
+        f = self.filter_text.strip()
+        if not f:
+            return True
+        return f.upper() in e.flags or f.lower() in e.raw.lower()
+
+    def refresh_entries(self, force: bool = False) -> None:
+        entries = self.entries()
+        if len(entries) == self._shown and not force:
+            return
+        self._shown = len(entries)
+        table = self.query_one("#access-log", DataTable)
+        table.clear()
+        shown = [e for e in entries if self.matches(e)]
+        import time as _time
+
+        for e in reversed(shown):
+            request = f"{e.method} {e.path}" if e.method else "TCP"
+            table.add_row(_time.strftime("%H:%M:%S", _time.localtime(e.ts)) + f".{int(e.ts * 1000) % 1000:03d}",
+                          Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
+                          flags_text(e.flags), e.details or "-", e.upstream_host or "-", request)
+        failing = sum(1 for e in entries if e.flags)
+        filt = f", filter {self.filter_text!r}: {len(shown)} shown" if self.filter_text else ""
+        self.query_one("#log-status", Static).update(
+            f"{len(entries)} access-log lines, {failing} with response flags{filt}")
+
+    def action_filter(self) -> None:
+        self.query_one("#log-filter", Input).focus()
+
+    @on(Input.Submitted, "#log-filter")
+    def _apply_filter(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value
+        self.query_one("#access-log", DataTable).focus()
+        self.refresh_entries(force=True)
