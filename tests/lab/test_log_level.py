@@ -70,3 +70,28 @@ def test_bad_level_or_logger_exits_2_naming_the_valid_ones_and_changes_nothing(l
     assert needle in line
     assert "trace, debug, info, warning, error, critical, off" in line or "connection" in line
     assert levels_of(lab_state, "healthy") == before
+
+
+def test_the_live_lab_proxy_parses_in_every_format(lab_state):
+    """/clusters (text and JSON), /stats and /server_info of the lab's proxy, read through the port-forward."""
+    from kubectl_meshdoctor.envoy.clusters import parse_clusters
+    from kubectl_meshdoctor.envoy.server_info import envoy_version
+    from kubectl_meshdoctor.envoy.stats import by_cluster, parse_stats
+    from kubectl_meshdoctor.kube.admin import EnvoyAdmin
+    from kubectl_meshdoctor.kube.client import KubeOptions, connect
+
+    pod = lab_state.pod("healthy-http")
+    lab.trigger_round(lab_state, "healthy-http")  # 200s through the sidecar: counters to read
+    admin = EnvoyAdmin(connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig))), lab_state.namespace, pod.name)
+    try:
+        text = parse_clusters(admin.get("/clusters").body)
+        as_json = parse_clusters(admin.get("/clusters", {"format": "json"}).body)
+        host = text["inbound|5000||"].host(f"{pod.pod_ip}:5000")
+        assert host is not None and host.rq_success >= 20 and host.cx_connect_fail == 0 and host.healthy
+        assert as_json["inbound|5000||"].host(f"{pod.pod_ip}:5000").rq_success == host.rq_success
+        stats = by_cluster(parse_stats(admin.get("/stats").body))
+        assert stats["inbound|5000||"]["upstream_rq_total"] >= 20
+        assert envoy_version(json.loads(admin.get("/server_info").body)).count(".") == 2
+        assert admin.get("/logging").status == 405  # Envoy refuses GET on a mutating endpoint
+    finally:
+        admin.close()
