@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the sidecar's Envoy admin port, for counters (default 15000)")
     w.add_argument("-v", "--verbose", action="store_true",
                    help="progress lines on stderr even when it is not a terminal (e.g. \"capturing ...\")")
+    w.add_argument("--profile", choices=("least", "netadmin"), default="least",
+                   help="debug container capabilities: least = NET_RAW only (default), netadmin = NET_ADMIN too")
+    w.add_argument("--dry-run", action="store_true",
+                   help="print the ephemeral container watch would add and the RBAC it needs; change nothing")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
                    help="also save the raw lo and eth0 captures in DIR (they carry secrets: only on request)")
 
@@ -230,7 +234,7 @@ def _watch_options(args, kube):
     return WatchOptions(target=Target.parse(args.target), namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
                         write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
-                        ifaces=_ifaces(args.iface))
+                        ifaces=_ifaces(args.iface), profile=args.profile)
 
 
 def _cmd_watch(args) -> int:
@@ -243,12 +247,29 @@ def _cmd_watch(args) -> int:
         opts = _watch_options(args, kube)
     except (ValueError, KubeError) as e:
         return _err(str(e))
+    if args.dry_run:
+        return _watch_dry_run(opts)
     if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
         # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
         return _watch_headless(kube, opts, args.output, args.verbose, args.redact)
     from .tui.run import run_tui
 
     return run_tui(kube, opts, args.output, args.redact)
+
+
+def _watch_dry_run(opts) -> int:
+    import json
+
+    from .kube.debug import container_spec, new_container_name
+    from .kube.rbac import WATCH_PERMISSIONS, role_yaml
+
+    spec = container_spec(new_container_name(), opts.image, opts.ttl_s, opts.profile)
+    print(f"# watch would add this ephemeral container to {opts.target.kind}/{opts.target.name} in namespace "
+          f"{opts.namespace} (PATCH pods/ephemeralcontainers), unless a meshdoctor-* container already runs:")
+    print(json.dumps({"spec": {"ephemeralContainers": [spec]}}, indent=2))
+    print("# and it needs these permissions (portforward and log are optional: Envoy counters and access log):")
+    print(role_yaml(opts.namespace, WATCH_PERMISSIONS))
+    return 0
 
 
 def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool = True) -> int:

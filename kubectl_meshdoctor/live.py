@@ -18,6 +18,7 @@ from .istio.redirect import redirect_map_from_annotations
 from .kube.capture import ExecCapture
 from .kube.client import Kube
 from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
+from .kube.rbac import preflight
 from .kube.target import Target, check_capturable, resolve_pods
 from .pipeline import Pipeline
 from .proxy import SIDECAR_CONTAINER, close_proxy, open_proxy
@@ -47,6 +48,8 @@ class WatchOptions:
     write_pcap_dir: Path | None = None
     ifaces: tuple[str, ...] = IFACES
     admin_port: int = 15000  # the sidecar's Envoy admin port (--proxy-admin-port)
+    profile: str = "least"  # the debug container's capabilities: least (NET_RAW) or netadmin
+    start_timeout_s: float = 120.0  # how long the debug container may take to run
 
 
 @dataclass(slots=True)
@@ -78,13 +81,17 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
     pipeline.ctx.pod = pod_name
     pipeline.context(ContextEvent(time.time(), "redirect-map",
                                   redirect_map=redirect_map_from_annotations(pod.metadata.annotations)))
+    state.phase = "preflight"
+    progress(f"checking RBAC in namespace {pod.metadata.namespace}")
+    warnings = await asyncio.to_thread(preflight, kube, pod.metadata.namespace)
     state.phase = "debug-container"
-    dbg = await asyncio.to_thread(ensure_debug_container, kube, pod, opts.image, opts.ttl_s, 120.0, progress)
+    dbg = await asyncio.to_thread(ensure_debug_container, kube, pod, opts.image, opts.ttl_s, opts.start_timeout_s,
+                                  progress, opts.profile)
     state.container = dbg.name
 
     max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
     readers = []
-    problems: list[dict] = []
+    problems: list[dict] = [{"where": f"pod/{pod_name}", "what": w} for w in warnings]
     progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
     proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
     state.phase = "capturing"

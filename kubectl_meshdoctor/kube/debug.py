@@ -43,8 +43,12 @@ def running_debug_container(pod) -> str | None:
     return None
 
 
-def container_spec(name: str, image: str, ttl_s: int) -> dict:
-    """The ephemeral container we add: least privilege (NET_RAW for tcpdump), a bounded sleep as its command."""
+PROFILES = {"least": ["NET_RAW"], "netadmin": ["NET_ADMIN", "NET_RAW"]}  # like kubectl debug --profile
+
+
+def container_spec(name: str, image: str, ttl_s: int, profile: str = "least") -> dict:
+    """The ephemeral container we add: least privilege by default (NET_RAW for tcpdump; ``netadmin`` adds
+    NET_ADMIN, e.g. to read iptables), a bounded sleep as its command so it ends by itself."""
     return {
         "name": name,
         "image": image,
@@ -54,12 +58,17 @@ def container_spec(name: str, image: str, ttl_s: int) -> dict:
         "tty": False,
         "targetContainerName": SIDECAR,
         "terminationMessagePolicy": "File",
-        "securityContext": {"capabilities": {"add": ["NET_RAW"]}},
+        "securityContext": {"capabilities": {"add": list(PROFILES[profile])}},
     }
 
 
+def new_container_name() -> str:
+    return NAME_PREFIX + "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+
+
 def ensure_debug_container(kube: Kube, pod, image: str = DEFAULT_IMAGE, ttl_s: int = DEFAULT_TTL_S,
-                           wait_s: float = 120.0, progress: Callable[[str], None] = lambda s: None) -> DebugContainer:
+                           wait_s: float = 120.0, progress: Callable[[str], None] = lambda s: None,
+                           profile: str = "least") -> DebugContainer:
     """Reuse a running ``meshdoctor-*`` ephemeral container or add one and wait (``wait_s`` seconds) until it runs.
 
     Raises KubeError when the PATCH is refused (RBAC, PodSecurity admission), the image cannot be pulled, or the
@@ -70,9 +79,9 @@ def ensure_debug_container(kube: Kube, pod, image: str = DEFAULT_IMAGE, ttl_s: i
     if existing:
         progress(f"reusing ephemeral container {existing} in pod/{pod_name}")
         return DebugContainer(existing, reused=True)
-    name = NAME_PREFIX + "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(5))
+    name = new_container_name()
     progress(f"adding ephemeral container {name} ({image}) to pod/{pod_name}")
-    body = {"spec": {"ephemeralContainers": [container_spec(name, image, ttl_s)]}}
+    body = {"spec": {"ephemeralContainers": [container_spec(name, image, ttl_s, profile)]}}
     api_call(kube, f"cannot add the debug container to pod/{pod_name}",
              kube.core.patch_namespaced_pod_ephemeralcontainers, pod_name, ns, body,
              not_found=f"ephemeral containers are disabled for this cluster, or pod/{pod_name} is gone")

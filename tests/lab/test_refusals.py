@@ -1,0 +1,144 @@
+"""What a tool run on production pods must do when refused or killed: one clear line and exit 2, nothing
+half-made left behind, and no tcpdump left in the pod even when the plugin is SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubectl_meshdoctor.lab import lab
+
+from .test_watch import tcpdumps_in
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def lab_state(tmp_path_factory):
+    name = f"mdtest-r{secrets.token_hex(2)}"
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("healthy", "healthy-http", "refused"), period=2.0)
+    try:
+        yield state
+    finally:
+        lab.down(state.state_dir)
+
+
+class Faults:
+    def __init__(self, kubeconfig: Path) -> None:
+        kc = yaml.safe_load(kubeconfig.read_text())
+        self.url = kc["clusters"][0]["cluster"]["server"] + "/_lab/faults"
+        self.auth = {"Authorization": f"Bearer {kc['users'][0]['user']['token']}"}
+
+    def set(self, faults: dict) -> None:
+        req = urllib.request.Request(self.url, data=json.dumps(faults).encode(), method="POST",
+                                     headers={**self.auth, "Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def clear(self) -> None:
+        urllib.request.urlopen(urllib.request.Request(self.url, method="DELETE", headers=self.auth), timeout=10).close()
+
+
+@pytest.fixture
+def faults(lab_state):
+    f = Faults(Path(lab_state.kubeconfig))
+    yield f
+    f.clear()
+
+
+def watch(state, pod: str, *extra: str, seconds: str = "2") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "watch", f"pod/{pod}", "--kubeconfig",
+                           str(state.kubeconfig), "--no-tui", "--duration", seconds, "-o", "json", *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def ephemeral_names(state, pod: str) -> list[str]:
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(state.kubeconfig)))
+    return [c.name for c in api.read_namespaced_pod(pod, state.namespace).spec.ephemeral_containers or []]
+
+
+def test_missing_rbac_names_every_permission_and_a_role_before_touching_the_pod(lab_state, faults):
+    faults.set({"deny": [{"verb": "patch", "resource": "pods", "subresource": "ephemeralcontainers"},
+                         {"verb": "get", "resource": "pods", "subresource": "log"}]})
+    proc = watch(lab_state, "healthy-http")
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert "missing RBAC" in first and "patch pods/ephemeralcontainers" in first and "get pods/log" in first
+    role = yaml.safe_load_all(proc.stderr.split("this Role grants them:\n", 1)[1])
+    role = next(role)
+    assert role["kind"] == "Role" and {"resources": ["pods/ephemeralcontainers"], "verbs": ["patch"],
+                                       "apiGroups": [""]} in role["rules"]
+    assert "Traceback" not in proc.stderr
+    assert ephemeral_names(lab_state, "healthy-http") == []  # nothing was added
+
+
+def test_missing_optional_rbac_is_a_problem_not_a_failure(lab_state, faults):
+    faults.set({"deny": [{"verb": "get", "resource": "pods", "subresource": "log"}]})
+    proc = watch(lab_state, "healthy")
+    assert proc.returncode == 0, proc.stderr
+    problems = [p["what"] for p in json.loads(proc.stdout)["problems"]]
+    assert any("no permission to get pods/log" in p for p in problems), problems
+
+
+def test_podsecurity_403_on_the_patch_is_one_line(lab_state, faults):
+    message = ('pods "healthy-http" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities '
+               '(container "meshdoctor-x" must not include "NET_RAW" in securityContext.capabilities.add)')
+    faults.set({"patch_ephemeralcontainers": {"status": 403, "reason": "Forbidden", "message": message}})
+    proc = watch(lab_state, "healthy-http")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "cannot add the debug container to pod/healthy-http" in line and "violates PodSecurity" in line
+    assert ephemeral_names(lab_state, "healthy-http") == []
+
+
+def test_image_that_cannot_be_pulled_is_one_line(lab_state, faults):
+    faults.set({"ephemeral_start": {"waiting_reason": "ImagePullBackOff",
+                                    "message": 'Back-off pulling image "docker.io/nicolaka/netshoot:v0.13"'}})
+    proc = watch(lab_state, "healthy-http")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "cannot start: ImagePullBackOff" in line and "Back-off pulling image" in line
+
+
+def test_dry_run_changes_nothing(lab_state):
+    before = ephemeral_names(lab_state, "refused")
+    proc = watch(lab_state, "refused", "--dry-run", "--profile", "netadmin")
+    assert proc.returncode == 0
+    spec = json.loads(proc.stdout.split("\n", 1)[1].split("\n# and it needs", 1)[0])
+    (container,) = spec["spec"]["ephemeralContainers"]
+    assert container["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
+    assert container["targetContainerName"] == "istio-proxy" and container["command"] == ["sleep", "3600"]
+    assert "kind: Role" in proc.stdout
+    assert ephemeral_names(lab_state, "refused") == before
+
+
+def test_sigkill_mid_capture_leaves_no_tcpdump_in_the_pod(lab_state):
+    """The plugin is killed without any chance to clean up: the dead-man's switch in the pod ends tcpdump."""
+    pod = lab_state.pod("healthy")
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", "pod/healthy", "--kubeconfig",
+                             str(lab_state.kubeconfig), "--no-tui", "-v", "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not line.startswith("capturing"):
+            assert proc.poll() is None and time.monotonic() < deadline, line
+            line = proc.stderr.readline()
+        assert len(tcpdumps_in(pod.netns)) == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    bound = time.monotonic() + 10  # the stated bound: the stream's end reaches the pod at once, tcpdump stops
+    while tcpdumps_in(pod.netns):
+        assert time.monotonic() < bound, "tcpdump outlived the plugin"
+        time.sleep(0.1)
