@@ -131,3 +131,14 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]]) -
         out.append(replace(f, counters={f"cluster.inbound|{port}||.{k}": v for k, v in counters.items()})
                    if counters else f)
     return out
+
+
+def attach_kernel_counters(findings: list[Finding], deltas: dict[str, int]) -> list[Finding]:
+    """Each finding with the kernel counters that back its detector (kernel.BACKS) and moved during the run."""
+    from .kernel import BACKS
+
+    out = []
+    for f in findings:
+        backing = {f"kernel.{n}": deltas[n] for n in BACKS.get(f.detector, ()) if n in deltas}
+        out.append(replace(f, counters={**f.counters, **backing}) if backing else f)
+    return out

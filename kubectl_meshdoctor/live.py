@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .correlate import attach_counters
+from .correlate import attach_counters, attach_kernel_counters
+from .kernel import counter_deltas, read_counters
 from .events import ContextEvent
 from .istio.redirect import redirect_map_from_annotations
 from .kube.capture import ExecCapture
-from .kube.client import Kube
+from .kube.client import Kube, KubeError
 from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from .kube.rbac import preflight
 from .kube.target import Target, check_capturable, resolve_pods
@@ -92,6 +93,7 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
     max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
     readers = []
     problems: list[dict] = [{"where": f"pod/{pod_name}", "what": w} for w in warnings]
+    kernel_before = await _kernel_counters(kube, pod, dbg.name, problems)
     progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
     proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
     state.phase = "capturing"
@@ -134,11 +136,22 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
             problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
     moved = await close_proxy(proxy)
     problems += proxy.problems
-    findings = attach_counters(pipeline.finish(), moved)
+    kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
+    kernel = counter_deltas(kernel_before, kernel_after) if kernel_after else {}
+    findings = attach_kernel_counters(attach_counters(pipeline.finish(), moved), kernel)
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
               "container_reused": dbg.reused, "interfaces": list(opts.ifaces)}
     if state.pcap_files:
         source["files"] = dict(state.pcap_files)
     envoy = {"version": proxy.version, "counters_moved": moved,
              "access_log_lines": proxy.follower.lines if proxy.follower else 0}
-    return Report(source, pipeline.stats, findings, problems, envoy=envoy)
+    return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel)
+
+
+async def _kernel_counters(kube: Kube, pod, container: str, problems: list[dict]) -> dict[str, int]:
+    """The pod namespace's kernel counters, or {} with the reason added to ``problems``."""
+    try:
+        return await asyncio.to_thread(read_counters, kube, pod.metadata.namespace, pod.metadata.name, container)
+    except KubeError as e:
+        problems.append({"where": f"pod/{pod.metadata.name}", "what": str(e)})
+        return {}

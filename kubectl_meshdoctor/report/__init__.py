@@ -27,6 +27,7 @@ class Report:
     findings: list[Finding]
     problems: list[dict] = field(default_factory=list)
     envoy: dict | None = None  # the sidecar's side: version, counters that moved, access-log lines read
+    kernel: dict | None = None  # kernel counters of the pod's namespace that moved (nstat names -> delta)
 
     def exit_code(self) -> int:
         return EXIT_FINDINGS if any(f.severity is Severity.ERROR for f in self.findings) else EXIT_OK
@@ -45,6 +46,7 @@ class Report:
             },
             "problems": self.problems,
             **({"envoy": self.envoy} if self.envoy is not None else {}),
+            **({"kernel": self.kernel} if self.kernel is not None else {}),
             "findings": [f.to_dict() for f in self.findings],
         }
 

@@ -98,6 +98,9 @@ def test_watch_reports_the_collision_with_flow_and_frames(lab_state, collision_r
     assert ack["frame"] > syn["frame"]
     assert report["stats"]["interfaces"]["lo"]["packets"] > 0
     assert report["source"]["kind"] == "live" and report["source"]["container"].startswith("meshdoctor-")
+    # The kernel's own view backs the finding: the pod namespace counted the challenge ACKs it sent.
+    assert report["kernel"]["TcpExtTCPChallengeACK"] >= len(found)
+    assert f["counters"]["kernel.TcpExtTCPChallengeACK"] == report["kernel"]["TcpExtTCPChallengeACK"]
 
 
 def test_analyze_finds_the_same_collision_in_the_saved_captures(collision_run):

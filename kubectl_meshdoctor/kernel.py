@@ -1,0 +1,68 @@
+"""Kernel counters of the pod's network namespace, read by exec in the debug container: the kernel's own view
+of challenge ACKs, SYN retransmissions, listen drops and conntrack failures, as deltas over a run.
+
+Formats: /proc/net/netstat and /proc/net/snmp (header line then value line per group, as nstat reads them:
+``TcpExt: A B C`` / ``TcpExt: 1 2 3``); /proc/net/stat/nf_conntrack (a header, then one line of hex per CPU).
+"""
+
+from __future__ import annotations
+
+WATCHED = ("TcpExtTCPChallengeACK", "TcpExtTCPSynRetrans", "TcpExtListenDrops", "TcpExtListenOverflows",
+           "TcpExtTCPAbortOnData", "TcpExtTCPAbortOnClose", "TcpAttemptFails", "TcpEstabResets", "TcpOutRsts",
+           "ConntrackInsertFailed", "ConntrackDrop")
+READ_COMMAND = ["sh", "-c", "cat /proc/net/netstat /proc/net/snmp; echo '#conntrack'; "
+                            "cat /proc/net/stat/nf_conntrack 2>/dev/null || true"]
+
+
+def parse_counters(text: str) -> dict[str, int]:
+    """Counters named as nstat names them (``TcpExtTCPChallengeACK``), conntrack ones summed over CPUs as
+    ``ConntrackInsertFailed``/``ConntrackDrop``. Unknown or malformed lines are skipped."""
+    out: dict[str, int] = {}
+    proc, _, conntrack = text.partition("#conntrack")
+    lines = proc.splitlines()
+    for header, values in zip(lines, lines[1:]):
+        hp, _, hnames = header.partition(":")
+        vp, _, vvalues = values.partition(":")
+        if hp != vp or not hnames or hnames.split()[0].lstrip("-").isdigit():
+            continue
+        for name, value in zip(hnames.split(), vvalues.split()):
+            if value.lstrip("-").isdigit():
+                out[f"{hp}{name}"] = int(value)
+    rows = [ln.split() for ln in conntrack.strip().splitlines()]
+    if rows and rows[0] and rows[0][0] == "entries":
+        head = rows[0]
+        for key, name in (("insert_failed", "ConntrackInsertFailed"), ("drop", "ConntrackDrop")):
+            if key in head:
+                i = head.index(key)
+                out[name] = sum(int(r[i], 16) for r in rows[1:] if len(r) > i)
+    return out
+
+
+def counter_deltas(before: dict[str, int], after: dict[str, int], names=WATCHED) -> dict[str, int]:
+    """The watched counters that moved: name -> after - before."""
+    return {n: after[n] - before.get(n, 0) for n in names if n in after and after[n] != before.get(n, 0)}
+
+
+# Which kernel counters back which detector's findings.
+BACKS = {
+    "tuple-collision": ("TcpExtTCPChallengeACK", "ConntrackInsertFailed", "ConntrackDrop"),
+    "syn-timeout": ("TcpExtListenDrops", "TcpExtListenOverflows", "ConntrackInsertFailed", "ConntrackDrop"),
+    "stale-keepalive": ("TcpEstabResets", "TcpOutRsts"),
+    "upstream-refused": ("TcpAttemptFails", "TcpOutRsts"),
+}
+
+
+def read_counters(kube, namespace: str, pod: str, container: str) -> dict[str, int]:
+    """The counters as seen from ``container`` (the debug container shares the pod's network namespace).
+    Raises KubeError when the exec is refused."""
+    from kubernetes.stream import stream
+
+    from .kube.client import KubeError, api_error_message
+
+    try:
+        out = stream(kube.core.connect_get_namespaced_pod_exec, pod, namespace, container=container,
+                     command=READ_COMMAND, stdin=False, stdout=True, stderr=True, tty=False,
+                     _request_timeout=kube.request_timeout_s)
+    except Exception as e:
+        raise KubeError(f"reading kernel counters: {api_error_message(e)}") from None
+    return parse_counters(out)
