@@ -115,7 +115,12 @@ def api_call(kube: Kube, what: str, fn, *args, not_found: str | None = None, **k
         raise KubeError(f"{what}: {api_error_message(e)}") from None
     except urllib3.exceptions.HTTPError as e:
         reason = str(getattr(e, "reason", None) or e)
-        reason = reason.rsplit("] ", 1)[-1].rstrip(")'\"").lower() if "]" in reason else reason.splitlines()[0]
+        if isinstance(e, urllib3.exceptions.ReadTimeoutError) or "timed out" in reason.lower():
+            reason = f"no answer within {kube.request_timeout_s:g} s (--request-timeout)"
+        elif "]" in reason:
+            reason = reason.rsplit("] ", 1)[-1].rstrip(")'\"").lower()
+        else:
+            reason = reason.splitlines()[0]
         raise KubeError(f"cannot reach the API server at {kube.api.configuration.host}: {reason} "
                         f"(is the cluster up, and --context right?)") from None
 

@@ -69,5 +69,8 @@ def check_capturable(pod) -> None:
     if pod.status is None or pod.status.phase != "Running":
         phase = pod.status.phase if pod.status else "unknown"
         raise KubeError(f"pod/{name} is {phase}, not Running: nothing to capture")
+    node_os = (pod.spec.os.name if pod.spec.os else None) or (pod.spec.node_selector or {}).get("kubernetes.io/os")
+    if node_os and node_os.lower() == "windows":
+        raise KubeError(f"pod/{name} runs on a Windows node: the tcpdump debug container needs Linux")
     if sidecar_of(pod) is None:
         raise KubeError(f"pod/{name} has no {SIDECAR} container: not in the mesh (is sidecar injection on?)")

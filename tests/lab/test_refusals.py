@@ -142,3 +142,11 @@ def test_sigkill_mid_capture_leaves_no_tcpdump_in_the_pod(lab_state):
     while tcpdumps_in(pod.netns):
         assert time.monotonic() < bound, "tcpdump outlived the plugin"
         time.sleep(0.1)
+
+
+def test_api_server_that_does_not_answer_in_time_is_one_line(lab_state, faults):
+    faults.set({"get_pod": {"delay_s": 4}})  # every attempt: urllib3 retries a timed-out GET
+    proc = watch(lab_state, "healthy", "--request-timeout", "1")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "cannot reach the API server" in line and "no answer within 1 s" in line
