@@ -91,7 +91,10 @@ async def serve_log(request: web.Request, store: Store, record: PodRecord) -> we
         if state is not None and state.phase == "terminated" and size <= offset:
             break
         if request.transport is None or request.transport.is_closing():
-            break
+            return resp  # the follower left: nothing more to send, as the real API server just drops it
         await asyncio.sleep(POLL_S)
-    await resp.write_eof()
+    try:
+        await resp.write_eof()
+    except ConnectionResetError:  # the client left between the last chunk and the end
+        pass
     return resp
