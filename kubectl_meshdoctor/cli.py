@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default /run/kubectl-meshdoctor/NAME)")
         if name == "up":
             lp.add_argument("--pods", default="collision,healthy",
-                            help="comma-separated scenario pods to create (default collision,healthy)")
+                            help="comma-separated scenario pods to create, NAME=SCENARIO for several of one kind (default collision,healthy)")
     return p
 
 

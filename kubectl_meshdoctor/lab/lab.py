@@ -9,6 +9,7 @@ undoes all of it from that file alone, so it works after a crash or a half-finis
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -75,7 +76,8 @@ def up(
 ) -> LabState:
     """Build the lab and return its state (also written to state_dir/state.json).
 
-    `pods` are scenario names (one of SCENARIOS); each becomes a pod of that name. The scenario drivers run
+    `pods` are scenario names (one of SCENARIOS), or `name=scenario` for several pods of one scenario;
+    each becomes a pod of that name. The scenario drivers run
     at most `rounds` rounds, one every `period` seconds, for at most `seconds` seconds; `drivers=False`
     leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
 
@@ -196,22 +198,34 @@ def _preflight(pods: Sequence[str]) -> None:
     missing = netns.missing_tools()
     if missing:
         raise LabError(f"the lab needs {', '.join(missing)} on PATH (iproute2, iptables, conntrack, procps)")
-    unknown = [p for p in pods if p not in SCENARIOS]
+    specs = [pod_spec(p) for p in pods]
+    unknown = [scenario for _, scenario in specs if scenario not in SCENARIOS]
     if unknown:
         raise LabError(f"unknown lab pod {unknown[0]!r} (one of {', '.join(SCENARIOS)})")
-    if len(set(pods)) != len(pods):
-        raise LabError("each lab pod may appear once")
+    names = [name for name, _ in specs]
+    bad = [n for n in names if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?", n)]
+    if bad:
+        raise LabError(f"lab pod name {bad[0]!r} must be lower case letters, digits and -, at most 40")
+    if len(set(names)) != len(names):
+        raise LabError("each lab pod name may appear once")
     if not pods:
         raise LabError("the lab needs at least one pod")
 
 
-def _new_pod(prefix: str, index: int, scenario: str) -> LabPod:
+def pod_spec(text: str) -> tuple[str, str]:
+    """``scenario`` or ``name=scenario`` (several pods of one scenario: ``web-1=healthy,web-2=healthy``)."""
+    name, sep, scenario = text.partition("=")
+    return (name, scenario) if sep else (text, text)
+
+
+def _new_pod(prefix: str, index: int, spec: str) -> LabPod:
+    name, scenario = pod_spec(spec)
     client_ip, pod_ip = netns.pod_addresses(index)
     return LabPod(
-        name=scenario,
+        name=name,
         scenario=scenario,
-        netns=f"{prefix}-{scenario}",
-        client_netns=f"{prefix}-{scenario}-c",
+        netns=f"{prefix}-{name}",
+        client_netns=f"{prefix}-{name}-c",
         pod_ip=pod_ip,
         client_ip=client_ip,
         ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),
