@@ -1,0 +1,10 @@
+"""Static lint of Istio sidecar pods: ``lint_pod(pod) -> list[Finding]``, ``lint_pods(pods)``.
+
+Rule ids are stable (DESIGN.md): redirect-exposure, probe-port, restart-loop, no-sidecar, sidecar-not-ready,
+hold-application, probe-not-rewritten, excluded-port-exposed. ``RULES`` maps each id to its function,
+``SEVERITIES`` to the severities it can emit.
+"""
+
+from .rules import RESTART_THRESHOLD, RULES, SEVERITIES, PodView, lint_pod, lint_pods
+
+__all__ = ["RESTART_THRESHOLD", "RULES", "SEVERITIES", "PodView", "lint_pod", "lint_pods"]
