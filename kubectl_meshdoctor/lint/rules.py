@@ -81,7 +81,8 @@ class PodView:
         self.source = f"pod/{self.name}"
         self.annotations: dict = self.meta.get("annotations") or {}
         self.labels: dict = self.meta.get("labels") or {}
-        self.containers = [Container(c, f"spec.containers[{i}]") for i, c in enumerate(self.spec.get("containers") or [])]
+        self.containers = [Container(c, f"spec.containers[{i}]")
+                           for i, c in enumerate(self.spec.get("containers") or [])]
         self.init_containers = [Container(c, f"spec.initContainers[{i}]")
                                 for i, c in enumerate(self.spec.get("initContainers") or [])]
         classic = next((c for c in self.containers if c.name == SIDECAR), None)
@@ -385,7 +386,7 @@ def probe_port(pv: PodView) -> list[Finding]:
             consequence = ("Kubernetes resolves a named probe port only among the ports of the probed container; "
                            "with no such name the kubelet cannot even start the probe and counts it as failed")
         else:
-            consequence = ("the port the kubelet (through pilot-agent when Istio rewrote the probe) connects to is "
+            consequence = ("The port the kubelet (through pilot-agent when Istio rewrote the probe) connects to is "
                            "not one the container says it serves: almost always a stale or mistyped port, and "
                            "the probe gets connection refused")
         rewrite = (f" Istio had rewritten this probe to {pv.status_port}; the real target was read from "
@@ -449,7 +450,8 @@ def restart_loop(pv: PodView) -> list[Finding]:
                            f"--containers`>")
         elif liveness and code in (137, 143) and reason != "Completed":
             sev, cause = Severity.ERROR, "liveness"
-            title = f"container {name} restarted {count} times, killed by the kubelet (exit {code}): failed liveness probe"
+            title = (f"container {name} restarted {count} times, killed by the kubelet (exit {code}): "
+                     f"failed liveness probe")
             explanation = (f"{name} ended with exit code {code} ({'SIGKILL' if code == 137 else 'SIGTERM'}) and reason "
                            f"{reason or 'none'}, not OOMKilled: the signature of the kubelet killing it after its "
                            f"livenessProbe failed failureThreshold times (SIGTERM, SIGKILL after the grace period). "
@@ -599,8 +601,8 @@ def hold_application(pv: PodView) -> list[Finding]:
     if asked:
         explanation += (" The annotation already asks for it but the pod was injected before it was set (or the "
                         "injector ignored it): the spec shows no hold. Recreate the pod.")
-    remediation = (f"# pod template annotation (or mesh-wide: meshConfig.defaultConfig.holdApplicationUntilProxyStarts: "
-                   f"true), then recreate the pods:\nmetadata:\n  annotations:\n    {ANN_PROXY_CONFIG}: |\n{block}\n"
+    remediation = (f"# pod template annotation (or mesh-wide: "
+                   f"meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true), then recreate the pods:\nmetadata:\n  annotations:\n    {ANN_PROXY_CONFIG}: |\n{block}\n"
                    f"# kubectl rollout restart deployment/<owner> -n {pv.namespace}")
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation, remediation,
                        annotation_asks=asked)]
