@@ -602,7 +602,8 @@ def hold_application(pv: PodView) -> list[Finding]:
         explanation += (" The annotation already asks for it but the pod was injected before it was set (or the "
                         "injector ignored it): the spec shows no hold. Recreate the pod.")
     remediation = (f"# pod template annotation (or mesh-wide: "
-                   f"meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true), then recreate the pods:\nmetadata:\n  annotations:\n    {ANN_PROXY_CONFIG}: |\n{block}\n"
+                   f"meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true), then recreate the pods:\n"
+                   f"metadata:\n  annotations:\n    {ANN_PROXY_CONFIG}: |\n{block}\n"
                    f"# kubectl rollout restart deployment/<owner> -n {pv.namespace}")
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation, remediation,
                        annotation_asks=asked)]
