@@ -109,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="capture a pod live and show findings (TUI, or a report with --no-tui)",
                        description="Capture a pod's lo and eth0 live and run every detector.",
                        epilog=EPILOG_WATCH, formatter_class=argparse.RawDescriptionHelpFormatter)
-    w.add_argument("target", metavar="pod/NAME|deploy/NAME", help="what to capture (a bare NAME is a pod)")
+    w.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME",
+                   help="what to capture (a bare NAME is a pod); deploy/NAME captures every pod of it")
+    w.add_argument("-l", "--selector", help="capture every running pod with these labels (at most 50)")
     _kube_flags(w)
     w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end (the default "
                    "when stdout or stdin is not a terminal)")
@@ -181,16 +183,20 @@ def _err(message: str) -> int:
     return EXIT_USAGE
 
 
-async def _progress_line(pipeline, label: str, every_s: float = 1.0) -> None:
-    """Rewrite one status line on a terminal's stderr every ``every_s`` seconds until cancelled."""
+async def _progress_line(pipelines, label: str, every_s: float = 1.0) -> None:
+    """Rewrite one status line on a terminal's stderr every ``every_s`` seconds until cancelled; ``pipelines``
+    is one Pipeline or a list that may grow (one per pod)."""
     if not sys.stderr.isatty():
         return
     try:
         while True:
             await asyncio.sleep(every_s)
-            st = pipeline.stats
-            per_iface = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items()))
-            sys.stderr.write(f"\r{label}: {st.packets} packets ({per_iface}), {len(pipeline.findings)} findings ")
+            group = pipelines if isinstance(pipelines, list) else [pipelines]
+            packets = sum(p.stats.packets for p in group)
+            findings = sum(len(p.findings) for p in group)
+            per_iface = ", ".join(f"{k} {v.packets}" for k, v in sorted(group[0].stats.by_iface.items())) \
+                if len(group) == 1 else f"{len(group)} pods"
+            sys.stderr.write(f"\r{label}: {packets} packets ({per_iface}), {findings} findings ")
             sys.stderr.flush()
     finally:
         sys.stderr.write("\r\033[K")
@@ -231,7 +237,8 @@ def _watch_options(args, kube):
     from .kube.target import Target
     from .live import WatchOptions
 
-    return WatchOptions(target=Target.parse(args.target), namespace=args.namespace or kube.namespace,
+    return WatchOptions(target=Target.parse(args.target) if args.target else None, selector=args.selector,
+                        namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
                         write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
                         ifaces=_ifaces(args.iface), profile=args.profile)
@@ -241,8 +248,11 @@ def _cmd_watch(args) -> int:
     from .kube.client import KubeError, KubeOptions, connect
     from .kube.target import Target
 
+    if bool(args.target) == bool(args.selector):
+        return _err("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
     try:
-        Target.parse(args.target)
+        if args.target:
+            Target.parse(args.target)
         kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
         opts = _watch_options(args, kube)
     except (ValueError, KubeError) as e:
@@ -302,10 +312,15 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
                 sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {f.title} ({f.flow.client} -> "
                                  f"{f.flow.server})\n")
 
-        pipeline = Pipeline.with_detectors(on_finding=on_finding, redact=redact)
-        ticker = asyncio.create_task(_progress_line(pipeline, "capturing"))
+        pipelines = []
+
+        def make_pipeline(pod: str) -> Pipeline:
+            pipelines.append(Pipeline.with_detectors(on_finding=on_finding, redact=redact, pod=pod))
+            return pipelines[-1]
+
+        ticker = asyncio.create_task(_progress_line(pipelines, "capturing"))
         try:
-            report = await watch(kube, opts, pipeline, stop, progress)
+            report = await watch(kube, opts, make_pipeline, stop, progress)
         except KubeError as e:
             return _err(str(e))
         finally:

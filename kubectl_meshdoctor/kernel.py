@@ -60,7 +60,7 @@ def read_counters(kube, namespace: str, pod: str, container: str) -> dict[str, i
     from .kube.client import KubeError, api_error_message
 
     try:
-        out = stream(kube.core.connect_get_namespaced_pod_exec, pod, namespace, container=container,
+        out = stream(kube.streaming_core().connect_get_namespaced_pod_exec, pod, namespace, container=container,
                      command=READ_COMMAND, stdin=False, stdout=True, stderr=True, tty=False,
                      _request_timeout=kube.request_timeout_s)
     except Exception as e:

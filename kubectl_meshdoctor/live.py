@@ -20,8 +20,8 @@ from .kube.capture import ExecCapture
 from .kube.client import Kube, KubeError
 from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from .kube.rbac import preflight
-from .kube.target import Target, check_capturable, resolve_pods
-from .pipeline import Pipeline
+from .kube.target import Target, check_capturable, pods_by_selector, resolve_pods
+from .pipeline import Pipeline, PipelineStats
 from .proxy import SIDECAR_CONTAINER, close_proxy, open_proxy
 from .report import Report
 from .sources.tshark import read_stream
@@ -41,9 +41,10 @@ class WatchOptions:
     """``duration_s`` None means until ``stop`` is set; ``write_pcap_dir`` keeps the raw captures (on request
     only: captures carry secrets)."""
 
-    target: Target
+    target: Target | None
     namespace: str
     duration_s: float | None = None
+    selector: str | None = None  # -l: every running pod with these labels
     image: str = DEFAULT_IMAGE
     ttl_s: int = DEFAULT_TTL_S
     write_pcap_dir: Path | None = None
@@ -62,60 +63,125 @@ class WatchState:
     container: str | None = None
     captures: list[ExecCapture] = field(default_factory=list)
     pcap_files: dict[str, str] = field(default_factory=dict)
+    pods: list["WatchState"] = field(default_factory=list)  # one per pod when watching many
 
 
-async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asyncio.Event,
+PipelineFactory = Callable[[str], Pipeline]
+MAX_PODS = 50
+MAX_PARALLEL_SETUP = 8  # pods set up at once (container, exec, port-forward): bounded load on the API server
+
+
+async def resolve_targets(kube: Kube, opts: WatchOptions) -> list:
+    """The pods to capture: ``pod/x``, or every running pod of ``deploy/x`` / ``-l`` (at most MAX_PODS).
+    Raises KubeError when none can be captured (not found, not running, no sidecar)."""
+    if opts.selector:
+        pods = await asyncio.to_thread(pods_by_selector, kube, opts.selector, opts.namespace)
+    else:
+        pods = await asyncio.to_thread(resolve_pods, kube, opts.target, opts.namespace)
+    if len(pods) == 1 or opts.target is not None and opts.target.kind == "pod":
+        await asyncio.to_thread(check_capturable, pods[0])
+        return pods[:1]
+    capturable = []
+    for pod in pods:
+        try:
+            check_capturable(pod)
+            capturable.append(pod)
+        except KubeError:
+            pass
+    if not capturable:
+        await asyncio.to_thread(check_capturable, pods[0])  # raises with the first pod's reason
+    if len(capturable) > MAX_PODS:
+        raise KubeError(f"{len(capturable)} pods match; watch takes at most {MAX_PODS} at once (narrow with -l)")
+    return capturable
+
+
+async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pipeline, stop: asyncio.Event,
                 progress: Callable[[str], None] = lambda s: None, state: WatchState | None = None) -> Report:
-    """Capture ``opts.target`` until ``opts.duration_s`` passes, ``stop`` is set, or every stream ends.
-
-    Returns the report; the tcpdumps are stopped before it returns, whatever happened. Raises KubeError for
-    refusals before the capture starts (not found, not running, no sidecar, PATCH forbidden).
-    """
+    """Capture every pod ``opts`` names until ``opts.duration_s`` passes, ``stop`` is set, or every stream
+    ends; one pipeline per pod (``pipelines(pod_name)``; a single Pipeline for one pod), findings tagged with
+    their pod. Returns the merged report; every tcpdump is stopped before it returns. Raises KubeError for
+    refusals before any capture starts."""
     state = state or WatchState()
     state.phase = "resolving"
-    progress(f"resolving {opts.target.kind}/{opts.target.name} in namespace {opts.namespace}")
-    pods = await asyncio.to_thread(resolve_pods, kube, opts.target, opts.namespace)
-    pod = pods[0]
-    await asyncio.to_thread(check_capturable, pod)
+    what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
+    progress(f"resolving {what} in namespace {opts.namespace}")
+    pods = await resolve_targets(kube, opts)
+    factory = pipelines if callable(pipelines) and not isinstance(pipelines, Pipeline) else (lambda _: pipelines)
+    if len(pods) == 1:
+        return await watch_pod(kube, opts, pods[0], factory(pods[0].metadata.name), stop, progress, state)
+    progress(f"capturing {len(pods)} pods: {', '.join(p.metadata.name for p in pods)}")
+    setup = asyncio.Semaphore(MAX_PARALLEL_SETUP)
+    states = [WatchState() for _ in pods]
+    state.pods = states
+    reports = await asyncio.gather(*(watch_pod(kube, opts, pod, factory(pod.metadata.name), stop, progress, st,
+                                               setup) for pod, st in zip(pods, states)), return_exceptions=True)
+    state.phase = "done"
+    return merge_reports(pods, reports)
+
+
+def merge_reports(pods: list, reports: list) -> Report:
+    """One report for many pods: interfaces as ``pod/iface``, every finding (already tagged with its pod), a
+    pod whose setup failed as a problem."""
+    stats = PipelineStats()
+    findings, problems, sources, kernel = [], [], [], {}
+    for pod, r in zip(pods, reports):
+        name = pod.metadata.name
+        if isinstance(r, BaseException):
+            problems.append({"where": f"pod/{name}", "what": str(r).splitlines()[0] if str(r) else type(r).__name__})
+            continue
+        stats.packets += r.stats.packets
+        stats.flows_seen += r.stats.flows_seen
+        stats.findings_dropped += r.stats.findings_dropped
+        for iface, st in r.stats.by_iface.items():
+            stats.by_iface[f"{name}/{iface}"] = st
+        findings += r.findings
+        problems += r.problems
+        sources.append(r.source)
+        for k, v in (r.kernel or {}).items():
+            kernel[f"{name}/{k}"] = v
+    if not sources:
+        raise KubeError("no pod could be captured: " + "; ".join(f"{p['where']}: {p['what']}" for p in problems))
+    source = {"kind": "live", "pods": [s["pods"][0] for s in sources], "namespace": sources[0]["namespace"],
+              "per_pod": sources}
+    return Report(source, stats, sorted(findings, key=lambda f: f.ts), problems, kernel=kernel)
+
+
+async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, stop: asyncio.Event,
+                    progress: Callable[[str], None], state: WatchState,
+                    setup: asyncio.Semaphore | None = None) -> Report:
+    """Capture one pod: preflight, debug container, tcpdumps, Envoy side, kernel counters."""
     pod_name = pod.metadata.name
     state.pod = pod_name
     pipeline.ctx.pod = pod_name
+    pipeline.correlator.pod = pod_name
     pipeline.context(ContextEvent(time.time(), "redirect-map",
                                   redirect_map=redirect_map_from_annotations(pod.metadata.annotations)))
-    state.phase = "preflight"
-    progress(f"checking RBAC in namespace {pod.metadata.namespace}")
-    warnings = await asyncio.to_thread(preflight, kube, pod.metadata.namespace)
-    state.phase = "debug-container"
-    dbg = await asyncio.to_thread(ensure_debug_container, kube, pod, opts.image, opts.ttl_s, opts.start_timeout_s,
-                                  progress, opts.profile)
-    state.container = dbg.name
+    setup = setup or asyncio.Semaphore(1)
+    async with setup:  # the API-heavy part; the capture itself then runs for every pod at once
+        state.phase = "preflight"
+        progress(f"checking RBAC in namespace {pod.metadata.namespace}")
+        warnings = await asyncio.to_thread(preflight, kube, pod.metadata.namespace)
+        state.phase = "debug-container"
+        dbg = await asyncio.to_thread(ensure_debug_container, kube, pod, opts.image, opts.ttl_s,
+                                      opts.start_timeout_s, progress, opts.profile)
+        state.container = dbg.name
+        problems: list[dict] = [{"where": f"pod/{pod_name}", "what": w} for w in warnings]
+        kernel_before = await _kernel_counters(kube, pod, dbg.name, problems)
+        progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
+        proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
 
     max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
-    readers = []
-    problems: list[dict] = [{"where": f"pod/{pod_name}", "what": w} for w in warnings]
-    kernel_before = await _kernel_counters(kube, pod, dbg.name, problems)
-    progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
-    proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
+    readers: list[asyncio.Task] = []
     state.phase = "capturing"
     try:
-        for iface in opts.ifaces:
-            read_fd, write_fd = os.pipe()
-            tee = None
-            if opts.write_pcap_dir is not None:
-                opts.write_pcap_dir.mkdir(parents=True, exist_ok=True)
-                tee = str(opts.write_pcap_dir / f"{pod_name}-{iface}.pcap")
-                state.pcap_files[iface] = tee
-            cap = ExecCapture(kube, pod.metadata.namespace, pod_name, dbg.name, iface, max_s, write_fd, tee)
-            state.captures.append(cap)
-            cap.start()
-            readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed)))
-        progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
-        await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
+        async with setup:
+            _start_captures(kube, opts, pod, dbg.name, max_s, pipeline, state, readers)
+            progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
+            await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
         # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
         progress(f"capturing {', '.join(opts.ifaces)} in pod/{pod_name} via {dbg.name}")
         waiters = [asyncio.create_task(stop.wait())] + readers
-        timeout = opts.duration_s
-        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waiters, timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
         waiters[0].cancel()
     finally:
         state.phase = "stopping"
@@ -131,7 +197,8 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
             problems.append({"where": where, "what": cap.error})
         if isinstance(res, BaseException) and not stop.is_set():
             # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
-            problems.append({"where": where, "what": f"tshark failed: {str(res).splitlines()[0] if str(res) else type(res).__name__}"})
+            reason = str(res).splitlines()[0] if str(res) else type(res).__name__
+            problems.append({"where": where, "what": f"tshark failed: {reason}"})
         if cap.dropped_by_kernel:
             problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
     moved = await close_proxy(proxy)
@@ -146,6 +213,23 @@ async def watch(kube: Kube, opts: WatchOptions, pipeline: Pipeline, stop: asynci
     envoy = {"version": proxy.version, "counters_moved": moved,
              "access_log_lines": proxy.follower.lines if proxy.follower else 0}
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel)
+
+
+def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, pipeline: Pipeline,
+                    state: WatchState, readers: list) -> None:
+    """One tcpdump exec stream per interface, each pumped into its own tshark reader task."""
+    pod_name = pod.metadata.name
+    for iface in opts.ifaces:
+        read_fd, write_fd = os.pipe()
+        tee = None
+        if opts.write_pcap_dir is not None:
+            opts.write_pcap_dir.mkdir(parents=True, exist_ok=True)
+            tee = str(opts.write_pcap_dir / f"{pod_name}-{iface}.pcap")
+            state.pcap_files[iface] = tee
+        cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee)
+        state.captures.append(cap)
+        cap.start()
+        readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed)))
 
 
 async def _kernel_counters(kube: Kube, pod, container: str, problems: list[dict]) -> dict[str, int]:

@@ -95,7 +95,7 @@ class EnvoyAdmin:
         if self._custom_socket is not None:
             return self._custom_socket()
         try:
-            self._forward = portforward(self.kube.core.connect_get_namespaced_pod_portforward, self.pod,
+            self._forward = portforward(self.kube.streaming_core().connect_get_namespaced_pod_portforward, self.pod,
                                         self.namespace, ports=str(self.port))
         except Exception as e:  # the client raises ApiException(status=0) for handshake failures
             raise KubeError(f"cannot port-forward to pod/{self.pod}:{self.port}: {api_error_message(e)}") from None

@@ -91,7 +91,7 @@ class ExecCapture:
         ws = None
         try:
             ws = k8s_stream(
-                self.kube.core.connect_get_namespaced_pod_exec, self.pod, self.namespace,
+                self.kube.streaming_core().connect_get_namespaced_pod_exec, self.pod, self.namespace,
                 container=self.container, command=capture_command(self.iface, self.max_seconds),
                 stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True,
             )

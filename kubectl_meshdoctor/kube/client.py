@@ -42,6 +42,16 @@ class Kube:
     def apps(self) -> k8s.AppsV1Api:
         return k8s.AppsV1Api(self.api)
 
+    def streaming_core(self) -> k8s.CoreV1Api:
+        """A CoreV1Api on an ApiClient of its own, for one websocket call (exec, port-forward).
+
+        ``kubernetes.stream.stream()`` swaps the ApiClient's ``call_api`` for its websocket version for the
+        length of the call; two threads doing that on one shared client (two tcpdump streams, a port-forward
+        beside an exec) leave REST calls going through the websocket path ("Handshake status 200 OK"). A
+        client per stream keeps the swap private.
+        """
+        return k8s.CoreV1Api(k8s.ApiClient(configuration=self.api.configuration))
+
 
 def kubeconfig_path(explicit: str | None) -> str:
     """The kubeconfig to load: ``--kubeconfig``, else ``$KUBECONFIG`` (a list: kubectl merges its files and skips

@@ -9,32 +9,50 @@ from ..kube.admin import EnvoyAdmin
 from ..kube.client import Kube
 from ..loglevel import LoggerControl
 from ..live import WatchOptions, WatchState, watch
-from ..pipeline import Pipeline
+from ..pipeline import Pipeline, PipelineStats
 from ..report import RENDERERS
 from .app import MeshDoctorApp, Session, SessionHooks
 
 
+def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
+    """Counts of every pod's pipeline; interfaces as ``pod/iface`` when there is more than one pod."""
+    if len(pipelines) == 1:
+        return pipelines[0].stats
+    out = PipelineStats()
+    for p in pipelines:
+        out.packets += p.stats.packets
+        out.flows_seen += p.stats.flows_seen
+        for iface, st in p.stats.by_iface.items():
+            out.by_iface[f"{p.ctx.pod}/{iface}"] = st
+    return out
+
+
 def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session:
-    """A Session that runs ``watch`` on the cluster with a fresh pipeline."""
-    pipeline_box: list[Pipeline] = []
+    """A Session that runs ``watch`` on the cluster with one fresh pipeline per pod."""
+    pipelines: list[Pipeline] = []
     state = WatchState()
-    empty = Pipeline.with_detectors()
 
     async def run(hooks: SessionHooks):
-        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact)
-        pipeline_box.append(pipeline)
-        return await watch(kube, opts, pipeline, hooks.stop, hooks.progress, state)
+        def make_pipeline(pod: str) -> Pipeline:
+            pipelines.append(Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, pod=pod))
+            return pipelines[-1]
 
-    describe = (f"context {kube.context}  namespace {opts.namespace}  "
-                f"{opts.target.kind}/{opts.target.name}")
+        return await watch(kube, opts, make_pipeline, hooks.stop, hooks.progress, state)
+
+    target = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
+    describe = f"context {kube.context}  namespace {opts.namespace}  {target}"
     controls: dict[str, LoggerControl] = {}
 
+    def first_pod() -> str | None:
+        return state.pod or next((s.pod for s in state.pods if s.pod), None)
+
     def loggers() -> LoggerControl | None:
-        if state.pod is None:
+        pod = first_pod()
+        if pod is None:
             return None
-        if state.pod not in controls:
-            controls[state.pod] = LoggerControl(EnvoyAdmin(kube, opts.namespace, state.pod, opts.admin_port))
-        return controls[state.pod]
+        if pod not in controls:
+            controls[pod] = LoggerControl(EnvoyAdmin(kube, opts.namespace, pod, opts.admin_port))
+        return controls[pod]
 
     def clusters():
         control = loggers()
@@ -42,10 +60,12 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
             return None
         return lambda: parse_clusters(control.admin.get("/clusters", {"format": "json"}).body)
 
-    return Session(run=run, stats=lambda: (pipeline_box[0] if pipeline_box else empty).stats,
+    def access_log() -> list:
+        return [e for p in pipelines for e in p.correlator.entries()]
+
+    return Session(run=run, stats=lambda: merged_stats(pipelines) if pipelines else PipelineStats(),
                    describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None,
-                   loggers=loggers, clusters=clusters, pod=lambda: state.pod,
-                   access_log=lambda: pipeline_box[0].correlator.entries() if pipeline_box else [])
+                   loggers=loggers, clusters=clusters, pod=first_pod, access_log=access_log)
 
 
 def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:
