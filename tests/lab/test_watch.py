@@ -218,7 +218,8 @@ def test_dropped_capture_stream_is_reported_not_lost(lab_state):
 
     kc = yaml.safe_load(Path(lab_state.kubeconfig).read_text())
     server, token = kc["clusters"][0]["cluster"]["server"], kc["users"][0]["user"]["token"]
-    fault = json.dumps({"exec": {"drop_after_bytes": 200, "times": 1}}).encode()
+    # Three execs: the kernel counters, then tcpdump on lo and on eth0; each is cut after 200 bytes.
+    fault = json.dumps({"exec": {"drop_after_bytes": 200, "times": 3}}).encode()
     req = urllib.request.Request(f"{server}/_lab/faults", data=fault, method="POST",
                                  headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     urllib.request.urlopen(req, timeout=10).close()
@@ -229,8 +230,8 @@ def test_dropped_capture_stream_is_reported_not_lost(lab_state):
                                        headers={"Authorization": f"Bearer {token}"})
         urllib.request.urlopen(clear, timeout=10).close()
     lost = [p for p in report["problems"] if "connection lost" in p["what"]]
-    assert len(lost) == 1, report["problems"]
-    assert lost[0]["where"].startswith("pod/healthy ")
+    assert sorted(p["where"] for p in lost) == ["pod/healthy eth0", "pod/healthy lo"], report["problems"]
+    assert any("reading kernel counters" in p["what"] for p in report["problems"])
     # The cut stream closed tcpdump's stdin in the pod: the dead-man's switch ends it.
     netns = lab_state.pod("healthy").netns
     deadline = time.monotonic() + 15
