@@ -67,6 +67,18 @@ A bad level or an unknown logger exits 2 before any proxy is changed and names t
 """
 
 
+EPILOG_LINT = """\
+examples:
+  kubectl meshdoctor lint pod/reviews-v1-7d9 -n shop
+  kubectl meshdoctor lint deploy/reviews -o markdown
+  kubectl meshdoctor lint -l app=reviews -o json
+  kubectl meshdoctor lint -A                     # every pod you can list
+
+rules: redirect-exposure, probe-port, restart-loop, no-sidecar, sidecar-not-ready, hold-application,
+probe-not-rewritten, excluded-port-exposed; exit 1 when any finding is an error.
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, like kubectl
         self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see --help)\n")
@@ -151,6 +163,17 @@ def build_parser() -> argparse.ArgumentParser:
     ll.add_argument("--proxy-admin-port", type=int, default=15000, metavar="PORT",
                     help="Envoy admin port in the pod (default 15000)")
     ll.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text table or json")
+
+    li = sub.add_parser("lint", help="check pods' Istio set-up from their spec alone (redirect map, probes, "
+                        "restarts, sidecar)", description="Check pods from their spec and status alone: which "
+                        "ports share Istio's inbound listener, probes on undeclared ports, restart loops, a "
+                        "missing or unready sidecar, start-up before the proxy. Changes nothing.",
+                        epilog=EPILOG_LINT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    li.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME", help="what to check (or use -l / -A)")
+    li.add_argument("-l", "--selector", help="every pod with these labels")
+    li.add_argument("-A", "--all-namespaces", action="store_true", help="every pod of every namespace")
+    _kube_flags(li)
+    _output_flag(li)
 
     a = sub.add_parser("analyze", help="run the detectors on pcap/pcapng files",
                        description="Run the detectors on capture files (tcpdump, ksniff, Wireshark).",
@@ -371,6 +394,39 @@ def _cmd_log_level(args) -> int:
     return 0
 
 
+def _cmd_lint(args) -> int:
+    from kubernetes.client import ApiClient
+
+    from .kube.client import KubeError, KubeOptions, api_call, connect
+    from .kube.target import Target, resolve_pods
+    from .lint import lint_pods
+    from .pipeline import PipelineStats
+    from .report import Report
+
+    if sum(map(bool, (args.target, args.selector, args.all_namespaces))) != 1:
+        return _err("name one target: pod/NAME, deploy/NAME, -l SELECTOR, or -A")
+    try:
+        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
+        ns = args.namespace or kube.namespace
+        if args.all_namespaces:
+            pods = api_call(kube, "listing pods", kube.core.list_pod_for_all_namespaces).items
+        elif args.selector:
+            pods = api_call(kube, f"listing pods with -l {args.selector}", kube.core.list_namespaced_pod, ns,
+                            label_selector=args.selector).items
+        else:
+            pods = resolve_pods(kube, Target.parse(args.target), ns)
+    except (ValueError, KubeError) as e:
+        return _err(str(e))
+    if not pods:
+        return _err("no pod matches")
+    serialize = ApiClient().sanitize_for_serialization
+    findings = lint_pods([serialize(p) for p in pods])
+    names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods]
+    report = Report({"kind": "lint", "pods": names}, PipelineStats(), findings)
+    sys.stdout.write(RENDERERS[args.output](report))
+    return report.exit_code()
+
+
 def _cmd_lab(args) -> int:
     from .lab import lab
     from .lab.state import LabError
@@ -426,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handler = {"watch": _cmd_watch, "analyze": _cmd_analyze, "lab": _cmd_lab,
-               "log-level": _cmd_log_level}[args.command]
+               "log-level": _cmd_log_level, "lint": _cmd_lint}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

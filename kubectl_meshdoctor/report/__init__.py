@@ -64,13 +64,31 @@ def group_findings(findings: list[Finding]) -> list[list[Finding]]:
     return [groups[k] for k in sorted(groups, key=lambda k: (-k[0], groups[k][0].ts))]
 
 
+def _headline(report: Report) -> str:
+    if report.source.get("kind") == "lint":
+        return f"kubectl-meshdoctor {__version__} lint: {len(report.source.get('pods', []))} pods checked"
+    st = report.stats
+    ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
+    return (f"kubectl-meshdoctor {__version__}: {st.packets} packets ({ifaces}), {st.flows_seen} flows, "
+            f"{st.duration_s:.1f} s")
+
+
+def _flow_text(f: Finding) -> str:
+    """``flow: client -> server on iface``, or ``where: pod:port`` for spec findings (lint) without a flow."""
+    if f.flow.client == "-" and not f.flow.iface:
+        return f"where: {f.flow.server}"
+    return f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"
+
+
+def _evidence_text(e) -> str:
+    """``source frame N: what`` for packets and log lines; ``source: what`` for spec fields (frame 0)."""
+    return f"{e.source} frame {e.frame}: {e.what}" if e.frame else f"{e.source}: {e.what}"
+
+
 def render_text(report: Report) -> str:
     """A report a person reads in a terminal: one block per kind of finding, most severe first; the
     explanation and fix once, then every occurrence with its flow and frames."""
-    st = report.stats
-    ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
-    lines = [f"kubectl-meshdoctor {__version__}: {st.packets} packets ({ifaces}), {st.flows_seen} flows, "
-             f"{st.duration_s:.1f} s"]
+    lines = [_headline(report)]
     for p in report.problems:
         lines.append(f"problem: {p['where']}: {p['what']}")
     if not report.findings:
@@ -86,9 +104,9 @@ def render_text(report: Report) -> str:
             lines.append(f"  envoy: {f.response_code_details}")
         for n, occ in enumerate(group, 1):
             label = f"  #{n} " if len(group) > 1 else "  "
-            lines.append(f"{label}flow: {occ.flow.client} -> {occ.flow.server} on {occ.flow.iface}")
+            lines.append(f"{label}{_flow_text(occ)}")
             for e in occ.evidence:
-                lines.append(f"      evidence: {e.source} frame {e.frame}: {e.what}")
+                lines.append(f"      evidence: {_evidence_text(e)}")
             for line in occ.access_log:
                 lines.append(f"      access log: {line}")
             for name, value in sorted(occ.counters.items()):
@@ -103,10 +121,7 @@ def render_text(report: Report) -> str:
 
 def render_markdown(report: Report) -> str:
     """A report to paste into an incident ticket: a summary table, then one section per finding."""
-    st = report.stats
-    ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
-    out = [f"# kubectl-meshdoctor report", "",
-           f"{st.packets} packets ({ifaces}), {st.flows_seen} flows, {st.duration_s:.1f} s.", ""]
+    out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
     for p in report.problems:
         out.append(f"> **problem** {p['where']}: {p['what']}")
     if report.problems:

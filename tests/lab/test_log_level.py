@@ -95,3 +95,21 @@ def test_the_live_lab_proxy_parses_in_every_format(lab_state):
         assert admin.get("/logging").status == 405  # Envoy refuses GET on a mutating endpoint
     finally:
         admin.close()
+
+
+def test_lint_reads_the_lab_pods_through_the_api(lab_state):
+    """`lint` on live Pod objects: both lab app ports share 15006 (a warning, exit 0), with the spec paths read."""
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "lint", "-l", "version=v1", "--kubeconfig",
+                           str(lab_state.kubeconfig), "-o", "json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert sorted(report["source"]["pods"]) == sorted(f"{lab_state.namespace}/{p.name}" for p in lab_state.pods)
+    exposure = {f["pod"]: f for f in report["findings"] if f["detector"] == "redirect-exposure"}
+    assert set(exposure) == {p.name for p in lab_state.pods}
+    f = exposure["healthy"]
+    assert f["severity"] == "warning" and 'excludeInboundPorts: "5002"' in f["remediation"]
+    assert any(e["what"].startswith("spec.initContainers[0].args = istio-iptables") for e in f["evidence"])
+    assert [x for x in report["findings"] if x["severity"] == "error"] == []
+    one = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "lint", "pod/nope", "--kubeconfig",
+                          str(lab_state.kubeconfig)], capture_output=True, text=True, timeout=60)
+    assert one.returncode == 2 and 'pod "nope" not found' in one.stderr
