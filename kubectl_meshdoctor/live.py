@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubernetes.client import ApiClient
+
 from .correlate import attach_counters, attach_kernel_counters
 from .kernel import counter_deltas, read_counters
 from .events import ContextEvent
@@ -20,6 +22,7 @@ from .kube.capture import ExecCapture
 from .kube.client import Kube, KubeError
 from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from .kube.rbac import preflight
+from .lint import lint_pod
 from .kube.target import Target, check_capturable, pods_by_selector, resolve_pods
 from .pipeline import Pipeline, PipelineStats
 from .proxy import SIDECAR_CONTAINER, close_proxy, open_proxy
@@ -156,6 +159,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.correlator.pod = pod_name
     pipeline.context(ContextEvent(time.time(), "redirect-map",
                                   redirect_map=redirect_map_from_annotations(pod.metadata.annotations)))
+    # The spec's own warnings first (DESIGN.md: lint runs at the start of watch); they never fail the run.
+    pipeline.add_findings(lint_pod(ApiClient().sanitize_for_serialization(pod)))
     setup = setup or asyncio.Semaphore(1)
     async with setup:  # the API-heavy part; the capture itself then runs for every pod at once
         state.phase = "preflight"

@@ -98,6 +98,10 @@ class Pipeline:
         for det in self.detectors:
             self._emit(det.on_context(ev))
 
+    def add_findings(self, findings: Iterable[Finding]) -> None:
+        """Findings concluded outside the packet path (the pod spec's lint at the start of a watch)."""
+        self._emit(findings)
+
     def tick(self, now: float) -> None:
         for det in self.detectors:
             self._emit(det.on_tick(now))
