@@ -2,7 +2,7 @@
 
 Two halves:
 - in-process, root-free: the admin server on an ephemeral loopback port over real HTTP, the /logging grammar
-  against Envoy's verbatim bodies (../shared/reference/envoy/logging.txt when present), the /clusters and /stats
+  against Envoy's verbatim bodies (tests/envoy/data/logging.txt, copied from the shared reference), the /clusters and /stats
   shapes, and the debug lines of the proxy path gated by logger levels;
 - `lab`: a quiet lab with the stale-keepalive, refused and healthy-http pods. Rounds are triggered by hand, the
   admin API is read from inside the pod namespace (`ip netns exec`) and through the test API server's
@@ -47,7 +47,8 @@ from kubectl_meshdoctor.lab.sidecar import (
 )
 from kubectl_meshdoctor.lab.state import LabState
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "envoy" / "logging.txt"
+# The reference sample, copied into the repository with its sources (tests/envoy/data/README.md).
+REFERENCE = Path(__file__).resolve().parents[1] / "envoy" / "data" / "logging.txt"
 GET_405 = "Method GET not allowed, POST required."
 USAGE = (
     "usage: /logging?<name>=<level> (change single level)\n"
@@ -88,8 +89,6 @@ def _reference_blocks() -> list[tuple[str, str, int, str]]:
 
 
 def test_logging_bodies_match_envoy_verbatim() -> None:
-    if not REFERENCE.exists():
-        pytest.skip(f"no reference file {REFERENCE}")
     blocks = _reference_blocks()
     assert len(blocks) == 9
     for method, target, status, body in blocks:
