@@ -16,6 +16,7 @@ from ..detectors import Detector
 from ..events import HttpStart, PacketEvent
 from ..findings import Evidence, Finding, FlowRef, Severity
 from ..flows import Flow
+from ..remedies import virtual_service_retries
 from ..redact import header_line, raw_line
 
 
@@ -44,25 +45,13 @@ def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
     return out
 
 
-_REMEDIATION = """\
-# Fix the app (or the library/proxy in front of it) so every response carries exactly one framing header:
-#   Transfer-Encoding: chunked        (once, chunked last, no Content-Length), or
-#   Content-Length: <n>               (once, or repeated with the same value)
-# and header names are tokens (no spaces before the colon). Envoy follows RFC 9112 and will keep resetting
-# these responses. Until the app is fixed, retries hide some of the 502s from callers:
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: <service>
-spec:
-  hosts: [<service>]
-  http:
-  - route:
-    - destination:
-        host: <service>
-    retries:
-      attempts: 2
-      retryOn: reset,5xx"""
+_REMEDIATION = (
+    "# Fix the app (or the library/proxy in front of it) so every response carries exactly one framing header:\n"
+    "#   Transfer-Encoding: chunked        (once, chunked last, no Content-Length), or\n"
+    "#   Content-Length: <n>               (once, or repeated with the same value)\n"
+    "# and header names are tokens (no spaces before the colon). Envoy follows RFC 9112 and will keep resetting\n"
+    "# these responses. Until the app is fixed, retries hide some of the 502s from callers:\n"
+    + virtual_service_retries(2, "reset,5xx"))
 
 
 class HttpFraming(Detector):

@@ -15,37 +15,16 @@ from ..detectors import Detector
 from ..events import PacketEvent
 from ..findings import Evidence, Finding, FlowRef, Severity
 from ..flows import Flow
+from ..remedies import destination_rule_pool, virtual_service_retries
 
 RACE_WINDOW_S = 0.05  # a request this much before the FIN crossed it on the wire: the same race
 _NOTE = "stale-keepalive"
 
-_REMEDIATION = """\
-# Let Envoy close pooled connections before the app does: idleTimeout shorter than the app's keep-alive
-# timeout (e.g. app 60 s -> 50 s), and retry the requests that still hit a closing connection:
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata:
-  name: <service>
-spec:
-  host: <service>.<namespace>.svc.cluster.local
-  trafficPolicy:
-    connectionPool:
-      http:
-        idleTimeout: 50s          # < the app's keep-alive timeout
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: <service>
-spec:
-  hosts: [<service>]
-  http:
-  - route:
-    - destination:
-        host: <service>
-    retries:
-      attempts: 2
-      retryOn: reset,connect-failure"""
+_REMEDIATION = (
+    "# Let Envoy close pooled connections before the app does: idleTimeout shorter than the app's keep-alive\n"
+    "# timeout (e.g. app 60 s -> 50 s), and retry the requests that still hit a closing connection:\n"
+    + destination_rule_pool("http", "idleTimeout", "50s", "< the app's keep-alive timeout")
+    + "\n---\n" + virtual_service_retries(2, "reset,connect-failure"))
 
 
 class StaleKeepalive(Detector):

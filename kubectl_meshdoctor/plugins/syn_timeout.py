@@ -14,37 +14,15 @@ from ..detectors import Detector, PendingSyns
 from ..events import PacketEvent
 from ..findings import Evidence, Finding, FlowRef, Severity
 from ..flows import Flow
+from ..remedies import destination_rule_pool, virtual_service_retries
 
 ERROR_AFTER_RETRANSMITS = 3
 
-_REMEDIATION = """\
-# Find what eats the SYN: a NetworkPolicy or firewall, a full accept queue (TcpExtListenDrops), conntrack
-# drops (conntrack -S: insert_failed, drop). Meanwhile bound the stall and retry on another endpoint:
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata:
-  name: <service>
-spec:
-  host: <service>.<namespace>.svc.cluster.local
-  trafficPolicy:
-    connectionPool:
-      tcp:
-        connectTimeout: 1s
----
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: <service>
-spec:
-  hosts: [<service>]
-  http:
-  - route:
-    - destination:
-        host: <service>
-    retries:
-      attempts: 3
-      retryOn: connect-failure,reset
-      perTryTimeout: 2s"""
+_REMEDIATION = (
+    "# Find what eats the SYN: a NetworkPolicy or firewall, a full accept queue (TcpExtListenDrops), conntrack\n"
+    "# drops (conntrack -S: insert_failed, drop). Meanwhile bound the stall and retry on another endpoint:\n"
+    + destination_rule_pool("tcp", "connectTimeout", "1s")
+    + "\n---\n" + virtual_service_retries(3, "connect-failure,reset", "2s"))
 
 
 GIVE_UP_AFTER_S = 10.0  # silence after the last retransmission before an unanswered attempt is reported

@@ -1,0 +1,39 @@
+"""Istio resources that findings recommend, as YAML to paste (networking.istio.io/v1). One writer for each kind,
+so every detector's fix reads the same way; ``<service>`` and ``<namespace>`` are for the user to fill in."""
+
+from __future__ import annotations
+
+
+def virtual_service_retries(attempts: int, retry_on: str, per_try_timeout: str | None = None) -> str:
+    """A VirtualService that retries the route ``attempts`` times on ``retry_on`` (Envoy's x-envoy-retry-on)."""
+    per_try = f"\n      perTryTimeout: {per_try_timeout}" if per_try_timeout else ""
+    return f"""\
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: <service>
+spec:
+  hosts: [<service>]
+  http:
+  - route:
+    - destination:
+        host: <service>
+    retries:
+      attempts: {attempts}
+      retryOn: {retry_on}{per_try}"""
+
+
+def destination_rule_pool(protocol: str, setting: str, value: str, comment: str = "") -> str:
+    """A DestinationRule setting one connection-pool field, e.g. ("http", "idleTimeout", "50s")."""
+    note = f"          # {comment}" if comment else ""
+    return f"""\
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: <service>
+spec:
+  host: <service>.<namespace>.svc.cluster.local
+  trafficPolicy:
+    connectionPool:
+      {protocol}:
+        {setting}: {value}{note}"""
