@@ -359,7 +359,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
 def _cmd_log_level(args) -> int:
     import json
 
-    from .envoy.logging import RESET, LevelError
+    from .envoy.logging import RESET
     from .kube.admin import EnvoyAdmin
     from .kube.client import KubeError, KubeOptions, connect
     from .kube.target import Target, check_capturable, pods_by_selector, resolve_pods

@@ -18,6 +18,7 @@ import yaml
 from kubectl_meshdoctor.lab import lab
 
 from .test_watch import tcpdumps_in
+from .watching import capturing
 
 pytestmark = pytest.mark.lab
 
@@ -125,19 +126,10 @@ def test_dry_run_changes_nothing(lab_state):
 def test_sigkill_mid_capture_leaves_no_tcpdump_in_the_pod(lab_state):
     """The plugin is killed without any chance to clean up: the dead-man's switch in the pod ends tcpdump."""
     pod = lab_state.pod("healthy")
-    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", "pod/healthy", "--kubeconfig",
-                             str(lab_state.kubeconfig), "--no-tui", "-v", "-o", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while not line.startswith("capturing"):
-            assert proc.poll() is None and time.monotonic() < deadline, line
-            line = proc.stderr.readline()
+    with capturing(lab_state, "pod/healthy") as run:
         assert len(tcpdumps_in(pod.netns)) == 2
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        run.proc.send_signal(signal.SIGKILL)
+        run.proc.wait(timeout=10)
     bound = time.monotonic() + 10  # the stated bound: the stream's end reaches the pod at once, tcpdump stops
     while tcpdumps_in(pod.netns):
         assert time.monotonic() < bound, "tcpdump outlived the plugin"

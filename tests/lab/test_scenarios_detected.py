@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.lab import lab
+
+from .watching import capturing
 
 pytestmark = pytest.mark.lab
 
@@ -55,23 +56,9 @@ def quiet_lab(tmp_path_factory):
 
 def run_scenario(state, pod: str, out: Path) -> tuple[dict, object]:
     """watch the pod, run one round once tcpdump listens, stop watch with SIGINT; the report and the round."""
-    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", f"pod/{pod}", "--kubeconfig",
-                             str(state.kubeconfig), "--no-tui", "-v", "-o", "json", "--write-pcap", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while not line.startswith("capturing"):
-            assert proc.poll() is None and time.monotonic() < deadline, f"watch did not start: {line}"
-            line = proc.stderr.readline()
+    with capturing(state, f"pod/{pod}", "--write-pcap", str(out)) as run:
         result = lab.trigger_round(state, pod)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode in (0, 1), stderr
-    return json.loads(stdout), result
+        return run.stop(), result
 
 
 def analyze_files(out: Path, pod: str) -> dict:
@@ -183,18 +170,10 @@ print(round(time.monotonic() - t, 3))
 def test_real_traffic_that_must_not_raise_an_error(quiet_lab, tmp_path):
     """Port reuse after the server's TIME_WAIT, and a SYN retransmitted once and then answered: no error."""
     pod = quiet_lab.pod("healthy-http")
-    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", "pod/healthy-http",
-                             "--kubeconfig", str(quiet_lab.kubeconfig), "--no-tui", "-v", "-o", "json",
-                             "--write-pcap", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
     rule = ["PREROUTING", "-p", "tcp", "--dport", "5002", "--syn", "-j", "DROP"]
     iptables_raw = ["ip", "netns", "exec", pod.netns, "iptables", "-t", "raw"]
-    try:
+    with capturing(quiet_lab, "pod/healthy-http", "--write-pcap", str(tmp_path)) as run:
         deadline = time.monotonic() + 60
-        line = ""
-        while not line.startswith("capturing"):
-            assert proc.poll() is None and time.monotonic() < deadline, line
-            line = proc.stderr.readline()
         in_client = ["ip", "netns", "exec", pod.client_netns, sys.executable, "-c"]
         reuse = subprocess.run(in_client + [TIME_WAIT_REUSE, pod.pod_ip, pod.client_ip, "45000"],
                                capture_output=True, text=True, timeout=60)
@@ -214,13 +193,8 @@ def test_real_traffic_that_must_not_raise_an_error(quiet_lab, tmp_path):
             subprocess.run([*iptables_raw, "-D", *rule], check=True)
         connect_s = float(client.communicate(timeout=30)[0])
         assert connect_s >= 0.9  # it waited for the retransmission
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    report = json.loads(stdout)
-    assert [f for f in report["findings"] if f["severity"] == "error"] == [], stdout[:3000]
+        report = run.stop()
+    assert [f for f in report["findings"] if f["severity"] == "error"] == [], json.dumps(report)[:3000]
     (retry,) = [f for f in report["findings"] if f["detector"] == "syn-timeout"]
     assert retry["severity"] == "warning"
     assert retry["details"]["retransmits"] == 1 and retry["details"]["answered"] is True
@@ -241,22 +215,9 @@ def test_stale_keepalive_finding_carries_the_uc_line_and_the_moved_counter(quiet
 
 
 def watch_refused_round(quiet_lab, *extra: str) -> dict:
-    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", "pod/refused", "--kubeconfig",
-                             str(quiet_lab.kubeconfig), "--no-tui", "-v", "-o", "json", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while not line.startswith("capturing"):
-            assert proc.poll() is None and time.monotonic() < deadline, line
-            line = proc.stderr.readline()
+    with capturing(quiet_lab, "pod/refused", *extra) as run:
         lab.trigger_round(quiet_lab, "refused")
-        proc.send_signal(signal.SIGINT)
-        stdout, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return json.loads(stdout)
+        return run.stop()
 
 
 def test_uf_lines_are_linked_to_the_refused_connections(quiet_lab):

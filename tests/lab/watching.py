@@ -1,0 +1,44 @@
+"""Running `watch` the way the lab tests need it: start it, wait until tcpdump listens, act, stop with SIGINT."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class WatchRun:
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.stderr = ""
+
+    def stop(self, timeout: float = 60) -> dict:
+        """Ctrl-C the watch (as a user would) and return its JSON report; it must exit 0 or 1."""
+        self.proc.send_signal(signal.SIGINT)
+        stdout, self.stderr = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode in (0, 1), self.stderr
+        return json.loads(stdout)
+
+
+@contextmanager
+def capturing(state, target: str, *extra: str, ready_s: float = 60) -> Iterator[WatchRun]:
+    """``watch TARGET --no-tui -v -o json EXTRA...`` against the lab, yielded once it prints "capturing" (its
+    tcpdumps said "listening on"); killed on the way out if still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", *target.split(), "--kubeconfig",
+                             str(state.kubeconfig), "--no-tui", "-v", "-o", "json", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + ready_s
+        line = ""
+        while not line.startswith("capturing"):
+            assert proc.poll() is None and time.monotonic() < deadline, f"watch did not start: {line}"
+            line = proc.stderr.readline()
+        yield WatchRun(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
