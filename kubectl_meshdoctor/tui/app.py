@@ -46,6 +46,7 @@ class Session:
     clusters: Callable[[], Callable[[], dict] | None] = lambda: None  # a /clusters fetcher once known
     access_log: Callable[[], list] = lambda: []  # the access-log entries followed so far
     pod: Callable[[], str | None] = lambda: None
+    problems: Callable[[], list[str]] = lambda: []  # input trouble so far (a lost capture stream), one line each
 
 
 def finding_detail(f: Finding) -> str:
@@ -147,8 +148,10 @@ class MeshDoctorApp(App[Report | None]):
         ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
         errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
         warnings = sum(1 for f in self.findings if f.severity is Severity.WARNING)
+        problems = self.session.problems()
+        trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
         return (f"{ifaces}  flows: {st.flows_seen}  findings: {errors} error, {warnings} warning\n"
-                f"{self.last_progress}")
+                f"{self.last_progress}{trouble}")
 
     def _refresh_status(self) -> None:
         self.query_one("#status", Static).update(self._status_text())

@@ -63,7 +63,12 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
     def access_log() -> list:
         return [e for p in pipelines for e in p.correlator.entries()]
 
+    def problems() -> list[str]:
+        return [f"pod/{cap.pod} {cap.iface}: {cap.error}" for st in (state, *state.pods) for cap in st.captures
+                if cap.error]
+
     return Session(run=run, stats=lambda: merged_stats(pipelines) if pipelines else PipelineStats(),
+                   problems=problems,
                    describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None,
                    loggers=loggers, clusters=clusters, pod=first_pod, access_log=access_log)
 

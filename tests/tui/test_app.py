@@ -56,3 +56,18 @@ async def test_findings_appear_with_counts_and_detail_then_q_quits():
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
     assert app.return_value is not None and app.return_value.exit_code() == 1
+
+
+
+async def test_a_lost_capture_stream_shows_on_screen():
+    lost: list[str] = []
+    session = replay_session("lab-collision-eth0.pcap:eth0")
+    session.problems = lambda: list(lost)
+    app = MeshDoctorApp(session)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: "eth0: 33 pkts" in screen_text(app, "#status"))
+        assert "problems" not in screen_text(app, "#status")
+        lost.append("pod/collision lo: capture stream on lo ended without an exit status (connection lost)")
+        await wait_for(pilot, lambda: "problems (1): pod/collision lo: capture stream on lo ended"
+                       in screen_text(app, "#status"))
+        await pilot.press("q")
