@@ -132,7 +132,9 @@ class ExecSession:
             log.info("exec %s: dropping the stream after %d stdout bytes (fault)", opts.command, self._sent_stdout)
             transport = self._request.transport
             if transport is not None:
-                transport.abort()
+                # close(), not abort(): what was sent still arrives, then the stream just ends (no status, no
+                # close frame). An RST would also discard bytes the client had not read yet, under load.
+                transport.close()
         reader.cancel()
         finished.cancel()
         for pump in pumps:
