@@ -140,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the sidecar's Envoy admin port, for counters (default 15000)")
     w.add_argument("-v", "--verbose", action="store_true",
                    help="progress lines on stderr even when it is not a terminal (e.g. \"capturing ...\")")
+    w.add_argument("--start-timeout", type=_positive, default=120, metavar="SECONDS",
+                   help="how long the debug container may take to start, e.g. pulling its image (default 120)")
     w.add_argument("--profile", choices=("least", "netadmin"), default="least",
                    help="debug container capabilities: least = NET_RAW only (default), netadmin = NET_ADMIN too")
     w.add_argument("--dry-run", action="store_true",
@@ -264,7 +266,7 @@ def _watch_options(args, kube):
                         namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
                         write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
-                        ifaces=_ifaces(args.iface), profile=args.profile)
+                        ifaces=_ifaces(args.iface), profile=args.profile, start_timeout_s=args.start_timeout)
 
 
 def _cmd_watch(args) -> int:

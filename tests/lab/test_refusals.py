@@ -142,3 +142,19 @@ def test_api_server_that_does_not_answer_in_time_is_one_line(lab_state, faults):
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "cannot reach the API server" in line and "no answer within 1 s" in line
+
+
+def test_api_server_error_on_the_patch_is_one_line(lab_state, faults):
+    faults.set({"patch_ephemeralcontainers": {"status": 500, "message": "etcdserver: request timed out"}})
+    proc = watch(lab_state, "healthy-http")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "cannot add the debug container to pod/healthy-http: etcdserver: request timed out" in line
+
+
+def test_container_that_never_starts_is_one_line_after_the_start_timeout(lab_state, faults):
+    faults.set({"ephemeral_start": {"delay_s": 60}})
+    proc = watch(lab_state, "healthy-http", "--start-timeout", "2")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "did not start within 2 s" in line and "ContainerCreating" in line
