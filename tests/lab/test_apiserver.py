@@ -19,7 +19,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import psutil
 import pytest
@@ -29,22 +29,14 @@ from kubernetes.stream import portforward, stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDIN_CHANNEL, WSClient
 from websocket import WebSocketConnectionClosedException
 
+from ..waiting import wait_until as _wait_until
+
 pytestmark = pytest.mark.lab
 
 POD = "collision"
 NAMESPACE = "meshdoctor-lab"
 
 
-def _wait_until(what: str, timeout: float, ready: Callable[[], Any]) -> Any:
-    """Poll `ready` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = ready()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true after {timeout} s")
-        time.sleep(0.02)
 
 
 def _netns_pids(ns: str) -> list[int]:

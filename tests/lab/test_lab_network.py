@@ -12,10 +12,9 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import psutil
 import pytest
@@ -23,6 +22,8 @@ import pytest
 from kubectl_meshdoctor.lab import lab, netns
 from kubectl_meshdoctor.lab.scenarios import challenge_ack_count
 from kubectl_meshdoctor.lab.state import LabError, LabState
+
+from ..waiting import wait_until as _wait_until
 
 _TOOLS = ("ip", "iptables-restore", "conntrack", "nstat", "ss", "tcpdump", "tshark")
 _SYN, _ACK = 0x02, 0x10
@@ -36,12 +37,6 @@ def _require_lab_host() -> None:
         pytest.skip(f"the pod lab needs {', '.join(missing)}")
 
 
-def _wait_until(what: str, timeout: float, ready: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true after {timeout} s")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

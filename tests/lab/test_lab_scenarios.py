@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -24,6 +23,8 @@ from kubectl_meshdoctor.lab.apps import FRAMING_VARIANTS
 from kubectl_meshdoctor.lab.scenarios import HEALTHY_SHORT_CONNECTIONS, SYN_DROP_SECONDS
 from kubectl_meshdoctor.lab.state import LabPod, LabState
 from tests.lab.test_lab_network import _require_lab_host
+
+from ..waiting import wait_until as _wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -34,12 +35,6 @@ _BODY = "upstream connect error or disconnect/reset before headers. reset reason
 UF_BODY = _BODY + "remote connection failure, transport failure reason: delayed connect error: Connection refused"
 
 
-def _wait_until(what: str, timeout: float, ready: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true after {timeout} s")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,11 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Iterator
 
 import pytest
 
@@ -47,6 +46,8 @@ from kubectl_meshdoctor.lab.sidecar import (
 )
 from kubectl_meshdoctor.lab.state import LabState
 
+from ..waiting import wait_until as _wait_until
+
 # The reference sample, copied into the repository with its sources (tests/envoy/data/README.md).
 REFERENCE = Path(__file__).resolve().parents[1] / "envoy" / "data" / "logging.txt"
 GET_405 = "Method GET not allowed, POST required."
@@ -60,18 +61,8 @@ USAGE = (
 CONNECTION_DEBUG = re.compile(r"^\S+Z\tdebug\tenvoy connection \S+\.cc:\d+\t.*\tthread=\d+$|"
                               r"^\[[^]]+\]\[\d+\]\[debug\]\[connection\] \[\S+\.cc:\d+\] ", re.M)
 HOST_STATS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error", "rq_success", "rq_timeout", "rq_total")
-T = TypeVar("T")
 
 
-def _wait_until(what: str, timeout: float, ready: Callable[[], T]) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = ready()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true after {timeout} s")
-        time.sleep(0.05)
 
 
 # ------------------------------------------------------------------------------------------ in process

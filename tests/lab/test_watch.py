@@ -15,6 +15,8 @@ import pytest
 
 from kubectl_meshdoctor.lab import lab
 
+from ..waiting import wait_until
+
 pytestmark = pytest.mark.lab
 
 
@@ -119,10 +121,7 @@ def test_analyze_finds_the_same_collision_in_the_saved_captures(collision_run):
 def test_no_tcpdump_left_and_second_watch_reuses_the_container(lab_state, collision_run):
     _, first, _ = collision_run
     pod = lab_state.pod("collision")
-    deadline = time.monotonic() + 10
-    while tcpdumps_in(pod.netns) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert tcpdumps_in(pod.netns) == []
+    wait_until("no tcpdump left in the pod", 10, lambda: not tcpdumps_in(pod.netns))
     _, second, _ = watch_json(lab_state, "collision", 2)
     assert second["source"]["container_reused"] is True
     assert second["source"]["container"] == first["source"]["container"]
@@ -234,7 +233,4 @@ def test_dropped_capture_stream_is_reported_not_lost(lab_state):
     assert any("reading kernel counters" in p["what"] for p in report["problems"])
     # The cut stream closed tcpdump's stdin in the pod: the dead-man's switch ends it.
     netns = lab_state.pod("healthy").netns
-    deadline = time.monotonic() + 15
-    while tcpdumps_in(netns) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert tcpdumps_in(netns) == []
+    wait_until("tcpdump ended by the dead-man's switch", 15, lambda: not tcpdumps_in(netns))
