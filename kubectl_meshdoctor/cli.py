@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     lab = sub.add_parser("lab", help="a local pod lab (network namespaces, Istio's nat rules, real failures)",
                          description="Manage the pod lab: real kernel TCP and iptables in network namespaces, "
-                         "a sidecar stand-in, and a test API server that kubectl and watch talk to. Needs root.",
+                         "a sidecar stand-in, and a test API server that the plugin (the official Kubernetes Python client) "
+                         "talks to through the kubeconfig `lab up` prints. Needs root.",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          epilog="examples:\n  sudo kubectl meshdoctor lab up\n"
                                 "  sudo kubectl meshdoctor lab status\n  sudo kubectl meshdoctor lab down\n")
