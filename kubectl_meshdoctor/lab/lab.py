@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import psutil
 
@@ -73,6 +73,7 @@ def up(
     drivers: bool = True,
     apiserver: bool = True,
     ready_timeout: float = 20.0,
+    spec_patches: Mapping[str, Sequence[dict]] | None = None,
 ) -> LabState:
     """Build the lab and return its state (also written to state_dir/state.json).
 
@@ -80,6 +81,8 @@ def up(
     each becomes a pod of that name. The scenario drivers run
     at most `rounds` rounds, one every `period` seconds, for at most `seconds` seconds; `drivers=False`
     leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
+    `spec_patches` maps a pod name to RFC 6902 operations the test API server applies to its Pod object
+    (a spec or status that breaks a lint rule; the pod's network is unchanged).
 
     Raises LabError when not root, a tool is missing, a pod name is unknown or repeated, state_dir is not
     empty, a lab already uses state_dir or its namespaces, or a process does not become ready. On any failure everything already
@@ -99,7 +102,8 @@ def up(
         state_dir=state_dir,
         kubeconfig=state_dir / "kubeconfig",
         netns_prefix=prefix,
-        pods=tuple(_new_pod(prefix, index, scenario) for index, scenario in enumerate(pods, start=1)),
+        pods=tuple(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ())))
+                   for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
     )
     taken = [ns for ns in _all_netns(state) if netns.netns_exists(ns)]
     if taken:

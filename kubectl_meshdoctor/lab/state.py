@@ -44,6 +44,7 @@ class LabPod:
     client_ip: str
     ports: tuple[LabPort, ...]
     uid: str
+    spec_patch: tuple = ()  # RFC 6902 ops the test API server applies to this pod's Pod object (lint tests)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class LabPod:
             "client_ip": self.client_ip,
             "ports": [{"name": p.name, "port": p.port} for p in self.ports],
             "uid": self.uid,
+            **({"spec_patch": list(self.spec_patch)} if self.spec_patch else {}),
         }
 
     @classmethod
@@ -68,6 +70,7 @@ class LabPod:
             client_ip=data["client_ip"],
             ports=tuple(LabPort(p["name"], int(p["port"])) for p in data["ports"]),
             uid=data["uid"],
+            spec_patch=tuple(data.get("spec_patch") or ()),
         )
 
 

@@ -43,6 +43,8 @@ class PodSpecIn:
     scenario: str = ""
     annotations: tuple[tuple[str, str], ...] = ()
     exclude_inbound_ports: tuple[str, ...] = ()
+    # RFC 6902 operations applied to the rendered Pod: a lab pod whose spec or status breaks a lint rule.
+    spec_patch: tuple = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "PodSpecIn":
@@ -61,6 +63,7 @@ class PodSpecIn:
             scenario=str(data.get("scenario", "")),
             annotations=tuple(sorted((str(k), str(v)) for k, v in (data.get("annotations") or {}).items())),
             exclude_inbound_ports=tuple(str(p) for p in excl),
+            spec_patch=tuple(data.get("spec_patch") or ()),
         )
 
 

@@ -371,3 +371,14 @@ def decode_and_validate(
     if errors:
         raise invalid(pod_name, errors)
     return entries, warnings
+
+
+def apply_json_patch(doc: Any, ops: Any) -> Any:
+    """``doc`` with RFC 6902 ``ops`` applied (a deep copy); raises ValueError naming the failing operation."""
+    out = copy.deepcopy(doc)
+    try:
+        for op in ops:
+            out = _json_patch_op(out, op)
+    except _PointerError as exc:
+        raise ValueError(str(exc)) from None
+    return out

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .objects import LabConfig, PodSpecIn, deployment_json, pod_json
+from .patch import apply_json_patch
 
 
 @dataclass
@@ -106,8 +107,9 @@ class Store:
     def pod_json(self, record: PodRecord) -> dict[str, Any]:
         statuses = [record.ephemeral_state[c["name"]].status_json(record.spec.uid)
                     for c in record.ephemeral if c["name"] in record.ephemeral_state]
-        return pod_json(record.spec, self.namespace, record.created, record.resource_version,
-                        record.ephemeral, statuses)
+        obj = pod_json(record.spec, self.namespace, record.created, record.resource_version,
+                       record.ephemeral, statuses)
+        return apply_json_patch(obj, record.spec.spec_patch) if record.spec.spec_patch else obj
 
     def deployment_json(self, record: PodRecord) -> dict[str, Any]:
         return deployment_json(record.spec, self.namespace, record.created, record.resource_version)
