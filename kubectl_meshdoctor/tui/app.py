@@ -70,6 +70,8 @@ class MeshDoctorApp(App[Report | None]):
     CSS = """
     #status { height: auto; padding: 0 1; background: $boost; }
     #findings { height: 1fr; }
+    #pods { height: auto; max-height: 12; display: none; }
+    #pods.many { display: block; }
     #detail-box { height: 1fr; border-top: solid $primary; }
     #detail { padding: 0 1; }
     """
@@ -92,6 +94,10 @@ class MeshDoctorApp(App[Report | None]):
         yield Header()
         yield Static(self._status_text(), id="status")
         with Vertical():
+            pods = DataTable(id="pods", cursor_type="none", zebra_stripes=True)
+            for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
+                pods.add_column(column, key=column)
+            yield pods
             table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
             table.add_column("#", key="n")
             table.add_columns("severity", "detector", "flags", "flow", "finding")
@@ -143,9 +149,37 @@ class MeshDoctorApp(App[Report | None]):
         if event.row_key is not None and event.row_key.value is not None:
             self._show(self.findings[int(event.row_key.value)])
 
+    def _pod_rows(self) -> dict[str, list]:
+        """pod -> [lo packets, eth0 packets, errors, warnings] when several pods are captured (``pod/iface``)."""
+        rows: dict[str, list] = {}
+        for key, st in self.session.stats().by_iface.items():
+            pod, sep, iface = key.rpartition("/")
+            if not sep:
+                return {}
+            row = rows.setdefault(pod, [0, 0, 0, 0])
+            row[0 if iface == "lo" else 1] += st.packets
+        for f in self.findings:
+            if f.pod in rows:
+                rows[f.pod][2 if f.severity is Severity.ERROR else 3] += f.severity is not Severity.INFO
+        return rows
+
+    def _refresh_pods(self) -> None:
+        rows = self._pod_rows()
+        table = self.query_one("#pods", DataTable)
+        table.set_class(bool(rows), "many")
+        for pod, values in sorted(rows.items()):
+            if pod in table.rows:
+                for column, value in zip(("lo pkts", "eth0 pkts", "errors", "warnings"), values):
+                    table.update_cell(pod, column, value)
+            else:
+                table.add_row(pod, *values, key=pod)
+
     def _status_text(self) -> str:
         st = self.session.stats()
-        ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
+        if len({k.rpartition("/")[0] for k in st.by_iface}) > 1:
+            ifaces = f"{len({k.rpartition('/')[0] for k in st.by_iface})} pods: {st.packets} pkts"
+        else:
+            ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
         errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
         warnings = sum(1 for f in self.findings if f.severity is Severity.WARNING)
         problems = self.session.problems()
@@ -155,6 +189,7 @@ class MeshDoctorApp(App[Report | None]):
 
     def _refresh_status(self) -> None:
         self.query_one("#status", Static).update(self._status_text())
+        self._refresh_pods()
 
     def action_loggers(self) -> None:
         """The sidecar's log levels, changed with a key (only once the run has found the proxy)."""

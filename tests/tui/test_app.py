@@ -71,3 +71,31 @@ async def test_a_lost_capture_stream_shows_on_screen():
         await wait_for(pilot, lambda: "problems (1): pod/collision lo: capture stream on lo ended"
                        in screen_text(app, "#status"))
         await pilot.press("q")
+
+
+async def test_many_pods_get_one_row_each():
+    """Several pods: a row per pod with its packet counts and findings, the findings tagged with their pod."""
+    from dataclasses import replace
+
+    from kubectl_meshdoctor.pipeline import IfaceStats, PipelineStats
+
+    stats = PipelineStats()
+    for pod, lo, eth0 in (("web-1", 10, 20), ("web-2", 3, 4)):
+        stats.by_iface[f"{pod}/lo"] = IfaceStats(packets=lo)
+        stats.by_iface[f"{pod}/eth0"] = IfaceStats(packets=eth0)
+    stats.packets = 37
+    base = replay_session("lab-collision-eth0.pcap:eth0")
+
+    async def run(hooks):
+        inner = SessionHooks(on_finding=lambda f: hooks.on_finding(replace(f, pod="web-2")),
+                             progress=hooks.progress, stop=hooks.stop)
+        return await base.run(inner)
+
+    app = MeshDoctorApp(Session(run=run, stats=lambda: stats, describe="two pods"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        pods = app.query_one("#pods", DataTable)
+        await wait_for(pilot, lambda: pods.row_count == 2 and str(pods.get_row("web-2")[3]) == "1")
+        assert [str(c) for c in pods.get_row("web-1")] == ["web-1", "10", "20", "0", "0"]
+        assert [str(c) for c in pods.get_row("web-2")][:4] == ["web-2", "3", "4", "1"]
+        assert "2 pods: 37 pkts" in screen_text(app, "#status")
+        await pilot.press("q")
