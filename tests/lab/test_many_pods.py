@@ -16,20 +16,24 @@ from .test_watch import tcpdumps_in
 pytestmark = pytest.mark.lab
 
 PODS = [f"web-{i}=collision" for i in range(1, 6)] + [f"api-{i}=healthy" for i in range(1, 6)]
+# Every pod carries app=web-1, the selector of deployment web-1: one Deployment with ten replicas.
+ONE_DEPLOYMENT = {p.split("=")[0]: [{"op": "replace", "path": "/metadata/labels/app", "value": "web-1"}]
+                  for p in PODS}
 
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
     name = f"mdtest-m{secrets.token_hex(2)}"
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, period=1.5)
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, period=1.5, spec_patches=ONE_DEPLOYMENT)
     try:
         yield state
     finally:
         lab.down(state.state_dir)
 
 
-def test_watch_ten_pods_tags_findings_per_pod(lab_state):
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "watch", "-l", "version=v1", "--kubeconfig",
+@pytest.mark.parametrize("target", [["deploy/web-1"], ["-l", "version=v1"]])
+def test_watch_ten_pods_tags_findings_per_pod(lab_state, target):
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "watch", *target, "--kubeconfig",
                            str(lab_state.kubeconfig), "--no-tui", "--duration", "8", "-o", "json"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
