@@ -156,3 +156,17 @@ def test_container_that_never_starts_is_one_line_after_the_start_timeout(lab_sta
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "did not start within 2 s" in line and "ContainerCreating" in line
+
+
+def test_pod_deleted_mid_run_ends_the_watch_with_the_reason(lab_state):
+    """The pod goes away while watch captures: the streams end, watch stops by itself and says why."""
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(config_file=str(lab_state.kubeconfig)))
+    with capturing(lab_state, "pod/refused") as run:
+        api.delete_namespaced_pod("refused", lab_state.namespace)
+        report = json.loads(run.proc.communicate(timeout=60)[0])  # no Ctrl-C: it ends on its own
+    assert run.proc.returncode in (0, 1)
+    problems = " | ".join(p["what"] for p in report["problems"])
+    assert "tcpdump on lo failed" in problems or "ended without an exit status" in problems, problems
+    assert wait_until("no tcpdump left", 10, lambda: not tcpdumps_in(lab_state.pod("refused").netns))

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
+import subprocess
 import time
 from typing import Any, Awaitable, Callable
 
@@ -89,6 +92,7 @@ class LabApiServer:
         r.add_get("/api/v1/pods", self.list_pods)
         r.add_get("/api/v1/namespaces/{ns}/pods", self.list_pods)
         r.add_get("/api/v1/namespaces/{ns}/pods/{name}", self.get_pod)
+        r.add_delete("/api/v1/namespaces/{ns}/pods/{name}", self.delete_pod)
         r.add_get("/api/v1/namespaces/{ns}/pods/{name}/ephemeralcontainers", self.get_pod)
         r.add_patch("/api/v1/namespaces/{ns}/pods/{name}/ephemeralcontainers", self.patch_ephemeral)
         r.add_route("GET", "/api/v1/namespaces/{ns}/pods/{name}/exec", self.exec)
@@ -268,6 +272,27 @@ class LabApiServer:
                     await asyncio.wait_for(self.store.changed.wait(), timeout=left)
                 except asyncio.TimeoutError:
                     pass
+
+    async def delete_pod(self, request: web.Request) -> web.Response:
+        """The pod goes away as on a node: its record first, then every process we run in its network namespace
+        (ephemeral containers, exec sessions) is killed, so their streams end as a container's death ends
+        them. Answers the Pod as it was, like the API server's delete (no grace period is modelled)."""
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        if (resp := self._denied("delete", "pods", ns=ns, name=name)) is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        obj = self.store.pod_json(record)
+        del self.store.pods[name]
+        in_netns = set(await asyncio.to_thread(_netns_pids, record.spec.netns))
+        for pid in set(self.registry.live_pids()) & in_netns:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        await self.store.touch(record)
+        return web.json_response(obj)
 
     async def get_pod(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]
@@ -485,3 +510,12 @@ class LabApiServer:
     async def clear_faults(self, request: web.Request) -> web.Response:
         self.faults = Faults()
         return web.json_response({})
+
+
+def _netns_pids(netns: str) -> list[int]:
+    """Pids running in a network namespace (``ip netns pids``), empty when it cannot tell."""
+    try:
+        out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(p) for p in out.split() if p.isdigit()]
