@@ -23,10 +23,21 @@ from .watching import capturing
 pytestmark = pytest.mark.lab
 
 
+# Pods watch must refuse, as the API serves them (RFC 6902 patches of the rendered Pod).
+REFUSED_PODS = {
+    "pending": [{"op": "replace", "path": "/status/phase", "value": "Pending"}],
+    "windows": [{"op": "add", "path": "/spec/os", "value": {"name": "windows"}}],
+    "nosidecar": [{"op": "test", "path": "/spec/containers/1/name", "value": "istio-proxy"},
+                  {"op": "remove", "path": "/spec/containers/1"}],
+}
+
+
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
     name = f"mdtest-r{secrets.token_hex(2)}"
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("healthy", "healthy-http", "refused"), period=2.0)
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name,
+                   ("healthy", "healthy-http", "refused", "pending=healthy", "windows=healthy", "nosidecar=healthy"),
+                   period=2.0, spec_patches=REFUSED_PODS)
     try:
         yield state
     finally:
@@ -170,3 +181,17 @@ def test_pod_deleted_mid_run_ends_the_watch_with_the_reason(lab_state):
     problems = " | ".join(p["what"] for p in report["problems"])
     assert "tcpdump on lo failed" in problems or "ended without an exit status" in problems, problems
     assert wait_until("no tcpdump left", 10, lambda: not tcpdumps_in(lab_state.pod("refused").netns))
+
+
+
+@pytest.mark.parametrize("pod, needle", [
+    ("pending", "pod/pending is Pending, not Running"),
+    ("windows", "pod/windows runs on a Windows node"),
+    ("nosidecar", "pod/nosidecar has no istio-proxy container"),
+])
+def test_pods_watch_cannot_capture_are_one_line_exit_2_and_untouched(lab_state, pod, needle):
+    proc = watch(lab_state, pod)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert needle in line
+    assert ephemeral_names(lab_state, pod) == []
