@@ -195,3 +195,13 @@ def test_pods_watch_cannot_capture_are_one_line_exit_2_and_untouched(lab_state, 
     (line,) = proc.stderr.strip().splitlines()
     assert needle in line
     assert ephemeral_names(lab_state, pod) == []
+
+
+def test_sigterm_stops_the_capture_and_still_prints_the_report(lab_state):
+    pod = lab_state.pod("healthy")
+    with capturing(lab_state, "pod/healthy") as run:
+        run.proc.send_signal(signal.SIGTERM)
+        stdout, _ = run.proc.communicate(timeout=60)
+    assert run.proc.returncode in (0, 1)
+    assert json.loads(stdout)["source"]["pods"] == ["healthy"]
+    assert wait_until("tcpdump ended after SIGTERM", 10, lambda: not tcpdumps_in(pod.netns))
