@@ -9,7 +9,6 @@ capture next (DESIGN.md, Context; Envoy access-log docs, %RESPONSE_FLAGS%).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import replace
 
 from .envoy.access_log import AccessLogEntry
@@ -37,63 +36,67 @@ def _server_of(entry: AccessLogEntry) -> str | None:
     return entry.upstream_host or entry.downstream_local
 
 
+def explains(f: Finding, entry: AccessLogEntry) -> bool:
+    """Whether finding ``f`` explains access-log line ``entry``: a shared response flag, the same server, and
+    the request running within WINDOW_S of the finding's evidence."""
+    if not set(entry.flags) & set(f.envoy_flags):
+        return False
+    times = [e.ts for e in f.evidence if e.ts] or [f.ts]
+    end = entry.ts + entry.duration_ms / 1000.0
+    if end < min(times) - WINDOW_S or entry.ts > max(times) + WINDOW_S:
+        return False
+    return _server_of(entry) in (f.flow.server, None)
+
+
 class Correlator:
-    """Keeps the recent access-log lines (bounded) and matches them to findings."""
+    """Keeps the recent access-log lines (bounded) and matches them to findings. Each line is decided once:
+    explained by a finding, or reported on its own; the decision lives and goes with the line."""
 
     def __init__(self, pod: str | None = None, source: str = "istio-proxy log") -> None:
         self.pod = pod
         self.source = source
-        self._lines: deque[tuple[int, AccessLogEntry]] = deque(maxlen=MAX_LINES)
-        self._reported: set[int] = set()  # line numbers already explained or reported alone
+        self._lines: deque[list] = deque(maxlen=MAX_LINES)  # [line number, entry, decided]
         self._next_line = 1
 
     def add(self, entry: AccessLogEntry) -> None:
-        self._lines.append((self._next_line, entry))
+        self._lines.append([self._next_line, entry, False])
         self._next_line += 1
 
     def entries(self) -> list[AccessLogEntry]:
         """The lines kept (the newest MAX_LINES), in log order."""
-        return [e for _, e in self._lines]
+        return [e for _, e, _ in self._lines]
 
     def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
         """The access-log lines ``f`` explains, in log order."""
         if not f.envoy_flags:
             return []
-        times = [e.ts for e in f.evidence if e.ts] or [f.ts]
-        lo, hi = min(times) - WINDOW_S, max(times) + WINDOW_S
-        out = []
-        for n, entry in self._lines:
-            if not set(entry.flags) & set(f.envoy_flags):
-                continue
-            end = entry.ts + entry.duration_ms / 1000.0
-            if end < lo or entry.ts > hi:
-                continue
-            if _server_of(entry) not in (f.flow.server, None):
-                continue
-            out.append((n, entry))
-        return out
+        return [(n, e) for n, e, _ in self._lines if explains(f, e)]
 
     def attach(self, f: Finding) -> Finding:
         """``f`` with the raw lines it explains (marked, so they are not reported again on their own)."""
-        lines = self.lines_for(f)
-        if not lines:
+        if not f.envoy_flags:
             return f
-        self._reported.update(n for n, _ in lines)
-        return replace(f, access_log=tuple(e.raw for _, e in lines))
+        matched = [line for line in self._lines if explains(f, line[1])]
+        if not matched:
+            return f
+        for line in matched:
+            line[2] = True
+        return replace(f, access_log=tuple(line[1].raw for line in matched))
 
-    def unexplained(self, now: float | None, findings: Iterable[Finding]) -> list[Finding]:
+    def unexplained(self, now: float | None, findings: list[Finding]) -> list[Finding]:
         """``access-log`` findings for failing lines older than GRACE_S (all, when ``now`` is None) that no
-        finding in ``findings`` explains."""
-        for f in findings:
-            self._reported.update(n for n, _ in self.lines_for(f))
+        finding in ``findings`` explains. Only lines not yet decided are checked against the findings, so a tick
+        costs a scan of the kept lines, not findings x lines."""
         out = []
-        for n, entry in self._lines:
-            if n in self._reported or not set(entry.flags) & FAILURE_FLAGS:
+        for line in self._lines:
+            n, entry, decided = line
+            if decided or not set(entry.flags) & FAILURE_FLAGS:
                 continue
             if now is not None and now - entry.ts < GRACE_S:
                 continue
-            self._reported.add(n)
-            out.append(self._finding(n, entry))
+            line[2] = True
+            if not any(explains(f, entry) for f in findings):
+                out.append(self._finding(n, entry))
         return out
 
     def _finding(self, n: int, entry: AccessLogEntry) -> Finding:
