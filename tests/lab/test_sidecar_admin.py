@@ -15,7 +15,6 @@ import asyncio
 import io
 import json
 import re
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -34,7 +33,7 @@ from kubectl_meshdoctor.lab.admin import (
     change_log_levels,
     logging_response,
 )
-from kubectl_meshdoctor.lab.apps import HttpApp, HttpAppConfig
+from kubectl_meshdoctor.lab.apps import HttpAppConfig
 from kubectl_meshdoctor.lab.sidecar import (
     LOGGERS,
     EnvoyLog,
@@ -57,6 +56,9 @@ USAGE = (
     "usage: /logging?level=<level> (change all levels)\n"
     "levels: trace debug info warning error critical off \n"
 )
+
+from .local_servers import free_port, serve_app
+
 # An application log line of the `connection` logger at debug, in Istio's and in Envoy's own log format.
 CONNECTION_DEBUG = re.compile(r"^\S+Z\tdebug\tenvoy connection \S+\.cc:\d+\t.*\tthread=\d+$|"
                               r"^\[[^]]+\]\[\d+\]\[debug\]\[connection\] \[\S+\.cc:\d+\] ", re.M)
@@ -121,25 +123,6 @@ def _http(port: int, path: str, method: str = "GET") -> tuple[int, str, dict[str
         return exc.code, exc.read().decode(), dict(exc.headers)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _serve_app(config: HttpAppConfig) -> asyncio.Task[None]:
-    task = asyncio.create_task(HttpApp(config).serve_forever())
-    for _ in range(200):
-        try:
-            _, writer = await asyncio.open_connection(config.bind, config.port)
-        except OSError:
-            await asyncio.sleep(0.01)
-            continue
-        writer.close()
-        return task
-    raise AssertionError("app did not listen")
-
-
 async def _get(sidecar: InboundSidecar, orig: tuple[str, int], path: str) -> bytes:
     request = parse_request_head(f"GET {path} HTTP/1.1\r\nHost: lab\r\n\r\n".encode())
     response, _ = await sidecar._proxy(request, b"", orig, "rid", close=False, cid=7, sid=42)
@@ -147,7 +130,7 @@ async def _get(sidecar: InboundSidecar, orig: tuple[str, int], path: str) -> byt
 
 
 async def test_admin_endpoints_serve_live_counters_in_envoy_shapes() -> None:
-    dead, live = _free_port(), _free_port()
+    dead, live = free_port(), free_port()
     stats = SidecarStats()
     stats.declare("127.0.0.1", (dead, live), (dead, live))
     out = io.StringIO()
@@ -155,7 +138,7 @@ async def test_admin_endpoints_serve_live_counters_in_envoy_shapes() -> None:
     sidecar = InboundSidecar(UpstreamConnector("127.0.0.1"), stats=stats, log=log)
     admin = AdminServer(stats, log, PodInfo("p", "ns", "127.0.0.1", (dead, live), (dead, live)), port=0)
     await admin.start()
-    app = await _serve_app(HttpAppConfig(bind="127.0.0.1", port=live))
+    app = await serve_app(HttpAppConfig(bind="127.0.0.1", port=live))
     try:
         assert (await _get(sidecar, ("127.0.0.1", dead), "/")).startswith(b"HTTP/1.1 503 ")
         assert (await _get(sidecar, ("127.0.0.1", live), "/")).startswith(b"HTTP/1.1 200 ")
@@ -223,7 +206,7 @@ async def test_admin_endpoints_serve_live_counters_in_envoy_shapes() -> None:
 
 
 async def test_debug_lines_follow_logger_levels() -> None:
-    port = _free_port()
+    port = free_port()
     orig = ("127.0.0.1", port)
     out = io.StringIO()
     log = EnvoyLog(out)

@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from kubectl_meshdoctor.lab.apps import FRAMING_VARIANTS, HttpApp, HttpAppConfig
+from kubectl_meshdoctor.lab.apps import FRAMING_VARIANTS, HttpAppConfig
 from kubectl_meshdoctor.lab.sidecar import (
     CONNECTION_TERMINATION,
     PROTOCOL_ERROR,
@@ -23,6 +23,8 @@ from kubectl_meshdoctor.lab.sidecar import (
     parse_request_head,
     parse_response_head,
 )
+
+from .local_servers import free_port, serve_app
 
 
 def _head(*fields: str) -> bytes:
@@ -71,25 +73,6 @@ def test_local_reply_bodies_and_details_match_envoy() -> None:
     assert {f.flag for f in by_style.values()} == {"UF"} and by_style["2022"].transport_field == "delayed_connect_error:_111"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _serve(config: HttpAppConfig) -> asyncio.Task[None]:
-    task = asyncio.create_task(HttpApp(config).serve_forever())
-    for _ in range(200):
-        try:
-            _, writer = await asyncio.open_connection(config.bind, config.port)
-        except OSError:
-            await asyncio.sleep(0.01)
-            continue
-        writer.close()
-        return task
-    raise AssertionError("app did not listen")
-
-
 def _fin_queued(transport_socket: object) -> bool:
     """True when the peer's FIN waits in the receive queue (peek returns EOF) and nothing else does."""
     with socket.fromfd(transport_socket.fileno(), socket.AF_INET, socket.SOCK_STREAM) as dup:
@@ -105,7 +88,7 @@ async def _get(sidecar: InboundSidecar, orig: tuple[str, int], path: str) -> tup
 
 
 async def test_counters_for_upe_uc_uf_and_success() -> None:
-    orig = ("127.0.0.1", _free_port())
+    orig = ("127.0.0.1", free_port())
     sidecar = InboundSidecar(UpstreamConnector("127.0.0.1"), fin_race=True)
     cluster = sidecar.stats.cluster(f"inbound|{orig[1]}||")
 
@@ -115,7 +98,7 @@ async def test_counters_for_upe_uc_uf_and_success() -> None:
     assert (cluster.upstream_cx_connect_fail, cluster.upstream_rq_pending_failure_eject) == (1, 1)
     assert cluster.host(f"{orig[0]}:{orig[1]}").cx_connect_fail == 1
 
-    app = await _serve(HttpAppConfig(bind=orig[0], port=orig[1], idle_timeout=0.2))
+    app = await serve_app(HttpAppConfig(bind=orig[0], port=orig[1], idle_timeout=0.2))
     try:
         response, ex = await _get(sidecar, orig, "/ok")
         assert response.startswith(b"HTTP/1.1 200 OK\r\n") and ex.details == "via_upstream"
@@ -133,8 +116,8 @@ async def test_counters_for_upe_uc_uf_and_success() -> None:
     finally:
         app.cancel()
 
-    broken_port = _free_port()
-    broken = await _serve(HttpAppConfig(bind="127.0.0.1", port=broken_port, broken_framing=True))
+    broken_port = free_port()
+    broken = await serve_app(HttpAppConfig(bind="127.0.0.1", port=broken_port, broken_framing=True))
     try:
         response, ex = await _get(sidecar, ("127.0.0.1", broken_port), "/dup-te")
         assert response.startswith(b"HTTP/1.1 502 Bad Gateway\r\n") and ex.flags == "UPE"
