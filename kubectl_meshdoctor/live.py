@@ -109,7 +109,7 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
     progress(f"resolving {what} in namespace {opts.namespace}")
     pods = await resolve_targets(kube, opts)
-    factory = pipelines if callable(pipelines) and not isinstance(pipelines, Pipeline) else (lambda _: pipelines)
+    factory = pipelines if callable(pipelines) else (lambda _: pipelines)  # a Pipeline itself is not callable
     if len(pods) == 1:
         return await watch_pod(kube, opts, pods[0], factory(pods[0].metadata.name), stop, progress, state)
     progress(f"capturing {len(pods)} pods: {', '.join(p.metadata.name for p in pods)}")
