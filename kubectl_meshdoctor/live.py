@@ -234,7 +234,8 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
         cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee)
         state.captures.append(cap)
         cap.start()
-        readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed)))
+        readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed,
+                                                       live=True)))
 
 
 async def _kernel_counters(kube: Kube, pod, container: str, problems: list[dict]) -> dict[str, int]:

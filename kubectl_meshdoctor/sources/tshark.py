@@ -1,39 +1,99 @@
-"""pcap/pcapng bytes -> tshark (through pyshark, EK mode) -> PacketEvents.
+"""pcap/pcapng bytes -> tshark (run by pyshark) -> PacketEvents.
 
 One reader per byte stream: a capture file opened read-only, or the read end of a pipe that a live tcpdump
 stream is written into. Both go through ``tshark -r -`` so files and live captures share one code path.
-Measured (PYSHARK_NOTES.md): EK is the fastest mode pyshark can parse; a display filter keeps the frame numbers
-of the user's file, unlike a BPF re-write; ``-M`` bounds tshark's own session memory.
+
+Speed (bench/RESULTS.md): pyshark's own packet objects cost about 4x ``tshark -T fields`` (PYSHARK_NOTES.md), so
+pyshark runs tshark and reads its stdout as it always does, but tshark writes only the fields the detectors read
+(``-T fields``) and pyshark's output-parser hook hands them to us in batches of whole lines: no pyshark packet
+object is built on the hot path. A display filter (PREFILTER) yields only the packets a detector can act on;
+a display filter keeps the frame numbers of the user's file, unlike a BPF re-write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyshark.capture.pipe_capture import PipeCapture
+from pyshark.tshark.output_parser.base_parser import BaseTsharkOutputParser
 
 from ..events import HttpStart, PacketEvent, TcpFlags
 from .http1 import parse_http_start
 
-# What the detectors read: TCP only. Analyses they never read are switched off to save tshark time.
-DISPLAY_FILTER = "tcp"
+# Column order of tshark's output; packet_from_fields() unpacks in this order.
+FIELDS = ("frame.number", "frame.time_epoch", "frame.interface_name", "sll.hatype", "sll.ifindex",
+          "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport", "tcp.flags",
+          "tcp.seq_raw", "tcp.ack_raw", "tcp.len", "tcp.payload")
+
+
+def _hex(prefix: str) -> str:
+    return ":".join(f"{b:02x}" for b in prefix.encode())
+
+
+# The first four bytes of an HTTP/1 message start: the request methods of RFC 9110 section 9 and "HTTP".
+_STARTS = ("GET ", "HEAD", "POST", "PUT ", "DELE", "CONN", "OPTI", "TRAC", "PATC", "HTTP")
+
+# The packets a detector can conclude anything from: connection set-up and tear-down (SYN, FIN, RST), the start
+# of an HTTP/1 message (framing on lo; the request in a stale keep-alive race), and a pure ACK on a connection
+# whose SYN was seen but no SYN-ACK (tcp.completeness bits 1 and 2): a challenge ACK (RFC 5961 section 4).
+# Full-size segments and the ACKs of established transfers, most of a busy pod's packets, are not yielded.
+PREFILTER = ("tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0 takes no byte strings in a set
+             + " || ".join(f"tcp.payload[0:4] == {_hex(s)}" for s in _STARTS)
+             + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))")
+ALL_TCP = "tcp"
+
 TSHARK_ARGS = [
     "-M", "100000",  # reset tshark's session state every 100k packets: flat memory on endless captures
     "-o", "tcp.analyze_sequence_numbers:FALSE",
     "-o", "tcp.calculate_timestamps:FALSE",
     "-o", "tcp.desegment_tcp_streams:FALSE",
     "--disable-protocol", "http",  # we parse HTTP/1 start lines from tcp.payload ourselves, wire case intact
+    "-E", "occurrence=f",  # the outer header of a tunnel, as the rest of the pipeline expects
 ]
 
 
-class _EkPipeCapture(PipeCapture):
-    """PipeCapture in EK output mode: pyshark offers ``use_ek`` only on other capture classes."""
+class _LineBatches(BaseTsharkOutputParser):
+    """pyshark's output-parser hook: every complete line read so far, as one bytes batch."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    DEFAULT_BATCH_SIZE = 2 ** 18
+
+    def _extract_packet_from_data(self, data: bytes, got_first_packet: bool = True):
+        cut = data.rfind(b"\n")
+        if cut == -1:
+            return None, data
+        return data[:cut], data[cut + 1:]
+
+    def _parse_single_packet(self, packet: bytes) -> bytes:
+        return packet
+
+
+class _FieldsPipeCapture(PipeCapture):
+    """PipeCapture whose tshark writes ``-T fields`` (FIELDS), parsed in line batches."""
+
+    def __init__(self, *args, line_buffered: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._use_ek = True
+        self._line_buffered = line_buffered
+
+    async def _get_tshark_process(self, packet_count=None):
+        # As pyshark's own, with our output type; ``-l`` (flush per packet) only where latency matters (live).
+        params = [self._get_tshark_path(), "-n", "-T", "fields"]
+        if self._line_buffered:
+            params.append("-l")
+        for f in FIELDS:
+            params += ["-e", f]
+        params += self.get_parameters(packet_count=packet_count)
+        process = await asyncio.create_subprocess_exec(*params, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                       stdin=self._pipe)
+        self._create_stderr_handling_task(process.stderr)
+        self._created_new_process(params, process)
+        return process
+
+    def _setup_tshark_output_parser(self):
+        return _LineBatches()
 
     def close(self) -> None:
         # packets_from_tshark already ended tshark and read_stream closes the fd once. The inherited close()
@@ -53,93 +113,75 @@ class ReadResult:
     error: str | None
 
 
-def _flags(hexstr: str) -> TcpFlags:
-    return TcpFlags(int(hexstr, 16) & 0x3F)
-
-
 ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
 
 
-def _iface_of(layers, frame: dict, default_iface: str) -> str:
+def _iface_of(name: str, hatype: str, ifindex: str, default_iface: str) -> str:
     """The interface a packet was captured on: the pcapng interface name, else from a Linux cooked header
     (``tcpdump -i any``, ksniff): lo by its hardware type (772) or interface index 1 (lo is always index 1 in
     a network namespace), any other device of a pod being its ``eth0``; else ``default_iface``."""
-    name = frame.get("frame_frame_interface_name")
     if name and name not in ("any", "unknown"):  # tshark says "unknown" for an interface block without a name
         return name
-    sll = getattr(layers, "sll", None)
-    if sll is not None:
-        d = sll._fields_dict
-        if d.get("sll_sll_hatype") == ARPHRD_LOOPBACK or d.get("sll_sll_ifindex") == "1":
-            return "lo"
-        return "eth0"
+    if hatype or ifindex:
+        return "lo" if hatype == ARPHRD_LOOPBACK or ifindex == "1" else "eth0"
     return default_iface
 
 
-def packet_to_event(layers, source: str, default_iface: str, force_iface: bool = False) -> PacketEvent | None:
-    """Normalize one pyshark EK packet; None for packets without TCP over IPv4/IPv6.
-
-    ``force_iface`` puts every packet on ``default_iface`` (the user said ``FILE:IFACE``)."""
-    # pyshark's public get_field() walks prefixes and casts per call; the raw EK dict is the same data, cheaper.
-    frame = layers.frame_info._fields_dict
-    try:
-        tcp = layers.tcp._fields_dict
-    except AttributeError:
-        return None
-    ip_layer = getattr(layers, "ip", None)
-    if ip_layer is not None:
-        ipd = ip_layer._fields_dict
-        src, dst = ipd["ip_ip_src"], ipd["ip_ip_dst"]
-    else:
-        ipv6 = getattr(layers, "ipv6", None)
-        if ipv6 is None:
+def packet_from_fields(line: str, source: str, default_iface: str, force_iface: bool = False) -> PacketEvent | None:
+    """One line of tshark ``-T fields`` output (FIELDS, tab-separated) as a PacketEvent; None for TCP that is
+    not over IPv4/IPv6. ``force_iface`` puts every packet on ``default_iface`` (the user said ``FILE:IFACE``)."""
+    (number, ts, name, hatype, ifindex, src, dst, src6, dst6, sport, dport, flags, seq, ack, length,
+     payload) = line.split("\t")
+    if not src:
+        if not src6:
             return None
-        ipd = ipv6._fields_dict
-        src, dst = ipd["ipv6_ipv6_src"], ipd["ipv6_ipv6_dst"]
-    iface = default_iface if force_iface else _iface_of(layers, frame, default_iface)
-    payload_len = int(tcp.get("tcp_tcp_len", 0))
+        src, dst = src6, dst6
+    payload_len = int(length) if length else 0
     http: HttpStart | None = None
-    if payload_len:
-        payload_hex = tcp.get("tcp_tcp_payload")
-        if isinstance(payload_hex, str):
-            http = parse_http_start(bytes.fromhex(payload_hex.replace(":", "")))
+    if payload_len and payload:
+        http = parse_http_start(bytes.fromhex(payload.replace(":", "")))
     return PacketEvent(
-        ts=float(frame["frame_frame_time_epoch"]),
-        iface=iface,
+        ts=float(ts),
+        iface=default_iface if force_iface else _iface_of(name, hatype, ifindex, default_iface),
         source=source,
-        frame=int(frame["frame_frame_number"]),
+        frame=int(number),
         src=src,
-        sport=int(tcp["tcp_tcp_srcport"]),
+        sport=int(sport),
         dst=dst,
-        dport=int(tcp["tcp_tcp_dstport"]),
-        flags=_flags(tcp["tcp_tcp_flags"]),
-        seq=int(tcp["tcp_tcp_seq_raw"]),
-        ack=int(tcp["tcp_tcp_ack_raw"]),
+        dport=int(dport),
+        flags=TcpFlags(int(flags, 16) & 0x3F),
+        seq=int(seq),
+        ack=int(ack),
         payload_len=payload_len,
         http=http,
     )
 
 
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
-                      force_iface: bool = False) -> ReadResult:
+                      force_iface: bool = False, live: bool = False, prefilter: bool = True) -> ReadResult:
     """Read pcap/pcapng bytes from ``fd`` until EOF, calling ``on_event`` for each TCP packet in order.
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
     ``pod/iface``); ``iface`` is used when the capture does not name the interface itself, or always with
-    ``force_iface``.
+    ``force_iface``. ``live``: tshark flushes each packet as it comes (latency over throughput).
+    ``prefilter``: only the packets PREFILTER keeps (the detectors' findings are the same; counts are of those).
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
-    capture = _EkPipeCapture(fd, display_filter=DISPLAY_FILTER, custom_parameters=list(TSHARK_ARGS))
+    capture = _FieldsPipeCapture(fd, display_filter=PREFILTER if prefilter else ALL_TCP,
+                                 custom_parameters=list(TSHARK_ARGS), line_buffered=live)
     count = 0
     last = 0
 
-    def handle(pkt) -> None:
+    def handle(batch: bytes) -> None:
         nonlocal count, last
-        ev = packet_to_event(pkt, source, iface, force_iface)
-        if ev is not None:
-            count += 1
-            last = ev.frame
-            on_event(ev)
+        for line in batch.decode("latin-1").split("\n"):
+            if not line:
+                continue
+            ev = packet_from_fields(line, source, iface, force_iface)
+            if ev is not None:
+                count += 1
+                last = ev.frame
+                on_event(ev)
 
     try:
         await capture.packets_from_tshark(handle, close_tshark=True)
@@ -160,6 +202,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
 
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],
-                    force_iface: bool = False) -> ReadResult:
+                    force_iface: bool = False, prefilter: bool = True) -> ReadResult:
     """``read_stream`` over a capture file. Raises OSError when it cannot be opened."""
-    return await read_stream(os.open(path, os.O_RDONLY), source, iface, on_event, force_iface)
+    return await read_stream(os.open(path, os.O_RDONLY), source, iface, on_event, force_iface,
+                             prefilter=prefilter)
