@@ -222,7 +222,7 @@ async def _progress_line(pipelines, label: str, every_s: float = 1.0) -> None:
             findings = sum(len(p.findings) for p in group)
             per_iface = ", ".join(f"{k} {v.packets}" for k, v in sorted(group[0].stats.by_iface.items())) \
                 if len(group) == 1 else f"{len(group)} pods"
-            sys.stderr.write(f"\r{label}: {packets} packets ({per_iface}), {findings} findings ")
+            sys.stderr.write(f"\r{label}: {packets} packets analysed ({per_iface}), {findings} findings ")
             sys.stderr.flush()
     finally:
         sys.stderr.write("\r\033[K")

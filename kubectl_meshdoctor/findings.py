@@ -20,18 +20,26 @@ class Severity(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """One packet (or log line) that a finding rests on. ``frame`` is the frame number in ``source``."""
+    """One packet (or log line) that a finding rests on. ``frame`` is the frame number in ``source``.
+
+    For a packet, ``src``/``dst`` are its ``ip:port`` endpoints and ``flags`` its tcpdump-style flags (``S``,
+    ``R.``); they are empty for log lines and spec fields, which the ladder diagram shows as notes."""
 
     source: str
     iface: str
     frame: int
     ts: float
     what: str
+    src: str = ""
+    dst: str = ""
+    flags: str = ""
+    payload_len: int = 0  # bytes
 
     @classmethod
     def of(cls, ev: PacketEvent, what: str) -> "Evidence":
         """Evidence pointing at the packet ``ev``."""
-        return cls(ev.source, ev.iface, ev.frame, ev.ts, what)
+        return cls(ev.source, ev.iface, ev.frame, ev.ts, what, ev.src_endpoint, ev.dst_endpoint, ev.flags.short(),
+                   ev.payload_len)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..findings import Finding, Severity
+from ..ladder import render_ladder
 from ..pipeline import PipelineStats
 
 EXIT_OK = 0
@@ -69,7 +70,7 @@ def _headline(report: Report) -> str:
         return f"kubectl-meshdoctor {__version__} lint: {len(report.source.get('pods', []))} pods checked"
     st = report.stats
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
-    return (f"kubectl-meshdoctor {__version__}: {st.packets} packets ({ifaces}), {st.flows_seen} flows, "
+    return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")
 
 
@@ -148,6 +149,9 @@ def render_markdown(report: Report) -> str:
         for i, occ in enumerate(g, 1):
             flow = f"{occ.flow.client} -> {occ.flow.server} ({occ.flow.iface})"
             out += [f"| {i} | {flow} | {e.source} | {e.frame} | {e.what} |" for e in occ.evidence]
+        ladder = render_ladder(f)
+        if ladder:
+            out += ["", "Packets of #1 (time in ms since its first packet):", "", "```text", *ladder, "```"]
         out += ["", f.explanation, "", "Fix:", "", "```yaml", f.remediation, "```"]
     return "\n".join(out) + "\n"
 

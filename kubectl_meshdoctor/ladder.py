@@ -1,0 +1,117 @@
+"""A finding's packet evidence as a ladder (sequence) diagram across client, eth0, the sidecar and the app.
+
+Inside an Istio pod a connection crosses two captures: on ``eth0`` between the client and the sidecar's inbound
+listener (15006 after REDIRECT), and on ``lo`` between the sidecar (from 127.0.0.6) and the app. Drawing each
+evidence packet as an arrow between the lanes it travels, with its flags, ports and time since the first one,
+shows a challenge ACK answering a SYN, or a request crossing the app's FIN, at a glance. Plain text (box-drawing
+characters), so the same lines go into the TUI and into ``-o markdown`` reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .findings import Evidence, Finding
+
+LANES = ("client", "eth0", "sidecar", "app (lo)")
+_X = (0, 20, 40, 66)  # lane columns inside the diagram
+_TIME_W = 10  # "+1234.567 " column on the left
+
+
+@dataclass(frozen=True, slots=True)
+class Arrow:
+    """One evidence packet: from lane ``start`` to lane ``end`` (indexes into LANES), ``rel_ms`` after the first
+    packet of the finding; ``label`` is flags and ports (``S :40811→:5002``)."""
+
+    start: int
+    end: int
+    rel_ms: float
+    label: str
+    frame: int
+    what: str
+
+
+def _port(endpoint: str) -> str:
+    return endpoint.rpartition(":")[2]
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.rpartition(":")[0]
+
+
+def arrows(f: Finding) -> list[Arrow]:
+    """The finding's packet evidence (those with endpoints) as arrows in time order.
+
+    On ``lo`` a packet from the finding's server endpoint (the app) goes app -> sidecar, any other sidecar -> app.
+    On other interfaces a packet from the pod (the finding's server host) goes sidecar -> client, any other
+    client -> sidecar."""
+    packets = sorted((e for e in f.evidence if e.src and e.dst), key=lambda e: (e.ts, e.frame))
+    if not packets:
+        return []
+    t0 = packets[0].ts
+    out = []
+    for e in packets:
+        if e.iface == "lo":
+            start, end = (3, 2) if e.src == f.flow.server else (2, 3)
+        else:
+            start, end = (2, 0) if _host(e.src) == _host(f.flow.server) else (0, 2)
+        label = f"{e.flags} :{_port(e.src)}→:{_port(e.dst)}"
+        if e.payload_len:
+            label += f" {e.payload_len}B"
+        out.append(Arrow(start, end, (e.ts - t0) * 1000, label, e.frame, e.what))
+    return out
+
+
+def _row(arrow: Arrow) -> str:
+    width = _X[-1] + 1
+    cells = [" "] * width
+    for x in _X:
+        cells[x] = "│"
+    lo, hi = sorted((_X[arrow.start], _X[arrow.end]))
+    for x in range(lo + 1, hi):
+        cells[x] = "┼" if x in _X else "─"
+    if arrow.end > arrow.start:
+        cells[hi - 1] = "▶"
+    else:
+        cells[lo + 1] = "◀"
+    label = f" {arrow.label} "
+    span = hi - lo - 3
+    if len(label) > span:
+        label = label[: max(span - 1, 0)] + "… "
+    at = lo + 2 + max((span - len(label)) // 2, 0)
+    # Keep the eth0 crossing visible: move the label off the lane if it would cover it.
+    if arrow.start != 1 and lo < _X[1] < hi and at <= _X[1] < at + len(label):
+        at = _X[1] + 2 if (_X[1] + 2 + len(label)) < hi - 1 else at
+    for i, ch in enumerate(label):
+        if lo < at + i < hi - 1 and cells[at + i] != "┼":
+            cells[at + i] = ch
+    return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  #{arrow.frame} {arrow.what}"
+
+
+def _header() -> list[str]:
+    width = _X[-1] + 1
+    names = [" "] * (width + 12)
+    for x, name in zip(_X, LANES):
+        start = max(0, x - len(name) // 2) if x else 0
+        for i, ch in enumerate(name):
+            names[start + i] = ch
+    lanes = [" "] * width
+    for x in _X:
+        lanes[x] = "│"
+    return [f"{'ms':>{_TIME_W - 1}} " + "".join(names).rstrip(), " " * _TIME_W + "".join(lanes)]
+
+
+def _note(e: Evidence) -> str:
+    where = f"{e.source} frame {e.frame}" if e.frame else e.source
+    return f"{'':>{_TIME_W}}⋮ {where}: {e.what}"
+
+
+def render_ladder(f: Finding) -> list[str]:
+    """The ladder diagram's lines for ``f`` (no trailing newlines); [] when no evidence is a packet.
+    Evidence without endpoints (log lines, a connection's first frame) follows as notes."""
+    rows = arrows(f)
+    if not rows:
+        return []
+    lines = _header() + [_row(a) for a in rows]
+    lines += [_note(e) for e in f.evidence if not (e.src and e.dst)]
+    return lines
