@@ -49,10 +49,13 @@ examples:
 EPILOG_ANALYZE = """\
 The interface of each file comes from FILE:IFACE, else pcapng interface blocks, else the file's stem
 (lo.pcap -> lo). Frame numbers in the report are the frame numbers Wireshark shows for that file.
+tshark yields only the packets a detector can act on (SYN, FIN, RST, HTTP/1 message starts, challenge-ACK
+candidates); the packet counts are of those.
 
 examples:
   kubectl meshdoctor analyze lo.pcap eth0.pcap
   kubectl meshdoctor analyze capture.pcapng:eth0 -o json
+  kubectl meshdoctor analyze lo.pcap eth0.pcap --tui    # browse findings, ladder diagrams and packets
 """
 
 
@@ -181,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the detectors on capture files (tcpdump, ksniff, Wireshark).",
                        epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("files", nargs="+", metavar="FILE[:IFACE]")
+    a.add_argument("--tui", action="store_true", help="open the findings in the TUI (ladder diagrams, packets "
+                   "pane, s saves a finding's packets); the report is printed when you quit")
     _output_flag(a)
 
     lab = sub.add_parser("lab", help="a local pod lab (network namespaces, Istio's nat rules, real failures)",
@@ -233,6 +238,18 @@ def _cmd_analyze(args) -> int:
     from .pipeline import Pipeline
 
     captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
+    if args.tui:
+        from .analyze import check_capture
+        from .tui.run import file_session, run_session
+
+        try:
+            for c in captures:
+                check_capture(c.path)
+        except InputError as e:
+            return _err(str(e))
+        if not (sys.stdout.isatty() and sys.stdin.isatty()):
+            return _err("--tui needs a terminal (drop --tui to print the report)")
+        return run_session(file_session(captures, args.redact), args.output)
 
     async def run():
         pipeline = Pipeline.with_detectors(redact=args.redact)

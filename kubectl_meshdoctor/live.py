@@ -55,6 +55,10 @@ class WatchOptions:
     admin_port: int = 15000  # the sidecar's Envoy admin port (--proxy-admin-port)
     profile: str = "least"  # the debug container's capabilities: least (NET_RAW) or netadmin
     start_timeout_s: float = 120.0  # how long the debug container may take to run
+    # A private copy of the capture bytes, so a front end can save a finding's packets; unlike write_pcap_dir it
+    # is not reported, is capped at spool_limit bytes per stream, and its owner deletes it.
+    spool_dir: Path | None = None
+    spool_limit: int = 1 << 30
 
 
 @dataclass(slots=True)
@@ -66,6 +70,7 @@ class WatchState:
     container: str | None = None
     captures: list[ExecCapture] = field(default_factory=list)
     pcap_files: dict[str, str] = field(default_factory=dict)
+    spool_files: dict[str, str] = field(default_factory=dict)  # iface -> the spool copy (WatchOptions.spool_dir)
     pods: list["WatchState"] = field(default_factory=list)  # one per pod when watching many
 
 
@@ -226,12 +231,15 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
     pod_name = pod.metadata.name
     for iface in opts.ifaces:
         read_fd, write_fd = os.pipe()
-        tee = None
+        tee, limit = None, None
         if opts.write_pcap_dir is not None:
             opts.write_pcap_dir.mkdir(parents=True, exist_ok=True)
             tee = str(opts.write_pcap_dir / f"{pod_name}-{iface}.pcap")
             state.pcap_files[iface] = tee
-        cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee)
+        elif opts.spool_dir is not None:
+            tee, limit = str(opts.spool_dir / f"{pod_name}-{iface}.pcap"), opts.spool_limit
+            state.spool_files[iface] = tee
+        cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee, limit)
         state.captures.append(cap)
         cap.start()
         readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed,

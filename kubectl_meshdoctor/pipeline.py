@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -42,11 +43,12 @@ class Pipeline:
     """Feeds packets through the flow table and every detector; collects findings.
 
     ``on_finding`` is called for each finding as it is concluded (the TUI and live sinks subscribe); all
-    findings are also kept (up to MAX_FINDINGS) for the final report.
+    findings are also kept (up to MAX_FINDINGS) for the final report. ``keep_recent`` keeps that many of the latest
+    packets in ``recent`` for a front end's packets pane (bounded: memory stays flat).
     """
 
     def __init__(self, detectors: Iterable[Detector], ctx: DetectorContext,
-                 on_finding: Callable[[Finding], None] | None = None) -> None:
+                 on_finding: Callable[[Finding], None] | None = None, keep_recent: int = 0) -> None:
         self.ctx = ctx
         self.detectors = list(detectors)
         self.findings: list[Finding] = []
@@ -55,13 +57,15 @@ class Pipeline:
         self.correlator = Correlator(ctx.pod)
         self._next_tick: float | None = None
         self._flow_keys_seen = 0
+        self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
-                       on_finding: Callable[[Finding], None] | None = None, redact: bool = True) -> "Pipeline":
+                       on_finding: Callable[[Finding], None] | None = None, redact: bool = True,
+                       keep_recent: int = 0) -> "Pipeline":
         """A pipeline with a fresh flow table and the detectors found by the registry (all, or ``only``)."""
         ctx = DetectorContext(flows=FlowTable(), pod=pod, redact=redact)
-        return cls(load_detectors(ctx, only), ctx, on_finding)
+        return cls(load_detectors(ctx, only), ctx, on_finding, keep_recent)
 
     @property
     def flows(self) -> FlowTable:
@@ -77,6 +81,7 @@ class Pipeline:
             st.first_ts = ev.ts
         st.last_ts = ev.ts
         self.stats.packets += 1
+        self.recent.append(ev)
         before = len(self.ctx.flows)
         flow = self.ctx.flows.observe(ev)
         if len(self.ctx.flows) > before:

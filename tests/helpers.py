@@ -42,3 +42,14 @@ def run(events, only=None):
     for ev in events:
         p.feed(ev)
     return p.finish()
+
+
+def prefiltered(*paths) -> int:
+    """How many packets of these captures tshark itself keeps with the reader's display filter (what the
+    detectors read and the counts report)."""
+    import subprocess
+
+    from kubectl_meshdoctor.sources.tshark import PREFILTER
+
+    return sum(len(subprocess.run(["tshark", "-r", str(p), "-n", "-Y", PREFILTER, "-T", "fields", "-e", "frame.number"],
+                                  capture_output=True, text=True, check=True).stdout.split()) for p in paths)

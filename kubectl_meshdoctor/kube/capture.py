@@ -56,6 +56,8 @@ class ExecCapture:
     max_seconds: int
     write_fd: int
     tee_path: str | None = None
+    tee_limit: int | None = None  # bytes: past this the copy stops (a spool must not fill the disk)
+    tee_full: bool = False
     bytes_received: int = 0
     returncode: int | None = None
     stderr: str = ""
@@ -162,8 +164,11 @@ class ExecCapture:
 
     def _deliver(self, payload: bytes, tee) -> None:
         self.bytes_received += len(payload)
-        if tee is not None:
-            tee.write(payload)
+        if tee is not None and not self.tee_full:
+            if self.tee_limit is not None and self.bytes_received > self.tee_limit:
+                self.tee_full = True  # whole records matter more than the last bytes: readers stop at the cut
+            else:
+                tee.write(payload)
         view = memoryview(payload)
         while view:
             try:

@@ -1,26 +1,37 @@
-"""The Textual front end of ``watch``: a sink of the pipeline that only renders.
+"""The triage desk: the Textual front end of ``watch`` (and ``analyze --tui``), a sink of the pipeline.
 
-The app is given a ``Session``: a coroutine that runs the capture (live, or a recorded file in tests) and
-reports through callbacks. It never touches pyshark or the Kubernetes client itself.
+The app is given a ``Session``: a coroutine that runs the capture (live, or recorded files) and reports through
+callbacks, and pollers for counts and recent packets. It never touches pyshark or the Kubernetes client itself.
+Panes are refreshed from timers (at most twice a second), never per packet, so a busy pod cannot starve the
+screen of frames.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from ..events import PacketEvent
 from ..findings import Finding, Severity
+from ..ladder import render_ladder
+from ..packet_filter import FilterError, PacketFilter, of_finding
 from ..pipeline import PipelineStats
-from ..report import Report
+from ..redact import SENSITIVE_HEADERS
+from ..report import RENDERERS, Report
 
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+PACKET_ROWS = 500  # rows the packets pane shows at most (the newest that match)
+NARROW = 110  # below this many columns the panes stack
 
 
 @dataclass(slots=True)
@@ -47,9 +58,15 @@ class Session:
     access_log: Callable[[], list] = lambda: []  # the access-log entries followed so far
     pod: Callable[[], str | None] = lambda: None
     problems: Callable[[], list[str]] = lambda: []  # input trouble so far (a lost capture stream), one line each
+    packets: Callable[[], Sequence[PacketEvent]] = lambda: ()  # the latest packets analysed, oldest first
+    drops: Callable[[], dict[str, int | None]] = lambda: {}  # capture -> packets dropped (None: not known yet)
+    # Writes the finding's packets to a pcapng path (overwrite?) and returns a one-line summary; raises
+    # evidence_pcap.SaveError. None when the session keeps no capture bytes.
+    save_evidence: Callable[[Finding, str, bool], str] | None = None
+    redact: bool = True
 
 
-def finding_detail(f: Finding) -> str:
+def finding_detail(f: Finding, redact: bool = True) -> str:
     """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets)."""
     lines = [f"{f.severity.value.upper()}  {f.detector}  Envoy flags: {', '.join(f.envoy_flags) or '-'}",
              f.title, "", f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"]
@@ -59,26 +76,52 @@ def finding_detail(f: Finding) -> str:
         lines.append(f"pod: {f.pod}")
     lines.append("evidence:")
     lines += [f"  {e.source} frame {e.frame}: {e.what}" for e in f.evidence]
-    lines += ["", f.explanation, "", "fix:", f.remediation]
+    lines += [f"  access log: {line}" for line in f.access_log]
+    lines += [f"  counter: {name} +{value}" for name, value in sorted(f.counters.items())]
+    ladder = render_ladder(f)
+    if ladder:
+        lines += ["", "packets (ms since the first):", *ladder]
+    lines += ["", f.explanation, "", "fix:", f.remediation, ""]
+    if redact:
+        lines.append(f"privacy: values of {', '.join(sorted(SENSITIVE_HEADERS))} are shown as <redacted> "
+                     f"(watch --no-redact shows them)")
+    else:
+        lines.append("privacy: redaction is off (--no-redact): header values are shown as captured")
     return "\n".join(lines)
 
 
 class MeshDoctorApp(App[Report | None]):
-    """Findings as they arrive, packet/flow counts per interface, a detail view; ``q`` stops cleanly."""
+    """Findings as they arrive, a detail view with the ladder diagram, a packets pane, Envoy panes."""
 
     TITLE = "kubectl meshdoctor"
     CSS = """
     #status { height: auto; padding: 0 1; background: $boost; }
+    #main { height: 2fr; }
+    #left { width: 45%; }
     #findings { height: 1fr; }
     #pods { height: auto; max-height: 12; display: none; }
     #pods.many { display: block; }
-    #detail-box { height: 1fr; border-top: solid $primary; }
+    #detail-box { width: 55%; border-left: solid $primary; }
     #detail { padding: 0 1; }
+    #packets-box { height: 1fr; border-top: solid $primary; }
+    #packets-title { padding: 0 1; color: $text-muted; }
+    #filter { display: none; }
+    #filter.shown { display: block; }
+    #packets { height: 1fr; }
+    Screen.narrow #main { layout: vertical; }
+    Screen.narrow #left { width: 100%; height: 1fr; }
+    Screen.narrow #detail-box { width: 100%; height: 1fr; border-left: none; border-top: solid $primary; }
     """
-    BINDINGS = [Binding("q", "quit_clean", "Quit (stops the capture)"),
-                Binding("l", "loggers", "Envoy loggers"),
-                Binding("c", "clusters", "Envoy clusters"),
-                Binding("a", "access_log", "access log"),
+    BINDINGS = [Binding("q", "quit_clean", "Quit"),
+                Binding("question_mark", "help", "Help", key_display="?"),
+                Binding("slash", "filter", "Filter", key_display="/"),
+                Binding("p", "pause", "Pause"),
+                Binding("s", "save", "Save pcapng"),
+                Binding("e", "export", "Export"),
+                Binding("l", "loggers", "Loggers"),
+                Binding("c", "clusters", "Clusters"),
+                Binding("a", "access_log", "Access log"),
+                Binding("escape", "clear_filter", "Clear filter", show=False),
                 Binding("ctrl+c", "quit_clean", "Quit", show=False)]
 
     def __init__(self, session: Session) -> None:
@@ -86,69 +129,171 @@ class MeshDoctorApp(App[Report | None]):
         self.session = session
         self.hooks = SessionHooks(on_finding=self._on_finding, progress=self._on_progress)
         self.findings: list[Finding] = []
+        self._shown = 0  # findings already in the table; the rest wait for a refresh (or for p)
         self.report: Report | None = None
         self.last_progress = "starting"
+        self._progress_since = time.monotonic()
         self.error: str | None = None
+        self.paused = False
+        self.selected: Finding | None = None
+        self.packet_filter = PacketFilter()
+        self._filter_error = ""  # the last typed filter that did not parse, shown by the packets pane
+        self._packets_key: tuple | None = None  # what the packets pane shows now, to skip needless redraws
 
+    # -- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield Header()
-        yield Static(self._status_text(), id="status")
-        with Vertical():
-            pods = DataTable(id="pods", cursor_type="none", zebra_stripes=True)
-            for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
-                pods.add_column(column, key=column)
-            yield pods
-            table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
-            table.add_column("#", key="n")
-            table.add_columns("severity", "detector", "flags", "flow", "finding")
-            yield table
+        yield Header(show_clock=False)
+        yield Static(self._status_text(), id="status", markup=False)
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                pods = DataTable(id="pods", cursor_type="none", zebra_stripes=True)
+                for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
+                    pods.add_column(column, key=column)
+                yield pods
+                table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+                table.add_column("#", key="n")
+                table.add_columns("severity", "detector", "flags", "flow", "finding")
+                yield table
             with VerticalScroll(id="detail-box"):
                 yield Static("No findings yet. Capturing...", id="detail", markup=False)
+        with Vertical(id="packets-box"):
+            yield Input(placeholder="filter: ip, port, flags (S F R P .), lo/eth0, frame:N - Enter applies, "
+                                    "Esc clears", id="filter")
+            yield Static("packets", id="packets-title", markup=False)
+            packets = DataTable(id="packets", cursor_type="row", zebra_stripes=True)
+            packets.add_columns("frame", "t (s)", "iface", "source", "destination", "flags", "len", "info")
+            yield packets
         yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = self.session.describe
-        self.set_interval(0.5, self._refresh_status)
+        self._apply_width(self.size.width)
+        self.set_interval(0.5, self._refresh)
         self._run_session()
 
+    def on_resize(self, event) -> None:
+        self._apply_width(event.size.width)
+
+    def _apply_width(self, width: int) -> None:
+        self.screen.set_class(width < NARROW, "narrow")
+
+    # -- the session --------------------------------------------------------------------------------------
     @work(exclusive=True, exit_on_error=False)
     async def _run_session(self) -> None:
         try:
             self.report = await self.session.run(self.hooks)
-            self.last_progress = "capture ended"
+            self._on_progress("capture ended")
         except Exception as e:  # shown on screen and returned to the CLI, never a traceback
             self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
-            self.last_progress = f"error: {self.error}"
-        self._refresh_status()
+            self._on_progress(f"error: {self.error}")
+        self._refresh()
         if self.hooks.stop.is_set() or self.session.exit_when_done:
             self.exit(self.report)
 
     def _on_progress(self, message: str) -> None:
         self.last_progress = message
+        self._progress_since = time.monotonic()
         self._refresh_status()
 
     def _on_finding(self, f: Finding) -> None:
         self.findings.append(f)
-        table = self.query_one("#findings", DataTable)
-        from rich.text import Text
+        if not self.paused:
+            self._show_new_findings()
 
-        n = len(self.findings)
-        table.add_row(n, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
-                      ",".join(f.envoy_flags), f"{f.flow.client} -> {f.flow.server}", f.title, key=str(n - 1))
-        following = table.cursor_row == 0  # the user has not moved away from the newest finding
+    # -- findings and detail ------------------------------------------------------------------------------
+    def _show_new_findings(self) -> None:
+        if self._shown == len(self.findings):
+            return
+        table = self.query_one("#findings", DataTable)
+        following = table.row_count == 0 or table.cursor_row == 0  # the user has not moved off the newest
+        for n in range(self._shown, len(self.findings)):
+            f = self.findings[n]
+            table.add_row(n + 1, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
+                          ",".join(f.envoy_flags), f"{f.flow.client} -> {f.flow.server}", f.title, key=str(n))
+        self._shown = len(self.findings)
         table.sort("n", reverse=True)  # newest first
         if following:
             table.move_cursor(row=0)
-            self._show(f)
+            self._select(self.findings[-1])
 
-    def _show(self, f: Finding) -> None:
-        self.query_one("#detail", Static).update(finding_detail(f))
+    def _select(self, f: Finding) -> None:
+        self.selected = f
+        self.query_one("#detail", Static).update(finding_detail(f, self.session.redact))
+        self._refresh_packets()
 
     @on(DataTable.RowHighlighted, "#findings")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.row_key is not None and event.row_key.value is not None:
-            self._show(self.findings[int(event.row_key.value)])
+            self._select(self.findings[int(event.row_key.value)])
 
+    # -- packets pane -------------------------------------------------------------------------------------
+    def _packets_shown(self) -> tuple[str, list[PacketEvent]]:
+        packets = self.session.packets()
+        if self.packet_filter.text:
+            title, keep = f"filter: {self.packet_filter.text}", self.packet_filter.matches
+        elif self.selected is not None:
+            f = self.selected
+            title, keep = f"packets of the selected finding ({f.flow.client} on {f.flow.iface})", \
+                (lambda ev: of_finding(f, ev))
+        else:
+            title, keep = "latest packets analysed", (lambda ev: True)
+        rows = [ev for ev in packets if keep(ev)][-PACKET_ROWS:]
+        return title, rows
+
+    def _refresh_packets(self) -> None:
+        if self.paused:
+            return
+        title, rows = self._packets_shown()
+        key = (title, len(rows), rows[-1].frame if rows else 0, rows[-1].source if rows else "")
+        if key == self._packets_key:
+            return
+        self._packets_key = key
+        stats = self.session.stats()
+        firsts = [s.first_ts for s in stats.by_iface.values() if s.first_ts is not None]
+        t0 = min(firsts) if firsts else (rows[0].ts if rows else 0.0)
+        table = self.query_one("#packets", DataTable)
+        table.clear()
+        evidence = {(e.source, e.frame) for e in self.selected.evidence} if self.selected else set()
+        for ev in rows:
+            info = ev.http.start_line if ev.http else ""
+            style = "bold" if (ev.source, ev.frame) in evidence else ""
+            table.add_row(Text(str(ev.frame), style=style), f"{ev.ts - t0:.3f}", ev.iface, ev.src_endpoint,
+                          ev.dst_endpoint, Text(ev.flags.short(), style="red" if ev.is_rst else style),
+                          ev.payload_len, info)
+        self.query_one("#packets-title", Static).update(f"{title}: {len(rows)} packets"
+                                                         + (" (evidence in bold)" if evidence else "")
+                                                         + (f"  -  {self._filter_error}" if self._filter_error else ""))
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        try:
+            self.packet_filter = PacketFilter.parse(event.value)
+        except FilterError as e:
+            self._filter_error = str(e)
+            self._packets_key = None
+            self._refresh_packets()
+            return
+        self._filter_error = ""
+        self._packets_key = None
+        self._refresh_packets()
+        self.query_one("#packets", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("shown")
+        self.packet_filter = PacketFilter()
+        self._filter_error = ""
+        self._packets_key = None
+        self._refresh_packets()
+        self.query_one("#findings", DataTable).focus()
+
+    # -- header -------------------------------------------------------------------------------------------
     def _pod_rows(self) -> dict[str, list]:
         """pod -> [lo packets, eth0 packets, errors, warnings] when several pods are captured (``pod/iface``)."""
         rows: dict[str, list] = {}
@@ -176,27 +321,110 @@ class MeshDoctorApp(App[Report | None]):
 
     def _status_text(self) -> str:
         st = self.session.stats()
-        if len({k.rpartition("/")[0] for k in st.by_iface}) > 1:
-            ifaces = f"{len({k.rpartition('/')[0] for k in st.by_iface})} pods: {st.packets} pkts"
+        pods = {k.rpartition("/")[0] for k in st.by_iface}
+        if len(pods) > 1:
+            ifaces = f"{len(pods)} pods: {st.packets} pkts"
         else:
             ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
         errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
         warnings = sum(1 for f in self.findings if f.severity is Severity.WARNING)
+        drops = self.session.drops()
+        if drops:
+            known = [v for v in drops.values() if v is not None]
+            dropped = f"drops: {sum(known)}" if len(known) == len(drops) else "drops: known when tcpdump ends"
+        else:
+            dropped = ""
+        progress = self.last_progress
+        waited = time.monotonic() - self._progress_since
+        if self.report is None and self.error is None and not progress.startswith("capturing") and waited >= 2:
+            progress += f" ({waited:.0f} s)"  # a slow step shows that it is still being waited on
+        held = len(self.findings) - self._shown
+        state = f"PAUSED (p resumes; {held} new findings held)  " if self.paused else ""
         problems = self.session.problems()
         trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
-        return (f"{ifaces}  flows: {st.flows_seen}  findings: {errors} error, {warnings} warning\n"
-                f"{self.last_progress}{trouble}")
+        return (f"{ifaces}  flows: {st.flows_seen}  findings: {errors} error, {warnings} warning  {dropped}\n"
+                f"{state}{progress}{trouble}")
 
     def _refresh_status(self) -> None:
         self.query_one("#status", Static).update(self._status_text())
+
+    def _refresh(self) -> None:
+        self._refresh_status()
+        if self.paused:
+            return
         self._refresh_pods()
+        self._show_new_findings()
+        self._refresh_packets()
+
+    # -- keys ---------------------------------------------------------------------------------------------
+    def action_help(self) -> None:
+        from .screens import HelpScreen
+
+        self.push_screen(HelpScreen())
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self._packets_key = None
+            self._refresh()
+        self._refresh_status()
+
+    def action_save(self) -> None:
+        f = self.selected
+        if f is None:
+            self.notify("select a finding first", severity="warning")
+            return
+        if self.session.save_evidence is None:
+            self.notify("this session keeps no capture bytes to save", severity="error")
+            return
+        from .screens import PathPrompt
+
+        frame = next((e.frame for e in f.evidence if e.frame), 0)
+        default = os.path.join(os.getcwd(), f"meshdoctor-{f.detector}-{frame}.pcapng")
+        self.push_screen(PathPrompt(f"Save the packets of: {f.title}", default),
+                         lambda answer: answer and self._save(f, *answer))
+
+    @work(exit_on_error=False, group="save")
+    async def _save(self, f: Finding, path: str, overwrite: bool) -> None:
+        try:
+            summary = await asyncio.to_thread(self.session.save_evidence, f, path, overwrite)
+        except Exception as e:  # SaveError and OSError: one line on screen
+            self.notify(f"not saved: {e}", severity="error", timeout=8)
+            return
+        self.notify(summary, timeout=8)
+
+    def action_export(self) -> None:
+        from .screens import PathPrompt
+
+        default = os.path.join(os.getcwd(), "meshdoctor-report.md")
+        self.push_screen(PathPrompt("Export the report so far (.md Markdown, .json JSON, else text)", default),
+                         lambda answer: answer and self._export(*answer))
+
+    def report_now(self) -> Report:
+        """The report as it stands: every finding so far (also those held while paused)."""
+        problems = [{"where": "watch", "what": p} for p in self.session.problems()]
+        return self.report or Report({"kind": "watch", "describe": self.session.describe}, self.session.stats(),
+                                     list(self.findings), problems)
+
+    def _export(self, path: str, overwrite: bool) -> None:
+        fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(os.path.splitext(path)[1], "text")
+        try:
+            if os.path.exists(path) and not overwrite:
+                raise OSError(f"{path} exists")
+            tmp = f"{path}.part"
+            with open(tmp, "w") as fh:
+                fh.write(RENDERERS[fmt](self.report_now()))
+            os.replace(tmp, path)
+        except OSError as e:
+            self.notify(f"not exported: {e.strerror or e}", severity="error", timeout=8)
+            return
+        self.notify(f"report ({fmt}, {len(self.findings)} findings) written to {path}", timeout=8)
 
     def action_loggers(self) -> None:
         """The sidecar's log levels, changed with a key (only once the run has found the proxy)."""
         control = self.session.loggers()
         if control is None:
-            self.last_progress = "the proxy is not known yet: loggers are available once capturing"
-            self._refresh_status()
+            self._on_progress("the proxy is not known yet: loggers are available once capturing")
             return
         from .loggers import LoggersScreen
 
@@ -205,8 +433,7 @@ class MeshDoctorApp(App[Report | None]):
     def action_clusters(self) -> None:
         fetch = self.session.clusters()
         if fetch is None:
-            self.last_progress = "the proxy is not known yet: clusters are available once capturing"
-            self._refresh_status()
+            self._on_progress("the proxy is not known yet: clusters are available once capturing")
             return
         from .envoy import ClustersScreen
 
@@ -219,8 +446,7 @@ class MeshDoctorApp(App[Report | None]):
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""
-        self.last_progress = "stopping: ending tcpdump in the pod ..."
-        self._refresh_status()
+        self._on_progress("stopping: ending tcpdump in the pod ...")
         self.hooks.stop.set()
         if self.report is not None or self.error is not None:
             self.exit(self.report)

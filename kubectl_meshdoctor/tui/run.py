@@ -1,17 +1,27 @@
-"""Wiring the live ``watch`` core to the app (the app itself knows nothing of Kubernetes)."""
+"""Wiring the cores (live ``watch``, offline ``analyze``) to the app; the app itself knows nothing of either."""
 
 from __future__ import annotations
 
+import heapq
+import shutil
 import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
 
 from ..envoy.clusters import parse_clusters
+from ..evidence_pcap import save_evidence
+from ..findings import Finding
 from ..kube.admin import EnvoyAdmin
 from ..kube.client import Kube
 from ..loglevel import LoggerControl
 from ..live import WatchOptions, WatchState, watch
 from ..pipeline import Pipeline, PipelineStats
-from ..report import RENDERERS
+from ..report import RENDERERS, Report
 from .app import MeshDoctorApp, Session, SessionHooks
+
+KEEP_RECENT = 10_000  # packets per pipeline the packets pane can filter (the reader yields only telling ones)
 
 
 def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
@@ -27,6 +37,46 @@ def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
     return out
 
 
+def _recent(pipelines: list[Pipeline]) -> list:
+    if len(pipelines) == 1:
+        return list(pipelines[0].recent)
+    return list(heapq.merge(*(list(p.recent) for p in pipelines), key=lambda ev: ev.ts))
+
+
+def _saver(sources: Mapping[str, str] | Callable[[], Mapping[str, str]]):
+    """``Session.save_evidence`` over capture files: ``sources`` maps evidence sources to files (or is a
+    callable returning that map as it is at the time of saving)."""
+
+    def save(f: Finding, path: str, overwrite: bool) -> str:
+        files = sources() if callable(sources) else sources
+        saved = save_evidence(f, files, path, overwrite)
+        frames = ", ".join(f"{src}: {len(n)} frames" for src, n in saved.frames.items())
+        return f"saved {saved.packets} packets to {saved.path} ({frames})"
+
+    return save
+
+
+def file_session(captures: list, redact: bool = True) -> Session:
+    """A Session that runs capture files (``analyze.CaptureArg``) through the real pipeline, then stays on screen
+    until q like a live run (``analyze --tui``, and the TUI's tests)."""
+    from ..analyze import analyze
+
+    box: list[Pipeline] = [Pipeline.with_detectors(redact=redact)]
+
+    async def run(hooks: SessionHooks) -> Report:
+        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, keep_recent=KEEP_RECENT)
+        box[0] = pipeline
+        hooks.progress(f"reading {', '.join(c.path for c in captures)}")
+        report = await analyze(captures, pipeline)
+        hooks.progress(f"read {report.stats.packets} packets analysed; q quits")
+        await hooks.stop.wait()
+        return report
+
+    return Session(run=run, stats=lambda: box[0].stats, describe=f"files: {' '.join(c.path for c in captures)}",
+                   packets=lambda: box[0].recent, save_evidence=_saver({c.path: c.path for c in captures}),
+                   redact=redact)
+
+
 def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session:
     """A Session that runs ``watch`` on the cluster with one fresh pipeline per pod."""
     pipelines: list[Pipeline] = []
@@ -34,7 +84,8 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
 
     async def run(hooks: SessionHooks):
         def make_pipeline(pod: str) -> Pipeline:
-            pipelines.append(Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, pod=pod))
+            pipelines.append(Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, pod=pod,
+                                                     keep_recent=KEEP_RECENT))
             return pipelines[-1]
 
         return await watch(kube, opts, make_pipeline, hooks.stop, hooks.progress, state)
@@ -42,6 +93,9 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
     target = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
     describe = f"context {kube.context}  namespace {opts.namespace}  {target}"
     controls: dict[str, LoggerControl] = {}
+
+    def states() -> list[WatchState]:
+        return [state, *state.pods]
 
     def first_pod() -> str | None:
         return state.pod or next((s.pod for s in state.pods if s.pod), None)
@@ -64,18 +118,26 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
         return [e for p in pipelines for e in p.correlator.entries()]
 
     def problems() -> list[str]:
-        return [f"pod/{cap.pod} {cap.iface}: {cap.error}" for st in (state, *state.pods) for cap in st.captures
-                if cap.error]
+        return [f"pod/{cap.pod} {cap.iface}: {cap.error}" for st in states() for cap in st.captures if cap.error]
+
+    def drops() -> dict[str, int | None]:
+        return {f"{cap.pod}/{cap.iface}": cap.dropped_by_kernel for st in states() for cap in st.captures}
+
+    def capture_files() -> dict[str, str]:
+        """Evidence source (``pod/iface``) -> the file holding its bytes (--write-pcap, else the spool)."""
+        return {f"{st.pod}/{iface}": path for st in states() for iface, path in
+                {**st.spool_files, **st.pcap_files}.items() if st.pod}
 
     return Session(run=run, stats=lambda: merged_stats(pipelines) if pipelines else PipelineStats(),
-                   problems=problems,
+                   problems=problems, drops=drops, packets=lambda: _recent(pipelines) if pipelines else (),
                    describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None,
-                   loggers=loggers, clusters=clusters, pod=first_pod, access_log=access_log)
+                   loggers=loggers, clusters=clusters, pod=first_pod, access_log=access_log,
+                   save_evidence=_saver(capture_files), redact=redact)
 
 
-def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:
-    """Run the TUI; on exit print the report (``output`` format) so the findings outlive the screen."""
-    app = MeshDoctorApp(live_session(kube, opts, redact))
+def run_session(session: Session, output: str) -> int:
+    """Run the app; on exit print the report (``output`` format) so the findings outlive the screen."""
+    app = MeshDoctorApp(session)
     report = app.run()
     if app.error:
         sys.stderr.write(f"kubectl meshdoctor: error: {app.error}\n")
@@ -86,3 +148,17 @@ def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) ->
         sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
     sys.stdout.write(RENDERERS[output](report))
     return report.exit_code()
+
+
+def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:
+    """``watch`` in the TUI. Without --write-pcap the capture bytes go to a private spool (owner-only, capped)
+    so `s` can save a finding's packets; it is deleted when the screen closes."""
+    spool = None
+    if opts.write_pcap_dir is None:
+        spool = Path(tempfile.mkdtemp(prefix="meshdoctor-spool-"))  # mode 0700
+        opts = replace(opts, spool_dir=spool)
+    try:
+        return run_session(live_session(kube, opts, redact), output)
+    finally:
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)

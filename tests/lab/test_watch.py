@@ -167,9 +167,14 @@ def test_unknown_pod_is_one_line_exit_2(lab_state):
     assert proc.stderr.strip().count("\n") == 0 and 'pod "nope" not found' in proc.stderr
 
 
-async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state):
-    """What README command 1 shows: the TUI on pod/collision, the finding with its eth0 frames, q to leave."""
-    from textual.widgets import DataTable, Static
+async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, tmp_path):
+    """What README command 1 shows: the TUI on pod/collision, the finding with its eth0 frames and ladder; s saves
+    its packets from the spool as a pcapng that analyze reads back to the same finding; q to leave."""
+    from textual.widgets import DataTable, Input, Static
+
+    from kubectl_meshdoctor.analyze import CaptureArg, analyze
+    from kubectl_meshdoctor.pipeline import Pipeline
+    from kubectl_meshdoctor.tui.screens import PathPrompt
 
     from kubectl_meshdoctor.kube.client import KubeOptions, connect
     from kubectl_meshdoctor.kube.target import Target
@@ -178,8 +183,12 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state):
     from kubectl_meshdoctor.tui.run import live_session
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
-    app = MeshDoctorApp(live_session(kube, WatchOptions(Target("pod", "collision"), kube.namespace)))
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    app = MeshDoctorApp(live_session(kube, WatchOptions(Target("pod", "collision"), kube.namespace,
+                                                        spool_dir=spool)))
     pod = lab_state.pod("collision")
+    saved = tmp_path / "collision.pcapng"
     async with app.run_test(size=(140, 40)) as pilot:
         table = app.query_one("#findings", DataTable)
         deadline = time.monotonic() + 60
@@ -189,13 +198,29 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state):
             await pilot.pause(0.1)
         detail = str(app.query_one("#detail", Static).render())
         assert "collision/eth0 frame" in detail and ": SYN" in detail and "challenge ACK" in detail
+        assert "▶" in detail and "◀" in detail  # the ladder: SYN to the sidecar, challenge ACK back
         assert tcpdumps_in(pod.netns)  # the capture really runs while the screen is up
+        table.move_cursor(row=next(i for i in range(table.row_count) if table.get_row_at(i)[2] == "tuple-collision"
+                                   and str(table.get_row_at(i)[1]) == "error"))
+        chosen = app.selected
+        await pilot.press("s")
+        while not isinstance(app.screen, PathPrompt):
+            assert time.monotonic() < deadline + 10
+            await pilot.pause(0.05)
+        app.screen.query_one("#prompt-path", Input).value = str(saved)
+        await pilot.press("enter")
+        while not saved.exists():
+            assert time.monotonic() < deadline + 30, "s wrote no pcapng"
+            await pilot.pause(0.1)
         await pilot.press("q")
         while app.is_running and time.monotonic() < deadline + 30:
             await pilot.pause(0.1)
     assert app.return_value is not None
     assert any(f.detector == "tuple-collision" for f in app.return_value.findings)
     assert tcpdumps_in(pod.netns) == []
+    again = (await analyze([CaptureArg.parse(str(saved))], Pipeline.with_detectors())).findings
+    assert any((f.detector, f.severity, f.flow) == (chosen.detector, chosen.severity, chosen.flow) for f in again), \
+        [(f.detector, f.flow) for f in again]
 
 
 def test_kubectl_flags_context_namespace_and_deploy(lab_state):

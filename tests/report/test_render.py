@@ -10,6 +10,8 @@ from kubectl_meshdoctor.analyze import CaptureArg, analyze
 from kubectl_meshdoctor.pipeline import Pipeline
 from kubectl_meshdoctor.report import render_json, render_markdown, render_text
 
+from ..helpers import prefiltered
+
 DATA = Path(__file__).parent.parent / "data"
 
 
@@ -19,20 +21,10 @@ def report():
     return asyncio.run(analyze(args, Pipeline.with_detectors()))
 
 
-def _prefiltered(*paths: Path) -> int:
-    """How many packets tshark itself keeps with the reader's display filter: what the detectors read."""
-    import subprocess
-
-    from kubectl_meshdoctor.sources.tshark import PREFILTER
-
-    return sum(len(subprocess.run(["tshark", "-r", str(p), "-n", "-Y", PREFILTER, "-T", "fields", "-e", "frame.number"],
-                                  capture_output=True, text=True, check=True).stdout.split()) for p in paths)
-
-
 def test_json_follows_the_design_contract(report):
     d = json.loads(render_json(report))
     assert d["tool"] == "kubectl-meshdoctor" and d["source"]["kind"] == "pcap" and len(d["source"]["files"]) == 2
-    assert d["stats"]["packets"] == _prefiltered(DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap") and d["stats"]["flows"] > 0 and d["stats"]["duration_s"] > 0
+    assert d["stats"]["packets"] == prefiltered(DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap") and d["stats"]["flows"] > 0 and d["stats"]["duration_s"] > 0
     (f,) = d["findings"]
     assert set(f) >= {"detector", "severity", "title", "envoy_flags", "flow", "evidence", "explanation",
                       "remediation", "response_code_details"}

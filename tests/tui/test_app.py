@@ -7,26 +7,18 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Static
 
-from kubectl_meshdoctor.analyze import CaptureArg, analyze
-from kubectl_meshdoctor.pipeline import Pipeline
+from kubectl_meshdoctor.analyze import CaptureArg
 from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session, SessionHooks
+from kubectl_meshdoctor.tui.run import file_session
+
+from ..helpers import prefiltered
 
 DATA = Path(__file__).parent.parent / "data"
 
 
 def replay_session(*files: str) -> Session:
     """A Session that plays recorded captures through the real pipeline, then waits for q like a live run."""
-    box: list[Pipeline] = [Pipeline.with_detectors()]
-
-    async def run(hooks: SessionHooks):
-        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding)
-        box[0] = pipeline
-        hooks.progress("replaying")
-        report = await analyze([CaptureArg.parse(str(DATA / f)) for f in files], pipeline)
-        await hooks.stop.wait()
-        return report
-
-    return Session(run=run, stats=lambda: box[0].stats, describe="replay of the lab's collision pod")
+    return file_session([CaptureArg.parse(str(DATA / f)) for f in files])
 
 
 async def wait_for(pilot, condition, seconds: float = 30.0) -> None:
@@ -47,8 +39,9 @@ async def test_findings_appear_with_counts_and_detail_then_q_quits():
         await wait_for(pilot, lambda: table.row_count >= 1)
         row = table.get_row_at(0)
         assert str(row[1]) == "error" and row[2] == "tuple-collision" and row[3] == "UF,URX"
-        await wait_for(pilot, lambda: "lo: 29 pkts" in screen_text(app, "#status")
-                       and "eth0: 33 pkts" in screen_text(app, "#status"))
+        lo, eth0 = prefiltered(DATA / "lab-collision-lo.pcap"), prefiltered(DATA / "lab-collision-eth0.pcap")
+        await wait_for(pilot, lambda: f"lo: {lo} pkts" in screen_text(app, "#status")
+                       and f"eth0: {eth0} pkts" in screen_text(app, "#status"))
         assert "1 error" in screen_text(app, "#status")
         detail = screen_text(app, "#detail")
         assert "frame 19: SYN" in detail and "frame 20: challenge ACK" in detail
@@ -65,7 +58,8 @@ async def test_a_lost_capture_stream_shows_on_screen():
     session.problems = lambda: list(lost)
     app = MeshDoctorApp(session)
     async with app.run_test(size=(140, 40)) as pilot:
-        await wait_for(pilot, lambda: "eth0: 33 pkts" in screen_text(app, "#status"))
+        eth0 = prefiltered(DATA / "lab-collision-eth0.pcap")
+        await wait_for(pilot, lambda: f"eth0: {eth0} pkts" in screen_text(app, "#status"))
         assert "problems" not in screen_text(app, "#status")
         lost.append("pod/collision lo: capture stream on lo ended without an exit status (connection lost)")
         await wait_for(pilot, lambda: "problems (1): pod/collision lo: capture stream on lo ended"

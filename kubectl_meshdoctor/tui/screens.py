@@ -1,0 +1,103 @@
+"""Small modal screens of the triage desk: the key help, and a path prompt that never overwrites silently."""
+
+from __future__ import annotations
+
+import os
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+# Every key of the app and its panes, in the order a newcomer needs them.
+KEYS: tuple[tuple[str, str, str], ...] = (
+    ("main", "↑ ↓ / click", "select a finding: its detail, ladder diagram and packets"),
+    ("main", "/", "filter the packets pane (ip, port, flags, lo/eth0, frame:N); Esc clears"),
+    ("main", "p", "pause / resume the display (the capture goes on; new findings are held)"),
+    ("main", "s", "save the selected finding's packets as pcapng (asks for a path)"),
+    ("main", "e", "export the report so far (.md, .json or text; asks for a path)"),
+    ("main", "l", "the sidecar's Envoy loggers: change levels"),
+    ("main", "c", "the sidecar's Envoy clusters and hosts"),
+    ("main", "a", "the sidecar's access log"),
+    ("main", "tab", "move between findings, detail and packets"),
+    ("main", "?", "this help"),
+    ("main", "q", "quit: stop tcpdump in the pod, print the report"),
+    ("loggers", "t d i w e o", "set the selected logger to trace, debug, info, warning, error, off"),
+    ("loggers", "D", "set every logger to debug"),
+    ("loggers", "r", "reset the loggers to Istio's defaults"),
+    ("access log", "/", "filter lines (a response flag such as UF, a status, any text)"),
+    ("any pane", "Esc", "back"),
+)
+
+
+def help_text() -> str:
+    lines, last = [], None
+    for pane, key, what in KEYS:
+        if pane != last:
+            lines += ["" if last else "", f"{pane}"]
+            last = pane
+        lines.append(f"  {key:<13} {what}")
+    return "\n".join(lines).strip("\n")
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key, on top of the main screen; any of Esc, ? or q closes it."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 96; height: auto; max-height: 90%; border: thick $primary; background: $surface;
+                            padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("kubectl meshdoctor: keys", classes="title")
+            yield Static(help_text(), id="help-keys", markup=False)
+
+    def action_dismiss(self, result=None) -> None:
+        self.dismiss(None)
+
+
+class PathPrompt(ModalScreen[tuple[str, bool] | None]):
+    """Ask for a file path; returns (path, overwrite). An existing file needs Enter a second time on the same
+    path, with a warning shown in between: nothing is overwritten silently. Esc cancels (None)."""
+
+    DEFAULT_CSS = """
+    PathPrompt { align: center middle; }
+    PathPrompt > Vertical { width: 90; height: auto; border: thick $primary; background: $surface; padding: 0 1; }
+    #prompt-warning { color: $warning; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, default: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.default = default
+        self._confirm: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.title_text, markup=False)
+            yield Input(self.default, id="prompt-path")
+            yield Static("Enter to save, Esc to cancel", id="prompt-warning", markup=False)
+
+    @on(Input.Submitted, "#prompt-path")
+    def _submitted(self, event: Input.Submitted) -> None:
+        path = os.path.expanduser(event.value.strip())
+        if not path:
+            return
+        if os.path.isdir(path):
+            self.query_one("#prompt-warning", Static).update(f"{path} is a directory: give a file name")
+            return
+        if os.path.exists(path) and self._confirm != path:
+            self._confirm = path
+            self.query_one("#prompt-warning", Static).update(
+                f"{path} exists: Enter again to overwrite it, or change the path")
+            return
+        self.dismiss((path, os.path.exists(path)))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
