@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .findings import Evidence, Finding
 
 LANES = ("client", "eth0", "sidecar", "app (lo)")
-_X = (0, 20, 40, 66)  # lane columns inside the diagram
+_X = (0, 12, 36, 60)  # lane columns inside the diagram; labels fit between eth0 and sidecar, sidecar and app
 _TIME_W = 10  # "+1234.567 " column on the left
 
 
@@ -79,13 +79,14 @@ def _row(arrow: Arrow) -> str:
     if len(label) > span:
         label = label[: max(span - 1, 0)] + "… "
     at = lo + 2 + max((span - len(label)) // 2, 0)
-    # Keep the eth0 crossing visible: move the label off the lane if it would cover it.
-    if arrow.start != 1 and lo < _X[1] < hi and at <= _X[1] < at + len(label):
-        at = _X[1] + 2 if (_X[1] + 2 + len(label)) < hi - 1 else at
+    # Keep the eth0 crossing visible: a client <-> sidecar label goes between eth0 and the sidecar.
+    if lo < _X[1] < hi and at <= _X[1] < at + len(label):
+        at = _X[1] + 1 + max((hi - _X[1] - 2 - len(label)) // 2, 0)
     for i, ch in enumerate(label):
         if lo < at + i < hi - 1 and cells[at + i] != "┼":
             cells[at + i] = ch
-    return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  #{arrow.frame} {arrow.what}"
+    what = arrow.what.split(" (")[0][:32]  # the evidence list carries the whole text
+    return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  #{arrow.frame} {what}"
 
 
 def _header() -> list[str]:

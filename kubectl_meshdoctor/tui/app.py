@@ -18,7 +18,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from ..events import PacketEvent
@@ -67,7 +67,8 @@ class Session:
 
 
 def finding_detail(f: Finding, redact: bool = True) -> str:
-    """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets)."""
+    """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets): what, where,
+    evidence; then the ladder (``render_ladder``), then ``finding_explanation``."""
     lines = [f"{f.severity.value.upper()}  {f.detector}  Envoy flags: {', '.join(f.envoy_flags) or '-'}",
              f.title, "", f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"]
     if f.response_code_details:
@@ -78,16 +79,22 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
     lines += [f"  {e.source} frame {e.frame}: {e.what}" for e in f.evidence]
     lines += [f"  access log: {line}" for line in f.access_log]
     lines += [f"  counter: {name} +{value}" for name, value in sorted(f.counters.items())]
-    ladder = render_ladder(f)
-    if ladder:
-        lines += ["", "packets (ms since the first):", *ladder]
-    lines += ["", f.explanation, "", "fix:", f.remediation, ""]
+    return "\n".join(lines)
+
+
+def finding_explanation(f: Finding, redact: bool = True) -> str:
+    lines = [f.explanation, "", "fix:", f.remediation, ""]
     if redact:
         lines.append(f"privacy: values of {', '.join(sorted(SENSITIVE_HEADERS))} are shown as <redacted> "
                      f"(watch --no-redact shows them)")
     else:
         lines.append("privacy: redaction is off (--no-redact): header values are shown as captured")
     return "\n".join(lines)
+
+
+def ladder_text(f: Finding) -> str:
+    ladder = render_ladder(f)
+    return "\n".join(["packets, ms since the first:", *ladder]) if ladder else ""
 
 
 class MeshDoctorApp(App[Report | None]):
@@ -97,12 +104,13 @@ class MeshDoctorApp(App[Report | None]):
     CSS = """
     #status { height: auto; padding: 0 1; background: $boost; }
     #main { height: 2fr; }
-    #left { width: 45%; }
+    #left { width: 40%; }
     #findings { height: 1fr; }
     #pods { height: auto; max-height: 12; display: none; }
     #pods.many { display: block; }
-    #detail-box { width: 55%; border-left: solid $primary; }
-    #detail { padding: 0 1; }
+    #detail-box { width: 60%; border-left: solid $primary; overflow-x: auto; overflow-y: auto; }
+    #detail, #explain { padding: 0 1; width: 100%; }
+    #ladder { padding: 1 1; width: auto; text-wrap: nowrap; }
     #packets-box { height: 1fr; border-top: solid $primary; }
     #packets-title { padding: 0 1; color: $text-muted; }
     #filter { display: none; }
@@ -152,10 +160,12 @@ class MeshDoctorApp(App[Report | None]):
                 yield pods
                 table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
                 table.add_column("#", key="n")
-                table.add_columns("severity", "detector", "flags", "flow", "finding")
+                table.add_columns("severity", "detector", "flags", "finding", "flow")
                 yield table
-            with VerticalScroll(id="detail-box"):
+            with ScrollableContainer(id="detail-box"):
                 yield Static("No findings yet. Capturing...", id="detail", markup=False)
+                yield Static("", id="ladder", markup=False)
+                yield Static("", id="explain", markup=False)
         with Vertical(id="packets-box"):
             yield Input(placeholder="filter: ip, port, flags (S F R P .), lo/eth0, frame:N - Enter applies, "
                                     "Esc clears", id="filter")
@@ -209,7 +219,7 @@ class MeshDoctorApp(App[Report | None]):
         for n in range(self._shown, len(self.findings)):
             f = self.findings[n]
             table.add_row(n + 1, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
-                          ",".join(f.envoy_flags), f"{f.flow.client} -> {f.flow.server}", f.title, key=str(n))
+                          ",".join(f.envoy_flags), f.title, f"{f.flow.client} -> {f.flow.server}", key=str(n))
         self._shown = len(self.findings)
         table.sort("n", reverse=True)  # newest first
         if following:
@@ -219,6 +229,8 @@ class MeshDoctorApp(App[Report | None]):
     def _select(self, f: Finding) -> None:
         self.selected = f
         self.query_one("#detail", Static).update(finding_detail(f, self.session.redact))
+        self.query_one("#ladder", Static).update(ladder_text(f))
+        self.query_one("#explain", Static).update(finding_explanation(f, self.session.redact))
         self._refresh_packets()
 
     @on(DataTable.RowHighlighted, "#findings")

@@ -198,7 +198,8 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
             await pilot.pause(0.1)
         detail = str(app.query_one("#detail", Static).render())
         assert "collision/eth0 frame" in detail and ": SYN" in detail and "challenge ACK" in detail
-        assert "▶" in detail and "◀" in detail  # the ladder: SYN to the sidecar, challenge ACK back
+        ladder = str(app.query_one("#ladder", Static).render())
+        assert "▶" in ladder and "◀" in ladder  # the ladder: SYN to the sidecar, challenge ACK back
         assert tcpdumps_in(pod.netns)  # the capture really runs while the screen is up
         table.move_cursor(row=next(i for i in range(table.row_count) if table.get_row_at(i)[2] == "tuple-collision"
                                    and str(table.get_row_at(i)[1]) == "error"))

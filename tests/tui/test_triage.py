@@ -41,7 +41,7 @@ async def test_selecting_the_finding_shows_its_ladder_with_the_challenge_ack():
     app = collision_app()
     async with app.run_test(size=(160, 50)) as pilot:
         await ready(app, pilot)
-        lines = screen_text(app, "#detail").splitlines()
+        lines = screen_text(app, "#ladder").splitlines()
         syn = next(line for line in lines if "#19 SYN" in line)
         ack = next(line for line in lines if "#20 challenge ACK" in line)
         # The SYN goes client -> sidecar across eth0; the challenge ACK comes back sidecar -> client.
@@ -137,7 +137,7 @@ async def test_p_pauses_the_display_while_findings_keep_coming():
         assert table.row_count == shown
         await pilot.press("p")
         await wait_for(pilot, lambda: table.row_count == shown + 1)
-        assert table.get_row_at(0)[5] == "held while paused"  # newest first
+        assert table.get_row_at(0)[4] == "held while paused"  # newest first
         assert "PAUSED" not in screen_text(app, "#status")
         await pilot.press("q")
 

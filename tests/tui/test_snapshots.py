@@ -1,0 +1,51 @@
+"""Snapshots of the main screen and the help screen (pytest-textual-snapshot), over the lab's recorded collision.
+
+Stable by construction: a fixed terminal size, no clock in the header, times relative to the capture, file names
+relative to tests/data. Regenerate after an intended change of the screen with
+``scripts/test tests/tui/test_snapshots.py --snapshot-update`` and look at the SVGs before committing them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import DataTable
+
+from kubectl_meshdoctor.analyze import CaptureArg
+from kubectl_meshdoctor.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.tui.screens import HelpScreen
+from kubectl_meshdoctor.tui.run import file_session
+
+from .test_app import screen_text, wait_for
+
+DATA = Path(__file__).parent.parent / "data"
+SIZE = (150, 48)
+
+
+def _app() -> MeshDoctorApp:
+    return MeshDoctorApp(file_session([CaptureArg.parse("lab-collision-eth0.pcap"),
+                                       CaptureArg.parse("lab-collision-lo.pcap")]))
+
+
+async def _replayed(pilot) -> None:
+    app = pilot.app
+    await wait_for(pilot, lambda: app.query_one("#findings", DataTable).row_count >= 1
+                   and "q quits" in screen_text(app, "#status")
+                   and app.query_one("#packets", DataTable).row_count > 0)
+    await pilot.pause(0.6)  # one more refresh tick: every pane has drawn the final state
+
+
+def test_main_screen(snap_compare, monkeypatch):
+    monkeypatch.chdir(DATA)
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=_replayed)
+
+
+def test_help_screen(snap_compare, monkeypatch):
+    monkeypatch.chdir(DATA)
+
+    async def help_open(pilot) -> None:
+        await _replayed(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=help_open)
