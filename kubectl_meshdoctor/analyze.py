@@ -87,6 +87,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline) -> Report:
     for a, result in zip(args, results):
         if isinstance(result, BaseException):
             raise result
+        if result.frames_read is not None:
+            pipeline.stats.frames_read[a.path] = result.frames_read
         if result.cut_short:
             whole = complete_frames(a.path)
             last = whole if whole is not None else result.last_frame

@@ -150,7 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--dry-run", action="store_true",
                    help="print the ephemeral container watch would add and the RBAC it needs; change nothing")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
-                   help="also save the raw lo and eth0 captures in DIR (they carry secrets: only on request)")
+                   help="also save the lo and eth0 captures in DIR, as captured (add --full-capture for every "
+                   "TCP packet; they carry secrets: only on request)")
+    w.add_argument("--full-capture", action="store_true",
+                   help="capture every TCP packet; by default tcpdump in the pod leaves out data segments that "
+                   "start no HTTP/1 message (no detector reads them; this keeps up with busy pods)")
 
     ll = sub.add_parser("log-level", help="show or change the sidecars' Envoy log levels (like istioctl "
                         "proxy-config log)", description="Show or change Envoy log levels of the sidecar of "
@@ -284,6 +288,7 @@ def _watch_options(args, kube):
                         namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
                         write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
+                        full_capture=args.full_capture,
                         ifaces=_ifaces(args.iface), profile=args.profile, start_timeout_s=args.start_timeout)
 
 

@@ -18,7 +18,7 @@ from .correlate import attach_counters, attach_kernel_counters
 from .kernel import counter_deltas, read_counters
 from .events import ContextEvent
 from .istio.redirect import redirect_map_from_annotations
-from .kube.capture import ExecCapture
+from .kube.capture import FULL_FILTER, LEAN_FILTER, ExecCapture
 from .kube.client import Kube, KubeError
 from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from .kube.rbac import preflight
@@ -59,6 +59,7 @@ class WatchOptions:
     # is not reported, is capped at spool_limit bytes per stream, and its owner deletes it.
     spool_dir: Path | None = None
     spool_limit: int = 1 << 30
+    full_capture: bool = False  # every TCP packet (the pcap files are for Wireshark), not only what detectors read
 
 
 @dataclass(slots=True)
@@ -201,6 +202,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             await asyncio.to_thread(cap.join, 30.0)
         results = await asyncio.gather(*readers, return_exceptions=True)
         state.phase = "done"
+    captures: dict[str, dict] = {}
     for cap, res in zip(state.captures, results):
         where = f"pod/{pod_name} {cap.iface}"
         if cap.error:
@@ -211,13 +213,22 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             problems.append({"where": where, "what": f"tshark failed: {reason}"})
         if cap.dropped_by_kernel:
             problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
+        read = None if isinstance(res, BaseException) else res.frames_read
+        if read is not None:
+            pipeline.stats.frames_read[cap.iface] = read
+        captures[cap.iface] = {"captured": cap.captured, "dropped_by_kernel": cap.dropped_by_kernel,
+                               "frames_read": read, "bytes": cap.bytes_received}
+        if cap.captured is not None and read is not None and read < cap.captured:
+            problems.append({"where": where, "what": f"{cap.captured - read} of {cap.captured} captured packets "
+                                                      f"were not read by tshark"})
     moved = await close_proxy(proxy)
     problems += proxy.problems
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
     kernel = counter_deltas(kernel_before, kernel_after) if kernel_after else {}
     findings = attach_kernel_counters(attach_counters(pipeline.finish(), moved), kernel)
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
-              "container_reused": dbg.reused, "interfaces": list(opts.ifaces)}
+              "container_reused": dbg.reused, "interfaces": list(opts.ifaces), "captures": captures,
+              "capture_filter": "full" if opts.full_capture else "lean"}
     if state.pcap_files:
         source["files"] = dict(state.pcap_files)
     envoy = {"version": proxy.version, "counters_moved": moved,
@@ -239,7 +250,8 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
         elif opts.spool_dir is not None:
             tee, limit = str(opts.spool_dir / f"{pod_name}-{iface}.pcap"), opts.spool_limit
             state.spool_files[iface] = tee
-        cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee, limit)
+        cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee, limit,
+                          bpf=FULL_FILTER if opts.full_capture else LEAN_FILTER)
         state.captures.append(cap)
         cap.start()
         readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed,

@@ -31,6 +31,7 @@ class PipelineStats:
     by_iface: dict[str, IfaceStats] = field(default_factory=dict)
     flows_seen: int = 0
     findings_dropped: int = 0
+    frames_read: dict[str, int] = field(default_factory=dict)  # stream -> frames tshark read (filtered or not)
 
     @property
     def duration_s(self) -> float:

@@ -44,6 +44,8 @@ class Report:
                 "flows": st.flows_seen,
                 "duration_s": st.duration_s,
                 "interfaces": {k: {"packets": v.packets} for k, v in sorted(st.by_iface.items())},
+                # Every frame tshark read per stream; "packets" are those a detector could act on.
+                "frames_read": dict(sorted(st.frames_read.items())),
             },
             "problems": self.problems,
             **({"envoy": self.envoy} if self.envoy is not None else {}),

@@ -9,6 +9,8 @@ from __future__ import annotations
 from ..events import HttpStart
 
 _METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE ")
+# The first four bytes of every message start parse_http_start accepts: what capture filters look for.
+START_PREFIXES = tuple(sorted({m[:4] for m in _METHODS} | {b"HTTP"}))
 _MAX_HEADER_BYTES = 16_384
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pyshark.capture.pipe_capture import PipeCapture
 from pyshark.tshark.output_parser.base_parser import BaseTsharkOutputParser
 
 from ..events import HttpStart, PacketEvent, TcpFlags
-from .http1 import parse_http_start
+from .http1 import START_PREFIXES, parse_http_start
 
 # Column order of tshark's output; packet_from_fields() unpacks in this order.
 FIELDS = ("frame.number", "frame.time_epoch", "frame.interface_name", "sll.hatype", "sll.ifindex",
@@ -30,19 +31,16 @@ FIELDS = ("frame.number", "frame.time_epoch", "frame.interface_name", "sll.hatyp
           "tcp.seq_raw", "tcp.ack_raw", "tcp.len", "tcp.payload")
 
 
-def _hex(prefix: str) -> str:
-    return ":".join(f"{b:02x}" for b in prefix.encode())
+def _hex(prefix: bytes) -> str:
+    return ":".join(f"{b:02x}" for b in prefix)
 
-
-# The first four bytes of an HTTP/1 message start: the request methods of RFC 9110 section 9 and "HTTP".
-_STARTS = ("GET ", "HEAD", "POST", "PUT ", "DELE", "CONN", "OPTI", "TRAC", "PATC", "HTTP")
 
 # The packets a detector can conclude anything from: connection set-up and tear-down (SYN, FIN, RST), the start
 # of an HTTP/1 message (framing on lo; the request in a stale keep-alive race), and a pure ACK on a connection
 # whose SYN was seen but no SYN-ACK (tcp.completeness bits 1 and 2): a challenge ACK (RFC 5961 section 4).
 # Full-size segments and the ACKs of established transfers, most of a busy pod's packets, are not yielded.
 PREFILTER = ("tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0 takes no byte strings in a set
-             + " || ".join(f"tcp.payload[0:4] == {_hex(s)}" for s in _STARTS)
+             + " || ".join(f"tcp.payload[0:4] == {_hex(s)}" for s in START_PREFIXES)
              + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))")
 ALL_TCP = "tcp"
 
@@ -53,6 +51,9 @@ TSHARK_ARGS = [
     "-o", "tcp.desegment_tcp_streams:FALSE",
     "--disable-protocol", "http",  # we parse HTTP/1 start lines from tcp.payload ourselves, wire case intact
     "-E", "occurrence=f",  # the outer header of a tunnel, as the rest of the pipeline expects
+    # One io,stat interval over the whole input, printed after the last packet: how many frames tshark read in
+    # all, filtered or not (the display filter hides them from us, not from its taps).
+    "-z", "io,stat,0",
 ]
 
 
@@ -111,8 +112,10 @@ class ReadResult:
     last_frame: int
     cut_short: bool
     error: str | None
+    frames_read: int | None = None  # every frame tshark read, yielded or not (None if it did not say)
 
 
+_IO_STAT_ROW = re.compile(r"\|\s*[\d.]+\s*<>\s*(?:[\d.]+|Dur)\s*\|\s*(\d+)\s*\|")
 ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
 
 
@@ -171,11 +174,17 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
                                  custom_parameters=list(TSHARK_ARGS), line_buffered=live)
     count = 0
     last = 0
+    frames_read: int | None = None
 
     def handle(batch: bytes) -> None:
-        nonlocal count, last
+        nonlocal count, last, frames_read
         for line in batch.decode("latin-1").split("\n"):
             if not line:
+                continue
+            if line[0] in "|=":  # the io,stat table after the last packet
+                m = _IO_STAT_ROW.match(line)
+                if m:
+                    frames_read = int(m.group(1))
                 continue
             ev = packet_from_fields(line, source, iface, force_iface)
             if ev is not None:
@@ -198,7 +207,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
         except OSError:
             pass
     cut = bool(error and "cut short" in error)
-    return ReadResult(count, last, cut, error if error and "Running as user" not in error else None)
+    return ReadResult(count, last, cut, error if error and "Running as user" not in error else None, frames_read)
 
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],

@@ -1,0 +1,45 @@
+"""The pod-side capture filter (LEAN_FILTER) and the reader's display filter (PREFILTER) keep every packet a
+detector concludes from: the lab's recorded captures give the same findings whole, through tcpdump's lean BPF,
+and with the reader not filtering at all."""
+
+import asyncio
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.analyze import CaptureArg, analyze
+from kubectl_meshdoctor.kube.capture import LEAN_FILTER
+from kubectl_meshdoctor.pipeline import Pipeline
+from kubectl_meshdoctor.sources import tshark
+
+DATA = Path(__file__).parent.parent / "data"
+pytestmark = pytest.mark.skipif(not shutil.which("tcpdump"), reason="needs tcpdump")
+
+
+def _findings(paths, monkeypatch=None):
+    report = asyncio.run(analyze([CaptureArg.parse(str(p)) for p in paths], Pipeline.with_detectors()))
+    return report, sorted((f.detector, f.severity.value, f.flow.client, f.flow.server, f.flow.iface,
+                           tuple(e.what.split(" (")[0] for e in f.evidence)) for f in report.findings)
+
+
+def test_lean_capture_gives_the_same_findings(tmp_path):
+    lean = []
+    for name in ("lab-collision-eth0.pcap", "lab-collision-lo.pcap"):
+        out = tmp_path / name
+        subprocess.run(["tcpdump", "-r", str(DATA / name), "-w", str(out), LEAN_FILTER], check=True,
+                       capture_output=True)
+        lean.append(out)
+    full_report, full = _findings([DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"])
+    lean_report, kept = _findings(lean)
+    assert full and kept == full
+    assert sum(lean_report.stats.frames_read.values()) < sum(full_report.stats.frames_read.values())
+
+
+def test_reader_without_its_display_filter_finds_the_same(monkeypatch):
+    _, filtered = _findings([DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"])
+    monkeypatch.setattr(tshark, "PREFILTER", tshark.ALL_TCP)
+    report, unfiltered = _findings([DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"])
+    assert unfiltered == filtered
+    assert report.stats.packets == sum(report.stats.frames_read.values())  # every frame reached the pipeline
