@@ -1,0 +1,1027 @@
+#!/usr/bin/env python3
+"""Seeded generator of realistic Istio pod captures for the offline benchmark (issue 7).
+
+    python bench/gen.py --packets N --seed S --out DIR
+
+writes ``DIR/eth0.pcap`` and ``DIR/lo.pcap`` (classic pcap, Ethernet link type, microsecond timestamps; ``lo``
+frames carry zero MACs as tcpdump on Linux ``lo`` writes them) and ``DIR/manifest.json``. N is the total over
+both files, exactly. The same N and seed give byte-identical files.
+
+The traffic is modelled on one Istio pod (198.18.1.2, fd00:198:18::2): clients in 198.18.2.0/24 and
+fd00:198:18:2::/64 call the pod's ports 8080 and 9090 over ``eth0``; for each of those connections the sidecar
+opens the upstream leg on ``lo`` (127.0.0.6 -> 198.18.1.2:port, or pod ip -> pod ip for IPv6) when the first
+request arrives, forwards every request with Envoy's headers and relays the app's answer. Connection mix:
+keep-alive HTTP/1.1 connections with several GETs, bulk downloads (full-size segments, a pure ACK every second
+segment), short one-request connections (some IPv6). Packets look like Linux's: SYN options (MSS, SACK_PERM,
+timestamps, window scale), the timestamp option on every later segment, per-socket IP ids (0 on SYN-ACK and RST), DF,
+TTL 63 for routed clients. Background traffic never looks like a failure: client ports are never shared by two
+open connections, every SYN is answered, every connection ends with a FIN handshake, no RST.
+
+Planted failures (three of each, spread over the capture, shaped like the real kernel's, see the detectors'
+docstrings and tests/data/lab-collision-eth0.pcap) are listed in the manifest with their detector, file, key
+frame numbers, flow and severity; ``bench/run`` checks ``kubectl-meshdoctor analyze`` against it.
+
+Generation streams: sessions are planned when the capture clock reaches their start and merged by time into the
+two writers, so memory is bounded by the connections open at once. With ``--jobs 2`` (default on a multi-core
+machine) each file is written by its own process; both run the same seeded plan, so the files are the same as
+with ``--jobs 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import math
+import os
+import random
+import socket
+import struct
+import sys
+import time
+from email.utils import formatdate
+from operator import itemgetter
+from pathlib import Path
+
+import dpkt
+
+GEN_VERSION = 1
+
+POD4, POD6 = "198.18.1.2", "fd00:198:18::2"
+SIDECAR4 = "127.0.0.6"  # Istio's inbound passthrough source address on lo
+POD_MAC = bytes.fromhex("0a58c6120102")  # CNI-style MAC derived from the pod IP
+GW_MAC = bytes.fromhex("0a58c6120101")  # the node side of the pod's veth: every routed client arrives from it
+LO_MAC = bytes(6)
+APP_PORTS = (8080, 9090)
+EPOCH_US = 1_768_471_200_000_000  # 2026-01-15 10:00:00 UTC: capture time of the first session
+SNAPLEN = 262144
+TIME_WAIT_US = 60_000_000
+EPHEMERAL = (32768, 60999)
+MIN_DURATION_S = 12.0  # small captures are spread over this much capture time, so planted failures fit in
+# How long each planted failure lasts (s): its three instances start spread over the capture less this much.
+PLANT_LENGTH_S = {"tuple-collision": 2.0, "http-framing": 0.6, "stale-keepalive": 2.6, "upstream-refused": 0.2,
+                  "syn-timeout": 10.2}
+
+FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+M32 = 0xFFFFFFFF
+FILES = {"eth0": "eth0.pcap", "lo": "lo.pcap"}
+
+_HTTP_STARTS = (b"HTTP/1.", b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ", b"CONNECT ",
+                b"TRACE ")
+
+
+class FastRandom(random.Random):
+    """``random.Random`` with a cheaper ``randrange``/``choice``/``shuffle`` (int(random() * n): a bias of at most
+    n / 2**53, nothing a capture shows): the stock ``_randbelow`` was a tenth of the generator's time."""
+
+    def _randbelow(self, n: int) -> int:
+        return int(self.random() * n)
+
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:
+        if stop is None:
+            return int(self.random() * start)
+        return start + int(self.random() * (stop - start))
+
+
+class Session:
+    """The packets of one connection (both legs), in creation order until ``done`` sorts them by time."""
+
+    __slots__ = ("pkts", "end", "no")
+    _count = 0
+
+    def __init__(self) -> None:
+        self.pkts: list[tuple] = []
+        self.end = 0
+        Session._count += 1
+        self.no = Session._count  # breaks time ties between sessions the same way in every run
+
+    def done(self) -> "Session":
+        self.pkts.sort(key=itemgetter(0, 1))
+        self.end = self.pkts[-1][0]
+        return self
+
+
+class Leg:
+    """One TCP connection on one interface, with both ends' sequence numbers, IP ids and timestamp clocks.
+
+    Times are integer microseconds since the epoch, as seen at the pod (where tcpdump runs). Every method
+    appends a packet spec (time, order, leg, from_client, flags, seq, ack, win, options, payload, ip id, tag)
+    to the session; ``tag`` names a planted failure's key packet so the writer can note its frame number.
+    """
+
+    __slots__ = ("sess", "iface", "v6", "cip", "sip", "cport", "sport", "cipb", "sipb", "cmac", "smac", "cttl",
+                 "sttl", "cflow", "sflow", "cisn", "sisn", "cnxt", "snxt", "cid", "sid", "ctso", "stso", "rtt",
+                 "mss", "seg", "cwin", "swin", "syn_win", "synack_win", "addr_sum")
+
+    def __init__(self, sess: Session, iface: str, cip: str, cport: int, sip: str, sport: int,
+                 rng: random.Random, rtt: int) -> None:
+        self.sess, self.iface = sess, iface
+        self.v6 = ":" in cip
+        fam = socket.AF_INET6 if self.v6 else socket.AF_INET
+        self.cip, self.sip, self.cport, self.sport = cip, sip, cport, sport
+        self.cipb, self.sipb = socket.inet_pton(fam, cip), socket.inet_pton(fam, sip)
+        self.addr_sum = (int.from_bytes(self.cipb, "big") + int.from_bytes(self.sipb, "big")) % 0xFFFF
+        self.cisn, self.sisn = rng.getrandbits(32), rng.getrandbits(32)
+        self.cnxt, self.snxt = self.cisn, self.sisn
+        self.cid, self.sid = rng.getrandbits(16), rng.getrandbits(16)
+        self.ctso, self.stso = rng.getrandbits(32), rng.getrandbits(32)  # per-connection TS offsets (Linux 4.10+)
+        self.cflow, self.sflow = rng.getrandbits(20), rng.getrandbits(20)
+        self.rtt = rtt
+        if iface == "eth0":
+            self.cmac, self.smac, self.cttl, self.sttl = GW_MAC, POD_MAC, 63, 64
+            self.mss = 1440 if self.v6 else 1460
+            self.syn_win = 64800 if self.v6 else 64240
+            self.synack_win = 64800 if self.v6 else 65160
+        else:
+            self.cmac = self.smac = LO_MAC
+            self.cttl = self.sttl = 64
+            self.mss = 65476 if self.v6 else 65495
+            self.syn_win = self.mss
+            self.synack_win = self.mss - 12
+        self.seg = self.mss - 12  # the timestamp option takes 12 bytes of every segment
+        self.cwin, self.swin = rng.choice((501, 502, 502, 507, 510)), rng.choice((509, 510, 512, 512))
+
+    @property
+    def client(self) -> str:
+        return endpoint(self.cip, self.cport)
+
+    @property
+    def server(self) -> str:
+        return endpoint(self.sip, self.sport)
+
+    def _ts_opt(self, t: int, fc: bool) -> bytes:
+        # TSval: the sender's millisecond clock; TSecr: the peer's clock as last heard (one RTT ago).
+        if fc:
+            val, ecr = t // 1000 + self.ctso, (t - self.rtt) // 1000 + self.stso
+        else:
+            val, ecr = t // 1000 + self.stso, (t - self.rtt) // 1000 + self.ctso
+        return struct.pack(">4sII", b"\x01\x01\x08\x0a", val & M32, ecr & M32)
+
+    def _syn_opts(self, t: int, fc: bool, echo: int) -> bytes:
+        val = t // 1000 + (self.ctso if fc else self.stso)
+        return struct.pack(">BBHBBBBIIBBBB", 2, 4, self.mss, 4, 2, 8, 10, val & M32, echo & M32, 1, 3, 3, 7)
+
+    def _add(self, t: int, fc: bool, flags: int, seq: int, ack: int, win: int, opts: bytes, payload: bytes,
+             ipid: int, tag) -> None:
+        pkts = self.sess.pkts
+        pkts.append((t, len(pkts), self, fc, flags, seq & M32, ack & M32, win, opts, payload, ipid, tag))
+
+    def _ipid(self, fc: bool) -> int:
+        if fc:
+            self.cid = (self.cid + 1) & 0xFFFF
+            return self.cid
+        self.sid = (self.sid + 1) & 0xFFFF
+        return self.sid
+
+    def syn(self, t: int, tag=None) -> None:
+        """The client's SYN; call again with the same leg for a retransmission (same ISN, new TSval)."""
+        self._add(t, True, SYN, self.cisn, 0, self.syn_win, self._syn_opts(t, True, 0), b"", self._ipid(True), tag)
+        self.cnxt = (self.cisn + 1) & M32
+
+    def synack(self, t: int, tag=None) -> None:
+        echo = (t - self.rtt) // 1000 + self.ctso
+        self._add(t, False, SYN | ACK, self.sisn, self.cnxt, self.synack_win, self._syn_opts(t, False, echo), b"",
+                  0, tag)
+        self.snxt = (self.sisn + 1) & M32
+
+    def handshake(self, t: int, server_delay: int = 15) -> int:
+        """SYN at ``t``; returns the time of the client's ACK."""
+        self.syn(t)
+        t += server_delay
+        self.synack(t)
+        t += self.rtt if self.iface == "eth0" else server_delay
+        self.send(t, True)
+        return t
+
+    def send(self, t: int, fc: bool, payload: bytes = b"", flags: int | None = None, tag=None) -> None:
+        """A segment from the client (``fc``) or the server carrying ``payload``; ACK (and PSH with data)
+        unless ``flags`` says otherwise; FIN counts in the sequence space."""
+        if flags is None:
+            flags = ACK | PSH if payload else ACK
+        if fc:
+            seq, ack, win = self.cnxt, self.snxt, self.cwin
+            self.cnxt = (seq + len(payload) + (flags & FIN)) & M32
+        else:
+            seq, ack, win = self.snxt, self.cnxt, self.swin
+            self.snxt = (seq + len(payload) + (flags & FIN)) & M32
+        self._add(t, fc, flags, seq, ack, win, self._ts_opt(t, fc), payload, self._ipid(fc), tag)
+
+    def rst(self, t: int, fc: bool, seq: int, ack: int = 0, flags: int = RST, tag=None) -> None:
+        """A reset as Linux sends it for a segment no socket wants: no options, window 0, IP id 0."""
+        self._add(t, fc, flags, seq, ack, 0, b"", b"", 0, tag)
+
+    def stream(self, t: int, fc: bool, chunks, pace: int, rng: random.Random, ack_after: int) -> int:
+        """Send ``chunks`` as back-to-back segments ``pace`` us apart (PSH on the last, as Linux marks the end
+        of a write); the receiver ACKs every second segment and the last one ``ack_after`` us after each
+        arrives. Returns the time of the last packet."""
+        last = t
+        it = iter(chunks)
+        chunk = next(it)
+        n = 0
+        while chunk is not None:
+            nxt = next(it, None)
+            n += 1
+            self.send(t, fc, chunk, ACK if nxt is not None else ACK | PSH)
+            last = max(last, t)
+            if n % 2 == 0 or nxt is None:
+                ta = t + ack_after + rng.randrange(8)
+                self.send(ta, not fc)
+                last = max(last, ta)
+            t += pace + rng.randrange(4)
+            chunk = nxt
+        return last
+
+    def close(self, t: int, fc: bool, rng: random.Random, four_way: bool, peer_delay: int) -> int:
+        """A FIN from the client (``fc``) or server and the peer's answer: FIN+ACK at once (three packets) or an
+        ACK, then its FIN (four). Returns the time of the last packet."""
+        self.send(t, fc, flags=FIN | ACK)
+        t += peer_delay
+        if four_way:
+            self.send(t, not fc)
+            t += 40 + rng.randrange(200)
+        self.send(t, not fc, flags=FIN | ACK)
+        t += peer_delay
+        self.send(t, fc)
+        return t
+
+
+def endpoint(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+class Ports:
+    """Ephemeral ports per source address as a Linux client picks them: a random start, then even ports upward
+    (odd ones after a wrap), skipping any that an open connection (or its TIME_WAIT) still holds."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.busy: dict[tuple[str, int], int] = {}  # (ip, port) -> capture time (us) it is free again
+        self.next: dict[str, int] = {}
+        self.reserved: set[tuple[str, int]] = set()
+
+    def take(self, ip: str, now: int) -> int:
+        lo, hi = EPHEMERAL
+        p = self.next.get(ip)
+        if p is None:
+            p = lo + 2 * self.rng.randrange((hi - lo) // 2)
+        for _ in range(hi - lo + 1):
+            p += 2 * (1 + (self.rng.random() < 0.3) * self.rng.randrange(4))
+            if p > hi:  # wrap around, into the ports of the other parity (Linux tries even ports first)
+                p = lo + 1 - (p & 1)
+            key = (ip, p)
+            if key not in self.reserved and self.busy.get(key, 0) <= now:
+                self.next[ip] = p
+                self.busy[key] = 1 << 62  # held until release()
+                return p
+        raise RuntimeError(f"no free ephemeral port on {ip}")
+
+    def release(self, ip: str, port: int, end: int) -> None:
+        self.busy[(ip, port)] = end + TIME_WAIT_US
+
+    def reserve(self, ip: str) -> int:
+        """A port only a planted failure uses (picked before the background starts)."""
+        while True:
+            p = EPHEMERAL[0] + self.rng.randrange(EPHEMERAL[1] - EPHEMERAL[0])
+            if (ip, p) not in self.reserved:
+                self.reserved.add((ip, p))
+                return p
+
+
+# --- HTTP content --------------------------------------------------------------------------------------------
+
+_PATHS = ("/api/v1/products/{n}", "/api/v1/products/{n}/reviews", "/api/v1/ratings/{n}", "/api/v1/cart/{u}",
+          "/api/v1/catalog?page={p}&size=20", "/api/v1/users/{u}/orders?limit=10", "/api/v1/inventory/{n}",
+          "/api/v1/search?q=shoes&page={p}", "/productpage?u=normal", "/api/v1/recommendations/{u}")
+_UAS = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36",
+        "okhttp/4.12.0", "Go-http-client/1.1", "python-requests/2.31.0", "curl/8.5.0",
+        "Apache-HttpClient/5.2.1 (Java/17.0.9)", "ReactorNetty/1.1.13", "axios/1.6.2")
+_HOSTS = ("reviews.shop.svc.cluster.local:{port}", "reviews:{port}", "reviews.shop:{port}")
+_WORDS = ("comfortable", "durable", "lightweight", "waterproof", "classic", "breathable", "running", "trail",
+          "leather", "cushioned", "everyday", "premium", "recycled", "wide", "narrow", "sole", "lace", "grip")
+_LOREM = " ".join(_WORDS * 40)
+_ENVOY_BODY = {
+    502: "upstream connect error or disconnect/reset before headers. reset reason: protocol error",
+    503: "upstream connect error or disconnect/reset before headers. reset reason: connection termination",
+    "refused": "upstream connect error or disconnect/reset before headers. reset reason: remote connection "
+               "failure, transport failure reason: delayed connect error: 111",
+    "timeout": "upstream connect error or disconnect/reset before headers. reset reason: connection timeout",
+}
+_REASONS = {200: "OK", 201: "Created", 404: "Not Found", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+class Content:
+    """Requests and responses as the client, Envoy and the app write them (Envoy lowercases header names)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self._date_s = -1
+        self._date = ""
+
+    def date(self, t: int) -> str:
+        s = t // 1_000_000
+        if s != self._date_s:
+            self._date_s, self._date = s, formatdate(s, usegmt=True)
+        return self._date
+
+    def request(self, port: int, client_ip: str, close: bool = False) -> tuple[bytes, bytes]:
+        """(what the client sends on eth0, what the sidecar forwards on lo)."""
+        r = self.rng
+        post = close and r.random() < 0.3
+        if post:
+            path = f"/api/v1/cart/{r.randrange(1, 99999)}/items"
+            body = json.dumps({"sku": f"SKU-{r.randrange(10**6):06d}", "qty": r.randrange(1, 5)}).encode()
+        else:
+            path = r.choice(_PATHS).format(n=r.randrange(1, 99999), u=r.randrange(1, 999999), p=r.randrange(1, 40))
+            body = b""
+        host = r.choice(_HOSTS).format(port=port)
+        ua = r.choice(_UAS)
+        rid = "%08x-%04x-4%03x-%04x-%012x" % (r.getrandbits(32), r.getrandbits(16), r.getrandbits(12),
+                                              0x8000 | r.getrandbits(14), r.getrandbits(48))
+        trace, span = "%032x" % r.getrandbits(128), "%016x" % r.getrandbits(64)
+        fields = [("Host", host), ("User-Agent", ua), ("Accept", "application/json"),
+                  ("Accept-Encoding", "gzip, deflate"), ("X-Request-Id", rid),
+                  ("Traceparent", f"00-{trace}-{span}-01")]
+        if post:
+            fields += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        if close:
+            fields.append(("Connection", "close"))
+        method = "POST" if post else "GET"
+        down = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields) + "\r\n"
+        up_fields = [(k.lower(), v) for k, v in fields if k != "Connection"]
+        up_fields += [("x-forwarded-proto", "http"), ("x-envoy-attempt-count", "1"),
+                      ("x-forwarded-for", client_ip), ("x-b3-traceid", trace[16:]),
+                      ("x-b3-spanid", "%016x" % r.getrandbits(64)), ("x-b3-parentspanid", span),
+                      ("x-b3-sampled", "0")]
+        up = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in up_fields) + "\r\n"
+        return down.encode() + body, up.encode() + body
+
+    def json_body(self, n: int) -> bytes:
+        r = self.rng
+        head = '{"id":%d,"name":"%s %s","price":%d.%02d,"rating":%.1f,"description":"' % (
+            r.randrange(1, 99999), r.choice(_WORDS), r.choice(_WORDS), r.randrange(5, 300), r.randrange(100),
+            r.uniform(1, 5))
+        fill = max(0, n - len(head) - 2)
+        start = r.randrange(len(_LOREM) - fill) if fill < len(_LOREM) else 0
+        text = (_LOREM * (1 + fill // len(_LOREM)))[start:start + fill]
+        return (head + text + '"}').encode()
+
+    def response(self, t: int, status: int, body: bytes, ctype: str = "application/json",
+                 service_ms: int = 1) -> tuple[bytes, bytes]:
+        """(the app's response head on lo, Envoy's on eth0); the body follows both."""
+        reason = _REASONS.get(status, "OK")
+        d = self.date(t)
+        app = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+               f"Date: {d}\r\nCache-Control: no-store\r\n\r\n")
+        envoy = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
+                 f"date: {d}\r\ncache-control: no-store\r\nx-envoy-upstream-service-time: {service_ms}\r\n"
+                 f"server: istio-envoy\r\n\r\n")
+        return app.encode(), envoy.encode()
+
+    def envoy_error(self, t: int, status: int, body: str) -> bytes:
+        return (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-length: {len(body)}\r\ncontent-type: text/plain\r\n"
+                f"date: {self.date(t)}\r\nserver: istio-envoy\r\n\r\n{body}").encode()
+
+
+def _body_block(rng: random.Random, size: int = 1 << 17) -> bytes:
+    """Incompressible bytes for download bodies, cleaned so that no segment cut from anywhere in the (cyclic)
+    block begins like an HTTP message."""
+    block = bytearray(rng.randbytes(size))
+    while True:
+        doubled = bytes(block + block[:16])
+        hit = min((i for s in _HTTP_STARTS if (i := doubled.find(s)) >= 0), default=-1)
+        if hit < 0:
+            return bytes(block)
+        block[hit % size] ^= 0x80
+
+
+class Chunks:
+    """Download bodies: ``block`` (cyclic) from an offset, cut into segments after a response head.
+
+    Big segments on lo would cost the writer a checksum each (~50 us for 16 KB), so bodies whose segments
+    start on a ``seg``-aligned block offset reuse one bytes object per offset, and ``sums`` keeps its payload
+    sum (see PcapOut.write) by object id; those objects live as long as the plan, so ids stay unique."""
+
+    CACHE_MIN = 4096
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self.cache: dict[tuple[int, int], bytes] = {}
+        self.sums: dict[int, int] = {}
+
+    def cut(self, head: bytes, body_len: int, seg: int, offset: int):
+        block = self.block
+        first = head + _cyclic(block, offset, min(body_len, seg - len(head)))
+        yield first[:seg]
+        sent = len(first) - len(head)
+        while sent < body_len:
+            n = min(seg, body_len - sent)
+            off = (offset + sent) % len(block)
+            if n >= self.CACHE_MIN and n % 2 == 0 and off % n == 0:
+                chunk = self.cache.get((off, n))
+                if chunk is None:
+                    chunk = self.cache[(off, n)] = _cyclic(block, off, n)
+                    self.sums[id(chunk)] = int.from_bytes(chunk, "big") % 0xFFFF
+                yield chunk
+            else:
+                yield _cyclic(block, off, n)
+            sent += n
+
+
+def _cyclic(block: bytes, off: int, n: int) -> bytes:
+    size = len(block)
+    off %= size
+    if off + n <= size:
+        return block[off:off + n]
+    out = block[off:]
+    while len(out) < n:
+        out += block[:n - len(out)]
+    return out
+
+
+def _split(data: bytes, seg: int) -> list[bytes]:
+    return [data[i:i + seg] for i in range(0, len(data), seg)]
+
+
+# --- the plan: background sessions and planted failures -------------------------------------------------------
+
+
+class Plan:
+    """Builds sessions. Everything random comes from one seeded ``random.Random`` in a fixed order, so a seed
+    gives the same capture in every process that runs the plan."""
+
+    def __init__(self, seed: int, packets: int, rate: float) -> None:
+        self.rng = FastRandom(seed)
+        self.content = Content(self.rng)
+        self.ports = Ports(self.rng)
+        self.block = _body_block(self.rng)
+        self.chunks = Chunks(self.block)
+        self.clients4 = [f"198.18.2.{i}" for i in range(1, 200)]
+        self.clients6 = [f"fd00:198:18:2:{self.rng.getrandbits(16):x}:{self.rng.getrandbits(16):x}:"
+                         f"{self.rng.getrandbits(16):x}:{self.rng.getrandbits(16):x}" for _ in range(48)]
+        self.plant_clients4 = [f"198.18.2.{i}" for i in range(200, 255)]
+        self.plant_clients6 = [f"fd00:198:18:2::f{i:03x}" for i in range(1, 16)]
+        self.packets = packets
+        self.duration_us = int(max(packets / rate, MIN_DURATION_S) * 1e6)
+        self.rate = packets / (self.duration_us / 1e6)
+        self.plants: list[dict] = []
+
+    # helpers ------------------------------------------------------------------------------------------------
+    def _rtt(self) -> int:
+        return 80 + int(self.rng.lognormvariate(math.log(160), 0.5))
+
+    def _think(self, lo: int, median: int, hi: int) -> int:
+        return min(hi, lo + int(self.rng.lognormvariate(math.log(median), 1.0)))
+
+    def _app_time(self) -> int:
+        return min(250_000, 150 + int(self.rng.lognormvariate(math.log(1800), 1.0)))
+
+    def _forward(self, eth: Leg, lo: Leg, t: int, down: bytes, up: bytes, connect: bool) -> int:
+        """The client's request on eth0 at ``t`` and Envoy's copy on lo (after connecting the upstream leg
+        first when ``connect``: Envoy opens it when the first request arrives). Returns the lo request's time."""
+        r = self.rng
+        eth.send(t, True, down)
+        t_up = t + 40 + r.randrange(160)
+        if connect:
+            t_up = lo.handshake(t_up, 8 + r.randrange(12)) + 5 + r.randrange(20)
+        lo.send(t_up, True, up)
+        return t_up
+
+    def _exchange(self, eth: Leg, lo: Leg, t: int, down: bytes, up: bytes, status: int, body: bytes,
+                  first: bool, force_acks: tuple[bool, bool] | None = None) -> int:
+        """One request and its response on both legs, starting with the client's request on eth0 at ``t``;
+        ``first`` connects the upstream leg. ``force_acks`` (server pure ACK on eth0, app pure ACK on lo) fixes
+        the packet count; otherwise the kernels' quick-ACK on a fresh connection and the delayed ACK on a slow
+        answer decide. Returns the time of the last packet."""
+        r = self.rng
+        t_up = self._forward(eth, lo, t, down, up, first)
+        app = self._app_time()
+        if force_acks is None:
+            eth_ack = first or app > 40_000
+            lo_ack = first or app > 40_000
+        else:
+            eth_ack, lo_ack = force_acks
+        if eth_ack:
+            eth.send(t + min(12 + r.randrange(30), app) if app <= 40_000 else t + 40_000, False)
+        if lo_ack:
+            lo.send(t_up + min(10 + r.randrange(20), app) if app <= 40_000 else t_up + 40_000, False)
+        t_resp = t_up + app
+        app_head, envoy_head = self.content.response(t_resp, status, body, service_ms=max(1, app // 1000))
+        last = lo.stream(t_resp, False, _split(app_head + body, lo.seg), 3, r, 12 + r.randrange(20))
+        t_down = t_resp + 30 + r.randrange(120)
+        last = max(last, eth.stream(t_down, False, _split(envoy_head + body, eth.seg), 12, r,
+                                    eth.rtt + r.randrange(40)))
+        return last
+
+    def _legs(self, sess: Session, now: int, v6: bool, port: int, client: str | None = None,
+              lo_port: int | None = None) -> tuple[Leg, Leg, str, str]:
+        r = self.rng
+        if client is None:
+            client = r.choice(self.clients6 if v6 else self.clients4)
+            cport = self.ports.take(client, now)
+        else:
+            cport = self.ports.reserve(client)
+        eth = Leg(sess, "eth0", client, cport, POD6 if v6 else POD4, port, r, self._rtt())
+        up_src = POD6 if v6 else SIDECAR4
+        if lo_port is None:
+            lo_port = self.ports.take(up_src, now)
+        lo = Leg(sess, "lo", up_src, lo_port, POD6 if v6 else POD4, port, r, 30)
+        return eth, lo, client, up_src
+
+    # background ---------------------------------------------------------------------------------------------
+    def keepalive(self, t0: int, requests: int | None = None, extras: list[bool] | None = None,
+                  v6: bool | None = None, close: bool = False, bulk: bool = False) -> Session:
+        """A client connection with ``requests`` GETs (a download when ``bulk``), each relayed on the sidecar's
+        upstream connection on lo; the client closes, then the sidecar closes its upstream leg.
+        ``extras`` (2 * requests + 2 booleans) fixes every optional packet, for an exact packet count."""
+        r = self.rng
+        sess = Session()
+        if v6 is None:
+            v6 = r.random() < (0.3 if close else 0.08)
+        port = APP_PORTS[r.random() < 0.25]
+        eth, lo, client, up_src = self._legs(sess, t0, v6, port)
+        if requests is None:
+            requests = 1 if close else (r.randrange(1, 3) if bulk else r.randrange(3, 9))
+        t = eth.handshake(t0, 12 + r.randrange(30))
+        for i in range(requests):
+            t += 20 + r.randrange(300) if i == 0 else self._think(2000, 60_000, 900_000)
+            down, up = self.content.request(port, client, close)
+            if bulk:
+                n = int(min(2_500_000, 32_768 + r.lognormvariate(math.log(350_000), 0.8)))
+                t = self._download(eth, lo, t, down, up, n, first=(i == 0))
+                continue
+            if extras is not None:
+                acks = (extras[2 * i], extras[2 * i + 1])
+                size = 80 + r.randrange(eth.seg - 400)  # one segment on eth0
+            else:
+                acks = None
+                size = int(min(12_000, 60 + r.lognormvariate(math.log(700), 0.9)))
+            status = 404 if r.random() < 0.03 else 200
+            body = self.content.json_body(size) if status == 200 else b'{"error":"not found"}'
+            t = self._exchange(eth, lo, t, down, up, status, body, first=(i == 0), force_acks=acks)
+        four = [r.random() < 0.3, r.random() < 0.3] if extras is None else extras[-2:]
+        if close:  # the client asked for Connection: close, so Envoy closes the downstream first
+            t_end = eth.close(t + 30 + r.randrange(100), False, r, four[0], eth.rtt)
+        else:
+            t_end = eth.close(t + self._think(500, 8000, 200_000), True, r, four[0], 20 + r.randrange(60))
+        t_end = max(t_end, lo.close(t_end + 80 + r.randrange(400), True, r, four[1], 10 + r.randrange(30)))
+        sess.done()
+        self.ports.release(client, eth.cport, sess.end)
+        self.ports.release(up_src, lo.cport, sess.end)
+        return sess
+
+    def _download(self, eth: Leg, lo: Leg, t: int, down: bytes, up: bytes, n: int, first: bool) -> int:
+        r = self.rng
+        t_up = self._forward(eth, lo, t, down, up, first)
+        if first:
+            eth.send(t + 12 + r.randrange(20), False)
+            lo.send(t_up + 10 + r.randrange(10), False)
+        app = 300 + int(r.lognormvariate(math.log(2500), 0.7))
+        t_resp = t_up + app
+        ctype = r.choice(("application/octet-stream", "application/zip", "image/jpeg", "application/gzip"))
+        app_head, envoy_head = self.content.response(t_resp, 200, b"", ctype, max(1, app // 1000))
+        # The heads were built for an empty body; give them the real length.
+        app_head = app_head.replace(b"Content-Length: 0", b"Content-Length: %d" % n)
+        envoy_head = envoy_head.replace(b"content-length: 0", b"content-length: %d" % n)
+        write = r.choice((4096, 8192, 16384))  # the app's write size (Go's 4 KB bufio, 8 KB servlet, 16 KB Netty)
+        # Body offset such that the app's segments after the first start write-aligned in the block (Chunks).
+        offset = (write * r.randrange(len(self.block) // write) + len(app_head)) % len(self.block)
+        pace_eth = 11 + r.randrange(4)  # ~1 Gbit/s on eth0
+        lo_pace = max(4, write // eth.seg * pace_eth // 2)  # the app fills Envoy's buffer faster than eth0 drains
+        last = lo.stream(t_resp, False, self.chunks.cut(app_head, n, min(write, lo.seg), offset), lo_pace, r,
+                         10 + r.randrange(15))
+        t_down = t_resp + 40 + r.randrange(100)
+        return max(last, eth.stream(t_down, False, self.chunks.cut(envoy_head, n, eth.seg, offset), pace_eth,
+                                    r, eth.rtt + r.randrange(60)))
+
+    def background(self, t0: int) -> Session:
+        # Tuned so that eth0 carries ~60-65% of the packets and downloads (full-size segments and their ACKs)
+        # ~40% of them.
+        x = self.rng.random()
+        if x < 0.025:
+            return self.keepalive(t0, bulk=True)
+        if x < 0.475:
+            return self.keepalive(t0, close=True)
+        return self.keepalive(t0)
+
+    def small(self, t0: int) -> Session:
+        return self.keepalive(t0, close=self.rng.random() < 0.5)
+
+    def fill(self, t0: int, count: int) -> Session:
+        """A keep-alive connection of exactly ``count`` packets over both legs (``count`` >= 24): 12 + 6k for k
+        single-segment exchanges, plus one for each optional ACK or four-way close picked."""
+        k = max(2, math.ceil((count - 14) / 8))
+        extra = count - (12 + 6 * k)
+        assert 0 <= extra <= 2 * k + 2, (count, k)
+        flags = [True] * extra + [False] * (2 * k + 2 - extra)
+        self.rng.shuffle(flags)
+        sess = self.keepalive(t0, requests=k, extras=flags, v6=False)
+        assert len(sess.pkts) == count, (len(sess.pkts), count)
+        return sess
+
+    # planted failures ---------------------------------------------------------------------------------------
+    def _plant(self, detector: str, iface: str, leg_client: str, leg_server: str, severity: str,
+               key: dict[str, str], what: str) -> dict:
+        p = {"id": f"{detector}-{sum(1 for x in self.plants if x['detector'] == detector) + 1}",
+             "detector": detector, "file": FILES[iface], "iface": iface,
+             "flow": {"client": leg_client, "server": leg_server}, "severity": severity,
+             "what": what, "key": key}  # key: role -> tag; the writer turns tags into frame numbers
+        self.plants.append(p)
+        return p
+
+    def _tag(self, plant_no: int, role: str) -> str:
+        return f"p{plant_no}:{role}"
+
+    def plant_tuple_collision(self, t0: int, no: int, v6: bool) -> Session:
+        """eth0: client:p holds a connection to pod:8080; its SYN to pod:9090 meets the established socket
+        (Istio REDIRECTs both ports to 15006): a challenge ACK carrying the 8080 connection's numbers, the
+        client's RST, the SYN retransmitted ~1 s later and accepted; the client's RST also killed the 8080
+        socket, so the next request there is reset (as in tests/data/lab-collision-eth0.pcap)."""
+        r = self.rng
+        sess = Session()
+        client = (self.plant_clients6 if v6 else self.plant_clients4)[no]
+        a, lo_a, _, up_src = self._legs(sess, t0, v6, 8080, client=client, lo_port=self.ports.reserve(
+            POD6 if v6 else SIDECAR4))
+        tg = lambda role: self._tag(no, role)  # noqa: E731
+        a.syn(t0, tag=tg("peer_syn"))
+        a.synack(t0 + 20)
+        t = t0 + 20 + a.rtt
+        a.send(t, True)
+        t += 100 + r.randrange(300)
+        for i in range(2):
+            down, up = self.content.request(8080, client)
+            t = self._exchange(a, lo_a, t, down, up, 200, self.content.json_body(300 + r.randrange(600)),
+                               first=(i == 0)) + 150_000 + r.randrange(100_000)
+        # The collision: a SYN from the same client ip:port to the other redirected port.
+        b = Leg(sess, "eth0", client, a.cport, a.sip, 9090, r, a.rtt)
+        lo_b = Leg(sess, "lo", up_src, self.ports.reserve(up_src), a.sip, 9090, r, 30)
+        b.syn(t, tag=tg("syn"))
+        t_ca = t + 40 + r.randrange(30)
+        # RFC 5961 challenge ACK from the established socket: its own seq/ack, its timestamps, its IP id.
+        b._add(t_ca, False, ACK, a.snxt, a.cnxt, a.swin, a._ts_opt(t_ca, False), b"", a._ipid(False),
+               tg("challenge_ack"))
+        b.rst(t_ca + b.rtt, True, a.cnxt)  # the client: an ACK for a SYN_SENT socket it does not accept
+        t = t + 1_000_000 + r.randrange(20_000)
+        b.syn(t)  # the retransmission; the client's in-window RST has killed the 8080 socket in the pod
+        b.synack(t + 20)
+        t += 20 + b.rtt
+        b.send(t, True)
+        t += 100 + r.randrange(300)
+        down, up = self.content.request(9090, client)
+        t = self._exchange(b, lo_b, t, down, up, 200, self.content.json_body(400), first=True)
+        # The next request on the 8080 connection meets no socket: reset, as lab frame 30.
+        t += 200_000 + r.randrange(100_000)
+        down, _ = self.content.request(8080, client)
+        a.send(t, True, down)
+        a.rst(t + 40 + r.randrange(20), False, a.snxt)
+        t = b.close(t + 300 + r.randrange(300), True, r, False, 30)
+        t = lo_b.close(t + 200, True, r, False, 20)
+        lo_a.close(t + 200, True, r, False, 20)  # the sidecar drops its idle pooled upstream of the dead 8080 leg
+        self._plant("tuple-collision", "eth0", b.client, b.server, "error",
+                    {"syn": tg("syn"), "challenge_ack": tg("challenge_ack"), "peer_syn": tg("peer_syn")},
+                    "SYN to pod:9090 from a client port holding a live connection to pod:8080, challenge ACK")
+        return sess.done()
+
+    def plant_http_framing(self, t0: int, no: int, kind: int) -> Session:
+        """lo: the app answers with framing Envoy rejects; Envoy closes the upstream and answers 502 UPE."""
+        r = self.rng
+        sess = Session()
+        eth, lo, client, _ = self._legs(sess, t0, False, 8080, client=self.plant_clients4[no],
+                                        lo_port=self.ports.reserve(SIDECAR4))
+        tg = lambda role: self._tag(no, role)  # noqa: E731
+        t = eth.handshake(t0, 20) + 100 + r.randrange(300)
+        down, up = self.content.request(8080, client)
+        t = self._exchange(eth, lo, t, down, up, 200, self.content.json_body(500), first=True)
+        t += 100_000 + r.randrange(200_000)
+        body = self.content.json_body(200 + r.randrange(400))
+        chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        d = self.content.date(t).encode()
+        heads = [
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            b"Transfer-Encoding: Chunked\r\nDate: " + d + b"\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Transfer-Encoding: chunked\r\nDate: " % len(chunked) + d + b"\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"X-Regi\xc3\xb3n: eu-west-1\r\nDate: " % len(body) + d + b"\r\n\r\n",
+        ]
+        app_body = body if kind == 2 else chunked
+        what = ("duplicate Transfer-Encoding (chunked, Chunked)", "Transfer-Encoding with Content-Length",
+                "invalid byte in a header name")[kind]
+        down, up = self.content.request(8080, client)
+        eth.send(t, True, down)
+        t_up = t + 60 + r.randrange(100)
+        lo.send(t_up, True, up)
+        t_app = t_up + self._app_time()
+        lo.send(t_app, False, heads[kind] + app_body, tag=tg("response"))
+        # Envoy's codec rejects it: the upstream connection is closed, the caller gets 502 UPE.
+        t_close = t_app + 40 + r.randrange(40)
+        t_end = lo.close(t_close, True, r, False, 15)
+        err = self.content.envoy_error(t_close, 502, _ENVOY_BODY[502])
+        eth.send(t_close + 30, False, err)
+        eth.send(t_close + 30 + eth.rtt, True)
+        eth.close(max(t_end, t_close + 30 + eth.rtt) + 5_000 + r.randrange(20_000), True, r, False, 30)
+        self._plant("http-framing", "lo", lo.client, lo.server, "error", {"response": tg("response")},
+                    f"app response with {what}")
+        return sess.done()
+
+    def plant_stale_keepalive(self, t0: int, no: int) -> Session:
+        """lo: the app closes an idle pooled connection (keep-alive timeout) just as Envoy writes the next
+        request on it; the app's kernel resets; the caller gets 503 UC."""
+        r = self.rng
+        sess = Session()
+        eth, lo, client, _ = self._legs(sess, t0, False, 8080, client=self.plant_clients4[no],
+                                        lo_port=self.ports.reserve(SIDECAR4))
+        tg = lambda role: self._tag(no, role)  # noqa: E731
+        t = eth.handshake(t0, 20) + 100 + r.randrange(300)
+        for i in range(2):
+            down, up = self.content.request(8080, client)
+            t = self._exchange(eth, lo, t, down, up, 200, self.content.json_body(300 + r.randrange(800)),
+                               first=(i == 0)) + (50_000 + r.randrange(50_000) if i == 0 else 0)
+        t_fin = t + 2_000_000 + r.randrange(1000)  # the app's 2 s keep-alive timeout
+        lo.send(t_fin, False, flags=FIN | ACK, tag=tg("fin"))
+        gap = 30 + r.randrange(400)  # Envoy has not read the FIN yet when it writes the next request
+        t_up = t_fin + gap
+        down, up = self.content.request(8080, client)
+        eth.send(t_up - 60 - r.randrange(60), True, down)
+        lo.send(t_fin + min(gap - 5, 10 + r.randrange(10)), True)  # the sidecar's kernel ACKs the FIN at once
+        lo.send(t_up, True, up, tag=tg("request"))
+        t_rst = t_up + 10 + r.randrange(15)
+        lo.rst(t_rst, False, lo.snxt, tag=tg("rst"))  # RST seq = the request's ack, no ACK flag (Linux)
+        t = t_rst + 40 + r.randrange(80)
+        eth.send(t, False, self.content.envoy_error(t, 503, _ENVOY_BODY[503]))
+        eth.send(t + eth.rtt, True)
+        eth.close(t + eth.rtt + 10_000 + r.randrange(30_000), True, r, False, 30)
+        self._plant("stale-keepalive", "lo", lo.client, lo.server, "error",
+                    {"fin": tg("fin"), "request": tg("request"), "rst": tg("rst")},
+                    f"request {gap} us after the app's FIN on a pooled connection, answered by RST")
+        return sess.done()
+
+    def plant_upstream_refused(self, t0: int, no: int) -> Session:
+        """lo: the sidecar's SYN to the app port meets no listener: RST; the caller gets 503 UF."""
+        r = self.rng
+        sess = Session()
+        eth, lo, client, _ = self._legs(sess, t0, False, 9090, client=self.plant_clients4[no],
+                                        lo_port=self.ports.reserve(SIDECAR4))
+        tg = lambda role: self._tag(no, role)  # noqa: E731
+        t = eth.handshake(t0, 20)
+        t += 100 + r.randrange(300)
+        down, _ = self.content.request(9090, client)
+        eth.send(t, True, down)
+        eth.send(t + 15, False)
+        t_syn = t + 60 + r.randrange(60)
+        lo.syn(t_syn, tag=tg("syn"))
+        t_rst = t_syn + 8 + r.randrange(10)
+        lo.rst(t_rst, False, 0, lo.cisn + 1, RST | ACK, tag=tg("rst"))
+        t = t_rst + 50 + r.randrange(100)
+        eth.send(t, False, self.content.envoy_error(t, 503, _ENVOY_BODY["refused"]))
+        eth.send(t + eth.rtt, True)
+        eth.close(t + eth.rtt + 5_000 + r.randrange(20_000), True, r, False, 30)
+        self._plant("upstream-refused", "lo", lo.client, lo.server, "error",
+                    {"syn": tg("syn"), "rst": tg("rst")}, "SYN to the app port on lo answered by RST")
+        return sess.done()
+
+    def plant_syn_timeout(self, t0: int, no: int, on_lo: bool) -> Session:
+        """A SYN retransmitted at 1, 3 and 7 s (Linux's backoff) with no answer at all. On eth0 a client gives
+        up; on lo it is the sidecar's connect to a stuck app, and Envoy's 10 s connect timeout answers the
+        caller 503 UF."""
+        r = self.rng
+        sess = Session()
+        eth, lo, client, _ = self._legs(sess, t0, False, 8080, client=self.plant_clients4[no],
+                                        lo_port=self.ports.reserve(SIDECAR4))
+        tg = lambda role: self._tag(no, role)  # noqa: E731
+        if on_lo:
+            t = eth.handshake(t0, 20) + 100 + r.randrange(300)
+            down, _ = self.content.request(8080, client)
+            eth.send(t, True, down)
+            eth.send(t + 15, False)
+            leg, t_syn = lo, t + 60 + r.randrange(60)
+        else:
+            leg, t_syn = eth, t0
+        leg.syn(t_syn, tag=tg("syn"))
+        for i, at in enumerate((1, 3, 7)):
+            leg.syn(t_syn + at * 1_000_000 + r.randrange(3000), tag=tg("last") if i == 2 else None)
+        if on_lo:
+            t = t_syn + 10_000_000
+            eth.send(t, False, self.content.envoy_error(t, 503, _ENVOY_BODY["timeout"]))
+            eth.send(t + eth.rtt, True)
+            eth.close(t + eth.rtt + 5_000, True, r, False, 30)
+        self._plant("syn-timeout", "lo" if on_lo else "eth0", leg.client, leg.server, "error",
+                    {"syn": tg("syn"), "last_retransmission": tg("last")},
+                    "SYN retransmitted at 1, 3 and 7 s without an answer")
+        return sess.done()
+
+    def planted(self) -> list[tuple[int, Session]]:
+        """Three of each failure, interleaved and spread over the capture."""
+        kinds = list(PLANT_LENGTH_S)
+        out = []
+        for k in range(15):
+            kind, i = kinds[k % 5], k // 5
+            window = max(1.0, self.duration_us / 1e6 - PLANT_LENGTH_S[kind]) * 1e6
+            t0 = EPOCH_US + int(window * (i + (k % 5 + 0.5) / 5) / 3) + self.rng.randrange(100_000)
+            if kind == "tuple-collision":
+                s = self.plant_tuple_collision(t0, k, v6=(i == 2))
+            elif kind == "http-framing":
+                s = self.plant_http_framing(t0, k, i)
+            elif kind == "stale-keepalive":
+                s = self.plant_stale_keepalive(t0, k)
+            elif kind == "upstream-refused":
+                s = self.plant_upstream_refused(t0, k)
+            else:
+                s = self.plant_syn_timeout(t0, k, on_lo=(i == 1))
+            out.append((s.pkts[0][0], s))
+        return out
+
+
+def sessions(plan: Plan):
+    """Every session of the capture as (first packet time, session), in start order: the planted ones (built
+    first, so their randomness does not depend on the background) and background sessions started at a pace
+    that keeps the packet rate steady, until exactly ``plan.packets`` packets are planned."""
+    planted = plan.planted()
+    budget = plan.packets - sum(len(s.pkts) for _, s in planted)
+    if budget < 24:
+        raise ValueError(f"--packets must be at least {plan.packets - budget + 24} (the planted failures alone "
+                         f"take {plan.packets - budget})")
+    pending = sorted(planted, key=itemgetter(0))
+    t = EPOCH_US
+    rng = plan.rng
+    while budget > 0:
+        while pending and pending[0][0] <= t:
+            yield pending.pop(0)
+        s = plan.background(t) if budget > 5000 else plan.small(t)
+        if budget - len(s.pkts) < 24:
+            s = plan.fill(t, budget)
+        budget -= len(s.pkts)
+        yield s.pkts[0][0], s
+        # Poisson arrivals weighted by size: the packet rate stays near plan.rate.
+        t += max(1, int(len(s.pkts) / plan.rate * 1e6 * rng.expovariate(1.0)))
+    yield from pending
+
+
+# --- writing ----------------------------------------------------------------------------------------------------
+
+
+class PcapOut:
+    """One pcap file written with dpkt's Writer, every packet built and serialized by dpkt's Ethernet, IP/IP6
+    and TCP classes. We hand dpkt the two checksums (``_checksums``) because its own pure-Python
+    ``in_cksum`` was half the run time; ``tests/bench`` checks them against dpkt's and tshark's."""
+
+    def __init__(self, path: Path, payload_sums: dict[int, int]) -> None:
+        self.payload_sums = payload_sums  # id(payload) -> its words' sum mod 0xffff, for shared body segments
+        self.fh = open(path, "wb", buffering=1 << 20)
+        self.writer = dpkt.pcap.Writer(self.fh, snaplen=SNAPLEN, linktype=dpkt.pcap.DLT_EN10MB)
+        self.frames = 0
+        self.marks: dict[str, int] = {}
+        self.tcp = dpkt.tcp.TCP(urp=0)
+        self.ip4 = dpkt.ip.IP(p=dpkt.ip.IP_PROTO_TCP, df=1, data=self.tcp)
+        self.ip6 = dpkt.ip6.IP6(nxt=dpkt.ip.IP_PROTO_TCP, data=self.tcp)
+        self.eth = dpkt.ethernet.Ethernet()
+
+    def write(self, spec: tuple) -> None:
+        t, _, leg, fc, flags, seq, ack, win, opts, payload, ipid, tag = spec
+        tcp, eth = self.tcp, self.eth
+        if fc:
+            sport, dport, src, dst = leg.cport, leg.sport, leg.cipb, leg.sipb
+            eth.src, eth.dst, ttl = leg.cmac, leg.smac, leg.cttl
+        else:
+            sport, dport, src, dst = leg.sport, leg.cport, leg.sipb, leg.cipb
+            eth.src, eth.dst, ttl = leg.smac, leg.cmac, leg.sttl
+        off_flags = (5 + (len(opts) >> 2)) << 12 | flags
+        tcp_len = 20 + len(opts) + len(payload)
+        tcp.sport, tcp.dport, tcp.seq, tcp.ack, tcp._off_flags, tcp.win = sport, dport, seq, ack, off_flags, win
+        tcp.opts, tcp.data = opts, payload
+        # TCP checksum (RFC 9293 3.1): one's-complement sum of the pseudo-header, header and payload words.
+        # A sum of 16-bit words is congruent to the big-endian integer of the bytes modulo 0xffff.
+        addr = leg.addr_sum
+        psum = self.payload_sums.get(id(payload)) if len(payload) >= Chunks.CACHE_MIN else None
+        if psum is None:
+            psum = int.from_bytes(payload, "big") << (8 * (len(payload) & 1))  # odd length: pad a zero byte
+        words = (addr + 6 + tcp_len + sport + dport + (seq >> 16) + (seq & 0xFFFF) + (ack >> 16) + (ack & 0xFFFF)
+                 + off_flags + win + int.from_bytes(opts, "big") + psum)
+        tcp.sum = _complement(words)
+        if leg.v6:
+            ip = self.ip6
+            ip.src, ip.dst, ip.hlim, ip.plen = src, dst, ttl, tcp_len
+            ip._v_fc_flow = 0x60000000 | (leg.cflow if fc else leg.sflow)
+            eth.type = dpkt.ethernet.ETH_TYPE_IP6
+        else:
+            ip = self.ip4
+            total = 20 + tcp_len
+            ip.src, ip.dst, ip.ttl, ip.id, ip.len = src, dst, ttl, ipid, total
+            # IPv4 header checksum (RFC 791) over version/IHL/TOS, length, id, DF, TTL/protocol and addresses.
+            ip.sum = _complement(0x4500 + total + ipid + 0x4000 + (ttl << 8 | 6) + addr)
+            eth.type = dpkt.ethernet.ETH_TYPE_IP
+        eth.data = ip
+        self.writer.writepkt_time(bytes(eth), t / 1e6)
+        self.frames += 1
+        if tag is not None:
+            self.marks[tag] = self.frames
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _complement(words: int) -> int:
+    """The Internet checksum of data whose 16-bit words add up to ``words`` (never 0, which dpkt would take
+    for "compute it": 0x0000 and 0xffff are the same one's-complement zero)."""
+    s = words % 0xFFFF
+    return 0xFFFF - s if s else 0xFFFF
+
+
+def write_files(out: Path, packets: int, seed: int, rate: float, ifaces: tuple[str, ...]) -> dict:
+    """Run the plan and write the files of ``ifaces``; returns per-file frame counts, key-frame marks, the
+    planted failures and the capture's time span."""
+    plan = Plan(seed, packets, rate)
+    outs = {i: PcapOut(out / FILES[i], plan.chunks.sums) for i in ifaces}
+    heap: list = []
+    first = last = None
+    push, replace, pop = heapq.heappush, heapq.heapreplace, heapq.heappop
+    writers = {i: o.write for i, o in outs.items()}
+    for start, sess in itertools.chain(sessions(plan), [(None, None)]):
+        # Emit every packet due before this session starts (all of them after the last session).
+        while heap and (start is None or heap[0][0] <= start):
+            last, key, i, s = heap[0]
+            spec = s.pkts[i]
+            w = writers.get(spec[2].iface)
+            if w is not None:
+                w(spec)
+            i += 1
+            if i < len(s.pkts):
+                replace(heap, (s.pkts[i][0], key, i, s))
+            else:
+                pop(heap)
+                s.pkts = []  # let the connection's packets go
+        if sess is not None:
+            push(heap, (sess.pkts[0][0], sess.no, 0, sess))
+            first = start if first is None else first
+    for o in outs.values():
+        o.close()
+    return {"frames": {i: o.frames for i, o in outs.items()}, "marks": {i: o.marks for i, o in outs.items()},
+            "plants": plan.plants, "first_us": first, "last_us": last, "rate": plan.rate}
+
+
+def _worker(args: tuple) -> dict:
+    return write_files(*args)
+
+
+def generate(out: str | os.PathLike, packets: int, seed: int, rate: float = 20_000.0, jobs: int = 1) -> dict:
+    """Write eth0.pcap, lo.pcap and manifest.json into ``out``; returns the manifest."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        import multiprocessing
+
+        with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as ex:
+            results = list(ex.map(_worker, [(out, packets, seed, rate, (i,)) for i in ("eth0", "lo")]))
+        res = results[0]
+        for other in results[1:]:
+            res["frames"].update(other["frames"])
+            res["marks"].update(other["marks"])
+    else:
+        res = write_files(out, packets, seed, rate, ("eth0", "lo"))
+    planted = []
+    for p in res["plants"]:
+        marks = res["marks"][p["iface"]]
+        frames = {role: marks[tag] for role, tag in p["key"].items()}
+        planted.append({"id": p["id"], "detector": p["detector"], "file": p["file"], "iface": p["iface"],
+                        "flow": p["flow"], "severity": p["severity"], "key_frames": sorted(frames.values()),
+                        "frames": frames, "what": p["what"]})
+    total = sum(res["frames"].values())
+    assert total == packets, (total, packets)
+    manifest = {
+        "generator": "bench/gen.py", "version": GEN_VERSION, "seed": seed, "packets": total,
+        "files": {FILES[i]: {"iface": i, "packets": n} for i, n in sorted(res["frames"].items())},
+        "rate_pps": round(res["rate"], 1),
+        "first_ts": res["first_us"] / 1e6, "last_ts": res["last_us"] / 1e6,
+        "duration_s": round((res["last_us"] - res["first_us"]) / 1e6, 6),
+        "planted": sorted(planted, key=lambda p: (p["detector"], p["id"])),
+        "generate_s": round(time.monotonic() - started, 2),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--packets", type=int, required=True, help="total packets over eth0.pcap and lo.pcap")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", required=True, help="directory for eth0.pcap, lo.pcap and manifest.json")
+    ap.add_argument("--rate", type=float, default=20_000.0,
+                    help=f"packets per second of capture time (lower for captures under {MIN_DURATION_S:.0f} s)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="1: one process; 2: one process per file (same output)")
+    a = ap.parse_args(argv)
+    try:
+        m = generate(a.out, a.packets, a.seed, a.rate, a.jobs)
+    except ValueError as e:
+        print(f"gen.py: {e}", file=sys.stderr)
+        return 2
+    files = ", ".join(f"{f} {v['packets']}" for f, v in m["files"].items())
+    print(f"wrote {a.out}: {files}; {len(m['planted'])} planted failures; {m['duration_s']:.1f} s of capture; "
+          f"{m['generate_s']:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
