@@ -73,22 +73,24 @@ class PacketEvent:
     payload_len: int = 0
     http: HttpStart | None = None
 
+    # These run several times per packet: plain int arithmetic on the flag's value, because each IntFlag
+    # operator builds a new enum member (measured: a fifth of the pipeline's time).
     @property
     def is_syn(self) -> bool:
         """A connection request: SYN without ACK."""
-        return bool(self.flags & TcpFlags.SYN) and not self.flags & TcpFlags.ACK
+        return self.flags._value_ & 0x12 == 0x02
 
     @property
     def is_syn_ack(self) -> bool:
-        return bool(self.flags & TcpFlags.SYN) and bool(self.flags & TcpFlags.ACK)
+        return self.flags._value_ & 0x12 == 0x12
 
     @property
     def is_rst(self) -> bool:
-        return bool(self.flags & TcpFlags.RST)
+        return bool(self.flags._value_ & 0x04)
 
     @property
     def is_fin(self) -> bool:
-        return bool(self.flags & TcpFlags.FIN)
+        return bool(self.flags._value_ & 0x01)
 
     @property
     def src_endpoint(self) -> str:

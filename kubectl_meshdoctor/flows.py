@@ -11,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import Enum
 
-from .events import PacketEvent, RedirectMap, TcpFlags
+from .events import PacketEvent, RedirectMap
 
 Endpoint = tuple[str, int]
 FlowKey = tuple[str, Endpoint, Endpoint]  # (iface, client, server)
@@ -112,13 +112,13 @@ class FlowTable:
             flow.state = FlowState.RESET
         elif ev.is_syn_ack and flow.state is FlowState.SYN_SENT:
             flow.state = FlowState.ESTABLISHED
-        elif ev.flags & TcpFlags.FIN:
+        elif ev.is_fin:
             if from_client:
                 flow.client_fin = True
             else:
                 flow.server_fin = True
             flow.state = FlowState.CLOSED if flow.client_fin and flow.server_fin else FlowState.CLOSING
-        elif flow.state is FlowState.SYN_SENT and not ev.is_syn and from_client and ev.flags & TcpFlags.ACK:
+        elif flow.state is FlowState.SYN_SENT and not ev.is_syn and from_client and ev.flags._value_ & 0x10:
             flow.state = FlowState.ESTABLISHED
         self._since_sweep += 1
         if self._since_sweep >= 1024 or len(self._flows) > self.max_flows:

@@ -6,12 +6,16 @@ as they were sent, which a tolerant parser normalizes away.
 
 from __future__ import annotations
 
+import re
+
 from ..events import HttpStart
 
 _METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE ")
 # The first four bytes of every message start parse_http_start accepts: what capture filters look for.
 START_PREFIXES = tuple(sorted({m[:4] for m in _METHODS} | {b"HTTP"}))
 _MAX_HEADER_BYTES = 16_384
+# A field line whose name is a token of visible ASCII (RFC 9110 section 5.1), nothing around it, then a colon.
+_FIELD = re.compile(r"([!-9;-~]+):(.*)", re.S)
 
 
 def parse_http_start(payload: bytes) -> HttpStart | None:
@@ -22,15 +26,14 @@ def parse_http_start(payload: bytes) -> HttpStart | None:
     end = head.find(b"\r\n\r\n")
     complete = end >= 0
     block = head[:end] if complete else head
-    lines = block.split(b"\r\n")
-    start = lines[0].decode("latin-1")
+    lines = block.decode("latin-1").split("\r\n")
+    start = lines[0]
     headers: list[tuple[str, str]] = []
     raw: list[str] = []
-    for line in lines[1:]:
-        text = line.decode("latin-1")
-        name, sep, value = text.partition(":")
-        if sep and name and name == name.strip() and all(33 <= ord(c) <= 126 for c in name):
-            headers.append((name, value.strip(" \t")))
+    for text in lines[1:]:
+        m = _FIELD.fullmatch(text)
+        if m:
+            headers.append((m.group(1), m.group(2).strip(" \t")))
         else:
             raw.append(text)
     return HttpStart(start, tuple(headers), tuple(raw), complete)

@@ -115,6 +115,7 @@ class ReadResult:
     frames_read: int | None = None  # every frame tshark read, yielded or not (None if it did not say)
 
 
+_FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once: constructing an IntFlag per packet is slow
 _IO_STAT_ROW = re.compile(r"\|\s*[\d.]+\s*<>\s*(?:[\d.]+|Dur)\s*\|\s*(\d+)\s*\|")
 ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
 
@@ -152,7 +153,7 @@ def packet_from_fields(line: str, source: str, default_iface: str, force_iface: 
         sport=int(sport),
         dst=dst,
         dport=int(dport),
-        flags=TcpFlags(int(flags, 16) & 0x3F),
+        flags=_FLAGS[int(flags, 16) & 0x3F],
         seq=int(seq),
         ack=int(ack),
         payload_len=payload_len,
