@@ -39,13 +39,17 @@ def _hex(prefix: bytes) -> str:
 # of an HTTP/1 message (framing on lo; the request in a stale keep-alive race), and a pure ACK on a connection
 # whose SYN was seen but no SYN-ACK (tcp.completeness bits 1 and 2): a challenge ACK (RFC 5961 section 4).
 # Full-size segments and the ACKs of established transfers, most of a busy pod's packets, are not yielded.
-PREFILTER = ("tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0 takes no byte strings in a set
+# ``frame.number == 1`` yields the first frame of every -M session, so a restart of the numbering is always seen.
+PREFILTER = ("frame.number == 1 || tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0: no byte strings in sets
              + " || ".join(f"tcp.payload[0:4] == {_hex(s)}" for s in START_PREFIXES)
              + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))")
-ALL_TCP = "tcp"
+ALL_TCP = "frame.number == 1 || tcp"
 
+SESSION_PACKETS = 100_000
 TSHARK_ARGS = [
-    "-M", "100000",  # reset tshark's session state every 100k packets: flat memory on endless captures
+    # Reset tshark's session state every 100k packets: flat memory on endless captures. tshark then numbers
+    # frames from 1 again; read_stream adds the packets of earlier sessions back.
+    "-M", str(SESSION_PACKETS),
     "-o", "tcp.analyze_sequence_numbers:FALSE",
     "-o", "tcp.calculate_timestamps:FALSE",
     "-o", "tcp.desegment_tcp_streams:FALSE",
@@ -131,11 +135,15 @@ def _iface_of(name: str, hatype: str, ifindex: str, default_iface: str) -> str:
     return default_iface
 
 
-def packet_from_fields(line: str, source: str, default_iface: str, force_iface: bool = False) -> PacketEvent | None:
+def packet_from_fields(line: str, source: str, default_iface: str, force_iface: bool = False,
+                       frame_offset: int = 0) -> PacketEvent | None:
     """One line of tshark ``-T fields`` output (FIELDS, tab-separated) as a PacketEvent; None for TCP that is
-    not over IPv4/IPv6. ``force_iface`` puts every packet on ``default_iface`` (the user said ``FILE:IFACE``)."""
+    not over IPv4/IPv6. ``force_iface`` puts every packet on ``default_iface`` (the user said ``FILE:IFACE``);
+    ``frame_offset`` is added to tshark's frame number (the frames of earlier -M sessions)."""
     (number, ts, name, hatype, ifindex, src, dst, src6, dst6, sport, dport, flags, seq, ack, length,
      payload) = line.split("\t")
+    if not sport:
+        return None  # a session's first frame, yielded for its number, is not TCP
     if not src:
         if not src6:
             return None
@@ -148,7 +156,7 @@ def packet_from_fields(line: str, source: str, default_iface: str, force_iface: 
         ts=float(ts),
         iface=default_iface if force_iface else _iface_of(name, hatype, ifindex, default_iface),
         source=source,
-        frame=int(number),
+        frame=int(number) + frame_offset,
         src=src,
         sport=int(sport),
         dst=dst,
@@ -176,9 +184,11 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     count = 0
     last = 0
     frames_read: int | None = None
+    sessions = 0  # -M sessions before the current one: their frames come before frame 1 of this one
+    seen_any = False
 
     def handle(batch: bytes) -> None:
-        nonlocal count, last, frames_read
+        nonlocal count, last, frames_read, sessions, seen_any
         for line in batch.decode("latin-1").split("\n"):
             if not line:
                 continue
@@ -187,7 +197,10 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
                 if m:
                     frames_read = int(m.group(1))
                 continue
-            ev = packet_from_fields(line, source, iface, force_iface)
+            if line.startswith("1\t"):
+                sessions += seen_any
+                seen_any = True
+            ev = packet_from_fields(line, source, iface, force_iface, sessions * SESSION_PACKETS)
             if ev is not None:
                 count += 1
                 last = ev.frame
@@ -207,6 +220,8 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
             os.close(fd)  # PipeCapture.close() would also close it, but it runs its own event loop
         except OSError:
             pass
+    if error and "resetting session" in error:  # -M's notice, not a complaint
+        error = None
     cut = bool(error and "cut short" in error)
     return ReadResult(count, last, cut, error if error and "Running as user" not in error else None, frames_read)
 

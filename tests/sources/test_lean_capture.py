@@ -43,3 +43,19 @@ def test_reader_without_its_display_filter_finds_the_same(monkeypatch):
     report, unfiltered = _findings([DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"])
     assert unfiltered == filtered
     assert report.stats.packets == sum(report.stats.frames_read.values())  # every frame reached the pipeline
+
+
+def test_frame_numbers_survive_tshark_session_resets(monkeypatch):
+    """tshark -M numbers frames from 1 again after every reset; the reader adds earlier sessions back, so
+    evidence frames stay the frame numbers of the user's file."""
+    paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
+    whole, _ = _findings(paths)
+    args = list(tshark.TSHARK_ARGS)
+    args[args.index("-M") + 1] = "7"
+    monkeypatch.setattr(tshark, "TSHARK_ARGS", args)
+    monkeypatch.setattr(tshark, "SESSION_PACKETS", 7)
+    reset, _ = _findings(paths)
+    assert reset.problems == []  # tshark's "resetting session" notice is not a problem
+    assert [[(e.source, e.frame) for e in f.evidence] for f in reset.findings] == \
+        [[(e.source, e.frame) for e in f.evidence] for f in whole.findings]
+    assert max(e.frame for f in whole.findings for e in f.evidence) > 7
