@@ -73,8 +73,8 @@ def complete_frames(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-async def _reader(a: CaptureArg, on_event) -> ReadResult:
-    return await read_file(a.path, a.path, a.iface, on_event, force_iface=a.explicit)
+async def _reader(a: CaptureArg, on_event, gate) -> ReadResult:
+    return await read_file(a.path, a.path, a.iface, on_event, force_iface=a.explicit, gate=gate)
 
 
 async def analyze(args: list[CaptureArg], pipeline: Pipeline) -> Report:

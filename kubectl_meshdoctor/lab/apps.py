@@ -9,8 +9,13 @@ HTTP paths (every app): `/chunked` answers with a valid chunked body, `/close` a
 through them. Each response (status line, fields and body) is written with one send(), so the whole header
 block is in the first TCP segment. Events (idle closes, broken responses) are logged to stdout.
 
+`--fast` swaps in FastHttpApp, a canned keep-alive responder for load (the `load` scenario): every request
+head gets the same 200 with a Content-Length body, on `--port` and on every `--also-port`, at a small fraction
+of the HTTP app's CPU per request. It reads no request bodies (the load clients send GETs only).
+
 Run in a pod namespace:
     python -m kubectl_meshdoctor.lab.apps http [--port 5000] [--bind 0.0.0.0] [--idle-timeout S] [--broken-framing]
+    python -m kubectl_meshdoctor.lab.apps http --fast [--port 5000] [--also-port 15020]
     python -m kubectl_meshdoctor.lab.apps tcp-echo [--port 5002] [--bind 0.0.0.0]
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -176,6 +182,63 @@ class HttpApp:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+FAST_BODY = b"ok\n"
+FAST_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(FAST_BODY)
+                 + FAST_BODY)
+_FAST_CLOSE = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class _FastHttpProtocol(asyncio.Protocol):
+    """One connection of FastHttpApp: each complete request head is answered with FAST_RESPONSE, pipelined
+    heads with as many responses in one write; `Connection: close` gets a close response and a FIN."""
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._buf = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf + data if self._buf else data
+        end = buf.rfind(b"\r\n\r\n")
+        if end == -1:
+            if len(buf) > _MAX_HEAD:
+                self._transport.close()
+            self._buf = buf
+            return
+        heads = buf[:end + 4]
+        self._buf = buf[end + 4:]
+        if b"onnection" in heads and re.search(rb"(?i)\r\nconnection:[ \t]*close", heads):
+            self._transport.write(FAST_RESPONSE * (heads.count(b"\r\n\r\n") - 1) + _FAST_CLOSE)
+            self._transport.close()
+            return
+        self._transport.write(FAST_RESPONSE * heads.count(b"\r\n\r\n"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+
+
+class FastHttpApp:
+    """A keep-alive HTTP/1.1 responder for load: the same 200 for every request head, on several ports."""
+
+    def __init__(self, bind: str = "0.0.0.0", ports: tuple[int, ...] = (HTTP_PORT,)) -> None:
+        self._bind = bind
+        self._ports = ports
+
+    async def serve_forever(self) -> None:
+        """Listen on every port until cancelled; raises OSError when a port cannot be bound. The first port is
+        bound last, so a client that sees it listening finds the others listening too."""
+        loop = asyncio.get_running_loop()
+        servers = [await loop.create_server(_FastHttpProtocol, self._bind, port, reuse_address=True)
+                   for port in reversed(self._ports)]
+        try:
+            await asyncio.gather(*(server.serve_forever() for server in servers))
+        finally:
+            for server in servers:
+                server.close()
+
+
 async def _discard_body(reader: asyncio.StreamReader, request: HttpRequest) -> None:
     """Read and drop a Content-Length request body (clients here send no chunked bodies)."""
     length = request.header("content-length")
@@ -228,9 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, help="listen port (default 5000 for http, 5002 for tcp-echo)")
     parser.add_argument("--idle-timeout", type=float, help="http: close keep-alive connections idle this long (s)")
     parser.add_argument("--broken-framing", action="store_true", help="http: answer with broken framing")
+    parser.add_argument("--fast", action="store_true", help="http: canned keep-alive responder for load")
+    parser.add_argument("--also-port", type=int, action="append", default=[],
+                        help="http --fast: listen on this port too (repeatable)")
     args = parser.parse_args(argv)
-    if args.app == "http":
-        app: HttpApp | EchoApp = HttpApp(HttpAppConfig(
+    if args.app == "http" and args.fast:
+        app: HttpApp | EchoApp | FastHttpApp = FastHttpApp(args.bind, (args.port or HTTP_PORT, *args.also_port))
+    elif args.app == "http":
+        app = HttpApp(HttpAppConfig(
             bind=args.bind, port=args.port or HTTP_PORT, idle_timeout=args.idle_timeout,
             broken_framing=args.broken_framing))
     else:

@@ -1,9 +1,11 @@
 """Several capture streams delivered as one, in time order (lo and eth0 of one pod, read by separate tsharks).
 
 Each reader pushes events as tshark yields them; an event is released once every unfinished stream has shown
-a later (or equal) time, so the output is ordered while each stream is read at full speed. Buffers stay small
-while the streams advance together; ``max_buffered`` bounds them when one stream runs far ahead (its events
-are then released slightly out of order rather than held without limit).
+a later (or equal) time, so the output is ordered. A stream that runs ahead in capture time (a file with fewer
+packets per second reaches later times sooner) is held back: its reader awaits ``gate()`` before reading more,
+and the gate stays shut while that stream has ``high_water`` events waiting, so tshark blocks on its full pipe
+instead of Python buffering the file (memory stays flat however long the capture). ``max_buffered`` is a last
+bound across all streams (events are then released slightly out of order rather than held without limit).
 """
 
 from __future__ import annotations
@@ -16,17 +18,22 @@ from typing import TypeVar
 from ..events import PacketEvent
 
 R = TypeVar("R")
-Reader = Callable[[Callable[[PacketEvent], None]], Awaitable[R]]
+Gate = Callable[[], Awaitable[None]]
+Reader = Callable[[Callable[[PacketEvent], None], Gate], Awaitable[R]]
 
 
 async def merge_by_time(readers: list[Reader], on_event: Callable[[PacketEvent], None],
-                        max_buffered: int = 200_000) -> list[R | BaseException]:
+                        max_buffered: int = 200_000, high_water: int = 5_000) -> list[R | BaseException]:
     """Run every reader concurrently, calling ``on_event`` in timestamp order; returns each reader's result
-    (or the exception it raised), in the order given."""
+    (or the exception it raised), in the order given. Each reader is called as ``reader(push, gate)`` and must
+    ``await gate()`` before it reads more input."""
     n = len(readers)
     buffers: list[deque[PacketEvent]] = [deque() for _ in range(n)]
     done = [False] * n
     buffered = 0
+    open_gates = [asyncio.Event() for _ in range(n)]
+    for g in open_gates:
+        g.set()
 
     def drain() -> None:
         nonlocal buffered
@@ -40,18 +47,27 @@ async def merge_by_time(readers: list[Reader], on_event: Callable[[PacketEvent],
             _, i = min(heads)
             buffered -= 1
             on_event(buffers[i].popleft())
+            if len(buffers[i]) < high_water:
+                open_gates[i].set()
 
     def push_to(i: int) -> Callable[[PacketEvent], None]:
         def push(ev: PacketEvent) -> None:
             nonlocal buffered
             buffers[i].append(ev)
             buffered += 1
+            if len(buffers[i]) >= high_water:
+                open_gates[i].clear()
             drain()
         return push
 
+    def gate_of(i: int) -> Gate:
+        async def gate() -> None:
+            await open_gates[i].wait()
+        return gate
+
     async def run(i: int):
         try:
-            return await readers[i](push_to(i))
+            return await readers[i](push_to(i), gate_of(i))
         finally:
             done[i] = True
             drain()

@@ -16,7 +16,7 @@ import asyncio
 import os
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pyshark.capture.pipe_capture import PipeCapture
@@ -45,11 +45,12 @@ PREFILTER = ("frame.number == 1 || tcp && (tcp.flags & 0x07 || (tcp.len > 0 && (
              + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))")
 ALL_TCP = "frame.number == 1 || tcp"
 
-SESSION_PACKETS = 100_000
+# A live stream never ends, so tshark resets its session state every SESSION_PACKETS packets (-M); it then
+# numbers frames from 1 again and read_stream adds the packets of earlier sessions back. Files are read without
+# -M: with these settings tshark keeps ~30 bytes a frame, while each reset leaks ~8-10 MB (measured with tshark
+# 4.0 on a 630k-frame file: 178 MB without -M, 229 MB at -M 100000, 512 MB at -M 20000; bench/RESULTS.md).
+SESSION_PACKETS = 1_000_000
 TSHARK_ARGS = [
-    # Reset tshark's session state every 100k packets: flat memory on endless captures. tshark then numbers
-    # frames from 1 again; read_stream adds the packets of earlier sessions back.
-    "-M", str(SESSION_PACKETS),
     "-o", "tcp.analyze_sequence_numbers:FALSE",
     "-o", "tcp.calculate_timestamps:FALSE",
     "-o", "tcp.desegment_tcp_streams:FALSE",
@@ -62,9 +63,18 @@ TSHARK_ARGS = [
 
 
 class _LineBatches(BaseTsharkOutputParser):
-    """pyshark's output-parser hook: every complete line read so far, as one bytes batch."""
+    """pyshark's output-parser hook: every complete line read so far, as one bytes batch. ``gate`` is awaited
+    before each read (merge_by_time holds back a stream that runs ahead; tshark then waits on its pipe)."""
 
     DEFAULT_BATCH_SIZE = 2 ** 18
+
+    def __init__(self, gate: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._gate = gate
+
+    async def get_packets_from_stream(self, stream, existing_data, got_first_packet=True):
+        if self._gate is not None:
+            await self._gate()
+        return await super().get_packets_from_stream(stream, existing_data, got_first_packet)
 
     def _extract_packet_from_data(self, data: bytes, got_first_packet: bool = True):
         cut = data.rfind(b"\n")
@@ -79,9 +89,10 @@ class _LineBatches(BaseTsharkOutputParser):
 class _FieldsPipeCapture(PipeCapture):
     """PipeCapture whose tshark writes ``-T fields`` (FIELDS), parsed in line batches."""
 
-    def __init__(self, *args, line_buffered: bool = False, **kwargs) -> None:
+    def __init__(self, *args, line_buffered: bool = False, gate=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._line_buffered = line_buffered
+        self._gate = gate
 
     async def _get_tshark_process(self, packet_count=None):
         # As pyshark's own, with our output type; ``-l`` (flush per packet) only where latency matters (live).
@@ -98,7 +109,7 @@ class _FieldsPipeCapture(PipeCapture):
         return process
 
     def _setup_tshark_output_parser(self):
-        return _LineBatches()
+        return _LineBatches(self._gate)
 
     def close(self) -> None:
         # packets_from_tshark already ended tshark and read_stream closes the fd once. The inherited close()
@@ -170,17 +181,20 @@ def packet_from_fields(line: str, source: str, default_iface: str, force_iface: 
 
 
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
-                      force_iface: bool = False, live: bool = False, prefilter: bool = True) -> ReadResult:
+                      force_iface: bool = False, live: bool = False, prefilter: bool = True,
+                      gate: Callable[[], Awaitable[None]] | None = None) -> ReadResult:
     """Read pcap/pcapng bytes from ``fd`` until EOF, calling ``on_event`` for each TCP packet in order.
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
     ``pod/iface``); ``iface`` is used when the capture does not name the interface itself, or always with
     ``force_iface``. ``live``: tshark flushes each packet as it comes (latency over throughput).
     ``prefilter``: only the packets PREFILTER keeps (the detectors' findings are the same; counts are of those).
+    ``gate`` is awaited before each read of tshark's output (back-pressure from merge_by_time).
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
+    args = list(TSHARK_ARGS) + (["-M", str(SESSION_PACKETS)] if live else [])
     capture = _FieldsPipeCapture(fd, display_filter=PREFILTER if prefilter else ALL_TCP,
-                                 custom_parameters=list(TSHARK_ARGS), line_buffered=live)
+                                 custom_parameters=args, line_buffered=live, gate=gate)
     count = 0
     last = 0
     frames_read: int | None = None
@@ -227,7 +241,8 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
 
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],
-                    force_iface: bool = False, prefilter: bool = True) -> ReadResult:
+                    force_iface: bool = False, prefilter: bool = True,
+                    gate: Callable[[], Awaitable[None]] | None = None) -> ReadResult:
     """``read_stream`` over a capture file. Raises OSError when it cannot be opened."""
     return await read_stream(os.open(path, os.O_RDONLY), source, iface, on_event, force_iface,
-                             prefilter=prefilter)
+                             prefilter=prefilter, gate=gate)

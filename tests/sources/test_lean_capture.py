@@ -50,9 +50,7 @@ def test_frame_numbers_survive_tshark_session_resets(monkeypatch):
     evidence frames stay the frame numbers of the user's file."""
     paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
     whole, _ = _findings(paths)
-    args = list(tshark.TSHARK_ARGS)
-    args[args.index("-M") + 1] = "7"
-    monkeypatch.setattr(tshark, "TSHARK_ARGS", args)
+    monkeypatch.setattr(tshark, "TSHARK_ARGS", [*tshark.TSHARK_ARGS, "-M", "7"])
     monkeypatch.setattr(tshark, "SESSION_PACKETS", 7)
     reset, _ = _findings(paths)
     assert reset.problems == []  # tshark's "resetting session" notice is not a problem

@@ -10,8 +10,9 @@ from ..helpers import S, Wire
 
 
 def reader(events, pause_every=3):
-    async def read(push):
+    async def read(push, gate):
         for i, ev in enumerate(events):
+            await gate()
             push(ev)
             if i % pause_every == 0:
                 await asyncio.sleep(0)  # let the other reader run, as tshark output arrives in bursts
@@ -41,12 +42,46 @@ def test_a_failing_reader_is_returned_and_the_rest_still_delivered():
     w = Wire()
     w.pkt("198.18.0.1:1", "198.18.0.2:2", S)
 
-    async def broken(push):
+    async def broken(push, gate):
         raise RuntimeError("tshark crashed")
 
     out = []
     results = asyncio.run(merge_by_time([broken, reader(w.events)], out.append))
     assert isinstance(results[0], RuntimeError) and results[1] == 1 and len(out) == 1
+
+
+def test_a_stream_that_runs_ahead_is_held_at_the_high_water_mark():
+    """The stream whose times run ahead waits on its gate instead of being buffered whole."""
+    ahead, behind = Wire(iface="lo", t0=100.0), Wire(iface="eth0", t0=0.0)
+    for _ in range(500):
+        ahead.pkt("198.18.0.1:1", "198.18.0.2:2", S, dt=0.001)
+    for _ in range(50):
+        behind.pkt("198.18.0.3:1", "198.18.0.2:2", S, dt=0.001)
+    most = 0
+    out: list = []
+
+    async def slow(push, gate):
+        for ev in behind.events:
+            await gate()
+            push(ev)
+            await asyncio.sleep(0.001)  # tshark on the busier file is slower
+        return len(behind.events)
+
+    async def fast(push, gate):
+        nonlocal most
+        n = 0
+        for ev in ahead.events:
+            await gate()
+            push(ev)
+            n += 1
+            most = max(most, n - len([e for e in out if e.iface == "lo"]))
+            await asyncio.sleep(0)
+        return n
+
+    results = asyncio.run(merge_by_time([fast, slow], out.append, high_water=20))
+    assert results == [500, 50] and len(out) == 550
+    assert most <= 20  # never more than the high-water mark of lo waiting, though lo was 100 s ahead
+    assert [e.ts for e in out] == sorted(e.ts for e in out)
 
 
 def test_interface_from_file_names_and_arguments():
