@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import glob
 import os
+import shutil
+import tempfile
 import re
 import subprocess
 from dataclasses import dataclass
@@ -73,8 +77,50 @@ def complete_frames(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# tshark keeps ~75 bytes of state per frame read (tshark 4.0, our settings) and its -M reset leaks more than it
+# frees, so a big file is read in chunks of CHUNK_PACKETS, each by a fresh tshark: memory stays flat whatever
+# the file's size (bench/RESULTS.md). editcap (ships with tshark) splits by packet count, so frame numbers of
+# the user's file are the chunk's plus the packets before it. A connection whose SYN and answer straddle a chunk
+# boundary loses tshark's view of it (tcp.completeness), as with -M.
+CHUNK_PACKETS = 100_000
+CHUNK_ABOVE_BYTES = 48 << 20  # smaller files are read whole: no second copy, no extra tshark start
+
+
+async def _split(path: str, into: str) -> tuple[list[str], str | None]:
+    """editcap -c CHUNK_PACKETS: the chunk files in order, and editcap's complaint (a file cut short) if any."""
+    with open(path, "rb") as fh:
+        ext = ".pcapng" if fh.read(4) == b"\x0a\x0d\x0d\x0a" else ".pcap"
+    # A thread, not an asyncio subprocess: pyshark swaps asyncio's child watcher for one bound to the loop of
+    # the first capture it makes, and an asyncio child started under another watcher may never be reaped.
+    proc = await asyncio.to_thread(subprocess.run, ["editcap", "-c", str(CHUNK_PACKETS), path,
+                                                     os.path.join(into, "chunk" + ext)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    lines = proc.stderr.decode(errors="replace").strip().splitlines()
+    return sorted(glob.glob(os.path.join(into, "chunk_*"))), (lines[-1] if lines else None)
+
+
 async def _reader(a: CaptureArg, on_event, gate) -> ReadResult:
-    return await read_file(a.path, a.path, a.iface, on_event, force_iface=a.explicit, gate=gate)
+    if os.path.getsize(a.path) <= CHUNK_ABOVE_BYTES or not shutil.which("editcap"):
+        return await read_file(a.path, a.path, a.iface, on_event, force_iface=a.explicit, gate=gate)
+    # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR.
+    parent = os.path.dirname(os.path.abspath(a.path))
+    with tempfile.TemporaryDirectory(prefix=".meshdoctor-chunks-",
+                                     dir=parent if os.access(parent, os.W_OK) else None) as tmp:
+        chunks, complaint = await _split(a.path, tmp)
+        packets = last = frames = 0
+        error = None
+        for i, chunk in enumerate(chunks):
+            offset = i * CHUNK_PACKETS  # every chunk but the last holds exactly CHUNK_PACKETS
+            r = await read_file(chunk, a.path, a.iface, on_event, force_iface=a.explicit, gate=gate,
+                                frame_offset=offset)
+            os.unlink(chunk)
+            packets += r.packets
+            last = r.last_frame or last
+            # io,stat prints no row for a chunk of one instant; its last frame seen is then the best count.
+            frames = offset + (r.frames_read if r.frames_read is not None else max(r.last_frame - offset, 0))
+            error = r.error or error
+        cut = bool(complaint and "cut short" in complaint)
+        return ReadResult(packets, last, cut, error or (None if cut else complaint), frames)
 
 
 async def analyze(args: list[CaptureArg], pipeline: Pipeline) -> Report:

@@ -13,6 +13,7 @@ a display filter keeps the frame numbers of the user's file, unlike a BPF re-wri
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pyshark.capture.pipe_capture import PipeCapture
+from pyshark.tshark.tshark import get_tshark_version
 from pyshark.tshark.output_parser.base_parser import BaseTsharkOutputParser
 
 from ..events import HttpStart, PacketEvent, TcpFlags
@@ -86,8 +88,18 @@ class _LineBatches(BaseTsharkOutputParser):
         return packet
 
 
+@functools.lru_cache(maxsize=None)
+def _tshark_version(path: str | None):
+    return get_tshark_version(path)
+
+
 class _FieldsPipeCapture(PipeCapture):
     """PipeCapture whose tshark writes ``-T fields`` (FIELDS), parsed in line batches."""
+
+    def _get_tshark_version(self):
+        # pyshark asks `tshark -v` once per capture; a second tshark loading every dissector next to each
+        # reader doubled the start-up memory peak. The version does not change while we run.
+        return _tshark_version(self.tshark_path)
 
     def __init__(self, *args, line_buffered: bool = False, gate=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -182,7 +194,7 @@ def packet_from_fields(line: str, source: str, default_iface: str, force_iface: 
 
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
                       force_iface: bool = False, live: bool = False, prefilter: bool = True,
-                      gate: Callable[[], Awaitable[None]] | None = None) -> ReadResult:
+                      gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0) -> ReadResult:
     """Read pcap/pcapng bytes from ``fd`` until EOF, calling ``on_event`` for each TCP packet in order.
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
@@ -190,6 +202,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     ``force_iface``. ``live``: tshark flushes each packet as it comes (latency over throughput).
     ``prefilter``: only the packets PREFILTER keeps (the detectors' findings are the same; counts are of those).
     ``gate`` is awaited before each read of tshark's output (back-pressure from merge_by_time).
+    ``frame_offset`` is added to every frame number (a chunk of a larger file: the frames before it).
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
     args = list(TSHARK_ARGS) + (["-M", str(SESSION_PACKETS)] if live else [])
@@ -214,7 +227,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
             if line.startswith("1\t"):
                 sessions += seen_any
                 seen_any = True
-            ev = packet_from_fields(line, source, iface, force_iface, sessions * SESSION_PACKETS)
+            ev = packet_from_fields(line, source, iface, force_iface, frame_offset + sessions * SESSION_PACKETS)
             if ev is not None:
                 count += 1
                 last = ev.frame
@@ -242,7 +255,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],
                     force_iface: bool = False, prefilter: bool = True,
-                    gate: Callable[[], Awaitable[None]] | None = None) -> ReadResult:
+                    gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0) -> ReadResult:
     """``read_stream`` over a capture file. Raises OSError when it cannot be opened."""
     return await read_stream(os.open(path, os.O_RDONLY), source, iface, on_event, force_iface,
-                             prefilter=prefilter, gate=gate)
+                             prefilter=prefilter, gate=gate, frame_offset=frame_offset)

@@ -57,3 +57,26 @@ def test_frame_numbers_survive_tshark_session_resets(monkeypatch):
     assert [[(e.source, e.frame) for e in f.evidence] for f in reset.findings] == \
         [[(e.source, e.frame) for e in f.evidence] for f in whole.findings]
     assert max(e.frame for f in whole.findings for e in f.evidence) > 7
+
+
+def test_big_files_read_in_chunks_keep_the_file_frame_numbers(monkeypatch, tmp_path):
+    """A file over the chunk threshold is split by editcap and read by one tshark per chunk: the same findings,
+    the same evidence frames, every frame counted; a chunked file cut short is still reported as cut."""
+    import kubectl_meshdoctor.analyze as analyze_mod
+
+    paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
+    whole, _ = _findings(paths)
+    monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
+    monkeypatch.setattr(analyze_mod, "CHUNK_PACKETS", 7)
+    chunked, _ = _findings(paths)
+    assert [[(e.source, e.frame) for e in f.evidence] for f in chunked.findings] == \
+        [[(e.source, e.frame) for e in f.evidence] for f in whole.findings]
+    assert chunked.stats.frames_read == whole.stats.frames_read and chunked.problems == []
+    assert not list(DATA.glob(".meshdoctor-chunks-*"))  # the chunks are gone
+
+    data = (DATA / "lab-collision-eth0.pcap").read_bytes()
+    cut = tmp_path / "eth0.pcap"
+    cut.write_bytes(data[:-7])
+    report, _ = _findings([cut])
+    (problem,) = report.problems
+    assert "cut short" in problem["what"] and problem["cut_after_frame"] == 32
