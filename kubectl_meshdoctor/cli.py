@@ -153,8 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also save the lo and eth0 captures in DIR, as captured (add --full-capture for every "
                    "TCP packet; they carry secrets: only on request)")
     w.add_argument("--full-capture", action="store_true",
-                   help="capture every TCP packet; by default tcpdump in the pod leaves out data segments that "
-                   "start no HTTP/1 message (no detector reads them; this keeps up with busy pods)")
+                   help="capture every TCP packet; by default tcpdump in the pod keeps what a detector reads "
+                   "(SYN/FIN/RST, HTTP/1 message starts on lo, pure ACKs on eth0), which keeps up with busier pods")
 
     ll = sub.add_parser("log-level", help="show or change the sidecars' Envoy log levels (like istioctl "
                         "proxy-config log)", description="Show or change Envoy log levels of the sidecar of "

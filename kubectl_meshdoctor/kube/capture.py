@@ -29,28 +29,34 @@ from .client import Kube, api_error_message
 CAPTURE_SCRIPT = (
     'exec 3<&0; '
     '( cat <&3 >/dev/null 2>&1; kill -INT $$ 2>/dev/null ) >/dev/null 2>&1 & '
-    'exec timeout -s INT "$1" tcpdump -i "$2" -p -n -s 262144 --immediate-mode -U -w - "$3"'
+    'exec timeout -s INT "$1" tcpdump -i "$2" -p -n -s 262144 -B 32768 --immediate-mode -U -w - "$3"'
 )
+# -B 32768 (KiB): with --immediate-mode libpcap gives each ring slot the snaplen (capped near 64 KiB), so the
+# default 2 MiB ring held ~32 packets and dropped bursts even at 5k packets/s (lo sees every packet twice).
 FULL_FILTER = "tcp"
 
 
-def _lean_filter() -> str:
+def lean_filter(iface: str | None = None) -> str:
+    """The BPF a live watch captures with on ``iface`` (None: what either interface needs).
+
+    Only what a detector reads crosses the exec stream: SYN, FIN and RST everywhere; on ``lo`` the segments that
+    start an HTTP/1 message (framing, stale keep-alive); on the pod's other interfaces pure ACKs (a challenge ACK
+    is one: four-tuple collisions are seen on eth0). Full-size data segments and the ACKs of transfers on lo,
+    most of a busy pod's packets and nearly all its bytes, stay in the pod. IPv6 is kept whole: BPF cannot index
+    TCP behind an IPv6 header. bench/RESULTS.md has what it saves."""
     from ..sources.http1 import START_PREFIXES
 
     payload = "tcp[((tcp[12]&0xf0)>>2):4]"
     starts = " or ".join(f"{payload} = 0x{p.hex()}" for p in START_PREFIXES)
-    return ("(ip and tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0"
-            " or ip[2:2] - ((ip[0]&0xf)<<2) - ((tcp[12]&0xf0)>>2) == 0"
-            f" or {starts})) or (ip6 and tcp)")
+    pure_ack = "ip[2:2] - ((ip[0]&0xf)<<2) - ((tcp[12]&0xf0)>>2) == 0"
+    wanted = {"lo": [starts], None: [pure_ack, starts]}.get(iface, [pure_ack])
+    return (f"(ip and tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0 or {' or '.join(wanted)}))"
+            " or (ip6 and tcp)")
 
 
-# What a live watch captures unless the user keeps the pcap files: every IPv4 TCP packet except the data
-# segments that do not start an HTTP/1 message (most of a busy pod's packets and nearly all of its bytes; no
-# detector reads them). SYN, FIN, RST, pure ACKs (a challenge ACK is one) and message starts stay; IPv6 is kept
-# whole because BPF cannot index TCP behind an IPv6 header. It runs in the pod's kernel, before the bytes cross
-# the exec stream, which is what keeps up at 20k packets/s (bench/RESULTS.md).
-LEAN_FILTER = _lean_filter()
-DEFAULT_FILTER = LEAN_FILTERSTOP_GRACE_S = 10.0  # how long tcpdump may take to flush and exit after we asked it to stop
+LEAN_FILTER = lean_filter()
+DEFAULT_FILTER = LEAN_FILTER
+STOP_GRACE_S = 10.0  # how long tcpdump may take to flush and exit after we asked it to stop
 
 
 def capture_command(iface: str, max_seconds: int, bpf: str = DEFAULT_FILTER) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.analyze import CaptureArg, analyze
-from kubectl_meshdoctor.kube.capture import LEAN_FILTER
+from kubectl_meshdoctor.kube.capture import lean_filter
 from kubectl_meshdoctor.pipeline import Pipeline
 from kubectl_meshdoctor.sources import tshark
 
@@ -26,9 +26,9 @@ def _findings(paths, monkeypatch=None):
 
 def test_lean_capture_gives_the_same_findings(tmp_path):
     lean = []
-    for name in ("lab-collision-eth0.pcap", "lab-collision-lo.pcap"):
+    for name, iface in (("lab-collision-eth0.pcap", "eth0"), ("lab-collision-lo.pcap", "lo")):
         out = tmp_path / name
-        subprocess.run(["tcpdump", "-r", str(DATA / name), "-w", str(out), LEAN_FILTER], check=True,
+        subprocess.run(["tcpdump", "-r", str(DATA / name), "-w", str(out), lean_filter(iface)], check=True,
                        capture_output=True)
         lean.append(out)
     full_report, full = _findings([DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"])
