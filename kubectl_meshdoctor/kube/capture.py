@@ -120,7 +120,8 @@ class ExecCapture:
         return int(m.group(1)) if m else None
 
     def _run(self) -> None:
-        tee = open(self.tee_path, "wb") if self.tee_path else None
+        # Unbuffered: the copy on disk is read while the capture runs (saving a finding from the TUI).
+        tee = open(self.tee_path, "wb", buffering=0) if self.tee_path else None
         ws = None
         try:
             ws = k8s_stream(

@@ -71,6 +71,7 @@ class PathPrompt(ModalScreen[tuple[str, bool] | None]):
     #prompt-warning { color: $warning; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    AUTO_FOCUS = "#prompt-path"
 
     def __init__(self, title: str, default: str) -> None:
         super().__init__()

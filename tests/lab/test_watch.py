@@ -204,15 +204,18 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
         table.move_cursor(row=next(i for i in range(table.row_count) if table.get_row_at(i)[2] == "tuple-collision"
                                    and str(table.get_row_at(i)[1]) == "error"))
         chosen = app.selected
+        said: list[str] = []  # what the app notified (a toast expires before a slow failure would be seen)
+        notify = app.notify
+        app.notify = lambda message, **kw: (said.append(str(message)), notify(message, **kw))[1]
         time_s_pressed = time.monotonic()
         await pilot.press("s")
-        while not isinstance(app.screen, PathPrompt):
+        while not (isinstance(app.screen, PathPrompt) and app.screen.query_one("#prompt-path", Input).has_focus):
             assert time.monotonic() < time_s_pressed + 10
             await pilot.pause(0.05)
         app.screen.query_one("#prompt-path", Input).value = str(saved)
         await pilot.press("enter")
         while not saved.exists():
-            assert time.monotonic() < time_s_pressed + 60, [str(n.message) for n in app._notifications]
+            assert time.monotonic() < time_s_pressed + 60, said
             await pilot.pause(0.1)
         await pilot.press("q")
         while app.is_running and time.monotonic() < time_s_pressed + 120:

@@ -91,7 +91,8 @@ async def test_s_saves_a_pcapng_that_analyze_reads_back_to_the_same_finding(tmp_
         await ready(app, pilot)
         selected = app.selected
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, PathPrompt))
+        await wait_for(pilot, lambda: isinstance(app.screen, PathPrompt)
+                       and app.screen.query_one("#prompt-path", Input).has_focus)
         box = app.screen.query_one("#prompt-path", Input)
         assert box.value.endswith(f"meshdoctor-tuple-collision-{selected.evidence[0].frame}.pcapng")
         box.value = str(out)
@@ -113,7 +114,8 @@ async def test_e_exports_the_report_with_the_ladder(tmp_path):
     async with app.run_test(size=(160, 50)) as pilot:
         await ready(app, pilot)
         await pilot.press("e")
-        await wait_for(pilot, lambda: isinstance(app.screen, PathPrompt))
+        await wait_for(pilot, lambda: isinstance(app.screen, PathPrompt)
+                       and app.screen.query_one("#prompt-path", Input).has_focus)
         app.screen.query_one("#prompt-path", Input).value = str(out)
         await pilot.press("enter")
         await wait_for(pilot, out.exists)
