@@ -82,7 +82,7 @@ def complete_frames(path: str) -> int | None:
 # the file's size (bench/RESULTS.md). editcap (ships with tshark) splits by packet count, so frame numbers of
 # the user's file are the chunk's plus the packets before it. A connection whose SYN and answer straddle a chunk
 # boundary loses tshark's view of it (tcp.completeness), as with -M.
-CHUNK_PACKETS = 100_000
+CHUNK_PACKETS = 50_000
 CHUNK_ABOVE_BYTES = 48 << 20  # smaller files are read whole: no second copy, no extra tshark start
 
 
