@@ -183,3 +183,23 @@ async def test_a_slow_start_up_step_shows_what_is_waited_on_and_for_how_long():
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running)
         assert asyncio.get_running_loop()  # the app left without a report and without an error
+
+
+async def test_the_mouse_selects_a_finding_and_clicks_the_footer_keys():
+    from dataclasses import replace
+
+    app = collision_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await ready(app, pilot)
+        first = app.findings[0]
+        app.hooks.on_finding(replace(first, title="a second finding", severity=Severity.WARNING))
+        table = app.query_one("#findings", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 2)
+        assert app.selected.title == "a second finding"  # the newest, on top, followed
+        await pilot.click("#findings", offset=(4, 2))  # the second row (row 0 is the header)
+        await wait_for(pilot, lambda: app.selected is first)
+        assert first.title in screen_text(app, "#detail")
+        await pilot.click("Footer", offset=(15, 0))  # the footer's "? Help"
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await pilot.press("q")
