@@ -68,7 +68,8 @@ class _LineBatches(BaseTsharkOutputParser):
     """pyshark's output-parser hook: every complete line read so far, as one bytes batch. ``gate`` is awaited
     before each read (merge_by_time holds back a stream that runs ahead; tshark then waits on its pipe)."""
 
-    DEFAULT_BATCH_SIZE = 2 ** 18
+    # ~250 lines a batch: parsing one takes ~10 ms, and the event loop (a TUI's screen) runs between batches.
+    DEFAULT_BATCH_SIZE = 2 ** 15
 
     def __init__(self, gate: Callable[[], Awaitable[None]] | None = None) -> None:
         self._gate = gate
@@ -76,6 +77,8 @@ class _LineBatches(BaseTsharkOutputParser):
     async def get_packets_from_stream(self, stream, existing_data, got_first_packet=True):
         if self._gate is not None:
             await self._gate()
+        # A read from a StreamReader that already holds data does not suspend: yield to the loop ourselves.
+        await asyncio.sleep(0)
         return await super().get_packets_from_stream(stream, existing_data, got_first_packet)
 
     def _extract_packet_from_data(self, data: bytes, got_first_packet: bool = True):

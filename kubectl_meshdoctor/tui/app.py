@@ -30,8 +30,10 @@ from ..redact import SENSITIVE_HEADERS
 from ..report import RENDERERS, Report
 
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
-PACKET_ROWS = 500  # rows the packets pane shows at most (the newest that match)
+PACKET_ROWS = 200  # rows the packets pane shows at most (the newest that match): a redraw stays ~20 ms
 NARROW = 110  # below this many columns the panes stack
+# Progress messages of start-up steps that wait on something (live.watch, kube.debug): shown with their age.
+_WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
 
 
 @dataclass(slots=True)
@@ -179,6 +181,7 @@ class MeshDoctorApp(App[Report | None]):
         self.sub_title = self.session.describe
         self._apply_width(self.size.width)
         self.set_interval(0.5, self._refresh)
+        self.set_interval(1.0, self._refresh_packets)  # the costliest pane: once a second is enough to read
         self._run_session()
 
     def on_resize(self, event) -> None:
@@ -348,7 +351,7 @@ class MeshDoctorApp(App[Report | None]):
             dropped = ""
         progress = self.last_progress
         waited = time.monotonic() - self._progress_since
-        if self.report is None and self.error is None and not progress.startswith("capturing") and waited >= 2:
+        if self.report is None and self.error is None and progress.startswith(_WAITING_STEPS) and waited >= 2:
             progress += f" ({waited:.0f} s)"  # a slow step shows that it is still being waited on
         held = len(self.findings) - self._shown
         state = f"PAUSED (p resumes; {held} new findings held)  " if self.paused else ""
@@ -366,7 +369,6 @@ class MeshDoctorApp(App[Report | None]):
             return
         self._refresh_pods()
         self._show_new_findings()
-        self._refresh_packets()
 
     # -- keys ---------------------------------------------------------------------------------------------
     def action_help(self) -> None:
