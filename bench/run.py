@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"WARNING: {r['packets']} packets: analyze's report lists a problem: {p.get('where')}: "
                   f"{p.get('what')}")
     for line in bad:
-        print(f"REGRESSION: {line}")
+        print(f"GOAL MISSED: {line}")
     if not bad:
         print("OK: no regression")
     if a.json:

@@ -53,6 +53,9 @@ def iface_from_name(path: str) -> str:
 
 def check_capture(path: str) -> None:
     """Raise InputError unless ``path`` is a readable pcap or pcapng file."""
+    if os.path.exists(path) and not os.path.isdir(path) and not os.path.isfile(path):
+        # Reading the magic from a pipe would take those bytes from tshark, which then finds nothing.
+        raise InputError(f"{path}: not a regular file (a pipe or device); save the capture to a file first")
     try:
         with open(path, "rb") as fh:
             magic = fh.read(4)

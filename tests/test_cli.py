@@ -33,6 +33,16 @@ def test_analyze_directory(tmp_path):
     assert_one_line_error(meshdoctor("analyze", str(tmp_path)), "is a directory")
 
 
+def test_analyze_a_pipe_is_refused_not_read_empty():
+    """Reading the magic from a pipe would steal it from tshark, which then silently finds nothing."""
+    from pathlib import Path
+
+    capture = (Path(__file__).parent / "data" / "lab-collision-eth0.pcap").read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", "/dev/stdin"], input=capture,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 2 and b"not a regular file" in proc.stderr and proc.stderr.count(b"\n") == 1
+
+
 def test_no_command_prints_help_and_exits_2():
     proc = meshdoctor()
     assert proc.returncode == 2 and "watch" in proc.stdout and "analyze" in proc.stdout

@@ -113,7 +113,7 @@ def render_text(report: Report) -> str:
             for line in occ.access_log:
                 lines.append(f"      access log: {line}")
             for name, value in sorted(occ.counters.items()):
-                lines.append(f"      counter: {name} +{value}")
+                lines.append(f"      counter: {name} {value:+}")
         if f.explanation:
             lines.append(f"  why: {f.explanation}" + (" (shown for #1)" if len(group) > 1 else ""))
         if f.remediation:

@@ -80,7 +80,7 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
     lines.append("evidence:")
     lines += [f"  {e.source} frame {e.frame}: {e.what}" for e in f.evidence]
     lines += [f"  access log: {line}" for line in f.access_log]
-    lines += [f"  counter: {name} +{value}" for name, value in sorted(f.counters.items())]
+    lines += [f"  counter: {name} {value:+}" for name, value in sorted(f.counters.items())]
     return "\n".join(lines)
 
 
@@ -162,10 +162,10 @@ class MeshDoctorApp(App[Report | None]):
                 yield pods
                 table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
                 table.add_column("#", key="n")
-                table.add_columns("severity", "detector", "flags", "finding", "flow")
+                table.add_columns("severity", "detector", "flags", "client", "finding")
                 yield table
             with ScrollableContainer(id="detail-box"):
-                yield Static("No findings yet. Capturing...", id="detail", markup=False)
+                yield Static("No findings yet.", id="detail", markup=False)
                 yield Static("", id="ladder", markup=False)
                 yield Static("", id="explain", markup=False)
         with Vertical(id="packets-box"):
@@ -222,7 +222,7 @@ class MeshDoctorApp(App[Report | None]):
         for n in range(self._shown, len(self.findings)):
             f = self.findings[n]
             table.add_row(n + 1, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
-                          ",".join(f.envoy_flags), f.title, f"{f.flow.client} -> {f.flow.server}", key=str(n))
+                          ",".join(f.envoy_flags), f.flow.client, f.title, key=str(n))
         self._shown = len(self.findings)
         table.sort("n", reverse=True)  # newest first
         if following:
@@ -395,7 +395,8 @@ class MeshDoctorApp(App[Report | None]):
 
         frame = next((e.frame for e in f.evidence if e.frame), 0)
         default = os.path.join(os.getcwd(), f"meshdoctor-{f.detector}-{frame}.pcapng")
-        self.push_screen(PathPrompt(f"Save the packets of: {f.title}", default),
+        self.push_screen(PathPrompt(f"Save the packets of #{self.findings.index(f) + 1}: {f.title}\n"
+                                    f"{f.flow.client} -> {f.flow.server} on {f.flow.iface}, frame {frame}", default),
                          lambda answer: answer and self._save(f, *answer))
 
     @work(exit_on_error=False, group="save")

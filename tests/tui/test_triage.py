@@ -139,7 +139,7 @@ async def test_p_pauses_the_display_while_findings_keep_coming():
         assert table.row_count == shown
         await pilot.press("p")
         await wait_for(pilot, lambda: table.row_count == shown + 1)
-        assert table.get_row_at(0)[4] == "held while paused"  # newest first
+        assert table.get_row_at(0)[5] == "held while paused"  # newest first
         assert "PAUSED" not in screen_text(app, "#status")
         await pilot.press("q")
 
