@@ -3,9 +3,9 @@
 Replays a generated capture (bench/gen.py, cached like bench/run) into the real app (``analyze --tui``'s
 session, headless through Textual's pilot) as fast as tshark reads it, which is faster than any live pod, and
 meanwhile asks the app's event loop for a tick every 50 ms. It prints the packets/s replayed, how late the
-ticks came (median, p99, max: a tick late by more than a frame means parsing blocked the screen), and how often
-the status line changed. Exit 1 when p99 lateness exceeds --max-late-ms (default 100) or the status did not
-change at least once a second.
+ticks came (median, p99, max: a tick late by more than a frame means parsing blocked the screen), and the
+longest gap between two refreshes of the header and findings (every 0.5 s when nothing blocks). Exit 1 when p99
+lateness exceeds --max-late-ms (default 100) or a refresh gap exceeds 1 s.
 """
 
 from __future__ import annotations
@@ -31,7 +31,14 @@ TICK_S = 0.05
 async def measure(d: Path) -> dict:
     app = MeshDoctorApp(file_session([CaptureArg.parse(str(d / "eth0.pcap")), CaptureArg.parse(str(d / "lo.pcap"))]))
     late: list[float] = []
-    status_changes: list[float] = []
+    refreshes: list[float] = []
+    refresh = app._refresh
+
+    def timed_refresh() -> None:  # the header and findings refresh, timed where it runs
+        refreshes.append(time.monotonic())
+        refresh()
+
+    app._refresh = timed_refresh
     async with app.run_test(size=(150, 45)) as pilot:
         started = time.monotonic()
         last_status = ""
@@ -39,21 +46,18 @@ async def measure(d: Path) -> dict:
             asked = time.monotonic()
             await asyncio.sleep(TICK_S)
             late.append(max(time.monotonic() - asked - TICK_S, 0.0))
-            status = str(app.query_one("#status").render())
-            if status != last_status:
-                status_changes.append(time.monotonic())
-                last_status = status
+            last_status = str(app.query_one("#status").render())
             if time.monotonic() - started > 600:
                 raise SystemExit("bench/tui: the replay did not end within 600 s")
         wall = time.monotonic() - started
         packets = sum(app.session.stats().frames_read.values()) or app.session.stats().packets
         await pilot.press("q")
-    gaps = [b - a for a, b in zip(status_changes, status_changes[1:])]
+    gaps = [b - a for a, b in zip(refreshes, refreshes[1:])]
     late.sort()
     return {"wall_s": round(wall, 2), "frames_read": packets, "packets_per_s": round(packets / wall),
             "late_ms_median": round(statistics.median(late) * 1000, 1),
             "late_ms_p99": round(late[int(len(late) * 0.99) - 1] * 1000, 1), "late_ms_max": round(late[-1] * 1000, 1),
-            "status_gap_max_s": round(max(gaps), 2) if gaps else None, "ticks": len(late)}
+            "refresh_gap_max_s": round(max(gaps), 2) if gaps else None, "ticks": len(late)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     r = asyncio.run(measure(d))
     print(f"replayed {r['frames_read']} packets in {r['wall_s']} s ({r['packets_per_s']} packets/s) into the TUI; "
           f"event-loop ticks late by median {r['late_ms_median']} ms, p99 {r['late_ms_p99']} ms, "
-          f"max {r['late_ms_max']} ms ({r['ticks']} ticks); status line changed at least every "
-          f"{r['status_gap_max_s']} s")
-    ok = r["late_ms_p99"] <= a.max_late_ms and (r["status_gap_max_s"] or 0) <= 1.0
+          f"max {r['late_ms_max']} ms ({r['ticks']} ticks); header and findings refreshed at least every "
+          f"{r['refresh_gap_max_s']} s")
+    ok = r["late_ms_p99"] <= a.max_late_ms and (r["refresh_gap_max_s"] or 0) <= 1.0
     print("OK" if ok else "REGRESSION: the screen was blocked")
     return 0 if ok else 1
 

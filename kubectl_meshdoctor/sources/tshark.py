@@ -208,6 +208,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     ``frame_offset`` is added to every frame number (a chunk of a larger file: the frames before it).
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
+    await asyncio.to_thread(_tshark_version, None)  # `tshark -v` once, off the event loop (a screen may run there)
     args = list(TSHARK_ARGS) + (["-M", str(SESSION_PACKETS)] if live else [])
     capture = _FieldsPipeCapture(fd, display_filter=PREFILTER if prefilter else ALL_TCP,
                                  custom_parameters=args, line_buffered=live, gate=gate)

@@ -30,7 +30,7 @@ from ..redact import SENSITIVE_HEADERS
 from ..report import RENDERERS, Report
 
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
-PACKET_ROWS = 200  # rows the packets pane shows at most (the newest that match): a redraw stays ~20 ms
+PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match): a redraw stays short
 NARROW = 110  # below this many columns the panes stack
 # Progress messages of start-up steps that wait on something (live.watch, kube.debug): shown with their age.
 _WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
