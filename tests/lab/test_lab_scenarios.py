@@ -242,11 +242,29 @@ def test_syn_drop_retransmits_the_same_syn_until_the_rule_goes(scenario_lab: Lab
           f"SYN-ACK frame {synack.number}, connect took {result.connect_s} s")
 
 
+def _closed_back(pcap: Path, app: tuple[str, int]) -> bool:
+    """Whether the capture so far holds the sidecar's FIN after the app's FIN on the /close connection."""
+    try:
+        lo = _frames(pcap)
+    except (subprocess.CalledProcessError, ValueError):  # read while tcpdump writes: a record may be half there
+        return False
+    close = next((f for f in lo if (f.src, f.sport) == app and b"\r\nConnection: close\r\n" in f.payload), None)
+    if close is None:
+        return False
+    upstream = (_SIDECAR, close.dport)
+    fin = next((f for f in lo if f.number >= close.number and f.is_(app, upstream) and f.flags & _FIN), None)
+    return fin is not None and any(f.number > fin.number and f.is_(upstream, app) and f.flags & _FIN for f in lo)
+
+
 def test_healthy_http_has_200s_only_and_no_rst_on_lo(scenario_lab: LabState, tmp_path: Path) -> None:
     pod = scenario_lab.pod("healthy-http")
     before = _log_len(scenario_lab, "healthy-http")
     with _capture(pod, tmp_path) as pcaps:
         result = lab.trigger_round(scenario_lab, "healthy-http")
+        # The sidecar closes its side of /close's upstream connection once it reads the app's FIN; on a busy
+        # machine that can come after the round has returned, so the capture waits for it (bounded).
+        _wait_until("the sidecar's FIN back to the app on lo", 10.0,
+                    lambda: _closed_back(pcaps["lo"], (pod.pod_ip, 5000)))
 
     assert result.errors == (), result
     assert result.statuses == (200,) * (3 + HEALTHY_SHORT_CONNECTIONS)
