@@ -106,6 +106,12 @@ def endpoint(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
+def split_endpoint(text: str) -> tuple[str, str]:
+    """``endpoint``'s inverse: (ip without brackets, port as written)."""
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), port
+
+
 @dataclass(frozen=True, slots=True)
 class RedirectMap:
     """Which inbound pod ports Istio's nat rules REDIRECT to which listener port.

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import dpkt
 from dpkt import pcapng
 
+from .events import split_endpoint
 from .findings import Finding
 
 CONTEXT_BEFORE_S = 300.0  # the flow table's idle limit: a peer connection older than this is not part of it
@@ -34,17 +35,12 @@ class Saved:
     frames: dict[str, list[int]]  # source -> the frame numbers copied from it
 
 
-def _host_port(endpoint: str) -> tuple[str, str]:
-    host, _, port = endpoint.rpartition(":")
-    return host.strip("[]"), port
-
-
 def selection_filter(f: Finding, source: str) -> str:
     """The tshark display filter that picks ``f``'s packets out of ``source``."""
     frames = sorted({e.frame for e in f.evidence if e.source == source and e.frame})
     times = [e.ts for e in f.evidence if e.source == source and e.frame]
     parts = [f"frame.number in {{{', '.join(map(str, frames))}}}"] if frames else []
-    host, port = _host_port(f.flow.client)
+    host, port = split_endpoint(f.flow.client)
     if host and port.isdigit() and times:
         addr = "ipv6.addr" if ":" in host else "ip.addr"
         parts.append(f"({addr} == {host} && tcp.port == {port} && frame.time_epoch >= "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .events import split_endpoint
 from .findings import Evidence, Finding
 
 LANES = ("client", "eth0", "sidecar", "app (lo)")
@@ -31,14 +32,6 @@ class Arrow:
     what: str
 
 
-def _port(endpoint: str) -> str:
-    return endpoint.rpartition(":")[2]
-
-
-def _host(endpoint: str) -> str:
-    return endpoint.rpartition(":")[0]
-
-
 def arrows(f: Finding) -> list[Arrow]:
     """The finding's packet evidence (those with endpoints) as arrows in time order.
 
@@ -54,8 +47,8 @@ def arrows(f: Finding) -> list[Arrow]:
         if e.iface == "lo":
             start, end = (3, 2) if e.src == f.flow.server else (2, 3)
         else:
-            start, end = (2, 0) if _host(e.src) == _host(f.flow.server) else (0, 2)
-        label = f"{e.flags} :{_port(e.src)}→:{_port(e.dst)}"
+            start, end = (2, 0) if split_endpoint(e.src)[0] == split_endpoint(f.flow.server)[0] else (0, 2)
+        label = f"{e.flags} :{split_endpoint(e.src)[1]}→:{split_endpoint(e.dst)[1]}"
         if e.payload_len:
             label += f" {e.payload_len}B"
         out.append(Arrow(start, end, (e.ts - t0) * 1000, label, e.frame, e.what))
