@@ -632,6 +632,12 @@ class Plan:
         self.plants.append(p)
         return p
 
+    def _plant_legs(self, sess: Session, t0: int, no: int, port: int) -> tuple[Leg, Leg, str]:
+        """The eth0 and lo legs of planted failure ``no`` (IPv4, its own client, a reserved sidecar port)."""
+        eth, lo, client, _ = self._legs(sess, t0, False, port, client=self.plant_clients4[no],
+                                        lo_port=self.ports.reserve(SIDECAR4))
+        return eth, lo, client
+
     def _tag(self, plant_no: int, role: str) -> str:
         return f"p{plant_no}:{role}"
 
@@ -689,8 +695,7 @@ class Plan:
         """lo: the app answers with framing Envoy rejects; Envoy closes the upstream and answers 502 UPE."""
         r = self.rng
         sess = Session()
-        eth, lo, client, _ = self._legs(sess, t0, False, 8080, client=self.plant_clients4[no],
-                                        lo_port=self.ports.reserve(SIDECAR4))
+        eth, lo, client = self._plant_legs(sess, t0, no, 8080)
         tg = lambda role: self._tag(no, role)  # noqa: E731
         t = eth.handshake(t0, 20) + 100 + r.randrange(300)
         down, up = self.content.request(8080, client)
@@ -732,8 +737,7 @@ class Plan:
         request on it; the app's kernel resets; the caller gets 503 UC."""
         r = self.rng
         sess = Session()
-        eth, lo, client, _ = self._legs(sess, t0, False, 8080, client=self.plant_clients4[no],
-                                        lo_port=self.ports.reserve(SIDECAR4))
+        eth, lo, client = self._plant_legs(sess, t0, no, 8080)
         tg = lambda role: self._tag(no, role)  # noqa: E731
         t = eth.handshake(t0, 20) + 100 + r.randrange(300)
         for i in range(2):
@@ -763,8 +767,7 @@ class Plan:
         """lo: the sidecar's SYN to the app port meets no listener: RST; the caller gets 503 UF."""
         r = self.rng
         sess = Session()
-        eth, lo, client, _ = self._legs(sess, t0, False, 9090, client=self.plant_clients4[no],
-                                        lo_port=self.ports.reserve(SIDECAR4))
+        eth, lo, client = self._plant_legs(sess, t0, no, 9090)
         tg = lambda role: self._tag(no, role)  # noqa: E731
         t = eth.handshake(t0, 20)
         t += 100 + r.randrange(300)
@@ -789,8 +792,7 @@ class Plan:
         caller 503 UF."""
         r = self.rng
         sess = Session()
-        eth, lo, client, _ = self._legs(sess, t0, False, 8080, client=self.plant_clients4[no],
-                                        lo_port=self.ports.reserve(SIDECAR4))
+        eth, lo, client = self._plant_legs(sess, t0, no, 8080)
         tg = lambda role: self._tag(no, role)  # noqa: E731
         if on_lo:
             t = eth.handshake(t0, 20) + 100 + r.randrange(300)
