@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import DataTable
-
 from kubectl_meshdoctor.analyze import CaptureArg
 from kubectl_meshdoctor.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.tui.screens import HelpScreen
 from kubectl_meshdoctor.tui.run import file_session
 
-from .test_app import screen_text, wait_for
+from .test_app import wait_for
+from .test_triage import ready
 
 DATA = Path(__file__).parent.parent / "data"
 SIZE = (150, 48)
@@ -27,10 +26,7 @@ def _app() -> MeshDoctorApp:
 
 
 async def _replayed(pilot) -> None:
-    app = pilot.app
-    await wait_for(pilot, lambda: app.query_one("#findings", DataTable).row_count >= 1
-                   and "q quits" in screen_text(app, "#status")
-                   and app.query_one("#packets", DataTable).row_count > 0)
+    await ready(pilot.app, pilot)
     await pilot.pause(0.6)  # one more refresh tick: every pane has drawn the final state
 
 
