@@ -17,6 +17,7 @@ import functools
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -126,6 +127,19 @@ class _FieldsPipeCapture(PipeCapture):
     def _setup_tshark_output_parser(self):
         return _LineBatches(self._gate)
 
+    async def _cleanup_subprocess(self, process):
+        if self._eof_reached:
+            # tshark closed its output: it is exiting by itself. Wait for it instead of pyshark's kill(): that
+            # polls (reaps) the child first, racing asyncio's child watcher, which then logs "Unknown child
+            # process" on stderr; and pyshark treats any non-zero exit after the end of output as a crash,
+            # while tshark exits 2 for a capture cut short, which read_stream reports from tshark's last line.
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+                return
+            except asyncio.TimeoutError:
+                pass
+        await super()._cleanup_subprocess(process)
+
     def close(self) -> None:
         # packets_from_tshark already ended tshark and read_stream closes the fd once. The inherited close()
         # (also run from __del__) would start an event loop, which fails inside ours, and close the fd number
@@ -174,6 +188,9 @@ def packet_from_fields(line: str, source: str, default_iface: str, force_iface: 
         if not src6:
             return None
         src, dst = src6, dst6
+    # A pod talks with few addresses: one string each, not two new ones per packet (memory while the time
+    # merge holds events back).
+    src, dst = sys.intern(src), sys.intern(dst)
     payload_len = int(length) if length else 0
     http: HttpStart | None = None
     if payload_len and payload:
@@ -210,8 +227,12 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     """
     await asyncio.to_thread(_tshark_version, None)  # `tshark -v` once, off the event loop (a screen may run there)
     args = list(TSHARK_ARGS) + (["-M", str(SESSION_PACKETS)] if live else [])
+    # Our running loop, given: without one, pyshark installs a new SafeChildWatcher for every capture, and a
+    # tshark started under the previous watcher is then reaped by nobody ("Unknown child process pid N, will
+    # report returncode 255" when chunks are read one after another).
     capture = _FieldsPipeCapture(fd, display_filter=PREFILTER if prefilter else ALL_TCP,
-                                 custom_parameters=args, line_buffered=live, gate=gate)
+                                 custom_parameters=args, line_buffered=live, gate=gate,
+                                 eventloop=asyncio.get_running_loop())
     count = 0
     last = 0
     frames_read: int | None = None
