@@ -6,6 +6,7 @@ as they were sent, which a tolerant parser normalizes away.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..events import HttpStart
@@ -16,6 +17,15 @@ START_PREFIXES = tuple(sorted({m[:4] for m in _METHODS} | {b"HTTP"}))
 _MAX_HEADER_BYTES = 16_384
 # A field line whose name is a token of visible ASCII (RFC 9110 section 5.1), nothing around it, then a colon.
 _FIELD = re.compile(r"([!-9;-~]+):(.*)", re.S)
+
+
+@functools.lru_cache(maxsize=8192)
+def _field_line(text: str) -> tuple[str, str] | None:
+    # Cached: a pod's messages repeat most of their header lines (Server, Content-Type, Connection: keep-alive),
+    # so equal lines share one (name, value) pair. Half of analyze's Python memory was header strings held while
+    # the time merge waits for the other interface (bench/RESULTS.md).
+    m = _FIELD.fullmatch(text)
+    return (m.group(1), m.group(2).strip(" \t")) if m else None
 
 
 def parse_http_start(payload: bytes) -> HttpStart | None:
@@ -31,9 +41,9 @@ def parse_http_start(payload: bytes) -> HttpStart | None:
     headers: list[tuple[str, str]] = []
     raw: list[str] = []
     for text in lines[1:]:
-        m = _FIELD.fullmatch(text)
-        if m:
-            headers.append((m.group(1), m.group(2).strip(" \t")))
+        pair = _field_line(text)
+        if pair is not None:
+            headers.append(pair)
         else:
             raw.append(text)
     return HttpStart(start, tuple(headers), tuple(raw), complete)
