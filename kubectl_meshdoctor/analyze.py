@@ -85,8 +85,16 @@ def complete_frames(path: str) -> int | None:
 # the file's size (bench/RESULTS.md). editcap (ships with tshark) splits by packet count, so frame numbers of
 # the user's file are the chunk's plus the packets before it. A connection whose SYN and answer straddle a chunk
 # boundary loses tshark's view of it (tcp.completeness), as with -M.
-CHUNK_PACKETS = 50_000
-CHUNK_ABOVE_BYTES = 48 << 20  # smaller files are read whole: no second copy, no extra tshark start
+# With one tshark for several files (JOBS), a chunk is read whole while the time merge holds its events for the
+# other file's next chunk: the chunk size bounds that buffer (~0.9 KB a yielded packet, about half of a lo chunk)
+# against ~0.3 s of tshark start per chunk. 25k: 1M packets in 41 chunks, +5% memory from 200k to 1M packets
+# (50k: +11%); bench/RESULTS.md.
+CHUNK_PACKETS = 25_000
+CHUNK_ABOVE_BYTES = 16 << 20  # smaller files are read whole: no second copy, no extra tshark start
+# tsharks at once. Each holds ~160 MB from its start, ~100 MB of it libwireshark's code and tables, which no
+# setting shrinks (no plugins, protocols disabled: bench/RESULTS.md). One tshark dissects while our process
+# parses on another core, and the run stays near 220 MB; two read two files ~10% faster, at ~365 MB.
+JOBS = 1
 
 
 async def _split(path: str, into: str) -> tuple[list[str], str | None]:
@@ -102,9 +110,18 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
     return sorted(glob.glob(os.path.join(into, "chunk_*"))), (lines[-1] if lines else None)
 
 
-async def _reader(a: CaptureArg, on_event, gate) -> ReadResult:
+async def _reader(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_event, gate) -> ReadResult:
+    # ``shared``: fewer tshark slots than files. A reader then reads a whole chunk once it holds a slot (the
+    # merge buffers it) and waits its turn in capture time only between chunks: a reader holding the slot while
+    # shut at the gate would wait for packets of another file that no tshark can read.
+    async def read(path: str, offset: int = 0) -> ReadResult:
+        await gate()
+        async with slots:
+            return await read_file(path, a.path, a.iface, on_event, force_iface=a.explicit,
+                                   gate=None if shared else gate, frame_offset=offset)
+
     if os.path.getsize(a.path) <= CHUNK_ABOVE_BYTES or not shutil.which("editcap"):
-        return await read_file(a.path, a.path, a.iface, on_event, force_iface=a.explicit, gate=gate)
+        return await read(a.path)
     # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR.
     parent = os.path.dirname(os.path.abspath(a.path))
     with tempfile.TemporaryDirectory(prefix=".meshdoctor-chunks-",
@@ -114,8 +131,7 @@ async def _reader(a: CaptureArg, on_event, gate) -> ReadResult:
         error = None
         for i, chunk in enumerate(chunks):
             offset = i * CHUNK_PACKETS  # every chunk but the last holds exactly CHUNK_PACKETS
-            r = await read_file(chunk, a.path, a.iface, on_event, force_iface=a.explicit, gate=gate,
-                                frame_offset=offset)
+            r = await read(chunk, offset)
             os.unlink(chunk)
             packets += r.packets
             last = r.last_frame or last
@@ -126,12 +142,16 @@ async def _reader(a: CaptureArg, on_event, gate) -> ReadResult:
         return ReadResult(packets, last, cut, error or (None if cut else complaint), frames)
 
 
-async def analyze(args: list[CaptureArg], pipeline: Pipeline) -> Report:
-    """Run every capture through ``pipeline`` and build the report. Raises InputError for unreadable input."""
+async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int = JOBS) -> Report:
+    """Run every capture through ``pipeline`` and build the report, with at most ``jobs`` tshark processes at
+    once. Raises InputError for unreadable input, ValueError for ``jobs`` < 1."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
     for a in args:
         check_capture(a.path)
     problems: list[dict] = []
-    readers = [functools.partial(_reader, a) for a in args]
+    slots = asyncio.Semaphore(jobs)
+    readers = [functools.partial(_reader, a, slots, jobs < len(args)) for a in args]
     results = await merge_by_time(readers, pipeline.feed)
     for a, result in zip(args, results):
         if isinstance(result, BaseException):

@@ -114,6 +114,16 @@ def _positive(text: str) -> float:
     return v
 
 
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Find why an Istio mesh answers 502/503: capture a pod's lo and eth0, "
                 "detect four-tuple collisions and other failures, and explain the Envoy response flags.",
@@ -190,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("files", nargs="+", metavar="FILE[:IFACE]")
     a.add_argument("--tui", action="store_true", help="open the findings in the TUI (ladder diagrams, packets "
                    "pane, s saves a finding's packets); the report is printed when you quit")
+    a.add_argument("-j", "--jobs", type=_count, default=None, metavar="N",
+                   help="tshark processes at once (default 1: each holds ~160 MB; 2 reads two files ~10%% faster "
+                   "on two cores)")
     _output_flag(a)
 
     lab = sub.add_parser("lab", help="a local pod lab (network namespaces, Istio's nat rules, real failures)",
@@ -238,7 +251,7 @@ async def _progress_line(pipelines, label: str, every_s: float = 1.0) -> None:
 
 
 def _cmd_analyze(args) -> int:
-    from .analyze import CaptureArg, InputError, analyze
+    from .analyze import JOBS, CaptureArg, InputError, analyze
     from .pipeline import Pipeline
 
     captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
@@ -253,13 +266,13 @@ def _cmd_analyze(args) -> int:
             return _err(str(e))
         if not (sys.stdout.isatty() and sys.stdin.isatty()):
             return _err("--tui needs a terminal (drop --tui to print the report)")
-        return run_session(file_session(captures, args.redact), args.output)
+        return run_session(file_session(captures, args.redact, args.jobs), args.output)
 
     async def run():
         pipeline = Pipeline.with_detectors(redact=args.redact)
         ticker = asyncio.create_task(_progress_line(pipeline, "analyzing"))
         try:
-            return await analyze(captures, pipeline)
+            return await analyze(captures, pipeline, jobs=args.jobs or JOBS)
         finally:
             ticker.cancel()
 

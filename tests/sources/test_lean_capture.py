@@ -80,3 +80,49 @@ def test_big_files_read_in_chunks_keep_the_file_frame_numbers(monkeypatch, tmp_p
     report, _ = _findings([cut])
     (problem,) = report.problems
     assert "cut short" in problem["what"] and problem["cut_after_frame"] == 32
+
+
+@pytest.mark.parametrize("chunk_packets", [7, None])
+def test_one_tshark_at_a_time_gives_the_same_events_in_time_order(monkeypatch, caplog, chunk_packets):
+    """analyze's default runs one tshark at a time (memory: bench/RESULTS.md), reading the two files chunk by
+    chunk in turn (or whole): the pipeline sees the same events, in capture-time order, as with one tshark per
+    file; and no tshark is left for asyncio to report as an unknown child."""
+    import kubectl_meshdoctor.analyze as analyze_mod
+
+    if chunk_packets:
+        monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
+        monkeypatch.setattr(analyze_mod, "CHUNK_PACKETS", chunk_packets)
+    running = {"now": 0, "most": 0}
+    read_file = analyze_mod.read_file
+
+    async def counted(*args, **kwargs):
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+        try:
+            return await read_file(*args, **kwargs)
+        finally:
+            running["now"] -= 1
+
+    monkeypatch.setattr(analyze_mod, "read_file", counted)
+    paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
+    seen, most = {}, {}
+    for jobs in (1, 2):
+        events = []
+        pipeline = Pipeline.with_detectors()
+        feed = pipeline.feed
+        pipeline.feed = lambda ev, feed=feed, events=events: (events.append((ev.ts, ev.source, ev.frame)), feed(ev))
+        running["most"] = 0
+        with caplog.at_level("WARNING", logger="asyncio"):
+            report = asyncio.run(analyze([CaptureArg.parse(str(p)) for p in paths], pipeline, jobs=jobs))
+        seen[jobs], most[jobs] = events, running["most"]
+        assert report.findings and report.problems == []
+    assert most == {1: 1, 2: 2}
+    assert seen[1] == seen[2] and [e[0] for e in seen[1]] == sorted(e[0] for e in seen[1])
+    assert {s for _, s, _ in seen[1]} == {str(p) for p in paths}
+    assert not [r for r in caplog.records if "child process" in r.getMessage()]
+
+
+def test_jobs_below_one_is_refused():
+    with pytest.raises(ValueError):
+        asyncio.run(analyze([CaptureArg.parse(str(DATA / "lab-collision-lo.pcap"))], Pipeline.with_detectors(),
+                            jobs=0))
