@@ -7,21 +7,24 @@ with ``bench/gen.py``, then times, one after the other on the same files:
 
 a) ``kubectl-meshdoctor analyze DIR/eth0.pcap DIR/lo.pcap -o json`` (the venv's executable), and
 b) the baseline: ``tshark -r FILE -n -T fields`` with the fields our detectors read, one tshark per file, both
-   at once (analyze reads its files concurrently too, so the comparison is fair on a multi-core machine).
+   at once: tshark at its fastest on a multi-core machine (analyze runs one tshark and parses in its own
+   process, so it too uses two cores).
 
 It reports wall time, packets/s (packets in the files over wall time), peak RSS and peak PSS (the process and
 all its children, summed, sampled every 50 ms), the ratio of the two times, and checks analyze's findings against the
 generator's manifest: every planted failure found (same detector, flow and severity, its key frames among the
-finding's evidence) and nothing else. Exit status 1 on a regression: ratio above --max-ratio, analyze's peak
-memory above --max-rss-mb or, at the largest size, more than --max-rss-growth above the smallest size's, a
-planted failure missed or a finding nobody planted. Exit status 2 on a usage or setup error.
+finding's evidence) and nothing else. Exit status 1 on a regression: at 1M packets or more, a ratio above
+--max-ratio (issue 7's goal is for the 1M capture; below it analyze's fixed start, ~0.3 s of tshark start per
+25k-packet chunk, weighs more, and the ratio is printed only); at any size, analyze's peak summed RSS above
+--max-rss-mb or, at the largest size, more than --max-rss-growth above the smallest size's, a planted failure
+missed or a finding nobody planted. Exit status 2 on a usage or setup error.
 
-Memory: summed RSS counts a shared library once per process that maps it. analyze runs one tshark per file, and
-each maps ~80 MB of libwireshark that the kernel holds once. So three numbers are printed: summed RSS; RSS with
-shared pages counted once (the sum of each process's unique set size plus the largest shared set in the tree:
-what the run occupies, whatever else runs on the machine); and summed PSS, which splits shared pages among every
-process on the machine that maps them (so it drops when another tshark runs elsewhere). The limits are checked
-against RSS with shared pages counted once.
+Memory: summed RSS counts a shared library once per process that maps it, as psutil reports it; that is what
+the limits check (analyze runs one tshark at a time by default). Two more numbers are printed: RSS with shared
+pages counted once (the sum of each process's unique set size plus the largest shared set in the tree: what the
+run occupies) and summed PSS, which splits shared pages among every process on the machine that maps them (so it
+drops when another tshark runs elsewhere). The baseline's two tsharks share libwireshark's pages, so its summed
+RSS is above what it occupies.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import gen  # noqa: E402  (bench/gen.py, beside this file)
 TSHARK_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport",
                  "tcp.dstport", "tcp.flags", "tcp.seq_raw", "tcp.ack_raw", "tcp.len", "tcp.payload")
 POLL_S = 0.05
+RATIO_CHECKED_FROM = 1_000_000  # issue 7: "analyze on the 1M-packet capture within 1.5x"
 
 
 def log(msg: str) -> None:
@@ -270,11 +274,11 @@ def regressions(results: list[dict], max_ratio: float, max_rss_mb: float, max_rs
     out = []
     for r in results:
         n = r["packets"]
-        if r["ratio"] > max_ratio:
+        if n >= RATIO_CHECKED_FROM and r["ratio"] > max_ratio:
             out.append(f"{n} packets: analyze took {r['ratio']:.2f}x tshark's time (max {max_ratio})")
-        if r["analyze"]["peak_mem_mb"] > max_rss_mb:
-            out.append(f"{n} packets: analyze peak memory (RSS, shared pages once) {r['analyze']['peak_mem_mb']:.0f}"
-                       f" MB (max {max_rss_mb:.0f})")
+        if r["analyze"]["peak_rss_mb"] > max_rss_mb:
+            out.append(f"{n} packets: analyze peak summed RSS {r['analyze']['peak_rss_mb']:.0f} MB "
+                       f"(max {max_rss_mb:.0f})")
         out += [f"{n} packets: {p}" for p in check_problems(r["check"])]
     if len(results) > 1:
         small = min(results, key=lambda r: r["packets"])
@@ -306,7 +310,8 @@ def print_table(results: list[dict]) -> None:
             print(f"{r['packets']:>9}  {what:<8} {m['wall_s']:>8.2f} {m['packets_per_s']:>10} "
                   f"{m['peak_rss_mb']:>11.1f} {m['peak_mem_mb']:>19.1f} {m['peak_pss_mb']:>11.1f}")
         c = r["check"]
-        print(f"{r['packets']:>9}  ratio analyze/tshark {r['ratio']:.2f}; planted failures found "
+        checked = "" if r["packets"] >= RATIO_CHECKED_FROM else " (not checked below 1M packets)"
+        print(f"{r['packets']:>9}  ratio analyze/tshark {r['ratio']:.2f}{checked}; planted failures found "
               f"{len(c['found'])}/{r['planted']}, missed {len(c['missed'])}, unexpected findings "
               f"{len(c['unexpected'])}, wrong severity {len(c['wrong_severity'])}")
         for key in ("missed", "wrong_severity", "unexpected"):
@@ -320,9 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=_sizes, default=[200_000, 1_000_000],
                     help="packet counts to run, comma-separated (default 200000,1000000)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--max-ratio", type=float, default=1.5, help="analyze time / tshark time (default 1.5)")
+    ap.add_argument("--max-ratio", type=float, default=1.5,
+                    help="analyze time / tshark time, checked at 1M packets and more (default 1.5)")
     ap.add_argument("--max-rss-mb", type=float, default=300.0,
-                    help="analyze's peak memory (RSS with shared pages counted once), MB (default 300)")
+                    help="analyze's peak RSS, summed over its processes, MB (default 300)")
     ap.add_argument("--max-rss-growth", type=float, default=0.10,
                     help="analyze's peak memory (both RSS measures) at the largest size over the smallest, fraction "
                     "(default 0.10)")
