@@ -10,6 +10,7 @@ import functools
 import re
 
 from ..events import HttpStart
+from ..redact import SENSITIVE_HEADERS
 
 _METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE ")
 # The first four bytes of every message start parse_http_start accepts: what capture filters look for.
@@ -19,13 +20,20 @@ _MAX_HEADER_BYTES = 16_384
 _FIELD = re.compile(r"([!-9;-~]+):(.*)", re.S)
 
 
-@functools.lru_cache(maxsize=8192)
+_CACHED_LINE_CHARS = 160  # a few MB of cache at most; long lines (tokens, cookies) are rarely repeated
+
+
 def _field_line(text: str) -> tuple[str, str] | None:
-    # Cached: a pod's messages repeat most of their header lines (Server, Content-Type, Connection: keep-alive),
-    # so equal lines share one (name, value) pair. Half of analyze's Python memory was header strings held while
-    # the time merge waits for the other interface (bench/RESULTS.md).
     m = _FIELD.fullmatch(text)
     return (m.group(1), m.group(2).strip(" \t")) if m else None
+
+
+# A pod's messages repeat most of their header lines (Server, Content-Type, Connection: keep-alive), so equal
+# lines share one (name, value) pair: half of analyze's Python memory was header strings held while the time
+# merge waits for the other interface (bench/RESULTS.md). Only short lines, and never credentials, which would
+# otherwise outlive their packets in the cache (redaction applies to what is shown, not to memory).
+_shared_field_line = functools.lru_cache(maxsize=8192)(_field_line)
+_NEVER_CACHED = tuple(f"{name}:" for name in SENSITIVE_HEADERS)
 
 
 def parse_http_start(payload: bytes) -> HttpStart | None:
@@ -41,7 +49,10 @@ def parse_http_start(payload: bytes) -> HttpStart | None:
     headers: list[tuple[str, str]] = []
     raw: list[str] = []
     for text in lines[1:]:
-        pair = _field_line(text)
+        if len(text) <= _CACHED_LINE_CHARS and not text.lower().startswith(_NEVER_CACHED):
+            pair = _shared_field_line(text)
+        else:
+            pair = _field_line(text)
         if pair is not None:
             headers.append(pair)
         else:

@@ -81,3 +81,18 @@ def test_no_redact_shows_the_value():
         p.feed(ev)
     (f,) = p.finish()
     assert "s3cret" in f.evidence[0].what
+
+
+def test_equal_header_lines_share_one_pair_but_credentials_and_long_lines_are_not_kept():
+    """The parser reuses (name, value) pairs of repeated short lines; a credential or a long line is never
+    held past its message by that cache."""
+    from kubectl_meshdoctor.sources import http1
+
+    one = parse_http_start(b"HTTP/1.1 200 OK\r\nServer: envoy\r\nContent-Length: 2\r\n\r\n")
+    two = parse_http_start(b"HTTP/1.1 200 OK\r\nServer: envoy\r\nContent-Length: 2\r\n\r\n")
+    assert one.headers == (("Server", "envoy"), ("Content-Length", "2")) and one.headers[0] is two.headers[0]
+    before = http1._shared_field_line.cache_info().currsize
+    msg = parse_http_start(b"GET / HTTP/1.1\r\nAuthorization: Bearer s3cret\r\nCookie: id=7\r\n"
+                           b"X-Long: " + b"a" * 400 + b"\r\n\r\n")
+    assert [n for n, _ in msg.headers] == ["Authorization", "Cookie", "X-Long"]
+    assert http1._shared_field_line.cache_info().currsize == before
