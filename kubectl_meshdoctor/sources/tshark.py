@@ -113,6 +113,7 @@ class _FieldsPipeCapture(PipeCapture):
         super().__init__(*args, **kwargs)
         self._line_buffered = line_buffered
         self._gate = gate
+        self.exit_status: int | None = None  # tshark's, when it ended by itself (negative: killed by a signal)
 
     async def _get_tshark_process(self, packet_count=None):
         # As pyshark's own, with our output type; ``-l`` (flush per packet) only where latency matters (live).
@@ -138,7 +139,7 @@ class _FieldsPipeCapture(PipeCapture):
             # process" on stderr; and pyshark treats any non-zero exit after the end of output as a crash,
             # while tshark exits 2 for a capture cut short, which read_stream reports from tshark's last line.
             try:
-                await asyncio.wait_for(process.wait(), 10)
+                self.exit_status = await asyncio.wait_for(process.wait(), 10)
                 return
             except asyncio.TimeoutError:
                 pass
@@ -278,6 +279,9 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
             pass
     if error and "resetting session" in error:  # -M's notice, not a complaint
         error = None
+    if capture.exit_status is not None and capture.exit_status < 0:  # the OOM killer, a kill -9: say so
+        error = (f"killed by signal {-capture.exit_status} after frame {last}; the rest of {source} was not "
+                 "analysed")
     cut = bool(error and "cut short" in error)
     return ReadResult(count, last, cut, error if error and "Running as user" not in error else None, frames_read)
 
