@@ -115,10 +115,9 @@ def _positive(text: str) -> float:
 
 
 def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not re.fullmatch(r"\d+", text.strip()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    v = int(text)
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return v
@@ -268,7 +267,14 @@ def _cmd_analyze(args) -> int:
             return _err("--tui needs a terminal (drop --tui to print the report)")
         return run_session(file_session(captures, args.redact, args.jobs), args.output)
 
+    stopped_by: list[int] = []
+
     async def run():
+        # SIGTERM and SIGHUP end the run as Ctrl-C does (the task is cancelled), so tshark is stopped and the
+        # chunk files beside the user's capture are removed.
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, lambda sig=sig: (stopped_by.append(sig), task.cancel()))
         pipeline = Pipeline.with_detectors(redact=args.redact)
         ticker = asyncio.create_task(_progress_line(pipeline, "analyzing"))
         try:
@@ -280,6 +286,10 @@ def _cmd_analyze(args) -> int:
         report = asyncio.run(run())
     except InputError as e:
         return _err(str(e))
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        return 128 + stopped_by[0]
     sys.stdout.write(RENDERERS[args.output](report))
     return report.exit_code()
 

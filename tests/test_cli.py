@@ -29,6 +29,12 @@ def test_analyze_not_a_capture(tmp_path):
     assert_one_line_error(meshdoctor("analyze", str(f)), "not a pcap or pcapng capture")
 
 
+@pytest.mark.parametrize("jobs", ["0", "-1", "1_0", "abc", "1.5"])
+def test_analyze_jobs_must_be_a_whole_number_of_at_least_one(jobs, tmp_path):
+    proc = meshdoctor("analyze", f"--jobs={jobs}", str(tmp_path / "x.pcap"))
+    assert_one_line_error(proc, "--jobs")
+
+
 def test_analyze_directory(tmp_path):
     assert_one_line_error(meshdoctor("analyze", str(tmp_path)), "is a directory")
 
