@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .pipeline import Pipeline
 from .report import Report
-from .sources.merge import merge_by_time
+from .sources.merge import MAX_BUFFERED, merge_by_time
 from .sources.tshark import ReadResult, read_file
 
 # pcap (both byte orders, micro- and nanosecond), pcapng section header block.
@@ -91,6 +91,10 @@ def complete_frames(path: str) -> int | None:
 # (50k: +11%); bench/RESULTS.md.
 CHUNK_PACKETS = 25_000
 CHUNK_ABOVE_BYTES = 16 << 20  # smaller files are read whole: no second copy, no extra tshark start
+# Sharing tshark, a file read whole is held whole: split any file that may hold more than CHUNK_PACKETS packets.
+# A record takes at least 56 bytes (pcap's 16-byte header, IPv4 and TCP without a link header).
+SHARED_CHUNK_ABOVE_BYTES = CHUNK_PACKETS * 56
+HIGH_WATER = 5_000  # events a stream may hold before the time merge shuts its gate (merge_by_time)
 # tsharks at once. Each holds ~160 MB from its start, ~100 MB of it libwireshark's code and tables, which no
 # setting shrinks (no plugins, protocols disabled: bench/RESULTS.md). One tshark dissects while our process
 # parses on another core, and the run stays near 220 MB; two read two files ~10% faster, at ~365 MB.
@@ -101,8 +105,8 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
     """editcap -c CHUNK_PACKETS: the chunk files in order, and editcap's complaint (a file cut short) if any."""
     with open(path, "rb") as fh:
         ext = ".pcapng" if fh.read(4) == b"\x0a\x0d\x0d\x0a" else ".pcap"
-    # A thread, not an asyncio subprocess: pyshark swaps asyncio's child watcher for one bound to the loop of
-    # the first capture it makes, and an asyncio child started under another watcher may never be reaped.
+    # A thread: editcap writes the whole file before any chunk is read, and the event loop (a TUI's screen)
+    # goes on meanwhile.
     proc = await asyncio.to_thread(subprocess.run, ["editcap", "-c", str(CHUNK_PACKETS), path,
                                                      os.path.join(into, "chunk" + ext)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -120,7 +124,8 @@ async def _reader(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_even
             return await read_file(path, a.path, a.iface, on_event, force_iface=a.explicit,
                                    gate=None if shared else gate, frame_offset=offset)
 
-    if os.path.getsize(a.path) <= CHUNK_ABOVE_BYTES or not shutil.which("editcap"):
+    if os.path.getsize(a.path) <= (SHARED_CHUNK_ABOVE_BYTES if shared else CHUNK_ABOVE_BYTES) \
+            or not shutil.which("editcap"):
         return await read(a.path)
     # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR.
     parent = os.path.dirname(os.path.abspath(a.path))
@@ -151,8 +156,13 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int = JOBS) 
         check_capture(a.path)
     problems: list[dict] = []
     slots = asyncio.Semaphore(jobs)
-    readers = [functools.partial(_reader, a, slots, jobs < len(args)) for a in args]
-    results = await merge_by_time(readers, pipeline.feed)
+    shared = jobs < len(args)
+    readers = [functools.partial(_reader, a, slots, shared) for a in args]
+    # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
+    # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
+    held = len(args) * (CHUNK_PACKETS + HIGH_WATER) if shared else 0
+    results = await merge_by_time(readers, pipeline.feed, max_buffered=max(MAX_BUFFERED, held),
+                                  high_water=HIGH_WATER)
     for a, result in zip(args, results):
         if isinstance(result, BaseException):
             raise result

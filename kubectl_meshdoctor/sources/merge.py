@@ -22,11 +22,15 @@ Gate = Callable[[], Awaitable[None]]
 Reader = Callable[[Callable[[PacketEvent], None], Gate], Awaitable[R]]
 
 
+MAX_BUFFERED = 200_000
+
+
 async def merge_by_time(readers: list[Reader], on_event: Callable[[PacketEvent], None],
-                        max_buffered: int = 200_000, high_water: int = 5_000) -> list[R | BaseException]:
+                        max_buffered: int = MAX_BUFFERED, high_water: int = 5_000) -> list[R | BaseException]:
     """Run every reader concurrently, calling ``on_event`` in timestamp order; returns each reader's result
-    (or the exception it raised), in the order given. Each reader is called as ``reader(push, gate)`` and must
-    ``await gate()`` before it reads more input."""
+    (or the exception it raised), in the order given. Each reader is called as ``reader(push, gate)``; the gate
+    bounds memory only if the reader awaits it before it reads more input (analyze's readers that share one
+    tshark await it between chunks, and size ``max_buffered`` for a whole chunk per stream)."""
     n = len(readers)
     buffers: list[deque[PacketEvent]] = [deque() for _ in range(n)]
     done = [False] * n

@@ -3,8 +3,11 @@ detector concludes from: the lab's recorded captures give the same findings whol
 and with the reader not filtering at all."""
 
 import asyncio
+import os
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,35 @@ from kubectl_meshdoctor.sources import tshark
 
 DATA = Path(__file__).parent.parent / "data"
 pytestmark = pytest.mark.skipif(not shutil.which("tcpdump"), reason="needs tcpdump")
+
+
+class _Reads(list):
+    most = 0
+
+
+def _chunk_everything(monkeypatch, packets: int | None) -> _Reads:
+    """Split every file into chunks of ``packets`` (None: read whole); returns the list of read_file calls
+    analyze makes from now on, with ``.most`` the most at once."""
+    import kubectl_meshdoctor.analyze as analyze_mod
+
+    if packets:
+        monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
+        monkeypatch.setattr(analyze_mod, "SHARED_CHUNK_ABOVE_BYTES", 0)
+        monkeypatch.setattr(analyze_mod, "CHUNK_PACKETS", packets)
+    reads, running = _Reads(), [0]
+    read_file = analyze_mod.read_file
+
+    async def counted(*args, **kwargs):
+        reads.append(args[0])
+        running[0] += 1
+        reads.most = max(reads.most, running[0])
+        try:
+            return await read_file(*args, **kwargs)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(analyze_mod, "read_file", counted)
+    return reads
 
 
 def _findings(paths, monkeypatch=None):
@@ -62,13 +94,11 @@ def test_frame_numbers_survive_tshark_session_resets(monkeypatch):
 def test_big_files_read_in_chunks_keep_the_file_frame_numbers(monkeypatch, tmp_path):
     """A file over the chunk threshold is split by editcap and read by one tshark per chunk: the same findings,
     the same evidence frames, every frame counted; a chunked file cut short is still reported as cut."""
-    import kubectl_meshdoctor.analyze as analyze_mod
-
     paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
     whole, _ = _findings(paths)
-    monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
-    monkeypatch.setattr(analyze_mod, "CHUNK_PACKETS", 7)
+    reads = _chunk_everything(monkeypatch, 7)
     chunked, _ = _findings(paths)
+    assert len(reads) > len(paths)
     assert [[(e.source, e.frame) for e in f.evidence] for f in chunked.findings] == \
         [[(e.source, e.frame) for e in f.evidence] for f in whole.findings]
     assert chunked.stats.frames_read == whole.stats.frames_read and chunked.problems == []
@@ -87,23 +117,7 @@ def test_one_tshark_at_a_time_gives_the_same_events_in_time_order(monkeypatch, c
     """analyze's default runs one tshark at a time (memory: bench/RESULTS.md), reading the two files chunk by
     chunk in turn (or whole): the pipeline sees the same events, in capture-time order, as with one tshark per
     file; and no tshark is left for asyncio to report as an unknown child."""
-    import kubectl_meshdoctor.analyze as analyze_mod
-
-    if chunk_packets:
-        monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
-        monkeypatch.setattr(analyze_mod, "CHUNK_PACKETS", chunk_packets)
-    running = {"now": 0, "most": 0}
-    read_file = analyze_mod.read_file
-
-    async def counted(*args, **kwargs):
-        running["now"] += 1
-        running["most"] = max(running["most"], running["now"])
-        try:
-            return await read_file(*args, **kwargs)
-        finally:
-            running["now"] -= 1
-
-    monkeypatch.setattr(analyze_mod, "read_file", counted)
+    reads = _chunk_everything(monkeypatch, chunk_packets)
     paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
     seen, most = {}, {}
     for jobs in (1, 2):
@@ -111,15 +125,80 @@ def test_one_tshark_at_a_time_gives_the_same_events_in_time_order(monkeypatch, c
         pipeline = Pipeline.with_detectors()
         feed = pipeline.feed
         pipeline.feed = lambda ev, feed=feed, events=events: (events.append((ev.ts, ev.source, ev.frame)), feed(ev))
-        running["most"] = 0
+        reads.clear()
         with caplog.at_level("WARNING", logger="asyncio"):
             report = asyncio.run(analyze([CaptureArg.parse(str(p)) for p in paths], pipeline, jobs=jobs))
-        seen[jobs], most[jobs] = events, running["most"]
+        seen[jobs], most[jobs] = events, reads.most
         assert report.findings and report.problems == []
+        assert (len(reads) > len(paths)) == bool(chunk_packets)
     assert most == {1: 1, 2: 2}
     assert seen[1] == seen[2] and [e[0] for e in seen[1]] == sorted(e[0] for e in seen[1])
     assert {s for _, s, _ in seen[1]} == {str(p) for p in paths}
     assert not [r for r in caplog.records if "child process" in r.getMessage()]
+
+
+def test_one_tshark_keeps_capture_time_order_with_a_small_merge_bound(monkeypatch):
+    """Sharing one tshark, each file's chunk is held whole while the other file waits for the slot; analyze
+    sizes the merge for that, so even a tiny default bound never releases events out of order (a file read
+    whole while the other waited used to overflow it: 230k refused SYNs against a big eth0 capture)."""
+    import kubectl_meshdoctor.analyze as analyze_mod
+
+    _chunk_everything(monkeypatch, 7)
+    monkeypatch.setattr(analyze_mod, "MAX_BUFFERED", 3)
+    monkeypatch.setattr(analyze_mod, "HIGH_WATER", 2)
+    events = []
+    pipeline = Pipeline.with_detectors()
+    feed = pipeline.feed
+    pipeline.feed = lambda ev: (events.append(ev.ts), feed(ev))
+    paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
+    asyncio.run(analyze([CaptureArg.parse(str(p)) for p in paths], pipeline, jobs=1))
+    assert len(events) > 14 and events == sorted(events)
+
+
+def test_a_killed_tshark_is_a_problem_not_a_quiet_end():
+    """A tshark killed by a signal (the OOM killer, kill -9) leaves the rest of its stream unread: read_stream
+    says so instead of ending as if the capture had."""
+    import psutil
+
+    async def run():
+        read_fd, write_fd = os.pipe()
+        first = asyncio.Event()
+        task = asyncio.create_task(tshark.read_stream(read_fd, "pod/lo", "lo", lambda ev: first.set(),
+                                                      live=True))
+        os.write(write_fd, (DATA / "lab-collision-lo.pcap").read_bytes())  # the pipe stays open: tshark waits
+        await asyncio.wait_for(first.wait(), 30)
+        (child,) = [p for p in psutil.Process().children() if p.name() == "tshark"]
+        child.kill()
+        result = await asyncio.wait_for(task, 30)
+        os.close(write_fd)
+        return result
+
+    result = asyncio.run(run())
+    assert result.error and "killed by signal 9" in result.error and "pod/lo" in result.error
+
+
+def test_sigterm_stops_analyze_and_removes_its_chunks(tmp_path):
+    """kill (SIGTERM) ends analyze as Ctrl-C does: exit 143, no tshark left, no chunk files beside the input."""
+    import psutil
+
+    big = tmp_path / "lo.pcap"
+    data = (DATA / "lab-collision-lo.pcap").read_bytes()
+    with big.open("wb") as out:  # the lab's capture 6000 times over: 18 MB, so chunked; seconds of tshark
+        out.write(data[:24] + data[24:] * 6000)  # one pcap header, then the records again and again
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(big), "-o", "json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not [c for c in psutil.Process(proc.pid).children(recursive=True) if c.name() == "tshark"]:
+        assert proc.poll() is None and time.monotonic() < deadline, "no tshark started"
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".meshdoctor-chunks-*"))
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert not list(tmp_path.glob(".meshdoctor-chunks-*"))
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
 
 
 def test_jobs_below_one_is_refused():
