@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .pipeline import Pipeline
 from .report import Report
-from .sources.merge import MAX_BUFFERED, merge_by_time
+from .sources.merge import HIGH_WATER, MAX_BUFFERED, merge_by_time
 from .sources.tshark import ReadResult, read_file
 
 # pcap (both byte orders, micro- and nanosecond), pcapng section header block.
@@ -94,7 +94,6 @@ CHUNK_ABOVE_BYTES = 16 << 20  # smaller files are read whole: no second copy, no
 # Sharing tshark, a file read whole is held whole: split any file that may hold more than CHUNK_PACKETS packets.
 # A record takes at least 56 bytes (pcap's 16-byte header, IPv4 and TCP without a link header).
 SHARED_CHUNK_ABOVE_BYTES = CHUNK_PACKETS * 56
-HIGH_WATER = 5_000  # events a stream may hold before the time merge shuts its gate (merge_by_time)
 # tsharks at once. Each holds ~160 MB from its start, ~100 MB of it libwireshark's code and tables, which no
 # setting shrinks (no plugins, protocols disabled: bench/RESULTS.md). One tshark dissects while our process
 # parses on another core, and the run stays near 220 MB; two read two files ~10% faster, at ~365 MB.
@@ -147,9 +146,10 @@ async def _reader(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_even
         return ReadResult(packets, last, cut, error or (None if cut else complaint), frames)
 
 
-async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int = JOBS) -> Report:
+async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None) -> Report:
     """Run every capture through ``pipeline`` and build the report, with at most ``jobs`` tshark processes at
-    once. Raises InputError for unreadable input, ValueError for ``jobs`` < 1."""
+    once (None: JOBS). Raises InputError for unreadable input, ValueError for ``jobs`` < 1."""
+    jobs = JOBS if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     for a in args:

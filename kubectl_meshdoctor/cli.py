@@ -250,7 +250,7 @@ async def _progress_line(pipelines, label: str, every_s: float = 1.0) -> None:
 
 
 def _cmd_analyze(args) -> int:
-    from .analyze import JOBS, CaptureArg, InputError, analyze
+    from .analyze import CaptureArg, InputError, analyze
     from .pipeline import Pipeline
 
     captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
@@ -278,7 +278,7 @@ def _cmd_analyze(args) -> int:
         pipeline = Pipeline.with_detectors(redact=args.redact)
         ticker = asyncio.create_task(_progress_line(pipeline, "analyzing"))
         try:
-            return await analyze(captures, pipeline, jobs=args.jobs or JOBS)
+            return await analyze(captures, pipeline, jobs=args.jobs)
         finally:
             ticker.cancel()
 

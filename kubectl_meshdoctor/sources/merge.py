@@ -23,10 +23,11 @@ Reader = Callable[[Callable[[PacketEvent], None], Gate], Awaitable[R]]
 
 
 MAX_BUFFERED = 200_000
+HIGH_WATER = 5_000
 
 
 async def merge_by_time(readers: list[Reader], on_event: Callable[[PacketEvent], None],
-                        max_buffered: int = MAX_BUFFERED, high_water: int = 5_000) -> list[R | BaseException]:
+                        max_buffered: int = MAX_BUFFERED, high_water: int = HIGH_WATER) -> list[R | BaseException]:
     """Run every reader concurrently, calling ``on_event`` in timestamp order; returns each reader's result
     (or the exception it raised), in the order given. Each reader is called as ``reader(push, gate)``; the gate
     bounds memory only if the reader awaits it before it reads more input (analyze's readers that share one

@@ -59,7 +59,7 @@ def _saver(sources: Mapping[str, str] | Callable[[], Mapping[str, str]]):
 def file_session(captures: list, redact: bool = True, jobs: int | None = None) -> Session:
     """A Session that runs capture files (``analyze.CaptureArg``) through the real pipeline, then stays on screen
     until q like a live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at once (analyze's)."""
-    from ..analyze import JOBS, analyze
+    from ..analyze import analyze
 
     box: list[Pipeline] = [Pipeline.with_detectors(redact=redact)]
 
@@ -67,7 +67,7 @@ def file_session(captures: list, redact: bool = True, jobs: int | None = None) -
         pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, keep_recent=KEEP_RECENT)
         box[0] = pipeline
         hooks.progress(f"reading {', '.join(c.path for c in captures)}")
-        report = await analyze(captures, pipeline, jobs=jobs or JOBS)
+        report = await analyze(captures, pipeline, jobs=jobs)
         hooks.progress(f"read {report.stats.packets} packets analysed; q quits")
         await hooks.stop.wait()
         return report
