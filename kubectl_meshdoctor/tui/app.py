@@ -199,14 +199,16 @@ class MeshDoctorApp(App[Report | None]):
         except Exception as e:  # shown on screen and returned to the CLI, never a traceback
             self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
             self._on_progress(f"error: {self.error}")
-        self._refresh()
         if self.hooks.stop.is_set() or self.session.exit_when_done:
             self.exit(self.report)
 
     def _on_progress(self, message: str) -> None:
         self.last_progress = message
         self._progress_since = time.monotonic()
-        self._refresh_status()
+        # A new phase (the files read to their end, the capture stopped): every pane shows it now, not at its
+        # next tick, up to a second later for the packets pane.
+        self._refresh()
+        self._refresh_packets()
 
     def _on_finding(self, f: Finding) -> None:
         self.findings.append(f)
