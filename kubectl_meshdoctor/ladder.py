@@ -42,13 +42,15 @@ def arrows(f: Finding) -> list[Arrow]:
     if not packets:
         return []
     t0 = packets[0].ts
+    pod_host = split_endpoint(f.flow.server)[0]
     out = []
     for e in packets:
+        src_host, src_port = split_endpoint(e.src)
         if e.iface == "lo":
             start, end = (3, 2) if e.src == f.flow.server else (2, 3)
         else:
-            start, end = (2, 0) if split_endpoint(e.src)[0] == split_endpoint(f.flow.server)[0] else (0, 2)
-        label = f"{e.flags} :{split_endpoint(e.src)[1]}→:{split_endpoint(e.dst)[1]}"
+            start, end = (2, 0) if src_host == pod_host else (0, 2)
+        label = f"{e.flags} :{src_port}→:{split_endpoint(e.dst)[1]}"
         if e.payload_len:
             label += f" {e.payload_len}B"
         out.append(Arrow(start, end, (e.ts - t0) * 1000, label, e.frame, e.what))
