@@ -8,7 +8,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from kubectl_meshdoctor.lab import lab
 
 from ..waiting import wait_until
 from .test_watch import tcpdumps_in
-from .watching import capturing
+from .watching import Faults, capturing
 
 pytestmark = pytest.mark.lab
 
@@ -42,21 +41,6 @@ def lab_state(tmp_path_factory):
         yield state
     finally:
         lab.down(state.state_dir)
-
-
-class Faults:
-    def __init__(self, kubeconfig: Path) -> None:
-        kc = yaml.safe_load(kubeconfig.read_text())
-        self.url = kc["clusters"][0]["cluster"]["server"] + "/_lab/faults"
-        self.auth = {"Authorization": f"Bearer {kc['users'][0]['user']['token']}"}
-
-    def set(self, faults: dict) -> None:
-        req = urllib.request.Request(self.url, data=json.dumps(faults).encode(), method="POST",
-                                     headers={**self.auth, "Content-Type": "application/json"})
-        urllib.request.urlopen(req, timeout=10).close()
-
-    def clear(self) -> None:
-        urllib.request.urlopen(urllib.request.Request(self.url, method="DELETE", headers=self.auth), timeout=10).close()
 
 
 @pytest.fixture

@@ -7,8 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
 
 
 class WatchRun:
@@ -42,3 +46,20 @@ def capturing(state, target: str, *extra: str, ready_s: float = 60) -> Iterator[
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+class Faults:
+    """The lab API server's fault table (POST/DELETE /_lab/faults), see lab/apiserver/faults.py."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        kc = yaml.safe_load(kubeconfig.read_text())
+        self.url = kc["clusters"][0]["cluster"]["server"] + "/_lab/faults"
+        self.auth = {"Authorization": f"Bearer {kc['users'][0]['user']['token']}"}
+
+    def set(self, faults: dict) -> None:
+        req = urllib.request.Request(self.url, data=json.dumps(faults).encode(), method="POST",
+                                     headers={**self.auth, "Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def clear(self) -> None:
+        urllib.request.urlopen(urllib.request.Request(self.url, method="DELETE", headers=self.auth), timeout=10).close()

@@ -397,7 +397,8 @@ class LabApiServer:
         self.websockets.add(ws)
         try:
             session = ExecSession(ws, framing, request, self.registry, record.spec.netns, opts,
-                                  rule.drop_after_bytes if rule is not None else None, self.background)
+                                  rule.drop_after_bytes if rule is not None else None, self.background,
+                                  drop_at_stdin_close=rule is not None and rule.drop_at_stdin_close)
             await session.run()
         finally:
             self.websockets.discard(ws)

@@ -38,7 +38,7 @@ class ExecOptions:
 
 
 class _Dropped(Exception):
-    """The drop_after_bytes fault fired: the connection is cut as if the network failed."""
+    """A drop fault fired (drop_after_bytes, drop_at_stdin_close): the connection is cut as if the network failed."""
 
 
 def exit_status(framing: Framing, argv: tuple[str, ...], code: int) -> bytes | None:
@@ -70,7 +70,7 @@ class ExecSession:
 
     def __init__(self, ws: web.WebSocketResponse, framing: Framing, request: web.Request,
                  registry: ProcessRegistry, netns: str, opts: ExecOptions, drop_after_bytes: int | None,
-                 background: set[asyncio.Task[Any]]) -> None:
+                 background: set[asyncio.Task[Any]], drop_at_stdin_close: bool = False) -> None:
         self._ws = ws
         self._framing = framing
         self._request = request
@@ -78,6 +78,7 @@ class ExecSession:
         self._netns = netns
         self._opts = opts
         self._drop_after = drop_after_bytes
+        self._drop_at_stdin_close = drop_at_stdin_close
         self._sent_stdout = 0
         self._background = background  # reaper tasks of processes whose client left; owned by the app
 
@@ -128,7 +129,7 @@ class ExecSession:
             return
 
         # The client left (or the drop fault cut it): behave like the kubelet, leave the process be.
-        if finished in done and isinstance(finished.exception(), _Dropped):
+        if any(t in done and isinstance(t.exception(), _Dropped) for t in (reader, finished)):
             log.info("exec %s: dropping the stream after %d stdout bytes (fault)", opts.command, self._sent_stdout)
             transport = self._request.transport
             if transport is not None:
@@ -184,6 +185,8 @@ class ExecSession:
                 except (ConnectionError, BrokenPipeError):
                     pass
             elif channel == CLOSE and self._framing.close_signal and payload[:1] == bytes((STDIN,)):
+                if self._drop_at_stdin_close:
+                    raise _Dropped()
                 self._close_stdin(proc)
             elif channel == RESIZE:
                 pass  # no terminal behind tty=true here; resize has nothing to act on

@@ -4,13 +4,14 @@ Format (every key optional; unknown keys are rejected so that a typo does not si
 
     {"get_pod" | "list_pods" | "get_deployment" | "patch_ephemeralcontainers" | "exec" | "portforward" | "log"
        | "ssar": {"status": 403, "message": "...", "reason": "Forbidden", "delay_s": 0.5, "times": 1},
-     "exec": {"drop_after_bytes": 65536, "times": 1, ...},
+     "exec": {"drop_after_bytes": 65536, "times": 1, ...} | {"drop_at_stdin_close": true, ...},
      "ephemeral_start": {"delay_s": 2.0} | {"waiting_reason": "ImagePullBackOff", "message": "..."},
      "deny": [{"verb": "create", "resource": "pods", "subresource": "exec"}]}
 
 `status` answers the request with that HTTP code and a Status body; `delay_s` waits first (seconds);
 `times` makes the fault apply to that many requests and then vanish (absent = forever). `drop_after_bytes`
-aborts an exec stream's connection after that many stdout bytes were sent (no status, no close frame).
+aborts an exec stream's connection after that many stdout bytes were sent (no status, no close frame);
+`drop_at_stdin_close` cuts it the same way when the client half-closes stdin (a stream lost while stopping).
 `deny` entries make SelfSubjectAccessReview answer allowed=false and the matching requests fail with 403 as RBAC
 would; an entry matches when each key it has (verb, resource, subresource, group, namespace, name) is equal.
 """
@@ -22,7 +23,8 @@ from typing import Any, Mapping
 
 OPERATIONS = ("get_pod", "list_pods", "get_deployment", "patch_ephemeralcontainers", "exec", "portforward", "log",
               "ssar")
-_RULE_KEYS = frozenset({"status", "message", "reason", "delay_s", "times", "drop_after_bytes"})
+_RULE_KEYS = frozenset({"status", "message", "reason", "delay_s", "times", "drop_after_bytes",
+                        "drop_at_stdin_close"})
 _DENY_KEYS = frozenset({"verb", "resource", "subresource", "group", "namespace", "name"})
 
 
@@ -38,6 +40,7 @@ class FaultRule:
     delay_s: float = 0.0
     times: int | None = None
     drop_after_bytes: int | None = None
+    drop_at_stdin_close: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Faults:
                         delay_s=float(value.get("delay_s", 0.0)),
                         times=int(value["times"]) if "times" in value else None,
                         drop_after_bytes=int(value["drop_after_bytes"]) if "drop_after_bytes" in value else None,
+                        drop_at_stdin_close=value.get("drop_at_stdin_close") is True,
                     )
                 except (TypeError, ValueError) as exc:
                     raise FaultSpecError(f"{key}: {exc}") from None
