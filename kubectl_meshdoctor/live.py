@@ -191,9 +191,13 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
         # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
         progress(f"capturing {', '.join(opts.ifaces)} in pod/{pod_name} via {dbg.name}")
-        waiters = [asyncio.create_task(stop.wait())] + readers
-        await asyncio.wait(waiters, timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
-        waiters[0].cancel()
+        # One stream lost (or one tcpdump ended) is reported and the other interfaces keep capturing: a collision
+        # on eth0 is evidence whether or not lo is still seen. The capture ends when every stream has.
+        stopped = asyncio.create_task(stop.wait())
+        streams_over = asyncio.create_task(asyncio.wait(readers))
+        await asyncio.wait([stopped, streams_over], timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        streams_over.cancel()  # cancels the wait only, never the readers
     finally:
         state.phase = "stopping"
         for cap in state.captures:

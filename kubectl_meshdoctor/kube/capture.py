@@ -130,11 +130,14 @@ class ExecCapture:
                 stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True,
             )
             self.started.set()
-            status = self._pump(ws, tee)
+            status, we_closed = self._pump(ws, tee)
             if status is not None:
                 self.returncode = exit_code_of(status)
-            if self.returncode is None and not self._stop.is_set():
-                self.error = f"capture stream on {self.iface} ended without an exit status (connection lost)"
+            if status is None and not we_closed and self.error is None:
+                # Also after stop(): tcpdump's last packets and its drop counts come before the status, so a
+                # stream that ends without one has lost them.
+                when = " while tcpdump was stopping" if self._stop.is_set() else ""
+                self.error = f"capture stream on {self.iface} ended without an exit status{when} (connection lost)"
             elif self.returncode not in (None, 0) and not self._stop.is_set():
                 last = self.stderr.strip().splitlines()[-1:] or [f"exit code {self.returncode}"]
                 self.error = f"tcpdump on {self.iface} failed: {last[0]}"
@@ -152,8 +155,9 @@ class ExecCapture:
                 tee.close()
             os.close(self.write_fd)  # EOF for tshark
 
-    def _pump(self, ws, tee) -> bytes | None:
-        """Move frames from the websocket to the pipe until the stream ends; returns the channel-3 status.
+    def _pump(self, ws, tee) -> tuple[bytes | None, bool]:
+        """Move frames from the websocket to the pipe until the stream ends -> (the channel-3 status or None,
+        whether we ended the stream ourselves: no half-close before v5, or the stop grace ran out).
 
         Frames are read straight off the socket: the client's own reader appends each burst to one bytes
         buffer (quadratic on a fast stream, measured at 2 MB/s) and keeps a copy of everything for read_all().
@@ -162,14 +166,17 @@ class ExecCapture:
         stop_deadline: float | None = None
         err_tail = b""
         status: bytes | None = None
+        we_closed = False
         while True:
             if self._stop.is_set() and stop_deadline is None:
                 stop_deadline = time.monotonic() + STOP_GRACE_S
                 if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
+                    we_closed = True
                     break  # no half-close before v5: closing the stream closes stdin too
                 ws.close_channel(ws_client.STDIN_CHANNEL)  # stdin EOF: the watchdog SIGINTs tcpdump
             if stop_deadline is not None and time.monotonic() > stop_deadline:
                 self.error = f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; stream closed"
+                we_closed = True
                 break
             if not _readable(sock, 0.2):
                 continue
@@ -192,7 +199,7 @@ class ExecCapture:
             elif channel == ws_client.ERROR_CHANNEL:
                 status = payload
         self.stderr = err_tail.decode("utf-8", "replace")
-        return status
+        return status, we_closed
 
     def _deliver(self, payload: bytes, tee) -> None:
         self.bytes_received += len(payload)

@@ -16,6 +16,7 @@ import pytest
 from kubectl_meshdoctor.lab import lab
 
 from ..waiting import wait_until
+from .watching import Faults
 
 pytestmark = pytest.mark.lab
 
@@ -243,28 +244,58 @@ def test_kubectl_flags_context_namespace_and_deploy(lab_state):
     assert 'pod "healthy" not found in namespace "elsewhere"' in bad_ns.stderr
 
 
-def test_dropped_capture_stream_is_reported_not_lost(lab_state):
-    """The API server cuts one exec stream mid-capture (no status, no close frame): the report says so."""
-    import urllib.request
+@pytest.fixture
+def faults(lab_state):
+    f = Faults(Path(lab_state.kubeconfig))
+    yield f
+    f.clear()
 
-    import yaml
 
-    kc = yaml.safe_load(Path(lab_state.kubeconfig).read_text())
-    server, token = kc["clusters"][0]["cluster"]["server"], kc["users"][0]["user"]["token"]
+def capture_span_s(pcap: Path) -> float:
+    """Seconds from the first to the last packet of a capture file, read up to a cut (0 for fewer than two)."""
+    out = subprocess.run(["tshark", "-r", str(pcap), "-n", "-T", "fields", "-e", "frame.time_epoch"],
+                         capture_output=True, text=True).stdout  # exits 2 at a cut, after the whole packets
+    times = [float(t) for t in out.split()]
+    return max(times) - min(times) if times else 0.0
+
+
+def test_dropped_capture_stream_is_reported_not_lost(lab_state, faults):
+    """The API server cuts every exec stream mid-capture (no status, no close frame): the report says so."""
     # Three execs: the kernel counters, then tcpdump on lo and on eth0; each is cut after 200 bytes.
-    fault = json.dumps({"exec": {"drop_after_bytes": 200, "times": 3}}).encode()
-    req = urllib.request.Request(f"{server}/_lab/faults", data=fault, method="POST",
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    urllib.request.urlopen(req, timeout=10).close()
-    try:
-        rc, report, _ = watch_json(lab_state, "healthy", 3)
-    finally:
-        clear = urllib.request.Request(f"{server}/_lab/faults", method="DELETE",
-                                       headers={"Authorization": f"Bearer {token}"})
-        urllib.request.urlopen(clear, timeout=10).close()
+    faults.set({"exec": {"drop_after_bytes": 200, "times": 3}})
+    rc, report, _ = watch_json(lab_state, "healthy", 3)
     lost = [p for p in report["problems"] if "connection lost" in p["what"]]
     assert sorted(p["where"] for p in lost) == ["pod/healthy eth0", "pod/healthy lo"], report["problems"]
     assert any("reading kernel counters" in p["what"] for p in report["problems"])
     # The cut stream closed tcpdump's stdin in the pod: the dead-man's switch ends it.
+    netns = lab_state.pod("healthy").netns
+    wait_until("tcpdump ended by the dead-man's switch", 15, lambda: not tcpdumps_in(netns))
+
+
+def test_one_lost_stream_leaves_the_other_interface_capturing(lab_state, faults, tmp_path):
+    """Only one capture stream is cut: it is reported, and the other interface is captured for the whole
+    --duration, ending with tcpdump's own exit summary."""
+    # The kernel counters' exec, then whichever capture exec reaches the server first.
+    faults.set({"exec": {"drop_after_bytes": 200, "times": 2}})
+    rc, report, _ = watch_json(lab_state, "healthy", 6, "--write-pcap", str(tmp_path))
+    (lost,) = [p for p in report["problems"] if "connection lost" in p["what"]]
+    cut = lost["where"].rsplit(" ", 1)[1]
+    (kept,) = {"lo", "eth0"} - {cut}
+    captures = report["source"]["captures"]
+    assert captures[cut]["captured"] is None  # its exit summary went with the stream
+    assert captures[kept]["captured"] == captures[kept]["frames_read"] > 0, captures
+    # The lab drives a round every 1.5 s: a capture that ran on to the end spans several of them.
+    assert capture_span_s(tmp_path / f"healthy-{kept}.pcap") > 2.5, captures
+    assert capture_span_s(tmp_path / f"healthy-{cut}.pcap") < 1.5
+
+
+def test_stream_lost_while_tcpdump_stops_is_reported(lab_state, faults):
+    """The connection drops just as watch half-closes stdin to stop tcpdump: tcpdump's last packets and its
+    drop counts are gone with it, and the report says so rather than passing for a clean stop."""
+    faults.set({"exec": {"drop_at_stdin_close": True, "times": 3}})
+    rc, report, _ = watch_json(lab_state, "healthy", 2)
+    lost = sorted(p["where"] for p in report["problems"] if "while tcpdump was stopping" in p["what"])
+    assert lost == ["pod/healthy eth0", "pod/healthy lo"], report["problems"]
+    assert all(c["captured"] is None for c in report["source"]["captures"].values())
     netns = lab_state.pod("healthy").netns
     wait_until("tcpdump ended by the dead-man's switch", 15, lambda: not tcpdumps_in(netns))
