@@ -6,6 +6,7 @@ Blocking Kubernetes calls run in worker threads so the caller's event loop (the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -183,10 +184,13 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
 
     max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
     readers: list[asyncio.Task] = []
+    before_stop: set[str] = set()  # interfaces whose tshark ended before the user stopped the watch
     state.phase = "capturing"
     try:
         async with setup:
             _start_captures(kube, opts, pod, dbg.name, max_s, pipeline, state, readers)
+            for cap, reader in zip(state.captures, readers):
+                reader.add_done_callback(functools.partial(_reader_done, cap, stop, before_stop))
             progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
             await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
         # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
@@ -211,10 +215,13 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         where = f"pod/{pod_name} {cap.iface}"
         if cap.error:
             problems.append({"where": where, "what": cap.error})
-        if isinstance(res, BaseException) and not stop.is_set():
-            # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
+        # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
+        if isinstance(res, BaseException) and cap.iface in before_stop:
             reason = str(res).splitlines()[0] if str(res) else type(res).__name__
             problems.append({"where": where, "what": f"tshark failed: {reason}"})
+        elif not isinstance(res, BaseException) and res.error and cap.iface in before_stop \
+                and not (res.cut_short and cap.error):  # a lost stream is cut short; cap.error said why
+            problems.append({"where": where, "what": f"tshark: {res.error}"})
         if cap.dropped_by_kernel:
             problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
         read = None if isinstance(res, BaseException) else res.frames_read
@@ -238,6 +245,14 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     envoy = {"version": proxy.version, "counters_moved": moved,
              "access_log_lines": proxy.follower.lines if proxy.follower else 0}
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel)
+
+
+def _reader_done(cap: ExecCapture, stop: asyncio.Event, before_stop: set[str], reader: asyncio.Task) -> None:
+    """tshark is done with ``cap``'s stream. If it went first (killed, crashed), nobody reads what tcpdump sends
+    any more: end tcpdump in the pod rather than stream into a broken pipe while the other interfaces go on."""
+    cap.stop()
+    if not stop.is_set() and not reader.cancelled():
+        before_stop.add(cap.iface)
 
 
 def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, pipeline: Pipeline,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -127,6 +128,33 @@ def test_sigkill_mid_capture_leaves_no_tcpdump_in_the_pod(lab_state):
         run.proc.wait(timeout=10)
     # The stated bound: the stream's end reaches the pod at once and tcpdump stops within 10 s.
     wait_until("tcpdump ended after the plugin's SIGKILL", 10, lambda: not tcpdumps_in(pod.netns))
+
+
+def test_tshark_killed_mid_capture_is_reported_and_its_tcpdump_ends(lab_state):
+    """One interface's tshark is SIGKILLed (as the OOM killer would): the report names it, that interface's
+    tcpdump ends in the pod, and the other interface is captured until the user stops the watch."""
+    pod = lab_state.pod("healthy")
+    with capturing(lab_state, "pod/healthy") as run:
+        def readers() -> list[psutil.Process]:  # the tsharks reading the streams, not pyshark's `tshark -v`
+            found = []
+            for proc in psutil.Process(run.proc.pid).children(recursive=True):
+                try:
+                    if proc.name() == "tshark" and "fields" in proc.cmdline():
+                        found.append(proc)
+                except psutil.NoSuchProcess:  # a `tshark -v` that just ended
+                    pass
+            return found
+
+        tsharks = wait_until("a tshark reading each stream", 30, lambda: len(readers()) == 2 and readers())
+        assert len(tcpdumps_in(pod.netns)) == 2
+        tsharks[0].kill()
+        wait_until("the killed tshark's tcpdump ended", 15, lambda: len(tcpdumps_in(pod.netns)) == 1)
+        assert run.proc.poll() is None and tsharks[1].is_running()  # the other interface goes on
+        report = run.stop()
+    (killed,) = [p for p in report["problems"] if "tshark" in p["what"]]
+    assert "killed by signal 9" in killed["what"] and "was not analysed" in killed["what"], report["problems"]
+    assert killed["where"] in ("pod/healthy lo", "pod/healthy eth0")
+    assert wait_until("tcpdump ended after the stop", 10, lambda: not tcpdumps_in(pod.netns))
 
 
 def test_api_server_that_does_not_answer_in_time_is_one_line(lab_state, faults):
