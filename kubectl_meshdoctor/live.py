@@ -73,6 +73,7 @@ class WatchState:
     captures: list[ExecCapture] = field(default_factory=list)
     pcap_files: dict[str, str] = field(default_factory=dict)
     spool_files: dict[str, str] = field(default_factory=dict)  # iface -> the spool copy (WatchOptions.spool_dir)
+    tshark_errors: dict[str, str] = field(default_factory=dict)  # iface -> why its tshark ended before the stream
     pods: list["WatchState"] = field(default_factory=list)  # one per pod when watching many
 
 
@@ -184,13 +185,12 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
 
     max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
     readers: list[asyncio.Task] = []
-    before_stop: set[str] = set()  # interfaces whose tshark ended before the user stopped the watch
     state.phase = "capturing"
     try:
         async with setup:
             _start_captures(kube, opts, pod, dbg.name, max_s, pipeline, state, readers)
             for cap, reader in zip(state.captures, readers):
-                reader.add_done_callback(functools.partial(_reader_done, cap, stop, before_stop))
+                reader.add_done_callback(functools.partial(_reader_done, cap, stop, state.tshark_errors))
             progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
             await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
         # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
@@ -215,13 +215,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         where = f"pod/{pod_name} {cap.iface}"
         if cap.error:
             problems.append({"where": where, "what": cap.error})
-        # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
-        if isinstance(res, BaseException) and cap.iface in before_stop:
-            reason = str(res).splitlines()[0] if str(res) else type(res).__name__
-            problems.append({"where": where, "what": f"tshark failed: {reason}"})
-        elif not isinstance(res, BaseException) and res.error and cap.iface in before_stop \
-                and not (res.cut_short and cap.error):  # a lost stream is cut short; cap.error said why
-            problems.append({"where": where, "what": f"tshark: {res.error}"})
+        if cap.iface in state.tshark_errors:
+            problems.append({"where": where, "what": state.tshark_errors[cap.iface]})
         if cap.dropped_by_kernel:
             problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
         read = None if isinstance(res, BaseException) else res.frames_read
@@ -247,12 +242,23 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel)
 
 
-def _reader_done(cap: ExecCapture, stop: asyncio.Event, before_stop: set[str], reader: asyncio.Task) -> None:
+def _reader_done(cap: ExecCapture, stop: asyncio.Event, tshark_errors: dict[str, str], reader: asyncio.Task) -> None:
     """tshark is done with ``cap``'s stream. If it went first (killed, crashed), nobody reads what tcpdump sends
-    any more: end tcpdump in the pod rather than stream into a broken pipe while the other interfaces go on."""
+    any more: end tcpdump in the pod rather than stream into a broken pipe while the other interfaces go on.
+    Why it ended goes into ``tshark_errors`` at once, for a front end to show while the run goes on."""
     cap.stop()
-    if not stop.is_set() and not reader.cancelled():
-        before_stop.add(cap.iface)
+    # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
+    if stop.is_set() or reader.cancelled():
+        return
+    exc = reader.exception()
+    if exc is not None:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        tshark_errors[cap.iface] = f"tshark failed: {reason}"
+        return
+    res = reader.result()
+    # A lost stream reaches tshark cut short; cap.error, set before the stream's end reached tshark, says why.
+    if res.error and not (res.cut_short and cap.error):
+        tshark_errors[cap.iface] = f"tshark: {res.error}"
 
 
 def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, pipeline: Pipeline,

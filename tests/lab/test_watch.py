@@ -229,6 +229,53 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
         [(f.detector, f.flow) for f in again]
 
 
+def stream_tsharks(parent: int) -> list[psutil.Process]:
+    """The tsharks under ``parent`` that read a capture stream (not pyshark's `tshark -v`)."""
+    found = []
+    for proc in psutil.Process(parent).children(recursive=True):
+        try:
+            if proc.name() == "tshark" and "fields" in proc.cmdline():
+                found.append(proc)
+        except psutil.NoSuchProcess:  # a `tshark -v` that just ended
+            pass
+    return found
+
+
+async def test_tui_shows_a_killed_tshark_while_the_capture_goes_on(lab_state):
+    """One interface's tshark is SIGKILLed during a live TUI session: the header says so at once, that
+    interface's tcpdump ends in the pod, the other one goes on until q."""
+    import os
+
+    from textual.widgets import Static
+
+    from kubectl_meshdoctor.kube.client import KubeOptions, connect
+    from kubectl_meshdoctor.kube.target import Target
+    from kubectl_meshdoctor.live import WatchOptions
+    from kubectl_meshdoctor.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.tui.run import live_session
+
+    kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
+    app = MeshDoctorApp(live_session(kube, WatchOptions(Target("pod", "healthy"), kube.namespace)))
+    pod = lab_state.pod("healthy")
+    async with app.run_test(size=(140, 40)) as pilot:
+        status = app.query_one("#status", Static)
+        deadline = time.monotonic() + 60
+        while len(stream_tsharks(os.getpid())) < 2 or len(tcpdumps_in(pod.netns)) < 2:
+            assert time.monotonic() < deadline, "no tshark per stream within 60 s"
+            await pilot.pause(0.1)
+        stream_tsharks(os.getpid())[0].kill()
+        while "killed by signal 9" not in str(status.render()) or len(tcpdumps_in(pod.netns)) != 1:
+            assert time.monotonic() < deadline + 30, str(status.render())
+            await pilot.pause(0.1)
+        assert "problems (1): pod/healthy " in str(status.render())
+        assert app.is_running and len(stream_tsharks(os.getpid())) == 1  # the other interface goes on
+        await pilot.press("q")
+        while app.is_running and time.monotonic() < deadline + 120:
+            await pilot.pause(0.1)
+    assert any("killed by signal 9" in p["what"] for p in app.return_value.problems)
+    assert tcpdumps_in(pod.netns) == []
+
+
 def test_kubectl_flags_context_namespace_and_deploy(lab_state):
     """--context and -n pick what kubectl would; deploy/x captures the deployment's pod."""
     kc = str(lab_state.kubeconfig)
