@@ -68,8 +68,10 @@ def capture_command(iface: str, max_seconds: int, bpf: str = DEFAULT_FILTER) -> 
 class ExecCapture:
     """One tcpdump exec stream pumped into ``write_fd`` by a thread; ``tee_path`` keeps a copy on request.
 
-    After ``join``: ``returncode`` is tcpdump's exit status (None if the stream was lost), ``stderr`` its last
-    lines, ``dropped_by_kernel`` the count it reported, ``error`` a one-line reason the stream ended early.
+    After ``join``: ``returncode`` is tcpdump's exit status (None when no status with an exit code came: the stream
+    was lost, we closed it, or the exec failed), ``stderr`` its last lines, ``dropped_by_kernel`` the count it
+    reported, ``error`` a one-line reason when the stream did not end as asked (lost, even while stopping; the
+    exec or tcpdump failed; the copy could not be written).
     """
 
     kube: Kube
@@ -102,6 +104,10 @@ class ExecCapture:
         """Ask tcpdump to finish (stdin EOF -> SIGINT in the pod); the pump drains what it flushes."""
         self._stop.set()
 
+    @property
+    def stop_asked(self) -> bool:
+        return self._stop.is_set()
+
     def join(self, timeout: float | None = None) -> bool:
         if self._thread is not None:
             self._thread.join(timeout)
@@ -120,24 +126,32 @@ class ExecCapture:
         return int(m.group(1)) if m else None
 
     def _run(self) -> None:
-        # Unbuffered: the copy on disk is read while the capture runs (saving a finding from the TUI).
-        tee = open(self.tee_path, "wb", buffering=0) if self.tee_path else None
+        tee = None
         ws = None
         try:
+            if self.tee_path:
+                try:  # unbuffered: the copy on disk is read while the capture runs (saving a finding from the TUI)
+                    tee = open(self.tee_path, "wb", buffering=0)
+                except OSError as e:
+                    self.error = f"cannot write {self.tee_path}: {e.strerror or e}"
+                    return
             ws = k8s_stream(
                 self.kube.streaming_core().connect_get_namespaced_pod_exec, self.pod, self.namespace,
                 container=self.container, command=capture_command(self.iface, self.max_seconds, self.bpf),
                 stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True,
             )
             self.started.set()
-            status, we_closed = self._pump(ws, tee)
+            status, ended = self._pump(ws, tee)
             if status is not None:
                 self.returncode = exit_code_of(status)
-            if status is None and not we_closed and self.error is None:
+            if status is None and ended != "closed" and self.error is None:
                 # Also after stop(): tcpdump's last packets and its drop counts come before the status, so a
                 # stream that ends without one has lost them.
-                when = " while tcpdump was stopping" if self._stop.is_set() else ""
+                when = " while tcpdump was stopping" if ended == "stopping" else ""
                 self.error = f"capture stream on {self.iface} ended without an exit status{when} (connection lost)"
+            elif status is not None and self.returncode is None and not self._stop.is_set():
+                # A Failure without an exit code: the exec itself failed (container gone, no tcpdump in the image).
+                self.error = f"capture stream on {self.iface}: {status_message(status)}"
             elif self.returncode not in (None, 0) and not self._stop.is_set():
                 last = self.stderr.strip().splitlines()[-1:] or [f"exit code {self.returncode}"]
                 self.error = f"tcpdump on {self.iface} failed: {last[0]}"
@@ -155,9 +169,10 @@ class ExecCapture:
                 tee.close()
             os.close(self.write_fd)  # EOF for tshark
 
-    def _pump(self, ws, tee) -> tuple[bytes | None, bool]:
-        """Move frames from the websocket to the pipe until the stream ends -> (the channel-3 status or None,
-        whether we ended the stream ourselves: no half-close before v5, or the stop grace ran out).
+    def _pump(self, ws, tee) -> tuple[bytes | None, str]:
+        """Move frames from the websocket to the pipe until the stream ends -> (the channel-3 status or None, how
+        it ended: "closed" by us (no half-close before v5, or the stop grace ran out), by the other end while
+        tcpdump was "stopping", or by the other end while it "ran").
 
         Frames are read straight off the socket: the client's own reader appends each burst to one bytes
         buffer (quadratic on a fast stream, measured at 2 MB/s) and keeps a copy of everything for read_all().
@@ -166,25 +181,27 @@ class ExecCapture:
         stop_deadline: float | None = None
         err_tail = b""
         status: bytes | None = None
-        we_closed = False
+        ended = "ran"
         while True:
             if self._stop.is_set() and stop_deadline is None:
                 stop_deadline = time.monotonic() + STOP_GRACE_S
                 if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
-                    we_closed = True
+                    ended = "closed"
                     break  # no half-close before v5: closing the stream closes stdin too
                 ws.close_channel(ws_client.STDIN_CHANNEL)  # stdin EOF: the watchdog SIGINTs tcpdump
             if stop_deadline is not None and time.monotonic() > stop_deadline:
                 self.error = f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; stream closed"
-                we_closed = True
+                ended = "closed"
                 break
             if not _readable(sock, 0.2):
                 continue
             try:
                 opcode, frame = sock.recv_data_frame(True)
             except (WebSocketConnectionClosedException, OSError):
+                ended = "stopping" if stop_deadline is not None else "ran"
                 break
             if opcode == ABNF.OPCODE_CLOSE:
+                ended = "stopping" if stop_deadline is not None else "ran"
                 break
             if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
                 continue
@@ -199,7 +216,7 @@ class ExecCapture:
             elif channel == ws_client.ERROR_CHANNEL:
                 status = payload
         self.stderr = err_tail.decode("utf-8", "replace")
-        return status, we_closed
+        return status, ended
 
     def _deliver(self, payload: bytes, tee) -> None:
         self.bytes_received += len(payload)
@@ -232,6 +249,17 @@ def exit_code_of(status: bytes) -> int | None:
             except (TypeError, ValueError):
                 return None
     return None
+
+
+def status_message(status: bytes) -> str:
+    """The first line of an exec status's message: a v4/v5 JSON Status, or v1-v3 plain text."""
+    try:
+        st = json.loads(status)
+        text = st.get("message") if isinstance(st, dict) else None
+    except ValueError:
+        text = None
+    lines = (text or status.decode("utf-8", "replace")).strip().splitlines()
+    return lines[0] if lines else "the exec failed without a message"
 
 
 def _readable(sock, timeout: float) -> bool:

@@ -444,6 +444,25 @@ def test_exec_in_ephemeral_container_and_bad_containers(server: Server) -> None:
     assert status["status"] == "Failure" and status["reason"] == "NotFound"
 
 
+def test_capture_whose_exec_fails_in_the_stream_says_why(server: Server) -> None:
+    """tcpdump's exec is refused inside the stream (a Failure Status without an exit code, as for a container
+    that is not running): the capture says why instead of ending as if nothing had been asked."""
+    from kubectl_meshdoctor.kube.capture import ExecCapture
+    from kubectl_meshdoctor.kube.client import Kube
+
+    _add_ephemeral(server, "dbg-ended", ["true"])
+    _wait_until("dbg-ended terminated", 10, lambda: (s := _ephemeral_state(server, "dbg-ended")) and s.terminated)
+    read_fd, write_fd = os.pipe()
+    cap = ExecCapture(Kube(server.api_client, NAMESPACE, "lab", 10.0), NAMESPACE, POD, "dbg-ended", "lo", 5,
+                      write_fd)
+    cap.start()
+    assert cap.join(20)
+    assert os.read(read_fd, 1) == b""  # tshark would see the end of its input
+    os.close(read_fd)
+    assert cap.listening.is_set() and cap.returncode is None
+    assert cap.error == 'capture stream on lo: container not found ("dbg-ended")'
+
+
 def test_exec_backpressure_blocks_the_process(server: Server) -> None:
     size = 32 << 20
     ws = _exec(server, ["head", "-c", str(size), "/dev/zero"], binary=True)
