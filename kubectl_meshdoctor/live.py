@@ -42,8 +42,8 @@ def _wait_listening(captures: list[ExecCapture], timeout_s: float) -> None:
 
 @dataclass(frozen=True, slots=True)
 class WatchOptions:
-    """``duration_s`` None means until ``stop`` is set; ``write_pcap_dir`` keeps the raw captures (on request
-    only: captures carry secrets)."""
+    """``duration_s`` None means until ``stop`` is set (or every capture stream has ended); ``write_pcap_dir``
+    keeps the raw captures (on request only: captures carry secrets)."""
 
     target: Target | None
     namespace: str
@@ -73,7 +73,9 @@ class WatchState:
     captures: list[ExecCapture] = field(default_factory=list)
     pcap_files: dict[str, str] = field(default_factory=dict)
     spool_files: dict[str, str] = field(default_factory=dict)  # iface -> the spool copy (WatchOptions.spool_dir)
-    tshark_errors: dict[str, str] = field(default_factory=dict)  # iface -> why its tshark ended before the stream
+    tshark_errors: dict[str, str] = field(default_factory=dict)  # iface -> what went wrong with its tshark
+    # "iface: why" for each stream or tshark that went wrong, in the order they ended (shown while the run goes on)
+    stream_problems: list[str] = field(default_factory=list)
     pods: list["WatchState"] = field(default_factory=list)  # one per pod when watching many
 
 
@@ -185,24 +187,42 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
 
     max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
     readers: list[asyncio.Task] = []
+
+    def reader_done(cap: ExecCapture, reader: asyncio.Task) -> None:
+        """tshark is done with ``cap``'s stream: say what went wrong at once, and if tshark went first (killed,
+        crashed) end tcpdump in the pod too, rather than stream into a broken pipe while the others go on."""
+        asked = cap.stop_asked  # by us: --duration passed, or the user stopped
+        cap.stop()
+        # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
+        why = None if stop.is_set() else _tshark_trouble(cap, reader, asked)
+        if why:
+            state.tshark_errors[cap.iface] = why
+        state.stream_problems += [f"{cap.iface}: {line}" for line in (cap.error, why) if line]
+        going = [c.iface for c, r in zip(state.captures, readers) if not r.done()]
+        if not asked and not stop.is_set() and going:
+            progress(f"capturing {', '.join(going)} in pod/{pod_name} via {dbg.name}; {cap.iface} ended: "
+                     f"{cap.error or why or 'tcpdump exited'}")
+
+    waits: list[asyncio.Task] = []
     state.phase = "capturing"
     try:
         async with setup:
             _start_captures(kube, opts, pod, dbg.name, max_s, pipeline, state, readers)
             for cap, reader in zip(state.captures, readers):
-                reader.add_done_callback(functools.partial(_reader_done, cap, stop, state.tshark_errors))
+                reader.add_done_callback(functools.partial(reader_done, cap))
             progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
             await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
         # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
         progress(f"capturing {', '.join(opts.ifaces)} in pod/{pod_name} via {dbg.name}")
         # One stream lost (or one tcpdump ended) is reported and the other interfaces keep capturing: a collision
         # on eth0 is evidence whether or not lo is still seen. The capture ends when every stream has.
-        stopped = asyncio.create_task(stop.wait())
-        streams_over = asyncio.create_task(asyncio.wait(readers))
-        await asyncio.wait([stopped, streams_over], timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        streams_over.cancel()  # cancels the wait only, never the readers
+        waits.append(asyncio.create_task(stop.wait()))
+        if readers:
+            waits.append(asyncio.create_task(asyncio.wait(readers)))  # cancelling it never cancels the readers
+        await asyncio.wait(waits, timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for task in waits:
+            task.cancel()
         state.phase = "stopping"
         for cap in state.captures:
             cap.stop()
@@ -242,23 +262,22 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel)
 
 
-def _reader_done(cap: ExecCapture, stop: asyncio.Event, tshark_errors: dict[str, str], reader: asyncio.Task) -> None:
-    """tshark is done with ``cap``'s stream. If it went first (killed, crashed), nobody reads what tcpdump sends
-    any more: end tcpdump in the pod rather than stream into a broken pipe while the other interfaces go on.
-    Why it ended goes into ``tshark_errors`` at once, for a front end to show while the run goes on."""
-    cap.stop()
-    # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
-    if stop.is_set() or reader.cancelled():
-        return
+def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool) -> str | None:
+    """One line on what went wrong with the tshark that read ``cap``'s stream (``reader``, done), or None."""
+    if reader.cancelled():
+        return None
     exc = reader.exception()
     if exc is not None:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        tshark_errors[cap.iface] = f"tshark failed: {reason}"
-        return
+        return f"tshark failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     res = reader.result()
-    # A lost stream reaches tshark cut short; cap.error, set before the stream's end reached tshark, says why.
-    if res.error and not (res.cut_short and cap.error):
-        tshark_errors[cap.iface] = f"tshark: {res.error}"
+    if not res.error:
+        return None
+    if res.killed_by is not None:
+        return f"tshark: {res.error}"
+    # tshark's complaints at the end of its input (cut short, not a capture file) follow from how the stream
+    # ended: cap.error, set before that end reached tshark, says why when it was lost, and a stream we closed
+    # ourselves (no half-close before v5) may end mid-record.
+    return None if cap.error or stop_asked else f"tshark: {res.error}"
 
 
 def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, pipeline: Pipeline,

@@ -155,13 +155,15 @@ class _FieldsPipeCapture(PipeCapture):
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     """How a byte stream ended. ``cut_after_frame`` is set when the capture ended mid-packet (tcpdump killed):
-    the last frame tshark read whole. ``error`` is tshark's last complaint, if any."""
+    the last frame tshark read whole. ``error`` is tshark's last complaint, if any; ``killed_by`` the signal that
+    ended tshark, if one did."""
 
     packets: int
     last_frame: int
     cut_short: bool
     error: str | None
     frames_read: int | None = None  # every frame tshark read, yielded or not (None if it did not say)
+    killed_by: int | None = None
 
 
 _FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once: constructing an IntFlag per packet is slow
@@ -279,11 +281,13 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
             pass
     if error and "resetting session" in error:  # -M's notice, not a complaint
         error = None
+    killed_by = None
     if capture.exit_status is not None and capture.exit_status < 0:  # the OOM killer, a kill -9: say so
-        error = (f"killed by signal {-capture.exit_status} after frame {last}; the rest of {source} was not "
-                 "analysed")
+        killed_by = -capture.exit_status
+        error = f"killed by signal {killed_by} after frame {last}; the rest of {source} was not analysed"
     cut = bool(error and "cut short" in error)
-    return ReadResult(count, last, cut, error if error and "Running as user" not in error else None, frames_read)
+    return ReadResult(count, last, cut, error if error and "Running as user" not in error else None, frames_read,
+                      killed_by)
 
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],

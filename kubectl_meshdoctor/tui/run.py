@@ -118,8 +118,7 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
         return [e for p in pipelines for e in p.correlator.entries()]
 
     def problems() -> list[str]:
-        return ([f"pod/{cap.pod} {cap.iface}: {cap.error}" for st in states() for cap in st.captures if cap.error]
-                + [f"pod/{st.pod} {iface}: {why}" for st in states() for iface, why in st.tshark_errors.items()])
+        return [f"pod/{st.pod} {line}" for st in states() for line in st.stream_problems]
 
     def drops() -> dict[str, int | None]:
         return {f"{cap.pod}/{cap.iface}": cap.dropped_by_kernel for st in states() for cap in st.captures}

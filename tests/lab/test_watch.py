@@ -270,7 +270,8 @@ async def test_tui_shows_a_killed_tshark_while_the_capture_goes_on(lab_state):
         assert "problems (1): pod/healthy " in str(status.render())
         assert app.is_running and len(stream_tsharks(os.getpid())) == 1  # the other interface goes on
         await pilot.press("q")
-        while app.is_running and time.monotonic() < deadline + 120:
+        while app.is_running:
+            assert time.monotonic() < deadline + 120, "the app did not end after q"
             await pilot.pause(0.1)
     assert any("killed by signal 9" in p["what"] for p in app.return_value.problems)
     assert tcpdumps_in(pod.netns) == []
@@ -333,7 +334,7 @@ def test_one_lost_stream_leaves_the_other_interface_capturing(lab_state, faults,
     assert captures[kept]["captured"] == captures[kept]["frames_read"] > 0, captures
     # The lab drives a round every 1.5 s: a capture that ran on to the end spans several of them.
     assert capture_span_s(tmp_path / f"healthy-{kept}.pcap") > 2.5, captures
-    assert capture_span_s(tmp_path / f"healthy-{cut}.pcap") < 1.5
+    assert captures[cut]["bytes"] <= 200 < captures[kept]["bytes"]
 
 
 def test_stream_lost_while_tcpdump_stops_is_reported(lab_state, faults):
