@@ -32,6 +32,13 @@ class FaultSpecError(ValueError):
     """The faults JSON is malformed; the message says where."""
 
 
+def _flag(rule: Mapping[str, Any], key: str) -> bool:
+    value = rule.get(key, False)
+    if not isinstance(value, bool):
+        raise TypeError(f"{key} takes true or false, not {value!r}")
+    return value
+
+
 @dataclass
 class FaultRule:
     status: int | None = None
@@ -102,7 +109,7 @@ class Faults:
                         delay_s=float(value.get("delay_s", 0.0)),
                         times=int(value["times"]) if "times" in value else None,
                         drop_after_bytes=int(value["drop_after_bytes"]) if "drop_after_bytes" in value else None,
-                        drop_at_stdin_close=value.get("drop_at_stdin_close") is True,
+                        drop_at_stdin_close=_flag(value, "drop_at_stdin_close"),
                     )
                 except (TypeError, ValueError) as exc:
                     raise FaultSpecError(f"{key}: {exc}") from None
