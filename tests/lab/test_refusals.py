@@ -154,6 +154,11 @@ def test_tshark_killed_mid_capture_is_reported_and_its_tcpdump_ends(lab_state):
     (killed,) = [p for p in report["problems"] if "tshark" in p["what"]]
     assert "killed by signal 9" in killed["what"] and "was not analysed" in killed["what"], report["problems"]
     assert killed["where"] in ("pod/healthy lo", "pod/healthy eth0")
+    gone = killed["where"].rsplit(" ", 1)[1]
+    (kept,) = {"lo", "eth0"} - {gone}
+    # Said when it happened, not only in the report: the watch goes on with the other interface.
+    assert f"capturing {kept} in pod/healthy via " in run.stderr
+    assert f"; {gone} ended: tshark: killed by signal 9" in run.stderr
     assert wait_until("tcpdump ended after the stop", 10, lambda: not tcpdumps_in(pod.netns))
 
 
