@@ -10,14 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
 from kubectl_meshdoctor.lab import lab
 
 from ..waiting import wait_until
-from .test_watch import tcpdumps_in
+from .test_watch import stream_tsharks, tcpdumps_in
 from .watching import Faults, capturing
 
 pytestmark = pytest.mark.lab
@@ -135,17 +134,8 @@ def test_tshark_killed_mid_capture_is_reported_and_its_tcpdump_ends(lab_state):
     tcpdump ends in the pod, and the other interface is captured until the user stops the watch."""
     pod = lab_state.pod("healthy")
     with capturing(lab_state, "pod/healthy") as run:
-        def readers() -> list[psutil.Process]:  # the tsharks reading the streams, not pyshark's `tshark -v`
-            found = []
-            for proc in psutil.Process(run.proc.pid).children(recursive=True):
-                try:
-                    if proc.name() == "tshark" and "fields" in proc.cmdline():
-                        found.append(proc)
-                except psutil.NoSuchProcess:  # a `tshark -v` that just ended
-                    pass
-            return found
-
-        tsharks = wait_until("a tshark reading each stream", 30, lambda: len(readers()) == 2 and readers())
+        tsharks = wait_until("a tshark reading each stream", 30,
+                             lambda: len(found := stream_tsharks(run.proc.pid)) == 2 and found)
         assert len(tcpdumps_in(pod.netns)) == 2
         tsharks[0].kill()
         wait_until("the killed tshark's tcpdump ended", 15, lambda: len(tcpdumps_in(pod.netns)) == 1)
