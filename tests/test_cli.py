@@ -1,7 +1,12 @@
 """The command line contract: exit codes and one-line errors (DESIGN.md), run as a user runs it."""
 
+import socket
+import ssl
+import struct
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -93,6 +98,81 @@ def test_watch_bad_kubeconfigs_are_one_line(tmp_path, content, needle):
     kc = tmp_path / "kc"
     kc.write_text(content)
     assert_one_line_error(meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui"), needle)
+
+
+@contextmanager
+def local_server(handle, connections: int = 8):
+    """A TCP server on 127.0.0.1 that gives each of at most ``connections`` connections to ``handle(sock)``;
+    yields its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        served = 0
+        while served < connections and not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            served += 1
+            with conn:
+                try:
+                    handle(conn)
+                except (OSError, ssl.SSLError):
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        done.set()
+        thread.join(5)
+        server.close()
+
+
+def reset(conn: socket.socket) -> None:
+    conn.recv(1024)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close() sends an RST
+
+
+def kubeconfig_for(tmp_path, server: str):
+    kc = tmp_path / "kc"
+    kc.write_text(KUBECONFIG_DOWN.replace("http://127.0.0.1:1", server))
+    return kc
+
+
+def test_api_server_that_resets_the_connection_is_one_plain_line(tmp_path):
+    with local_server(reset) as port:
+        proc = meshdoctor("watch", "pod/x", "--kubeconfig", str(kubeconfig_for(tmp_path, f"http://127.0.0.1:{port}")),
+                          "--no-tui")
+    assert_one_line_error(proc, f"cannot reach the API server at http://127.0.0.1:{port}: connection reset by peer "
+                                "(is the cluster up")
+
+
+def test_tls_failures_are_one_line_that_names_tls(tmp_path):
+    """A certificate nobody in the kubeconfig vouches for, and https to a plain-HTTP port."""
+    from kubectl_meshdoctor.lab.apiserver.tls import make_tls
+
+    tls = make_tls(tmp_path, "127.0.0.1")
+
+    def handshake(conn: socket.socket) -> None:
+        tls.context.wrap_socket(conn, server_side=True).recv(1024)
+
+    def plain_http(conn: socket.socket) -> None:
+        conn.recv(1024)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    for handle, needle in ((handshake, "TLS: certificate verify failed: self-signed certificate"),
+                           (plain_http, "TLS: ")):  # OpenSSL's words vary: "wrong version number", ...
+        with local_server(handle) as port:
+            kc = kubeconfig_for(tmp_path, f"https://127.0.0.1:{port}")
+            proc = meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui")
+        assert_one_line_error(proc, f"https://127.0.0.1:{port}: {needle}")
+        assert proc.stderr.rstrip().endswith("(is the server URL right, and its certificate-authority in the "
+                                             "kubeconfig?)")
+        assert "_ssl.c" not in proc.stderr and "[SSL" not in proc.stderr
 
 
 def test_kubeconfig_list_skips_empty_files_like_kubectl(tmp_path):

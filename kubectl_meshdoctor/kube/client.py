@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import ssl
 from dataclasses import dataclass
 
 import urllib3
@@ -129,15 +131,40 @@ def api_call(kube: Kube, what: str, fn, *args, not_found: str | None = None, **k
             raise KubeError(not_found) from None
         raise KubeError(f"{what}: {api_error_message(e)}") from None
     except urllib3.exceptions.HTTPError as e:
-        reason = str(getattr(e, "reason", None) or e)
-        if isinstance(e, urllib3.exceptions.ReadTimeoutError) or "timed out" in reason.lower():
-            reason = f"no answer within {kube.request_timeout_s:g} s (--request-timeout)"
-        elif "]" in reason:
-            reason = reason.rsplit("] ", 1)[-1].rstrip(")'\"").lower()
-        else:
-            reason = reason.splitlines()[0]
-        raise KubeError(f"cannot reach the API server at {kube.api.configuration.host}: {reason} "
-                        f"(is the cluster up, and --context right?)") from None
+        reason = network_reason(e, kube.request_timeout_s)
+        hint = ("is the server URL right, and its certificate-authority in the kubeconfig?" if reason.startswith("TLS:")
+                else "is the cluster up, and --context right?")
+        raise KubeError(f"cannot reach the API server at {kube.api.configuration.host}: {reason} ({hint})") from None
+
+
+def network_reason(e: BaseException, timeout_s: float) -> str:
+    """Why a request got no answer, in a few words, from the innermost cause of a urllib3 error (through
+    MaxRetryError.reason, ProtocolError's arguments, NewConnectionError's __cause__): "connection refused",
+    "connection reset by peer", "TLS: certificate verify failed: self-signed certificate", or "no answer within
+    N s (--request-timeout)"."""
+    chain = [e]
+    while len(chain) < 8:
+        here = chain[-1]
+        inner = getattr(here, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = next((a for a in reversed(here.args) if isinstance(a, BaseException)), here.__cause__)
+        if inner is None or inner in chain:
+            break
+        chain.append(inner)
+    cause = chain[-1]
+    # NewConnectionError is a ConnectTimeoutError to urllib3 even when the connection was refused: ask the cause.
+    if isinstance(cause, TimeoutError) or isinstance(cause, urllib3.exceptions.TimeoutError) \
+            and not isinstance(cause, urllib3.exceptions.NewConnectionError):
+        return f"no answer within {timeout_s:g} s (--request-timeout)"
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed: {cause.verify_message}"
+    if isinstance(cause, ssl.SSLError):
+        # "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)" -> "wrong version number"
+        return "TLS: " + re.sub(r"^\[[^\]]*\]\s*|\s*\(_ssl\.c:\d+\)$", "", str(cause))
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror[:1].lower() + cause.strerror[1:]
+    text = str(cause).strip().splitlines()
+    return text[0] if text else type(cause).__name__
 
 
 def api_error_message(e: Exception) -> str:
