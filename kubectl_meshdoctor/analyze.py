@@ -104,12 +104,20 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
     """editcap -c CHUNK_PACKETS: the chunk files in order, and editcap's complaint (a file cut short) if any."""
     with open(path, "rb") as fh:
         ext = ".pcapng" if fh.read(4) == b"\x0a\x0d\x0d\x0a" else ".pcap"
-    # A thread: editcap writes the whole file before any chunk is read, and the event loop (a TUI's screen)
-    # goes on meanwhile.
-    proc = await asyncio.to_thread(subprocess.run, ["editcap", "-c", str(CHUNK_PACKETS), path,
-                                                     os.path.join(into, "chunk" + ext)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    lines = proc.stderr.decode(errors="replace").strip().splitlines()
+    # editcap writes the whole file before any chunk is read; the event loop (a TUI's screen) goes on meanwhile.
+    proc = await asyncio.create_subprocess_exec("editcap", "-c", str(CHUNK_PACKETS), path,
+                                                os.path.join(into, "chunk" + ext),
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = await proc.communicate()
+    except BaseException:
+        # Cancelled (Ctrl-C, SIGTERM): editcap must be gone before the caller removes the directory, or it goes
+        # on writing chunks into it (a thread running it could not be stopped, and left the directory behind).
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        raise
+    lines = err.decode(errors="replace").strip().splitlines()
     return sorted(glob.glob(os.path.join(into, "chunk_*"))), (lines[-1] if lines else None)
 
 
