@@ -270,17 +270,30 @@ def _cmd_analyze(args) -> int:
     stopped_by: list[int] = []
 
     async def run():
-        # SIGTERM and SIGHUP end the run as Ctrl-C does (the task is cancelled), so tshark is stopped and the
-        # chunk files beside the user's capture are removed.
+        # Ctrl-C, SIGTERM and SIGHUP cancel the run, so tshark and editcap are stopped and the chunk files beside
+        # the user's capture are removed. Only the first does: a second Ctrl-C must not cut that cleanup short.
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, lambda sig=sig: (stopped_by.append(sig), task.cancel()))
+
+        def on_signal(sig: int) -> None:
+            stopped_by.append(sig)
+            if len(stopped_by) == 1:
+                task.cancel()
+
+        stoppers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        for sig in stoppers:
+            loop.add_signal_handler(sig, on_signal, sig)
         pipeline = Pipeline.with_detectors(redact=args.redact)
         ticker = asyncio.create_task(_progress_line(pipeline, "analyzing"))
         try:
             return await analyze(captures, pipeline, jobs=args.jobs)
         finally:
             ticker.cancel()
+            # Removed while the loop runs: asyncio.run closes the loop's wakeup pipe before it removes them, and a
+            # signal in between printed "Exception ignored ... Bad file descriptor" with a traceback.
+            for sig in stoppers:
+                loop.remove_signal_handler(sig)
+                if stopped_by:  # already on the way out: a repeated Ctrl-C must not interrupt the exit either
+                    signal.signal(sig, signal.SIG_IGN)
 
     try:
         report = asyncio.run(run())
