@@ -29,29 +29,19 @@ class _PendingSyn:
 
 
 def _remediation(port: int) -> str:
+    # Istio's Sidecar resource changes no iptables rule: captureMode "dictates how traffic to the listener is
+    # expected to be captured" (istio/api networking/v1alpha3/sidecar.proto), and an ingress listener with NONE
+    # binds the port itself, which the app already holds. Only the pod's annotations change the REDIRECT.
     return f"""\
-# Stop the two ports sharing Istio's inbound listener socket space: exclude the colliding port from capture
-# (pod template annotation; the sidecar then no longer intercepts it on {port}) ...
+# Fix A (pod template annotation): take {port} out of inbound capture, so its connections keep their own
+# four-tuple instead of sharing Envoy's inbound listener port. Add {port} to any ports the annotation already
+# lists. Traffic to {port} then bypasses Envoy (no mTLS termination, AuthorizationPolicy or telemetry there).
 metadata:
   annotations:
     traffic.sidecar.istio.io/excludeInboundPorts: "{port}"
----
-# ... or, for the whole workload, a Sidecar whose ingress listener for {port} bypasses iptables capture:
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata:
-  name: no-capture-{port}
-spec:
-  workloadSelector:
-    labels:
-      app: <your-app>
-  ingress:
-  - port:
-      number: {port}
-      protocol: TCP
-      name: tcp-{port}
-    defaultEndpoint: 127.0.0.1:{port}
-    captureMode: NONE
+# Fix B (heavier): no iptables capture for the pod (sidecar.istio.io/interceptionMode: NONE) plus a Sidecar
+# whose ingress listeners Envoy binds itself, with the app on 127.0.0.1 only. A Sidecar with captureMode: NONE
+# alone does not stop the REDIRECT. This pod's redirect-exposure finding (lint) gives both documents in full.
 # Also check the client: it reuses one source port for two destinations (a fixed bind() or SO_REUSEADDR port
 # pool); letting the kernel pick ephemeral ports removes the collision at its source."""
 
