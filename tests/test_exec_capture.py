@@ -32,3 +32,20 @@ def test_status_message_reads_v4_json_and_v1_text():
     assert status_message(b"") == "the exec failed without a message"
     exited = json.dumps({"status": "Failure", "details": {"causes": [{"reason": "ExitCode", "message": "2"}]}})
     assert exit_code_of(exited.encode()) == 2
+
+
+def _ended(returncode: int, stderr: str) -> str:
+    cap = ExecCapture(None, "ns", "pod", "dbg", "eth0", 70, -1)
+    cap.returncode, cap.stderr = returncode, stderr
+    return cap._why_tcpdump_failed()
+
+
+def test_why_tcpdump_failed_names_its_complaint_or_its_signal():
+    listening = "tcpdump: listening on eth0, link-type EN10MB (Ethernet), snapshot length 262144 bytes\n"
+    # kill -9 in the pod: only the start-up line was printed; the shell reports 128 + 9.
+    assert _ended(137, listening) == "killed by signal 9 (exit 137)"
+    assert _ended(1, "tcpdump: nosuchdev: No such device exists\n(No such device exists)\n") == \
+        "tcpdump: nosuchdev: No such device exists"
+    assert _ended(124, listening + "12 packets captured\n12 packets received by filter\n0 packets dropped by kernel\n") \
+        == "stopped by its time limit of 70 s (exit 124)"
+    assert _ended(2, "") == "exit code 2"

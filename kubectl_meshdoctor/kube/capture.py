@@ -153,8 +153,11 @@ class ExecCapture:
                 # A Failure without an exit code: the exec itself failed (container gone, no tcpdump in the image).
                 self.error = f"capture stream on {self.iface}: {status_message(status)}"
             elif self.returncode not in (None, 0) and not self._stop.is_set():
-                last = self.stderr.strip().splitlines()[-1:] or [f"exit code {self.returncode}"]
-                self.error = f"tcpdump on {self.iface} failed: {last[0]}"
+                self.error = f"tcpdump on {self.iface} failed: {self._why_tcpdump_failed()}"
+            elif self.returncode == 0 and not self._stop.is_set():
+                # Ended by itself (kill -TERM/-INT in the pod): the report must not look like a whole capture.
+                self.error = (f"tcpdump on {self.iface} ended before the capture was stopped (exit 0); "
+                              f"later packets on {self.iface} were not captured")
         except Exception as e:  # the API refused the exec or the connection broke: report, never lose silently
             self.error = f"capture stream on {self.iface}: {api_error_message(e)}"
         finally:
@@ -168,6 +171,19 @@ class ExecCapture:
             if tee is not None:
                 tee.close()
             os.close(self.write_fd)  # EOF for tshark
+
+    def _why_tcpdump_failed(self) -> str:
+        """tcpdump's own complaint, else what its exit code says (the pod's shell gives 128+N for signal N)."""
+        code = self.returncode or 0
+        if code == 124:  # timeout(1): the capture outlived its own time limit
+            return f"stopped by its time limit of {self.max_seconds} s (exit 124)"
+        lines = [line.strip() for line in self.stderr.splitlines() if line.strip()
+                 and not line.startswith("listening on") and "tcpdump: listening on" not in line
+                 and not re.match(r"\d+ packets? (captured|received by filter|dropped by kernel)", line)]
+        own = [line for line in lines if line.startswith("tcpdump:")]
+        if own or lines:
+            return (own or lines)[-1]
+        return f"killed by signal {code - 128} (exit {code})" if code > 128 else f"exit code {code}"
 
     def _pump(self, ws, tee) -> tuple[bytes | None, str]:
         """Move frames from the websocket to the pipe until the stream ends -> (the channel-3 status or None, how
