@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .sources.tshark import read_stream
 
 IFACES = ("lo", "eth0")
 LISTEN_TIMEOUT_S = 30.0
+READ_GRACE_S = 30.0  # how long each tshark may go on reading after the capture was stopped
 
 
 def _wait_listening(captures: list[ExecCapture], timeout_s: float) -> None:
@@ -185,68 +187,86 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
         proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
 
-    max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
-    readers: list[asyncio.Task] = []
-
-    def reader_done(cap: ExecCapture, reader: asyncio.Task) -> None:
-        """tshark is done with ``cap``'s stream: say what went wrong at once, and if tshark went first (killed,
-        crashed) end tcpdump in the pod too, rather than stream into a broken pipe while the others go on."""
-        asked = cap.stop_asked  # by us: --duration passed, or the user stopped
-        cap.stop()
-        # After a user's Ctrl-C the terminal signals tshark too; its death then is the stop, not a fault.
-        why = None if stop.is_set() else _tshark_trouble(cap, reader, asked)
-        if why:
-            state.tshark_errors[cap.iface] = why
-        state.stream_problems += [f"{cap.iface}: {line}" for line in (cap.error, why) if line]
-        going = [c.iface for c, r in zip(state.captures, readers) if not r.done()]
-        if not asked and not stop.is_set() and going:
-            progress(f"capturing {', '.join(going)} in pod/{pod_name} via {dbg.name}; {cap.iface} ended: "
-                     f"{cap.error or why or 'tcpdump exited'}")
-
-    waits: list[asyncio.Task] = []
-    state.phase = "capturing"
     try:
-        async with setup:
-            _start_captures(kube, opts, pod, dbg.name, max_s, pipeline, state, readers)
-            for cap, reader in zip(state.captures, readers):
-                reader.add_done_callback(functools.partial(reader_done, cap))
-            progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
-            await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
-        # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
-        progress(f"capturing {', '.join(opts.ifaces)} in pod/{pod_name} via {dbg.name}")
-        # One stream lost (or one tcpdump ended) is reported and the other interfaces keep capturing: a collision
-        # on eth0 is evidence whether or not lo is still seen. The capture ends when every stream has.
-        waits.append(asyncio.create_task(stop.wait()))
-        if readers:
-            waits.append(asyncio.create_task(asyncio.wait(readers)))  # cancelling it never cancels the readers
-        await asyncio.wait(waits, timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waits:
-            task.cancel()
-        state.phase = "stopping"
-        for cap in state.captures:
+        max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
+        readers: list[asyncio.Task] = []
+
+        def reader_done(cap: ExecCapture, reader: asyncio.Task) -> None:
+            """tshark is done with ``cap``'s stream: say what went wrong at once, and if tshark went first (killed,
+            crashed) end tcpdump in the pod too, rather than stream into a broken pipe while the others go on."""
+            asked = cap.stop_asked  # by us: --duration passed, or the user stopped
             cap.stop()
-        for cap in state.captures:
-            await asyncio.to_thread(cap.join, 30.0)
-        results = await asyncio.gather(*readers, return_exceptions=True)
-        state.phase = "done"
-    captures: dict[str, dict] = {}
-    for cap, res in zip(state.captures, results):
-        where = f"pod/{pod_name} {cap.iface}"
-        if cap.error:
-            problems.append({"where": where, "what": cap.error})
-        if cap.iface in state.tshark_errors:
-            problems.append({"where": where, "what": state.tshark_errors[cap.iface]})
-        if cap.dropped_by_kernel:
-            problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
-        read = None if isinstance(res, BaseException) else res.frames_read
-        if read is not None:
-            pipeline.stats.frames_read[cap.iface] = read
-        captures[cap.iface] = {"captured": cap.captured, "dropped_by_kernel": cap.dropped_by_kernel,
-                               "frames_read": read, "bytes": cap.bytes_received}
-        if cap.captured is not None and read is not None and read < cap.captured:
-            problems.append({"where": where, "what": f"{cap.captured - read} of {cap.captured} captured packets "
-                                                      f"were not read by tshark"})
+            why = _tshark_trouble(cap, reader, asked, stop.is_set())
+            if why:
+                state.tshark_errors[cap.iface] = why
+            state.stream_problems += [f"{cap.iface}: {line}" for line in (cap.error, why) if line]
+            going = [c.iface for c, r in zip(state.captures, readers) if not r.done()]
+            if not asked and not stop.is_set() and going:
+                progress(f"capturing {', '.join(going)} in pod/{pod_name} via {dbg.name}; {cap.iface} ended: "
+                         f"{cap.error or why or 'tcpdump exited'}")
+
+        waits: list[asyncio.Task] = []
+        state.phase = "capturing"
+        try:
+            async with setup:
+                _start_captures(kube, opts, pod, dbg.name, max_s, pipeline, state, readers)
+                for cap, reader in zip(state.captures, readers):
+                    reader.add_done_callback(functools.partial(reader_done, cap))
+                progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
+                await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
+            # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
+            progress(f"capturing {', '.join(opts.ifaces)} in pod/{pod_name} via {dbg.name}")
+            # One stream lost (or one tcpdump ended) is reported and the other interfaces keep capturing: a collision
+            # on eth0 is evidence whether or not lo is still seen. The capture ends when every stream has.
+            waits.append(asyncio.create_task(stop.wait()))
+            if readers:
+                waits.append(asyncio.create_task(asyncio.wait(readers)))  # cancelling it never cancels the readers
+            await asyncio.wait(waits, timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
+            state.phase = "stopping"
+            for cap in state.captures:
+                cap.stop()
+            # tcpdump flushes, the streams end, each tshark reads to the end. One that stopped reading (stalled)
+            # would hold the report up for ever, and its full pipe the capture thread: it is killed instead.
+            late = (await asyncio.wait(readers, timeout=READ_GRACE_S))[1] if readers else set()
+            for cap, reader in zip(state.captures, readers):
+                if reader in late:
+                    why = (f"tshark still reading {READ_GRACE_S:.0f} s after the capture was stopped: killed; the "
+                           f"rest of pod/{pod_name}/{cap.iface} was not analysed")
+                    state.tshark_errors[cap.iface] = why
+                    state.stream_problems.append(f"{cap.iface}: {why}")
+                    reader.cancel()
+            for cap in state.captures:
+                await asyncio.to_thread(cap.join, 30.0)
+            results = await asyncio.gather(*readers, return_exceptions=True)
+            state.phase = "done"
+        captures: dict[str, dict] = {}
+        for cap, res in zip(state.captures, results):
+            where = f"pod/{pod_name} {cap.iface}"
+            if cap.error:
+                problems.append({"where": where, "what": cap.error})
+            if cap.iface in state.tshark_errors:
+                problems.append({"where": where, "what": state.tshark_errors[cap.iface]})
+            if cap.dropped_by_kernel:
+                problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
+            read = None if isinstance(res, BaseException) else res.frames_read
+            if read is not None:
+                pipeline.stats.frames_read[cap.iface] = read
+            captures[cap.iface] = {"captured": cap.captured, "dropped_by_kernel": cap.dropped_by_kernel,
+                                   "frames_read": read, "bytes": cap.bytes_received}
+            if cap.captured is not None and read is not None and read < cap.captured:
+                problems.append({"where": where, "what": f"{cap.captured - read} of {cap.captured} captured packets "
+                                                          f"were not read by tshark"})
+    except BaseException:
+        # Cancelled or failed mid-capture: the port-forward and the log follow must still end, or their
+        # threads outlive the event loop (an abort at interpreter exit).
+        try:
+            await close_proxy(proxy)
+        except Exception:
+            pass
+        raise
     moved = await close_proxy(proxy)
     problems += proxy.problems
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
@@ -262,18 +282,24 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel)
 
 
-def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool) -> str | None:
-    """One line on what went wrong with the tshark that read ``cap``'s stream (``reader``, done), or None."""
+def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool, user_stopped: bool) -> str | None:
+    """One line on what went wrong with the tshark that read ``cap``'s stream (``reader``, done), or None.
+
+    After a user's Ctrl-C (``user_stopped``) the terminal signals tshark too: its death by SIGINT, or a crash
+    report then, is the stop and not a fault; a SIGKILL or SIGSEGV still is."""
     if reader.cancelled():
         return None
     exc = reader.exception()
     if exc is not None:
-        return f"tshark failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None if user_stopped else f"tshark failed: {reason}"
     res = reader.result()
     if not res.error:
         return None
     if res.killed_by is not None:
-        return f"tshark: {res.error}"
+        return None if user_stopped and res.killed_by == signal.SIGINT else f"tshark: {res.error}"
+    if user_stopped:
+        return None
     # tshark's complaints at the end of its input (cut short, not a capture file) follow from how the stream
     # ended: cap.error, set before that end reached tshark, says why when it was lost, and a stream we closed
     # ourselves (no half-close before v5) may end mid-record.

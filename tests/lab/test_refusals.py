@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -152,6 +153,54 @@ def test_tshark_killed_mid_capture_is_reported_and_its_tcpdump_ends(lab_state):
     assert wait_until("tcpdump ended after the stop", 10, lambda: not tcpdumps_in(pod.netns))
 
 
+def test_tshark_killed_just_before_a_ctrl_c_is_still_reported(lab_state):
+    """A Ctrl-C right after a SIGKILL: the terminal's SIGINT is the stop, a SIGKILL never is."""
+    with capturing(lab_state, "pod/healthy") as run:
+        tsharks = wait_until("a tshark reading each stream", 30,
+                             lambda: len(found := stream_tsharks(run.proc.pid)) == 2 and found)
+        tsharks[0].kill()
+        report = run.stop()
+    assert any("tshark: killed by signal 9" in p["what"] for p in report["problems"]), report["problems"]
+
+
+def test_stalled_tshark_is_killed_after_the_grace_and_named(lab_state):
+    """A tshark that stops reading (SIGSTOP) must not hold the watch up for ever: after READ_GRACE_S it is
+    killed, the report names it, and nothing is left running."""
+    from kubectl_meshdoctor.live import READ_GRACE_S
+
+    pod = lab_state.pod("healthy")
+    with capturing(lab_state, "pod/healthy", "--duration", "3") as run:
+        tsharks = wait_until("a tshark reading each stream", 30,
+                             lambda: len(found := stream_tsharks(run.proc.pid)) == 2 and found)
+        tsharks[0].suspend()
+        stdout, _ = run.proc.communicate(timeout=READ_GRACE_S + 60)  # no Ctrl-C: it ends on its own
+    assert run.proc.returncode in (0, 1)
+    report = json.loads(stdout)
+    (stalled,) = [p for p in report["problems"] if "tshark still reading" in p["what"]]
+    assert f"{READ_GRACE_S:.0f} s after the capture was stopped: killed" in stalled["what"]
+    assert not tsharks[0].is_running() or tsharks[0].status() == psutil.STATUS_ZOMBIE
+    assert wait_until("no tcpdump left", 15, lambda: not tcpdumps_in(pod.netns))
+
+
+def test_tcpdump_ended_in_the_pod_is_reported_with_how(lab_state):
+    """tcpdump ends inside the pod before watch asked: by SIGTERM (exit 0, which looked like a whole capture) and
+    by SIGKILL (its stderr only says it was listening). Both are named; with every stream over, watch ends."""
+    pod = lab_state.pod("healthy")
+    with capturing(lab_state, "pod/healthy") as run:
+        by_iface = {}
+        for pid in tcpdumps_in(pod.netns):
+            cmdline = psutil.Process(pid).cmdline()
+            by_iface[cmdline[cmdline.index("-i") + 1]] = psutil.Process(pid)
+        assert sorted(by_iface) == ["eth0", "lo"]
+        by_iface["eth0"].terminate()
+        by_iface["lo"].kill()
+        stdout, _ = run.proc.communicate(timeout=60)
+    problems = {p["where"]: p["what"] for p in json.loads(stdout)["problems"]}
+    assert problems["pod/healthy eth0"] == ("tcpdump on eth0 ended before the capture was stopped (exit 0); "
+                                           "later packets on eth0 were not captured")
+    assert problems["pod/healthy lo"] == "tcpdump on lo failed: killed by signal 9 (exit 137)"
+
+
 def test_api_server_that_does_not_answer_in_time_is_one_line(lab_state, faults):
     # Only the first GET is slow: a client that retried after its timeout (urllib3's default) would get through.
     faults.set({"get_pod": {"delay_s": 4, "times": 1}})
@@ -187,7 +236,8 @@ def test_pod_deleted_mid_run_ends_the_watch_with_the_reason(lab_state):
         report = json.loads(run.proc.communicate(timeout=60)[0])  # no Ctrl-C: it ends on its own
     assert run.proc.returncode in (0, 1)
     problems = " | ".join(p["what"] for p in report["problems"])
-    assert "tcpdump on lo failed" in problems or "ended without an exit status" in problems, problems
+    assert any(what in problems for what in ("tcpdump on lo failed", "ended without an exit status",
+                                             "tcpdump on lo ended before the capture was stopped")), problems
     assert wait_until("no tcpdump left", 10, lambda: not tcpdumps_in(lab_state.pod("refused").netns))
 
 
