@@ -343,12 +343,30 @@ def _cmd_watch(args) -> int:
         return _err(str(e))
     if args.dry_run:
         return _watch_dry_run(opts)
+    if opts.write_pcap_dir is not None:
+        try:  # before anything changes in the cluster, not after the debug container is up
+            _writable_dir(opts.write_pcap_dir, "--write-pcap")
+        except ValueError as e:
+            return _err(str(e))
     if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
         # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
         return _watch_headless(kube, opts, args.output, args.verbose, args.redact)
     from .tui.run import run_tui
 
     return run_tui(kube, opts, args.output, args.redact)
+
+
+def _writable_dir(path: Path, flag: str) -> None:
+    """Create ``path`` (and its parents) unless it exists; raise ValueError naming ``flag`` when it cannot hold
+    files."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot create it: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: not writable")
 
 
 def _watch_dry_run(opts) -> int:

@@ -175,6 +175,21 @@ def test_tls_failures_are_one_line_that_names_tls(tmp_path):
         assert "_ssl.c" not in proc.stderr and "[SSL" not in proc.stderr
 
 
+@pytest.mark.parametrize("where, needle", [
+    ("file", "exists and is not a directory"),
+    ("under-a-file", "cannot create it: Not a directory"),
+])
+def test_write_pcap_that_cannot_hold_files_is_one_line_before_any_api_call(tmp_path, where, needle):
+    """Checked before anything happens in the cluster: the kubeconfig's server is not even reachable here."""
+    kc = tmp_path / "kc"
+    kc.write_text(KUBECONFIG_DOWN)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    target = a_file if where == "file" else a_file / "pcaps"
+    proc = meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui", "--write-pcap", str(target))
+    assert_one_line_error(proc, f"--write-pcap {target}: {needle}")
+
+
 def test_kubeconfig_list_skips_empty_files_like_kubectl(tmp_path):
     import os
 
