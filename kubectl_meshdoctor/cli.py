@@ -32,7 +32,8 @@ examples:
   kubectl meshdoctor analyze lo.pcap eth0.pcapng -o json
   sudo kubectl meshdoctor lab up          # a local pod lab with real failures, and its kubeconfig
 
-exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error
+exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error (also: watch captured
+nothing on any interface)
 """
 
 EPILOG_WATCH = """\

@@ -158,7 +158,8 @@ def merge_reports(pods: list, reports: list) -> Report:
         raise KubeError("no pod could be captured: " + "; ".join(f"{p['where']}: {p['what']}" for p in problems))
     source = {"kind": "live", "pods": [s["pods"][0] for s in sources], "namespace": sources[0]["namespace"],
               "per_pod": sources}
-    return Report(source, stats, sorted(findings, key=lambda f: f.ts), problems, kernel=kernel)
+    return Report(source, stats, sorted(findings, key=lambda f: f.ts), problems, kernel=kernel,
+                  captured_nothing=all(r.captured_nothing for r in reports if not isinstance(r, BaseException)))
 
 
 async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, stop: asyncio.Event,
@@ -279,7 +280,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         source["files"] = dict(state.pcap_files)
     envoy = {"version": proxy.version, "counters_moved": moved,
              "access_log_lines": proxy.follower.lines if proxy.follower else 0}
-    return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel)
+    failed = all(cap.error or cap.iface in state.tshark_errors for cap in state.captures)
+    nothing = failed and pipeline.stats.packets == 0 and not any(c["frames_read"] for c in captures.values())
+    return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel, captured_nothing=nothing)
 
 
 def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool, user_stopped: bool) -> str | None:

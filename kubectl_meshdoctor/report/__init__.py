@@ -29,8 +29,13 @@ class Report:
     problems: list[dict] = field(default_factory=list)
     envoy: dict | None = None  # the sidecar's side: version, counters that moved, access-log lines read
     kernel: dict | None = None  # kernel counters of the pod's namespace that moved (nstat names -> delta)
+    # Every interface failed before tshark read a frame (no tcpdump, wrong --iface, every stream lost): no
+    # finding means nothing here, so the run exits 2 as one that could not run, its problems saying why.
+    captured_nothing: bool = False
 
     def exit_code(self) -> int:
+        if self.captured_nothing:
+            return EXIT_USAGE
         return EXIT_FINDINGS if any(f.severity is Severity.ERROR for f in self.findings) else EXIT_OK
 
     def to_dict(self) -> dict:

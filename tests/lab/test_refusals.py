@@ -201,6 +201,19 @@ def test_tcpdump_ended_in_the_pod_is_reported_with_how(lab_state):
     assert problems["pod/healthy lo"] == "tcpdump on lo failed: killed by signal 9 (exit 137)"
 
 
+def test_watch_that_captures_nothing_exits_2_with_its_report(lab_state):
+    """No interface captured a packet (here: no such device): no finding would mean nothing, so the exit code is
+    2 as for a run that could not run, and the report still says why."""
+    proc = watch(lab_state, "healthy", "--iface", "nosuchdev")
+    assert proc.returncode == 2, proc.stderr
+    report = json.loads(proc.stdout)
+    assert {"where": "pod/healthy nosuchdev", "what": "tcpdump on nosuchdev failed: tcpdump: nosuchdev: No such "
+            "device exists"} in report["problems"]
+    assert report["stats"]["packets"] == 0
+    lo_too = watch(lab_state, "healthy", "--iface", "lo,nosuchdev")  # one interface captured: a normal run
+    assert lo_too.returncode in (0, 1) and json.loads(lo_too.stdout)["stats"]["packets"] > 0
+
+
 def test_api_server_that_does_not_answer_in_time_is_one_line(lab_state, faults):
     # Only the first GET is slow: a client that retried after its timeout (urllib3's default) would get through.
     faults.set({"get_pod": {"delay_s": 4, "times": 1}})
