@@ -1,7 +1,8 @@
 """``kubectl meshdoctor``: the command line front end. Parses flags, runs the core, maps errors to exit codes.
 
 Exit codes (DESIGN.md): 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on
-stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal error).
+stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal error), or a watch that captured
+nothing on any interface and found no error (its report is printed, its problems say why).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ examples:
   kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
   kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60 -o text
   kubectl meshdoctor watch pod/collision --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
+
+exit codes: 0 no error finding, 1 at least one error finding, 2 could not run (one line on stderr), or no
+interface captured anything and nothing else found an error (the report is printed; its problems say why)
 """
 
 EPILOG_ANALYZE = """\

@@ -280,8 +280,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         source["files"] = dict(state.pcap_files)
     envoy = {"version": proxy.version, "counters_moved": moved,
              "access_log_lines": proxy.follower.lines if proxy.follower else 0}
-    failed = all(cap.error or cap.iface in state.tshark_errors for cap in state.captures)
-    nothing = failed and pipeline.stats.packets == 0 and not any(c["frames_read"] for c in captures.values())
+    # No tcpdump ever said "listening on" (no such device, no tcpdump, every exec refused): nothing was captured.
+    # An idle pod, or a stream lost later, still had a capture that ran.
+    nothing = not any(cap.heard_listening for cap in state.captures)
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel, captured_nothing=nothing)
 
 

@@ -93,6 +93,7 @@ class ExecCapture:
     # Set once tcpdump says "listening on" (its interface is open: packets from now on are captured), or when
     # the stream ends without that, so waiters never hang.
     listening: threading.Event = field(default_factory=threading.Event)
+    heard_listening: bool = False  # tcpdump itself said "listening on": a capture really ran
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -228,6 +229,7 @@ class ExecCapture:
             elif channel == ws_client.STDERR_CHANNEL:
                 err_tail = (err_tail + payload)[-4096:]
                 if b"listening on" in err_tail:
+                    self.heard_listening = True
                     self.listening.set()
             elif channel == ws_client.ERROR_CHANNEL:
                 status = payload

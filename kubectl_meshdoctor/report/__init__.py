@@ -12,7 +12,7 @@ from ..pipeline import PipelineStats
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # at least one finding of severity error
-EXIT_USAGE = 2  # usage or input error
+EXIT_USAGE = 2  # usage or input error, or a watch that captured nothing on any interface
 
 REDACTED_HEADERS = ("authorization", "cookie", "set-cookie", "proxy-authorization", "x-api-key")
 
@@ -29,14 +29,14 @@ class Report:
     problems: list[dict] = field(default_factory=list)
     envoy: dict | None = None  # the sidecar's side: version, counters that moved, access-log lines read
     kernel: dict | None = None  # kernel counters of the pod's namespace that moved (nstat names -> delta)
-    # Every interface failed before tshark read a frame (no tcpdump, wrong --iface, every stream lost): no
-    # finding means nothing here, so the run exits 2 as one that could not run, its problems saying why.
+    # No interface's capture ever ran (no such device, no tcpdump, every exec refused): no packet finding means
+    # nothing here, so without an error finding (lint, access log) the run exits 2, its problems saying why.
     captured_nothing: bool = False
 
     def exit_code(self) -> int:
-        if self.captured_nothing:
-            return EXIT_USAGE
-        return EXIT_FINDINGS if any(f.severity is Severity.ERROR for f in self.findings) else EXIT_OK
+        if any(f.severity is Severity.ERROR for f in self.findings):
+            return EXIT_FINDINGS
+        return EXIT_USAGE if self.captured_nothing else EXIT_OK
 
     def to_dict(self) -> dict:
         st = self.stats

@@ -210,7 +210,7 @@ def test_watch_that_captures_nothing_exits_2_with_its_report(lab_state):
     assert {"where": "pod/healthy nosuchdev", "what": "tcpdump on nosuchdev failed: tcpdump: nosuchdev: No such "
             "device exists"} in report["problems"]
     assert report["stats"]["packets"] == 0
-    lo_too = watch(lab_state, "healthy", "--iface", "lo,nosuchdev")  # one interface captured: a normal run
+    lo_too = watch(lab_state, "healthy", "--iface", "lo,nosuchdev", seconds="5")  # lo captured: a normal run
     assert lo_too.returncode in (0, 1) and json.loads(lo_too.stdout)["stats"]["packets"] > 0
 
 
