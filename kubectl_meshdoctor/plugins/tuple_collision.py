@@ -41,7 +41,8 @@ metadata:
     traffic.sidecar.istio.io/excludeInboundPorts: "{port}"
 # Fix B (heavier): no iptables capture for the pod (sidecar.istio.io/interceptionMode: NONE) plus a Sidecar
 # whose ingress listeners Envoy binds itself, with the app on 127.0.0.1 only. A Sidecar with captureMode: NONE
-# alone does not stop the REDIRECT. This pod's redirect-exposure finding (lint) gives both documents in full.
+# alone does not stop the REDIRECT. When the pod declares both ports, its redirect-exposure finding (lint, at
+# the start of watch) gives both documents in full.
 # Also check the client: it reuses one source port for two destinations (a fixed bind() or SO_REUSEADDR port
 # pool); letting the kernel pick ephemeral ports removes the collision at its source."""
 
