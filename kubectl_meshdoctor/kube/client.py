@@ -105,12 +105,7 @@ def connect(opts: KubeOptions) -> Kube:
         if ctx is None:
             names = ", ".join(c["name"] for c in contexts) or "none"
             raise KubeError(f'context "{opts.context}" not found in {path} (contexts: {names})')
-        configuration = k8s.Configuration()
-        # One attempt per request, as kubectl: urllib3's default Retry(3) sent a GET that timed out three more
-        # times, so --request-timeout 1 gave up after ~4 s.
-        configuration.retries = urllib3.Retry(connect=0, read=0, other=0)
-        api = k8s_config.new_client_from_config(config_file=path, context=ctx["name"],
-                                                client_configuration=configuration)
+        api = k8s_config.new_client_from_config(config_file=path, context=ctx["name"])
     except KubeError:
         raise
     except (ConfigException, yaml.YAMLError, OSError, TypeError, AttributeError, KeyError, ValueError) as e:

@@ -215,8 +215,7 @@ def test_watch_that_captures_nothing_exits_2_with_its_report(lab_state):
 
 
 def test_api_server_that_does_not_answer_in_time_is_one_line(lab_state, faults):
-    # Only the first GET is slow: a client that retried after its timeout (urllib3's default) would get through.
-    faults.set({"get_pod": {"delay_s": 4, "times": 1}})
+    faults.set({"get_pod": {"delay_s": 4}})  # every attempt: urllib3 retries a timed-out GET
     proc = watch(lab_state, "healthy", "--request-timeout", "1")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
