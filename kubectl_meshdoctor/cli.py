@@ -25,6 +25,11 @@ from . import __version__
 from .report import EXIT_USAGE, RENDERERS
 
 PROG = "kubectl meshdoctor"
+EXIT_CODES_HELP = """\
+exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on stderr), or
+a watch where no interface captured anything and nothing else found an error (the report is printed; its
+problems say why)
+"""
 
 EPILOG_MAIN = """\
 examples:
@@ -33,9 +38,7 @@ examples:
   kubectl meshdoctor analyze lo.pcap eth0.pcapng -o json
   sudo kubectl meshdoctor lab up          # a local pod lab with real failures, and its kubeconfig
 
-exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error (also: watch captured
-nothing on any interface)
-"""
+""" + EXIT_CODES_HELP
 
 EPILOG_WATCH = """\
 watch adds (or reuses) an ephemeral container meshdoctor-* targeting istio-proxy, runs tcpdump on the pod's
@@ -47,9 +50,7 @@ examples:
   kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60 -o text
   kubectl meshdoctor watch pod/collision --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
 
-exit codes: 0 no error finding, 1 at least one error finding, 2 could not run (one line on stderr), or no
-interface captured anything and nothing else found an error (the report is printed; its problems say why)
-"""
+""" + EXIT_CODES_HELP
 
 EPILOG_ANALYZE = """\
 The interface of each file comes from FILE:IFACE, else pcapng interface blocks, else the file's stem
