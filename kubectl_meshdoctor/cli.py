@@ -212,8 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     lab = sub.add_parser("lab", help="a local pod lab (network namespaces, Istio's nat rules, real failures)",
                          description="Manage the pod lab: real kernel TCP and iptables in network namespaces, "
-                         "a sidecar stand-in, and a test API server that the plugin (the official Kubernetes Python client) "
-                         "talks to through the kubeconfig `lab up` prints. Needs root.",
+                         "real Envoy as each pod's istio-proxy (configured as Istio configures a sidecar), and a test "
+                         "API server that the plugin and kubectl talk to through the kubeconfig `lab up` prints. "
+                         "Needs root.",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          epilog="examples:\n  sudo kubectl meshdoctor lab up\n"
                                 "  sudo kubectl meshdoctor lab status\n  sudo kubectl meshdoctor lab down\n")

@@ -101,6 +101,7 @@ class HttpAppConfig:
     body: bytes = b"ok from meshdoctor lab\n"
     idle_timeout: float | None = None  # seconds a keep-alive connection may sit idle before we close it
     broken_framing: bool = False  # serve FRAMING_VARIANTS
+    close_delay: float = 0.0  # seconds between the idle timer firing and close(), reading paused meanwhile
 
 
 class HttpApp:
@@ -128,6 +129,11 @@ class HttpApp:
                     break  # downstream closed between requests
                 except asyncio.TimeoutError:
                     _log(f"idle close {peer[0]}:{peer[1]} after {self._config.idle_timeout:g} s")
+                    if self._config.close_delay:
+                        # The idle timer has fired but close() comes later (a busy event loop, a slow close
+                        # path): bytes that arrive now stay unread in the kernel, so close() answers them RST.
+                        writer.transport.pause_reading()
+                        await asyncio.sleep(self._config.close_delay)
                     break
                 try:
                     request = parse_head(head)
@@ -290,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 = unreachable via eth0)")
     parser.add_argument("--port", type=int, help="listen port (default 5000 for http, 5002 for tcp-echo)")
     parser.add_argument("--idle-timeout", type=float, help="http: close keep-alive connections idle this long (s)")
+    parser.add_argument("--close-delay", type=float, default=0.0,
+                        help="http: seconds from the idle timer to close(), not reading meanwhile")
     parser.add_argument("--broken-framing", action="store_true", help="http: answer with broken framing")
     parser.add_argument("--fast", action="store_true", help="http: canned keep-alive responder for load")
     parser.add_argument("--also-port", type=int, action="append", default=[],
@@ -300,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.app == "http":
         app = HttpApp(HttpAppConfig(
             bind=args.bind, port=args.port or HTTP_PORT, idle_timeout=args.idle_timeout,
-            broken_framing=args.broken_framing))
+            close_delay=args.close_delay, broken_framing=args.broken_framing))
     else:
         app = EchoApp(EchoAppConfig(bind=args.bind, port=args.port or ECHO_PORT))
     try:

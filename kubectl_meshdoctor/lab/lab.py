@@ -1,16 +1,17 @@
 """The pod lab's public API: `up`, `down`, `status`, and `trigger_round` for deterministic tests.
 
-`up` builds one network namespace pair per pod (netns.py), starts the apps and the sidecar stand-in inside
-the pod namespace, the scenario driver inside the client namespace, then the test API server; each process
+`up` builds one network namespace pair per pod (netns.py), starts the apps and real Envoy (istio_proxy.py, with
+a bootstrap shaped like Istio's sidecar: bootstrap.py) inside the pod namespace, the scenario driver inside the client namespace, then the test API server; each process
 is detached (own session, output to a log file in state_dir) and recorded in state_dir/state.json. `down`
 undoes all of it from that file alone, so it works after a crash or a half-finished `up`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import re
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,9 +24,9 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from kubectl_meshdoctor.lab import netns
-from kubectl_meshdoctor.lab.admin import ADMIN_PORT
+from kubectl_meshdoctor.lab import istio_proxy, netns
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
+from kubectl_meshdoctor.lab.bootstrap import ADMIN_PORT, OUTBOUND_PORT, BootstrapPod, bootstrap_text
 from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
 from kubectl_meshdoctor.lab.scenarios import (
     DEFAULT_PERIOD,
@@ -89,7 +90,7 @@ def up(
     created is removed again.
     """
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
-    _preflight(pods)
+    envoy = _preflight(pods)
     if (state_dir / "state.json").exists():
         raise LabError(f"a lab already has state in {state_dir}; run `lab down` first")
     if state_dir.exists() and any(state_dir.iterdir()):
@@ -113,7 +114,7 @@ def up(
     # Written before anything exists, so a failed or interrupted `up` can always be undone by `down`.
     write_state(state)
     try:
-        state = _bring_up(state, rounds=rounds, seconds=seconds, period=period, drivers=drivers,
+        state = _bring_up(state, envoy, rounds=rounds, seconds=seconds, period=period, drivers=drivers,
                           apiserver=apiserver, ready_timeout=ready_timeout)
     except BaseException:
         try:
@@ -196,7 +197,8 @@ def trigger_round(state: LabState, pod: str, scenario: str | None = None, timeou
     return RoundResult.from_json(json.loads(lines[-1]))
 
 
-def _preflight(pods: Sequence[str]) -> None:
+def _preflight(pods: Sequence[str]) -> str:
+    """Check what `up` needs before anything is created; returns the Envoy binary's path."""
     if os.geteuid() != 0:
         raise LabError("the lab needs root (network namespaces, iptables, conntrack): run it with sudo")
     missing = netns.missing_tools()
@@ -214,6 +216,11 @@ def _preflight(pods: Sequence[str]) -> None:
         raise LabError("each lab pod name may appear once")
     if not pods:
         raise LabError("the lab needs at least one pod")
+    if importlib.util.find_spec("aiohttp") is None:
+        raise LabError("the lab's test API server needs aiohttp: pip install 'kubectl-meshdoctor[lab]'")
+    envoy = istio_proxy.envoy_binary()
+    istio_proxy.check_envoy(envoy)
+    return envoy
 
 
 def pod_spec(text: str) -> tuple[str, str]:
@@ -242,17 +249,19 @@ def _all_netns(state: LabState) -> list[str]:
 
 
 def _bring_up(
-    state: LabState, *, rounds: int, seconds: float, period: float, drivers: bool, apiserver: bool,
+    state: LabState, envoy: str, *, rounds: int, seconds: float, period: float, drivers: bool, apiserver: bool,
     ready_timeout: float,
 ) -> LabState:
     for pod in state.pods:
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
-        for role, args in _pod_processes(pod, state.namespace):
-            state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, sys.executable, *args))
+        istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
+        for role, argv in _pod_processes(pod, state.namespace, envoy):
+            state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv))
     for pod in state.pods:
-        roles = [role for role, _ in _pod_processes(pod, state.namespace)]
-        wanted = {ECHO_PORT, INBOUND_CAPTURE_PORT, ADMIN_PORT} | ({HTTP_PORT} if "app-http" in roles else set())
+        roles = [role for role, _ in _pod_processes(pod, state.namespace, envoy)]
+        wanted = ({ECHO_PORT, INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT}
+                  | ({HTTP_PORT} if "app-http" in roles else set()))
         _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
                   lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
                   watch=[f"{pod.name}/{role}" for role in roles])
@@ -272,19 +281,24 @@ def _bring_up(
     return state
 
 
-def _pod_processes(pod: LabPod, namespace: str) -> list[tuple[str, list[str]]]:
-    """(role, python args) of the processes in a scenario's pod namespace; SETUPS holds the knobs."""
+def port_kind(name: str) -> str:
+    """"http" or "tcp": how Istio treats a container port by its name's protocol prefix (`http`, `http-web`,
+    `http2`, `grpc` ... are HTTP; anything else is TCP here, as with protocol sniffing off)."""
+    prefix = name.split("-", 1)[0]
+    return "http" if prefix in ("http", "http2", "grpc", "grpc-web") else "tcp"
+
+
+def _pod_processes(pod: LabPod, namespace: str, envoy: str) -> list[tuple[str, list[str]]]:
+    """(role, argv) of the processes in a scenario's pod namespace; SETUPS holds the knobs."""
     setup = SETUPS[pod.scenario]
+    apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
     processes = []
     if setup.app_http is not None:
-        processes.append(("app-http", ["-m", "kubectl_meshdoctor.lab.apps", "http", "--port", str(HTTP_PORT),
-                                       *setup.app_http]))
-    processes.append(("app-tcp", ["-m", "kubectl_meshdoctor.lab.apps", "tcp-echo", "--port", str(ECHO_PORT)]))
-    processes.append(("sidecar", ["-m", "kubectl_meshdoctor.lab.sidecar", "--port", str(INBOUND_CAPTURE_PORT),
-                                  "--http-ports", str(HTTP_PORT),
-                                  "--app-ports", ",".join(str(p.port) for p in pod.ports),
-                                  "--pod-ip", pod.pod_ip, "--pod-name", pod.name, "--pod-namespace", namespace,
-                                  "--admin-port", str(ADMIN_PORT), *setup.sidecar]))
+        processes.append(("app-http", [*apps, "http", "--port", str(HTTP_PORT), *setup.app_http]))
+    processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
+    config = bootstrap_text(BootstrapPod(pod.name, namespace, pod.pod_ip,
+                                         tuple((p.port, port_kind(p.name)) for p in pod.ports)), setup.sidecar)
+    processes.append(("sidecar", istio_proxy.envoy_argv(envoy, config)))
     return processes
 
 
@@ -315,8 +329,8 @@ def _spawn(state: LabState, key: str, argv: list[str]) -> LabState:
 
 
 # Pod processes log where the test API server's log endpoint reads a container's log
-# (apiserver/containers.py log_path: state_dir/<pod>/<container>.log): the apps are container `app`, the
-# sidecar (whose stdout is its access log) is `istio-proxy`.
+# (apiserver/containers.py log_path: state_dir/<pod>/<container>.log): the apps are container `app`, Envoy
+# (its own log on stderr, its access log on /dev/stdout) is `istio-proxy`.
 _CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy"}
 
 

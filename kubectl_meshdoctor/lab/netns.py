@@ -48,7 +48,7 @@ ISTIO_NAT_RULES = """\
 COMMIT
 """
 
-INBOUND_CAPTURE_PORT = 15006  # Envoy's virtualInbound; the sidecar stand-in listens here
+INBOUND_CAPTURE_PORT = 15006  # Envoy's virtualInbound, ISTIO_IN_REDIRECT's target
 INBOUND_PASSTHROUGH_SOURCE = "127.0.0.6"  # Envoy's InboundPassthroughBindIpv4; RETURNed by ISTIO_OUTPUT
 
 # Only benchmarking addresses (RFC 2544), never routable, so a lab cannot shadow a real network.

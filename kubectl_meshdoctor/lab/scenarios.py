@@ -19,11 +19,13 @@ Scenarios:
              keep-alive, `/close` (the app answers `Connection: close` and FINs; no request follows on that
              upstream connection), then 20 short connections. 200s only, no RST on lo.
   framing    one GET per FRAMING_VARIANTS path, each on a new connection; the app answers with broken framing,
-             the sidecar resets the upstream connection (RST from 127.0.0.6) and answers 502 UPE.
+             Envoy's HTTP/1 codec rejects it, closes the upstream connection (FIN from 127.0.0.6: it has read the
+             response) and answers 502 UPE.
   stale-keepalive
-             GET 1 leaves a pooled upstream connection; the app closes it after STALE_IDLE_TIMEOUT (FIN from
-             :5000); once the sidecar's end is in CLOSE-WAIT, GET 2 on a new downstream connection is sent on
-             the stale upstream (the sidecar races the FIN): the app's kernel answers RST, the client gets 503 UC.
+             GET 1 leaves a pooled upstream connection; the app's idle timer fires STALE_IDLE_TIMEOUT later and
+             its close() comes STALE_CLOSE_DELAY after that. GET 2, on a new downstream connection, is sent in
+             that window: Envoy, which has seen no FIN, writes it on the pooled connection, the app never reads
+             it, and its close() with unread data is an RST (no FIN at all). The client gets 503 UC.
   refused    nothing listens on :5000: the sidecar's SYN from 127.0.0.6 gets RST, the client gets 503 UF.
   refused-localhost
              the app listens on 127.0.0.1:5000 only; the sidecar dials pod_ip:5000: same RST, same 503 UF.
@@ -34,7 +36,7 @@ Scenarios:
   load       steady keep-alive GETs for LOAD_ROUND_SECONDS at LOAD_ROUND_PPS packets/s on the pod's lo + eth0
              (run_load; bench/live drives it at its own rate): a share through the sidecar (client -> :5000), the
              rest straight to the app, on eth0 to :15020 (istio-iptables excludes it from REDIRECT) and on lo
-             from 127.0.0.6 (the sidecar's upstream leg, without the Python sidecar's CPU per request). The app
+             from 127.0.0.6 (the sidecar's upstream leg, without Envoy's CPU per request). The app
              is a canned responder (apps http --fast). 200s only; no RST, no detector finding.
 """
 
@@ -59,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 from kubectl_meshdoctor.lab.apps import CHUNKED_BODY, ECHO_PORT, FRAMING_VARIANTS, HTTP_PORT
+from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
 from kubectl_meshdoctor.lab.netns import CLIENT_FIXED_PORTS, INBOUND_PASSTHROUGH_SOURCE, LAB_NETWORK, in_netns
 from kubectl_meshdoctor.lab.state import LabPod, LabPort
 
@@ -67,6 +70,12 @@ SCENARIOS = (
     "syn-drop", "load",
 )
 STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
+# Seconds between the app's idle timer firing and its close(), with reading paused: a request that arrives then
+# is answered RST (it is unread when the socket closes). Envoy drops a pooled connection as soon as it reads the
+# app's FIN, so the race it loses is this window, before any FIN (or a request crossing the FIN on the wire).
+STALE_CLOSE_DELAY = 0.4
+# When the stale-keepalive driver sends its second request: after the first response, in the middle of the window.
+STALE_REUSE_AFTER = STALE_IDLE_TIMEOUT + STALE_CLOSE_DELAY / 2
 # Seconds the syn-drop rule stays. The client kernel retransmits a SYN after 1 s, then 3 s (classic exponential
 # backoff: 1, 3, 7 s) or, with net.ipv4.tcp_syn_linear_timeouts (default 4 since Linux 6.7), after 1, 2, 3, 4 s.
 # 2.5 s is half a second clear of both schedules: the SYN at ~3 s is the first to pass, under either.
@@ -86,11 +95,11 @@ _SYN_CONNECT_TIMEOUT = 10.0  # seconds; covers the SYN retransmits at ~1 s and ~
 
 @dataclass(frozen=True)
 class PodSetup:
-    """The processes of a scenario's pod: extra args of `apps http` (None: nothing listens on :5000) and of
-    the sidecar."""
+    """The processes of a scenario's pod: extra args of `apps http` (None: nothing listens on :5000) and the
+    Istio settings its Envoy runs with."""
 
     app_http: tuple[str, ...] | None = ()
-    sidecar: tuple[str, ...] = ()
+    sidecar: SidecarSettings = SidecarSettings()
 
 
 SETUPS: dict[str, PodSetup] = {
@@ -99,8 +108,8 @@ SETUPS: dict[str, PodSetup] = {
     "healthy": PodSetup(),
     "healthy-http": PodSetup(),
     "framing": PodSetup(app_http=("--broken-framing",)),
-    "stale-keepalive": PodSetup(app_http=("--idle-timeout", str(STALE_IDLE_TIMEOUT)),
-                                sidecar=("--upstream-fin-race",)),
+    "stale-keepalive": PodSetup(app_http=("--idle-timeout", str(STALE_IDLE_TIMEOUT),
+                                          "--close-delay", str(STALE_CLOSE_DELAY))),
     "refused": PodSetup(app_http=None),
     "refused-localhost": PodSetup(app_http=("--bind", "127.0.0.1")),
     "syn-drop": PodSetup(),
@@ -130,7 +139,7 @@ class RoundResult:
     # HTTP scenarios: (path, status, body) of every request in order; the body only when it is not 200.
     http: tuple[tuple[str, int, str], ...] = ()
     connect_s: float | None = None  # syn-drop: how long the connect to :5002 took (seconds)
-    upstream_fin_s: float | None = None  # stale-keepalive: request 1 done -> sidecar's upstream in CLOSE-WAIT
+    reused_after_s: float | None = None  # stale-keepalive: response 1 -> request 2 (seconds)
     load: dict[str, Any] | None = None  # load: LoadResult.to_json()
 
     def to_json(self) -> dict[str, Any]:
@@ -161,7 +170,7 @@ class _Tally:
     errors: list[str] = field(default_factory=list)
     http: list[tuple[str, int, str]] = field(default_factory=list)
     connect_s: float | None = None
-    upstream_fin_s: float | None = None
+    reused_after_s: float | None = None
     load: dict[str, Any] | None = None
 
 
@@ -376,32 +385,14 @@ def _refused_round(pod: LabPod, tally: _Tally) -> None:
     _get(pod, tally, "/refused")
 
 
-def _stale_upstream(pod: LabPod) -> bool | None:
-    """True when the sidecar holds a connection 127.0.0.6 -> pod:5000 in CLOSE-WAIT (the app's FIN arrived
-    and the sidecar has not closed its end); None when `ss` cannot tell."""
-    try:
-        out = subprocess.run(in_netns(pod.netns, "ss", "-Htn", "state", "close-wait"),
-                             capture_output=True, text=True, timeout=_IO_TIMEOUT, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return any(f"{INBOUND_PASSTHROUGH_SOURCE}:" in line and f"{pod.pod_ip}:{HTTP_PORT}" in line
-               for line in out.splitlines())
-
-
 def _stale_keepalive_round(pod: LabPod, tally: _Tally) -> None:
     if _get(pod, tally, "/stale/1") != 200:
         return
     done = time.monotonic()
-    deadline = done + max(10 * STALE_IDLE_TIMEOUT, 5.0)
-    while (stale := _stale_upstream(pod)) is False and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if stale is None:
-        time.sleep(2 * STALE_IDLE_TIMEOUT)  # cannot observe it: give the app's idle close twice its timeout
-    elif not stale:
-        tally.errors.append(f"no upstream connection in CLOSE-WAIT within {deadline - done:g} s")
-        return
-    else:
-        tally.upstream_fin_s = round(time.monotonic() - done, 3)
+    # The app's idle timer fires STALE_IDLE_TIMEOUT after its response; Envoy still holds the connection idle in
+    # its pool (no FIN has come), so a request now is written on it and lands in the app's unread window.
+    time.sleep(STALE_REUSE_AFTER)  # the race's timing itself, not a wait for a condition
+    tally.reused_after_s = round(time.monotonic() - done, 3)
     _get(pod, tally, "/stale/2")  # a NEW downstream connection: the sidecar serves it from its pool
 
 
@@ -830,7 +821,7 @@ def run_round(pod: LabPod, scenario: str, *, used_ports: set[int] | None = None)
         errors=tuple(tally.errors),
         http=tuple(tally.http),
         connect_s=tally.connect_s,
-        upstream_fin_s=tally.upstream_fin_s,
+        reused_after_s=tally.reused_after_s,
         load=tally.load,
     )
 

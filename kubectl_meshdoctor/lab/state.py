@@ -30,7 +30,7 @@ class LabPort:
 
 @dataclass(frozen=True)
 class LabPod:
-    """One lab pod: a network namespace with the Istio nat rules, apps and a sidecar stand-in.
+    """One lab pod: a network namespace with the Istio nat rules, apps and Envoy as its istio-proxy.
 
     `netns` holds the pod (eth0 = `pod_ip`/24, lo); `client_netns` holds the other end of the veth
     (`client_ip`/24), where scenario drivers run as the pod's downstream clients.

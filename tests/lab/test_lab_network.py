@@ -1,4 +1,4 @@
-"""The pod lab on the real kernel: namespaces, Istio's REDIRECT, the sidecar stand-in and the scenarios.
+"""The pod lab on the real kernel: namespaces, Istio's REDIRECT, real Envoy as the sidecar, and the scenarios.
 
 Needs root, iproute2, iptables, conntrack, tcpdump and tshark. No mocks: a collision round must make the pod's
 kernel send a real challenge ACK, seen both on the wire (tcpdump on the pod's eth0) and in its counters.
@@ -187,12 +187,14 @@ def test_sidecar_closes_downstream_when_upstream_is_refused(quiet_lab: LabState)
     assert out.strip() == "b''"  # a clean close, no bytes
 
     def refused_lines() -> list[str]:
-        return [line for line in sidecar_log.read_text().splitlines() if " inbound|5003|| " in line]
+        return [line for line in sidecar_log.read_text().splitlines() if f"{pod.pod_ip}:5003 " in line]
 
     _wait_until("a UF access-log line for :5003", 10.0, lambda: bool(refused_lines()))
-    # tcp_proxy: no status, UF, and the transport failure as current Envoy renders it.
+    # A port the pod does not declare goes to Istio's InboundPassthroughCluster (tcp_proxy): no status, UF with
+    # URX (tcp_proxy's connect attempts are spent), and the transport failure as Envoy 1.40 renders it.
     line = refused_lines()[-1]
-    assert '"- - -" 0 UF - - "delayed_connect_error:_Connection_refused" ' in line, line
+    assert '"- - -" 0 UF,URX - - "delayed_connect_error:_Connection_refused" ' in line, line
+    assert f' InboundPassthroughCluster - {pod.pod_ip}:5003 ' in line, line
 
 
 @pytest.mark.lab

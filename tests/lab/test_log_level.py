@@ -1,4 +1,4 @@
-"""`log-level` against the lab's sidecar stand-in through the test API server's port-forward."""
+"""`log-level` against the lab's real Envoy through the test API server's port-forward."""
 
 from __future__ import annotations
 
@@ -46,7 +46,9 @@ def test_set_a_logger_then_read_it_back_from_the_proxy(lab_state):
     assert after["connection"] == "debug" and after["http"] == "trace" and after["router"] == "warning"
     assert levels_of(lab_state, "healthy-http")["connection"] == "warning"  # only the named pod changed
     reset = log_level(lab_state, "pod/healthy", "-r")
-    assert reset.returncode == 0 and "warning (60 loggers); misc: error" in reset.stdout, reset.stdout
+    others = len(after) - 1  # every logger this Envoy build has, but misc
+    assert others > 50
+    assert reset.returncode == 0 and f"warning ({others} loggers); misc: error" in reset.stdout, reset.stdout
     assert levels_of(lab_state, "healthy")["connection"] == "warning"
 
 

