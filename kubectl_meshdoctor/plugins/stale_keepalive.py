@@ -1,10 +1,18 @@
-"""``stale-keepalive``: Envoy reuses a pooled upstream connection the app has just closed.
+"""``stale-keepalive``: Envoy reuses a pooled upstream connection just as the app closes it.
 
-The app closes an idle keep-alive connection (FIN) while Envoy, which has not read that FIN yet, writes the next
-request on it. The app's socket is gone, so its kernel answers the data with RST (RFC 9293 section 3.6.1: data to
-a closed socket). Envoy answers the caller 503 with response flag UC and details
-``upstream_reset_before_response_started{connection_termination}``. Seen on ``lo``, between 127.0.0.6 and the
-app port.
+Envoy watches its idle pooled connections and drops one as soon as the app's FIN arrives, so it never reuses a
+connection whose FIN it has read. It loses the race in two ways, both seen with real Envoy on ``lo`` between
+127.0.0.6 and the app port:
+
+- the request crosses the app's FIN on the wire (written well under a millisecond after it, or just before);
+  the app's socket is gone, so its kernel answers the data with RST;
+- the request reaches the app after its idle timer fired but before its close(): the app never reads it, and
+  a close with unread data sends RST instead of FIN (RFC 9293 section 3.6.1), so there is no FIN at all, only
+  an idle connection, a request on it and an RST.
+
+Envoy answers the caller 503 with response flag UC and details
+``upstream_reset_before_response_started{connection_termination}``; the inbound cluster's
+``upstream_cx_destroy_remote_with_active_rq`` moves.
 """
 
 from __future__ import annotations
@@ -18,7 +26,11 @@ from ..flows import Flow
 from ..remedies import destination_rule_pool, virtual_service_retries
 
 RACE_WINDOW_S = 0.05  # a request this much before the FIN crossed it on the wire: the same race
+# A request this long after the connection's last response found it idle in Envoy's pool: pipelined or
+# back-to-back requests (a busy connection) are not a keep-alive reuse.
+MIN_IDLE_S = 0.05
 _NOTE = "stale-keepalive"
+_DETAILS = "upstream_reset_before_response_started{connection_termination}"
 
 _REMEDIATION = (
     "# Let Envoy close pooled connections before the app does: idleTimeout shorter than the app's keep-alive\n"
@@ -29,13 +41,16 @@ _REMEDIATION = (
 
 class StaleKeepalive(Detector):
     id = "stale-keepalive"
+    # What real Envoy moves for this class (the inbound cluster of the app port).
+    envoy_counters = ("upstream_cx_destroy_remote_with_active_rq",)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.iface != "lo":
             return ()
         from_server = (ev.src, ev.sport) == flow.server
         # Per-flow notes live and die with the flow in the bounded flow table.
-        note = flow.notes.setdefault(_NOTE, {"fin": None, "last_request": None, "reported": False})
+        note = flow.notes.setdefault(_NOTE, {"fin": None, "last_request": None, "last_response": None,
+                                             "reported": False})
         if note["reported"]:
             return ()
         if from_server:
@@ -45,37 +60,76 @@ class StaleKeepalive(Detector):
                 note["fin"] = ev
             if ev.payload_len:
                 note["last_request"] = None  # answered: an earlier request was not in the race
-        elif ev.payload_len and not ev.is_rst:
-            note["last_request"] = ev
+                note["last_response"] = ev
+        elif ev.payload_len and not ev.is_rst and note["last_request"] is None:
+            note["last_request"] = ev  # the first unanswered request is the one written on the stale connection
         return ()
 
     def _on_reset(self, rst: PacketEvent, flow: Flow, note: dict) -> Iterable[Finding]:
-        fin, req = note["fin"], note["last_request"]
-        if fin is None or req is None or req.ts < fin.ts - RACE_WINDOW_S:
+        fin, req, last = note["fin"], note["last_request"], note["last_response"]
+        if req is None:
             return ()
-        note["reported"] = True
+        if fin is not None and req.ts >= fin.ts - RACE_WINDOW_S:
+            return (self._crossing_fin(rst, flow, note, fin, req),)
+        if fin is None and last is not None and req.ts - last.ts >= MIN_IDLE_S:
+            return (self._unread_on_close(rst, flow, note, last, req),)
+        return ()
+
+    def _crossing_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
+                      req: PacketEvent) -> Finding:
         after = req.ts >= fin.ts
         gap_ms = abs(req.ts - fin.ts) * 1000
         when = f"{gap_ms:.1f} ms after" if after else f"{gap_ms:.1f} ms before (crossing)"
         ref = FlowRef.of(flow)
-        return (Finding(
-            detector=self.id,
-            severity=Severity.ERROR,
-            title=f"Request on a keep-alive connection the app had closed: {ref.server} reset it",
-            flow=ref,
+        return self._finding(
+            rst, flow, note,
             evidence=(Evidence.of(fin, "FIN from the app (idle keep-alive close)"),
                       Evidence.of(req, f"request from the sidecar, {when} the FIN"),
                       Evidence.of(rst, "RST from the app: the socket is gone")),
-            envoy_flags=("UC",),
             explanation=(
                 f"The app at {ref.server} closed this pooled connection (FIN) and the sidecar ({ref.client}) wrote "
-                f"the next request on it {when} that FIN; the app's kernel answered with RST because no socket "
-                f"is left to read it (RFC 9293 section 3.6.1). Envoy answers the caller 503 with response flag UC "
-                f"and details upstream_reset_before_response_started{{connection_termination}}. The app's "
-                f"keep-alive timeout is shorter than Envoy's idle timeout for this cluster (1 h by default)."),
+                f"the next request on it {when} that FIN, before Envoy had read the FIN and dropped the connection "
+                f"from its pool; the app's kernel answered with RST because no socket is left to read it (RFC 9293 "
+                f"section 3.6.1)."),
+            details={"request_after_fin_ms": round((req.ts - fin.ts) * 1000, 3)})
+
+    def _unread_on_close(self, rst: PacketEvent, flow: Flow, note: dict, last: PacketEvent,
+                         req: PacketEvent) -> Finding:
+        idle_s = req.ts - last.ts
+        wait_ms = (rst.ts - req.ts) * 1000
+        ref = FlowRef.of(flow)
+        return self._finding(
+            rst, flow, note,
+            evidence=(Evidence.of(last, f"last response from the app, then {idle_s:.3f} s idle in the pool"),
+                      Evidence.of(req, f"request from the sidecar on the idle connection, {idle_s:.3f} s later"),
+                      Evidence.of(rst, f"RST from the app {wait_ms:.1f} ms later, with no FIN: the request was "
+                                       f"never read")),
+            explanation=(
+                f"The sidecar ({ref.client}) reused this pooled connection after {idle_s:.3f} s idle, and the app at "
+                f"{ref.server} reset it {wait_ms:.1f} ms later without answering and without a FIN: the request "
+                f"arrived after the app's keep-alive idle timer had fired but before its close(), so the app never "
+                f"read it, and a close with unread data sends RST instead of FIN (RFC 9293 section 3.6.1). Envoy "
+                f"had no FIN to tell it the connection was closing."),
+            details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)})
+
+    def _finding(self, rst: PacketEvent, flow: Flow, note: dict, *, evidence: tuple[Evidence, ...],
+                 explanation: str, details: dict) -> Finding:
+        note["reported"] = True
+        ref = FlowRef.of(flow)
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"Request on a keep-alive connection the app was closing: {ref.server} reset it",
+            flow=ref,
+            evidence=evidence,
+            envoy_flags=("UC",),
+            explanation=(
+                f"{explanation} Envoy answers the caller 503 with response flag UC and details {_DETAILS}, and "
+                f"counts upstream_cx_destroy_remote_with_active_rq on the inbound cluster. The app's keep-alive "
+                f"timeout is shorter than Envoy's idle timeout for this cluster (1 h by default)."),
             remediation=_REMEDIATION,
             pod=self.ctx.pod,
             ts=rst.ts,
-            response_code_details="upstream_reset_before_response_started{connection_termination}",
-            details={"request_after_fin_ms": round((req.ts - fin.ts) * 1000, 3)},
-        ),)
+            response_code_details=_DETAILS,
+            details=details,
+        )

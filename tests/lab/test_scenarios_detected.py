@@ -124,15 +124,22 @@ def test_each_framing_variant_is_named_with_its_response_frame(quiet_lab, tmp_pa
         assert f["response_code_details"] == "upstream_reset_before_response_started{protocol_error}"
 
 
-def test_stale_keepalive_frames_are_fin_request_rst(quiet_lab, tmp_path):
+def test_stale_keepalive_frames_are_response_request_rst(quiet_lab, tmp_path):
+    """Real Envoy loses the race before any FIN: the last response, the request on the idle connection, the
+    app's RST (its close with the request unread)."""
     live, _ = run_scenario(quiet_lab, "stale-keepalive", tmp_path)
     (f,) = [f for f in live["findings"] if f["detector"] == "stale-keepalive"]
-    fin, req, rst = (e["frame"] for e in f["evidence"])
-    frames = tshark_fields(tmp_path / "stale-keepalive-lo.pcap", "tcp.flags", "tcp.srcport", "tcp.len")
-    assert frames[fin][1] == "5000" and int(frames[fin][0], 16) & 0x01  # FIN from the app port
+    last, req, rst = (e["frame"] for e in f["evidence"])
+    frames = tshark_fields(tmp_path / "stale-keepalive-lo.pcap", "tcp.flags", "tcp.srcport", "tcp.len",
+                           "tcp.stream")
+    assert frames[last][1] == "5000" and int(frames[last][2]) > 0  # the app's last response
     assert frames[req][1] != "5000" and int(frames[req][2]) > 0  # data from the sidecar
     assert frames[rst][1] == "5000" and int(frames[rst][0], 16) & 0x04  # RST from the app port
-    assert fin < req < rst and f["envoy_flags"] == ["UC"]
+    assert frames[last][3] == frames[req][3] == frames[rst][3]  # one connection
+    assert not [n for n, row in frames.items() if row[3] == frames[rst][3] and row[1] == "5000"
+                and int(row[0], 16) & 0x01]  # no FIN from the app on it
+    assert last < req < rst and f["envoy_flags"] == ["UC"]
+    assert f["details"]["idle_before_reuse_s"] > 0.4
 
 
 TIME_WAIT_REUSE = r"""
@@ -209,7 +216,11 @@ def test_stale_keepalive_finding_carries_the_uc_line_and_the_moved_counter(quiet
     (line,) = f["access_log"]
     assert '" 503 UC upstream_reset_before_response_started{connection_termination} ' in line
     assert f'"{pod.pod_ip}:5000"' in line  # the upstream host the finding's flow names
+    # Only the counter real Envoy moves for a UC backs the finding; the run's others stay in envoy.counters_moved.
     assert f["counters"]["cluster.inbound|5000||.upstream_cx_destroy_remote_with_active_rq"] >= 1
+    assert [k for k in f["counters"] if k.startswith("cluster.")] == [
+        "cluster.inbound|5000||.upstream_cx_destroy_remote_with_active_rq"]
+    assert live["envoy"]["counters_moved"]["inbound|5000||"]["upstream_rq_503"] >= 1
     assert live["envoy"]["version"] and live["envoy"]["access_log_lines"] >= 2
     assert [x for x in live["findings"] if x["detector"] == "access-log"] == []  # the UC line is explained
 

@@ -1,3 +1,5 @@
+import pytest
+
 from kubectl_meshdoctor.findings import Severity
 
 from ..helpers import A, F, P, R, Wire, run
@@ -46,10 +48,35 @@ def test_normal_fin_close_with_no_request_after_it_is_fine():
     assert run(w.events, only=["stale-keepalive"]) == []
 
 
-def test_reset_without_a_fin_before_is_not_this_race():
+def test_reused_idle_connection_reset_with_no_fin_is_the_race_real_envoy_loses():
+    """Real Envoy drops a pooled connection once it reads the app's FIN; what it loses is a request that lands
+    after the app's idle timer fired but before its close(): unread data, so RST and never a FIN."""
     w = Wire(iface="lo")
     pooled(w)
-    w.pkt(SIDECAR, APP, P | A, 1081, 5121, payload_len=80, dt=1.0)
+    w.pkt(SIDECAR, APP, P | A, 1081, 5121, payload_len=80, dt=0.7)  # frame 7: reuse after 0.7 s idle
+    w.pkt(APP, SIDECAR, A, 5121, 1161, dt=0.04)
+    w.pkt(APP, SIDECAR, R | A, 5121, 1161, dt=0.15)  # frame 9
+    (f,) = run(w.events, only=["stale-keepalive"])
+    assert f.severity is Severity.ERROR and f.envoy_flags == ("UC",)
+    assert [e.frame for e in f.evidence] == [5, 7, 9]  # the last response, the request, the RST
+    assert "no FIN" in f.evidence[2].what and "never read" in f.explanation
+    assert f.details["idle_before_reuse_s"] == pytest.approx(0.701)  # from the response (frame 5), not its ACK
+    assert f.details["reset_after_request_ms"] == pytest.approx(190.0)
+
+
+def test_reset_of_the_first_request_on_a_connection_is_not_this_race():
+    w = Wire(iface="lo")
+    w.handshake(SIDECAR, APP)
+    w.pkt(SIDECAR, APP, P | A, 1001, 5001, payload_len=80, dt=1.0)
+    w.pkt(APP, SIDECAR, R, 5001, 0)
+    assert run(w.events, only=["stale-keepalive"]) == []
+
+
+def test_reset_of_a_busy_connection_is_not_this_race():
+    """A request right behind the last response found the connection busy, not idle in the pool."""
+    w = Wire(iface="lo")
+    pooled(w)
+    w.pkt(SIDECAR, APP, P | A, 1081, 5121, payload_len=80, dt=0.001)
     w.pkt(APP, SIDECAR, R, 5121, 0)
     assert run(w.events, only=["stale-keepalive"]) == []
 
