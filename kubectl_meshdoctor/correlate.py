@@ -3,7 +3,7 @@
 A packet finding explains the access-log lines that carry one of its response flags, name its server as their
 upstream host, and started around the same time. A line with a failure flag that no packet finding explains
 becomes an ``access-log`` finding of its own after a grace period, with the flag's meaning and what to
-capture next (DESIGN.md, Context; Envoy access-log docs, %RESPONSE_FLAGS%).
+capture next (Envoy access-log docs, %RESPONSE_FLAGS%).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ GRACE_S = 5.0  # how long a failing line waits for a packet finding before it is
 MAX_LINES = 10_000
 
 _NEXT_CAPTURE = {
-    "UC": "capture lo while it happens: a FIN from the app followed by a request from 127.0.0.6 and an RST is "
-          "stale-keepalive; an RST alone means the app reset the connection",
+    "UC": "capture lo while it happens: a request from 127.0.0.6 on an idle pooled connection answered by the "
+          "app's RST (with or without a FIN before it) is stale-keepalive; on eth0, a challenge ACK before it is "
+          "tuple-collision",
     "UF": "capture lo: a SYN from 127.0.0.6 answered by RST means nothing listens on the app port; no answer "
           "means drops; on the caller's side, capture eth0 for challenge ACKs (tuple-collision)",
     "URX": "the retries were spent: look for the failure of each attempt (UF, UC) in the same window",
@@ -124,15 +125,30 @@ class Correlator:
         )
 
 
-def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]]) -> list[Finding]:
-    """Each finding with the Envoy cluster counters that moved during the run for the inbound cluster of its
-    server port (``inbound|<port>||``); ``moved`` is cluster -> stat -> delta."""
+# The inbound-cluster stats real Envoy (1.40, the lab's sidecar) moves for an access-log line's response flag:
+# what backs an ``access-log`` finding. Packet findings take theirs from their detector's ``envoy_counters``.
+FLAG_COUNTERS: dict[str, tuple[str, ...]] = {
+    "UC": ("upstream_cx_destroy_remote_with_active_rq",),
+    "UF": ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject"),
+    "UPE": ("upstream_cx_protocol_error",),
+}
+
+
+def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
+                    backs: dict[str, tuple[str, ...]]) -> list[Finding]:
+    """Each finding with the Envoy cluster counters that back it and moved during the run on the inbound cluster
+    of its server port (``inbound|<port>||``). ``moved`` is cluster -> stat -> delta; ``backs`` is detector id ->
+    the stats that back its findings (Detector.envoy_counters); an ``access-log`` finding is backed by the
+    stats of its flags (FLAG_COUNTERS). Counters that moved for other reasons stay in the report's run-wide
+    ``envoy.counters_moved``."""
     out = []
     for f in findings:
         port = f.flow.server.rsplit(":", 1)[-1]
-        counters = moved.get(f"inbound|{port}||") if port.isdigit() else None
-        out.append(replace(f, counters={f"cluster.inbound|{port}||.{k}": v for k, v in counters.items()})
-                   if counters else f)
+        counters = moved.get(f"inbound|{port}||", {}) if port.isdigit() else {}
+        names = backs.get(f.detector, ()) if f.detector != "access-log" else tuple(
+            n for flag_name in f.envoy_flags for n in FLAG_COUNTERS.get(flag_name, ()))
+        backing = {f"cluster.inbound|{port}||.{n}": counters[n] for n in names if counters.get(n)}
+        out.append(replace(f, counters={**f.counters, **backing}) if backing else f)
     return out
 
 

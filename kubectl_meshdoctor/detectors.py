@@ -40,6 +40,9 @@ class Detector:
     """
 
     id: ClassVar[str] = ""
+    # The cluster stats (names after `cluster.<name>.`) that real Envoy moves on the inbound cluster of the
+    # finding's server port when this failure happens; the report attaches those that moved during the run.
+    envoy_counters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx

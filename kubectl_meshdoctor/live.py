@@ -272,7 +272,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     problems += proxy.problems
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
     kernel = counter_deltas(kernel_before, kernel_after) if kernel_after else {}
-    findings = attach_kernel_counters(attach_counters(pipeline.finish(), moved), kernel)
+    backs = {d.id: d.envoy_counters for d in pipeline.detectors}
+    findings = attach_kernel_counters(attach_counters(pipeline.finish(), moved, backs), kernel)
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
               "container_reused": dbg.reused, "interfaces": list(opts.ifaces), "captures": captures,
               "capture_filter": "full" if opts.full_capture else "lean"}

@@ -50,7 +50,21 @@ def test_unexplained_line_waits_for_the_grace_period_then_names_flag_meaning_and
     assert c.unexplained(None, []) == []  # reported once
 
 
-def test_counters_of_the_servers_inbound_cluster_are_attached():
+def test_counters_that_back_the_finding_on_its_servers_inbound_cluster_are_attached():
     f = framing_finding(1.0)
-    (g,) = attach_counters([f], {"inbound|5000||": {"upstream_cx_protocol_error": 2}, "inbound|5002||": {"x": 1}})
+    moved = {"inbound|5000||": {"upstream_cx_protocol_error": 2, "upstream_cx_total": 2},
+             "inbound|5002||": {"upstream_cx_protocol_error": 1}}
+    (g,) = attach_counters([f], moved, {"http-framing": ("upstream_cx_protocol_error",)})
     assert g.counters == {"cluster.inbound|5000||.upstream_cx_protocol_error": 2}
+    (h,) = attach_counters([f], moved, {})  # a detector that declares none gets none
+    assert h.counters == {}
+
+
+def test_an_access_log_finding_is_backed_by_the_counters_of_its_flag():
+    c = Correlator("orders")
+    uf = parse_line(UF)
+    c.add(uf)
+    (f,) = c.unexplained(None, [])
+    moved = {"inbound|5002||": {"upstream_cx_connect_fail": 1, "upstream_cx_destroy_remote_with_active_rq": 3}}
+    (g,) = attach_counters([f], moved, {})
+    assert g.counters == {"cluster.inbound|5002||.upstream_cx_connect_fail": 1}

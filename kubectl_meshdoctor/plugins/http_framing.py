@@ -3,8 +3,10 @@
 RFC 9112 section 6: a message body's length comes from Transfer-Encoding or Content-Length, never both, and
 ``chunked`` must be the final transfer coding of a request (6.1); conflicting Content-Length values are an
 unrecoverable error (6.3). Envoy's HTTP/1 codec rejects these (and header names with invalid bytes, RFC 9110
-section 5.1), resets the upstream connection and answers the caller 502 with response flag UPE and details
-``upstream_reset_before_response_started{protocol_error}``. Header names compare case-insensitively, so
+section 5.1), closes the upstream connection (a FIN from 127.0.0.6: Envoy has read the response, so it does
+not reset) and answers the caller 502 with response flag UPE and details
+``upstream_reset_before_response_started{protocol_error}``; the inbound cluster's ``upstream_cx_protocol_error``
+moves. The downstream connection stays open. Header names compare case-insensitively, so
 ``Transfer-Encoding: chunked`` plus ``transfer-encoding: Chunked`` is two fields.
 """
 
@@ -56,6 +58,7 @@ _REMEDIATION = (
 
 class HttpFraming(Detector):
     id = "http-framing"
+    envoy_counters = ("upstream_cx_protocol_error",)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         msg = ev.http
@@ -75,8 +78,9 @@ class HttpFraming(Detector):
                 f"The app at {ev.src_endpoint} sent a response whose body length is ambiguous: "
                 f"{'; '.join(problems)}. RFC 9112 section 6 forbids this (6.1 Transfer-Encoding, 6.3 message "
                 f"body length) because two parsers can disagree on where the message ends (request smuggling). "
-                f"Envoy's HTTP/1 codec rejects it, resets the upstream connection and answers the caller 502 with "
-                f"response flag UPE and details upstream_reset_before_response_started{{protocol_error}}."),
+                f"Envoy's HTTP/1 codec rejects it, closes the upstream connection (FIN) and answers the caller 502 "
+                f"with response flag UPE and details upstream_reset_before_response_started{{protocol_error}}, "
+                f"counting upstream_cx_protocol_error on the inbound cluster."),
             remediation=_REMEDIATION,
             pod=self.ctx.pod,
             ts=ev.ts,

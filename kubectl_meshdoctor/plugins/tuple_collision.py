@@ -3,9 +3,11 @@
 Istio's nat rules REDIRECT every captured inbound port to the listener on 15006, so a client ip:port connected to
 pod port P and now sending a SYN to pod port Q reaches the kernel as a second connection on the same
 (pod ip, 15006, client ip, client port) four-tuple. The established socket answers the SYN with a challenge ACK
-(RFC 5961 section 4; RFC 9293 section 3.10.7.4), the client resets and retries about a second later, or the SYN
-is silently dropped and retransmitted. Envoy on the client side logs UF (and URX once retries run out).
-Seen on the pod's ``eth0``, before the nat rules rewrite the port.
+(RFC 5961 section 4; RFC 9293 section 3.10.7.4). The client's kernel answers it with an RST that is in window
+for the live connection, so the pod resets that connection, and retransmits its SYN within milliseconds, which
+then succeeds: the live connection is the casualty (its next request meets an RST: UC in a calling sidecar).
+Or the SYN is silently dropped (a conntrack clash) and retransmitted after a second or more (UF, URX once
+retries run out). Seen on the pod's ``eth0``, before the nat rules rewrite the port.
 """
 
 from __future__ import annotations
@@ -146,14 +148,17 @@ class TupleCollision(Detector):
         return self._finding(
             pending, Severity.ERROR,
             f"SYN to {syn.dst_endpoint} collided with a live connection from the same client port",
-            evidence, ("UF", "URX"),
+            evidence, ("UC", "UF", "URX"),
             f"Istio REDIRECTs inbound ports to {listener}, so {syn.src_endpoint}'s SYN to {syn.dst_endpoint} and "
             f"{self._peer_text(pending)} are the same four-tuple ({syn.dst}:{listener}, {syn.src_endpoint}) inside "
             f"the pod. The pod's kernel found the established socket and answered the SYN with a challenge ACK "
-            f"(RFC 5961 section 4) instead of a SYN-ACK; the client resets and retries about a second later, or "
-            f"gives up. Envoy on the calling side logs UF (upstream connection failure), URX when retries run out; "
-            f"callers see 503s and ~1-3 s connect stalls.",
-            ack.ts,
+            f"(RFC 5961 section 4) instead of a SYN-ACK. The client's kernel answers that ACK with an RST whose "
+            f"sequence number the challenge ACK handed it, which is in window for the live connection, so the pod "
+            f"resets the live connection; the client then retransmits its SYN within milliseconds and the new "
+            f"connection succeeds. The live connection is what breaks: the client's next request on it is answered "
+            f"with RST, which a calling sidecar logs as 503 UC (its pooled connection reset). When the SYN keeps "
+            f"meeting a live socket, or is dropped, the caller's connect fails: UF, URX once retries run out.",
+            ack.ts, "upstream_reset_before_response_started{connection_termination}",
         )
 
     def _dropped(self, pending: _PendingSyn, retrans: PacketEvent) -> Finding:
@@ -180,6 +185,7 @@ class TupleCollision(Detector):
             f"{syn.src_endpoint} connected to {syn.dst_endpoint} while holding {self._peer_text(pending)}. Both "
             f"REDIRECT to the same listener, so they share one four-tuple inside the pod. This time the kernel's "
             f"NAT remapped the port and the SYN succeeded; when conntrack loses the first entry the next one gets a "
-            f"challenge ACK (RFC 5961 section 4) and Envoy logs UF/URX.",
+            f"challenge ACK (RFC 5961 section 4), the client's RST kills the live connection, and a calling sidecar "
+            f"logs UC for its next request on it (UF/URX when the connect itself fails).",
             synack.ts,
         )

@@ -3,8 +3,10 @@
 Envoy's inbound listener connects to the app from 127.0.0.6 over ``lo``. When nothing listens on the app port
 (the app restarts, listens on another port, or binds 127.0.0.1 only while Envoy dials the pod IP), the kernel
 answers the SYN with RST (RFC 9293 section 3.10.7.1: no socket, send a reset). Envoy answers the caller 503 with
-response flag UF and details ``upstream_reset_before_response_started{remote_connection_failure...}``
-(older: ``{connection_failure,delayed_connect_error:_111}``).
+response flag UF and details
+``upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}``
+(Envoy 1.40; older builds: ``{connection_failure,delayed_connect_error:_111}``); the inbound cluster's
+``upstream_cx_connect_fail`` and ``upstream_rq_pending_failure_eject`` move.
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ class _Attempt:
     syn: PacketEvent
 
 
+DETAILS = "upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}"
+
+
 class UpstreamRefused(Detector):
     id = "upstream-refused"
+    envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -72,13 +78,13 @@ class UpstreamRefused(Detector):
                 f"The sidecar ({syn.src_endpoint}) opened a connection to the app at {syn.dst_endpoint} and the "
                 f"pod's kernel answered the SYN with RST after {1000 * (ev.ts - syn.ts):.1f} ms: no socket "
                 f"listens there (RFC 9293 section 3.10.7.1). Envoy answers the caller 503 with response flag UF "
-                f"and details upstream_reset_before_response_started{{remote_connection_failure}} "
-                f"(\"delayed connect error: 111\", Connection refused). Typical causes: the app is restarting, "
-                f"listens on another port, or binds 127.0.0.1 only while the sidecar dials the pod IP."),
+                f"and details {DETAILS}, and counts upstream_cx_connect_fail on the inbound cluster. Typical "
+                f"causes: the app is restarting, listens on another port, or binds 127.0.0.1 only while the "
+                f"sidecar dials the pod IP (Istio >= 1.10; older meshes dialled 127.0.0.1)."),
             remediation=_remediation(syn.dport),
             pod=self.ctx.pod,
             ts=ev.ts,
-            response_code_details="upstream_reset_before_response_started{remote_connection_failure}",
+            response_code_details=DETAILS,
         ),)
 
     def on_tick(self, now: float) -> Iterable[Finding]:

@@ -45,15 +45,17 @@ def watch_json(state, pod: str, seconds: int, *extra: str) -> tuple[int, dict, s
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
-def tshark_frames(path: Path, display_filter: str = "tcp") -> dict[int, tuple[str, int, int, int]]:
-    """frame number -> (tcp flags hex, srcport, dstport, ack_raw), read by tshark from the saved capture."""
+def tshark_frames(path: Path, display_filter: str = "tcp") -> dict[int, tuple[str, int, int, int, float]]:
+    """frame number -> (tcp flags hex, srcport, dstport, ack_raw, time in seconds since the epoch), read by tshark
+    from the saved capture."""
     out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", display_filter, "-T", "fields", "-e", "frame.number",
-                          "-e", "tcp.flags", "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.ack_raw"],
+                          "-e", "tcp.flags", "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.ack_raw",
+                          "-e", "frame.time_epoch"],
                          capture_output=True, text=True, check=True).stdout
     rows = {}
     for line in out.splitlines():
-        n, flags, sp, dp, ack = line.split("\t")
-        rows[int(n)] = (flags, int(sp), int(dp), int(ack))
+        n, flags, sp, dp, ack, ts = line.split("\t")
+        rows[int(n)] = (flags, int(sp), int(dp), int(ack), float(ts))
     return rows
 
 
@@ -91,7 +93,7 @@ def test_watch_reports_the_collision_with_flow_and_frames(lab_state, collision_r
     client_ip, client_port = f["flow"]["client"].rsplit(":", 1)
     assert client_ip == pod.client_ip
     assert f["flow"]["server"] == f"{pod.pod_ip}:5002" and f["flow"]["iface"] == "eth0"
-    assert set(f["envoy_flags"]) == {"UF", "URX"}
+    assert set(f["envoy_flags"]) == {"UC", "UF", "URX"}
     # The evidence frames are real frames of the eth0 capture: a SYN to 5002 and the ACK that answered it.
     frames = tshark_frames(pcaps / "collision-eth0.pcap")
     syn, ack = f["evidence"][0], f["evidence"][1]
@@ -99,6 +101,13 @@ def test_watch_reports_the_collision_with_flow_and_frames(lab_state, collision_r
     assert frames[syn["frame"]][:3] == ("0x0002", int(client_port), 5002)
     assert frames[ack["frame"]][:3] == ("0x0010", 5002, int(client_port))
     assert ack["frame"] > syn["frame"]
+    # What the kernel does next, as the explanation says: the client's RST, then its SYN again within
+    # milliseconds (not a second later), and this time a SYN-ACK.
+    after = [(n, fr) for n, fr in sorted(frames.items()) if n > ack["frame"] and int(client_port) in fr[1:3]]
+    rst = next(n for n, fr in after if int(fr[0], 16) & 0x04 and fr[1] == int(client_port))
+    resyn = next(n for n, fr in after if n > rst and fr[0] == "0x0002" and fr[1:3] == (int(client_port), 5002))
+    assert next(fr for n, fr in after if n > resyn)[:3] == ("0x0012", 5002, int(client_port))
+    assert frames[resyn][4] - frames[ack["frame"]][4] < 0.5
     assert report["stats"]["interfaces"]["lo"]["packets"] > 0
     assert report["source"]["kind"] == "live" and report["source"]["container"].startswith("meshdoctor-")
     # The kernel's own view backs the finding: the pod namespace counted the challenge ACKs it sent.

@@ -30,8 +30,8 @@ def test_challenge_ack_is_an_error_naming_both_frames_and_the_live_connection():
     assert [(e.frame, e.what.split(" (")[0]) for e in f.evidence[:2]] == [(6, "SYN"), (7, "challenge ACK")]
     assert f.evidence[2].frame == 1 and "198.18.0.2:5000" in f.evidence[2].what
     assert f.evidence[2].ts == collision_wire().events[0].ts
-    assert set(f.envoy_flags) == {"UF", "URX"}
-    assert "RFC 5961" in f.explanation
+    assert set(f.envoy_flags) == {"UC", "UF", "URX"}  # the live connection dies (UC); a failed connect: UF/URX
+    assert "RFC 5961" in f.explanation and "within milliseconds" in f.explanation
     assert 'excludeInboundPorts: "5002"' in f.remediation
 
 

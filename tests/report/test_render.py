@@ -37,9 +37,9 @@ def test_json_follows_the_design_contract(report):
 
 def test_text_and_markdown_name_the_frames_and_the_fix(report):
     text = render_text(report)
-    assert "ERROR tuple-collision [UF,URX]" in text and "frame 20: challenge ACK" in text
+    assert "ERROR tuple-collision [UC,UF,URX]" in text and "frame 20: challenge ACK" in text
     md = render_markdown(report)
-    assert "| error | `tuple-collision` | UF,URX | 1 |" in md
+    assert "| error | `tuple-collision` | UC,UF,URX | 1 |" in md
     assert "| 20 | challenge ACK" in md and "```yaml" in md and "excludeInboundPorts" in md
     ladder = md.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
     syn = next(line for line in ladder if "#19 SYN" in line)

@@ -38,7 +38,7 @@ async def test_findings_appear_with_counts_and_detail_then_q_quits():
         table = app.query_one("#findings", DataTable)
         await wait_for(pilot, lambda: table.row_count >= 1)
         row = table.get_row_at(0)
-        assert str(row[1]) == "error" and row[2] == "tuple-collision" and row[3] == "UF,URX"
+        assert str(row[1]) == "error" and row[2] == "tuple-collision" and row[3] == "UC,UF,URX"
         lo, eth0 = prefiltered(DATA / "lab-collision-lo.pcap"), prefiltered(DATA / "lab-collision-eth0.pcap")
         await wait_for(pilot, lambda: f"lo: {lo} pkts" in screen_text(app, "#status")
                        and f"eth0: {eth0} pkts" in screen_text(app, "#status"))

@@ -122,7 +122,7 @@ async def test_e_exports_the_report_with_the_ladder(tmp_path):
         await wait_for(pilot, out.exists)
         await pilot.press("q")
     md = out.read_text()
-    assert "| error | `tuple-collision` | UF,URX | 1 |" in md and "#20 challenge ACK" in md and "◀" in md
+    assert "| error | `tuple-collision` | UC,UF,URX | 1 |" in md and "#20 challenge ACK" in md and "◀" in md
 
 
 async def test_p_pauses_the_display_while_findings_keep_coming():
