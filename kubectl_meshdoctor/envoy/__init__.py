@@ -2,10 +2,10 @@
 Istio access-log lines, and response flags / response code details.
 
 Pure functions over text, frozen dataclasses out; no I/O. Each module names the Envoy / Istio source it
-follows (the reference copies live in ../shared/reference/envoy/).
+follows; tests/envoy holds reference samples and checks every parser against real Envoy's output.
 """
 
-from .access_log import AccessLogEntry, parse_line, parse_lines, render_json_line, render_text_line
+from .access_log import AccessLogEntry, parse_line, parse_lines
 from .clusters import Cluster, FormatError, Host, Outlier, Thresholds, parse_clusters
 from .flags import (
     RESET_REASONS,
@@ -26,5 +26,4 @@ __all__ = [
     "RESPONSE_FLAGS", "ResetDetails", "ResetReason", "ResponseFlag", "Thresholds", "cluster_failures",
     "decode_flags", "delta", "encode_flags", "envoy_version", "listener_failures", "log_level_queries",
     "parse_clusters", "parse_line", "parse_lines", "parse_logging", "parse_reset_details", "parse_stats",
-    "render_json_line", "render_text_line",
 ]

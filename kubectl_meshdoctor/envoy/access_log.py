@@ -1,6 +1,6 @@
-"""Istio's default Envoy access-log lines (TEXT and JSON encodings) parsed into AccessLogEntry, and rendered.
+"""Istio's default Envoy access-log lines (TEXT and JSON encodings) parsed into AccessLogEntry.
 
-Sources (see ../shared/reference/envoy/istio_access_log.txt):
+Sources (the samples in tests/envoy/data/istio_access_log.txt; the lab's Envoy writes the same formats):
 - istio/istio `pilot/pkg/model/telemetry_logging.go`: `EnvoyTextLogFormat` (field order; Istio >= 1.24 uses
   `%UPSTREAM_CLUSTER_RAW%`, 1.9 - 1.23 `%UPSTREAM_CLUSTER%` in the same place) and `EnvoyJSONLogFormatIstio`
   (JSON key names);
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .flags import ResponseFlag, decode_flags, encode_flags
+from .flags import ResponseFlag, decode_flags
 
 MISSING = "-"
 
@@ -165,51 +165,3 @@ def _parse_json(text: str, raw: str) -> AccessLogEntry | None:
         authority=s("authority"), requested_server_name=s("requested_server_name"), route_name=s("route_name"),
         raw=raw,
     )
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Rendering (the lab's sidecar stand-in and tests write lines Envoy would write)
-
-
-def format_start_time(ts: float) -> str:
-    """START_TIME's default rendering: UTC, milliseconds, `Z`."""
-    ms = round(ts * 1000)
-    when = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
-
-
-def _d(value: str | int | None) -> str:
-    return MISSING if value is None else str(value)
-
-
-def render_text_line(entry: AccessLogEntry) -> str:
-    """The line Istio's default TEXT format (EnvoyTextLogFormat) prints for `entry` (no newline)."""
-    request = f"{_d(entry.method)} {_d(entry.path)} {_d(entry.protocol)}"
-    return (
-        f'[{format_start_time(entry.ts)}] "{request}" {entry.code} {encode_flags(entry.flags)} '
-        f'{_d(entry.details)} {_d(entry.termination_details)} "{_d(entry.upstream_failure)}" '
-        f'{entry.bytes_received} {entry.bytes_sent} {entry.duration_ms} {_d(entry.upstream_service_time)} '
-        f'"{_d(entry.x_forwarded_for)}" "{_d(entry.user_agent)}" "{_d(entry.request_id)}" '
-        f'"{_d(entry.authority)}" "{_d(entry.upstream_host)}" {_d(entry.upstream_cluster)} '
-        f'{_d(entry.upstream_local)} {_d(entry.downstream_local)} {_d(entry.downstream_remote)} '
-        f'{_d(entry.requested_server_name)} {_d(entry.route_name)}'
-    )
-
-
-def render_json_line(entry: AccessLogEntry) -> str:
-    """The line Istio's JSON encoding (EnvoyJSONLogFormatIstio keys) prints; missing values are null."""
-    doc = {
-        "start_time": format_start_time(entry.ts), "route_name": entry.route_name, "method": entry.method,
-        "path": entry.path, "protocol": entry.protocol, "response_code": entry.code,
-        "response_flags": encode_flags(entry.flags), "response_code_details": entry.details,
-        "connection_termination_details": entry.termination_details, "bytes_received": entry.bytes_received,
-        "bytes_sent": entry.bytes_sent, "duration": entry.duration_ms,
-        "upstream_service_time": None if entry.upstream_service_time is None else str(entry.upstream_service_time),
-        "x_forwarded_for": entry.x_forwarded_for, "user_agent": entry.user_agent, "request_id": entry.request_id,
-        "authority": entry.authority, "upstream_host": entry.upstream_host,
-        "upstream_cluster": entry.upstream_cluster, "upstream_local_address": entry.upstream_local,
-        "downstream_local_address": entry.downstream_local, "downstream_remote_address": entry.downstream_remote,
-        "requested_server_name": entry.requested_server_name,
-        "upstream_transport_failure_reason": entry.upstream_failure,
-    }
-    return json.dumps(doc, separators=(",", ":"))
