@@ -6,7 +6,6 @@ All state lives in the `LabApiServer` object: the pod store, the process registr
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -16,10 +15,12 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from . import discovery
-from .channels import EXEC_PROTOCOLS, ERROR, Framing
+from . import authz, discovery
+from .channels import EXEC_PROTOCOLS, ERROR, STDERR, STDOUT, Framing
 from .containers import EphemeralRunner
 from .exec import ExecOptions, ExecSession, failure_status
+from .httpstream import is_spdy_upgrade, negotiate, upgrade_spdy
+from .remotecommand import SPDY_EXEC_PROTOCOLS, CommandIO, WsIO, collect_streams
 from .faults import Faults, FaultSpecError
 from .labelsel import SelectorError, field_matcher, label_matcher
 from .objects import (LabConfig, forbidden, list_json, namespace_json, not_found, pod_table,
@@ -27,6 +28,7 @@ from .objects import (LabConfig, forbidden, list_json, namespace_json, not_found
 from .patch import ApiError, decode_and_validate
 from .processes import ProcessRegistry
 from .store import PodRecord, Store
+from .watch import serve_watch
 
 log = logging.getLogger("meshdoctor.apiserver")
 
@@ -103,7 +105,10 @@ class LabApiServer:
         r.add_get("/apis/apps/v1/deployments", self.list_deployments)
         r.add_get("/apis/apps/v1/namespaces/{ns}/deployments", self.list_deployments)
         r.add_get("/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.get_deployment)
+        r.add_route("GET", "/api/v1/namespaces/{ns}/pods/{name}/attach", self.attach)
+        r.add_route("POST", "/api/v1/namespaces/{ns}/pods/{name}/attach", self.attach)
         r.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", self.ssar)
+        r.add_post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", self.ssrr)
         r.add_get("/_lab/faults", self.get_faults)
         r.add_post("/_lab/faults", self.set_faults)
         r.add_delete("/_lab/faults", self.clear_faults)
@@ -231,47 +236,10 @@ class LabApiServer:
             return out
 
         if _bool_param(request, "watch"):
-            return await self._watch(request, matching)
+            return await serve_watch(request, self.store, matching, _wants_table(request))
         if _wants_table(request):
             return web.json_response(pod_table(matching(), self.store.resource_version, time.time()))
         return web.json_response(list_json("PodList", "v1", matching(), self.store.resource_version))
-
-    async def _watch(self, request: web.Request, matching: Callable[[], list[dict[str, Any]]]) -> web.StreamResponse:
-        """Watch events as JSON lines: ADDED for what exists, then MODIFIED on every change, until
-        timeoutSeconds (default 30 min) or the client leaves. Pods are never deleted while the lab runs."""
-        timeout = float(request.query.get("timeoutSeconds") or 1800)
-        since = int(request.query.get("resourceVersion") or 0)
-        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        try:
-            await self._watch_events(resp, matching, since, time.monotonic() + timeout)
-            await resp.write_eof()
-        except ConnectionError:
-            pass  # the client stopped watching
-        return resp
-
-    async def _watch_events(self, resp: web.StreamResponse, matching: Callable[[], list[dict[str, Any]]],
-                            since: int, deadline: float) -> None:
-        seen: dict[str, str] = {}
-        while True:
-            for obj in matching():
-                name, rv = obj["metadata"]["name"], obj["metadata"]["resourceVersion"]
-                if seen.get(name) == rv:
-                    continue
-                kind = "ADDED" if name not in seen else "MODIFIED"
-                seen[name] = rv
-                if int(rv) <= since and kind == "ADDED" and since:
-                    continue
-                await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            async with self.store.changed:
-                try:
-                    await asyncio.wait_for(self.store.changed.wait(), timeout=left)
-                except asyncio.TimeoutError:
-                    pass
 
     async def delete_pod(self, request: web.Request) -> web.Response:
         """The pod goes away as on a node: its record first, then every process we run in its network namespace
@@ -345,6 +313,65 @@ class LabApiServer:
 
     # ------------------------------------------------------------------------------------------ exec
 
+    def _container(self, record: PodRecord, container: str) -> str | web.Response:
+        """The container an exec/attach names (the only one when it names none), or the API's 400."""
+        name = record.spec.name
+        names = [c["name"] for c in self.store.pod_json(record)["spec"]["containers"]]
+        ephemeral = [c["name"] for c in record.ephemeral]
+        if not container:
+            if len(names) != 1:
+                return status_response(status_failure(
+                    400, f"a container name must be specified for pod {name}, choose one of: "
+                         f"[{' '.join(names)}] or one of the init containers: [istio-init]"
+                         + (f" or one of the ephemeral containers: [{' '.join(ephemeral)}]" if ephemeral else "")))
+            container = names[0]
+        if container not in names and container not in ephemeral and container != "istio-init":
+            return status_response(status_failure(400, f"container {container} is not valid for pod {name}"))
+        return container
+
+    async def _command_io(self, request: web.Request, opts: ExecOptions, what: str
+                          ) -> tuple[CommandIO | None, web.StreamResponse]:
+        """Upgrade to the client's streaming transport: a WebSocket (channel.k8s.io subprotocols) or SPDY/3.1
+        (X-Stream-Protocol-Version). (None, response) when that failed or the client left before its streams."""
+        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, timeout=2.0, max_msg_size=16 << 20, compress=False)
+        if ws.can_prepare(request):
+            await ws.prepare(request)
+            framing = Framing(ws.ws_protocol or "")
+            log.info("%s: websocket %s", what, framing.protocol or "channel.k8s.io")
+            lowest = STDOUT if opts.stdout else STDERR if opts.stderr and not opts.tty else ERROR
+            return WsIO(ws, framing, lowest), ws
+        if not is_spdy_upgrade(request):
+            return None, status_response(status_failure(400, "Upgrade request required"))
+        protocol = negotiate(request, SPDY_EXEC_PROTOCOLS)
+        if isinstance(protocol, web.Response):
+            return None, protocol
+        resp, session = await upgrade_spdy(request, protocol)
+        log.info("%s: SPDY/3.1 %s", what, protocol)
+        # The kubelet's NewOptions: a terminal has no separate stderr stream.
+        io = await collect_streams(session, protocol, opts.stdin, opts.stdout, opts.stderr and not opts.tty,
+                                   opts.tty)
+        return io, resp
+
+    def _exec_options(self, request: web.Request, command: bool) -> ExecOptions | web.Response:
+        opts = ExecOptions(
+            command=tuple(request.query.getall("command", [])),
+            container=request.query.get("container", ""),
+            stdin=_bool_param(request, "stdin"),
+            stdout=_bool_param(request, "stdout"),
+            stderr=_bool_param(request, "stderr"),
+            tty=_bool_param(request, "tty"),
+        )
+        if not (opts.stdin or opts.stdout or opts.stderr):
+            return status_response(status_failure(400, "you must specify at least 1 of stdin, stdout, stderr"))
+        if command and not opts.command:
+            return status_response(status_failure(400, "you must specify at least one command for the container"))
+        return opts
+
+    def _not_running(self, record: PodRecord, container: str) -> bool:
+        state = record.ephemeral_state.get(container)
+        ephemeral = [c["name"] for c in record.ephemeral]
+        return container == "istio-init" or (container in ephemeral and (state is None or state.phase != "running"))
+
     async def exec(self, request: web.Request) -> web.StreamResponse:
         ns, name = request.match_info["ns"], request.match_info["name"]
         # A WebSocket upgrade is a GET, authorized as get and (since 1.35) also create.
@@ -357,52 +384,51 @@ class LabApiServer:
         record = self._pod_or_404(request)
         if isinstance(record, web.Response):
             return record
-        opts = ExecOptions(
-            command=tuple(request.query.getall("command", [])),
-            container=request.query.get("container", ""),
-            stdin=_bool_param(request, "stdin"),
-            stdout=_bool_param(request, "stdout"),
-            stderr=_bool_param(request, "stderr"),
-            tty=_bool_param(request, "tty"),
-        )
-        if not (opts.stdin or opts.stdout or opts.stderr):
-            return status_response(status_failure(400, "you must specify at least 1 of stdin, stdout, stderr"))
-        if not opts.command:
-            return status_response(status_failure(400, "you must specify at least one command for the container"))
-        names = [c["name"] for c in self.store.pod_json(record)["spec"]["containers"]]
-        ephemeral = [c["name"] for c in record.ephemeral]
-        container = opts.container
-        if not container:
-            if len(names) != 1:
-                return status_response(status_failure(
-                    400, f"a container name must be specified for pod {name}, choose one of: "
-                         f"[{' '.join(names)}] or one of the init containers: [istio-init]"
-                         + (f" or one of the ephemeral containers: [{' '.join(ephemeral)}]" if ephemeral else "")))
-            container = names[0]
-        if container not in names and container not in ephemeral and container != "istio-init":
-            return status_response(status_failure(400, f"container {container} is not valid for pod {name}"))
-        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, timeout=2.0, max_msg_size=16 << 20)
-        if not ws.can_prepare(request):
-            return status_response(status_failure(400, "Upgrade request required"))
-        await ws.prepare(request)
-        framing = Framing(ws.ws_protocol or "")
-        state = record.ephemeral_state.get(container)
-        not_running = container == "istio-init" or (container in ephemeral and (state is None
-                                                                                   or state.phase != "running"))
-        if not_running:
-            await ws.send_bytes(bytes((ERROR,)) + failure_status(
-                framing, f'container not found ("{container}")', "NotFound"))
-            await ws.close()
-            return ws
-        self.websockets.add(ws)
-        try:
-            session = ExecSession(ws, framing, request, self.registry, record.spec.netns, opts,
-                                  rule.drop_after_bytes if rule is not None else None, self.background,
-                                  drop_at_stdin_close=rule is not None and rule.drop_at_stdin_close)
-            await session.run()
-        finally:
-            self.websockets.discard(ws)
-        return ws
+        opts = self._exec_options(request, command=True)
+        if isinstance(opts, web.Response):
+            return opts
+        container = self._container(record, opts.container)
+        if isinstance(container, web.Response):
+            return container
+        io, resp = await self._command_io(request, opts, f"exec {name}/{container} {list(opts.command)}")
+        if io is None:
+            return resp
+        if self._not_running(record, container):
+            await io.finish(failure_status(io, f'container not found ("{container}")', "NotFound"))
+            return resp
+        session = ExecSession(io, request, self.registry, record.spec.netns, opts,
+                              rule.drop_after_bytes if rule is not None else None, self.background,
+                              drop_at_stdin_close=rule is not None and rule.drop_at_stdin_close)
+        await session.run()
+        return resp
+
+    async def attach(self, request: web.Request) -> web.StreamResponse:
+        from .attach import serve_attach
+
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        for verb in ("get", "create"):
+            if (resp := self._denied(verb, "pods", "attach", ns=ns, name=name)) is not None:
+                return resp
+        resp, _ = await self._fault("attach")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        opts = self._exec_options(request, command=False)
+        if isinstance(opts, web.Response):
+            return opts
+        container = self._container(record, opts.container)
+        if isinstance(container, web.Response):
+            return container
+        io, resp = await self._command_io(request, opts, f"attach {name}/{container}")
+        if io is None:
+            return resp
+        if self._not_running(record, container):
+            await io.finish(failure_status(io, f'container not found ("{container}")', "NotFound"))
+            return resp
+        await serve_attach(io, self.store, record, container, opts)
+        return resp
 
     # ------------------------------------------------------------------------------------------ logs, portforward
 
@@ -469,32 +495,20 @@ class LabApiServer:
     # ------------------------------------------------------------------------------------------ authorization
 
     async def ssar(self, request: web.Request) -> web.Response:
-        resp, _ = await self._fault("ssar")
+        return await self._review(request, "ssar", authz.access_review)
+
+    async def ssrr(self, request: web.Request) -> web.Response:
+        return await self._review(request, "ssrr", authz.rules_review)
+
+    async def _review(self, request: web.Request, operation: str,
+                      answer: Callable[[Faults, Any], dict[str, Any]]) -> web.Response:
+        resp, _ = await self._fault(operation)
         if resp is not None:
             return resp
         try:
-            body = await request.json()
-            spec = body["spec"]
-        except (ValueError, KeyError, TypeError):
+            return web.json_response(answer(self.faults, await request.json()), status=201)
+        except (ValueError, authz.ReviewError):
             return status_response(status_failure(400, "the body of the request was in an unknown format"))
-        attrs = spec.get("resourceAttributes")
-        if isinstance(attrs, dict):
-            allowed = not self.faults.denied(
-                str(attrs.get("verb", "")), str(attrs.get("resource", "")), str(attrs.get("subresource", "")),
-                str(attrs.get("group", "")), str(attrs.get("namespace", "")), str(attrs.get("name", "")))
-        else:
-            allowed = True  # nonResourceAttributes: the lab's user may read every non-resource URL
-        status: dict[str, Any] = {"allowed": allowed}
-        if allowed:
-            status["reason"] = ('RBAC: allowed by ClusterRoleBinding "meshdoctor-lab" of ClusterRole '
-                                f'"cluster-admin" to User "{USER}"')
-        return web.json_response({
-            "kind": "SelfSubjectAccessReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": status,
-        }, status=201)
 
     # ------------------------------------------------------------------------------------------ lab admin
 

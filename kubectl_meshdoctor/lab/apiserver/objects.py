@@ -7,6 +7,7 @@ server sees what it would see on a cluster running Istio 1.26 on Kubernetes 1.30
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import time
@@ -517,14 +518,14 @@ _POD_COLUMNS = [
 ]
 
 
-def pod_table(pods: list[dict[str, Any]], resource_version: int, now: float) -> dict[str, Any]:
-    """The server-side printing kubectl asks for (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`)."""
+def pod_table(pods: list[dict[str, Any]], resource_version: int, now: float, columns: bool = True) -> dict[str, Any]:
+    """The server-side printing kubectl asks for (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`); `columns=False`
+    leaves out the column definitions (watch events after the first)."""
     rows = []
     for obj in pods:
         statuses = obj["status"].get("containerStatuses", [])
         ready = sum(1 for s in statuses if s.get("ready"))
-        created = time.mktime(time.strptime(obj["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")) \
-            - time.timezone
+        created = calendar.timegm(time.strptime(obj["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
         rows.append({
             "cells": [obj["metadata"]["name"], f"{ready}/{len(obj['spec']['containers'])}", obj["status"]["phase"],
                       str(sum(s.get("restartCount", 0) for s in statuses)), human_age(now - created),
@@ -538,7 +539,7 @@ def pod_table(pods: list[dict[str, Any]], resource_version: int, now: float) -> 
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": str(resource_version)},
         "columnDefinitions": [{"name": n, "type": t, "format": f, "description": "", "priority": p}
-                              for n, t, f, p in _POD_COLUMNS],
+                              for n, t, f, p in _POD_COLUMNS] if columns else [],
         "rows": rows,
     }
 

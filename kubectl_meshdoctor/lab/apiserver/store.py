@@ -25,6 +25,7 @@ class EphemeralState:
     finished_at: float | None = None
     exit_code: int | None = None
     pid: int | None = None
+    io: Any = None  # a ContainerIO while an interactive (stdin/tty) container runs: what attach connects to
 
     def status_json(self, pod_uid: str) -> dict[str, Any]:
         from .objects import fake_digest, rfc3339
