@@ -453,13 +453,14 @@ class LabApiServer:
         for verb in ("get", "create"):
             if (resp := self._denied(verb, "pods", "portforward", ns=ns, name=name)) is not None:
                 return resp
-        resp, _ = await self._fault("portforward")
+        resp, rule = await self._fault("portforward")
         if resp is not None:
             return resp
         record = self._pod_or_404(request)
         if isinstance(record, web.Response):
             return record
-        return await serve_portforward(request, record.spec.netns, record.spec.uid)
+        return await serve_portforward(request, record.spec.netns, record.spec.uid,
+                                       rule.drop_after_bytes if rule is not None else None)
 
     # ------------------------------------------------------------------------------------------ deployments
 

@@ -42,6 +42,7 @@ class SpdyStream:
         self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.remote_done = False
         self.local_done = False
+        self.reset_by_peer = False
 
     def header(self, name: str) -> str:
         return spdy.header(self.headers, name) or ""
@@ -68,7 +69,10 @@ class SpdyStream:
         return data
 
     async def write(self, data: bytes) -> None:
-        """Send `data` (in frames of at most WRITE_CHUNK). Raises ConnectionError when the connection is gone."""
+        """Send `data` (in frames of at most WRITE_CHUNK). Raises ConnectionError when the connection is gone;
+        data for a stream the client reset is dropped."""
+        if self.reset_by_peer:
+            return
         for i in range(0, len(data), WRITE_CHUNK):
             await self.session.send(spdy.Data(self.stream_id, data[i:i + WRITE_CHUNK]))
 
@@ -169,7 +173,7 @@ class SpdySession:
         elif isinstance(frame, spdy.RstStream):
             stream = self.streams.get(frame.stream_id)
             if stream is not None:
-                stream.local_done = True  # no frame may follow a reset (2.6.3)
+                stream.local_done = stream.reset_by_peer = True  # no frame may follow a reset (2.6.3)
                 stream._deliver(None)
         elif isinstance(frame, spdy.Ping):
             if frame.ping_id % 2 == 1:  # 2.6.5: echo the client's (odd) pings
