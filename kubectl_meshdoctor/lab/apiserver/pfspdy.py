@@ -113,12 +113,13 @@ async def _forward(data: SpdyStream, error: SpdyStream, dial: Dialer, drop: Drop
     try:
         if sock is None:
             await _error(error, failure)
-            return
-        reader, writer = await asyncio.open_connection(sock=sock)
-        try:
-            await _splice(data, reader, writer, drop)
-        finally:
-            writer.close()
+        else:
+            reader, writer = await asyncio.open_connection(sock=sock)
+            try:
+                await _splice(data, reader, writer, drop)
+            finally:
+                writer.close()
+        # Both streams end either way (the kubelet's deferred Close of each): kubectl waits for that.
         for stream in (data, error):
             await stream.close()
     except (ConnectionError, RuntimeError):
