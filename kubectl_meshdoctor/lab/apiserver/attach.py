@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 
 from .containerio import ContainerIO
@@ -20,6 +21,8 @@ from .containers import log_path
 from .exec import ExecOptions
 from .remotecommand import CommandIO
 from .store import PodRecord, Store
+
+log = logging.getLogger("meshdoctor.apiserver")
 
 POLL_S = 0.1  # how often a followed log file is checked for new bytes
 SUCCESS = json.dumps({"metadata": {}, "status": "Success"}).encode()
@@ -78,6 +81,7 @@ async def _follow(io: CommandIO, store: Store, record: PodRecord, container: str
         offset = os.stat(path).st_size
     except OSError:
         offset = 0
+    log.info("attach %s/%s: following its output from byte %d", record.spec.name, container, offset)
     while True:
         try:
             size = os.stat(path).st_size

@@ -76,6 +76,14 @@ class LabConfig:
     namespace: str
     state_dir: Path
     pods: tuple[PodSpecIn, ...] = field(default_factory=tuple)
+    # `<pod>/<role>` -> when the lab started that process (seconds since epoch): a pod was "created" when the
+    # lab started its first process, which is what its AGE shows.
+    started: tuple[tuple[str, float], ...] = ()
+
+    def created(self, pod: str, default: float) -> float:
+        """When the lab started pod `pod` (its earliest process), `default` when the state does not say."""
+        times = [t for key, t in self.started if key.startswith(pod + "/")]
+        return min(times) if times else default
 
     @classmethod
     def load(cls, path: Path) -> "LabConfig":
@@ -86,6 +94,7 @@ class LabConfig:
             namespace=str(data["namespace"]),
             state_dir=Path(data.get("state_dir") or path.parent),
             pods=tuple(PodSpecIn.from_json(p) for p in data.get("pods", [])),
+            started=tuple((str(k), float(v)) for k, v in (data.get("started") or {}).items()),
         )
 
 
@@ -415,8 +424,10 @@ def pod_json(
         "kind": "Pod",
         "metadata": {
             "annotations": annotations,
+            # No generateName: a lab pod keeps the name the lab gave it (pod/collision), which a ReplicaSet's
+            # generated name (<rs>-<5 random>) would contradict. Its ReplicaSet owns it as it adopts a matching
+            # pod that was created by name.
             "creationTimestamp": rfc3339(created),
-            "generateName": f"{rs_name}-",
             "labels": labels_for(pod),
             "name": pod.name,
             "namespace": namespace,

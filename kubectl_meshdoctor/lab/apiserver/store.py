@@ -86,7 +86,8 @@ class Store:
         self.pods: dict[str, PodRecord] = {}
         for spec in config.pods:
             self._rv += 1
-            self.pods[spec.name] = PodRecord(spec=spec, created=now, resource_version=self._rv)
+            self.pods[spec.name] = PodRecord(spec=spec, created=config.created(spec.name, now),
+                                             resource_version=self._rv)
         self.changed = asyncio.Condition()
 
     @property

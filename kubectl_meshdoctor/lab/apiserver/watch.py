@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ from .objects import pod_table
 from .store import Store
 
 DEFAULT_TIMEOUT_S = 1800.0
+log = logging.getLogger("meshdoctor.apiserver")
 
 
 async def serve_watch(request: web.Request, store: Store, matching: Callable[[], list[dict[str, Any]]],
@@ -27,6 +29,7 @@ async def serve_watch(request: web.Request, store: Store, matching: Callable[[],
     timeout = float(request.query.get("timeoutSeconds") or DEFAULT_TIMEOUT_S)
     since = int(request.query.get("resourceVersion") or 0)
     content_type = "application/json;as=Table;g=meta.k8s.io;v=v1" if as_table else "application/json"
+    log.info("watch pods: %s", "Table rows" if as_table else "objects")
     resp = web.StreamResponse(headers={"Content-Type": content_type})
     resp.enable_chunked_encoding()
     await resp.prepare(request)
