@@ -499,7 +499,9 @@ def test_port_forward_drop_fault_cuts_the_connection(kubectl: Kubectl, echo_in_p
     proc = kubectl.popen("port-forward", f"pod/{POD}", f":{echo_in_pod}", websockets=False)
     try:
         local = _forwarded_port(proc, echo_in_pod)
-        assert len(_echo_round(local, os.urandom(20_000))) == 1000
+        # At most the 1000 bytes pass; kubectl may lose even those (spdystream drops frames still queued when
+        # the connection ends), as on a real cut.
+        assert len(_echo_round(local, os.urandom(20_000))) <= 1000
         _stderr_until(proc, "lost connection to pod")
     finally:
         proc.kill()

@@ -43,6 +43,16 @@ def _wants_table(request: web.Request) -> bool:
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
+def _not_json(request: web.Request) -> web.Response | None:
+    """415 for a body the lab cannot read (kubectl >= 1.33 sends protobuf first; on 415 client-go retries the
+    request as JSON, as it does against any server without protobuf), None for JSON."""
+    ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
+    if ctype in ("application/json", ""):
+        return None
+    return status_response(status_failure(
+        415, f'the body of the request was in an unknown format - accepted media types include: application/json'))
+
+
 def _bool_param(request: web.Request, key: str) -> bool:
     return request.query.get(key, "").lower() in ("true", "1", "yes")
 
@@ -368,6 +378,8 @@ class LabApiServer(StreamingRoutes):
         resp, _ = await self._fault(operation)
         if resp is not None:
             return resp
+        if (unsupported := _not_json(request)) is not None:
+            return unsupported
         try:
             return web.json_response(answer(self.faults, await request.json()), status=201)
         except (ValueError, authz.ReviewError):
