@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from . import authz, discovery
+from . import authz, discovery, k8sproto
 from .containers import EphemeralRunner
 from .faults import Faults, FaultSpecError
 from .labelsel import SelectorError, field_matcher, label_matcher
@@ -43,14 +43,15 @@ def _wants_table(request: web.Request) -> bool:
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
-def _not_json(request: web.Request) -> web.Response | None:
-    """415 for a body the lab cannot read (kubectl >= 1.33 sends protobuf first; on 415 client-go retries the
-    request as JSON, as it does against any server without protobuf), None for JSON."""
+async def _review_body(request: web.Request) -> Any:
+    """The review object the client sent, as JSON would carry it: JSON, or Kubernetes protobuf (kubectl >= 1.33
+    sends that first). Raises ValueError on an unreadable body, LookupError on another media type."""
     ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
-    if ctype in ("application/json", ""):
-        return None
-    return status_response(status_failure(
-        415, f'the body of the request was in an unknown format - accepted media types include: application/json'))
+    if ctype == k8sproto.PROTOBUF:
+        return k8sproto.decode_review(await request.read())
+    if ctype not in ("application/json", ""):
+        raise LookupError(ctype)
+    return await request.json()
 
 
 def _bool_param(request: web.Request, key: str) -> bool:
@@ -137,7 +138,7 @@ class LabApiServer(StreamingRoutes):
                     404, "the server could not find the requested resource", details={}))
             if exc.status == 405:
                 return status_response(status_failure(
-                    405, f"the server does not allow this method on the requested resource"))
+                    405, "the server does not allow this method on the requested resource"))
             raise
         finally:
             log.info("%s %s -> %s %.1fms", request.method, request.path_qs, status, (time.monotonic() - t0) * 1e3)
@@ -378,10 +379,12 @@ class LabApiServer(StreamingRoutes):
         resp, _ = await self._fault(operation)
         if resp is not None:
             return resp
-        if (unsupported := _not_json(request)) is not None:
-            return unsupported
         try:
-            return web.json_response(answer(self.faults, await request.json()), status=201)
+            return web.json_response(answer(self.faults, await _review_body(request)), status=201)
+        except LookupError as exc:
+            return status_response(status_failure(
+                415, f"the body of the request was in an unknown format ({exc}) - accepted media types include: "
+                     f"application/json, {k8sproto.PROTOBUF}"))
         except (ValueError, authz.ReviewError):
             return status_response(status_failure(400, "the body of the request was in an unknown format"))
 
