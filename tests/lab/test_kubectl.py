@@ -246,6 +246,20 @@ def test_exec_stdin(kubectl: Kubectl, websockets: bool) -> None:
     assert proc.stdout.split()[0].decode() == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.parametrize("websockets", TRANSPORTS)
+def test_exec_it_runs_on_a_terminal(kubectl: Kubectl, websockets: bool) -> None:
+    _need_websockets(kubectl, websockets, 29)
+    term = Terminal.start([kubectl.path, "exec", "-it", POD, "-c", "app", "--", "sh"], kubectl.env(websockets))
+    try:
+        term.expect(b"# ")
+        term.type(b"stty size; tty; exit 5\r")
+        term.expect(b"/dev/pts/")
+        assert b"40 120\r\n" in term.out
+        assert term.wait() == 5  # the shell's exit code, through the Status on the error stream
+    finally:
+        term.kill()
+
+
 def test_exec_into_a_container_the_pod_lacks_says_so(kubectl: Kubectl) -> None:
     proc = kubectl.run("exec", POD, "-c", "nope", "--", "true")
     assert proc.returncode == 1

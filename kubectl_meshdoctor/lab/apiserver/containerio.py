@@ -31,7 +31,8 @@ MAX_QUEUED = 1024  # chunks an attached client may lag behind before it is dropp
 class ContainerIO:
     """Create, `child_stdio()` for the spawn, `started(proc)` once it runs; attaches `subscribe()`."""
 
-    def __init__(self, log_file: Path, tty: bool, stdin_once: bool) -> None:
+    def __init__(self, log_file: Path | None, tty: bool, stdin_once: bool) -> None:
+        """`log_file` None: output only to subscribers (an `exec -t`, which has no log)."""
         self.tty = tty
         self.stdin_once = stdin_once
         self._log_file = log_file
@@ -75,11 +76,12 @@ class ContainerIO:
     # ------------------------------------------------------------------------------------------- output
 
     def _emit(self, kind: str, data: bytes) -> None:
-        try:
-            with open(self._log_file, "ab") as f:
-                f.write(data)
-        except OSError:
-            pass
+        if self._log_file is not None:
+            try:
+                with open(self._log_file, "ab") as f:
+                    f.write(data)
+            except OSError:
+                pass
         for queue in list(self._subscribers):
             if queue.qsize() >= MAX_QUEUED:
                 self._subscribers.discard(queue)

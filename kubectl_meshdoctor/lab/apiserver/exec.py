@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from .channels import STDERR, STDOUT
+from .containerio import ContainerIO
 from .processes import ProcessRegistry, netns_argv
 from .remotecommand import CommandIO
 
@@ -94,6 +95,9 @@ class ExecSession:
         await (self._io.stdout(payload) if channel == STDOUT else self._io.stderr(payload))
 
     async def run(self) -> None:
+        if self._opts.tty and self._opts.stdout:
+            await self._run_tty()
+            return
         opts = self._opts
         try:
             proc = await self._registry.spawn(
@@ -144,6 +148,51 @@ class ExecSession:
             task = asyncio.create_task(self._registry.wait(proc))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    async def _run_tty(self) -> None:
+        """`exec -t`: the command on a pseudo-terminal of its own (its controlling terminal, one output stream,
+        resize sets the window size, stdin EOF is ^D), as a runtime runs a tty exec."""
+        opts = self._opts
+        term = ContainerIO(None, tty=True, stdin_once=True)
+        try:
+            proc = await self._registry.spawn(netns_argv(self._netns, list(opts.command)), **term.child_stdio())
+        except (OSError, RuntimeError) as exc:
+            term.failed()
+            await self._io.finish(failure_status(self._io, f"failed to exec in container: {exc}",
+                                                 "InternalError", 500))
+            return
+        term.started(proc)
+        output = term.subscribe()  # before the loop runs again: nothing the command prints is missed
+        await self._io.connected()
+
+        async def pump() -> int:
+            while (item := await output.get()) is not None:
+                await self._io.stdout(item[1])
+            return await self._registry.wait(proc)
+
+        async def from_client() -> None:
+            async for kind, payload in self._io.events():
+                if kind == "stdin" and opts.stdin:
+                    await term.write_stdin(payload)
+                elif kind == "stdin-eof":
+                    term.client_closed_stdin()
+                elif kind == "resize":
+                    for line in payload.splitlines():
+                        if line.strip():
+                            term.resize(line)
+
+        finished, reader = asyncio.ensure_future(pump()), asyncio.ensure_future(from_client())
+        done, _ = await asyncio.wait({finished, reader}, return_when=asyncio.FIRST_COMPLETED)
+        reader.cancel()
+        if finished in done and finished.exception() is None:
+            await self._io.finish(exit_status(self._io, opts.command, finished.result()))
+        else:  # the client left: the command keeps its terminal until it ends, then is reaped
+            term.unsubscribe(output)
+            finished.cancel()
+            reaper = asyncio.ensure_future(self._registry.wait(proc))
+            self._background.add(reaper)
+            reaper.add_done_callback(self._background.discard)
+        await asyncio.gather(reader, finished, return_exceptions=True)
 
     async def _finish(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]]) -> int:
         """All output forwarded and the process exited -> its exit code. Raises _Dropped from a pump."""

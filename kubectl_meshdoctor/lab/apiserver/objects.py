@@ -1,7 +1,8 @@
 """Kubernetes object JSON for lab pods: Pod, PodList, Deployment, Status, in the shapes a real API server returns.
 
 The Pod follows the classic Istio sidecar layout (`istio-proxy` last in `spec.containers`, `istio-init` as the
-init container), as in shared/reference/kubernetes/pod_istio_sample.yaml DOC 1, so that code written against this
+init container), as Istio's injector writes it (istio/istio manifests/charts/istio-control/istio-discovery/
+files/injection-template.yaml), so that code written against this
 server sees what it would see on a cluster running Istio 1.26 on Kubernetes 1.30.
 """
 
