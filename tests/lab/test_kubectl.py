@@ -260,6 +260,18 @@ def test_exec_it_runs_on_a_terminal(kubectl: Kubectl, websockets: bool) -> None:
         term.kill()
 
 
+@pytest.mark.parametrize("websockets", TRANSPORTS)
+def test_exec_drop_fault_cuts_the_stream(kubectl: Kubectl, websockets: bool) -> None:
+    _need_websockets(kubectl, websockets, 29)
+    admin_call(kubectl.kubeconfig, "POST", "/_lab/faults", {"exec": {"drop_after_bytes": 100_000, "times": 1}})
+    proc = subprocess.run([kubectl.path, "exec", POD, "-c", "app", "--", "head", "-c", "1000000", "/dev/zero"],
+                          env=kubectl.env(websockets), capture_output=True, timeout=60)
+    # The connection is cut after 100000 bytes: no more arrive (maybe fewer), and no exit status.
+    assert len(proc.stdout) <= 100_000 and proc.returncode != 0
+    again = kubectl.run("exec", POD, "-c", "app", "--", "echo", "ok", websockets=websockets)
+    assert (again.returncode, again.stdout) == (0, "ok\n")  # `times: 1`: the next exec is whole
+
+
 def test_exec_into_a_container_the_pod_lacks_says_so(kubectl: Kubectl) -> None:
     proc = kubectl.run("exec", POD, "-c", "nope", "--", "true")
     assert proc.returncode == 1
@@ -287,7 +299,10 @@ class Terminal:
     def start(cls, argv: list[str], env: dict[str, str]) -> "Terminal":
         pid, fd = pty.fork()
         if pid == 0:  # the child: becomes kubectl, on the terminal's slave side
-            os.execve(argv[0], argv, env)
+            try:
+                os.execve(argv[0], argv, env)
+            finally:
+                os._exit(127)  # never run the rest of pytest in the forked child
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         return cls(pid, fd)
 

@@ -68,8 +68,12 @@ def make_tls(workdir: Path, host: str, days: int = 30) -> TlsMaterial:
              "-CAcreateserial", "-days", str(days), "-extfile", str(ext), "-out", str(crt))
     for private in (ca_key, key):
         private.chmod(0o600)
+    # The server sends its whole chain (leaf, then the CA), as servers should (RFC 8446 4.4.2): a client that
+    # does not trust our CA then says "self-signed certificate in certificate chain", which names the cause.
+    chain = workdir / "chain.crt"
+    chain.write_bytes(crt.read_bytes() + ca_crt.read_bytes())
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(crt, key)
+    context.load_cert_chain(chain, key)
     return TlsMaterial(ca_crt.read_bytes(), context)
 
 
