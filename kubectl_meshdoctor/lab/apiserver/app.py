@@ -19,11 +19,12 @@ from . import authz, discovery, k8sproto
 from .containers import EphemeralRunner
 from .faults import Faults, FaultSpecError
 from .labelsel import SelectorError, field_matcher, label_matcher
-from .objects import (LabConfig, forbidden, list_json, namespace_json, not_found, pod_table,
-                      status_failure)
+from .objects import LabConfig, list_json, namespace_json
+from .status import forbidden, not_found, status_failure
 from .patch import ApiError, decode_and_validate
 from .processes import ProcessRegistry
 from .store import PodRecord, Store
+from .table import pod_table
 from .streaming import StreamingRoutes
 from .watch import serve_watch
 

@@ -24,7 +24,7 @@ from aiohttp import WSMsgType, web
 from . import pfspdy
 from .channels import PORTFORWARD_PROTOCOLS, FrameError, Framing
 from .httpstream import TUNNEL_PREFIX, is_spdy_upgrade, negotiate, tunnel_spdy, upgrade_spdy
-from .objects import status_failure
+from .status import status_failure
 from .pfspdy import DropCounter
 
 log = logging.getLogger("meshdoctor.apiserver")

@@ -16,7 +16,7 @@ from aiohttp import web
 from .channels import EXEC_PROTOCOLS, ERROR, STDERR, STDOUT, Framing
 from .exec import ExecOptions, ExecSession, failure_status
 from .httpstream import is_spdy_upgrade, negotiate, upgrade_spdy
-from .objects import status_failure
+from .status import status_failure
 from .remotecommand import SPDY_EXEC_PROTOCOLS, CommandIO, WsIO, collect_streams
 from .store import PodRecord
 
