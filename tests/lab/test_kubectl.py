@@ -21,6 +21,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -345,6 +346,22 @@ class Terminal:
             pass
 
 
+def test_debug_runs_a_command_next_to_the_sidecar(kubectl: Kubectl) -> None:
+    _need_debug(kubectl)
+    name = f"dbg-cmd-{secrets.token_hex(2)}"
+    proc = kubectl.run("debug", POD, "--target", "istio-proxy", "--image", IMAGE, "-c", name, "--", "sh", "-c",
+                       "ip -o -4 addr show eth0")
+    assert proc.returncode == 0, proc.stderr
+    assert 'Targeting container "istio-proxy"' in proc.stdout + proc.stderr
+    pod_ip = kubectl.state.pod(POD).pod_ip
+
+    def logged() -> str:
+        out = kubectl.run("logs", POD, "-c", name)
+        return out.stdout if out.returncode == 0 and pod_ip in out.stdout else ""
+
+    assert f" {pod_ip}/24 " in wait_until(f"{name}'s output in its log", 30, logged)
+
+
 @pytest.mark.parametrize("websockets", TRANSPORTS)
 def test_debug_it_gives_a_shell_on_a_terminal(kubectl: Kubectl, websockets: bool) -> None:
     _need_debug(kubectl)
@@ -465,7 +482,6 @@ def _forwarded_port(proc: subprocess.Popen[str], remote: int) -> int:
 
 def _echo_round(port: int, payload: bytes) -> bytes:
     """Send `payload` through the forward and read until as many bytes came back or the connection ended."""
-    import socket
     got = b""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         try:
@@ -500,9 +516,13 @@ def _stderr_until(proc: subprocess.Popen[str], text: str, timeout: float = 30) -
 def test_port_forward(kubectl: Kubectl, echo_in_pod: int, websockets: bool) -> None:
     _need_websockets(kubectl, websockets, 30)
     since = len(kubectl.server_log())
-    proc = kubectl.popen("port-forward", f"pod/{POD}", f":{echo_in_pod}", websockets=websockets)
+    with socket.socket() as probe:  # a free local port for LOCAL:REMOTE
+        probe.bind(("127.0.0.1", 0))
+        wanted = probe.getsockname()[1]
+    proc = kubectl.popen("port-forward", f"pod/{POD}", f"{wanted}:{echo_in_pod}", websockets=websockets)
     try:
         local = _forwarded_port(proc, echo_in_pod)
+        assert local == wanted
         payload = os.urandom(300_000)
         assert _echo_round(local, payload) == payload
         assert _echo_round(local, b"second connection \x00\xff") == b"second connection \x00\xff"
