@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,14 @@ from typing import Any, Iterator
 
 import psutil
 import pytest
+import urllib3
 import yaml
 from kubernetes import client, config, watch
 from kubernetes.stream import portforward, stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDIN_CHANNEL, WSClient
 from websocket import WebSocketConnectionClosedException
+
+from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
 
 from ..waiting import wait_until as _wait_until
 
@@ -69,15 +71,8 @@ class Server:
     stderr_path: Path
 
     def admin(self, method: str, path: str, body: Any = None) -> Any:
-        """Call the lab admin endpoints with the kubeconfig's token."""
-        kc = yaml.safe_load(self.kubeconfig.read_text())
-        token = kc["users"][0]["user"]["token"]
-        req = urllib.request.Request(
-            kc["clusters"][0]["cluster"]["server"] + path, method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read() or b"null")
+        """Call the lab admin endpoints with the kubeconfig's server, token and CA."""
+        return admin_call(self.kubeconfig, method, path, body)
 
     def set_faults(self, faults: dict[str, Any]) -> None:
         self.admin("POST", "/_lab/faults", faults)
@@ -274,7 +269,9 @@ def test_kubeconfig_shape(server: Server) -> None:
     assert kc["current-context"] == "meshdoctor-lab"
     ctx = kc["contexts"][0]
     assert ctx["name"] == "meshdoctor-lab" and ctx["context"]["namespace"] == NAMESPACE
-    assert kc["clusters"][0]["cluster"]["server"].startswith("http://127.0.0.1:")
+    # HTTPS by default, trusting the CA the server made for this run: kubectl sends no token over plain HTTP.
+    assert kc["clusters"][0]["cluster"]["server"].startswith("https://127.0.0.1:")
+    assert kc["clusters"][0]["cluster"]["certificate-authority-data"]
     assert kc["users"][0]["user"]["token"]
     assert server.kubeconfig.stat().st_mode & 0o077 == 0
 
@@ -571,18 +568,32 @@ def test_portforward_reaches_localhost_in_the_pod(server: Server) -> None:
         echo.wait()
 
 
-def test_tls_mode_serves_https_with_its_own_ca(netns_name: str, tmp_path: Path) -> None:
-    srv = _start_server(tmp_path, netns_name, "--tls")
+def test_the_ca_is_checked_and_no_tls_serves_plain_http(server: Server, netns_name: str, tmp_path: Path) -> None:
+    # Another CA (the one a second server makes) must not verify this server: the client really checks.
+    other = _start_server(tmp_path / "other", netns_name)
     try:
-        kc = yaml.safe_load(srv.kubeconfig.read_text())
-        assert kc["clusters"][0]["cluster"]["server"].startswith("https://127.0.0.1:")
-        assert kc["clusters"][0]["cluster"]["certificate-authority-data"]
-        assert srv.api.read_namespaced_pod(POD, NAMESPACE).metadata.name == POD  # verified against the CA
-        out = stream(srv.api.connect_get_namespaced_pod_exec, POD, NAMESPACE, command=["echo", "over-wss"],
-                     container="app", stdin=False, stdout=True, stderr=True, tty=False)
-        assert out == "over-wss\n"
+        kc = yaml.safe_load(server.kubeconfig.read_text())
+        kc["clusters"][0]["cluster"]["certificate-authority-data"] = yaml.safe_load(
+            other.kubeconfig.read_text())["clusters"][0]["cluster"]["certificate-authority-data"]
+        (tmp_path / "kc").write_text(yaml.safe_dump(kc))
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(tmp_path / "kc"), client_configuration=cfg)
+        cfg.retries = 0
+        with pytest.raises(urllib3.exceptions.MaxRetryError, match="CERTIFICATE_VERIFY_FAILED"):
+            client.CoreV1Api(client.ApiClient(cfg)).read_namespaced_pod(POD, NAMESPACE)
     finally:
-        assert _stop_server(srv) == []
+        assert _stop_server(other) == []
+    plain = _start_server(tmp_path / "plain", netns_name, "--no-tls")
+    try:
+        kc = yaml.safe_load(plain.kubeconfig.read_text())
+        assert kc["clusters"][0]["cluster"]["server"].startswith("http://127.0.0.1:")
+        assert "certificate-authority-data" not in kc["clusters"][0]["cluster"]
+        assert plain.api.read_namespaced_pod(POD, NAMESPACE).metadata.name == POD
+        out = stream(plain.api.connect_get_namespaced_pod_exec, POD, NAMESPACE, command=["echo", "over-ws"],
+                     container="app", stdin=False, stdout=True, stderr=True, tty=False)
+        assert out == "over-ws\n"
+    finally:
+        assert _stop_server(plain) == []
 
 
 # ------------------------------------------------------------------------------------------------ shutdown

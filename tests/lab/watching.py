@@ -7,12 +7,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
+from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
 
 
 class WatchRun:
@@ -52,14 +51,10 @@ class Faults:
     """The lab API server's fault table (POST/DELETE /_lab/faults), see lab/apiserver/faults.py."""
 
     def __init__(self, kubeconfig: Path) -> None:
-        kc = yaml.safe_load(kubeconfig.read_text())
-        self.url = kc["clusters"][0]["cluster"]["server"] + "/_lab/faults"
-        self.auth = {"Authorization": f"Bearer {kc['users'][0]['user']['token']}"}
+        self.kubeconfig = kubeconfig
 
     def set(self, faults: dict) -> None:
-        req = urllib.request.Request(self.url, data=json.dumps(faults).encode(), method="POST",
-                                     headers={**self.auth, "Content-Type": "application/json"})
-        urllib.request.urlopen(req, timeout=10).close()
+        admin_call(self.kubeconfig, "POST", "/_lab/faults", faults)
 
     def clear(self) -> None:
-        urllib.request.urlopen(urllib.request.Request(self.url, method="DELETE", headers=self.auth), timeout=10).close()
+        admin_call(self.kubeconfig, "DELETE", "/_lab/faults")

@@ -1,6 +1,10 @@
 """CLI: serve a lab's pods until SIGTERM/SIGINT, then end every process it started and exit 0.
 
-    python -m kubectl_meshdoctor.lab.apiserver --state STATE_JSON --kubeconfig OUT_PATH [--host H] [--port P] [--tls]
+    python -m kubectl_meshdoctor.lab.apiserver --state STATE_JSON --kubeconfig OUT_PATH [--host H] [--port P]
+        [--no-tls]
+
+HTTPS with a CA made for this run is the default (tls.py says why); `--no-tls` serves plain HTTP, which only the
+Python client accepts a token over.
 
 The kubeconfig is written (atomically) only once the socket is bound: its existence means ready.
 Exit codes: 0 after a signal, 2 on a bad state file or a port that cannot be bound.
@@ -33,9 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = any free port")
     p.add_argument("--token", default=None, help="bearer token (default: random)")
-    p.add_argument("--tls", action="store_true",
-                   help="serve HTTPS with a throwaway self-signed certificate (needed by kubectl, which sends no "
-                        "token over plain HTTP)")
+    p.add_argument("--tls", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve HTTPS with a CA made for this run (default; kubectl sends no token over plain HTTP)")
     return p.parse_args(argv)
 
 
@@ -78,7 +81,7 @@ async def _serve(args: argparse.Namespace, config: LabConfig, token: str, tls: T
         loop.add_signal_handler(sig, stop.set)
     scheme = "https" if tls else "http"
     write_kubeconfig(args.kubeconfig, kubeconfig_dict(f"{scheme}://{url_host}:{port}", token, config.namespace,
-                                                      cluster=config.name, ca_pem=tls.cert_pem if tls else None))
+                                                      cluster=config.name, ca_pem=tls.ca_pem if tls else None))
     logging.getLogger("meshdoctor.apiserver").info(
         "serving %d pod(s) of namespace %s on %s://%s:%d", len(config.pods), config.namespace, scheme, url_host,
         port)

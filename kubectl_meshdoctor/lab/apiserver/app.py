@@ -6,7 +6,6 @@ All state lives in the `LabApiServer` object: the pod store, the process registr
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -16,17 +15,18 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from . import discovery
-from .channels import EXEC_PROTOCOLS, ERROR, Framing
+from . import authz, discovery, k8sproto
 from .containers import EphemeralRunner
-from .exec import ExecOptions, ExecSession, failure_status
 from .faults import Faults, FaultSpecError
 from .labelsel import SelectorError, field_matcher, label_matcher
-from .objects import (LabConfig, forbidden, list_json, namespace_json, not_found, pod_table,
-                      status_failure)
+from .objects import LabConfig, list_json, namespace_json
+from .status import forbidden, not_found, status_failure
 from .patch import ApiError, decode_and_validate
 from .processes import ProcessRegistry
 from .store import PodRecord, Store
+from .table import pod_table
+from .streaming import StreamingRoutes
+from .watch import serve_watch
 
 log = logging.getLogger("meshdoctor.apiserver")
 
@@ -44,11 +44,22 @@ def _wants_table(request: web.Request) -> bool:
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 
 
+async def _review_body(request: web.Request) -> Any:
+    """The review object the client sent, as JSON would carry it: JSON, or Kubernetes protobuf (kubectl >= 1.33
+    sends that first). Raises ValueError on an unreadable body, LookupError on another media type."""
+    ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip().lower()
+    if ctype == k8sproto.PROTOBUF:
+        return k8sproto.decode_review(await request.read())
+    if ctype not in ("application/json", ""):
+        raise LookupError(ctype)
+    return await request.json()
+
+
 def _bool_param(request: web.Request, key: str) -> bool:
     return request.query.get(key, "").lower() in ("true", "1", "yes")
 
 
-class LabApiServer:
+class LabApiServer(StreamingRoutes):
     """One lab's API server. Create, `await start()` inside the loop, serve `app`, `await shutdown()`."""
 
     def __init__(self, config: LabConfig, token: str) -> None:
@@ -103,7 +114,10 @@ class LabApiServer:
         r.add_get("/apis/apps/v1/deployments", self.list_deployments)
         r.add_get("/apis/apps/v1/namespaces/{ns}/deployments", self.list_deployments)
         r.add_get("/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.get_deployment)
+        r.add_route("GET", "/api/v1/namespaces/{ns}/pods/{name}/attach", self.attach)
+        r.add_route("POST", "/api/v1/namespaces/{ns}/pods/{name}/attach", self.attach)
         r.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", self.ssar)
+        r.add_post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", self.ssrr)
         r.add_get("/_lab/faults", self.get_faults)
         r.add_post("/_lab/faults", self.set_faults)
         r.add_delete("/_lab/faults", self.clear_faults)
@@ -125,7 +139,7 @@ class LabApiServer:
                     404, "the server could not find the requested resource", details={}))
             if exc.status == 405:
                 return status_response(status_failure(
-                    405, f"the server does not allow this method on the requested resource"))
+                    405, "the server does not allow this method on the requested resource"))
             raise
         finally:
             log.info("%s %s -> %s %.1fms", request.method, request.path_qs, status, (time.monotonic() - t0) * 1e3)
@@ -231,47 +245,10 @@ class LabApiServer:
             return out
 
         if _bool_param(request, "watch"):
-            return await self._watch(request, matching)
+            return await serve_watch(request, self.store, matching, _wants_table(request))
         if _wants_table(request):
             return web.json_response(pod_table(matching(), self.store.resource_version, time.time()))
         return web.json_response(list_json("PodList", "v1", matching(), self.store.resource_version))
-
-    async def _watch(self, request: web.Request, matching: Callable[[], list[dict[str, Any]]]) -> web.StreamResponse:
-        """Watch events as JSON lines: ADDED for what exists, then MODIFIED on every change, until
-        timeoutSeconds (default 30 min) or the client leaves. Pods are never deleted while the lab runs."""
-        timeout = float(request.query.get("timeoutSeconds") or 1800)
-        since = int(request.query.get("resourceVersion") or 0)
-        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-        resp.enable_chunked_encoding()
-        await resp.prepare(request)
-        try:
-            await self._watch_events(resp, matching, since, time.monotonic() + timeout)
-            await resp.write_eof()
-        except ConnectionError:
-            pass  # the client stopped watching
-        return resp
-
-    async def _watch_events(self, resp: web.StreamResponse, matching: Callable[[], list[dict[str, Any]]],
-                            since: int, deadline: float) -> None:
-        seen: dict[str, str] = {}
-        while True:
-            for obj in matching():
-                name, rv = obj["metadata"]["name"], obj["metadata"]["resourceVersion"]
-                if seen.get(name) == rv:
-                    continue
-                kind = "ADDED" if name not in seen else "MODIFIED"
-                seen[name] = rv
-                if int(rv) <= since and kind == "ADDED" and since:
-                    continue
-                await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            async with self.store.changed:
-                try:
-                    await asyncio.wait_for(self.store.changed.wait(), timeout=left)
-                except asyncio.TimeoutError:
-                    pass
 
     async def delete_pod(self, request: web.Request) -> web.Response:
         """The pod goes away as on a node: its record first, then every process we run in its network namespace
@@ -343,68 +320,7 @@ class LabApiServer:
                     self.runner.start(record, entry)
             return web.json_response(self.store.pod_json(record), headers=headers)
 
-    # ------------------------------------------------------------------------------------------ exec
-
-    async def exec(self, request: web.Request) -> web.StreamResponse:
-        ns, name = request.match_info["ns"], request.match_info["name"]
-        # A WebSocket upgrade is a GET, authorized as get and (since 1.35) also create.
-        for verb in ("get", "create"):
-            if (resp := self._denied(verb, "pods", "exec", ns=ns, name=name)) is not None:
-                return resp
-        resp, rule = await self._fault("exec")
-        if resp is not None:
-            return resp
-        record = self._pod_or_404(request)
-        if isinstance(record, web.Response):
-            return record
-        opts = ExecOptions(
-            command=tuple(request.query.getall("command", [])),
-            container=request.query.get("container", ""),
-            stdin=_bool_param(request, "stdin"),
-            stdout=_bool_param(request, "stdout"),
-            stderr=_bool_param(request, "stderr"),
-            tty=_bool_param(request, "tty"),
-        )
-        if not (opts.stdin or opts.stdout or opts.stderr):
-            return status_response(status_failure(400, "you must specify at least 1 of stdin, stdout, stderr"))
-        if not opts.command:
-            return status_response(status_failure(400, "you must specify at least one command for the container"))
-        names = [c["name"] for c in self.store.pod_json(record)["spec"]["containers"]]
-        ephemeral = [c["name"] for c in record.ephemeral]
-        container = opts.container
-        if not container:
-            if len(names) != 1:
-                return status_response(status_failure(
-                    400, f"a container name must be specified for pod {name}, choose one of: "
-                         f"[{' '.join(names)}] or one of the init containers: [istio-init]"
-                         + (f" or one of the ephemeral containers: [{' '.join(ephemeral)}]" if ephemeral else "")))
-            container = names[0]
-        if container not in names and container not in ephemeral and container != "istio-init":
-            return status_response(status_failure(400, f"container {container} is not valid for pod {name}"))
-        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, timeout=2.0, max_msg_size=16 << 20)
-        if not ws.can_prepare(request):
-            return status_response(status_failure(400, "Upgrade request required"))
-        await ws.prepare(request)
-        framing = Framing(ws.ws_protocol or "")
-        state = record.ephemeral_state.get(container)
-        not_running = container == "istio-init" or (container in ephemeral and (state is None
-                                                                                   or state.phase != "running"))
-        if not_running:
-            await ws.send_bytes(bytes((ERROR,)) + failure_status(
-                framing, f'container not found ("{container}")', "NotFound"))
-            await ws.close()
-            return ws
-        self.websockets.add(ws)
-        try:
-            session = ExecSession(ws, framing, request, self.registry, record.spec.netns, opts,
-                                  rule.drop_after_bytes if rule is not None else None, self.background,
-                                  drop_at_stdin_close=rule is not None and rule.drop_at_stdin_close)
-            await session.run()
-        finally:
-            self.websockets.discard(ws)
-        return ws
-
-    # ------------------------------------------------------------------------------------------ logs, portforward
+    # ------------------------------------------------------------------------------------------ logs
 
     async def pod_log(self, request: web.Request) -> web.StreamResponse:
         from .logs import serve_log
@@ -419,21 +335,6 @@ class LabApiServer:
         if isinstance(record, web.Response):
             return record
         return await serve_log(request, self.store, record)
-
-    async def portforward(self, request: web.Request) -> web.StreamResponse:
-        from .portforward import serve_portforward
-
-        ns, name = request.match_info["ns"], request.match_info["name"]
-        for verb in ("get", "create"):
-            if (resp := self._denied(verb, "pods", "portforward", ns=ns, name=name)) is not None:
-                return resp
-        resp, _ = await self._fault("portforward")
-        if resp is not None:
-            return resp
-        record = self._pod_or_404(request)
-        if isinstance(record, web.Response):
-            return record
-        return await serve_portforward(request, record.spec.netns, record.spec.uid)
 
     # ------------------------------------------------------------------------------------------ deployments
 
@@ -469,32 +370,24 @@ class LabApiServer:
     # ------------------------------------------------------------------------------------------ authorization
 
     async def ssar(self, request: web.Request) -> web.Response:
-        resp, _ = await self._fault("ssar")
+        return await self._review(request, "ssar", authz.access_review)
+
+    async def ssrr(self, request: web.Request) -> web.Response:
+        return await self._review(request, "ssrr", authz.rules_review)
+
+    async def _review(self, request: web.Request, operation: str,
+                      answer: Callable[[Faults, Any], dict[str, Any]]) -> web.Response:
+        resp, _ = await self._fault(operation)
         if resp is not None:
             return resp
         try:
-            body = await request.json()
-            spec = body["spec"]
-        except (ValueError, KeyError, TypeError):
+            return web.json_response(answer(self.faults, await _review_body(request)), status=201)
+        except LookupError as exc:
+            return status_response(status_failure(
+                415, f"the body of the request was in an unknown format ({exc}) - accepted media types include: "
+                     f"application/json, {k8sproto.PROTOBUF}"))
+        except (ValueError, authz.ReviewError):
             return status_response(status_failure(400, "the body of the request was in an unknown format"))
-        attrs = spec.get("resourceAttributes")
-        if isinstance(attrs, dict):
-            allowed = not self.faults.denied(
-                str(attrs.get("verb", "")), str(attrs.get("resource", "")), str(attrs.get("subresource", "")),
-                str(attrs.get("group", "")), str(attrs.get("namespace", "")), str(attrs.get("name", "")))
-        else:
-            allowed = True  # nonResourceAttributes: the lab's user may read every non-resource URL
-        status: dict[str, Any] = {"allowed": allowed}
-        if allowed:
-            status["reason"] = ('RBAC: allowed by ClusterRoleBinding "meshdoctor-lab" of ClusterRole '
-                                f'"cluster-admin" to User "{USER}"')
-        return web.json_response({
-            "kind": "SelfSubjectAccessReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": status,
-        }, status=201)
 
     # ------------------------------------------------------------------------------------------ lab admin
 

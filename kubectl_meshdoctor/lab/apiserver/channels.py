@@ -1,7 +1,8 @@
 """The Kubernetes WebSocket channel framing (remotecommand subprotocols), independent of what runs behind it.
 
 Binary protocols prefix each message with one channel byte; the base64 ones send text frames of an ASCII channel
-digit followed by base64 of the payload. See shared/reference/kubernetes/ephemeral_containers.md section 6.
+digit followed by base64 of the payload (k8s.io/apimachinery/pkg/util/httpstream/wsstream/conn.go; v5 adds the
+close signal `0xff <channel>`, k8s.io/apimachinery/pkg/util/remotecommand/constants.go).
 """
 
 from __future__ import annotations

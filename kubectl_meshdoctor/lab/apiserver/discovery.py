@@ -55,6 +55,7 @@ CORE_V1_RESOURCES: dict[str, Any] = {
          "singularName": "namespace"},
         {**_res("pods", "Pod", ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
                 short=["po"]), "singularName": "pod", "categories": ["all"]},
+        _res("pods/attach", "PodAttachOptions", ["create", "get"]),
         _res("pods/ephemeralcontainers", "Pod", ["get", "patch", "update"]),
         _res("pods/exec", "PodExecOptions", ["create", "get"]),
         _res("pods/log", "Pod", ["get"]),
@@ -81,5 +82,7 @@ AUTHORIZATION_V1_RESOURCES: dict[str, Any] = {
     "resources": [
         {**_res("selfsubjectaccessreviews", "SelfSubjectAccessReview", ["create"], namespaced=False),
          "singularName": "selfsubjectaccessreview"},
+        {**_res("selfsubjectrulesreviews", "SelfSubjectRulesReview", ["create"], namespaced=False),
+         "singularName": "selfsubjectrulesreview"},
     ],
 }

@@ -1,4 +1,6 @@
-"""An exec session: one process in the pod's network namespace wired to a WebSocket by channels, like the kubelet.
+"""An exec session: one process in the pod's network namespace wired to the client's streams, like the kubelet.
+
+The streams are a `CommandIO` (remotecommand.py): WebSocket channels or SPDY streams, the session does not care.
 
 Bytes flow unchanged and as they arrive (reads of up to 64 KiB, each forwarded at once as one frame). Sending
 awaits the socket's drain, so a slow client stops us reading the process's pipe and the process blocks, as it
@@ -15,10 +17,12 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
-from .channels import CLOSE, ERROR, RESIZE, STDERR, STDIN, STDOUT, FrameError, Framing
+from .channels import STDERR, STDOUT
+from .containerio import ContainerIO
 from .processes import ProcessRegistry, netns_argv
+from .remotecommand import CommandIO
 
 log = logging.getLogger("meshdoctor.apiserver")
 
@@ -41,7 +45,13 @@ class _Dropped(Exception):
     """A drop fault fired (drop_after_bytes, drop_at_stdin_close): the connection is cut as if the network failed."""
 
 
-def exit_status(framing: Framing, argv: tuple[str, ...], code: int) -> bytes | None:
+class _Protocol:
+    """Anything with `status_json`: a Framing (WebSocket) or a CommandIO."""
+
+    status_json: bool
+
+
+def exit_status(framing: _Protocol, argv: tuple[str, ...], code: int) -> bytes | None:
     """The error-channel payload at exit: JSON Status for v4+, plain text (or nothing on success) for v1."""
     if framing.status_json:
         if code == 0:
@@ -55,7 +65,7 @@ def exit_status(framing: Framing, argv: tuple[str, ...], code: int) -> bytes | N
     return f"command terminated with non-zero exit code: exit status {code}".encode()
 
 
-def failure_status(framing: Framing, message: str, reason: str, code: int = 0) -> bytes:
+def failure_status(framing: _Protocol, message: str, reason: str, code: int = 0) -> bytes:
     """A failure on the error channel before anything ran (e.g. container not running)."""
     if not framing.status_json:
         return message.encode()
@@ -66,13 +76,12 @@ def failure_status(framing: Framing, message: str, reason: str, code: int = 0) -
 
 
 class ExecSession:
-    """Runs one exec on an already prepared WebSocket. `run` returns when the socket is done with."""
+    """Runs one exec on already established client streams. `run` returns when they are done with."""
 
-    def __init__(self, ws: web.WebSocketResponse, framing: Framing, request: web.Request,
-                 registry: ProcessRegistry, netns: str, opts: ExecOptions, drop_after_bytes: int | None,
-                 background: set[asyncio.Task[Any]], drop_at_stdin_close: bool = False) -> None:
-        self._ws = ws
-        self._framing = framing
+    def __init__(self, io: CommandIO, request: web.Request, registry: ProcessRegistry, netns: str,
+                 opts: ExecOptions, drop_after_bytes: int | None, background: set[asyncio.Task[Any]],
+                 drop_at_stdin_close: bool = False) -> None:
+        self._io = io
         self._request = request
         self._registry = registry
         self._netns = netns
@@ -83,13 +92,12 @@ class ExecSession:
         self._background = background  # reaper tasks of processes whose client left; owned by the app
 
     async def send(self, channel: int, payload: bytes) -> None:
-        frame = self._framing.encode(channel, payload)
-        if isinstance(frame, str):
-            await self._ws.send_str(frame)
-        else:
-            await self._ws.send_bytes(frame)
+        await (self._io.stdout(payload) if channel == STDOUT else self._io.stderr(payload))
 
     async def run(self) -> None:
+        if self._opts.tty and self._opts.stdout:
+            await self._run_tty()
+            return
         opts = self._opts
         try:
             proc = await self._registry.spawn(
@@ -99,12 +107,10 @@ class ExecSession:
                 stderr=(subprocess.STDOUT if opts.tty else subprocess.PIPE) if opts.stderr else subprocess.DEVNULL,
             )
         except (OSError, RuntimeError) as exc:
-            await self.send(ERROR, failure_status(self._framing, f"failed to exec in container: {exc}",
-                                                  "InternalError", 500))
-            await self._ws.close()
+            await self._io.finish(failure_status(self._io, f"failed to exec in container: {exc}",
+                                                 "InternalError", 500))
             return
-        # "connected": an empty frame on the lowest channel the server writes to.
-        await self.send(STDOUT if opts.stdout else STDERR if opts.stderr and not opts.tty else ERROR, b"")
+        await self._io.connected()
 
         reader = asyncio.create_task(self._from_client(proc))
         pumps = []
@@ -117,13 +123,8 @@ class ExecSession:
 
         if finished in done and finished.exception() is None:
             code = finished.result()
-            status = exit_status(self._framing, opts.command, code)
-            try:
-                if status is not None:
-                    await self.send(ERROR, status)
-                await self._ws.close()
-            except (ConnectionError, RuntimeError):
-                pass
+            await self._io.finish(exit_status(self._io, opts.command, code))
+            reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
             self._close_stdin(proc)
             return
@@ -148,6 +149,51 @@ class ExecSession:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
+    async def _run_tty(self) -> None:
+        """`exec -t`: the command on a pseudo-terminal of its own (its controlling terminal, one output stream,
+        resize sets the window size, stdin EOF is ^D), as a runtime runs a tty exec."""
+        opts = self._opts
+        term = ContainerIO(None, tty=True, stdin_once=True)
+        try:
+            proc = await self._registry.spawn(netns_argv(self._netns, list(opts.command)), **term.child_stdio())
+        except (OSError, RuntimeError) as exc:
+            term.failed()
+            await self._io.finish(failure_status(self._io, f"failed to exec in container: {exc}",
+                                                 "InternalError", 500))
+            return
+        term.started(proc)
+        output = term.subscribe()  # before the loop runs again: nothing the command prints is missed
+        await self._io.connected()
+
+        async def pump() -> int:
+            while (item := await output.get()) is not None:
+                await self._io.stdout(item[1])
+            return await self._registry.wait(proc)
+
+        async def from_client() -> None:
+            async for kind, payload in self._io.events():
+                if kind == "stdin" and opts.stdin:
+                    await term.write_stdin(payload)
+                elif kind == "stdin-eof":
+                    term.client_closed_stdin()
+                elif kind == "resize":
+                    for line in payload.splitlines():
+                        if line.strip():
+                            term.resize(line)
+
+        finished, reader = asyncio.ensure_future(pump()), asyncio.ensure_future(from_client())
+        done, _ = await asyncio.wait({finished, reader}, return_when=asyncio.FIRST_COMPLETED)
+        reader.cancel()
+        if finished in done and finished.exception() is None:
+            await self._io.finish(exit_status(self._io, opts.command, finished.result()))
+        else:  # the client left: the command keeps its terminal until it ends, then is reaped
+            term.unsubscribe(output)
+            finished.cancel()
+            reaper = asyncio.ensure_future(self._registry.wait(proc))
+            self._background.add(reaper)
+            reaper.add_done_callback(self._background.discard)
+        await asyncio.gather(reader, finished, return_exceptions=True)
+
     async def _finish(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]]) -> int:
         """All output forwarded and the process exited -> its exit code. Raises _Dropped from a pump."""
         await asyncio.gather(*pumps)
@@ -170,26 +216,19 @@ class ExecSession:
                 self._sent_stdout += len(chunk)
 
     async def _from_client(self, proc: asyncio.subprocess.Process) -> None:
-        """Client frames -> process stdin until the client closes the socket."""
-        async for msg in self._ws:
-            if msg.type not in (WSMsgType.BINARY, WSMsgType.TEXT):
-                continue
-            try:
-                channel, payload = self._framing.decode(msg.data)
-            except FrameError:
-                continue
-            if channel == STDIN and proc.stdin is not None and not proc.stdin.is_closing():
+        """Client stdin -> process stdin until the client is gone."""
+        async for kind, payload in self._io.events():
+            if kind == "stdin" and proc.stdin is not None and not proc.stdin.is_closing():
                 try:
                     proc.stdin.write(payload)
                     await proc.stdin.drain()
                 except (ConnectionError, BrokenPipeError):
                     pass
-            elif channel == CLOSE and self._framing.close_signal and payload[:1] == bytes((STDIN,)):
+            elif kind == "stdin-eof":
                 if self._drop_at_stdin_close:
                     raise _Dropped()
                 self._close_stdin(proc)
-            elif channel == RESIZE:
-                pass  # no terminal behind tty=true here; resize has nothing to act on
+            # "resize": no terminal behind an exec here (tty only merges stderr into stdout)
 
     @staticmethod
     def _close_stdin(proc: asyncio.subprocess.Process) -> None:

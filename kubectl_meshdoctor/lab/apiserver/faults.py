@@ -2,8 +2,8 @@
 
 Format (every key optional; unknown keys are rejected so that a typo does not silently inject nothing):
 
-    {"get_pod" | "list_pods" | "get_deployment" | "patch_ephemeralcontainers" | "exec" | "portforward" | "log"
-       | "ssar": {"status": 403, "message": "...", "reason": "Forbidden", "delay_s": 0.5, "times": 1},
+    {"get_pod" | "list_pods" | "get_deployment" | "patch_ephemeralcontainers" | "exec" | "attach" | "portforward"
+       | "log" | "ssar" | "ssrr": {"status": 403, "message": "...", "reason": "Forbidden", "delay_s": 0.5, "times": 1},
      "exec": {"drop_after_bytes": 65536, "times": 1, ...} | {"drop_at_stdin_close": true, ...},
      "ephemeral_start": {"delay_s": 2.0} | {"waiting_reason": "ImagePullBackOff", "message": "..."},
      "deny": [{"verb": "create", "resource": "pods", "subresource": "exec"}]}
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-OPERATIONS = ("get_pod", "list_pods", "get_deployment", "patch_ephemeralcontainers", "exec", "portforward", "log",
-              "ssar")
+OPERATIONS = ("get_pod", "list_pods", "get_deployment", "patch_ephemeralcontainers", "exec", "attach", "portforward",
+              "log", "ssar", "ssrr")
 _RULE_KEYS = frozenset({"status", "message", "reason", "delay_s", "times", "drop_after_bytes",
                         "drop_at_stdin_close"})
 _DENY_KEYS = frozenset({"verb", "resource", "subresource", "group", "namespace", "name"})

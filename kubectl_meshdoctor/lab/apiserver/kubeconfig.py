@@ -47,3 +47,24 @@ def write_kubeconfig(path: Path, config: dict[str, Any]) -> None:
         except OSError:
             pass
         raise
+
+
+def admin_call(kubeconfig: Path, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+    """Call one of the lab server's own endpoints (`/_lab/faults`) with the kubeconfig's server, token and CA.
+
+    Returns the decoded JSON answer (None for an empty body). Raises OSError (urllib.error.URLError,
+    HTTPError) when the server cannot be reached or answers an error."""
+    import json
+    import urllib.request
+
+    from .tls import client_context
+
+    kc = yaml.safe_load(Path(kubeconfig).read_text())
+    cluster = kc["clusters"][0]["cluster"]
+    ca = cluster.get("certificate-authority-data")
+    context = client_context(base64.b64decode(ca)) if ca else None
+    req = urllib.request.Request(
+        cluster["server"] + path, method=method, data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {kc['users'][0]['user']['token']}"})
+    with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
+        return json.loads(resp.read() or b"null")

@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from .containers import log_path
-from .objects import status_failure
+from .status import status_failure
 from .store import PodRecord, Store
 
 POLL_S = 0.1  # how often a follow re-checks the file for new bytes

@@ -1,7 +1,8 @@
-"""Kubernetes object JSON for lab pods: Pod, PodList, Deployment, Status, in the shapes a real API server returns.
+"""Kubernetes object JSON for lab pods: Pod, PodList, Deployment, Namespace, in the shapes a real API server returns.
 
 The Pod follows the classic Istio sidecar layout (`istio-proxy` last in `spec.containers`, `istio-init` as the
-init container), as in shared/reference/kubernetes/pod_istio_sample.yaml DOC 1, so that code written against this
+init container), as Istio's injector writes it (istio/istio manifests/charts/istio-control/istio-discovery/
+files/injection-template.yaml), so that code written against this
 server sees what it would see on a cluster running Istio 1.26 on Kubernetes 1.30.
 """
 
@@ -75,6 +76,14 @@ class LabConfig:
     namespace: str
     state_dir: Path
     pods: tuple[PodSpecIn, ...] = field(default_factory=tuple)
+    # `<pod>/<role>` -> when the lab started that process (seconds since epoch): a pod was "created" when the
+    # lab started its first process, which is what its AGE shows.
+    started: tuple[tuple[str, float], ...] = ()
+
+    def created(self, pod: str, default: float) -> float:
+        """When the lab started pod `pod` (its earliest process), `default` when the state does not say."""
+        times = [t for key, t in self.started if key.startswith(pod + "/")]
+        return min(times) if times else default
 
     @classmethod
     def load(cls, path: Path) -> "LabConfig":
@@ -85,6 +94,7 @@ class LabConfig:
             namespace=str(data["namespace"]),
             state_dir=Path(data.get("state_dir") or path.parent),
             pods=tuple(PodSpecIn.from_json(p) for p in data.get("pods", [])),
+            started=tuple((str(k), float(v)) for k, v in (data.get("started") or {}).items()),
         )
 
 
@@ -103,68 +113,6 @@ def template_hash(name: str) -> str:
     alphabet = "bcdfghjklmnpqrstvwxz2456789"
     digest = hashlib.sha256(name.encode()).digest()
     return "".join(alphabet[b % len(alphabet)] for b in digest[:10])
-
-
-# ---------------------------------------------------------------------------------------------------- Status
-
-STATUS_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    409: "Conflict",
-    415: "UnsupportedMediaType",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-def status_failure(
-    code: int, message: str, reason: str | None = None, details: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """A metav1.Status body for an HTTP error, as the API server writes it."""
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason or STATUS_REASONS.get(code, "Unknown"),
-    }
-    if details is not None:
-        body["details"] = dict(details)
-    body["code"] = code
-    return body
-
-
-def not_found(resource: str, name: str, group: str = "") -> dict[str, Any]:
-    """404 for a missing object: `pods "x" not found` with details name/kind (group only for non-core)."""
-    qualified = f"{resource}.{group}" if group else resource
-    details: dict[str, Any] = {"name": name}
-    if group:
-        details["group"] = group
-    details["kind"] = resource
-    return status_failure(404, f'{qualified} "{name}" not found', details=details)
-
-
-def forbidden(user: str, verb: str, resource: str, subresource: str, group: str, namespace: str, name: str) -> dict:
-    """403 as RBAC denies it: `pods "x" is forbidden: User "u" cannot patch resource "pods/ephemeralcontainers" ...`."""
-    full = f"{resource}/{subresource}" if subresource else resource
-    qualified = f"{resource}.{group}" if group else resource
-    subject = f'{qualified} "{name}"' if name else qualified
-    message = (
-        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{full}" in API group "{group}" '
-        f'in the namespace "{namespace}"'
-    )
-    details: dict[str, Any] = {"name": name} if name else {}
-    if group:
-        details["group"] = group
-    details["kind"] = resource
-    return status_failure(403, message, details=details)
 
 
 # ---------------------------------------------------------------------------------------------------- Pod
@@ -414,8 +362,10 @@ def pod_json(
         "kind": "Pod",
         "metadata": {
             "annotations": annotations,
+            # No generateName: a lab pod keeps the name the lab gave it (pod/collision), which a ReplicaSet's
+            # generated name (<rs>-<5 random>) would contradict. Its ReplicaSet owns it as it adopts a matching
+            # pod that was created by name.
             "creationTimestamp": rfc3339(created),
-            "generateName": f"{rs_name}-",
             "labels": labels_for(pod),
             "name": pod.name,
             "namespace": namespace,
@@ -488,58 +438,6 @@ def deployment_json(pod: PodSpecIn, namespace: str, created: float, resource_ver
             "replicas": 1,
             "updatedReplicas": 1,
         },
-    }
-
-
-# ---------------------------------------------------------------------------------------------------- Table
-
-
-def human_age(seconds: float) -> str:
-    """kubectl's short duration: 42s, 5m3s, 2m, 3h, 4d (coarser as it grows)."""
-    s = int(max(seconds, 0))
-    if s < 120:
-        return f"{s}s"
-    m = s // 60
-    if m < 10:
-        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    h = m // 60
-    if h < 48:
-        return f"{h}h"
-    return f"{h // 24}d"
-
-
-_POD_COLUMNS = [
-    ("Name", "string", "name", 0), ("Ready", "string", "", 0), ("Status", "string", "", 0),
-    ("Restarts", "string", "", 0), ("Age", "string", "", 0), ("IP", "string", "", 1), ("Node", "string", "", 1),
-    ("Nominated Node", "string", "", 1), ("Readiness Gates", "string", "", 1),
-]
-
-
-def pod_table(pods: list[dict[str, Any]], resource_version: int, now: float) -> dict[str, Any]:
-    """The server-side printing kubectl asks for (`Accept: ...;as=Table;g=meta.k8s.io;v=v1`)."""
-    rows = []
-    for obj in pods:
-        statuses = obj["status"].get("containerStatuses", [])
-        ready = sum(1 for s in statuses if s.get("ready"))
-        created = time.mktime(time.strptime(obj["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")) \
-            - time.timezone
-        rows.append({
-            "cells": [obj["metadata"]["name"], f"{ready}/{len(obj['spec']['containers'])}", obj["status"]["phase"],
-                      str(sum(s.get("restartCount", 0) for s in statuses)), human_age(now - created),
-                      obj["status"].get("podIP", "<none>"), obj["spec"].get("nodeName", "<none>"), "<none>",
-                      "<none>"],
-            "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                       "metadata": obj["metadata"]},
-        })
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": str(resource_version)},
-        "columnDefinitions": [{"name": n, "type": t, "format": f, "description": "", "priority": p}
-                              for n, t, f, p in _POD_COLUMNS],
-        "rows": rows,
     }
 
 

@@ -1,4 +1,6 @@
-"""`pods/{name}/portforward` over WebSocket (kubelet framing): one TCP connection per requested port.
+"""`pods/{name}/portforward`: over SPDY (kubectl; pfspdy.py) or over WebSocket channels (the Python client).
+
+The channel WebSocket (v4.channel.k8s.io, kubelet framing) makes one TCP connection per port of the `ports` query.
 
 Port i uses data channel 2*i and error channel 2*i+1; both first carry the port as 2-byte little-endian. The
 kubelet dials localhost:<port> inside the pod's network namespace; here a short-lived thread enters the namespace
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
 import socket
 import struct
@@ -18,8 +21,15 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from . import pfspdy
 from .channels import PORTFORWARD_PROTOCOLS, FrameError, Framing
-from .objects import status_failure
+from .httpstream import TUNNEL_PREFIX, is_spdy_upgrade, negotiate, tunnel_spdy, upgrade_spdy
+from .status import status_failure
+from .pfspdy import DropCounter
+
+log = logging.getLogger("meshdoctor.apiserver")
+PORTFORWARD_SPDY = "portforward.k8s.io"
+TUNNEL_PROTOCOL = TUNNEL_PREFIX + PORTFORWARD_SPDY
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
@@ -110,18 +120,45 @@ def parse_ports(values: list[str]) -> list[int]:
     return ports
 
 
-async def serve_portforward(request: web.Request, netns: str, uid: str) -> web.StreamResponse:
+async def serve_portforward(request: web.Request, netns: str, uid: str,
+                            drop_after_bytes: int | None = None) -> web.StreamResponse:
+    """One port-forward request, on whichever transport the client asked for (see pfspdy.py for SPDY)."""
+    drop = DropCounter(drop_after_bytes, lambda: request.transport.close() if request.transport else None)
+
+    async def dial(port: int) -> tuple[socket.socket | None, str]:
+        return await connect_localhost(netns, uid, port)
+
+    ws = web.WebSocketResponse(protocols=(TUNNEL_PROTOCOL, *PORTFORWARD_PROTOCOLS), timeout=2.0,
+                               max_msg_size=16 << 20, compress=False)
+    ready = ws.can_prepare(request)
+    if ready.ok and ready.protocol == TUNNEL_PROTOCOL:
+        await ws.prepare(request)
+        log.info("portforward %s: websocket %s", uid, TUNNEL_PROTOCOL)
+        session, reading = await tunnel_spdy(ws, pfspdy.validate)
+        await pfspdy.serve(session, dial, drop)
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        return ws
+    if not ready.ok and is_spdy_upgrade(request):
+        protocol = negotiate(request, (PORTFORWARD_SPDY,))
+        if isinstance(protocol, web.Response):
+            return protocol
+        resp, session = await upgrade_spdy(request, protocol, pfspdy.validate)
+        log.info("portforward %s: SPDY/3.1 %s", uid, protocol)
+        await pfspdy.serve(session, dial, drop)
+        return resp
+    # The channel WebSocket (v4.channel.k8s.io, the Python client's): ports from the query.
     try:
         ports = parse_ports(request.query.getall("ports", []))
     except ValueError as exc:
         return web.json_response(status_failure(400, str(exc)), status=400)
     if not ports:
         return web.json_response(status_failure(400, 'query parameter "ports" is required'), status=400)
-    ws = web.WebSocketResponse(protocols=PORTFORWARD_PROTOCOLS, timeout=2.0, max_msg_size=16 << 20)
-    if not ws.can_prepare(request):
+    if not ready.ok:
         return web.json_response(status_failure(400, "Upgrade request required"), status=400)
     await ws.prepare(request)
     framing = Framing(ws.ws_protocol or "")
+    log.info("portforward %s: websocket %s", uid, framing.protocol or "channel.k8s.io")
 
     async def send(channel: int, payload: bytes) -> None:
         frame = framing.encode(channel, payload)
@@ -139,7 +176,12 @@ async def serve_portforward(request: web.Request, netns: str, uid: str) -> web.S
 
     async def pump(channel: int, reader: asyncio.StreamReader) -> None:
         while chunk := await reader.read(READ_CHUNK):
-            await send(channel, chunk)
+            n = drop.allow(len(chunk))
+            if n:
+                await send(channel, chunk[:n])
+            if n < len(chunk):
+                drop.cut()
+                return
 
     for i, port in enumerate(ports):
         sock, error = await connect_localhost(netns, uid, port)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import fcntl
 import os
 import signal
+import termios
 import time
 from typing import Any
 
@@ -25,11 +27,15 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _child_setup(parent_pid: int) -> None:
-    """Runs in the child between fork and exec: die with the server."""
+def _child_setup(parent_pid: int, controlling_tty: bool) -> None:
+    """Runs in the child between fork and exec (after its setsid and the stdio dup2s): die with the server; with
+    `controlling_tty`, make stdin (a pty slave) the new session's controlling terminal, as a runtime does for a
+    `tty: true` container."""
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the server died before prctl took effect
         os._exit(1)
+    if controlling_tty:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def netns_argv(netns: str, argv: list[str]) -> list[str]:
@@ -50,7 +56,8 @@ class ProcessRegistry:
         _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         self._reaper = asyncio.get_running_loop().create_task(self._reap_orphans())
 
-    async def spawn(self, argv: list[str], *, stdin: Any, stdout: Any, stderr: Any) -> asyncio.subprocess.Process:
+    async def spawn(self, argv: list[str], *, stdin: Any, stdout: Any, stderr: Any,
+                    controlling_tty: bool = False) -> asyncio.subprocess.Process:
         """Start `argv` detached (own session). Raises OSError when it cannot be started, RuntimeError after
         shutdown began."""
         if self._closed:
@@ -58,7 +65,7 @@ class ProcessRegistry:
         parent = os.getpid()
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True,
-            preexec_fn=lambda: _child_setup(parent), limit=1 << 16,
+            preexec_fn=lambda: _child_setup(parent, controlling_tty), limit=1 << 16,
         )
         self._tracked[proc.pid] = proc
         return proc

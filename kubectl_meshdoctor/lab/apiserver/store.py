@@ -25,6 +25,7 @@ class EphemeralState:
     finished_at: float | None = None
     exit_code: int | None = None
     pid: int | None = None
+    io: Any = None  # a ContainerIO while an interactive (stdin/tty) container runs: what attach connects to
 
     def status_json(self, pod_uid: str) -> dict[str, Any]:
         from .objects import fake_digest, rfc3339
@@ -85,7 +86,8 @@ class Store:
         self.pods: dict[str, PodRecord] = {}
         for spec in config.pods:
             self._rv += 1
-            self.pods[spec.name] = PodRecord(spec=spec, created=now, resource_version=self._rv)
+            self.pods[spec.name] = PodRecord(spec=spec, created=config.created(spec.name, now),
+                                             resource_version=self._rv)
         self.changed = asyncio.Condition()
 
     @property

@@ -1,0 +1,171 @@
+"""The streaming routes of the lab API server: exec, attach and port-forward, over whichever transport the client
+asks for (WebSocket channel.k8s.io subprotocols, SPDY/3.1, or SPDY tunnelled in a WebSocket for port-forward).
+
+A mixin of LabApiServer (app.py), which provides store, registry, faults, background, _denied, _fault and
+_pod_or_404. The HTTP answers before an upgrade (400 for a bad query or container, 403 for a deny fault) are
+the API server's; after it, failures travel on the error stream as the kubelet sends them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .channels import EXEC_PROTOCOLS, ERROR, STDERR, STDOUT, Framing
+from .exec import ExecOptions, ExecSession, failure_status
+from .httpstream import is_spdy_upgrade, negotiate, upgrade_spdy
+from .status import status_failure
+from .remotecommand import SPDY_EXEC_PROTOCOLS, CommandIO, WsIO, collect_streams
+from .store import PodRecord
+
+if TYPE_CHECKING:
+    from .app import LabApiServer
+
+log = logging.getLogger("meshdoctor.apiserver")
+
+
+def _status(body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, status=int(body.get("code", 500)))
+
+
+def _bool_param(request: web.Request, key: str) -> bool:
+    return request.query.get(key, "").lower() in ("true", "1", "yes")
+
+
+class StreamingRoutes:
+    """exec, attach, portforward handlers (see the module docstring)."""
+
+    def _container(self: "LabApiServer", record: PodRecord, container: str) -> str | web.Response:
+        """The container an exec/attach names (the only one when it names none), or the API's 400."""
+        name = record.spec.name
+        names = [c["name"] for c in self.store.pod_json(record)["spec"]["containers"]]
+        ephemeral = [c["name"] for c in record.ephemeral]
+        if not container:
+            if len(names) != 1:
+                return _status(status_failure(
+                    400, f"a container name must be specified for pod {name}, choose one of: "
+                         f"[{' '.join(names)}] or one of the init containers: [istio-init]"
+                         + (f" or one of the ephemeral containers: [{' '.join(ephemeral)}]" if ephemeral else "")))
+            container = names[0]
+        if container not in names and container not in ephemeral and container != "istio-init":
+            return _status(status_failure(400, f"container {container} is not valid for pod {name}"))
+        return container
+
+    async def _command_io(self: "LabApiServer", request: web.Request, opts: ExecOptions, what: str
+                          ) -> tuple[CommandIO | None, web.StreamResponse]:
+        """Upgrade to the client's streaming transport: a WebSocket (channel.k8s.io subprotocols) or SPDY/3.1
+        (X-Stream-Protocol-Version). (None, response) when that failed or the client left before its streams."""
+        ws = web.WebSocketResponse(protocols=EXEC_PROTOCOLS, timeout=2.0, max_msg_size=16 << 20, compress=False)
+        if ws.can_prepare(request):
+            await ws.prepare(request)
+            framing = Framing(ws.ws_protocol or "")
+            log.info("%s: websocket %s", what, framing.protocol or "channel.k8s.io")
+            lowest = STDOUT if opts.stdout else STDERR if opts.stderr and not opts.tty else ERROR
+            return WsIO(ws, framing, lowest), ws
+        if not is_spdy_upgrade(request):
+            return None, _status(status_failure(400, "Upgrade request required"))
+        protocol = negotiate(request, SPDY_EXEC_PROTOCOLS)
+        if isinstance(protocol, web.Response):
+            return None, protocol
+        resp, session = await upgrade_spdy(request, protocol)
+        log.info("%s: SPDY/3.1 %s", what, protocol)
+        # The kubelet's NewOptions: a terminal has no separate stderr stream.
+        io = await collect_streams(session, protocol, opts.stdin, opts.stdout, opts.stderr and not opts.tty,
+                                   opts.tty)
+        return io, resp
+
+    def _exec_options(self: "LabApiServer", request: web.Request, command: bool) -> ExecOptions | web.Response:
+        opts = ExecOptions(
+            command=tuple(request.query.getall("command", [])),
+            container=request.query.get("container", ""),
+            stdin=_bool_param(request, "stdin"),
+            stdout=_bool_param(request, "stdout"),
+            stderr=_bool_param(request, "stderr"),
+            tty=_bool_param(request, "tty"),
+        )
+        if not (opts.stdin or opts.stdout or opts.stderr):
+            return _status(status_failure(400, "you must specify at least 1 of stdin, stdout, stderr"))
+        if command and not opts.command:
+            return _status(status_failure(400, "you must specify at least one command for the container"))
+        return opts
+
+    def _not_running(self: "LabApiServer", record: PodRecord, container: str) -> bool:
+        state = record.ephemeral_state.get(container)
+        ephemeral = [c["name"] for c in record.ephemeral]
+        return container == "istio-init" or (container in ephemeral and (state is None or state.phase != "running"))
+
+    async def exec(self: "LabApiServer", request: web.Request) -> web.StreamResponse:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        # A WebSocket upgrade is a GET, authorized as get and (since 1.35) also create.
+        for verb in ("get", "create"):
+            if (resp := self._denied(verb, "pods", "exec", ns=ns, name=name)) is not None:
+                return resp
+        resp, rule = await self._fault("exec")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        opts = self._exec_options(request, command=True)
+        if isinstance(opts, web.Response):
+            return opts
+        container = self._container(record, opts.container)
+        if isinstance(container, web.Response):
+            return container
+        io, resp = await self._command_io(request, opts, f"exec {name}/{container} {list(opts.command)}")
+        if io is None:
+            return resp
+        if self._not_running(record, container):
+            await io.finish(failure_status(io, f'container not found ("{container}")', "NotFound"))
+            return resp
+        session = ExecSession(io, request, self.registry, record.spec.netns, opts,
+                              rule.drop_after_bytes if rule is not None else None, self.background,
+                              drop_at_stdin_close=rule is not None and rule.drop_at_stdin_close)
+        await session.run()
+        return resp
+
+    async def attach(self: "LabApiServer", request: web.Request) -> web.StreamResponse:
+        from .attach import serve_attach
+
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        for verb in ("get", "create"):
+            if (resp := self._denied(verb, "pods", "attach", ns=ns, name=name)) is not None:
+                return resp
+        resp, _ = await self._fault("attach")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        opts = self._exec_options(request, command=False)
+        if isinstance(opts, web.Response):
+            return opts
+        container = self._container(record, opts.container)
+        if isinstance(container, web.Response):
+            return container
+        io, resp = await self._command_io(request, opts, f"attach {name}/{container}")
+        if io is None:
+            return resp
+        if self._not_running(record, container):
+            await io.finish(failure_status(io, f'container not found ("{container}")', "NotFound"))
+            return resp
+        await serve_attach(io, self.store, record, container, opts)
+        return resp
+
+    async def portforward(self: "LabApiServer", request: web.Request) -> web.StreamResponse:
+        from .portforward import serve_portforward
+
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        for verb in ("get", "create"):
+            if (resp := self._denied(verb, "pods", "portforward", ns=ns, name=name)) is not None:
+                return resp
+        resp, rule = await self._fault("portforward")
+        if resp is not None:
+            return resp
+        record = self._pod_or_404(request)
+        if isinstance(record, web.Response):
+            return record
+        return await serve_portforward(request, record.spec.netns, record.spec.uid,
+                                       rule.drop_after_bytes if rule is not None else None)
