@@ -17,10 +17,16 @@ from typing import Iterator
 
 import psutil
 import pytest
+import yaml
 
 from kubectl_meshdoctor.envoy.server_info import envoy_version
 from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.bootstrap import ADMIN_PORT, OUTBOUND_PORT
+from kubectl_meshdoctor.lab.bootstrap import (
+    ADMIN_PORT,
+    ISTIO_DEFAULT_STATS_PREFIXES,
+    OUTBOUND_PORT,
+    PROXY_STATS_PREFIXES,
+)
 from kubectl_meshdoctor.lab.istio_proxy import ENVOY_VERSION, ISTIO_PROXY_UID, envoy_binary
 from kubectl_meshdoctor.lab.netns import INBOUND_CAPTURE_PORT
 from kubectl_meshdoctor.lab.state import LabState
@@ -132,6 +138,19 @@ def test_server_info_is_envoys(proxy_lab) -> None:
     assert info["command_line_options"]["concurrency"] == 1
     assert info["node"]["id"].startswith(f"sidecar~{state.pod('healthy-http').pod_ip}~healthy-http.")
     assert _in_pod(state, "healthy-http", "/ready") == (200, "LIVE\n")
+
+
+def test_the_pod_object_says_which_stats_its_envoy_keeps(proxy_lab) -> None:
+    """Istio keeps cluster stats only for pods that opt in (proxyStatsMatcher); the lab's Pods carry that
+    annotation and their Envoy keeps exactly those prefixes besides Istio's own."""
+    state, api = proxy_lab
+    pod = api.read_namespaced_pod("refused", state.namespace)  # type: ignore[attr-defined]
+    config = yaml.safe_load(pod.metadata.annotations["proxy.istio.io/config"])
+    assert config["proxyStatsMatcher"]["inclusionPrefixes"] == list(PROXY_STATS_PREFIXES)
+    names = [line.split(": ", 1)[0] for line in _in_pod(state, "refused", "/stats")[1].splitlines()]
+    assert any(n.startswith("cluster.inbound|5000||;.") for n in names)
+    assert all(n.startswith(PROXY_STATS_PREFIXES + ISTIO_DEFAULT_STATS_PREFIXES) for n in names), \
+        [n for n in names if not n.startswith(PROXY_STATS_PREFIXES + ISTIO_DEFAULT_STATS_PREFIXES)][:5]
 
 
 def test_refused_moves_the_connect_failure_counters(proxy_lab) -> None:

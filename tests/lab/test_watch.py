@@ -115,6 +115,15 @@ def test_watch_reports_the_collision_with_flow_and_frames(lab_state, collision_r
     assert f["counters"]["kernel.TcpExtTCPChallengeACK"] == report["kernel"]["TcpExtTCPChallengeACK"]
 
 
+def test_watchs_own_admin_requests_are_not_in_the_capture(collision_run):
+    """watch read the sidecar's admin API during the capture (its version, its counters), over the pod's lo;
+    none of those packets is in the capture, which holds the pod's own traffic only."""
+    _, report, pcaps = collision_run
+    assert report["envoy"]["version"] and report["envoy"]["counters_moved"]
+    assert tshark_frames(pcaps / "collision-lo.pcap")  # lo was captured
+    assert tshark_frames(pcaps / "collision-lo.pcap", "tcp.port == 15000") == {}
+
+
 def test_analyze_finds_the_same_collision_in_the_saved_captures(collision_run):
     _, live, pcaps = collision_run
     proc = meshdoctor("analyze", str(pcaps / "collision-lo.pcap:lo"), str(pcaps / "collision-eth0.pcap:eth0"),

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from kubectl_meshdoctor.lab.bootstrap import PROXY_STATS_PREFIXES
+
 ISTIO_IMAGE = "docker.io/istio/proxyv2:1.26.2"
 APP_IMAGE = "docker.io/library/python:3.11-slim"
 NODE_NAME = "lab-node"
@@ -281,6 +283,9 @@ def pod_json(
         "prometheus.io/path": "/stats/prometheus",
         "prometheus.io/port": "15020",
         "prometheus.io/scrape": "true",
+        # The lab's Envoy keeps these stats (bootstrap.py), as a pod that opts in with this annotation does.
+        "proxy.istio.io/config": "proxyStatsMatcher:\n  inclusionPrefixes:\n"
+                                 + "".join(f"  - {p}\n" for p in PROXY_STATS_PREFIXES),
         "sidecar.istio.io/status": json.dumps(sidecar_status, separators=(",", ":")),
     }
     annotations.update(dict(pod.annotations))
