@@ -8,7 +8,7 @@ Run as root. It brings up its own pod lab (a unique name, one pod `load`, no sce
     .venv/bin/kubectl-meshdoctor watch pod/load --kubeconfig LAB --no-tui -v --duration SECONDS+MARGIN -o json
 
 and, once its stderr says it is capturing, drives the pod for --seconds at --rate packets/s on lo + eth0
-(kubectl_meshdoctor.lab.scenarios.run_load: keep-alive GETs through the sidecar stand-in and straight to the
+(kubectl_meshdoctor.lab.scenarios.run_load: keep-alive GETs through the sidecar (real Envoy) and straight to the
 app, paced by a token bucket and steered by the pod's own packet counters; bounded by time and by count,
 lab addresses only), while a planter, every --plant-every seconds, plants one failure and records its
 wall-clock time:
@@ -477,7 +477,7 @@ def _process_groups(state, watch_pid: int) -> dict[str, list[int]]:
             pass
     groups["tcpdump x2"] = tcpdumps
     groups["lab API server"] = [state.pids["apiserver"]]
-    groups["sidecar stand-in"] = [state.pids[f"{POD}/sidecar"]]
+    groups["sidecar (Envoy)"] = [state.pids[f"{POD}/sidecar"]]
     groups["app (fast)"] = [state.pids[f"{POD}/app-http"]]
     return groups
 
@@ -774,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plants", default="refused,collision",
                         help="kinds of planted failures, in turn: refused, collision ('' for none)")
     parser.add_argument("--sidecar-share", type=float, default=0.05,
-                        help="share of the packets that go through the Python sidecar stand-in (default 0.05)")
+                        help="share of the packets that go through the sidecar, real Envoy (default 0.05)")
     parser.add_argument("--connections", type=int, default=16, help="keep-alive connections per load path")
     parser.add_argument("--margin", type=float, default=10.0, help="watch's --duration is --seconds plus this")
     parser.add_argument("--ready-timeout", type=float, default=120.0, help="seconds for watch to start capturing")
