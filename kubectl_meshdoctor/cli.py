@@ -229,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             lp.add_argument("--pods", default="collision,healthy",
                             help="comma-separated scenario pods to create, NAME=SCENARIO for several of one kind (default collision,healthy)")
+            lp.add_argument("--access-log", choices=("text", "json"), default="text",
+                            help="the sidecars' access-log encoding, as Istio's meshConfig.accessLogEncoding "
+                                 "(default text: Istio's default TEXT format)")
+            lp.add_argument("--legacy-inbound", action="store_true",
+                            help="the sidecars dial the app on 127.0.0.1, as Istio before 1.10 did (newer Istio "
+                                 "dials the pod IP from 127.0.0.6, which an app bound to 127.0.0.1 refuses)")
     return p
 
 
@@ -524,7 +530,8 @@ def _cmd_lab(args) -> int:
         if args.lab_command == "up":
             pods = [p.strip() for p in args.pods.split(",") if p.strip()]
             sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)} ...\n")
-            state = lab.up(args.name, state_dir, pods)
+            mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
+            state = lab.up(args.name, state_dir, pods, mesh=mesh)
             print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
                   f"{state.namespace}")
             print(f"kubeconfig: {state.kubeconfig}")
@@ -547,7 +554,9 @@ def _cmd_lab(args) -> int:
 
 def _describe_lab(state) -> str:
     obs = state.observed
-    lines = [f"lab {state.name}: namespace {state.namespace}, kubeconfig {state.kubeconfig}"]
+    lines = [f"lab {state.name}: namespace {state.namespace}, kubeconfig {state.kubeconfig}",
+             f"  sidecars: Envoy, access log {state.mesh.access_log_encoding}, inbound dialled "
+             + ("on 127.0.0.1 (Istio < 1.10)" if state.mesh.legacy_inbound else "from 127.0.0.6 (Istio >= 1.10)")]
     for pod in state.pods:
         lines.append(f"  pod/{pod.name}  {pod.pod_ip}  client {pod.client_ip}  netns {pod.netns}  "
                      f"scenario {pod.scenario}")

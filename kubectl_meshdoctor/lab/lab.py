@@ -26,7 +26,13 @@ import psutil
 
 from kubectl_meshdoctor.lab import istio_proxy, netns
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-from kubectl_meshdoctor.lab.bootstrap import ADMIN_PORT, OUTBOUND_PORT, BootstrapPod, bootstrap_text
+from kubectl_meshdoctor.lab.bootstrap import (
+    ACCESS_LOG_ENCODINGS,
+    ADMIN_PORT,
+    OUTBOUND_PORT,
+    BootstrapPod,
+    bootstrap_text,
+)
 from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
 from kubectl_meshdoctor.lab.scenarios import (
     DEFAULT_PERIOD,
@@ -42,12 +48,14 @@ from kubectl_meshdoctor.lab.state import (
     LabPod,
     LabPort,
     LabState,
+    MeshOptions,
     read_state,
     write_state,
 )
 
 __all__ = [
-    "LabError", "LabState", "LabPod", "RoundResult", "access_log_path", "default_state_dir", "up", "down", "status",
+    "LabError", "LabState", "LabPod", "MeshOptions", "RoundResult", "access_log_path", "default_state_dir", "up",
+    "down", "status",
     "trigger_round",
 ]
 
@@ -75,6 +83,7 @@ def up(
     apiserver: bool = True,
     ready_timeout: float = 20.0,
     spec_patches: Mapping[str, Sequence[dict]] | None = None,
+    mesh: MeshOptions = MeshOptions(),
 ) -> LabState:
     """Build the lab and return its state (also written to state_dir/state.json).
 
@@ -83,14 +92,15 @@ def up(
     at most `rounds` rounds, one every `period` seconds, for at most `seconds` seconds; `drivers=False`
     leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
     `spec_patches` maps a pod name to RFC 6902 operations the test API server applies to its Pod object
-    (a spec or status that breaks a lint rule; the pod's network is unchanged).
+    (a spec or status that breaks a lint rule; the pod's network is unchanged). `mesh` holds the mesh-wide
+    settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling).
 
     Raises LabError when not root, a tool is missing, a pod name is unknown or repeated, state_dir is not
     empty, a lab already uses state_dir or its namespaces, or a process does not become ready. On any failure everything already
     created is removed again.
     """
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
-    envoy = _preflight(pods)
+    envoy = _preflight(pods, mesh)
     if (state_dir / "state.json").exists():
         raise LabError(f"a lab already has state in {state_dir}; run `lab down` first")
     if state_dir.exists() and any(state_dir.iterdir()):
@@ -105,6 +115,7 @@ def up(
         netns_prefix=prefix,
         pods=tuple(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ())))
                    for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
+        mesh=mesh,
     )
     taken = [ns for ns in _all_netns(state) if netns.netns_exists(ns)]
     if taken:
@@ -197,7 +208,7 @@ def trigger_round(state: LabState, pod: str, scenario: str | None = None, timeou
     return RoundResult.from_json(json.loads(lines[-1]))
 
 
-def _preflight(pods: Sequence[str]) -> str:
+def _preflight(pods: Sequence[str], mesh: MeshOptions) -> str:
     """Check what `up` needs before anything is created; returns the Envoy binary's path."""
     if os.geteuid() != 0:
         raise LabError("the lab needs root (network namespaces, iptables, conntrack): run it with sudo")
@@ -216,6 +227,9 @@ def _preflight(pods: Sequence[str]) -> str:
         raise LabError("each lab pod name may appear once")
     if not pods:
         raise LabError("the lab needs at least one pod")
+    if mesh.access_log_encoding not in ACCESS_LOG_ENCODINGS:
+        raise LabError(f"access-log encoding {mesh.access_log_encoding!r} is not one of "
+                       f"{', '.join(ACCESS_LOG_ENCODINGS)}")
     if importlib.util.find_spec("aiohttp") is None:
         raise LabError("the lab's test API server needs aiohttp: pip install 'kubectl-meshdoctor[lab]'")
     envoy = istio_proxy.envoy_binary()
@@ -256,10 +270,10 @@ def _bring_up(
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
-        for role, argv in _pod_processes(pod, state.namespace, envoy):
+        for role, argv in _pod_processes(pod, state, envoy):
             state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv))
     for pod in state.pods:
-        roles = [role for role, _ in _pod_processes(pod, state.namespace, envoy)]
+        roles = [role for role, _ in _pod_processes(pod, state, envoy)]
         wanted = ({ECHO_PORT, INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT}
                   | ({HTTP_PORT} if "app-http" in roles else set()))
         _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
@@ -288,16 +302,19 @@ def port_kind(name: str) -> str:
     return "http" if prefix in ("http", "http2", "grpc", "grpc-web") else "tcp"
 
 
-def _pod_processes(pod: LabPod, namespace: str, envoy: str) -> list[tuple[str, list[str]]]:
-    """(role, argv) of the processes in a scenario's pod namespace; SETUPS holds the knobs."""
+def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, list[str]]]:
+    """(role, argv) of the processes in a scenario's pod namespace; SETUPS holds the knobs, state.mesh the
+    mesh-wide settings."""
     setup = SETUPS[pod.scenario]
+    sidecar = replace(setup.sidecar, access_log_encoding=state.mesh.access_log_encoding,
+                      legacy_inbound=state.mesh.legacy_inbound)
     apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
     processes = []
     if setup.app_http is not None:
         processes.append(("app-http", [*apps, "http", "--port", str(HTTP_PORT), *setup.app_http]))
     processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
-    config = bootstrap_text(BootstrapPod(pod.name, namespace, pod.pod_ip,
-                                         tuple((p.port, port_kind(p.name)) for p in pod.ports)), setup.sidecar)
+    config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
+                                         tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
     processes.append(("sidecar", istio_proxy.envoy_argv(envoy, config)))
     return processes
 

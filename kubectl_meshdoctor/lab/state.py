@@ -75,6 +75,24 @@ class LabPod:
 
 
 @dataclass(frozen=True)
+class MeshOptions:
+    """Mesh-wide settings every pod's sidecar gets: Istio's ``meshConfig.accessLogEncoding`` (TEXT or JSON),
+    and ``legacy_inbound``, the sidecar dialling the app on 127.0.0.1 as Istio < 1.10 did (newer Istio dials the
+    pod IP from 127.0.0.6)."""
+
+    access_log_encoding: str = "TEXT"
+    legacy_inbound: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"access_log_encoding": self.access_log_encoding, "legacy_inbound": self.legacy_inbound}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "MeshOptions":
+        return cls(access_log_encoding=str(data.get("access_log_encoding", "TEXT")),
+                   legacy_inbound=bool(data.get("legacy_inbound", False)))
+
+
+@dataclass(frozen=True)
 class LabObservation:
     """What `status` saw right now (never written to state.json)."""
 
@@ -100,6 +118,7 @@ class LabState:
     pods: tuple[LabPod, ...]
     pids: Mapping[str, int] = field(default_factory=dict)
     started: Mapping[str, float] = field(default_factory=dict)
+    mesh: MeshOptions = MeshOptions()
     observed: LabObservation | None = None
 
     def pod(self, name: str) -> LabPod:
@@ -119,6 +138,7 @@ class LabState:
             "pods": [p.to_json() for p in self.pods],
             "pids": dict(self.pids),
             "started": dict(self.started),
+            "mesh": self.mesh.to_json(),
         }
 
     @classmethod
@@ -132,6 +152,7 @@ class LabState:
             pods=tuple(LabPod.from_json(p) for p in data["pods"]),
             pids={k: int(v) for k, v in data.get("pids", {}).items()},
             started={k: float(v) for k, v in data.get("started", {}).items()},
+            mesh=MeshOptions.from_json(data.get("mesh") or {}),
         )
 
 
