@@ -1,6 +1,6 @@
 """Envoy admin `GET /clusters` (text) and `GET /clusters?format=json` parsed into one shape.
 
-Sources (see ../shared/reference/envoy/clusters.txt.SOURCE.md and clusters.json.SOURCE.md):
+Sources (the samples and their provenance: tests/envoy/data/clusters.txt.SOURCE.md, clusters.json.SOURCE.md):
 - envoyproxy/envoy `source/server/admin/clusters_handler.cc` (`writeClustersAsText`, `addOutlierInfo`,
   `addCircuitBreakerSettingsAsText`, `writeClustersAsJson`, `setHealthFlag`), `clusters_renderer.cc`;
 - `envoy/upstream/host_description.h` (`ALL_HOST_STATS`), `source/common/upstream/host_utility.cc`

@@ -1,6 +1,6 @@
 """Envoy response flags and the upstream-reset form of `%RESPONSE_CODE_DETAILS%`.
 
-Sources (see ../shared/reference/envoy/response_flags.md):
+Sources (collected in tests/envoy/data/response_flags.md):
 - envoyproxy/envoy `source/common/stream_info/utility.h` (`ResponseFlagUtils`, short and long names) and
   `envoy/stream_info/stream_info.h` (`CoreResponseFlag` enum order);
 - `source/common/stream_info/utility.cc` (`toString`: flags joined with `,`, `-` when none);

@@ -1,6 +1,6 @@
 """Envoy admin `POST /logging`: the `active loggers:` body parsed, and level requests built and validated.
 
-Sources (see ../shared/reference/envoy/logging.txt):
+Sources (sample bodies in tests/envoy/data/logging.txt; real Envoy's in tests/envoy/test_real_envoy.py):
 - envoyproxy/envoy `source/server/admin/logs_handler.cc` (`handlerLogging`, `changeLogLevel`,
   `changeLogLevelsForComponentLoggers`, `parseLogLevel`), `source/server/admin/admin.cc` (POST only),
   `source/common/common/logger.h` (`ALL_LOGGER_IDS`), `docs/root/operations/admin.rst` (/logging);

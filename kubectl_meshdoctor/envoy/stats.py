@@ -1,6 +1,6 @@
 """Envoy admin `GET /stats` (text) parsed, cluster and listener names taken apart, and counter deltas.
 
-Sources (see ../shared/reference/envoy/stats_sample.txt.SOURCE.md):
+Sources (the sample and its provenance: tests/envoy/data/stats_sample.txt.SOURCE.md):
 - envoyproxy/envoy `docs/root/configuration/upstream/cluster_manager/cluster_stats.rst` (cluster stat names),
   `source/common/http/http1/codec_stats.h` and `http2/codec_stats.h` (codec stat names),
   `source/common/stats/histogram_impl.cc` (histogram rendering), `docs/root/operations/admin.rst` (/stats);

@@ -1,7 +1,8 @@
 """The inbound redirect map from a pod spec, as istio-iptables builds its nat rules.
 
 Source: istio/istio tools/istio-iptables/pkg/capture/run.go (handleInboundPortsInclude) and the injection
-template's annotation -> flag mapping; see shared/reference/istio/iptables_rules.txt sections 1, 2 and 5.
+template's annotation -> flag mapping (pkg/kube/inject/template.go, manifests/charts/istio-control/istio-discovery/
+files/injection-template.yaml).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Ephemeral containers can never be removed from a pod, so we reuse a running ``meshdoctor-*`` container and add
 one only when none runs; its own command is a bounded ``sleep`` so it ends by itself (pods/ephemeralcontainers,
-Kubernetes >= 1.25; see shared/reference/kubernetes/ephemeral_containers.md).
+Kubernetes >= 1.25; kubernetes/kubernetes pkg/apis/core/validation, kubectl/pkg/cmd/debug/debug.go).
 """
 
 from __future__ import annotations

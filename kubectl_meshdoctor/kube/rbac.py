@@ -2,7 +2,7 @@
 pod, and name in one message what is missing with a Role that grants it.
 
 WebSocket upgrades for exec and port-forward are authorized as ``get``, and since Kubernetes 1.35 also as
-``create`` (shared/reference/kubernetes/ephemeral_containers.md, section 1): we ask for both.
+``create`` (KEP-4006, kubernetes/kubernetes#126508): we ask for both.
 """
 
 from __future__ import annotations

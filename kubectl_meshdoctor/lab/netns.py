@@ -17,9 +17,10 @@ from typing import Sequence
 from kubectl_meshdoctor.lab.state import LabError
 
 # iptables-restore input of istio-init for the default injection template (Istio >= 1.25, REDIRECT mode,
-# `istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i * -x "" -b * -d 15090,15021,15020`), verbatim from
-# ../shared/reference/istio/iptables_rules.txt section 2. Every inbound TCP port except 15008/15090/15021/15020
-# is REDIRECTed to 15006, so 5000 and 5002 share one listener: the root of the four-tuple collision.
+# `istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i * -x "" -b * -d 15090,15021,15020`), composed from
+# istio/istio tools/istio-iptables/pkg/capture/run.go and its testdata/*.golden for these arguments. Every
+# inbound TCP port except 15008/15090/15021/15020 is REDIRECTed to 15006, so 5000 and 5002 share one listener:
+# the root of the four-tuple collision.
 # `lint` compares a pod's redirect map against this text: keep it the one copy.
 ISTIO_NAT_RULES = """\
 * nat

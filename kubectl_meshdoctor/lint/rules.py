@@ -5,9 +5,8 @@ the finding's ``detector`` is that id, its evidence quotes the spec path read an
 (``spec.containers[0].ports[1].containerPort = 5002``), ``details["path"]`` holds the deciding path, and the
 remediation is YAML (or commands) that can be pasted.
 
-Sources for the Istio behaviour relied on: shared/reference/istio/iptables_rules.txt (istio/istio
-tools/istio-iptables/pkg/capture/run.go, the injection template's annotation -> flag mapping) and
-shared/reference/kubernetes/pod_istio_sample.yaml (istio/istio pkg/kube/inject: probe rewrite to the
+Sources for the Istio behaviour relied on: istio/istio tools/istio-iptables/pkg/capture/run.go and the
+injection template's annotation -> flag mapping, and istio/istio pkg/kube/inject (probe rewrite to the
 pilot-agent status port with the originals in ``ISTIO_KUBE_APP_PROBERS``, classic and native sidecar layouts).
 """
 
