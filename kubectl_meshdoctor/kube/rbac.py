@@ -2,7 +2,8 @@
 pod, and name in one message what is missing with a Role that grants it.
 
 WebSocket upgrades for exec and port-forward are authorized as ``get``, and since Kubernetes 1.35 also as
-``create`` (KEP-4006, kubernetes/kubernetes#126508): we ask for both.
+``create`` (feature gate AuthorizePodWebsocketUpgradeCreatePermission, kubernetes/kubernetes#134577): we
+ask for both.
 """
 
 from __future__ import annotations
