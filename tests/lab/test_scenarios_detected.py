@@ -37,6 +37,16 @@ EXPECTED = {
 }
 
 
+# What real Envoy says of each failure the wire shows: the flag of the access-log line it wrote, and the inbound
+# cluster counter it moved (docs/lab-envoy.md). The collision and the SYN drop leave Envoy nothing to log.
+ENVOY_EVIDENCE = {
+    "framing": (" 502 UPE ", "upstream_cx_protocol_error"),
+    "stale-keepalive": (" 503 UC ", "upstream_cx_destroy_remote_with_active_rq"),
+    "refused": (" 503 UF ", "upstream_cx_connect_fail"),
+    "refused-localhost": (" 503 UF ", "upstream_cx_connect_fail"),
+}
+
+
 def expected(pod: str, live: dict) -> set[tuple[str, str]]:
     if pod == "syn-drop":
         (f,) = [f for f in live["findings"] if f["detector"] == "syn-timeout"]
@@ -106,6 +116,10 @@ def test_watch_and_analyze_report_exactly_the_expected_failure(quiet_lab, pod, t
             assert client.startswith("127.0.0.6:") and server == f"{lab_pod.pod_ip}:5000"
         for e in f["evidence"]:
             assert e["source"] == f"{pod}/{e['iface']}" and e["frame"] >= 1
+        if pod in ENVOY_EVIDENCE and f["severity"] == "error":
+            said, counter = ENVOY_EVIDENCE[pod]
+            assert f["access_log"] and all(said in line for line in f["access_log"]), f
+            assert f["counters"][f"cluster.inbound|5000||.{counter}"] >= 1, f["counters"]
 
 
 def test_each_framing_variant_is_named_with_its_response_frame(quiet_lab, tmp_path):
