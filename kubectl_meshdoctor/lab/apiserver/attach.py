@@ -18,13 +18,13 @@ import os
 
 from .containerio import ContainerIO
 from .containers import log_path
+from .logs import tail_file
 from .exec import ExecOptions
 from .remotecommand import CommandIO
 from .store import PodRecord, Store
 
 log = logging.getLogger("meshdoctor.apiserver")
 
-POLL_S = 0.1  # how often a followed log file is checked for new bytes
 SUCCESS = json.dumps({"metadata": {}, "status": "Success"}).encode()
 
 
@@ -82,20 +82,11 @@ async def _follow(io: CommandIO, store: Store, record: PodRecord, container: str
     except OSError:
         offset = 0
     log.info("attach %s/%s: following its output from byte %d", record.spec.name, container, offset)
-    while True:
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            size = 0
-        if size < offset:
-            offset = 0  # truncated or replaced: start over
-        if size > offset:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(size - offset)
-            offset += len(data)
-            await io.stdout(data)
+
+    def exited() -> bool:
         state = record.ephemeral_state.get(container)
-        if state is not None and state.phase == "terminated" and size <= offset:
-            return
-        await asyncio.sleep(POLL_S)
+        return state is not None and state.phase == "terminated"
+
+    async for data in tail_file(path, offset, exited):
+        if data:
+            await io.stdout(data)

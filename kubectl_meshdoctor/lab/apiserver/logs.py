@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -14,6 +15,30 @@ from .store import PodRecord, Store
 
 POLL_S = 0.1  # how often a follow re-checks the file for new bytes
 TAIL_WINDOW = 8 << 20  # tailLines looks at most this many bytes back
+
+
+async def tail_file(path: Path, offset: int, finished: Callable[[], bool]) -> AsyncIterator[bytes]:
+    """The bytes of ``path`` from ``offset`` on, then new bytes as they are appended (checked every POLL_S
+    seconds), until ``finished()`` says the writer is gone and everything is read. Between checks it yields b"",
+    so a caller can stop following (a plain read takes the first item). A file that shrinks (truncated or
+    replaced) is read again from its start, as ``tail -F`` does."""
+    while True:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = 0
+        if size < offset:
+            offset = 0
+        data = b""
+        if size > offset:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(size - offset)
+            offset += len(data)
+        yield data
+        if finished() and size <= offset:
+            return
+        await asyncio.sleep(POLL_S)
 
 
 def _error(code: int, message: str) -> web.Response:
@@ -68,31 +93,17 @@ async def serve_log(request: web.Request, store: Store, record: PodRecord) -> we
     resp.enable_chunked_encoding()
     await resp.prepare(request)
     sent = 0
-    while True:
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            size = 0
-        if size < offset:
-            offset = 0  # truncated or replaced: start over, as tail -F does
-        if size > offset:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(size - offset)
-            offset += len(data)
-            if limit is not None:
-                data = data[: max(0, limit - sent)]
-            if data:
-                await resp.write(data)
-                sent += len(data)
+    # An exited ephemeral container's log can grow no more: the follow ends, as kubectl logs -f does.
+    async for data in tail_file(path, offset, lambda: state is not None and state.phase == "terminated"):
+        if limit is not None:
+            data = data[: max(0, limit - sent)]
+        if data:
+            await resp.write(data)
+            sent += len(data)
         if not follow or (limit is not None and sent >= limit):
-            break
-        # An exited ephemeral container's log can only grow no more: the follow ends, as kubectl logs -f does.
-        if state is not None and state.phase == "terminated" and size <= offset:
             break
         if request.transport is None or request.transport.is_closing():
             return resp  # the follower left: nothing more to send, as the real API server just drops it
-        await asyncio.sleep(POLL_S)
     try:
         await resp.write_eof()
     except ConnectionResetError:  # the client left between the last chunk and the end

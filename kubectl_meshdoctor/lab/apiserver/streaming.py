@@ -96,29 +96,46 @@ class StreamingRoutes:
         ephemeral = [c["name"] for c in record.ephemeral]
         return container == "istio-init" or (container in ephemeral and (state is None or state.phase != "running"))
 
-    async def exec(self: "LabApiServer", request: web.Request) -> web.StreamResponse:
+    async def _admit(self: "LabApiServer", request: web.Request, subresource: str) -> web.StreamResponse | tuple:
+        """What exec and attach check before the upgrade, in the API server's order: RBAC, faults, the pod, the
+        options, the container. A Response to send back, or (record, options, container, fault rule)."""
         ns, name = request.match_info["ns"], request.match_info["name"]
         # A WebSocket upgrade is a GET, authorized as get and (since 1.35) also create.
         for verb in ("get", "create"):
-            if (resp := self._denied(verb, "pods", "exec", ns=ns, name=name)) is not None:
+            if (resp := self._denied(verb, "pods", subresource, ns=ns, name=name)) is not None:
                 return resp
-        resp, rule = await self._fault("exec")
+        resp, rule = await self._fault(subresource)
         if resp is not None:
             return resp
         record = self._pod_or_404(request)
         if isinstance(record, web.Response):
             return record
-        opts = self._exec_options(request, command=True)
+        opts = self._exec_options(request, command=subresource == "exec")
         if isinstance(opts, web.Response):
             return opts
         container = self._container(record, opts.container)
         if isinstance(container, web.Response):
             return container
-        io, resp = await self._command_io(request, opts, f"exec {name}/{container} {list(opts.command)}")
-        if io is None:
-            return resp
-        if self._not_running(record, container):
+        return record, opts, container, rule
+
+    async def _upgrade(self: "LabApiServer", request: web.Request, record: PodRecord, opts: ExecOptions,
+                       container: str, what: str) -> tuple[Any, web.StreamResponse]:
+        """The upgraded stream (None when the upgrade was refused, or the container is not running and the
+        client was told so) and the response to return."""
+        io, resp = await self._command_io(request, opts, what)
+        if io is not None and self._not_running(record, container):
             await io.finish(failure_status(io, f'container not found ("{container}")', "NotFound"))
+            return None, resp
+        return io, resp
+
+    async def exec(self: "LabApiServer", request: web.Request) -> web.StreamResponse:
+        admitted = await self._admit(request, "exec")
+        if not isinstance(admitted, tuple):
+            return admitted
+        record, opts, container, rule = admitted
+        io, resp = await self._upgrade(request, record, opts, container,
+                                       f"exec {record.spec.name}/{container} {list(opts.command)}")
+        if io is None:
             return resp
         session = ExecSession(io, request, self.registry, record.spec.netns, opts,
                               rule.drop_after_bytes if rule is not None else None, self.background,
@@ -129,27 +146,12 @@ class StreamingRoutes:
     async def attach(self: "LabApiServer", request: web.Request) -> web.StreamResponse:
         from .attach import serve_attach
 
-        ns, name = request.match_info["ns"], request.match_info["name"]
-        for verb in ("get", "create"):
-            if (resp := self._denied(verb, "pods", "attach", ns=ns, name=name)) is not None:
-                return resp
-        resp, _ = await self._fault("attach")
-        if resp is not None:
-            return resp
-        record = self._pod_or_404(request)
-        if isinstance(record, web.Response):
-            return record
-        opts = self._exec_options(request, command=False)
-        if isinstance(opts, web.Response):
-            return opts
-        container = self._container(record, opts.container)
-        if isinstance(container, web.Response):
-            return container
-        io, resp = await self._command_io(request, opts, f"attach {name}/{container}")
+        admitted = await self._admit(request, "attach")
+        if not isinstance(admitted, tuple):
+            return admitted
+        record, opts, container, _ = admitted
+        io, resp = await self._upgrade(request, record, opts, container, f"attach {record.spec.name}/{container}")
         if io is None:
-            return resp
-        if self._not_running(record, container):
-            await io.finish(failure_status(io, f'container not found ("{container}")', "NotFound"))
             return resp
         await serve_attach(io, self.store, record, container, opts)
         return resp
