@@ -47,7 +47,8 @@ def counter_deltas(before: dict[str, int], after: dict[str, int], names=WATCHED)
 BACKS = {
     "tuple-collision": ("TcpExtTCPChallengeACK", "ConntrackInsertFailed", "ConntrackDrop"),
     "syn-timeout": ("TcpExtListenDrops", "TcpExtListenOverflows", "ConntrackInsertFailed", "ConntrackDrop"),
-    "stale-keepalive": ("TcpEstabResets", "TcpOutRsts"),
+    # TcpExtTCPAbortOnClose: a close() with unread data, answered by RST: the app's side of the race.
+    "stale-keepalive": ("TcpEstabResets", "TcpOutRsts", "TcpExtTCPAbortOnClose"),
     "upstream-refused": ("TcpAttemptFails", "TcpOutRsts"),
 }
 

@@ -29,6 +29,9 @@ RACE_WINDOW_S = 0.05  # a request this much before the FIN crossed it on the wir
 # A request this long after the connection's last response found it idle in Envoy's pool: pipelined or
 # back-to-back requests (a busy connection) are not a keep-alive reuse.
 MIN_IDLE_S = 0.05
+# The app's close() follows its idle timer closely (the lab widens the gap to 0.4 s to hit it on purpose); an RST
+# that comes later than this after the request is an app that read the request and then aborted, not the race.
+MAX_CLOSE_AFTER_REQUEST_S = 0.5
 _NOTE = "stale-keepalive"
 _DETAILS = "upstream_reset_before_response_started{connection_termination}"
 
@@ -71,7 +74,8 @@ class StaleKeepalive(Detector):
             return ()
         if fin is not None and req.ts >= fin.ts - RACE_WINDOW_S:
             return (self._crossing_fin(rst, flow, note, fin, req),)
-        if fin is None and last is not None and req.ts - last.ts >= MIN_IDLE_S:
+        if (fin is None and last is not None and req.ts - last.ts >= MIN_IDLE_S
+                and rst.ts - req.ts <= MAX_CLOSE_AFTER_REQUEST_S):
             return (self._unread_on_close(rst, flow, note, last, req),)
         return ()
 
@@ -108,8 +112,10 @@ class StaleKeepalive(Detector):
                 f"The sidecar ({ref.client}) reused this pooled connection after {idle_s:.3f} s idle, and the app at "
                 f"{ref.server} reset it {wait_ms:.1f} ms later without answering and without a FIN: the request "
                 f"arrived after the app's keep-alive idle timer had fired but before its close(), so the app never "
-                f"read it, and a close with unread data sends RST instead of FIN (RFC 9293 section 3.6.1). Envoy "
-                f"had no FIN to tell it the connection was closing."),
+                f"read it, and a close with unread data sends RST instead of FIN (RFC 9293 section 3.6.1); the pod's "
+                f"kernel counts such closes as TcpExtTCPAbortOnClose. Envoy had no FIN to tell it the connection "
+                f"was closing. (An app that resets connections on purpose, SO_LINGER 0, looks the same on the "
+                f"wire.)"),
             details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)})
 
     def _finding(self, rst: PacketEvent, flow: Flow, note: dict, *, evidence: tuple[Evidence, ...],

@@ -64,6 +64,17 @@ def test_reused_idle_connection_reset_with_no_fin_is_the_race_real_envoy_loses()
     assert f.details["reset_after_request_ms"] == pytest.approx(190.0)
 
 
+def test_a_late_reset_is_an_app_that_read_the_request_and_aborted_not_this_race():
+    """The race's RST follows the app's idle timer closely; one a second after the request is an app that read
+    it, worked on it and then reset the connection (SO_LINGER 0)."""
+    w = Wire(iface="lo")
+    pooled(w)
+    w.pkt(SIDECAR, APP, P | A, 1081, 5121, payload_len=80, dt=0.7)
+    w.pkt(APP, SIDECAR, A, 5121, 1161, dt=0.04)
+    w.pkt(APP, SIDECAR, R | A, 5121, 1161, dt=1.0)
+    assert run(w.events, only=["stale-keepalive"]) == []
+
+
 def test_reset_of_the_first_request_on_a_connection_is_not_this_race():
     w = Wire(iface="lo")
     w.handshake(SIDECAR, APP)
