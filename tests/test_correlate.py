@@ -30,6 +30,18 @@ def test_finding_gets_the_line_with_its_flag_host_and_time():
     assert c.unexplained(None, [f])[0].access_log == (UF,)  # the UF line had no packet finding
 
 
+def test_a_line_naming_another_upstream_connection_is_not_linked():
+    """Envoy logs the upstream connection (%UPSTREAM_LOCAL_ADDRESS%); a finding on lo names its own, so two
+    failures on two connections at the same time are not mixed up."""
+    c = Correlator()
+    upe = parse_line(UPE)  # upstream local address 127.0.0.6:44336
+    c.add(upe)
+    other = Finding("http-framing", Severity.ERROR, "bad framing", FlowRef("127.0.0.6:44337", "10.244.1.23:5000", "lo"),
+                    (Evidence("p/lo", "lo", 9, upe.ts, "response"),), ("UPE",), ts=upe.ts)
+    assert c.attach(other).access_log == ()
+    assert c.attach(framing_finding(upe.ts)).access_log == (UPE,)
+
+
 def test_lines_far_in_time_or_for_another_host_are_not_linked():
     c = Correlator()
     upe = parse_line(UPE)

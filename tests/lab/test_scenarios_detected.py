@@ -120,6 +120,10 @@ def test_watch_and_analyze_report_exactly_the_expected_failure(quiet_lab, pod, t
             said, counter = ENVOY_EVIDENCE[pod]
             assert f["access_log"] and all(said in line for line in f["access_log"]), f
             assert f["counters"][f"cluster.inbound|5000||.{counter}"] >= 1, f["counters"]
+            if pod in ("framing", "stale-keepalive"):
+                # The upstream connection was made: Envoy's line names it, and it is the finding's own.
+                (line,) = f["access_log"]
+                assert f" inbound|5000|| {client} " in line, (client, line)
 
 
 def test_each_framing_variant_is_named_with_its_response_frame(quiet_lab, tmp_path):
