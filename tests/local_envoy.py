@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from kubectl_meshdoctor.lab.bootstrap import ISTIO_JSON_FORMAT, ISTIO_TEXT_FORMAT
-from kubectl_meshdoctor.lab.istio_proxy import ENVOY_LOG_FORMAT, envoy_binary
+from kubectl_meshdoctor.lab.bootstrap import ENVOY_LOG_FORMAT, ISTIO_JSON_FORMAT, ISTIO_TEXT_FORMAT
+from kubectl_meshdoctor.lab.istio_proxy import envoy_binary
 
 CLUSTER = "inbound|5000||"
 _T = "type.googleapis.com/"

