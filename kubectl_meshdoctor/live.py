@@ -20,7 +20,7 @@ from .correlate import attach_counters, attach_kernel_counters
 from .kernel import counter_deltas, read_counters
 from .events import ContextEvent
 from .istio.redirect import redirect_map_from_annotations
-from .kube.capture import FULL_FILTER, ExecCapture, lean_filter, without_port
+from .kube.capture import FULL_FILTER, ExecCapture, lean_filter, without_admin
 from .kube.client import Kube, KubeError
 from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from .kube.rbac import preflight
@@ -325,8 +325,11 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
         elif opts.spool_dir is not None:
             tee, limit = str(opts.spool_dir / f"{pod_name}-{iface}.pcap"), opts.spool_limit
             state.spool_files[iface] = tee
+        bpf = FULL_FILTER if opts.full_capture else lean_filter(iface)
+        if iface == "lo":
+            bpf = without_admin(bpf, opts.admin_port)
         cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee, limit,
-                          bpf=without_port(FULL_FILTER if opts.full_capture else lean_filter(iface), opts.admin_port))
+                          bpf=bpf)
         state.captures.append(cap)
         cap.start()
         readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed,

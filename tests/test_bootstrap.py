@@ -78,7 +78,8 @@ def test_settings_are_rendered_as_istio_renders_them():
     h2 = bootstrap(POD, VARIANTS["HTTP/1.0 and h2 to the app"])
     assert _hcm(h2)["http_protocol_options"] == {"accept_http_10": True}
     assert "explicit_http_config" in json.dumps(_cluster(h2, "inbound|5000||"))
-    assert "json_format" in _hcm(bootstrap(POD, VARIANTS["JSON access log"]))["access_log"][0]["typed_config"]["log_format"]
+    json_log = _hcm(bootstrap(POD, VARIANTS["JSON access log"]))["access_log"][0]["typed_config"]["log_format"]
+    assert "json_format" in json_log
 
 
 @pytest.mark.parametrize("bad", [dict(access_log_encoding="XML"), dict(route_timeout_s=0), dict(hcm_idle_timeout_s=-1)])

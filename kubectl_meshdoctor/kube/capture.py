@@ -58,10 +58,12 @@ LEAN_FILTER = lean_filter()
 DEFAULT_FILTER = LEAN_FILTER
 
 
-def without_port(bpf: str, port: int) -> str:
-    """``bpf`` less TCP to or from ``port``: watch's own requests to the sidecar's admin API (127.0.0.1:15000,
-    through the port-forward) cross the pod's lo and would otherwise be captured as the pod's traffic."""
-    return f"({bpf}) and not tcp port {int(port)}"
+def without_admin(bpf: str, port: int) -> str:
+    """``bpf`` on ``lo`` less the sidecar's admin API (127.0.0.1:``port``): watch's own /stats, /clusters and
+    /logging requests come in through the port-forward there and are not the pod's traffic."""
+    return f"({bpf}) and not (host 127.0.0.1 and tcp port {int(port)})"
+
+
 STOP_GRACE_S = 10.0  # how long tcpdump may take to flush and exit after we asked it to stop
 
 

@@ -1,7 +1,8 @@
 """The pod lab's public API: `up`, `down`, `status`, and `trigger_round` for deterministic tests.
 
 `up` builds one network namespace pair per pod (netns.py), starts the apps and real Envoy (istio_proxy.py, with
-a bootstrap shaped like Istio's sidecar: bootstrap.py) inside the pod namespace, the scenario driver inside the client namespace, then the test API server; each process
+a bootstrap shaped like Istio's sidecar: bootstrap.py) inside the pod namespace, the scenario driver inside the
+client namespace, then the test API server; each process
 is detached (own session, output to a log file in state_dir) and recorded in state_dir/state.json. `down`
 undoes all of it from that file alone, so it works after a crash or a half-finished `up`.
 """
@@ -95,9 +96,9 @@ def up(
     (a spec or status that breaks a lint rule; the pod's network is unchanged). `mesh` holds the mesh-wide
     settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling).
 
-    Raises LabError when not root, a tool is missing, a pod name is unknown or repeated, state_dir is not
-    empty, a lab already uses state_dir or its namespaces, or a process does not become ready. On any failure everything already
-    created is removed again.
+    Raises LabError when not root, a tool or the lab extra (Envoy, aiohttp) is missing, a pod name is unknown or
+    repeated, state_dir is not empty, a lab already uses state_dir or its namespaces, or a process does not
+    become ready. On any failure everything already created is removed again.
     """
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
     envoy = _preflight(pods, mesh)
@@ -298,8 +299,8 @@ def _bring_up(
 def port_kind(name: str) -> str:
     """"http" or "tcp": how Istio treats a container port by its name's protocol prefix (`http`, `http-web`,
     `http2`, `grpc` ... are HTTP; anything else is TCP here, as with protocol sniffing off)."""
-    prefix = name.split("-", 1)[0]
-    return "http" if prefix in ("http", "http2", "grpc", "grpc-web") else "tcp"
+    prefix = name.split("-", 1)[0]  # `grpc-web` is `grpc` here
+    return "http" if prefix in ("http", "http2", "grpc") else "tcp"
 
 
 def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, list[str]]]:

@@ -1,7 +1,8 @@
 """``syn-timeout``: a SYN retransmitted with no answer at all.
 
-Linux retransmits an unanswered SYN after 1 s, then 3 s, 7 s, ... (``tcp_syn_retries``); each retransmission is
-a stall the caller sees. Envoy logs UF once its connect timeout fires, URX when retries run out. SYNs that share
+Linux retransmits an unanswered SYN after 1 s, then 3 s, 7 s, ... (``tcp_syn_retries``), or, from Linux 6.7 with
+``tcp_syn_linear_timeouts`` (default 4), the first four after 1 s each; each retransmission is a stall the caller
+sees. Envoy logs UF once its connect timeout fires, URX when retries run out. SYNs that share
 a client port with a redirected connection belong to ``tuple-collision`` and are left to it.
 """
 
@@ -111,8 +112,8 @@ class SynTimeout(Detector):
             response_code_details="upstream_reset_before_response_started{connection_timeout}",
             explanation=(
                 f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and got no SYN-ACK, RST or ICMP; the kernel "
-                f"retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s ({outcome}; RFC 6298 "
-                f"section 5 backoff). Something between drops it, or the listener's accept queue is full. Envoy "
+                f"retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s ({outcome}; Linux backs off "
+                f"as RFC 6298 section 5 says, after linear first retries from 6.7 on). Something between drops it, or the listener's accept queue is full. Envoy "
                 f"logs UF when its connect timeout fires (URX once retries are spent); callers see slow or failed "
                 f"requests."),
             remediation=_REMEDIATION,

@@ -181,11 +181,11 @@ class TupleCollision(Detector):
         return self._finding(
             pending, Severity.WARNING,
             f"Client port {syn.src_endpoint} reused for two redirected ports of {syn.dst} at once",
-            evidence, ("UF", "URX"),
+            evidence, (),
             f"{syn.src_endpoint} connected to {syn.dst_endpoint} while holding {self._peer_text(pending)}. Both "
             f"REDIRECT to the same listener, so they share one four-tuple inside the pod. This time the kernel's "
             f"NAT remapped the port and the SYN succeeded; when conntrack loses the first entry the next one gets a "
             f"challenge ACK (RFC 5961 section 4), the client's RST kills the live connection, and a calling sidecar "
             f"logs UC for its next request on it (UF/URX when the connect itself fails).",
-            synack.ts,
+            synack.ts, details="",
         )

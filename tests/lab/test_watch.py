@@ -1,5 +1,5 @@
 """`watch` end to end on the pod lab: real kernel, real tcpdump and tshark, the official client against the
-lab's API server. Only the API server and Envoy are stand-ins."""
+lab's API server, real Envoy as the sidecar. Only the API server is a stand-in."""
 
 from __future__ import annotations
 

@@ -46,6 +46,8 @@ def test_exposure_without_failure_is_a_warning():
     findings = run(w.events, only=["tuple-collision"])
     assert [f.severity for f in findings] == [Severity.WARNING]
     assert findings[0].flow.server == P5002
+    # Nothing failed: the warning explains no response flag, and names no Envoy details.
+    assert findings[0].envoy_flags == () and findings[0].response_code_details == ""
 
 
 def test_closed_first_connection_is_no_collision():

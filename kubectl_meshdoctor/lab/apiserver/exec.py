@@ -80,12 +80,13 @@ class ExecSession:
 
     def __init__(self, io: CommandIO, request: web.Request, registry: ProcessRegistry, netns: str,
                  opts: ExecOptions, drop_after_bytes: int | None, background: set[asyncio.Task[Any]],
-                 drop_at_stdin_close: bool = False) -> None:
+                 drop_at_stdin_close: bool = False, container: str = "") -> None:
         self._io = io
         self._request = request
         self._registry = registry
         self._netns = netns
         self._opts = opts
+        self._container = container
         self._drop_after = drop_after_bytes
         self._drop_at_stdin_close = drop_at_stdin_close
         self._sent_stdout = 0
@@ -101,7 +102,7 @@ class ExecSession:
         opts = self._opts
         try:
             proc = await self._registry.spawn(
-                netns_argv(self._netns, list(opts.command)),
+                netns_argv(self._netns, list(opts.command), self._container),
                 stdin=subprocess.PIPE if opts.stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if opts.stdout else subprocess.DEVNULL,
                 stderr=(subprocess.STDOUT if opts.tty else subprocess.PIPE) if opts.stderr else subprocess.DEVNULL,
@@ -155,7 +156,8 @@ class ExecSession:
         opts = self._opts
         term = ContainerIO(None, tty=True, stdin_once=True)
         try:
-            proc = await self._registry.spawn(netns_argv(self._netns, list(opts.command)), **term.child_stdio())
+            proc = await self._registry.spawn(netns_argv(self._netns, list(opts.command), self._container),
+                                              **term.child_stdio())
         except (OSError, RuntimeError) as exc:
             term.failed()
             await self._io.finish(failure_status(self._io, f"failed to exec in container: {exc}",

@@ -19,6 +19,8 @@ from typing import Any
 
 import psutil
 
+from kubectl_meshdoctor.lab.istio_proxy import as_istio_proxy
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -38,8 +40,14 @@ def _child_setup(parent_pid: int, controlling_tty: bool) -> None:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def netns_argv(netns: str, argv: list[str]) -> list[str]:
-    """The argv that runs `argv` (no shell) inside the named network namespace."""
+SIDECAR = "istio-proxy"
+
+
+def netns_argv(netns: str, argv: list[str], container: str = "") -> list[str]:
+    """The argv that runs `argv` (no shell) inside the named network namespace, as the container's user: the
+    istio-proxy container runs as uid/gid 1337 (Istio's injection template), the others as root."""
+    if container == SIDECAR:
+        argv = as_istio_proxy(*argv)
     return ["ip", "netns", "exec", netns, *argv]
 
 

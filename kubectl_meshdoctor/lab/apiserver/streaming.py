@@ -139,7 +139,7 @@ class StreamingRoutes:
             return resp
         session = ExecSession(io, request, self.registry, record.spec.netns, opts,
                               rule.drop_after_bytes if rule is not None else None, self.background,
-                              drop_at_stdin_close=rule is not None and rule.drop_at_stdin_close)
+                              drop_at_stdin_close=rule is not None and rule.drop_at_stdin_close, container=container)
         await session.run()
         return resp
 
