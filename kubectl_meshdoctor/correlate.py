@@ -39,16 +39,18 @@ def _server_of(entry: AccessLogEntry) -> str | None:
 
 def explains(f: Finding, entry: AccessLogEntry) -> bool:
     """Whether finding ``f`` explains access-log line ``entry``: a shared response flag, the same server, and
-    the request running within WINDOW_S of the finding's evidence. For a finding on ``lo`` (the sidecar's
-    upstream leg) and a line that names its upstream connection (%UPSTREAM_LOCAL_ADDRESS%), the connection must
-    be the finding's own: Envoy's line and the packets then speak of the same four-tuple."""
+    the request running within WINDOW_S of the finding's evidence. When the line names the finding's connection,
+    it must be the finding's own, so Envoy's line and the packets speak of the same four-tuple: on ``lo`` (the
+    sidecar's upstream leg) the flow's client is the line's %UPSTREAM_LOCAL_ADDRESS%, on ``eth0`` the caller's
+    %DOWNSTREAM_REMOTE_ADDRESS%."""
     if not set(entry.flags) & set(f.envoy_flags):
         return False
     times = [e.ts for e in f.evidence if e.ts] or [f.ts]
     end = entry.ts + entry.duration_ms / 1000.0
     if end < min(times) - WINDOW_S or entry.ts > max(times) + WINDOW_S:
         return False
-    if f.flow.iface == "lo" and entry.upstream_local is not None and entry.upstream_local != f.flow.client:
+    own = {"lo": entry.upstream_local, "eth0": entry.downstream_remote}.get(f.flow.iface)
+    if own is not None and own != f.flow.client:
         return False
     return _server_of(entry) in (f.flow.server, None)
 

@@ -42,6 +42,19 @@ def test_a_line_naming_another_upstream_connection_is_not_linked():
     assert c.attach(framing_finding(upe.ts)).access_log == (UPE,)
 
 
+def test_on_eth0_the_line_of_another_caller_is_not_linked():
+    c = Correlator()
+    uf = parse_line(UF)  # downstream remote address 10.244.2.7:51930
+    c.add(uf)
+
+    def on_eth0(client: str) -> Finding:
+        return Finding("syn-timeout", Severity.ERROR, "no answer", FlowRef(client, "10.244.1.23:5002", "eth0"),
+                       (Evidence("p/eth0", "eth0", 3, uf.ts, "SYN"),), ("UF",), ts=uf.ts)
+
+    assert c.attach(on_eth0("10.244.2.7:51931")).access_log == ()
+    assert c.attach(on_eth0("10.244.2.7:51930")).access_log == (UF,)
+
+
 def test_lines_far_in_time_or_for_another_host_are_not_linked():
     c = Correlator()
     upe = parse_line(UPE)

@@ -97,7 +97,8 @@ class SynTimeout(Detector):
         waited = last.ts - syn.ts
         severity = Severity.ERROR if n >= ERROR_AFTER_RETRANSMITS else Severity.WARNING
         evidence = [Evidence.of(syn, "SYN"),
-                    Evidence.of(last, f"SYN retransmission {n}, {waited:.3f} s after the first, no answer")]
+                    Evidence.of(last, f"SYN retransmission {n}, {waited:.3f} s after the first"
+                                      + (", no answer" if answer is None else ""))]
         outcome = "no answer in the capture"
         if answer is not None:
             outcome = f"answered by a SYN-ACK only after {answer.ts - syn.ts:.3f} s"
