@@ -2,9 +2,9 @@
 
 `up` builds one network namespace pair per pod (netns.py), starts the apps and real Envoy (istio_proxy.py, with
 a bootstrap shaped like Istio's sidecar: bootstrap.py) inside the pod namespace, the scenario driver inside the
-client namespace, then the test API server; each process
-is detached (own session, output to a log file in state_dir) and recorded in state_dir/state.json. `down`
-undoes all of it from that file alone, so it works after a crash or a half-finished `up`.
+client namespace, then the test API server; each process is detached (own session, output to a log file in
+state_dir) and recorded in state_dir/state.json. `down` undoes all of it from that file alone, so it works after
+a crash or a half-finished `up`.
 """
 
 from __future__ import annotations
@@ -267,14 +267,16 @@ def _bring_up(
     state: LabState, envoy: str, *, rounds: int, seconds: float, period: float, drivers: bool, apiserver: bool,
     ready_timeout: float,
 ) -> LabState:
+    roles_of: dict[str, list[str]] = {}
     for pod in state.pods:
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
         for role, argv in _pod_processes(pod, state, envoy):
             state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv))
+            roles_of.setdefault(pod.name, []).append(role)
     for pod in state.pods:
-        roles = [role for role, _ in _pod_processes(pod, state, envoy)]
+        roles = roles_of[pod.name]
         wanted = ({ECHO_PORT, INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT}
                   | ({HTTP_PORT} if "app-http" in roles else set()))
         _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
