@@ -13,7 +13,6 @@ import contextlib
 import json
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -22,6 +21,8 @@ from typing import Iterator
 
 from kubectl_meshdoctor.lab.bootstrap import ENVOY_LOG_FORMAT, ISTIO_JSON_FORMAT, ISTIO_TEXT_FORMAT
 from kubectl_meshdoctor.lab.istio_proxy import envoy_binary
+
+from .waiting import wait_until
 
 CLUSTER = "inbound|5000||"
 _T = "type.googleapis.com/"
@@ -99,30 +100,15 @@ class LocalEnvoy:
             exc.read()
             return exc.code
 
-    def log_line(self, needle: str, encoding: str = "TEXT", timeout: float = 10.0) -> str:
-        """The first access-log line (TEXT or JSON) holding `needle` (e.g. a request id), once it is written."""
+    def _log_text(self, encoding: str) -> str:
         path = self.access_log_json if encoding == "JSON" else self.access_log
-        deadline = time.monotonic() + timeout
-        while True:
-            text = path.read_text() if path.exists() else ""
-            found = next((line for line in text.splitlines() if needle in line), None)
-            if found is not None:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no access-log line with {needle!r} within {timeout} s")
-            time.sleep(0.05)
+        return path.read_text() if path.exists() else ""
 
-    def log_lines(self, count: int, timeout: float = 10.0, encoding: str = "TEXT") -> list[str]:
-        """The access log's lines (TEXT or JSON) once it holds at least `count` (Envoy flushes every 100 ms)."""
-        path = self.access_log_json if encoding == "JSON" else self.access_log
-        deadline = time.monotonic() + timeout
-        while True:
-            lines = path.read_text().splitlines() if path.exists() else []
-            if len(lines) >= count:
-                return lines
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{count} access-log lines not written within {timeout} s: {lines}")
-            time.sleep(0.05)
+    def log_line(self, needle: str, encoding: str = "TEXT", timeout: float = 10.0) -> str:
+        """The first access-log line (TEXT or JSON) holding `needle` (e.g. a request id), once it is written
+        (Envoy flushes every 100 ms here)."""
+        return wait_until(f"an access-log line with {needle!r}", timeout, lambda: next(
+            (line for line in self._log_text(encoding).splitlines() if needle in line), None))
 
 
 @contextlib.contextmanager
@@ -138,22 +124,22 @@ def local_envoy(workdir: Path, upstream_port: int) -> Iterator[LocalEnvoy]:
          "--log-format", ENVOY_LOG_FORMAT],
         stdout=stderr, stderr=stderr)
     try:
-        deadline = time.monotonic() + 30
-        while not (address_file.exists() and address_file.read_text().strip()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"Envoy did not start: {(workdir / 'envoy.log').read_text()[-2000:]}")
-            time.sleep(0.05)
-        admin_port = int(address_file.read_text().strip().rsplit(":", 1)[1])
+        def address() -> str | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"Envoy exited: {(workdir / 'envoy.log').read_text()[-2000:]}")
+            return address_file.read_text().strip() if address_file.exists() else None
+
+        admin_port = int(wait_until("Envoy's admin address", 30, address).rsplit(":", 1)[1])
         envoy = LocalEnvoy(proc, admin_port, 0, text_log, json_log)
-        while True:
+
+        def listener_port() -> int | None:
             status, body = envoy.admin("/listeners?format=json")
-            if status == 200 and '"port_value"' in body:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"Envoy's listener did not come up: {body}")
-            time.sleep(0.05)
-        (listener,) = json.loads(body)["listener_statuses"]
-        envoy.listener_port = int(listener["local_address"]["socket_address"]["port_value"])
+            if status != 200 or '"port_value"' not in body:
+                return None
+            (listener,) = json.loads(body)["listener_statuses"]
+            return int(listener["local_address"]["socket_address"]["port_value"])
+
+        envoy.listener_port = wait_until("Envoy's listener", 30, listener_port)
         yield envoy
     finally:
         proc.terminate()
