@@ -20,7 +20,7 @@ from .containers import EphemeralRunner
 from .faults import Faults, FaultSpecError
 from .labelsel import SelectorError, field_matcher, label_matcher
 from .objects import LabConfig, list_json, namespace_json
-from .status import forbidden, not_found, status_failure
+from .status import forbidden, not_found, query_flag, status_failure, status_response
 from .patch import ApiError, decode_and_validate
 from .processes import ProcessRegistry
 from .store import PodRecord, Store
@@ -32,10 +32,6 @@ log = logging.getLogger("meshdoctor.apiserver")
 
 USER = "meshdoctor-lab"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def status_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(body, status=int(body.get("code", 500)), headers=headers)
 
 
 def _wants_table(request: web.Request) -> bool:
@@ -53,10 +49,6 @@ async def _review_body(request: web.Request) -> Any:
     if ctype not in ("application/json", ""):
         raise LookupError(ctype)
     return await request.json()
-
-
-def _bool_param(request: web.Request, key: str) -> bool:
-    return request.query.get(key, "").lower() in ("true", "1", "yes")
 
 
 class LabApiServer(StreamingRoutes):
@@ -223,7 +215,7 @@ class LabApiServer(StreamingRoutes):
 
     async def list_pods(self, request: web.Request) -> web.StreamResponse:
         ns = request.match_info.get("ns", "")
-        if (resp := self._denied("watch" if _bool_param(request, "watch") else "list", "pods", ns=ns)) is not None:
+        if (resp := self._denied("watch" if query_flag(request, "watch") else "list", "pods", ns=ns)) is not None:
             return resp
         resp, _ = await self._fault("list_pods")
         if resp is not None:
@@ -244,7 +236,7 @@ class LabApiServer(StreamingRoutes):
                     out.append(obj)
             return out
 
-        if _bool_param(request, "watch"):
+        if query_flag(request, "watch"):
             return await serve_watch(request, self.store, matching, _wants_table(request))
         if _wants_table(request):
             return web.json_response(pod_table(matching(), self.store.resource_version, time.time()))

@@ -10,7 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from .containers import log_path
-from .status import status_failure
+from .status import status_failure, status_response
 from .store import PodRecord, Store
 
 POLL_S = 0.1  # how often a follow re-checks the file for new bytes
@@ -42,7 +42,7 @@ async def tail_file(path: Path, offset: int, finished: Callable[[], bool]) -> As
 
 
 def _error(code: int, message: str) -> web.Response:
-    return web.json_response(status_failure(code, message), status=code)
+    return status_response(status_failure(code, message))
 
 
 def _tail_offset(path: Path, lines: int) -> int:

@@ -24,7 +24,7 @@ from aiohttp import WSMsgType, web
 from . import pfspdy
 from .channels import PORTFORWARD_PROTOCOLS, FrameError, Framing
 from .httpstream import TUNNEL_PREFIX, is_spdy_upgrade, negotiate, tunnel_spdy, upgrade_spdy
-from .status import status_failure
+from .status import status_failure, status_response
 from .pfspdy import DropCounter
 
 log = logging.getLogger("meshdoctor.apiserver")
@@ -151,11 +151,11 @@ async def serve_portforward(request: web.Request, netns: str, uid: str,
     try:
         ports = parse_ports(request.query.getall("ports", []))
     except ValueError as exc:
-        return web.json_response(status_failure(400, str(exc)), status=400)
+        return status_response(status_failure(400, str(exc)))
     if not ports:
-        return web.json_response(status_failure(400, 'query parameter "ports" is required'), status=400)
+        return status_response(status_failure(400, 'query parameter "ports" is required'))
     if not ready.ok:
-        return web.json_response(status_failure(400, "Upgrade request required"), status=400)
+        return status_response(status_failure(400, "Upgrade request required"))
     await ws.prepare(request)
     framing = Framing(ws.ws_protocol or "")
     log.info("portforward %s: websocket %s", uid, framing.protocol or "channel.k8s.io")

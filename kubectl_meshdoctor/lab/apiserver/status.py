@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from aiohttp import web
+
 
 STATUS_REASONS = {
     400: "BadRequest",
@@ -64,3 +66,13 @@ def forbidden(user: str, verb: str, resource: str, subresource: str, group: str,
         details["group"] = group
     details["kind"] = resource
     return status_failure(403, message, details=details)
+
+
+def status_response(body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
+    """A Status body as the HTTP response, with its code as the HTTP status."""
+    return web.json_response(body, status=int(body.get("code", 500)), headers=headers)
+
+
+def query_flag(request: web.Request, key: str) -> bool:
+    """A boolean query parameter (`watch=true`, `stdin=1`), as the API server reads one."""
+    return request.query.get(key, "").lower() in ("true", "1", "yes")

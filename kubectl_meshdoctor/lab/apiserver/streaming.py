@@ -16,7 +16,7 @@ from aiohttp import web
 from .channels import EXEC_PROTOCOLS, ERROR, STDERR, STDOUT, Framing
 from .exec import ExecOptions, ExecSession, failure_status
 from .httpstream import is_spdy_upgrade, negotiate, upgrade_spdy
-from .status import status_failure
+from .status import query_flag, status_failure, status_response
 from .remotecommand import SPDY_EXEC_PROTOCOLS, CommandIO, WsIO, collect_streams
 from .store import PodRecord
 
@@ -24,14 +24,6 @@ if TYPE_CHECKING:
     from .app import LabApiServer
 
 log = logging.getLogger("meshdoctor.apiserver")
-
-
-def _status(body: dict[str, Any]) -> web.Response:
-    return web.json_response(body, status=int(body.get("code", 500)))
-
-
-def _bool_param(request: web.Request, key: str) -> bool:
-    return request.query.get(key, "").lower() in ("true", "1", "yes")
 
 
 class StreamingRoutes:
@@ -44,13 +36,13 @@ class StreamingRoutes:
         ephemeral = [c["name"] for c in record.ephemeral]
         if not container:
             if len(names) != 1:
-                return _status(status_failure(
+                return status_response(status_failure(
                     400, f"a container name must be specified for pod {name}, choose one of: "
                          f"[{' '.join(names)}] or one of the init containers: [istio-init]"
                          + (f" or one of the ephemeral containers: [{' '.join(ephemeral)}]" if ephemeral else "")))
             container = names[0]
         if container not in names and container not in ephemeral and container != "istio-init":
-            return _status(status_failure(400, f"container {container} is not valid for pod {name}"))
+            return status_response(status_failure(400, f"container {container} is not valid for pod {name}"))
         return container
 
     async def _command_io(self: "LabApiServer", request: web.Request, opts: ExecOptions, what: str
@@ -65,7 +57,7 @@ class StreamingRoutes:
             lowest = STDOUT if opts.stdout else STDERR if opts.stderr and not opts.tty else ERROR
             return WsIO(ws, framing, lowest), ws
         if not is_spdy_upgrade(request):
-            return None, _status(status_failure(400, "Upgrade request required"))
+            return None, status_response(status_failure(400, "Upgrade request required"))
         protocol = negotiate(request, SPDY_EXEC_PROTOCOLS)
         if isinstance(protocol, web.Response):
             return None, protocol
@@ -80,15 +72,15 @@ class StreamingRoutes:
         opts = ExecOptions(
             command=tuple(request.query.getall("command", [])),
             container=request.query.get("container", ""),
-            stdin=_bool_param(request, "stdin"),
-            stdout=_bool_param(request, "stdout"),
-            stderr=_bool_param(request, "stderr"),
-            tty=_bool_param(request, "tty"),
+            stdin=query_flag(request, "stdin"),
+            stdout=query_flag(request, "stdout"),
+            stderr=query_flag(request, "stderr"),
+            tty=query_flag(request, "tty"),
         )
         if not (opts.stdin or opts.stdout or opts.stderr):
-            return _status(status_failure(400, "you must specify at least 1 of stdin, stdout, stderr"))
+            return status_response(status_failure(400, "you must specify at least 1 of stdin, stdout, stderr"))
         if command and not opts.command:
-            return _status(status_failure(400, "you must specify at least one command for the container"))
+            return status_response(status_failure(400, "you must specify at least one command for the container"))
         return opts
 
     def _not_running(self: "LabApiServer", record: PodRecord, container: str) -> bool:
@@ -96,9 +88,9 @@ class StreamingRoutes:
         ephemeral = [c["name"] for c in record.ephemeral]
         return container == "istio-init" or (container in ephemeral and (state is None or state.phase != "running"))
 
-    async def _admit(self: "LabApiServer", request: web.Request, subresource: str) -> web.StreamResponse | tuple:
-        """What exec and attach check before the upgrade, in the API server's order: RBAC, faults, the pod, the
-        options, the container. A Response to send back, or (record, options, container, fault rule)."""
+    async def _admit_pod(self: "LabApiServer", request: web.Request, subresource: str) -> web.StreamResponse | tuple:
+        """What every streaming route checks first, in the API server's order: RBAC, faults, the pod. A Response
+        to send back, or (record, fault rule)."""
         ns, name = request.match_info["ns"], request.match_info["name"]
         # A WebSocket upgrade is a GET, authorized as get and (since 1.35) also create.
         for verb in ("get", "create"):
@@ -110,6 +102,15 @@ class StreamingRoutes:
         record = self._pod_or_404(request)
         if isinstance(record, web.Response):
             return record
+        return record, rule
+
+    async def _admit(self: "LabApiServer", request: web.Request, subresource: str) -> web.StreamResponse | tuple:
+        """What exec and attach check before the upgrade: _admit_pod, then the options and the container. A
+        Response to send back, or (record, options, container, fault rule)."""
+        admitted = await self._admit_pod(request, subresource)
+        if not isinstance(admitted, tuple):
+            return admitted
+        record, rule = admitted
         opts = self._exec_options(request, command=subresource == "exec")
         if isinstance(opts, web.Response):
             return opts
@@ -159,15 +160,9 @@ class StreamingRoutes:
     async def portforward(self: "LabApiServer", request: web.Request) -> web.StreamResponse:
         from .portforward import serve_portforward
 
-        ns, name = request.match_info["ns"], request.match_info["name"]
-        for verb in ("get", "create"):
-            if (resp := self._denied(verb, "pods", "portforward", ns=ns, name=name)) is not None:
-                return resp
-        resp, rule = await self._fault("portforward")
-        if resp is not None:
-            return resp
-        record = self._pod_or_404(request)
-        if isinstance(record, web.Response):
-            return record
+        admitted = await self._admit_pod(request, "portforward")
+        if not isinstance(admitted, tuple):
+            return admitted
+        record, rule = admitted
         return await serve_portforward(request, record.spec.netns, record.spec.uid,
                                        rule.drop_after_bytes if rule is not None else None)
