@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from kubectl_meshdoctor.lab.bootstrap import ENVOY_LOG_FORMAT, ISTIO_JSON_FORMAT, ISTIO_TEXT_FORMAT
+from kubectl_meshdoctor.lab.bootstrap import ENVOY_LOG_FORMAT, file_access_log
 from kubectl_meshdoctor.lab.istio_proxy import envoy_binary
 
 from .waiting import wait_until
@@ -35,12 +35,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _file_log(path: Path, log_format: dict) -> dict:
-    return {"name": "envoy.access_loggers.file", "typed_config": {
-        "@type": _T + "envoy.extensions.access_loggers.file.v3.FileAccessLog", "path": str(path),
-        "log_format": log_format}}
-
-
 def _bootstrap(upstream_port: int, text_log: Path, json_log: Path) -> dict:
     hcm = {
         "@type": _T + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
@@ -51,8 +45,7 @@ def _bootstrap(upstream_port: int, text_log: Path, json_log: Path) -> dict:
                                                                            "route": {"cluster": CLUSTER}}]}]},
         "http_filters": [{"name": "envoy.filters.http.router",
                           "typed_config": {"@type": _T + "envoy.extensions.filters.http.router.v3.Router"}}],
-        "access_log": [_file_log(text_log, {"text_format_source": {"inline_string": ISTIO_TEXT_FORMAT}}),
-                       _file_log(json_log, {"json_format": ISTIO_JSON_FORMAT})],
+        "access_log": [file_access_log("TEXT", str(text_log)), file_access_log("JSON", str(json_log))],
     }
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},

@@ -137,14 +137,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3f}s"
 
 
-def _access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
-    if settings.access_log_encoding == "JSON":
+def file_access_log(encoding: str, path: str = ACCESS_LOG_PATH) -> dict[str, Any]:
+    """One Envoy file access logger writing Istio's TEXT format or its JSON encoding to ``path``."""
+    if encoding == "JSON":
         log_format: dict[str, Any] = {"json_format": ISTIO_JSON_FORMAT}
     else:
         log_format = {"text_format_source": {"inline_string": ISTIO_TEXT_FORMAT}}
-    return [{"name": "envoy.access_loggers.file", "typed_config": {
-        "@type": _T + "envoy.extensions.access_loggers.file.v3.FileAccessLog",
-        "path": ACCESS_LOG_PATH, "log_format": log_format}}]
+    return {"name": "envoy.access_loggers.file", "typed_config": {
+        "@type": _T + "envoy.extensions.access_loggers.file.v3.FileAccessLog", "path": path,
+        "log_format": log_format}}
+
+
+def _access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
+    return [file_access_log(settings.access_log_encoding)]
 
 
 def _tcp_proxy(stat_prefix: str, cluster: str, settings: SidecarSettings) -> dict[str, Any]:
