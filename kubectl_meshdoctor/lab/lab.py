@@ -28,10 +28,10 @@ import psutil
 from kubectl_meshdoctor.lab import istio_proxy, netns
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.bootstrap import (
-    ACCESS_LOG_ENCODINGS,
     ADMIN_PORT,
     OUTBOUND_PORT,
     BootstrapPod,
+    SidecarSettings,
     bootstrap_text,
 )
 from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
@@ -228,9 +228,10 @@ def _preflight(pods: Sequence[str], mesh: MeshOptions) -> str:
         raise LabError("each lab pod name may appear once")
     if not pods:
         raise LabError("the lab needs at least one pod")
-    if mesh.access_log_encoding not in ACCESS_LOG_ENCODINGS:
-        raise LabError(f"access-log encoding {mesh.access_log_encoding!r} is not one of "
-                       f"{', '.join(ACCESS_LOG_ENCODINGS)}")
+    try:
+        SidecarSettings(access_log_encoding=mesh.access_log_encoding)  # refused here, before anything exists
+    except ValueError as exc:
+        raise LabError(str(exc)) from None
     if importlib.util.find_spec("aiohttp") is None:
         raise LabError("the lab's test API server needs aiohttp: pip install 'kubectl-meshdoctor[lab]'")
     envoy = istio_proxy.envoy_binary()
