@@ -21,9 +21,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run as bench_run  # noqa: E402  (bench/run.py: the capture cache)
 
-from kubectl_meshdoctor.analyze import CaptureArg  # noqa: E402
-from kubectl_meshdoctor.tui.app import MeshDoctorApp  # noqa: E402
-from kubectl_meshdoctor.tui.run import file_session  # noqa: E402
+from kubectl_meshdoctor.commands.sessions import file_session
+from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 TICK_S = 0.05
 

@@ -1,6 +1,7 @@
-"""``kubectl meshdoctor``: the command line front end. Parses flags, runs the core, maps errors to exit codes.
+"""``kubectl meshdoctor``: the command line front end. Parses flags, hands them to the command's module
+(``commands/``), maps what escapes it to exit codes.
 
-Exit codes (DESIGN.md): 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on
+Exit codes (docs/DESIGN.md): 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on
 stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal error), or a watch that captured
 nothing on any interface and found no error (its report is printed, its problems say why).
 """
@@ -14,17 +15,19 @@ import signal
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 import argparse  # noqa: E402
-import asyncio  # noqa: E402
+import importlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from . import __version__
-from .report import EXIT_USAGE, RENDERERS
+from kubectl_meshdoctor import __version__
+from kubectl_meshdoctor.commands.console import PROG, error
+from kubectl_meshdoctor.sinks.report import EXIT_USAGE, RENDERERS
 
-PROG = "kubectl meshdoctor"
+# Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
+COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level", "lab": "lab"}
 EXIT_CODES_HELP = """\
 exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on stderr), or
 a watch where no interface captured anything and nothing else found an error (the report is printed; its
@@ -238,337 +241,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _err(message: str) -> int:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
-    return EXIT_USAGE
-
-
-async def _progress_line(pipelines, label: str, every_s: float = 1.0) -> None:
-    """Rewrite one status line on a terminal's stderr every ``every_s`` seconds until cancelled; ``pipelines``
-    is one Pipeline or a list that may grow (one per pod)."""
-    if not sys.stderr.isatty():
-        return
-    try:
-        while True:
-            await asyncio.sleep(every_s)
-            group = pipelines if isinstance(pipelines, list) else [pipelines]
-            packets = sum(p.stats.packets for p in group)
-            findings = sum(len(p.findings) for p in group)
-            per_iface = ", ".join(f"{k} {v.packets}" for k, v in sorted(group[0].stats.by_iface.items())) \
-                if len(group) == 1 else f"{len(group)} pods"
-            sys.stderr.write(f"\r{label}: {packets} packets analysed ({per_iface}), {findings} findings ")
-            sys.stderr.flush()
-    finally:
-        sys.stderr.write("\r\033[K")
-
-
-def _cmd_analyze(args) -> int:
-    from .analyze import CaptureArg, InputError, analyze
-    from .pipeline import Pipeline
-
-    captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
-    if args.tui:
-        from .analyze import check_capture
-        from .tui.run import file_session, run_session
-
-        try:
-            for c in captures:
-                check_capture(c.path)
-        except InputError as e:
-            return _err(str(e))
-        if not (sys.stdout.isatty() and sys.stdin.isatty()):
-            return _err("--tui needs a terminal (drop --tui to print the report)")
-        return run_session(file_session(captures, args.redact, args.jobs), args.output)
-
-    stopped_by: list[int] = []
-
-    async def run():
-        # Ctrl-C, SIGTERM and SIGHUP cancel the run, so tshark and editcap are stopped and the chunk files beside
-        # the user's capture are removed. Only the first does: a second Ctrl-C must not cut that cleanup short.
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-
-        def on_signal(sig: int) -> None:
-            stopped_by.append(sig)
-            if len(stopped_by) == 1:
-                task.cancel()
-
-        stoppers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        for sig in stoppers:
-            loop.add_signal_handler(sig, on_signal, sig)
-        pipeline = Pipeline.with_detectors(redact=args.redact)
-        ticker = asyncio.create_task(_progress_line(pipeline, "analyzing"))
-        try:
-            return await analyze(captures, pipeline, jobs=args.jobs)
-        finally:
-            ticker.cancel()
-            # Removed while the loop runs: asyncio.run closes the loop's wakeup pipe before it removes them, and a
-            # signal in between printed "Exception ignored ... Bad file descriptor" with a traceback.
-            for sig in stoppers:
-                loop.remove_signal_handler(sig)
-                if stopped_by:  # already on the way out: a repeated Ctrl-C must not interrupt the exit either
-                    signal.signal(sig, signal.SIG_IGN)
-
-    try:
-        report = asyncio.run(run())
-    except InputError as e:
-        return _err(str(e))
-    except asyncio.CancelledError:
-        if not stopped_by:
-            raise
-        return 128 + stopped_by[0]
-    sys.stdout.write(RENDERERS[args.output](report))
-    return report.exit_code()
-
-
-def _ifaces(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", n)]
-    if not names or bad:
-        raise ValueError(f"--iface takes interface names like lo,eth0 (got {text!r})")
-    return names
-
-
-def _watch_options(args, kube):
-    from .kube.debug import DEFAULT_IMAGE
-    from .kube.target import Target
-    from .live import WatchOptions
-
-    return WatchOptions(target=Target.parse(args.target) if args.target else None, selector=args.selector,
-                        namespace=args.namespace or kube.namespace,
-                        duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
-                        write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
-                        full_capture=args.full_capture,
-                        ifaces=_ifaces(args.iface), profile=args.profile, start_timeout_s=args.start_timeout)
-
-
-def _cmd_watch(args) -> int:
-    from .kube.client import KubeError, KubeOptions, connect
-    from .kube.target import Target
-
-    if bool(args.target) == bool(args.selector):
-        return _err("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
-    try:
-        if args.target:
-            Target.parse(args.target)
-        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
-        opts = _watch_options(args, kube)
-    except (ValueError, KubeError) as e:
-        return _err(str(e))
-    if args.dry_run:
-        return _watch_dry_run(opts)
-    if opts.write_pcap_dir is not None:
-        try:  # before anything changes in the cluster, not after the debug container is up
-            _writable_dir(opts.write_pcap_dir, "--write-pcap")
-        except ValueError as e:
-            return _err(str(e))
-    if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
-        # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
-        return _watch_headless(kube, opts, args.output, args.verbose, args.redact)
-    from .tui.run import run_tui
-
-    return run_tui(kube, opts, args.output, args.redact)
-
-
-def _writable_dir(path: Path, flag: str) -> None:
-    """Create ``path`` (and its parents) unless it exists; raise ValueError naming ``flag`` when it cannot hold
-    files."""
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{flag} {path}: exists and is not a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"{flag} {path}: cannot create it: {e.strerror or e}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {path}: not writable")
-
-
-def _watch_dry_run(opts) -> int:
-    import json
-
-    from .kube.debug import container_spec, new_container_name
-    from .kube.rbac import WATCH_PERMISSIONS, role_yaml
-
-    spec = container_spec(new_container_name(), opts.image, opts.ttl_s, opts.profile)
-    print(f"# watch would add this ephemeral container to {opts.target.kind}/{opts.target.name} in namespace "
-          f"{opts.namespace} (PATCH pods/ephemeralcontainers), unless a meshdoctor-* container already runs:")
-    print(json.dumps({"spec": {"ephemeralContainers": [spec]}}, indent=2))
-    print("# and it needs these permissions (portforward and log are optional: Envoy counters and access log):")
-    print(role_yaml(opts.namespace, WATCH_PERMISSIONS))
-    return 0
-
-
-def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool = True) -> int:
-    from .kube.client import KubeError
-    from .live import watch
-    from .pipeline import Pipeline
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        def on_signal(sig: int) -> None:
-            if stop.is_set():  # asked twice: stop waiting for a clean end (the pod's dead-man's switch remains)
-                loop.remove_signal_handler(sig)
-                os.kill(os.getpid(), sig)
-            stop.set()  # stop cleanly and still print the report
-
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, on_signal, sig)
-
-        # Progress and live findings go to a terminal only, so scripts see stderr hold just the one error line.
-        live = sys.stderr.isatty()
-
-        def progress(msg: str) -> None:
-            if live or verbose:
-                sys.stderr.write(f"\r\033[K{msg}\n" if live else f"{msg}\n")
-                sys.stderr.flush()
-
-        def on_finding(f) -> None:
-            if live:
-                sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {f.title} ({f.flow.client} -> "
-                                 f"{f.flow.server})\n")
-
-        pipelines = []
-
-        def make_pipeline(pod: str) -> Pipeline:
-            pipelines.append(Pipeline.with_detectors(on_finding=on_finding, redact=redact, pod=pod))
-            return pipelines[-1]
-
-        ticker = asyncio.create_task(_progress_line(pipelines, "capturing"))
-        try:
-            report = await watch(kube, opts, make_pipeline, stop, progress)
-        except KubeError as e:
-            return _err(str(e))
-        finally:
-            ticker.cancel()
-        for p in report.problems:
-            sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
-        sys.stdout.write(RENDERERS[output](report))
-        return report.exit_code()
-
-    return asyncio.run(main())
-
-
-def _cmd_log_level(args) -> int:
-    import json
-
-    from .envoy.logging import RESET
-    from .kube.admin import EnvoyAdmin
-    from .kube.client import KubeError, KubeOptions, connect
-    from .kube.target import Target, check_capturable, pods_by_selector, resolve_pods
-    from .loglevel import render_table, set_log_levels
-
-    if bool(args.target) == bool(args.selector):
-        return _err("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
-    spec = RESET if args.reset else args.level
-    admins: list[EnvoyAdmin] = []
-    try:
-        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
-        ns = args.namespace or kube.namespace
-        pods = (pods_by_selector(kube, args.selector, ns) if args.selector
-                else resolve_pods(kube, Target.parse(args.target), ns))
-        for pod in pods:
-            check_capturable(pod)
-        admins = [EnvoyAdmin(kube, pod.metadata.namespace, pod.metadata.name, args.proxy_admin_port)
-                  for pod in pods]
-        results = set_log_levels(admins, spec)
-    except (ValueError, KubeError) as e:  # LevelError is a ValueError; nothing was changed then
-        return _err(str(e))
-    finally:
-        for a in admins:
-            a.close()
-    if args.output == "json":
-        print(json.dumps({"level": spec, "proxies": [{"pod": r.pod, "loggers": r.levels} for r in results]},
-                         indent=2))
-    else:
-        named = tuple(part.replace("=", ":").split(":")[0].strip() for part in (args.level or "").split(",")
-                      if ":" in part or "=" in part)
-        sys.stdout.write(render_table(results, named))
-    return 0
-
-
-def _cmd_lint(args) -> int:
-    from kubernetes.client import ApiClient
-
-    from .kube.client import KubeError, KubeOptions, api_call, connect
-    from .kube.target import Target, resolve_pods
-    from .lint import lint_pods
-    from .pipeline import PipelineStats
-    from .report import Report
-
-    if sum(map(bool, (args.target, args.selector, args.all_namespaces))) != 1:
-        return _err("name one target: pod/NAME, deploy/NAME, -l SELECTOR, or -A")
-    try:
-        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
-        ns = args.namespace or kube.namespace
-        if args.all_namespaces:
-            pods = api_call(kube, "listing pods", kube.core.list_pod_for_all_namespaces).items
-        elif args.selector:
-            pods = api_call(kube, f"listing pods with -l {args.selector}", kube.core.list_namespaced_pod, ns,
-                            label_selector=args.selector).items
-        else:
-            pods = resolve_pods(kube, Target.parse(args.target), ns)
-    except (ValueError, KubeError) as e:
-        return _err(str(e))
-    if not pods:
-        return _err("no pod matches")
-    serialize = ApiClient().sanitize_for_serialization
-    findings = lint_pods([serialize(p) for p in pods])
-    names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods]
-    report = Report({"kind": "lint", "pods": names}, PipelineStats(), findings)
-    sys.stdout.write(RENDERERS[args.output](report))
-    return report.exit_code()
-
-
-def _cmd_lab(args) -> int:
-    from .lab import lab
-    from .lab.state import LabError
-
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.name):
-        return _err(f'lab name "{args.name}" must be a Kubernetes namespace name (lower case letters, digits, -)')
-    state_dir = args.state_dir or lab.default_state_dir(args.name)
-    try:
-        if args.lab_command == "up":
-            pods = [p.strip() for p in args.pods.split(",") if p.strip()]
-            sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)} ...\n")
-            mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
-            state = lab.up(args.name, state_dir, pods, mesh=mesh)
-            print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
-                  f"{state.namespace}")
-            print(f"kubeconfig: {state.kubeconfig}")
-            print(f"try:  kubectl meshdoctor watch pod/{state.pods[0].name} --kubeconfig {state.kubeconfig}")
-        elif args.lab_command == "down":
-            lab.down(state_dir)
-            print(f"lab in {state_dir} is down")
-        else:
-            state = lab.status(state_dir)
-            if state is None:
-                print(f"no lab in {state_dir}")
-                return 0
-            print(_describe_lab(state))
-            obs = state.observed
-            return 0 if obs is None or (not obs.dead and not obs.netns_missing) else 1
-    except LabError as e:
-        return _err(str(e))
-    return 0
-
-
-def _describe_lab(state) -> str:
-    obs = state.observed
-    lines = [f"lab {state.name}: namespace {state.namespace}, kubeconfig {state.kubeconfig}",
-             f"  sidecars: Envoy, access log {state.mesh.access_log_encoding}, inbound dialled "
-             + ("on 127.0.0.1 (Istio < 1.10)" if state.mesh.legacy_inbound else "from 127.0.0.6 (Istio >= 1.10)")]
-    for pod in state.pods:
-        lines.append(f"  pod/{pod.name}  {pod.pod_ip}  client {pod.client_ip}  netns {pod.netns}  "
-                     f"scenario {pod.scenario}")
-    if obs is not None:
-        lines.append(f"  processes running: {', '.join(obs.running) or 'none'}")
-        if obs.dead:
-            lines.append(f"  processes dead: {', '.join(obs.dead)} (see the logs in {state.state_dir})")
-        if obs.netns_missing:
-            lines.append(f"  network namespaces missing: {', '.join(obs.netns_missing)}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
@@ -576,10 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    handler = {"watch": _cmd_watch, "analyze": _cmd_analyze, "lab": _cmd_lab,
-               "log-level": _cmd_log_level, "lint": _cmd_lint}[args.command]
     try:
-        return handler(args)
+        # Imported on use: --help and a usage error need neither the Kubernetes client, tshark's reader nor
+        # the screen.
+        command = importlib.import_module(f"kubectl_meshdoctor.commands.{COMMANDS[args.command]}")
+        return command.run(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `| head` closed our stdout
@@ -588,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("MESHDOCTOR_DEBUG"):
             traceback.print_exc()
         first = str(e).splitlines()[0] if str(e) else ""
-        return _err(f"internal error: {type(e).__name__}: {first} (set MESHDOCTOR_DEBUG=1 for details)")
+        return error(f"internal error: {type(e).__name__}: {first} (set MESHDOCTOR_DEBUG=1 for details)")
 
 
 if __name__ == "__main__":

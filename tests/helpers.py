@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubectl_meshdoctor.events import PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
 
 S, A, F, R, P = TcpFlags.SYN, TcpFlags.ACK, TcpFlags.FIN, TcpFlags.RST, TcpFlags.PSH
 
@@ -36,7 +36,7 @@ def _ep(text: str) -> tuple[str, int]:
 
 
 def run(events, only=None):
-    from kubectl_meshdoctor.pipeline import Pipeline
+    from kubectl_meshdoctor.core.pipeline import Pipeline
 
     p = Pipeline.with_detectors(only=only)
     for ev in events:

@@ -1,8 +1,8 @@
 """Packet findings linked to the access-log lines they explain; unexplained failing lines reported alone."""
 
-from kubectl_meshdoctor.correlate import GRACE_S, Correlator, attach_counters
+from kubectl_meshdoctor.core.correlate import GRACE_S, Correlator, attach_counters
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.findings import Evidence, Finding, FlowRef, Severity
 
 UPE = ('[2025-06-12T08:14:09.644Z] "GET /orders/42 HTTP/1.1" 502 UPE upstream_reset_before_response_started'
        '{protocol_error} - "-" 0 87 3 - "-" "Go-http-client/1.1" "3b7caa0b-9626-946d-b4ef-36c5ddf790bc" '

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.analyze import CaptureArg, analyze
-from kubectl_meshdoctor.evidence_pcap import SaveError, save_evidence
-from kubectl_meshdoctor.pipeline import Pipeline
+from kubectl_meshdoctor.commands.analyze import analyze
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.sinks.evidence_pcap import SaveError, save_evidence
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 DATA = Path(__file__).parent / "data"
 ARGS = [CaptureArg.parse(str(DATA / "lab-collision-eth0.pcap")), CaptureArg.parse(str(DATA / "lab-collision-lo.pcap"))]

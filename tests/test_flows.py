@@ -1,4 +1,4 @@
-from kubectl_meshdoctor.flows import FlowState, FlowTable
+from kubectl_meshdoctor.core.flows import FlowState, FlowTable
 
 from .helpers import A, F, R, S, Wire
 

@@ -1,4 +1,4 @@
-from kubectl_meshdoctor.kernel import counter_deltas, parse_counters
+from kubectl_meshdoctor.sources.kernel import counter_deltas, parse_counters
 
 SAMPLE = """TcpExt: SyncookiesSent TCPChallengeACK ListenDrops
 TcpExt: 0 3 1

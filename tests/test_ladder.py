@@ -1,8 +1,8 @@
 """The ladder diagram: which lanes each evidence packet joins, its label and relative time."""
 
-from kubectl_meshdoctor.events import PacketEvent, TcpFlags
-from kubectl_meshdoctor.findings import Evidence, Finding, FlowRef, Severity
-from kubectl_meshdoctor.ladder import LANES, arrows, render_ladder
+from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.sinks.ladder import LANES, arrows, render_ladder
 
 APP, SIDECAR = ("198.18.1.2", 8080), ("127.0.0.6", 41000)
 

@@ -1,4 +1,4 @@
-from kubectl_meshdoctor.loglevel import ProxyLevels, render_table
+from kubectl_meshdoctor.commands.log_level import ProxyLevels, render_table
 
 
 def test_summary_names_the_common_level_and_the_exceptions():

@@ -1,11 +1,12 @@
 """The packets pane's typed filter and the per-finding selection."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kubectl_meshdoctor.events import PacketEvent, TcpFlags
-from kubectl_meshdoctor.findings import Evidence, Finding, FlowRef, Severity
-from kubectl_meshdoctor.packet_filter import FilterError, PacketFilter, of_finding
+from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.sinks.tui.packet_filter import FilterError, PacketFilter, of_finding
 
 
 def _ev(src="198.18.1.1", sport=40811, dst="198.18.1.2", dport=5002, flags=TcpFlags.SYN, iface="eth0", frame=1):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..events import RedirectMap
+from kubectl_meshdoctor.core.events import RedirectMap
 
 ISTIO_EXCLUDED = frozenset({15008, 15090, 15021, 15020})  # always RETURNed from ISTIO_INBOUND
 

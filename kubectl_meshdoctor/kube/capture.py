@@ -33,41 +33,10 @@ CAPTURE_SCRIPT = (
 )
 # -B 32768 (KiB): with --immediate-mode libpcap gives each ring slot the snaplen (capped near 64 KiB), so the
 # default 2 MiB ring held ~32 packets and dropped bursts even at 5k packets/s (lo sees every packet twice).
-FULL_FILTER = "tcp"
-
-
-def lean_filter(iface: str | None = None) -> str:
-    """The BPF a live watch captures with on ``iface`` (None: what either interface needs).
-
-    Only what a detector reads crosses the exec stream: SYN, FIN and RST everywhere; on ``lo`` the segments that
-    start an HTTP/1 message (framing, stale keep-alive); on the pod's other interfaces pure ACKs (a challenge ACK
-    is one: four-tuple collisions are seen on eth0). Full-size data segments and the ACKs of transfers on lo,
-    most of a busy pod's packets and nearly all its bytes, stay in the pod. IPv6 is kept whole: BPF cannot index
-    TCP behind an IPv6 header. bench/RESULTS.md has what it saves."""
-    from ..sources.http1 import START_PREFIXES
-
-    payload = "tcp[((tcp[12]&0xf0)>>2):4]"
-    starts = " or ".join(f"{payload} = 0x{p.hex()}" for p in START_PREFIXES)
-    pure_ack = "ip[2:2] - ((ip[0]&0xf)<<2) - ((tcp[12]&0xf0)>>2) == 0"
-    wanted = {"lo": [starts], None: [pure_ack, starts]}.get(iface, [pure_ack])
-    return (f"(ip and tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0 or {' or '.join(wanted)}))"
-            " or (ip6 and tcp)")
-
-
-LEAN_FILTER = lean_filter()
-DEFAULT_FILTER = LEAN_FILTER
-
-
-def without_admin(bpf: str, port: int) -> str:
-    """``bpf`` on ``lo`` less the sidecar's admin API (127.0.0.1:``port``): watch's own /stats, /clusters and
-    /logging requests come in through the port-forward there and are not the pod's traffic."""
-    return f"({bpf}) and not (host 127.0.0.1 and tcp port {int(port)})"
-
-
 STOP_GRACE_S = 10.0  # how long tcpdump may take to flush and exit after we asked it to stop
 
 
-def capture_command(iface: str, max_seconds: int, bpf: str = DEFAULT_FILTER) -> list[str]:
+def capture_command(iface: str, max_seconds: int, bpf: str) -> list[str]:
     """argv for the exec: tcpdump on ``iface`` for at most ``max_seconds``, pcap on stdout."""
     return ["sh", "-c", CAPTURE_SCRIPT, "meshdoctor-capture", str(int(max_seconds)), iface, bpf]
 
@@ -91,7 +60,7 @@ class ExecCapture:
     write_fd: int
     tee_path: str | None = None
     tee_limit: int | None = None  # bytes: past this the copy stops (a spool must not fill the disk)
-    bpf: str = DEFAULT_FILTER
+    bpf: str = "tcp"  # the BPF filter tcpdump captures with (sources/capture_filter.py writes the lean one)
     tee_full: bool = False
     bytes_received: int = 0
     returncode: int | None = None

@@ -74,3 +74,25 @@ def check_capturable(pod) -> None:
         raise KubeError(f"pod/{name} runs on a Windows node: the tcpdump debug container needs Linux")
     if sidecar_of(pod) is None:
         raise KubeError(f"pod/{name} has no {SIDECAR} container: not in the mesh (is sidecar injection on?)")
+
+
+def capturable_pods(kube: Kube, target: Target | None, selector: str | None, namespace: str, max_pods: int) -> list:
+    """The pods a watch captures: ``pod/x``, or every running pod of ``deploy/x`` / ``-l selector`` that has a
+    sidecar (at most ``max_pods``). Raises KubeError when none can be captured (not found, not running, no
+    sidecar: the first pod's reason) or when more than ``max_pods`` match."""
+    pods = pods_by_selector(kube, selector, namespace) if selector else resolve_pods(kube, target, namespace)
+    if len(pods) == 1 or target is not None and target.kind == "pod":
+        check_capturable(pods[0])
+        return pods[:1]
+    capturable = []
+    for pod in pods:
+        try:
+            check_capturable(pod)
+            capturable.append(pod)
+        except KubeError:
+            pass
+    if not capturable:
+        check_capturable(pods[0])  # raises with the first pod's reason
+    if len(capturable) > max_pods:
+        raise KubeError(f"{len(capturable)} pods match; watch takes at most {max_pods} at once (narrow with -l)")
+    return capturable

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from ..findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+
 from ..istio.redirect import PodCapture, capture_from_pod
 
 SIDECAR = "istio-proxy"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import re
 
-from ..events import HttpStart
-from ..redact import SENSITIVE_HEADERS
+from kubectl_meshdoctor.core.events import HttpStart
+from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS
 
 _METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE ")
 # The first four bytes of every message start parse_http_start accepts: what capture filters look for.

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from ..events import PacketEvent
+from kubectl_meshdoctor.core.events import PacketEvent
 
 R = TypeVar("R")
 Gate = Callable[[], Awaitable[None]]

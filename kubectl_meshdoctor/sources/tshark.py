@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pyshark.capture.pipe_capture import PipeCapture
-from pyshark.tshark.tshark import get_tshark_version
 from pyshark.tshark.output_parser.base_parser import BaseTsharkOutputParser
+from pyshark.tshark.tshark import get_tshark_version
 
-from ..events import HttpStart, PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags
+
 from .http1 import START_PREFIXES, parse_http_start
 
 # Column order of tshark's output; packet_from_fields() unpacks in this order.

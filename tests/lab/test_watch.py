@@ -191,15 +191,16 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
     its packets from the spool as a pcapng that analyze reads back to the same finding; q to leave."""
     from textual.widgets import DataTable, Input, Static
 
-    from kubectl_meshdoctor.analyze import CaptureArg, analyze
-    from kubectl_meshdoctor.pipeline import Pipeline
-    from kubectl_meshdoctor.tui.screens import PathPrompt
+    from kubectl_meshdoctor.sources.files import CaptureArg
+    from kubectl_meshdoctor.commands.analyze import analyze
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+    from kubectl_meshdoctor.sinks.tui.screens import PathPrompt
 
     from kubectl_meshdoctor.kube.client import KubeOptions, connect
     from kubectl_meshdoctor.kube.target import Target
-    from kubectl_meshdoctor.live import WatchOptions
-    from kubectl_meshdoctor.tui.app import MeshDoctorApp
-    from kubectl_meshdoctor.tui.run import live_session
+    from kubectl_meshdoctor.commands.watch.live import WatchOptions
+    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.commands.watch.session import live_session
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
     spool = tmp_path / "spool"
@@ -268,9 +269,9 @@ async def test_tui_shows_a_killed_tshark_while_the_capture_goes_on(lab_state):
 
     from kubectl_meshdoctor.kube.client import KubeOptions, connect
     from kubectl_meshdoctor.kube.target import Target
-    from kubectl_meshdoctor.live import WatchOptions
-    from kubectl_meshdoctor.tui.app import MeshDoctorApp
-    from kubectl_meshdoctor.tui.run import live_session
+    from kubectl_meshdoctor.commands.watch.live import WatchOptions
+    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.commands.watch.session import live_session
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
     app = MeshDoctorApp(live_session(kube, WatchOptions(Target("pod", "healthy"), kube.namespace)))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubectl_meshdoctor.findings import Severity
+from kubectl_meshdoctor.core.findings import Severity
 from kubectl_meshdoctor.lint import RULES, SEVERITIES, lint_pod, lint_pods
 
 DATA = Path(__file__).parent / "data"

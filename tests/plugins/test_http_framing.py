@@ -1,9 +1,9 @@
 import pytest
 
-from kubectl_meshdoctor.events import HttpStart, PacketEvent, TcpFlags
-from kubectl_meshdoctor.findings import Severity
-from kubectl_meshdoctor.plugins.http_framing import framing_violations
+from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.findings import Severity
 from kubectl_meshdoctor.sources.http1 import parse_http_start
+from kubectl_meshdoctor_plugins.http_framing import framing_violations
 
 from ..helpers import A, P, Wire, run
 
@@ -73,7 +73,7 @@ def test_requests_and_eth0_are_not_judged():
 
 
 def test_no_redact_shows_the_value():
-    from kubectl_meshdoctor.pipeline import Pipeline
+    from kubectl_meshdoctor.core.pipeline import Pipeline
 
     w = framed_wire("HTTP/1.1 200 OK\r\nSet-Cookie : session=s3cret\r\nContent-Length: 0")
     p = Pipeline.with_detectors(only=["http-framing"], redact=False)

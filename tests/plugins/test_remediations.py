@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from kubectl_meshdoctor.plugins import http_framing, stale_keepalive, syn_timeout, tuple_collision, upstream_refused
+from kubectl_meshdoctor_plugins import http_framing, stale_keepalive, syn_timeout, tuple_collision, upstream_refused
 
 
 @pytest.mark.parametrize("text", [

@@ -1,6 +1,6 @@
 import pytest
 
-from kubectl_meshdoctor.findings import Severity
+from kubectl_meshdoctor.core.findings import Severity
 
 from ..helpers import A, F, P, R, Wire, run
 

@@ -1,4 +1,4 @@
-from kubectl_meshdoctor.findings import Severity
+from kubectl_meshdoctor.core.findings import Severity
 
 from ..helpers import A, S, Wire, run
 
@@ -28,7 +28,7 @@ def test_late_answer_concludes_with_the_syn_ack_as_evidence():
 
 
 def test_silence_after_retransmissions_concludes_live_without_waiting_for_the_end():
-    from kubectl_meshdoctor.pipeline import Pipeline
+    from kubectl_meshdoctor.core.pipeline import Pipeline
 
     w = Wire()
     w.pkt(C, SRV, S, 1)

@@ -1,7 +1,6 @@
-from kubectl_meshdoctor.events import RedirectMap
-from kubectl_meshdoctor.pipeline import Pipeline
-from kubectl_meshdoctor.events import ContextEvent
-from kubectl_meshdoctor.findings import Severity
+from kubectl_meshdoctor.core.events import ContextEvent, RedirectMap
+from kubectl_meshdoctor.core.findings import Severity
+from kubectl_meshdoctor.core.pipeline import Pipeline
 
 from ..helpers import A, P, R, S, Wire, run
 

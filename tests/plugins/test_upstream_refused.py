@@ -1,4 +1,4 @@
-from kubectl_meshdoctor.findings import Severity
+from kubectl_meshdoctor.core.findings import Severity
 
 from ..helpers import A, R, S, Wire, run
 

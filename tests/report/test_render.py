@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.analyze import CaptureArg, analyze
-from kubectl_meshdoctor.pipeline import Pipeline
-from kubectl_meshdoctor.report import render_json, render_markdown, render_text
+from kubectl_meshdoctor.commands.analyze import analyze
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.sinks.report import render_json, render_markdown, render_text
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 from ..helpers import prefiltered
 
@@ -51,8 +52,8 @@ def test_text_and_markdown_name_the_frames_and_the_fix(report):
 def test_repeated_findings_are_grouped_with_every_occurrence_listed():
     from dataclasses import replace
 
-    from kubectl_meshdoctor.findings import FlowRef
-    from kubectl_meshdoctor.report import Report, group_findings
+    from kubectl_meshdoctor.core.findings import FlowRef
+    from kubectl_meshdoctor.sinks.report import Report, group_findings
 
     args = [CaptureArg.parse(str(DATA / "lab-collision-eth0.pcap"))]
     base = asyncio.run(analyze(args, Pipeline.with_detectors()))

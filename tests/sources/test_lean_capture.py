@@ -3,9 +3,9 @@ detector concludes from: the lab's recorded captures give the same findings whol
 and with the reader not filtering at all."""
 
 import asyncio
-import signal
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.analyze import CaptureArg, analyze
-from kubectl_meshdoctor.kube.capture import lean_filter
-from kubectl_meshdoctor.pipeline import Pipeline
+from kubectl_meshdoctor.commands.analyze import analyze
+from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.sources import tshark
+from kubectl_meshdoctor.sources.capture_filter import lean_filter
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 DATA = Path(__file__).parent.parent / "data"
 pytestmark = pytest.mark.skipif(not shutil.which("tcpdump"), reason="needs tcpdump")
@@ -29,7 +30,7 @@ class _Reads(list):
 def _chunk_everything(monkeypatch, packets: int | None) -> _Reads:
     """Split every file into chunks of ``packets`` (None: read whole); returns the list of read_file calls
     analyze makes from now on, with ``.most`` the most at once."""
-    import kubectl_meshdoctor.analyze as analyze_mod
+    import kubectl_meshdoctor.sources.files as analyze_mod
 
     if packets:
         monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
@@ -142,11 +143,13 @@ def test_one_tshark_keeps_capture_time_order_with_a_small_merge_bound(monkeypatc
     """Sharing one tshark, each file's chunk is held whole while the other file waits for the slot; analyze
     sizes the merge for that, so even a tiny default bound never releases events out of order (a file read
     whole while the other waited used to overflow it: 230k refused SYNs against a big eth0 capture)."""
-    import kubectl_meshdoctor.analyze as analyze_mod
+    import kubectl_meshdoctor.sources.files as analyze_mod
 
     _chunk_everything(monkeypatch, 7)
-    monkeypatch.setattr(analyze_mod, "MAX_BUFFERED", 3)
-    monkeypatch.setattr(analyze_mod, "HIGH_WATER", 2)
+    import kubectl_meshdoctor.commands.analyze as analyze_cmd
+
+    monkeypatch.setattr(analyze_cmd, "MAX_BUFFERED", 3)
+    monkeypatch.setattr(analyze_cmd, "HIGH_WATER", 2)
     events = []
     pipeline = Pipeline.with_detectors()
     feed = pipeline.feed

@@ -3,7 +3,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubectl_meshdoctor.analyze import CaptureArg, iface_from_name
+from kubectl_meshdoctor.sources.files import CaptureArg, iface_from_name
 from kubectl_meshdoctor.sources.merge import merge_by_time
 
 from ..helpers import S, Wire

@@ -7,9 +7,10 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Static
 
-from kubectl_meshdoctor.analyze import CaptureArg
-from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session, SessionHooks
-from kubectl_meshdoctor.tui.run import file_session
+from kubectl_meshdoctor.commands.analyze import file_session
+from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 from ..helpers import prefiltered
 
@@ -71,7 +72,7 @@ async def test_many_pods_get_one_row_each():
     """Several pods: a row per pod with its packet counts and findings, the findings tagged with their pod."""
     from dataclasses import replace
 
-    from kubectl_meshdoctor.pipeline import IfaceStats, PipelineStats
+    from kubectl_meshdoctor.core.pipeline import IfaceStats, PipelineStats
 
     stats = PipelineStats()
     for pod, lo, eth0 in (("web-1", 10, 20), ("web-2", 3, 4)):

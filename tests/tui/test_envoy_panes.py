@@ -8,11 +8,12 @@ import asyncio
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
-from kubectl_meshdoctor.pipeline import Pipeline
-from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session, SessionHooks
+from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 
 from ..local_envoy import CLUSTER, free_port, local_envoy
 from ..test_correlate import UF, UPE

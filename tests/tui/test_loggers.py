@@ -7,10 +7,11 @@ import asyncio
 
 from textual.widgets import DataTable, Static
 
+from kubectl_meshdoctor.commands.log_level import LoggerControl, current_levels
+from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
-from kubectl_meshdoctor.loglevel import LoggerControl, current_levels
-from kubectl_meshdoctor.pipeline import Pipeline
-from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session, SessionHooks
+from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 
 from ..local_envoy import free_port, local_envoy
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubectl_meshdoctor.analyze import CaptureArg
-from kubectl_meshdoctor.tui.app import MeshDoctorApp
-from kubectl_meshdoctor.tui.screens import HelpScreen
-from kubectl_meshdoctor.tui.run import file_session
+from kubectl_meshdoctor.commands.analyze import file_session
+from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.sinks.tui.screens import HelpScreen
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 from .test_app import wait_for
 from .test_triage import ready

@@ -9,12 +9,14 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Input, Static
 
-from kubectl_meshdoctor.analyze import CaptureArg, analyze
-from kubectl_meshdoctor.findings import Severity
-from kubectl_meshdoctor.pipeline import Pipeline, PipelineStats
-from kubectl_meshdoctor.tui.app import MeshDoctorApp, Session
-from kubectl_meshdoctor.tui.screens import KEYS, HelpScreen, PathPrompt
-from kubectl_meshdoctor.tui.run import file_session
+from kubectl_meshdoctor.commands.analyze import analyze
+from kubectl_meshdoctor.commands.analyze import file_session
+from kubectl_meshdoctor.core.findings import Severity
+from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.sinks.tui.session import Session
+from kubectl_meshdoctor.sinks.tui.screens import KEYS, HelpScreen, PathPrompt
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 from .test_app import screen_text, wait_for
 

@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .correlate import Correlator
-from .detectors import Detector, DetectorContext, load_detectors
+from .detector import Detector, DetectorContext
 from .events import ContextEvent, PacketEvent
 from .findings import Finding
 from .flows import FlowTable
+from .registry import load_detectors
 
 TICK_EVERY_S = 0.5  # packet time between detector ticks (silence-based conclusions such as unanswered SYNs)
 MAX_FINDINGS = 10_000

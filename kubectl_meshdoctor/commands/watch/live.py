@@ -1,4 +1,4 @@
-"""The live path of ``watch``: pod -> debug container -> tcpdump on lo and eth0 -> tshark -> pipeline.
+"""The live path of `watch`: pod -> debug container -> tcpdump on lo and eth0 -> tshark -> pipeline -> report.
 
 Blocking Kubernetes calls run in worker threads so the caller's event loop (the TUI's) never stalls on them.
 """
@@ -16,20 +16,21 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
-from .correlate import attach_counters, attach_kernel_counters
-from .kernel import counter_deltas, read_counters
-from .events import ContextEvent
-from .istio.redirect import redirect_map_from_annotations
-from .kube.capture import FULL_FILTER, ExecCapture, lean_filter, without_admin
-from .kube.client import Kube, KubeError
-from .kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
-from .kube.rbac import preflight
-from .lint import lint_pod
-from .kube.target import Target, check_capturable, pods_by_selector, resolve_pods
-from .pipeline import Pipeline, PipelineStats
-from .proxy import SIDECAR_CONTAINER, close_proxy, open_proxy
-from .report import Report
-from .sources.tshark import read_stream
+from kubectl_meshdoctor.core.correlate import attach_counters, attach_kernel_counters
+from kubectl_meshdoctor.core.events import ContextEvent
+from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
+from kubectl_meshdoctor.kube.capture import ExecCapture
+from kubectl_meshdoctor.kube.client import Kube, KubeError
+from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
+from kubectl_meshdoctor.kube.rbac import preflight
+from kubectl_meshdoctor.kube.target import Target, capturable_pods
+from kubectl_meshdoctor.lint import lint_pod
+from kubectl_meshdoctor.sinks.report import Report
+from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, without_admin
+from kubectl_meshdoctor.sources.kernel import counter_deltas, read_counters
+from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, open_proxy
+from kubectl_meshdoctor.sources.tshark import read_stream
 
 IFACES = ("lo", "eth0")
 LISTEN_TIMEOUT_S = 30.0
@@ -82,32 +83,8 @@ class WatchState:
 
 
 PipelineFactory = Callable[[str], Pipeline]
-MAX_PODS = 50
+MAX_PODS = 50  # pods one watch captures at once
 MAX_PARALLEL_SETUP = 8  # pods set up at once (container, exec, port-forward): bounded load on the API server
-
-
-async def resolve_targets(kube: Kube, opts: WatchOptions) -> list:
-    """The pods to capture: ``pod/x``, or every running pod of ``deploy/x`` / ``-l`` (at most MAX_PODS).
-    Raises KubeError when none can be captured (not found, not running, no sidecar)."""
-    if opts.selector:
-        pods = await asyncio.to_thread(pods_by_selector, kube, opts.selector, opts.namespace)
-    else:
-        pods = await asyncio.to_thread(resolve_pods, kube, opts.target, opts.namespace)
-    if len(pods) == 1 or opts.target is not None and opts.target.kind == "pod":
-        await asyncio.to_thread(check_capturable, pods[0])
-        return pods[:1]
-    capturable = []
-    for pod in pods:
-        try:
-            check_capturable(pod)
-            capturable.append(pod)
-        except KubeError:
-            pass
-    if not capturable:
-        await asyncio.to_thread(check_capturable, pods[0])  # raises with the first pod's reason
-    if len(capturable) > MAX_PODS:
-        raise KubeError(f"{len(capturable)} pods match; watch takes at most {MAX_PODS} at once (narrow with -l)")
-    return capturable
 
 
 async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pipeline, stop: asyncio.Event,
@@ -120,7 +97,7 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     state.phase = "resolving"
     what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
     progress(f"resolving {what} in namespace {opts.namespace}")
-    pods = await resolve_targets(kube, opts)
+    pods = await asyncio.to_thread(capturable_pods, kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
     factory = pipelines if callable(pipelines) else (lambda _: pipelines)  # a Pipeline itself is not callable
     if len(pods) == 1:
         return await watch_pod(kube, opts, pods[0], factory(pods[0].metadata.name), stop, progress, state)
@@ -272,8 +249,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     problems += proxy.problems
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
     kernel = counter_deltas(kernel_before, kernel_after) if kernel_after else {}
-    backs = {d.id: d.envoy_counters for d in pipeline.detectors}
-    findings = attach_kernel_counters(attach_counters(pipeline.finish(), moved, backs), kernel)
+    envoy_backs = {d.id: d.envoy_counters for d in pipeline.detectors}
+    kernel_backs = {d.id: d.kernel_counters for d in pipeline.detectors}
+    findings = attach_kernel_counters(attach_counters(pipeline.finish(), moved, envoy_backs), kernel, kernel_backs)
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
               "container_reused": dbg.reused, "interfaces": list(opts.ifaces), "captures": captures,
               "capture_filter": "full" if opts.full_capture else "lean"}

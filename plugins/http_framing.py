@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..detectors import Detector
-from ..events import HttpStart, PacketEvent
-from ..findings import Evidence, Finding, FlowRef, Severity
-from ..flows import Flow
-from ..remedies import virtual_service_retries
-from ..redact import header_line, raw_line
+from kubectl_meshdoctor.core.detector import Detector
+from kubectl_meshdoctor.core.events import HttpStart, PacketEvent
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.flows import Flow
+from kubectl_meshdoctor.core.redact import header_line, raw_line
+from kubectl_meshdoctor.core.remedies import virtual_service_retries
 
 
 def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:

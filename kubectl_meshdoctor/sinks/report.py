@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .. import __version__
-from ..findings import Finding, Severity
-from ..ladder import render_ladder
-from ..pipeline import PipelineStats
+from kubectl_meshdoctor import __version__
+from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.pipeline import PipelineStats
+
+from .ladder import render_ladder
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # at least one finding of severity error

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import dpkt
 from dpkt import pcapng
 
-from .events import split_endpoint
-from .findings import Finding
+from kubectl_meshdoctor.core.events import split_endpoint
+from kubectl_meshdoctor.core.findings import Finding
 
 CONTEXT_BEFORE_S = 300.0  # the flow table's idle limit: a peer connection older than this is not part of it
 CONTEXT_AFTER_S = 5.0

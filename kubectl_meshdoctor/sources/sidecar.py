@@ -12,14 +12,14 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .envoy.access_log import parse_line
-from .envoy.server_info import envoy_version
-from .envoy.stats import by_cluster, delta, parse_stats
-from .events import ContextEvent
-from .kube.admin import ADMIN_PORT, EnvoyAdmin
-from .kube.client import Kube, KubeError
-from .kube.logs import LogFollower
-from .pipeline import Pipeline
+from kubectl_meshdoctor.core.events import ContextEvent
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.envoy.server_info import envoy_version
+from kubectl_meshdoctor.envoy.stats import by_cluster, delta, parse_stats
+from kubectl_meshdoctor.kube.admin import ADMIN_PORT, EnvoyAdmin
+from kubectl_meshdoctor.kube.client import Kube, KubeError
+from kubectl_meshdoctor.kube.logs import LogFollower
 
 SIDECAR_CONTAINER = "istio-proxy"
 

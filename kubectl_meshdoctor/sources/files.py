@@ -1,22 +1,19 @@
-"""Offline analysis: capture files through the same pipeline as a live capture."""
+"""Capture files as a source: the FILE[:IFACE] arguments, their checks, and reading them through tshark, in
+chunks when large (editcap), with frame numbers as Wireshark shows them for the whole file."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import glob
 import os
-import shutil
-import tempfile
 import re
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .pipeline import Pipeline
-from .report import Report
-from .sources.merge import HIGH_WATER, MAX_BUFFERED, merge_by_time
-from .sources.tshark import ReadResult, read_file
+from kubectl_meshdoctor.sources.tshark import ReadResult, read_file
 
 # pcap (both byte orders, micro- and nanosecond), pcapng section header block.
 _MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1", b"\x0a\x0d\x0d\x0a")
@@ -121,7 +118,10 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
     return sorted(glob.glob(os.path.join(into, "chunk_*"))), (lines[-1] if lines else None)
 
 
-async def _reader(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_event, gate) -> ReadResult:
+async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_event, gate) -> ReadResult:
+    """Read capture ``a`` into ``on_event`` with one tshark slot of ``slots``: a large file in chunks of
+    CHUNK_PACKETS (editcap), each chunk's frames renumbered back to the file's own. ``gate`` is the merge's
+    turn-taking (sources/merge.py). Returns what tshark read."""
     # ``shared``: fewer tshark slots than files. A reader then reads a whole chunk once it holds a slot (the
     # merge buffers it) and waits its turn in capture time only between chunks: a reader holding the slot while
     # shut at the gate would wait for packets of another file that no tshark can read.
@@ -152,36 +152,3 @@ async def _reader(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_even
             error = r.error or error
         cut = bool(complaint and "cut short" in complaint)
         return ReadResult(packets, last, cut, error or (None if cut else complaint), frames)
-
-
-async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None) -> Report:
-    """Run every capture through ``pipeline`` and build the report, with at most ``jobs`` tshark processes at
-    once (None: JOBS). Raises InputError for unreadable input, ValueError for ``jobs`` < 1."""
-    jobs = JOBS if jobs is None else jobs
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, not {jobs}")
-    for a in args:
-        check_capture(a.path)
-    problems: list[dict] = []
-    slots = asyncio.Semaphore(jobs)
-    shared = jobs < len(args)
-    readers = [functools.partial(_reader, a, slots, shared) for a in args]
-    # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
-    # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
-    held = len(args) * (CHUNK_PACKETS + HIGH_WATER) if shared else 0
-    results = await merge_by_time(readers, pipeline.feed, max_buffered=max(MAX_BUFFERED, held),
-                                  high_water=HIGH_WATER)
-    for a, result in zip(args, results):
-        if isinstance(result, BaseException):
-            raise result
-        if result.frames_read is not None:
-            pipeline.stats.frames_read[a.path] = result.frames_read
-        if result.cut_short:
-            whole = complete_frames(a.path)
-            last = whole if whole is not None else result.last_frame
-            problems.append({"where": a.path, "what": f"capture cut short in the middle of a packet after frame "
-                                                      f"{last}; analysed up to there", "cut_after_frame": last})
-        elif result.error:
-            problems.append({"where": a.path, "what": f"tshark: {result.error}"})
-    findings = pipeline.finish()
-    return Report({"kind": "pcap", "files": [a.path for a in args]}, pipeline.stats, findings, problems)

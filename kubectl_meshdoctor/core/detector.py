@@ -1,24 +1,21 @@
-"""The detector API and the registry that finds detectors.
+"""The detector API: what a detector is given (``DetectorContext``), what it overrides (``Detector``) and
+the bounded helpers several share. ``registry`` finds detectors; this module knows none of them.
 
-A detector is one module in ``kubectl_meshdoctor/plugins/`` (or a class another package registers under the
-entry-point group ``kubectl_meshdoctor.detectors``). It consumes events, keeps its own bounded state and returns
-findings. It imports neither the TUI, the Kubernetes client nor pyshark.
+A detector is one module (the built-ins in the top-level ``plugins/``, installed as
+``kubectl_meshdoctor_plugins``) registered under the entry-point group ``kubectl_meshdoctor.detectors``. It
+consumes events, keeps its own bounded state and returns findings. It imports neither a source nor a sink, the
+Kubernetes client nor pyshark (docs/ADDING_A_DETECTOR.md).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import ClassVar
 
 from .events import ContextEvent, PacketEvent, RedirectMap
 from .findings import Finding
 from .flows import Flow, FlowTable
-
-ENTRY_POINT_GROUP = "kubectl_meshdoctor.detectors"
 
 
 @dataclass(slots=True)
@@ -43,6 +40,9 @@ class Detector:
     # The cluster stats (names after `cluster.<name>.`) that real Envoy moves on the inbound cluster of the
     # finding's server port when this failure happens; the report attaches those that moved during the run.
     envoy_counters: ClassVar[tuple[str, ...]] = ()
+    # The kernel counters (nstat names, read from the pod's network namespace) that count this failure; the
+    # report attaches those that moved during the run.
+    kernel_counters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx
@@ -58,40 +58,6 @@ class Detector:
 
     def finish(self) -> Iterable[Finding]:
         return ()
-
-
-class UnknownDetectorError(ValueError):
-    """A detector id was asked for that no plugin provides."""
-
-
-def available_detectors() -> dict[str, type[Detector]]:
-    """Every detector class by id: the built-in plugins first, then entry points (which cannot shadow them).
-
-    Raises ImportError when a built-in plugin fails to import (a packaging bug we want to see).
-    """
-    from . import plugins
-
-    found: dict[str, type[Detector]] = {}
-    for mod in pkgutil.iter_modules(plugins.__path__, plugins.__name__ + "."):
-        module = importlib.import_module(mod.name)
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, Detector) and obj is not Detector and obj.id:
-                found.setdefault(obj.id, obj)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        obj = ep.load()
-        if isinstance(obj, type) and issubclass(obj, Detector) and obj.id:
-            found.setdefault(obj.id, obj)
-    return found
-
-
-def load_detectors(ctx: DetectorContext, only: Iterable[str] | None = None) -> list[Detector]:
-    """Instantiate detectors (all, or the ids in ``only``). Raises UnknownDetectorError for an unknown id."""
-    classes = available_detectors()
-    ids = list(classes) if only is None else list(only)
-    missing = [i for i in ids if i not in classes]
-    if missing:
-        raise UnknownDetectorError(f"unknown detector {', '.join(missing)}; known: {', '.join(sorted(classes))}")
-    return [classes[i](ctx) for i in ids]
 
 
 class PendingSyns:

@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..detectors import Detector, PendingSyns
-from ..events import PacketEvent, endpoint
-from ..findings import Evidence, Finding, FlowRef, Severity
-from ..flows import Flow
-
+from kubectl_meshdoctor.core.detector import Detector, PendingSyns
+from kubectl_meshdoctor.core.events import PacketEvent, endpoint
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.flows import Flow
 
 
 @dataclass(slots=True)
@@ -51,6 +50,8 @@ metadata:
 
 class TupleCollision(Detector):
     id = "tuple-collision"
+    # The kernel counts the challenge ACK it sends (RFC 5961 section 4) and conntrack the insert it refuses.
+    kernel_counters = ("TcpExtTCPChallengeACK", "ConntrackInsertFailed", "ConntrackDrop")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

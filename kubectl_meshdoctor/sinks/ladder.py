@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .events import split_endpoint
-from .findings import Evidence, Finding
+from kubectl_meshdoctor.core.events import split_endpoint
+from kubectl_meshdoctor.core.findings import Evidence, Finding
 
 LANES = ("client", "eth0", "sidecar", "app (lo)")
 _X = (0, 12, 36, 60)  # lane columns inside the diagram; labels fit between eth0 and sidecar, sidecar and app

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..detectors import Detector
-from ..events import PacketEvent
-from ..findings import Evidence, Finding, FlowRef, Severity
-from ..flows import Flow
-from ..remedies import destination_rule_pool, virtual_service_retries
+from kubectl_meshdoctor.core.detector import Detector
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.flows import Flow
+from kubectl_meshdoctor.core.remedies import destination_rule_pool, virtual_service_retries
 
 RACE_WINDOW_S = 0.05  # a request this much before the FIN crossed it on the wire: the same race
 # A request this long after the connection's last response found it idle in Envoy's pool: pipelined or
@@ -46,6 +46,8 @@ class StaleKeepalive(Detector):
     id = "stale-keepalive"
     # What real Envoy moves for this class (the inbound cluster of the app port).
     envoy_counters = ("upstream_cx_destroy_remote_with_active_rq",)
+    # TcpExtTCPAbortOnClose: a close() with unread data, answered by RST: the app's side of the race.
+    kernel_counters = ("TcpEstabResets", "TcpOutRsts", "TcpExtTCPAbortOnClose")
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.iface != "lo":

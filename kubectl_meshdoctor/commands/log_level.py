@@ -7,14 +7,16 @@ Source: Envoy source/server/admin/logs_handler.cc; istio/istio istioctl/pkg/prox
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .envoy.logging import log_level_queries, logging_error, parse_logging
-from .kube.admin import EnvoyAdmin
-from .kube.client import KubeError
+from kubectl_meshdoctor.commands.console import error
+from kubectl_meshdoctor.envoy.logging import log_level_queries, logging_error, parse_logging
+from kubectl_meshdoctor.kube.admin import EnvoyAdmin
+from kubectl_meshdoctor.kube.client import KubeError
 
 MAX_PARALLEL = 8
 
@@ -104,3 +106,43 @@ class LoggerControl:
         if not self._known:
             self.levels()
         return apply_levels(self.admin, log_level_queries(spec, self._known)).levels
+
+
+def run(args) -> int:
+    """`kubectl meshdoctor log-level`: show or set the sidecars' Envoy logger levels."""
+    import json
+
+    from kubectl_meshdoctor.envoy.logging import RESET
+    from kubectl_meshdoctor.kube.admin import EnvoyAdmin
+    from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
+    from kubectl_meshdoctor.kube.target import Target, check_capturable, pods_by_selector, resolve_pods
+
+    from .log_level import render_table, set_log_levels
+
+    if bool(args.target) == bool(args.selector):
+        return error("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
+    spec = RESET if args.reset else args.level
+    admins: list[EnvoyAdmin] = []
+    try:
+        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
+        ns = args.namespace or kube.namespace
+        pods = (pods_by_selector(kube, args.selector, ns) if args.selector
+                else resolve_pods(kube, Target.parse(args.target), ns))
+        for pod in pods:
+            check_capturable(pod)
+        admins = [EnvoyAdmin(kube, pod.metadata.namespace, pod.metadata.name, args.proxy_admin_port)
+                  for pod in pods]
+        results = set_log_levels(admins, spec)
+    except (ValueError, KubeError) as e:  # LevelError is a ValueError; nothing was changed then
+        return error(str(e))
+    finally:
+        for a in admins:
+            a.close()
+    if args.output == "json":
+        print(json.dumps({"level": spec, "proxies": [{"pod": r.pod, "loggers": r.levels} for r in results]},
+                         indent=2))
+    else:
+        named = tuple(part.replace("=", ":").split(":")[0].strip() for part in (args.level or "").split(",")
+                      if ":" in part or "=" in part)
+        sys.stdout.write(render_table(results, named))
+    return 0

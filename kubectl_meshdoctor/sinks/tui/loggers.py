@@ -12,7 +12,7 @@ LEVEL_KEYS = {"t": "trace", "d": "debug", "i": "info", "w": "warning", "e": "err
 
 
 class LoggersScreen(Screen):
-    """``control`` has ``levels()`` and ``apply(spec)`` (loglevel.LoggerControl); both block, so they run in
+    """``control`` has ``levels()`` and ``apply(spec)`` (commands.log_level.LoggerControl); both block, so they run in
     worker threads and the table is redrawn from what the proxy answers."""
 
     BINDINGS = [

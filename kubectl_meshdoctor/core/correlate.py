@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
-from .envoy.access_log import AccessLogEntry
-from .envoy.flags import flag
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.flags import flag
+
 from .findings import Evidence, Finding, FlowRef, Severity
 
 FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR"})
@@ -158,12 +159,13 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
     return out
 
 
-def attach_kernel_counters(findings: list[Finding], deltas: dict[str, int]) -> list[Finding]:
-    """Each finding with the kernel counters that back its detector (kernel.BACKS) and moved during the run."""
-    from .kernel import BACKS
-
+def attach_kernel_counters(findings: list[Finding], deltas: dict[str, int],
+                           backs: dict[str, tuple[str, ...]]) -> list[Finding]:
+    """Each finding with the kernel counters (nstat names, e.g. ``TcpExtTCPChallengeACK``) that back its
+    detector and moved during the run. ``deltas`` is counter -> delta; ``backs`` is detector id -> the
+    counters it declares (Detector.kernel_counters)."""
     out = []
     for f in findings:
-        backing = {f"kernel.{n}": deltas[n] for n in BACKS.get(f.detector, ()) if n in deltas}
+        backing = {f"kernel.{n}": deltas[n] for n in backs.get(f.detector, ()) if n in deltas}
         out.append(replace(f, counters={**f.counters, **backing}) if backing else f)
     return out

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..detectors import Detector, PendingSyns
-from ..events import PacketEvent
-from ..findings import Evidence, Finding, FlowRef, Severity
-from ..flows import Flow
+from kubectl_meshdoctor.core.detector import Detector, PendingSyns
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.flows import Flow
 
 
 def _remediation(port: int) -> str:
@@ -48,6 +48,7 @@ DETAILS = "upstream_reset_before_response_started{remote_connection_failure|dela
 class UpstreamRefused(Detector):
     id = "upstream-refused"
     envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
+    kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

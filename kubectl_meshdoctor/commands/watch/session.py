@@ -1,27 +1,21 @@
-"""Wiring the cores (live ``watch``, offline ``analyze``) to the app; the app itself knows nothing of either."""
+"""`watch` in the TUI: a Session over the live path (live.py), one fresh pipeline per pod."""
 
 from __future__ import annotations
 
 import heapq
 import shutil
-import sys
 import tempfile
-from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ..envoy.clusters import parse_clusters
-from ..evidence_pcap import save_evidence
-from ..findings import Finding
-from ..kube.admin import EnvoyAdmin
-from ..kube.client import Kube
-from ..loglevel import LoggerControl
-from ..live import WatchOptions, WatchState, watch
-from ..pipeline import Pipeline, PipelineStats
-from ..report import RENDERERS, Report
-from .app import MeshDoctorApp, Session, SessionHooks
-
-KEEP_RECENT = 10_000  # packets per pipeline the packets pane can filter (the reader yields only telling ones)
+from kubectl_meshdoctor.commands.log_level import LoggerControl
+from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, run_session
+from kubectl_meshdoctor.commands.watch.live import WatchOptions, WatchState, watch
+from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.envoy.clusters import parse_clusters
+from kubectl_meshdoctor.kube.admin import EnvoyAdmin
+from kubectl_meshdoctor.kube.client import Kube
+from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 
 
 def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
@@ -41,40 +35,6 @@ def _recent(pipelines: list[Pipeline]) -> list:
     if len(pipelines) == 1:
         return list(pipelines[0].recent)
     return list(heapq.merge(*(list(p.recent) for p in pipelines), key=lambda ev: ev.ts))
-
-
-def _saver(sources: Mapping[str, str] | Callable[[], Mapping[str, str]]):
-    """``Session.save_evidence`` over capture files: ``sources`` maps evidence sources to files (or is a
-    callable returning that map as it is at the time of saving)."""
-
-    def save(f: Finding, path: str, overwrite: bool) -> str:
-        files = sources() if callable(sources) else sources
-        saved = save_evidence(f, files, path, overwrite)
-        frames = ", ".join(f"{src}: {len(n)} frames" for src, n in saved.frames.items())
-        return f"saved {saved.packets} packets to {saved.path} ({frames})"
-
-    return save
-
-
-def file_session(captures: list, redact: bool = True, jobs: int | None = None) -> Session:
-    """A Session that runs capture files (``analyze.CaptureArg``) through the real pipeline, then stays on screen
-    until q like a live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at once (analyze's)."""
-    from ..analyze import analyze
-
-    box: list[Pipeline] = [Pipeline.with_detectors(redact=redact)]
-
-    async def run(hooks: SessionHooks) -> Report:
-        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, keep_recent=KEEP_RECENT)
-        box[0] = pipeline
-        hooks.progress(f"reading {', '.join(c.path for c in captures)}")
-        report = await analyze(captures, pipeline, jobs=jobs)
-        hooks.progress(f"read {report.stats.packets} packets analysed; q quits")
-        await hooks.stop.wait()
-        return report
-
-    return Session(run=run, stats=lambda: box[0].stats, describe=f"files: {' '.join(c.path for c in captures)}",
-                   packets=lambda: box[0].recent, save_evidence=_saver({c.path: c.path for c in captures}),
-                   redact=redact)
 
 
 def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session:
@@ -132,22 +92,7 @@ def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session
                    problems=problems, drops=drops, packets=lambda: _recent(pipelines) if pipelines else (),
                    describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None,
                    loggers=loggers, clusters=clusters, pod=first_pod, access_log=access_log,
-                   save_evidence=_saver(capture_files), redact=redact)
-
-
-def run_session(session: Session, output: str) -> int:
-    """Run the app; on exit print the report (``output`` format) so the findings outlive the screen."""
-    app = MeshDoctorApp(session)
-    report = app.run()
-    if app.error:
-        sys.stderr.write(f"kubectl meshdoctor: error: {app.error}\n")
-        return 2
-    if report is None:
-        return 0
-    for p in report.problems:
-        sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
-    sys.stdout.write(RENDERERS[output](report))
-    return report.exit_code()
+                   save_evidence=evidence_saver(capture_files), redact=redact)
 
 
 def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .events import PacketEvent
-from .findings import Finding
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Finding
 
 _FLAG_CHARS = frozenset("SFRP.")
 HELP = "terms, all must match: an ip, a port, flags (S F R P . e.g. R or S.), lo/eth0, frame:N; key:value works too"

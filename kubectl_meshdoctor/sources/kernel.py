@@ -43,22 +43,12 @@ def counter_deltas(before: dict[str, int], after: dict[str, int], names=WATCHED)
     return {n: after[n] - before.get(n, 0) for n in names if n in after and after[n] != before.get(n, 0)}
 
 
-# Which kernel counters back which detector's findings.
-BACKS = {
-    "tuple-collision": ("TcpExtTCPChallengeACK", "ConntrackInsertFailed", "ConntrackDrop"),
-    "syn-timeout": ("TcpExtListenDrops", "TcpExtListenOverflows", "ConntrackInsertFailed", "ConntrackDrop"),
-    # TcpExtTCPAbortOnClose: a close() with unread data, answered by RST: the app's side of the race.
-    "stale-keepalive": ("TcpEstabResets", "TcpOutRsts", "TcpExtTCPAbortOnClose"),
-    "upstream-refused": ("TcpAttemptFails", "TcpOutRsts"),
-}
-
-
 def read_counters(kube, namespace: str, pod: str, container: str) -> dict[str, int]:
     """The counters as seen from ``container`` (the debug container shares the pod's network namespace).
     Raises KubeError when the exec is refused."""
     from kubernetes.stream import stream
 
-    from .kube.client import KubeError, api_error_message
+    from kubectl_meshdoctor.kube.client import KubeError, api_error_message
 
     try:
         out = stream(kube.streaming_core().connect_get_namespaced_pod_exec, pod, namespace, container=container,

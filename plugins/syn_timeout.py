@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..detectors import Detector, PendingSyns
-from ..events import PacketEvent
-from ..findings import Evidence, Finding, FlowRef, Severity
-from ..flows import Flow
-from ..remedies import destination_rule_pool, virtual_service_retries
+from kubectl_meshdoctor.core.detector import Detector, PendingSyns
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.flows import Flow
+from kubectl_meshdoctor.core.remedies import destination_rule_pool, virtual_service_retries
 
 ERROR_AFTER_RETRANSMITS = 3
 
@@ -44,6 +44,8 @@ class SynTimeout(Detector):
     ERROR_AFTER_RETRANSMITS retransmissions on."""
 
     id = "syn-timeout"
+    # A SYN the listener dropped (full accept queue) or conntrack refused leaves no answer on the wire.
+    kernel_counters = ("TcpExtListenDrops", "TcpExtListenOverflows", "ConntrackInsertFailed", "ConntrackDrop")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

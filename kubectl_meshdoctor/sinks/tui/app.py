@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual import on, work
@@ -21,51 +19,20 @@ from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from ..events import PacketEvent
-from ..findings import Finding, Severity
-from ..ladder import render_ladder
-from ..packet_filter import FilterError, PacketFilter, of_finding
-from ..pipeline import PipelineStats
-from ..redact import SENSITIVE_HEADERS
-from ..report import RENDERERS, Report
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS
+from kubectl_meshdoctor.sinks.ladder import render_ladder
+from kubectl_meshdoctor.sinks.report import RENDERERS, Report
+
+from .packet_filter import FilterError, PacketFilter, of_finding
+from .session import Session, SessionHooks
 
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match): a redraw stays short
 NARROW = 110  # below this many columns the panes stack
-# Progress messages of start-up steps that wait on something (live.watch, kube.debug): shown with their age.
+# Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
 _WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
-
-
-@dataclass(slots=True)
-class SessionHooks:
-    """What a session calls back into, and the stop signal it must honour."""
-
-    on_finding: Callable[[Finding], None]
-    progress: Callable[[str], None]
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(slots=True)
-class Session:
-    """A capture run for the app: ``run(hooks)`` returns the final report; ``stats()`` is polled for counts;
-    ``describe`` is shown in the header (context, namespace, target)."""
-
-    run: Callable[[SessionHooks], Awaitable[Report]]
-    stats: Callable[[], PipelineStats]
-    describe: str
-    phase: Callable[[], str] = lambda: ""
-    exit_when_done: bool = False  # leave the screen when the run ends by itself (watch --duration)
-    loggers: Callable[[], object | None] = lambda: None  # a LoggerControl once the proxy is known
-    clusters: Callable[[], Callable[[], dict] | None] = lambda: None  # a /clusters fetcher once known
-    access_log: Callable[[], list] = lambda: []  # the access-log entries followed so far
-    pod: Callable[[], str | None] = lambda: None
-    problems: Callable[[], list[str]] = lambda: []  # input trouble so far (a lost capture stream), one line each
-    packets: Callable[[], Sequence[PacketEvent]] = lambda: ()  # the latest packets analysed, oldest first
-    drops: Callable[[], dict[str, int | None]] = lambda: {}  # capture -> packets dropped (None: not known yet)
-    # Writes the finding's packets to a pcapng path (overwrite?) and returns a one-line summary; raises
-    # evidence_pcap.SaveError. None when the session keeps no capture bytes.
-    save_evidence: Callable[[Finding, str, bool], str] | None = None
-    redact: bool = True
 
 
 def finding_detail(f: Finding, redact: bool = True) -> str:

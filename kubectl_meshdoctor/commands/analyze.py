@@ -1,0 +1,125 @@
+"""`kubectl meshdoctor analyze FILE...`: capture files through the same pipeline as a live capture, offline."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import signal
+import sys
+
+from kubectl_meshdoctor.commands.console import error, progress_line
+from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.sinks.report import RENDERERS, Report
+from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
+from kubectl_meshdoctor.sources import files
+from kubectl_meshdoctor.sources.files import CaptureArg, InputError, check_capture, complete_frames, read_capture
+from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, merge_by_time
+
+
+async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None) -> Report:
+    """Run every capture through ``pipeline`` and build the report, with at most ``jobs`` tshark processes at
+    once (None: sources.files.JOBS). Raises InputError for unreadable input, ValueError for ``jobs`` < 1."""
+    jobs = files.JOBS if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
+    for a in args:
+        check_capture(a.path)
+    problems: list[dict] = []
+    slots = asyncio.Semaphore(jobs)
+    shared = jobs < len(args)
+    readers = [functools.partial(read_capture, a, slots, shared) for a in args]
+    # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
+    # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
+    held = len(args) * (files.CHUNK_PACKETS + HIGH_WATER) if shared else 0
+    results = await merge_by_time(readers, pipeline.feed, max_buffered=max(MAX_BUFFERED, held),
+                                  high_water=HIGH_WATER)
+    for a, result in zip(args, results):
+        if isinstance(result, BaseException):
+            raise result
+        if result.frames_read is not None:
+            pipeline.stats.frames_read[a.path] = result.frames_read
+        if result.cut_short:
+            whole = complete_frames(a.path)
+            last = whole if whole is not None else result.last_frame
+            problems.append({"where": a.path, "what": f"capture cut short in the middle of a packet after frame "
+                                                      f"{last}; analysed up to there", "cut_after_frame": last})
+        elif result.error:
+            problems.append({"where": a.path, "what": f"tshark: {result.error}"})
+    findings = pipeline.finish()
+    return Report({"kind": "pcap", "files": [a.path for a in args]}, pipeline.stats, findings, problems)
+
+
+def file_session(captures: list, redact: bool = True, jobs: int | None = None) -> Session:
+    """A Session that runs capture files (``sources.files.CaptureArg``) through the real pipeline, then stays on screen
+    until q like a live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at once (analyze's)."""
+    box: list[Pipeline] = [Pipeline.with_detectors(redact=redact)]
+
+    async def run(hooks: SessionHooks) -> Report:
+        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, keep_recent=KEEP_RECENT)
+        box[0] = pipeline
+        hooks.progress(f"reading {', '.join(c.path for c in captures)}")
+        report = await analyze(captures, pipeline, jobs=jobs)
+        hooks.progress(f"read {report.stats.packets} packets analysed; q quits")
+        await hooks.stop.wait()
+        return report
+
+    return Session(run=run, stats=lambda: box[0].stats, describe=f"files: {' '.join(c.path for c in captures)}",
+                   packets=lambda: box[0].recent, save_evidence=evidence_saver({c.path: c.path for c in captures}),
+                   redact=redact)
+
+
+
+def run(args) -> int:
+    """`kubectl meshdoctor analyze FILE...`: the report of the captures, or the TUI with --tui."""
+    captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
+    if args.tui:
+        from kubectl_meshdoctor.commands.tui import run_session
+
+        try:
+            for c in captures:
+                check_capture(c.path)
+        except InputError as e:
+            return error(str(e))
+        if not (sys.stdout.isatty() and sys.stdin.isatty()):
+            return error("--tui needs a terminal (drop --tui to print the report)")
+        return run_session(file_session(captures, args.redact, args.jobs), args.output)
+
+    stopped_by: list[int] = []
+
+    async def run():
+        # Ctrl-C, SIGTERM and SIGHUP cancel the run, so tshark and editcap are stopped and the chunk files beside
+        # the user's capture are removed. Only the first does: a second Ctrl-C must not cut that cleanup short.
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+
+        def on_signal(sig: int) -> None:
+            stopped_by.append(sig)
+            if len(stopped_by) == 1:
+                task.cancel()
+
+        stoppers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        for sig in stoppers:
+            loop.add_signal_handler(sig, on_signal, sig)
+        pipeline = Pipeline.with_detectors(redact=args.redact)
+        ticker = asyncio.create_task(progress_line(pipeline, "analyzing"))
+        try:
+            return await analyze(captures, pipeline, jobs=args.jobs)
+        finally:
+            ticker.cancel()
+            # Removed while the loop runs: asyncio.run closes the loop's wakeup pipe before it removes them, and a
+            # signal in between printed "Exception ignored ... Bad file descriptor" with a traceback.
+            for sig in stoppers:
+                loop.remove_signal_handler(sig)
+                if stopped_by:  # already on the way out: a repeated Ctrl-C must not interrupt the exit either
+                    signal.signal(sig, signal.SIG_IGN)
+
+    try:
+        report = asyncio.run(run())
+    except InputError as e:
+        return error(str(e))
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        return 128 + stopped_by[0]
+    sys.stdout.write(RENDERERS[args.output](report))
+    return report.exit_code()

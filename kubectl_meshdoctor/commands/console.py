@@ -1,0 +1,39 @@
+"""What every command prints on the terminal besides its report: the one-line error, and a progress line.
+
+Errors are one line on stderr and exit 2 (docs/DESIGN.md, exit codes); progress goes to a terminal only, so a
+script's stderr holds just the error line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from kubectl_meshdoctor.sinks.report import EXIT_USAGE
+
+PROG = "kubectl meshdoctor"
+
+
+def error(message: str) -> int:
+    """Write ``PROG: error: message`` to stderr; return the usage exit code (2)."""
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return EXIT_USAGE
+
+
+async def progress_line(pipelines, label: str, every_s: float = 1.0) -> None:
+    """Rewrite one status line on a terminal's stderr every ``every_s`` seconds until cancelled; ``pipelines``
+    is one Pipeline or a list that may grow (one per pod)."""
+    if not sys.stderr.isatty():
+        return
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            group = pipelines if isinstance(pipelines, list) else [pipelines]
+            packets = sum(p.stats.packets for p in group)
+            findings = sum(len(p.findings) for p in group)
+            per_iface = ", ".join(f"{k} {v.packets}" for k, v in sorted(group[0].stats.by_iface.items())) \
+                if len(group) == 1 else f"{len(group)} pods"
+            sys.stderr.write(f"\r{label}: {packets} packets analysed ({per_iface}), {findings} findings ")
+            sys.stderr.flush()
+    finally:
+        sys.stderr.write("\r\033[K")

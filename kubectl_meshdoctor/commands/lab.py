@@ -1,0 +1,59 @@
+"""`kubectl meshdoctor lab up|down|status`: the pod lab (kubectl_meshdoctor.lab, the `lab` extra)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from kubectl_meshdoctor.commands.console import error
+
+
+def run(args) -> int:
+    """`kubectl meshdoctor lab up|down|status`."""
+    from kubectl_meshdoctor.lab import lab
+    from kubectl_meshdoctor.lab.state import LabError
+
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.name):
+        return error(f'lab name "{args.name}" must be a Kubernetes namespace name (lower case letters, digits, -)')
+    state_dir = args.state_dir or lab.default_state_dir(args.name)
+    try:
+        if args.lab_command == "up":
+            pods = [p.strip() for p in args.pods.split(",") if p.strip()]
+            sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)} ...\n")
+            mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
+            state = lab.up(args.name, state_dir, pods, mesh=mesh)
+            print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
+                  f"{state.namespace}")
+            print(f"kubeconfig: {state.kubeconfig}")
+            print(f"try:  kubectl meshdoctor watch pod/{state.pods[0].name} --kubeconfig {state.kubeconfig}")
+        elif args.lab_command == "down":
+            lab.down(state_dir)
+            print(f"lab in {state_dir} is down")
+        else:
+            state = lab.status(state_dir)
+            if state is None:
+                print(f"no lab in {state_dir}")
+                return 0
+            print(describe_lab(state))
+            obs = state.observed
+            return 0 if obs is None or (not obs.dead and not obs.netns_missing) else 1
+    except LabError as e:
+        return error(str(e))
+    return 0
+
+
+def describe_lab(state) -> str:
+    obs = state.observed
+    lines = [f"lab {state.name}: namespace {state.namespace}, kubeconfig {state.kubeconfig}",
+             f"  sidecars: Envoy, access log {state.mesh.access_log_encoding}, inbound dialled "
+             + ("on 127.0.0.1 (Istio < 1.10)" if state.mesh.legacy_inbound else "from 127.0.0.6 (Istio >= 1.10)")]
+    for pod in state.pods:
+        lines.append(f"  pod/{pod.name}  {pod.pod_ip}  client {pod.client_ip}  netns {pod.netns}  "
+                     f"scenario {pod.scenario}")
+    if obs is not None:
+        lines.append(f"  processes running: {', '.join(obs.running) or 'none'}")
+        if obs.dead:
+            lines.append(f"  processes dead: {', '.join(obs.dead)} (see the logs in {state.state_dir})")
+        if obs.netns_missing:
+            lines.append(f"  network namespaces missing: {', '.join(obs.netns_missing)}")
+    return "\n".join(lines)

@@ -1,0 +1,44 @@
+"""Runs a session in the TUI (sinks/tui) and prints its report when the screen closes; what both `watch` and
+`analyze --tui` share."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+
+from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.sinks.evidence_pcap import save_evidence
+from kubectl_meshdoctor.sinks.report import RENDERERS
+from kubectl_meshdoctor.sinks.tui.session import Session
+
+KEEP_RECENT = 10_000  # packets per pipeline the packets pane can filter (the reader yields only telling ones)
+
+
+def evidence_saver(sources: Mapping[str, str] | Callable[[], Mapping[str, str]]):
+    """``Session.save_evidence`` over capture files: ``sources`` maps evidence sources to files (or is a
+    callable returning that map as it is at the time of saving)."""
+
+    def save(f: Finding, path: str, overwrite: bool) -> str:
+        files = sources() if callable(sources) else sources
+        saved = save_evidence(f, files, path, overwrite)
+        frames = ", ".join(f"{src}: {len(n)} frames" for src, n in saved.frames.items())
+        return f"saved {saved.packets} packets to {saved.path} ({frames})"
+
+    return save
+
+
+def run_session(session: Session, output: str) -> int:
+    """Run the app; on exit print the report (``output`` format) so the findings outlive the screen."""
+    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp  # textual is imported only to draw
+
+    app = MeshDoctorApp(session)
+    report = app.run()
+    if app.error:
+        sys.stderr.write(f"kubectl meshdoctor: error: {app.error}\n")
+        return 2
+    if report is None:
+        return 0
+    for p in report.problems:
+        sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
+    sys.stdout.write(RENDERERS[output](report))
+    return report.exit_code()

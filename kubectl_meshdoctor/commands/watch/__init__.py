@@ -1,0 +1,139 @@
+"""`kubectl meshdoctor watch`: flags to WatchOptions, then the TUI on a terminal (session.py), else a headless
+capture (live.py) and its report on stdout; `--dry-run` prints what would change in the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+from kubectl_meshdoctor.commands.console import error, progress_line
+from kubectl_meshdoctor.commands.watch.live import WatchOptions, watch
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
+from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name
+from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
+from kubectl_meshdoctor.kube.target import Target
+from kubectl_meshdoctor.sinks.report import RENDERERS
+
+
+def _ifaces(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", n)]
+    if not names or bad:
+        raise ValueError(f"--iface takes interface names like lo,eth0 (got {text!r})")
+    return names
+
+
+def _watch_options(args, kube):
+
+    return WatchOptions(target=Target.parse(args.target) if args.target else None, selector=args.selector,
+                        namespace=args.namespace or kube.namespace,
+                        duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
+                        write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
+                        full_capture=args.full_capture,
+                        ifaces=_ifaces(args.iface), profile=args.profile, start_timeout_s=args.start_timeout)
+
+
+def run(args) -> int:
+    """`kubectl meshdoctor watch`: the TUI on a terminal, else a headless capture and its report."""
+
+    if bool(args.target) == bool(args.selector):
+        return error("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
+    try:
+        if args.target:
+            Target.parse(args.target)
+        kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
+        opts = _watch_options(args, kube)
+    except (ValueError, KubeError) as e:
+        return error(str(e))
+    if args.dry_run:
+        return _watch_dry_run(opts)
+    if opts.write_pcap_dir is not None:
+        try:  # before anything changes in the cluster, not after the debug container is up
+            _writable_dir(opts.write_pcap_dir, "--write-pcap")
+        except ValueError as e:
+            return error(str(e))
+    if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
+        # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
+        return _watch_headless(kube, opts, args.output, args.verbose, args.redact)
+    from kubectl_meshdoctor.commands.watch.session import run_tui  # textual is imported only to draw
+
+    return run_tui(kube, opts, args.output, args.redact)
+
+
+def _writable_dir(path: Path, flag: str) -> None:
+    """Create ``path`` (and its parents) unless it exists; raise ValueError naming ``flag`` when it cannot hold
+    files."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot create it: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: not writable")
+
+
+def _watch_dry_run(opts) -> int:
+    import json
+
+
+    spec = container_spec(new_container_name(), opts.image, opts.ttl_s, opts.profile)
+    print(f"# watch would add this ephemeral container to {opts.target.kind}/{opts.target.name} in namespace "
+          f"{opts.namespace} (PATCH pods/ephemeralcontainers), unless a meshdoctor-* container already runs:")
+    print(json.dumps({"spec": {"ephemeralContainers": [spec]}}, indent=2))
+    print("# and it needs these permissions (portforward and log are optional: Envoy counters and access log):")
+    print(role_yaml(opts.namespace, WATCH_PERMISSIONS))
+    return 0
+
+
+def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool = True) -> int:
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        def on_signal(sig: int) -> None:
+            if stop.is_set():  # asked twice: stop waiting for a clean end (the pod's dead-man's switch remains)
+                loop.remove_signal_handler(sig)
+                os.kill(os.getpid(), sig)
+            stop.set()  # stop cleanly and still print the report
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, on_signal, sig)
+
+        # Progress and live findings go to a terminal only, so scripts see stderr hold just the one error line.
+        live = sys.stderr.isatty()
+
+        def progress(msg: str) -> None:
+            if live or verbose:
+                sys.stderr.write(f"\r\033[K{msg}\n" if live else f"{msg}\n")
+                sys.stderr.flush()
+
+        def on_finding(f) -> None:
+            if live:
+                sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {f.title} ({f.flow.client} -> "
+                                 f"{f.flow.server})\n")
+
+        pipelines = []
+
+        def make_pipeline(pod: str) -> Pipeline:
+            pipelines.append(Pipeline.with_detectors(on_finding=on_finding, redact=redact, pod=pod))
+            return pipelines[-1]
+
+        ticker = asyncio.create_task(progress_line(pipelines, "capturing"))
+        try:
+            report = await watch(kube, opts, make_pipeline, stop, progress)
+        except KubeError as e:
+            return error(str(e))
+        finally:
+            ticker.cancel()
+        for p in report.problems:
+            sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
+        sys.stdout.write(RENDERERS[output](report))
+        return report.exit_code()
+
+    return asyncio.run(main())
