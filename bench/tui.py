@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run as bench_run  # noqa: E402  (bench/run.py: the capture cache)
 
-from kubectl_meshdoctor.commands.sessions import file_session
+from kubectl_meshdoctor.commands.analyze import FileSession
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sources.files import CaptureArg
 
@@ -29,7 +29,7 @@ TICK_S = 0.05
 
 
 async def measure(d: Path) -> dict:
-    app = MeshDoctorApp(file_session([CaptureArg.parse(str(d / "eth0.pcap")), CaptureArg.parse(str(d / "lo.pcap"))]))
+    app = MeshDoctorApp(FileSession([CaptureArg.parse(str(d / "eth0.pcap")), CaptureArg.parse(str(d / "lo.pcap"))]))
     late: list[float] = []
     refreshes: list[float] = []
     refresh = app._refresh

@@ -6,10 +6,13 @@ import asyncio
 import functools
 import signal
 import sys
+from collections.abc import Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
-from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Finding, Problem
+from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources import files
@@ -25,7 +28,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     for a in args:
         check_capture(a.path)
-    problems: list[dict] = []
+    problems: list[Problem] = []
     slots = asyncio.Semaphore(jobs)
     shared = jobs < len(args)
     readers = [functools.partial(read_capture, a, slots, shared) for a in args]
@@ -42,32 +45,45 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         if result.cut_short:
             whole = complete_frames(a.path)
             last = whole if whole is not None else result.last_frame
-            problems.append({"where": a.path, "what": f"capture cut short in the middle of a packet after frame "
-                                                      f"{last}; analysed up to there", "cut_after_frame": last})
+            problems.append(Problem(a.path, f"capture cut short in the middle of a packet after frame {last}; "
+                                            f"analysed up to there", cut_after_frame=last))
         elif result.error:
-            problems.append({"where": a.path, "what": f"tshark: {result.error}"})
+            problems.append(Problem(a.path, f"tshark: {result.error}"))
     findings = pipeline.finish()
     return Report({"kind": "pcap", "files": [a.path for a in args]}, pipeline.stats, findings, problems)
 
 
-def file_session(captures: list, redact: bool = True, jobs: int | None = None) -> Session:
-    """A Session that runs capture files (``sources.files.CaptureArg``) through the real pipeline, then stays on screen
-    until q like a live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at once (analyze's)."""
-    box: list[Pipeline] = [Pipeline.with_detectors(redact=redact)]
+class FileSession(Session):
+    """Capture files (``sources.files.CaptureArg``) through the real pipeline, then on screen until q like a
+    live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at once (as ``analyze``'s)."""
 
-    async def run(hooks: SessionHooks) -> Report:
-        pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, keep_recent=KEEP_RECENT)
-        box[0] = pipeline
-        hooks.progress(f"reading {', '.join(c.path for c in captures)}")
-        report = await analyze(captures, pipeline, jobs=jobs)
+    saves_evidence = True
+
+    def __init__(self, captures: list[CaptureArg], redact: bool = True, jobs: int | None = None) -> None:
+        self.captures = captures
+        self.redact = redact
+        self.jobs = jobs
+        self.describe = f"files: {' '.join(c.path for c in captures)}"
+        self._pipeline = Pipeline.with_detectors(redact=redact)
+        self._save = evidence_saver({c.path: c.path for c in captures})
+
+    async def run(self, hooks: SessionHooks) -> Report:
+        self._pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=self.redact,
+                                                 keep_recent=KEEP_RECENT)
+        hooks.progress(f"reading {', '.join(c.path for c in self.captures)}")
+        report = await analyze(self.captures, self._pipeline, jobs=self.jobs)
         hooks.progress(f"read {report.stats.packets} packets analysed; q quits")
         await hooks.stop.wait()
         return report
 
-    return Session(run=run, stats=lambda: box[0].stats, describe=f"files: {' '.join(c.path for c in captures)}",
-                   packets=lambda: box[0].recent, save_evidence=evidence_saver({c.path: c.path for c in captures}),
-                   redact=redact)
+    def stats(self) -> PipelineStats:
+        return self._pipeline.stats
 
+    def packets(self) -> Sequence[PacketEvent]:
+        return self._pipeline.recent
+
+    def save_evidence(self, finding: Finding, path: str, overwrite: bool) -> str:
+        return self._save(finding, path, overwrite)
 
 
 def run(args) -> int:
@@ -83,7 +99,7 @@ def run(args) -> int:
             return error(str(e))
         if not (sys.stdout.isatty() and sys.stdin.isatty()):
             return error("--tui needs a terminal (drop --tui to print the report)")
-        return run_session(file_session(captures, args.redact, args.jobs), args.output)
+        return run_session(FileSession(captures, args.redact, args.jobs), args.output)
 
     stopped_by: list[int] = []
 

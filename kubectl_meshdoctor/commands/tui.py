@@ -39,6 +39,6 @@ def run_session(session: Session, output: str) -> int:
     if report is None:
         return 0
     for p in report.problems:
-        sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
+        sys.stderr.write(f"problem: {p.line()}\n")
     sys.stdout.write(RENDERERS[output](report))
     return report.exit_code()

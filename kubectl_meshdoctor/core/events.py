@@ -1,13 +1,16 @@
 """Normalized events that flow from sources to detectors.
 
-Sources (pcap files, live exec streams, Envoy admin, the pod spec) turn what they read into these frozen
-dataclasses; detectors consume nothing else, so they never depend on pyshark, tshark or the Kubernetes client.
+Sources (pcap files, live exec streams, Envoy admin and access log, kernel counters, the pod spec) turn what
+they read into these frozen dataclasses: ``PacketEvent`` for packets, one ``ContextEvent`` kind for the rest; detectors consume nothing else, so they never depend on pyshark, tshark or the Kubernetes client.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import IntFlag
+
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
 
 class TcpFlags(IntFlag):
@@ -137,10 +140,38 @@ class RedirectMap:
 
 
 @dataclass(frozen=True, slots=True)
-class ContextEvent:
-    """Something known about the pod that is not a packet: its redirect map, its IPs, a kernel counter."""
+class RedirectMapEvent:
+    """The pod's redirect map, derived from its spec (istio/redirect.py); it replaces the default one."""
+
+    ts: float  # seconds since the epoch
+    redirect_map: RedirectMap
+
+
+@dataclass(frozen=True, slots=True)
+class AccessLogEvent:
+    """One line of the sidecar's access log, parsed (envoy/access_log.py): kept for correlation with findings."""
+
+    ts: float  # seconds since the epoch, when the line was read
+    entry: AccessLogEntry
+
+
+@dataclass(frozen=True, slots=True)
+class EnvoyCountersEvent:
+    """The sidecar's cluster stats that moved during the run: cluster -> stat (after ``cluster.<name>.``) ->
+    delta. A finding is backed by those its detector declares (Detector.envoy_counters)."""
 
     ts: float
-    kind: str  # "redirect-map" | "pod" | "kernel-counter"
-    data: dict = field(default_factory=dict, hash=False, compare=False)
-    redirect_map: RedirectMap | None = None
+    moved: Mapping[str, Mapping[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCountersEvent:
+    """The pod network namespace's kernel counters that moved during the run: nstat name -> delta. A finding is
+    backed by those its detector declares (Detector.kernel_counters)."""
+
+    ts: float
+    moved: Mapping[str, int]
+
+
+# Something known about the pod that is not a packet. One dataclass per kind, so a consumer matches on the type.
+ContextEvent = RedirectMapEvent | AccessLogEvent | EnvoyCountersEvent | KernelCountersEvent

@@ -88,3 +88,24 @@ class Finding:
             elif optional == "access_log":
                 d[optional] = list(self.access_log)
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Input trouble that did not stop the run (a capture cut short, a lost stream, an unreachable Envoy admin):
+    ``where`` it happened (a file, ``pod/NAME IFACE``), ``what`` happened, one line each. A capture cut short
+    also says after which frame (``cut_after_frame``). Not a finding: it says what the run could not see."""
+
+    where: str
+    what: str
+    cut_after_frame: int | None = None
+
+    def to_dict(self) -> dict:
+        """The report's ``problems[]`` entry (docs/DESIGN.md, report schema)."""
+        out: dict = {"where": self.where, "what": self.what}
+        if self.cut_after_frame is not None:
+            out["cut_after_frame"] = self.cut_after_frame
+        return out
+
+    def line(self) -> str:
+        return f"{self.where}: {self.what}"

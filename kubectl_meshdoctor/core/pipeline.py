@@ -6,9 +6,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .correlate import Correlator
+from .correlate import Correlator, attach_counters, attach_kernel_counters
 from .detector import Detector, DetectorContext
-from .events import ContextEvent, PacketEvent
+from .events import AccessLogEvent, ContextEvent, EnvoyCountersEvent, KernelCountersEvent, PacketEvent, RedirectMapEvent
 from .findings import Finding
 from .flows import FlowTable
 from .registry import load_detectors
@@ -60,6 +60,8 @@ class Pipeline:
         self._next_tick: float | None = None
         self._flow_keys_seen = 0
         self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
+        self._envoy_moved: dict[str, dict[str, int]] = {}
+        self._kernel_moved: dict[str, int] = {}
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -95,13 +97,18 @@ class Pipeline:
             self.tick(ev.ts)
 
     def context(self, ev: ContextEvent) -> None:
-        """Something known about the pod; a redirect map replaces the default one; an access-log line
-        (``kind == "access-log"``, ``data["entry"]``) is kept for correlation."""
-        if ev.redirect_map is not None:
-            self.ctx.redirect_map = ev.redirect_map
-        if ev.kind == "access-log":
-            self.correlator.pod = self.ctx.pod
-            self.correlator.add(ev.data["entry"])
+        """Something known about the pod: a redirect map replaces the default one; an access-log line is kept
+        for correlation; moved counters back the findings ``finish`` returns. Every detector sees the event."""
+        match ev:
+            case RedirectMapEvent():
+                self.ctx.redirect_map = ev.redirect_map
+            case AccessLogEvent():
+                self.correlator.pod = self.ctx.pod
+                self.correlator.add(ev.entry)
+            case EnvoyCountersEvent():
+                self._envoy_moved = {k: dict(v) for k, v in ev.moved.items()}
+            case KernelCountersEvent():
+                self._kernel_moved = dict(ev.moved)
         for det in self.detectors:
             self._emit(det.on_context(ev))
 
@@ -116,11 +123,18 @@ class Pipeline:
 
     def finish(self) -> list[Finding]:
         """End of input: let detectors conclude, link findings to the access-log lines they explain, report the
-        failing lines nothing explains; return every finding kept."""
+        failing lines nothing explains, attach the counters that back each finding (from the counters events
+        seen); return every finding kept."""
         for det in self.detectors:
             self._emit(det.finish())
         self.findings = [self.correlator.attach(f) for f in self.findings]
         self._emit(self.correlator.unexplained(None, self.findings))
+        if self._envoy_moved:
+            self.findings = attach_counters(self.findings, self._envoy_moved,
+                                            {d.id: d.envoy_counters for d in self.detectors})
+        if self._kernel_moved:
+            self.findings = attach_kernel_counters(self.findings, self._kernel_moved,
+                                                   {d.id: d.kernel_counters for d in self.detectors})
         return self.findings
 
     def _emit(self, found: Iterable[Finding]) -> None:

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor import __version__
-from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 
 from .ladder import render_ladder
@@ -22,12 +22,12 @@ REDACTED_HEADERS = ("authorization", "cookie", "set-cookie", "proxy-authorizatio
 class Report:
     """Everything a run concluded. ``source`` says what was read (``{"kind": "pcap", "files": [...]}`` or
     ``{"kind": "live", "pods": [...]}``); ``problems`` are input troubles that did not stop the run (a capture cut
-    short, a lost stream), each a dict with ``what`` and ``where``."""
+    short, a lost stream)."""
 
     source: dict
     stats: PipelineStats
     findings: list[Finding]
-    problems: list[dict] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     envoy: dict | None = None  # the sidecar's side: version, counters that moved, access-log lines read
     kernel: dict | None = None  # kernel counters of the pod's namespace that moved (nstat names -> delta)
     # No interface's capture ever ran (no such device, no tcpdump, every exec refused): no packet finding means
@@ -53,7 +53,7 @@ class Report:
                 # Every frame tshark read per stream; "packets" are those a detector could act on.
                 "frames_read": dict(sorted(st.frames_read.items())),
             },
-            "problems": self.problems,
+            "problems": [p.to_dict() for p in self.problems],
             **({"envoy": self.envoy} if self.envoy is not None else {}),
             **({"kernel": self.kernel} if self.kernel is not None else {}),
             "findings": [f.to_dict() for f in self.findings],
@@ -99,7 +99,7 @@ def render_text(report: Report) -> str:
     explanation and fix once, then every occurrence with its flow and frames."""
     lines = [_headline(report)]
     for p in report.problems:
-        lines.append(f"problem: {p['where']}: {p['what']}")
+        lines.append(f"problem: {p.line()}")
     if not report.findings:
         lines.append("no findings")
     for group in group_findings(report.findings):
@@ -132,7 +132,7 @@ def render_markdown(report: Report) -> str:
     """A report to paste into an incident ticket: a summary table, then one section per finding."""
     out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
     for p in report.problems:
-        out.append(f"> **problem** {p['where']}: {p['what']}")
+        out.append(f"> **problem** {p.line()}")
     if report.problems:
         out.append("")
     groups = group_findings(report.findings)

@@ -12,7 +12,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from kubectl_meshdoctor.core.events import ContextEvent
+from kubectl_meshdoctor.core.events import AccessLogEvent
+from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.server_info import envoy_version
@@ -32,10 +33,10 @@ class ProxyLink:
     follower: LogFollower | None = None
     version: str | None = None
     stats_before: dict = field(default_factory=dict)
-    problems: list[dict] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
     def _problem(self, what: str) -> None:
-        self.problems.append({"where": f"pod/{self.admin.pod} {SIDECAR_CONTAINER}", "what": what})
+        self.problems.append(Problem(f"pod/{self.admin.pod} {SIDECAR_CONTAINER}", what))
 
 
 def _snapshot(admin: EnvoyAdmin) -> dict:
@@ -60,7 +61,7 @@ async def open_proxy(kube: Kube, namespace: str, pod: str, pipeline: Pipeline,
     def on_line(line: str) -> None:
         entry = parse_line(line)
         if entry is not None:  # Envoy's own log lines share the container log; they are not access-log lines
-            loop.call_soon_threadsafe(pipeline.context, ContextEvent(time.time(), "access-log", {"entry": entry}))
+            loop.call_soon_threadsafe(pipeline.context, AccessLogEvent(time.time(), entry))
 
     link.follower = LogFollower(kube, namespace, pod, SIDECAR_CONTAINER, on_line)
     link.follower.start()

@@ -191,21 +191,20 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
     its packets from the spool as a pcapng that analyze reads back to the same finding; q to leave."""
     from textual.widgets import DataTable, Input, Static
 
-    from kubectl_meshdoctor.sources.files import CaptureArg
     from kubectl_meshdoctor.commands.analyze import analyze
+    from kubectl_meshdoctor.commands.watch.live import WatchOptions
+    from kubectl_meshdoctor.commands.watch.session import LiveSession
     from kubectl_meshdoctor.core.pipeline import Pipeline
-    from kubectl_meshdoctor.sinks.tui.screens import PathPrompt
-
     from kubectl_meshdoctor.kube.client import KubeOptions, connect
     from kubectl_meshdoctor.kube.target import Target
-    from kubectl_meshdoctor.commands.watch.live import WatchOptions
     from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
-    from kubectl_meshdoctor.commands.watch.session import live_session
+    from kubectl_meshdoctor.sinks.tui.screens import PathPrompt
+    from kubectl_meshdoctor.sources.files import CaptureArg
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
     spool = tmp_path / "spool"
     spool.mkdir()
-    app = MeshDoctorApp(live_session(kube, WatchOptions(Target("pod", "collision"), kube.namespace,
+    app = MeshDoctorApp(LiveSession(kube, WatchOptions(Target("pod", "collision"), kube.namespace,
                                                         spool_dir=spool)))
     pod = lab_state.pod("collision")
     saved = tmp_path / "collision.pcapng"
@@ -267,14 +266,14 @@ async def test_tui_shows_a_killed_tshark_while_the_capture_goes_on(lab_state):
 
     from textual.widgets import Static
 
+    from kubectl_meshdoctor.commands.watch.live import WatchOptions
+    from kubectl_meshdoctor.commands.watch.session import LiveSession
     from kubectl_meshdoctor.kube.client import KubeOptions, connect
     from kubectl_meshdoctor.kube.target import Target
-    from kubectl_meshdoctor.commands.watch.live import WatchOptions
     from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
-    from kubectl_meshdoctor.commands.watch.session import live_session
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
-    app = MeshDoctorApp(live_session(kube, WatchOptions(Target("pod", "healthy"), kube.namespace)))
+    app = MeshDoctorApp(LiveSession(kube, WatchOptions(Target("pod", "healthy"), kube.namespace)))
     pod = lab_state.pod("healthy")
     async with app.run_test(size=(140, 40)) as pilot:
         status = app.query_one("#status", Static)
@@ -292,7 +291,7 @@ async def test_tui_shows_a_killed_tshark_while_the_capture_goes_on(lab_state):
         while app.is_running:
             assert time.monotonic() < deadline + 120, "the app did not end after q"
             await pilot.pause(0.1)
-    assert any("killed by signal 9" in p["what"] for p in app.return_value.problems)
+    assert any("killed by signal 9" in p.what for p in app.return_value.problems)
     assert tcpdumps_in(pod.netns) == []
 
 

@@ -1,4 +1,4 @@
-from kubectl_meshdoctor.core.events import ContextEvent, RedirectMap
+from kubectl_meshdoctor.core.events import RedirectMap, RedirectMapEvent
 from kubectl_meshdoctor.core.findings import Severity
 from kubectl_meshdoctor.core.pipeline import Pipeline
 
@@ -69,7 +69,7 @@ def test_annotation_excluded_port_stops_the_finding():
     from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
 
     p = Pipeline.with_detectors(only=["tuple-collision"])
-    p.context(ContextEvent(0.0, "redirect-map", redirect_map=redirect_map_from_annotations(
+    p.context(RedirectMapEvent(0.0, redirect_map_from_annotations(
         {"traffic.sidecar.istio.io/excludeInboundPorts": "5002"})))
     for ev in collision_wire().events:
         p.feed(ev)

@@ -111,7 +111,7 @@ def test_big_files_read_in_chunks_keep_the_file_frame_numbers(monkeypatch, tmp_p
     cut.write_bytes(data[:-7])
     report, _ = _findings([cut])
     (problem,) = report.problems
-    assert "cut short" in problem["what"] and problem["cut_after_frame"] == 32
+    assert "cut short" in problem.what and problem.cut_after_frame == 32
 
 
 @pytest.mark.parametrize("chunk_packets", [7, None])

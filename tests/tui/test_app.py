@@ -7,7 +7,7 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Static
 
-from kubectl_meshdoctor.commands.analyze import file_session
+from kubectl_meshdoctor.commands.analyze import FileSession
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources.files import CaptureArg
@@ -19,7 +19,7 @@ DATA = Path(__file__).parent.parent / "data"
 
 def replay_session(*files: str) -> Session:
     """A Session that plays recorded captures through the real pipeline, then waits for q like a live run."""
-    return file_session([CaptureArg.parse(str(DATA / f)) for f in files])
+    return FileSession([CaptureArg.parse(str(DATA / f)) for f in files])
 
 
 async def wait_for(pilot, condition, seconds: float = 30.0) -> None:
@@ -81,12 +81,18 @@ async def test_many_pods_get_one_row_each():
     stats.packets = 37
     base = replay_session("lab-collision-eth0.pcap:eth0")
 
-    async def run(hooks):
-        inner = SessionHooks(on_finding=lambda f: hooks.on_finding(replace(f, pod="web-2")),
-                             progress=hooks.progress, stop=hooks.stop)
-        return await base.run(inner)
+    class TwoPods(Session):
+        describe = "two pods"
 
-    app = MeshDoctorApp(Session(run=run, stats=lambda: stats, describe="two pods"))
+        async def run(self, hooks):
+            inner = SessionHooks(on_finding=lambda f: hooks.on_finding(replace(f, pod="web-2")),
+                                 progress=hooks.progress, stop=hooks.stop)
+            return await base.run(inner)
+
+        def stats(self):
+            return stats
+
+    app = MeshDoctorApp(TwoPods())
     async with app.run_test(size=(140, 40)) as pilot:
         pods = app.query_one("#pods", DataTable)
         await wait_for(pilot, lambda: pods.row_count == 2 and str(pods.get_row("web-2")[3]) == "1")

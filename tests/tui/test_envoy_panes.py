@@ -19,14 +19,32 @@ from ..local_envoy import CLUSTER, free_port, local_envoy
 from ..test_correlate import UF, UPE
 
 
-def session(**kw) -> Session:
-    pipeline = Pipeline.with_detectors()
+class EnvoySession(Session):
+    """No capture: the sidecar panes of pod "reviews", fed by ``clusters`` (a /clusters fetcher) and
+    ``entries`` (access-log lines)."""
 
-    async def run(hooks: SessionHooks):
+    describe = "local Envoy"
+
+    def __init__(self, clusters=None, entries=()) -> None:
+        self.pipeline = Pipeline.with_detectors()
+        self._clusters = clusters
+        self._entries = entries
+
+    async def run(self, hooks: SessionHooks):
         await hooks.stop.wait()
         return None
 
-    return Session(run=run, stats=lambda: pipeline.stats, describe="local Envoy", pod=lambda: "reviews", **kw)
+    def stats(self):
+        return self.pipeline.stats
+
+    def pod(self):
+        return "reviews"
+
+    def clusters(self):
+        return self._clusters
+
+    def access_log(self):
+        return list(self._entries)
 
 
 async def wait_for(pilot, condition, seconds: float = 20.0) -> None:
@@ -47,7 +65,7 @@ async def test_clusters_pane_shows_hosts_and_highlights_counters_that_moved(tmp_
         admin = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
         try:
             fetch = lambda: parse_clusters(admin.get("/clusters", {"format": "json"}).body)  # noqa: E731
-            app = MeshDoctorApp(session(clusters=lambda: fetch))
+            app = MeshDoctorApp(EnvoySession(clusters=fetch))
             async with app.run_test(size=(160, 50)) as pilot:
                 await pilot.press("c")
                 table = app.screen.query_one("#clusters", DataTable)
@@ -68,7 +86,7 @@ async def test_clusters_pane_shows_hosts_and_highlights_counters_that_moved(tmp_
 
 async def test_access_log_pane_colours_flags_and_filters():
     entries = [parse_line(UF), parse_line(UPE)]
-    app = MeshDoctorApp(session(access_log=lambda: entries))
+    app = MeshDoctorApp(EnvoySession(entries=entries))
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.press("a")
         table = app.screen.query_one("#access-log", DataTable)

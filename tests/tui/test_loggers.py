@@ -16,14 +16,28 @@ from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from ..local_envoy import free_port, local_envoy
 
 
-def idle_session(control: LoggerControl) -> Session:
-    pipeline = Pipeline.with_detectors()
+class IdleSession(Session):
+    """No capture: only the sidecar's loggers, of a real Envoy."""
 
-    async def run(hooks: SessionHooks):
+    describe = "local Envoy"
+
+    def __init__(self, control: LoggerControl) -> None:
+        self.control = control
+        self.pipeline = Pipeline.with_detectors()
+
+    async def run(self, hooks: SessionHooks):
         await hooks.stop.wait()
         return None
 
-    return Session(run=run, stats=lambda: pipeline.stats, describe="local Envoy", loggers=lambda: control)
+    def stats(self):
+        return self.pipeline.stats
+
+    def loggers(self):
+        return self.control
+
+
+def idle_session(control: LoggerControl) -> Session:
+    return IdleSession(control)
 
 
 async def wait_for(pilot, condition, seconds: float = 20.0) -> None:

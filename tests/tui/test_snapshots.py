@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubectl_meshdoctor.commands.analyze import file_session
+from kubectl_meshdoctor.commands.analyze import FileSession
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sinks.tui.screens import HelpScreen
 from kubectl_meshdoctor.sources.files import CaptureArg
@@ -21,7 +21,7 @@ SIZE = (150, 48)
 
 
 def _app() -> MeshDoctorApp:
-    return MeshDoctorApp(file_session([CaptureArg.parse("lab-collision-eth0.pcap"),
+    return MeshDoctorApp(FileSession([CaptureArg.parse("lab-collision-eth0.pcap"),
                                        CaptureArg.parse("lab-collision-lo.pcap")]))
 
 

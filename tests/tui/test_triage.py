@@ -9,13 +9,12 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Input, Static
 
-from kubectl_meshdoctor.commands.analyze import analyze
-from kubectl_meshdoctor.commands.analyze import file_session
+from kubectl_meshdoctor.commands.analyze import FileSession, analyze
 from kubectl_meshdoctor.core.findings import Severity
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
-from kubectl_meshdoctor.sinks.tui.session import Session
 from kubectl_meshdoctor.sinks.tui.screens import KEYS, HelpScreen, PathPrompt
+from kubectl_meshdoctor.sinks.tui.session import Session
 from kubectl_meshdoctor.sources.files import CaptureArg
 
 from .test_app import screen_text, wait_for
@@ -25,7 +24,7 @@ FILES = ("lab-collision-eth0.pcap", "lab-collision-lo.pcap")
 
 
 def collision_app() -> MeshDoctorApp:
-    return MeshDoctorApp(file_session([CaptureArg.parse(str(DATA / f)) for f in FILES]))
+    return MeshDoctorApp(FileSession([CaptureArg.parse(str(DATA / f)) for f in FILES]))
 
 
 def packet_rows(app) -> list[list[str]]:
@@ -174,12 +173,18 @@ async def test_narrow_terminal_stacks_the_panes():
 
 
 async def test_a_slow_start_up_step_shows_what_is_waited_on_and_for_how_long():
-    async def run(hooks):
-        hooks.progress("waiting for the debug container meshdoctor-x to run")
-        await hooks.stop.wait()
-        return None
+    class Slow(Session):
+        describe = "slow"
 
-    app = MeshDoctorApp(Session(run=run, stats=PipelineStats, describe="slow"))
+        async def run(self, hooks):
+            hooks.progress("waiting for the debug container meshdoctor-x to run")
+            await hooks.stop.wait()
+            return None
+
+        def stats(self):
+            return PipelineStats()
+
+    app = MeshDoctorApp(Slow())
     async with app.run_test(size=(160, 50)) as pilot:
         # Its age from 2 s on; the exact second depends on when the 0.5 s refresh came (late on a busy machine).
         waited = re.compile(r"waiting for the debug container meshdoctor-x to run \(([2-9]|\d\d+) s\)")

@@ -132,7 +132,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
         finally:
             ticker.cancel()
         for p in report.problems:
-            sys.stderr.write(f"problem: {p['where']}: {p['what']}\n")
+            sys.stderr.write(f"problem: {p.line()}\n")
         sys.stdout.write(RENDERERS[output](report))
         return report.exit_code()
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
-from kubectl_meshdoctor.core.correlate import attach_counters, attach_kernel_counters
-from kubectl_meshdoctor.core.events import ContextEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, KernelCountersEvent, RedirectMapEvent
+from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
 from kubectl_meshdoctor.kube.capture import ExecCapture
@@ -119,7 +119,7 @@ def merge_reports(pods: list, reports: list) -> Report:
     for pod, r in zip(pods, reports):
         name = pod.metadata.name
         if isinstance(r, BaseException):
-            problems.append({"where": f"pod/{name}", "what": str(r).splitlines()[0] if str(r) else type(r).__name__})
+            problems.append(Problem(f"pod/{name}", str(r).splitlines()[0] if str(r) else type(r).__name__))
             continue
         stats.packets += r.stats.packets
         stats.flows_seen += r.stats.flows_seen
@@ -132,7 +132,7 @@ def merge_reports(pods: list, reports: list) -> Report:
         for k, v in (r.kernel or {}).items():
             kernel[f"{name}/{k}"] = v
     if not sources:
-        raise KubeError("no pod could be captured: " + "; ".join(f"{p['where']}: {p['what']}" for p in problems))
+        raise KubeError("no pod could be captured: " + "; ".join(p.line() for p in problems))
     source = {"kind": "live", "pods": [s["pods"][0] for s in sources], "namespace": sources[0]["namespace"],
               "per_pod": sources}
     return Report(source, stats, sorted(findings, key=lambda f: f.ts), problems, kernel=kernel,
@@ -147,8 +147,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     state.pod = pod_name
     pipeline.ctx.pod = pod_name
     pipeline.correlator.pod = pod_name
-    pipeline.context(ContextEvent(time.time(), "redirect-map",
-                                  redirect_map=redirect_map_from_annotations(pod.metadata.annotations)))
+    pipeline.context(RedirectMapEvent(time.time(), redirect_map_from_annotations(pod.metadata.annotations)))
     # The spec's own warnings first (DESIGN.md: lint runs at the start of watch); they never fail the run.
     pipeline.add_findings(lint_pod(ApiClient().sanitize_for_serialization(pod)))
     setup = setup or asyncio.Semaphore(1)
@@ -160,7 +159,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         dbg = await asyncio.to_thread(ensure_debug_container, kube, pod, opts.image, opts.ttl_s,
                                       opts.start_timeout_s, progress, opts.profile)
         state.container = dbg.name
-        problems: list[dict] = [{"where": f"pod/{pod_name}", "what": w} for w in warnings]
+        problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
         proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
@@ -224,19 +223,19 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         for cap, res in zip(state.captures, results):
             where = f"pod/{pod_name} {cap.iface}"
             if cap.error:
-                problems.append({"where": where, "what": cap.error})
+                problems.append(Problem(where, cap.error))
             if cap.iface in state.tshark_errors:
-                problems.append({"where": where, "what": state.tshark_errors[cap.iface]})
+                problems.append(Problem(where, state.tshark_errors[cap.iface]))
             if cap.dropped_by_kernel:
-                problems.append({"where": where, "what": f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"})
+                problems.append(Problem(where, f"tcpdump: {cap.dropped_by_kernel} packets dropped by kernel"))
             read = None if isinstance(res, BaseException) else res.frames_read
             if read is not None:
                 pipeline.stats.frames_read[cap.iface] = read
             captures[cap.iface] = {"captured": cap.captured, "dropped_by_kernel": cap.dropped_by_kernel,
                                    "frames_read": read, "bytes": cap.bytes_received}
             if cap.captured is not None and read is not None and read < cap.captured:
-                problems.append({"where": where, "what": f"{cap.captured - read} of {cap.captured} captured packets "
-                                                          f"were not read by tshark"})
+                problems.append(Problem(where, f"{cap.captured - read} of {cap.captured} captured packets were not "
+                                               f"read by tshark"))
     except BaseException:
         # Cancelled or failed mid-capture: the port-forward and the log follow must still end, or their
         # threads outlive the event loop (an abort at interpreter exit).
@@ -249,9 +248,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     problems += proxy.problems
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
     kernel = counter_deltas(kernel_before, kernel_after) if kernel_after else {}
-    envoy_backs = {d.id: d.envoy_counters for d in pipeline.detectors}
-    kernel_backs = {d.id: d.kernel_counters for d in pipeline.detectors}
-    findings = attach_kernel_counters(attach_counters(pipeline.finish(), moved, envoy_backs), kernel, kernel_backs)
+    pipeline.context(EnvoyCountersEvent(time.time(), moved))
+    pipeline.context(KernelCountersEvent(time.time(), kernel))
+    findings = pipeline.finish()
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
               "container_reused": dbg.reused, "interfaces": list(opts.ifaces), "captures": captures,
               "capture_filter": "full" if opts.full_capture else "lean"}
@@ -314,10 +313,10 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
                                                        live=True)))
 
 
-async def _kernel_counters(kube: Kube, pod, container: str, problems: list[dict]) -> dict[str, int]:
+async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem]) -> dict[str, int]:
     """The pod namespace's kernel counters, or {} with the reason added to ``problems``."""
     try:
         return await asyncio.to_thread(read_counters, kube, pod.metadata.namespace, pod.metadata.name, container)
     except KubeError as e:
-        problems.append({"where": f"pod/{pod.metadata.name}", "what": str(e)})
+        problems.append(Problem(f"pod/{pod.metadata.name}", str(e)))
         return {}

@@ -5,16 +5,21 @@ from __future__ import annotations
 import heapq
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from kubectl_meshdoctor.commands.log_level import LoggerControl
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, run_session
 from kubectl_meshdoctor.commands.watch.live import WatchOptions, WatchState, watch
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube
+from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 
 
@@ -37,62 +42,77 @@ def _recent(pipelines: list[Pipeline]) -> list:
     return list(heapq.merge(*(list(p.recent) for p in pipelines), key=lambda ev: ev.ts))
 
 
-def live_session(kube: Kube, opts: WatchOptions, redact: bool = True) -> Session:
-    """A Session that runs ``watch`` on the cluster with one fresh pipeline per pod."""
-    pipelines: list[Pipeline] = []
-    state = WatchState()
+class LiveSession(Session):
+    """``watch`` on the cluster (live.py) with one fresh pipeline per pod; the Envoy panes show the first pod's
+    sidecar, reached through the same port-forward as ``log-level``."""
 
-    async def run(hooks: SessionHooks):
+    saves_evidence = True
+
+    def __init__(self, kube: Kube, opts: WatchOptions, redact: bool = True) -> None:
+        self.kube = kube
+        self.opts = opts
+        self.redact = redact
+        self.exit_when_done = opts.duration_s is not None
+        target = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
+        self.describe = f"context {kube.context}  namespace {opts.namespace}  {target}"
+        self.pipelines: list[Pipeline] = []
+        self.state = WatchState()
+        self._controls: dict[str, LoggerControl] = {}
+
+    async def run(self, hooks: SessionHooks) -> Report:
         def make_pipeline(pod: str) -> Pipeline:
-            pipelines.append(Pipeline.with_detectors(on_finding=hooks.on_finding, redact=redact, pod=pod,
-                                                     keep_recent=KEEP_RECENT))
-            return pipelines[-1]
+            self.pipelines.append(Pipeline.with_detectors(on_finding=hooks.on_finding, redact=self.redact,
+                                                          pod=pod, keep_recent=KEEP_RECENT))
+            return self.pipelines[-1]
 
-        return await watch(kube, opts, make_pipeline, hooks.stop, hooks.progress, state)
+        return await watch(self.kube, self.opts, make_pipeline, hooks.stop, hooks.progress, self.state)
 
-    target = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
-    describe = f"context {kube.context}  namespace {opts.namespace}  {target}"
-    controls: dict[str, LoggerControl] = {}
+    def _states(self) -> list[WatchState]:
+        return [self.state, *self.state.pods]
 
-    def states() -> list[WatchState]:
-        return [state, *state.pods]
+    def stats(self) -> PipelineStats:
+        return merged_stats(self.pipelines) if self.pipelines else PipelineStats()
 
-    def first_pod() -> str | None:
-        return state.pod or next((s.pod for s in state.pods if s.pod), None)
+    def phase(self) -> str:
+        return self.state.phase
 
-    def loggers() -> LoggerControl | None:
-        pod = first_pod()
+    def pod(self) -> str | None:
+        return self.state.pod or next((s.pod for s in self.state.pods if s.pod), None)
+
+    def loggers(self) -> LoggerControl | None:
+        pod = self.pod()
         if pod is None:
             return None
-        if pod not in controls:
-            controls[pod] = LoggerControl(EnvoyAdmin(kube, opts.namespace, pod, opts.admin_port))
-        return controls[pod]
+        if pod not in self._controls:
+            self._controls[pod] = LoggerControl(EnvoyAdmin(self.kube, self.opts.namespace, pod,
+                                                           self.opts.admin_port))
+        return self._controls[pod]
 
-    def clusters():
-        control = loggers()
+    def clusters(self) -> Callable[[], dict] | None:
+        control = self.loggers()
         if control is None:
             return None
         return lambda: parse_clusters(control.admin.get("/clusters", {"format": "json"}).body)
 
-    def access_log() -> list:
-        return [e for p in pipelines for e in p.correlator.entries()]
+    def access_log(self) -> list[AccessLogEntry]:
+        return [e for p in self.pipelines for e in p.correlator.entries()]
 
-    def problems() -> list[str]:
-        return [f"pod/{st.pod} {line}" for st in states() for line in st.stream_problems]
+    def problems(self) -> list[str]:
+        return [f"pod/{st.pod} {line}" for st in self._states() for line in st.stream_problems]
 
-    def drops() -> dict[str, int | None]:
-        return {f"{cap.pod}/{cap.iface}": cap.dropped_by_kernel for st in states() for cap in st.captures}
+    def drops(self) -> dict[str, int | None]:
+        return {f"{cap.pod}/{cap.iface}": cap.dropped_by_kernel for st in self._states() for cap in st.captures}
 
-    def capture_files() -> dict[str, str]:
+    def packets(self) -> Sequence[PacketEvent]:
+        return _recent(self.pipelines) if self.pipelines else ()
+
+    def capture_files(self) -> dict[str, str]:
         """Evidence source (``pod/iface``) -> the file holding its bytes (--write-pcap, else the spool)."""
-        return {f"{st.pod}/{iface}": path for st in states() for iface, path in
+        return {f"{st.pod}/{iface}": path for st in self._states() for iface, path in
                 {**st.spool_files, **st.pcap_files}.items() if st.pod}
 
-    return Session(run=run, stats=lambda: merged_stats(pipelines) if pipelines else PipelineStats(),
-                   problems=problems, drops=drops, packets=lambda: _recent(pipelines) if pipelines else (),
-                   describe=describe, phase=lambda: state.phase, exit_when_done=opts.duration_s is not None,
-                   loggers=loggers, clusters=clusters, pod=first_pod, access_log=access_log,
-                   save_evidence=evidence_saver(capture_files), redact=redact)
+    def save_evidence(self, finding: Finding, path: str, overwrite: bool) -> str:
+        return evidence_saver(self.capture_files)(finding, path, overwrite)
 
 
 def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) -> int:
@@ -103,7 +123,7 @@ def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) ->
         spool = Path(tempfile.mkdtemp(prefix="meshdoctor-spool-"))  # mode 0700
         opts = replace(opts, spool_dir=spool)
     try:
-        return run_session(live_session(kube, opts, redact), output)
+        return run_session(LiveSession(kube, opts, redact), output)
     finally:
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)

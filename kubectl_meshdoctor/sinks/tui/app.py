@@ -1,8 +1,8 @@
 """The triage desk: the Textual front end of ``watch`` (and ``analyze --tui``), a sink of the pipeline.
 
-The app is given a ``Session``: a coroutine that runs the capture (live, or recorded files) and reports through
-callbacks, and pollers for counts and recent packets. It never touches pyshark or the Kubernetes client itself.
-Panes are refreshed from timers (at most twice a second), never per packet, so a busy pod cannot starve the
+The app is given a ``Session`` (session.py): it runs the capture (live, or recorded files), reports through
+hooks, and answers the polls for counts, recent packets and the sidecar's panes. It never touches pyshark or
+the Kubernetes client itself. Panes are refreshed from timers (at most twice a second), never per packet, so a busy pod cannot starve the
 screen of frames.
 """
 
@@ -20,7 +20,7 @@ from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import PacketEvent
-from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
 from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS
 from kubectl_meshdoctor.sinks.ladder import render_ladder
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
@@ -357,7 +357,7 @@ class MeshDoctorApp(App[Report | None]):
         if f is None:
             self.notify("select a finding first", severity="warning")
             return
-        if self.session.save_evidence is None:
+        if not self.session.saves_evidence:
             self.notify("this session keeps no capture bytes to save", severity="error")
             return
         from .screens import PathPrompt
@@ -386,7 +386,7 @@ class MeshDoctorApp(App[Report | None]):
 
     def report_now(self) -> Report:
         """The report as it stands: every finding so far (also those held while paused)."""
-        problems = [{"where": "watch", "what": p} for p in self.session.problems()]
+        problems = [Problem("watch", p) for p in self.session.problems()]
         return self.report or Report({"kind": "watch", "describe": self.session.describe}, self.session.stats(),
                                      list(self.findings), problems)
 

@@ -4,12 +4,14 @@ app so the commands that build sessions need no screen library to do so."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.pipeline import PipelineStats
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.sinks.report import Report
 
 
@@ -22,24 +24,68 @@ class SessionHooks:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-@dataclass(slots=True)
-class Session:
-    """A capture run for the app: ``run(hooks)`` returns the final report; ``stats()`` is polled for counts;
-    ``describe`` is shown in the header (context, namespace, target)."""
+class Loggers(Protocol):
+    """The sidecar's loggers as the `l` pane drives them (commands.log_level.LoggerControl); both calls block."""
 
-    run: Callable[[SessionHooks], Awaitable[Report]]
-    stats: Callable[[], PipelineStats]
-    describe: str
-    phase: Callable[[], str] = lambda: ""
+    @property
+    def pod(self) -> str: ...
+
+    def levels(self) -> dict[str, str]: ...
+
+    def apply(self, spec: str) -> dict[str, str]: ...
+
+
+class Session:
+    """One capture run, live or recorded, as the triage desk sees it. ``run`` and ``stats`` are the run itself;
+    the rest answer what the screen polls (at most twice a second), with defaults for what a run does not have
+    (offline there is no proxy to ask). Nothing here may block but ``save_evidence``, which runs in a thread."""
+
+    describe: str = ""  # shown in the header: context, namespace, target, or the files
+    redact: bool = True  # hide secret header values on screen (--no-redact)
     exit_when_done: bool = False  # leave the screen when the run ends by itself (watch --duration)
-    loggers: Callable[[], object | None] = lambda: None  # a LoggerControl once the proxy is known
-    clusters: Callable[[], Callable[[], dict] | None] = lambda: None  # a /clusters fetcher once known
-    access_log: Callable[[], list] = lambda: []  # the access-log entries followed so far
-    pod: Callable[[], str | None] = lambda: None
-    problems: Callable[[], list[str]] = lambda: []  # input trouble so far (a lost capture stream), one line each
-    packets: Callable[[], Sequence[PacketEvent]] = lambda: ()  # the latest packets analysed, oldest first
-    drops: Callable[[], dict[str, int | None]] = lambda: {}  # capture -> packets dropped (None: not known yet)
-    # Writes the finding's packets to a pcapng path (overwrite?) and returns a one-line summary; raises
-    # sinks.evidence_pcap.SaveError. None when the session keeps no capture bytes.
-    save_evidence: Callable[[Finding, str, bool], str] | None = None
-    redact: bool = True
+    saves_evidence: bool = False  # whether save_evidence can write a finding's packets (s)
+
+    async def run(self, hooks: SessionHooks) -> Report | None:
+        """Run the capture, report through ``hooks`` as it goes, honour ``hooks.stop``; return the report."""
+        raise NotImplementedError
+
+    def stats(self) -> PipelineStats:
+        """Counts so far."""
+        raise NotImplementedError
+
+    def phase(self) -> str:
+        """The run's stage ("capturing", "stopping", ...), "" when it has none."""
+        return ""
+
+    def pod(self) -> str | None:
+        """The pod whose sidecar the Envoy panes show, once known."""
+        return None
+
+    def loggers(self) -> Loggers | None:
+        """The sidecar's loggers, once the proxy is known."""
+        return None
+
+    def clusters(self) -> Callable[[], dict] | None:
+        """A fetcher of the sidecar's /clusters (parsed, envoy.clusters.parse_clusters), once known; it blocks."""
+        return None
+
+    def access_log(self) -> list[AccessLogEntry]:
+        """The access-log lines followed so far, in log order."""
+        return []
+
+    def problems(self) -> list[str]:
+        """Input trouble so far (a lost capture stream), one line each."""
+        return []
+
+    def packets(self) -> Sequence[PacketEvent]:
+        """The latest packets analysed, oldest first (bounded)."""
+        return ()
+
+    def drops(self) -> dict[str, int | None]:
+        """Capture -> packets the kernel dropped (None: not known yet)."""
+        return {}
+
+    def save_evidence(self, finding: Finding, path: str, overwrite: bool) -> str:
+        """Write ``finding``'s packets to a pcapng at ``path``; return a one-line summary. Raises
+        sinks.evidence_pcap.SaveError; NotImplementedError when ``saves_evidence`` is False."""
+        raise NotImplementedError
