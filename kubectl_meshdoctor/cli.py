@@ -24,6 +24,7 @@ from pathlib import Path  # noqa: E402
 
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.commands.console import PROG, error
+from kubectl_meshdoctor.core.registry import DetectorLoadError
 from kubectl_meshdoctor.sinks.report import EXIT_USAGE, RENDERERS
 
 # Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
@@ -253,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         # the screen.
         command = importlib.import_module(f"kubectl_meshdoctor.commands.{COMMANDS[args.command]}")
         return command.run(args)
+    except DetectorLoadError as e:  # an installed detector plugin is broken: its name, not our traceback
+        return error(str(e))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `| head` closed our stdout

@@ -9,9 +9,13 @@ from kubectl_meshdoctor.commands.console import error
 
 
 def run(args) -> int:
-    """`kubectl meshdoctor lab up|down|status`."""
-    from kubectl_meshdoctor.lab import lab
-    from kubectl_meshdoctor.lab.state import LabError
+    """`kubectl meshdoctor lab up|down|status`. Without the lab extra installed: one line saying what to
+    install, exit 2."""
+    try:
+        from kubectl_meshdoctor.lab import lab
+        from kubectl_meshdoctor.lab.state import LabError
+    except ModuleNotFoundError as e:  # the lab's own dependencies (psutil, aiohttp) come with its extra
+        return error(f"the lab needs the lab extra (no module {e.name}): pip install 'kubectl-meshdoctor[lab]'")
 
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.name):
         return error(f'lab name "{args.name}" must be a Kubernetes namespace name (lower case letters, digits, -)')

@@ -25,7 +25,7 @@ class DetectorContext:
     flows: FlowTable
     redirect_map: RedirectMap = field(default_factory=RedirectMap)
     pod: str | None = None
-    redact: bool = True  # hide secret header values in evidence (DESIGN.md, privacy); --no-redact turns it off
+    redact: bool = True  # hide secret header values in evidence (docs/DESIGN.md, privacy); --no-redact turns it off
 
 
 class Detector:

@@ -58,7 +58,7 @@ class FlowRef:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A detector's conclusion. Field names are the `-o json` report contract of DESIGN.md."""
+    """A detector's conclusion. Field names are the `-o json` report contract of docs/DESIGN.md."""
 
     detector: str
     severity: Severity

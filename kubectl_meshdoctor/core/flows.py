@@ -1,7 +1,7 @@
 """The flow table: TCP connections keyed by interface and four-tuple, bounded in size and age.
 
-Memory must stay flat on endless captures (DESIGN.md, performance budget), so flows expire after an idle time
-measured in packet time (offline files replay faster than wall time) and the table is capped; the least
+Memory must stay flat on endless captures (docs/DESIGN.md, performance budget), so flows expire after an idle
+time measured in packet time (offline files replay faster than wall time) and the table is capped; the least
 recently seen flow goes first.
 """
 

@@ -1,4 +1,4 @@
-"""Header values that must not leave the machine in a report or on screen (DESIGN.md, privacy)."""
+"""Header values that must not leave the machine in a report or on screen (docs/DESIGN.md, privacy)."""
 
 from __future__ import annotations
 

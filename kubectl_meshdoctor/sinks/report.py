@@ -1,4 +1,4 @@
-"""Sinks that render a finished run: ``-o json`` (the stable contract of DESIGN.md) and ``-o text``."""
+"""Sinks that render a finished run: ``-o json`` (the stable contract of docs/DESIGN.md) and ``-o text``."""
 
 from __future__ import annotations
 

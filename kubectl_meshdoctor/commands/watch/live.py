@@ -148,7 +148,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.ctx.pod = pod_name
     pipeline.correlator.pod = pod_name
     pipeline.context(RedirectMapEvent(time.time(), redirect_map_from_annotations(pod.metadata.annotations)))
-    # The spec's own warnings first (DESIGN.md: lint runs at the start of watch); they never fail the run.
+    # The spec's own warnings first (docs/DESIGN.md: lint runs at the start of watch); they never fail the run.
     pipeline.add_findings(lint_pod(ApiClient().sanitize_for_serialization(pod)))
     setup = setup or asyncio.Semaphore(1)
     async with setup:  # the API-heavy part; the capture itself then runs for every pod at once
