@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run as bench_run  # noqa: E402  (bench/run.py: the capture cache)
 
-from kubectl_meshdoctor.commands.sessions import file_session
+from kubectl_meshdoctor.commands.analyze import file_session
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sources.files import CaptureArg
 
