@@ -38,7 +38,6 @@ import os
 import random
 import sys
 import time
-from email.utils import formatdate
 from operator import itemgetter
 from pathlib import Path
 
@@ -46,6 +45,7 @@ import dpkt
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the gen_* modules beside this file, also when it is loaded by path
+from gen_http import ENVOY_BODY, Chunks, Content, body_block, segments  # noqa: E402
 from gen_tcp import ACK, FILES, FIN, POD4, POD6, RST, SIDECAR4, Leg, Ports, Session  # noqa: E402
 
 GEN_VERSION = 2  # part of bench/run's cache key: bump when the same seed gives other captures
@@ -61,9 +61,6 @@ MIN_DURATION_S = 12.0  # small captures are spread over this much capture time, 
 PLANT_LENGTH_S = {"http-framing": 0.6, "stale-keepalive": 2.6, "upstream-refused": 0.2, "syn-timeout": 10.2,
                   "tuple-collision": 2.0}
 
-_HTTP_STARTS = (b"HTTP/1.", b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PATCH ", b"CONNECT ",
-                b"TRACE ")
-
 
 class FastRandom(random.Random):
     """``random.Random`` with a cheaper ``randrange``/``choice``/``shuffle`` (int(random() * n): a bias of at most
@@ -78,162 +75,6 @@ class FastRandom(random.Random):
         return start + int(self.random() * (stop - start))
 
 
-
-# --- HTTP content --------------------------------------------------------------------------------------------
-
-_PATHS = ("/api/v1/products/{n}", "/api/v1/products/{n}/reviews", "/api/v1/ratings/{n}", "/api/v1/cart/{u}",
-          "/api/v1/catalog?page={p}&size=20", "/api/v1/users/{u}/orders?limit=10", "/api/v1/inventory/{n}",
-          "/api/v1/search?q=shoes&page={p}", "/productpage?u=normal", "/api/v1/recommendations/{u}")
-_UAS = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36",
-        "okhttp/4.12.0", "Go-http-client/1.1", "python-requests/2.31.0", "curl/8.5.0",
-        "Apache-HttpClient/5.2.1 (Java/17.0.9)", "ReactorNetty/1.1.13", "axios/1.6.2")
-_HOSTS = ("reviews.shop.svc.cluster.local:{port}", "reviews:{port}", "reviews.shop:{port}")
-_WORDS = ("comfortable", "durable", "lightweight", "waterproof", "classic", "breathable", "running", "trail",
-          "leather", "cushioned", "everyday", "premium", "recycled", "wide", "narrow", "sole", "lace", "grip")
-_LOREM = " ".join(_WORDS * 40)
-_ENVOY_BODY = {
-    502: "upstream connect error or disconnect/reset before headers. reset reason: protocol error",
-    503: "upstream connect error or disconnect/reset before headers. reset reason: connection termination",
-    "refused": "upstream connect error or disconnect/reset before headers. reset reason: remote connection "
-               "failure, transport failure reason: delayed connect error: 111",
-    "timeout": "upstream connect error or disconnect/reset before headers. reset reason: connection timeout",
-}
-_REASONS = {200: "OK", 201: "Created", 404: "Not Found", 502: "Bad Gateway", 503: "Service Unavailable"}
-
-
-class Content:
-    """Requests and responses as the client, Envoy and the app write them (Envoy lowercases header names)."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self._date_s = -1
-        self._date = ""
-
-    def date(self, t: int) -> str:
-        s = t // 1_000_000
-        if s != self._date_s:
-            self._date_s, self._date = s, formatdate(s, usegmt=True)
-        return self._date
-
-    def request(self, port: int, client_ip: str, close: bool = False) -> tuple[bytes, bytes]:
-        """(what the client sends on eth0, what the sidecar forwards on lo)."""
-        r = self.rng
-        post = close and r.random() < 0.3
-        if post:
-            path = f"/api/v1/cart/{r.randrange(1, 99999)}/items"
-            body = json.dumps({"sku": f"SKU-{r.randrange(10**6):06d}", "qty": r.randrange(1, 5)}).encode()
-        else:
-            path = r.choice(_PATHS).format(n=r.randrange(1, 99999), u=r.randrange(1, 999999), p=r.randrange(1, 40))
-            body = b""
-        host = r.choice(_HOSTS).format(port=port)
-        ua = r.choice(_UAS)
-        rid = "%08x-%04x-4%03x-%04x-%012x" % (r.getrandbits(32), r.getrandbits(16), r.getrandbits(12),
-                                              0x8000 | r.getrandbits(14), r.getrandbits(48))
-        trace, span = "%032x" % r.getrandbits(128), "%016x" % r.getrandbits(64)
-        fields = [("Host", host), ("User-Agent", ua), ("Accept", "application/json"),
-                  ("Accept-Encoding", "gzip, deflate"), ("X-Request-Id", rid),
-                  ("Traceparent", f"00-{trace}-{span}-01")]
-        if post:
-            fields += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-        if close:
-            fields.append(("Connection", "close"))
-        method = "POST" if post else "GET"
-        down = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields) + "\r\n"
-        up_fields = [(k.lower(), v) for k, v in fields if k != "Connection"]
-        up_fields += [("x-forwarded-proto", "http"), ("x-envoy-attempt-count", "1"),
-                      ("x-forwarded-for", client_ip), ("x-b3-traceid", trace[16:]),
-                      ("x-b3-spanid", "%016x" % r.getrandbits(64)), ("x-b3-parentspanid", span),
-                      ("x-b3-sampled", "0")]
-        up = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in up_fields) + "\r\n"
-        return down.encode() + body, up.encode() + body
-
-    def json_body(self, n: int) -> bytes:
-        r = self.rng
-        head = '{"id":%d,"name":"%s %s","price":%d.%02d,"rating":%.1f,"description":"' % (
-            r.randrange(1, 99999), r.choice(_WORDS), r.choice(_WORDS), r.randrange(5, 300), r.randrange(100),
-            r.uniform(1, 5))
-        fill = max(0, n - len(head) - 2)
-        start = r.randrange(len(_LOREM) - fill) if fill < len(_LOREM) else 0
-        text = (_LOREM * (1 + fill // len(_LOREM)))[start:start + fill]
-        return (head + text + '"}').encode()
-
-    def response(self, t: int, status: int, body: bytes, ctype: str = "application/json",
-                 service_ms: int = 1) -> tuple[bytes, bytes]:
-        """(the app's response head on lo, Envoy's on eth0); the body follows both."""
-        reason = _REASONS.get(status, "OK")
-        d = self.date(t)
-        app = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-               f"Date: {d}\r\nCache-Control: no-store\r\n\r\n")
-        envoy = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
-                 f"date: {d}\r\ncache-control: no-store\r\nx-envoy-upstream-service-time: {service_ms}\r\n"
-                 f"server: istio-envoy\r\n\r\n")
-        return app.encode(), envoy.encode()
-
-    def envoy_error(self, t: int, status: int, body: str) -> bytes:
-        return (f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-length: {len(body)}\r\ncontent-type: text/plain\r\n"
-                f"date: {self.date(t)}\r\nserver: istio-envoy\r\n\r\n{body}").encode()
-
-
-def _body_block(rng: random.Random, size: int = 1 << 17) -> bytes:
-    """Incompressible bytes for download bodies, cleaned so that no segment cut from anywhere in the (cyclic)
-    block begins like an HTTP message."""
-    block = bytearray(rng.randbytes(size))
-    while True:
-        doubled = bytes(block + block[:16])
-        hit = min((i for s in _HTTP_STARTS if (i := doubled.find(s)) >= 0), default=-1)
-        if hit < 0:
-            return bytes(block)
-        block[hit % size] ^= 0x80
-
-
-class Chunks:
-    """Download bodies: ``block`` (cyclic) from an offset, cut into segments after a response head.
-
-    Big segments on lo would cost the writer a checksum each (~50 us for 16 KB), so bodies whose segments
-    start on a ``seg``-aligned block offset reuse one bytes object per offset, and ``sums`` keeps its payload
-    sum (see PcapOut.write) by object id; those objects live as long as the plan, so ids stay unique."""
-
-    CACHE_MIN = 4096
-
-    def __init__(self, block: bytes) -> None:
-        self.block = block
-        self.cache: dict[tuple[int, int], bytes] = {}
-        self.sums: dict[int, int] = {}
-
-    def cut(self, head: bytes, body_len: int, seg: int, offset: int):
-        block = self.block
-        first = head + _cyclic(block, offset, min(body_len, seg - len(head)))
-        yield first[:seg]
-        sent = len(first) - len(head)
-        while sent < body_len:
-            n = min(seg, body_len - sent)
-            off = (offset + sent) % len(block)
-            if n >= self.CACHE_MIN and n % 2 == 0 and off % n == 0:
-                chunk = self.cache.get((off, n))
-                if chunk is None:
-                    chunk = self.cache[(off, n)] = _cyclic(block, off, n)
-                    self.sums[id(chunk)] = int.from_bytes(chunk, "big") % 0xFFFF
-                yield chunk
-            else:
-                yield _cyclic(block, off, n)
-            sent += n
-
-
-def _cyclic(block: bytes, off: int, n: int) -> bytes:
-    size = len(block)
-    off %= size
-    if off + n <= size:
-        return block[off:off + n]
-    out = block[off:]
-    while len(out) < n:
-        out += block[:n - len(out)]
-    return out
-
-
-def _split(data: bytes, seg: int) -> list[bytes]:
-    return [data[i:i + seg] for i in range(0, len(data), seg)]
-
-
 # --- the plan: background sessions and planted failures -------------------------------------------------------
 
 
@@ -245,7 +86,7 @@ class Plan:
         self.rng = FastRandom(seed)
         self.content = Content(self.rng)
         self.ports = Ports(self.rng)
-        self.block = _body_block(self.rng)
+        self.block = body_block(self.rng)
         self.chunks = Chunks(self.block)
         self.clients4 = [f"198.18.2.{i}" for i in range(1, 200)]
         self.clients6 = [f"fd00:198:18:2:{self.rng.getrandbits(16):x}:{self.rng.getrandbits(16):x}:"
@@ -298,9 +139,9 @@ class Plan:
             lo.send(t_up + min(10 + r.randrange(20), app) if app <= 40_000 else t_up + 40_000, False)
         t_resp = t_up + app
         app_head, envoy_head = self.content.response(t_resp, status, body, service_ms=max(1, app // 1000))
-        last = lo.stream(t_resp, False, _split(app_head + body, lo.seg), 3, r, 12 + r.randrange(20))
+        last = lo.stream(t_resp, False, segments(app_head + body, lo.seg), 3, r, 12 + r.randrange(20))
         t_down = t_resp + 30 + r.randrange(120)
-        last = max(last, eth.stream(t_down, False, _split(envoy_head + body, eth.seg), 12, r,
+        last = max(last, eth.stream(t_down, False, segments(envoy_head + body, eth.seg), 12, r,
                                     eth.rtt + r.randrange(40)))
         return last
 
@@ -512,7 +353,7 @@ class Plan:
         # Envoy's codec rejects it: the upstream connection is closed, the caller gets 502 UPE.
         t_close = t_app + 40 + r.randrange(40)
         t_end = lo.close(t_close, True, r, False, 15)
-        err = self.content.envoy_error(t_close, 502, _ENVOY_BODY[502])
+        err = self.content.envoy_error(t_close, 502, ENVOY_BODY[502])
         eth.send(t_close + 30, False, err)
         eth.send(t_close + 30 + eth.rtt, True)
         eth.close(max(t_end, t_close + 30 + eth.rtt) + 5_000 + r.randrange(20_000), True, r, False, 30)
@@ -543,7 +384,7 @@ class Plan:
         t_rst = t_up + 10 + r.randrange(15)
         lo.rst(t_rst, False, lo.snxt, tag=tg("rst"))  # RST seq = the request's ack, no ACK flag (Linux)
         t = t_rst + 40 + r.randrange(80)
-        eth.send(t, False, self.content.envoy_error(t, 503, _ENVOY_BODY[503]))
+        eth.send(t, False, self.content.envoy_error(t, 503, ENVOY_BODY[503]))
         eth.send(t + eth.rtt, True)
         eth.close(t + eth.rtt + 10_000 + r.randrange(30_000), True, r, False, 30)
         self._plant("stale-keepalive", "lo", lo.client, lo.server, "error",
@@ -567,7 +408,7 @@ class Plan:
         t_rst = t_syn + 8 + r.randrange(10)
         lo.rst(t_rst, False, 0, lo.cisn + 1, RST | ACK, tag=tg("rst"))
         t = t_rst + 50 + r.randrange(100)
-        eth.send(t, False, self.content.envoy_error(t, 503, _ENVOY_BODY["refused"]))
+        eth.send(t, False, self.content.envoy_error(t, 503, ENVOY_BODY["refused"]))
         eth.send(t + eth.rtt, True)
         eth.close(t + eth.rtt + 5_000 + r.randrange(20_000), True, r, False, 30)
         self._plant("upstream-refused", "lo", lo.client, lo.server, "error",
@@ -595,7 +436,7 @@ class Plan:
             leg.syn(t_syn + at * 1_000_000 + r.randrange(3000), tag=tg("last") if i == 2 else None)
         if on_lo:
             t = t_syn + 10_000_000
-            eth.send(t, False, self.content.envoy_error(t, 503, _ENVOY_BODY["timeout"]))
+            eth.send(t, False, self.content.envoy_error(t, 503, ENVOY_BODY["timeout"]))
             eth.send(t + eth.rtt, True)
             eth.close(t + eth.rtt + 5_000, True, r, False, 30)
         self._plant("syn-timeout", "lo" if on_lo else "eth0", leg.client, leg.server, "error",
