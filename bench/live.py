@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pty
 import re
 import secrets
 import shutil
@@ -45,7 +44,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +53,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # the live_* modules beside this file, also when it is loaded by path
 from live_client import POD, cmd_generate, cmd_plant  # noqa: E402
+from live_procs import Child, Line, StderrTTY, spawn, stop_child  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 GOAL_P99_S = 1.0
 GOAL_RATE_FRACTION = 0.9
-CAPTURING = re.compile(r"^capturing .* in pod/(\S+) via ")
 FINDING = re.compile(r"^(error|warning|info): ([\w.-]+): (.*) \((\S+) -> (\S+)\)$")
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def log(msg: str) -> None:
@@ -73,109 +70,6 @@ class BenchError(Exception):
 
 
 # --- the benchmark itself ------------------------------------------------------------------------------------
-
-@dataclass
-class Line:
-    t: float  # time.time() on arrival
-    text: str
-
-
-@dataclass
-class Child:
-    """A process group we started (each child leads its own session) and how to read its stdout."""
-
-    name: str
-    proc: subprocess.Popen
-    lines: list[Line] = field(default_factory=list)
-    reader: threading.Thread | None = None
-
-    def follow_lines(self) -> None:
-        def run() -> None:
-            for raw in self.proc.stdout:
-                self.lines.append(Line(time.time(), raw.decode(errors="replace").rstrip("\n")))
-        self.reader = threading.Thread(target=run, name=f"read-{self.name}", daemon=True)
-        self.reader.start()
-
-    def events(self) -> list[dict]:
-        out = []
-        for line in self.lines:
-            if line.text.startswith("{"):
-                try:
-                    out.append(json.loads(line.text))
-                except ValueError:
-                    pass
-        return out
-
-
-def _spawn(name: str, argv: list[str], children: list[Child], **kw) -> Child:
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **kw)
-    child = Child(name, proc)
-    children.append(child)
-    return child
-
-
-def _stop_child(child: Child, first: int = signal.SIGTERM, grace: float = 10.0) -> None:
-    """Signal the child's process group (first `first`, then SIGKILL) until the child is gone."""
-    proc = child.proc
-    for sig, wait_s in ((first, grace), (signal.SIGKILL, 5.0)):
-        if proc.poll() is not None:
-            break
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # anything the child left in its group
-    except ProcessLookupError:
-        pass
-
-
-class StderrTTY:
-    """watch's stderr as a pseudo-terminal; lines stamped as they arrive, the TTY's redraws cleaned off."""
-
-    def __init__(self) -> None:
-        self.master, self.slave = pty.openpty()
-        self.lines: list[Line] = []
-        self.capturing = threading.Event()
-        self.closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watch-stderr", daemon=True)
-
-    def start(self) -> None:
-        os.close(self.slave)  # the child holds its own copy; EOF (EIO) comes when it exits
-        self._thread.start()
-
-    def _run(self) -> None:
-        pending = b""
-        try:
-            while True:
-                try:
-                    data = os.read(self.master, 65536)
-                except OSError:
-                    break
-                if not data:
-                    break
-                now = time.time()
-                pending += data
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    text = ANSI.sub("", raw.decode(errors="replace").rstrip("\r").rsplit("\r", 1)[-1]).strip()
-                    if not text:
-                        continue
-                    self.lines.append(Line(now, text))
-                    if CAPTURING.match(text):
-                        self.capturing.set()
-        finally:
-            self.closed.set()
-
-    def close(self) -> None:
-        try:
-            os.close(self.master)
-        except OSError:
-            pass
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -410,7 +304,7 @@ def run_bench(args) -> dict[str, Any]:
                       "-o", "json", *(["--full-capture"] if args.full_capture else [])]
         result["watch_argv"] = watch_argv
         tty = StderrTTY()
-        watch = _spawn("watch", watch_argv, children, stdout=subprocess.PIPE, stderr=tty.slave)
+        watch = spawn("watch", watch_argv, children, stdout=subprocess.PIPE, stderr=tty.slave)
         tty.start()
         stdout_chunks: list[bytes] = []
         out_reader = threading.Thread(target=lambda: stdout_chunks.append(watch.proc.stdout.read()), daemon=True)
@@ -426,7 +320,7 @@ def run_bench(args) -> dict[str, Any]:
 
         in_client = ["ip", "netns", "exec", pod.client_netns, sys.executable, str(HERE / "live.py")]
         common = ["--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns]
-        gen = _spawn("generator", in_client + ["_generate", *common, "--rate", f"{args.rate:g}", "--seconds",
+        gen = spawn("generator", in_client + ["_generate", *common, "--rate", f"{args.rate:g}", "--seconds",
                                                 f"{args.seconds:g}", "--sidecar-share", f"{args.sidecar_share:g}",
                                                 "--connections", str(args.connections)],
                      children, stdout=subprocess.PIPE)
@@ -444,7 +338,7 @@ def run_bench(args) -> dict[str, Any]:
             f"{args.plant_every:g} s")
         planter = None
         if args.plants:
-            planter = _spawn("planter", in_client + ["_plant", *common, "--every", f"{args.plant_every:g}",
+            planter = spawn("planter", in_client + ["_plant", *common, "--every", f"{args.plant_every:g}",
                                                      "--until", f"{started + args.seconds:.6f}", "--kinds",
                                                      args.plants], children, stdout=subprocess.PIPE)
             planter.follow_lines()
@@ -492,9 +386,9 @@ def run_bench(args) -> dict[str, Any]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if tty is not None and children and children[0].name == "watch" and children[0].proc.poll() is None:
-            _stop_child(children[0], signal.SIGINT, 30.0)  # watch stops its tcpdumps on SIGINT
+            stop_child(children[0], signal.SIGINT, 30.0)  # watch stops its tcpdumps on SIGINT
         for child in reversed(children):
-            _stop_child(child)
+            stop_child(child)
         if tty is not None:
             tty.close()
         try:
