@@ -36,34 +36,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pty
-import random
-import re
-import resource
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))  # the live_* modules beside this file, also when it is loaded by path
+from live_client import POD, cmd_generate, cmd_plant  # noqa: E402
+from live_measure import CpuMeter, Sampler, process_groups, split_tshark  # noqa: E402
+from live_procs import Child, StderrTTY, spawn, stop_child  # noqa: E402
+from live_report import FINDING, print_table, summarise  # noqa: E402
+
 VENV_BIN = Path(sys.executable).parent
-POD = "load"
-GOAL_P99_S = 1.0
-GOAL_RATE_FRACTION = 0.9
-REFUSED_BASE_PORT = 5100  # plant i of kind refused dials pod:5100+i; nothing in a lab pod listens there
-CAPTURING = re.compile(r"^capturing .* in pod/(\S+) via ")
-FINDING = re.compile(r"^(error|warning|info): ([\w.-]+): (.*) \((\S+) -> (\S+)\)$")
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def log(msg: str) -> None:
@@ -72,383 +63,6 @@ def log(msg: str) -> None:
 
 class BenchError(Exception):
     """The benchmark could not run (not a missed goal)."""
-
-
-# --- the two helpers that run in the pod's client namespace --------------------------------------------------
-
-def _pod_from(args) -> Any:
-    from kubectl_meshdoctor.lab.state import LabPod
-
-    return LabPod(name=POD, scenario="load", netns=args.pod_netns, client_netns="", pod_ip=args.pod_ip,
-                  client_ip=args.client_ip, ports=(), uid="")
-
-
-def _emit(event: dict) -> None:
-    print(json.dumps(event), flush=True)
-
-
-def cmd_generate(args) -> int:
-    """Run the load (in the client namespace) and print {"event": "started"} and then the LoadResult."""
-    from kubectl_meshdoctor.lab.scenarios import run_load
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    cpu0 = []
-
-    def started(r) -> None:
-        cpu0.append(_cpu_s())
-        _emit({"event": "started", "t": r.started})
-
-    result = run_load(_pod_from(args), args.rate, args.seconds, sidecar_share=args.sidecar_share,
-                      connections=args.connections, on_start=started)
-    _emit({"event": "done", "cpu_s": round(_cpu_s() - cpu0[0], 3), **result.to_json()})
-    return 0
-
-
-def _cpu_s() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _http_get(sock: socket.socket, path: str) -> int:
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: meshdoctor-bench\r\n\r\n".encode())
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise OSError("connection closed before the response")
-        buf += chunk
-    head, _, body = buf.partition(b"\r\n\r\n")
-    m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
-    need = int(m.group(1)) if m else 0
-    while len(body) < need:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return int(head[9:12])
-
-
-def _plant_refused(args, i: int) -> dict:
-    port = REFUSED_BASE_PORT + i
-    out = {"kind": "refused", "detector": "upstream-refused", "client": None, "server": f"{args.pod_ip}:{port}"}
-    out["t"] = time.time()
-    try:
-        with socket.create_connection((args.pod_ip, port), timeout=5.0) as sock:
-            out["connected"] = True
-            try:
-                out["eof"] = sock.recv(1024) == b""  # the sidecar closes us once its connect failed
-            except OSError as exc:
-                out["eof"] = str(exc)
-    except OSError as exc:
-        out["error"] = str(exc)
-    return out
-
-
-def _plant_collision(args, used: set[int]) -> dict:
-    from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-    from kubectl_meshdoctor.lab.netns import CLIENT_FIXED_PORTS, in_netns
-
-    port = random.randint(*CLIENT_FIXED_PORTS)
-    while port in used:
-        port = random.randint(*CLIENT_FIXED_PORTS)
-    used.add(port)
-    out = {"kind": "collision", "detector": "tuple-collision", "client": f"{args.client_ip}:{port}",
-           "server": f"{args.pod_ip}:{ECHO_PORT}"}
-
-    def bound() -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.settimeout(5.0)
-        sock.bind((args.client_ip, port))
-        return sock
-
-    live = second = None
-    try:
-        live = bound()
-        live.connect((args.pod_ip, HTTP_PORT))
-        out["live_status"] = _http_get(live, "/plant")
-        time.sleep(0.1)  # the client's ACK of the response is out: the live connection is idle now
-        # Only this connection's entry goes: the load's own NAT mappings must stay (a flush would break them).
-        done = subprocess.run(in_netns(args.pod_netns, "conntrack", "-D", "-p", "tcp", "--orig-src", args.client_ip,
-                                       "--sport", str(port)), capture_output=True, text=True, timeout=5)
-        out["conntrack"] = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or [""]
-        second = bound()
-        out["t"] = time.time()
-        t0 = time.monotonic()
-        second.connect((args.pod_ip, ECHO_PORT))  # challenge ACK, RST, the retransmitted SYN passes (~1 s)
-        out["second_connect_s"] = round(time.monotonic() - t0, 3)
-    except OSError as exc:
-        out["error"] = str(exc)
-        out.setdefault("t", time.time())
-    finally:
-        for sock in (live, second):
-            if sock is not None:
-                sock.close()
-    return out
-
-
-def cmd_plant(args) -> int:
-    """Plant failures every --every seconds until --until (epoch), alternating the --kinds; one line each."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    kinds = args.kinds.split(",")
-    used: set[int] = set()
-    start = time.time()
-    i = 0
-    while True:
-        at = start + args.every * (i + 0.5)
-        if at > args.until - 1.5:  # a collision takes over a second: plant only what ends inside the window
-            break
-        time.sleep(max(0.0, at - time.time()))
-        kind = kinds[i % len(kinds)]
-        _emit({"event": "plant", "n": i,
-               **(_plant_refused(args, i) if kind == "refused" else _plant_collision(args, used))})
-        i += 1
-    return 0
-
-
-# --- the benchmark itself ------------------------------------------------------------------------------------
-
-@dataclass
-class Line:
-    t: float  # time.time() on arrival
-    text: str
-
-
-@dataclass
-class Child:
-    """A process group we started (each child leads its own session) and how to read its stdout."""
-
-    name: str
-    proc: subprocess.Popen
-    lines: list[Line] = field(default_factory=list)
-    reader: threading.Thread | None = None
-
-    def follow_lines(self) -> None:
-        def run() -> None:
-            for raw in self.proc.stdout:
-                self.lines.append(Line(time.time(), raw.decode(errors="replace").rstrip("\n")))
-        self.reader = threading.Thread(target=run, name=f"read-{self.name}", daemon=True)
-        self.reader.start()
-
-    def events(self) -> list[dict]:
-        out = []
-        for line in self.lines:
-            if line.text.startswith("{"):
-                try:
-                    out.append(json.loads(line.text))
-                except ValueError:
-                    pass
-        return out
-
-
-def _spawn(name: str, argv: list[str], children: list[Child], **kw) -> Child:
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **kw)
-    child = Child(name, proc)
-    children.append(child)
-    return child
-
-
-def _stop_child(child: Child, first: int = signal.SIGTERM, grace: float = 10.0) -> None:
-    """Signal the child's process group (first `first`, then SIGKILL) until the child is gone."""
-    proc = child.proc
-    for sig, wait_s in ((first, grace), (signal.SIGKILL, 5.0)):
-        if proc.poll() is not None:
-            break
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # anything the child left in its group
-    except ProcessLookupError:
-        pass
-
-
-class StderrTTY:
-    """watch's stderr as a pseudo-terminal; lines stamped as they arrive, the TTY's redraws cleaned off."""
-
-    def __init__(self) -> None:
-        self.master, self.slave = pty.openpty()
-        self.lines: list[Line] = []
-        self.capturing = threading.Event()
-        self.closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watch-stderr", daemon=True)
-
-    def start(self) -> None:
-        os.close(self.slave)  # the child holds its own copy; EOF (EIO) comes when it exits
-        self._thread.start()
-
-    def _run(self) -> None:
-        pending = b""
-        try:
-            while True:
-                try:
-                    data = os.read(self.master, 65536)
-                except OSError:
-                    break
-                if not data:
-                    break
-                now = time.time()
-                pending += data
-                *complete, pending = pending.split(b"\n")
-                for raw in complete:
-                    text = ANSI.sub("", raw.decode(errors="replace").rstrip("\r").rsplit("\r", 1)[-1]).strip()
-                    if not text:
-                        continue
-                    self.lines.append(Line(now, text))
-                    if CAPTURING.match(text):
-                        self.capturing.set()
-        finally:
-            self.closed.set()
-
-    def close(self) -> None:
-        try:
-            os.close(self.master)
-        except OSError:
-            pass
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default); None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-class CpuMeter:
-    """CPU seconds of named process trees between two snapshots (children that exit in between are lost)."""
-
-    def __init__(self) -> None:
-        self.before: dict[str, dict[int, float]] = {}
-        self.after: dict[str, dict[int, float]] = {}
-        self.t0 = 0.0
-        self.machine0: dict[str, float] = {}
-        self.everyone0: dict[int, tuple[str, float]] = {}
-
-    @staticmethod
-    def _tree(pids: list[int], recursive: bool) -> dict[int, float]:
-        out = {}
-        for pid in pids:
-            try:
-                proc = psutil.Process(pid)
-                for p in [proc, *(proc.children(recursive=True) if recursive else ())]:
-                    try:
-                        ct = p.cpu_times()
-                        out[p.pid] = ct.user + ct.system
-                    except psutil.Error:
-                        pass
-            except psutil.Error:
-                pass
-        return out
-
-    @staticmethod
-    def _machine() -> dict[str, float]:
-        ct = psutil.cpu_times()
-        return {"busy": ct.user + ct.nice + ct.system + ct.irq + ct.softirq, "softirq": ct.irq + ct.softirq,
-                "steal": getattr(ct, "steal", 0.0)}
-
-    @staticmethod
-    def _everyone() -> dict[int, tuple[str, float]]:
-        out = {}
-        for p in psutil.process_iter(["name", "cpu_times"]):
-            ct = p.info["cpu_times"]
-            if ct is not None:
-                out[p.pid] = (p.info["name"], ct.user + ct.system)
-        return out
-
-    def snapshot(self, groups: dict[str, list[int]]) -> dict[str, dict[int, float]]:
-        # Only watch's tree is followed (its tshark children); the API server's children are the execs, whose
-        # tcpdumps are a group of their own.
-        return {name: self._tree(pids, name == "watch (python)") for name, pids in groups.items()}
-
-    def start(self, groups: dict[str, list[int]]) -> None:
-        self.before = self.snapshot(groups)
-        self.t0 = time.monotonic()
-        self.machine0 = self._machine()
-        self.everyone0 = self._everyone()
-
-    def stop(self, groups: dict[str, list[int]]) -> dict[str, Any]:
-        self.after = after = self.snapshot(groups)
-        wall = max(time.monotonic() - self.t0, 1e-9)
-        cores = {}
-        for name, now in after.items():
-            was = self.before.get(name, {})
-            used = sum(v - was.get(pid, 0.0) for pid, v in now.items())
-            cores[name] = round(used / wall, 3)
-        m1 = self._machine()
-        machine = {k: round((m1[k] - self.machine0[k]) / wall, 3) for k in m1}
-        ours = {pid for group in after.values() for pid in group}
-        others: dict[str, float] = {}
-        for pid, (name, t) in self._everyone().items():
-            if pid not in ours:
-                used = t - self.everyone0.get(pid, (name, 0.0))[1]
-                if used > 0:
-                    others[name] = others.get(name, 0.0) + used
-        top = sorted(others.items(), key=lambda kv: -kv[1])[:6]
-        return {"wall_s": round(wall, 3), "cores": cores, "machine_cores_busy": machine["busy"],
-                "softirq_cores": machine["softirq"], "steal_cores": machine["steal"],
-                "other_cores": round(machine["busy"] - sum(cores.values()), 3), "ncpu": psutil.cpu_count(),
-                "other_processes": {name: round(t / wall, 3) for name, t in top}}
-
-
-class Sampler:
-    """Every second: the pod's packet counters and the bytes queued in the TCP connections between the lab's API
-    server and watch (the exec streams' socket buffers: where a backlog waits when the pipeline lags)."""
-
-    def __init__(self, pod_pid: int, api_port: int) -> None:
-        self.pod_pid, self.api_port = pod_pid, api_port
-        self.rows: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5.0)
-
-    def _packets(self) -> int | None:
-        try:
-            text = Path(f"/proc/{self.pod_pid}/net/dev").read_text()
-        except OSError:
-            return None
-        total = 0
-        for line in text.splitlines()[2:]:
-            name, _, rest = line.partition(":")
-            cols = rest.split()
-            if name.strip() == "lo":
-                total += int(cols[9])
-            elif name.strip() == "eth0":
-                total += int(cols[1]) + int(cols[9])
-        return total
-
-    def _queued(self) -> int | None:
-        try:
-            out = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{self.api_port} or dport = "
-                                  f":{self.api_port} )"], capture_output=True, text=True, timeout=5).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return sum(int(f[0]) + int(f[1]) for f in (line.split() for line in out.splitlines()) if len(f) >= 2)
-
-    def _run(self) -> None:
-        last = None
-        while not self._stop.wait(1.0):
-            now, packets = time.time(), self._packets()
-            row = {"t": round(now, 3), "queued_bytes": self._queued()}
-            if packets is not None and last is not None:
-                row["pps"] = round((packets - last[1]) / (now - last[0]))
-            if packets is not None:
-                last = (now, packets)
-            self.rows.append(row)
 
 
 def _api_port(kubeconfig: Path) -> int:
@@ -461,68 +75,6 @@ def _api_port(kubeconfig: Path) -> int:
     if port is None:
         raise BenchError(f"no server port in {kubeconfig}")
     return port
-
-
-def _process_groups(state, watch_pid: int) -> dict[str, list[int]]:
-    from kubectl_meshdoctor.lab import netns
-
-    pod = state.pod(POD)
-    groups: dict[str, list[int]] = {"watch (python)": [watch_pid]}
-    tcpdumps = []
-    for pid in netns.netns_pids(pod.netns):
-        try:
-            if psutil.Process(pid).name() == "tcpdump":
-                tcpdumps.append(pid)
-        except psutil.Error:
-            pass
-    groups["tcpdump x2"] = tcpdumps
-    groups["lab API server"] = [state.pids["apiserver"]]
-    groups["sidecar (Envoy)"] = [state.pids[f"{POD}/sidecar"]]
-    groups["app (fast)"] = [state.pids[f"{POD}/app-http"]]
-    return groups
-
-
-def _split_tshark(cpu: dict[str, Any], watch_pid: int, before: dict[int, float], after: dict[int, float]) -> None:
-    """Separate the tshark children's CPU from watch's own Python process in `cpu` (same snapshot window)."""
-    tshark = 0.0
-    for pid, v in after.items():
-        try:
-            if pid != watch_pid and "tshark" in psutil.Process(pid).name():
-                tshark += v - before.get(pid, 0.0)
-        except psutil.Error:
-            pass
-    tshark_cores = round(tshark / cpu["wall_s"], 3)
-    cpu["cores"]["tshark x2"] = tshark_cores
-    cpu["cores"]["watch (python)"] = round(cpu["cores"]["watch (python)"] - tshark_cores, 3)
-
-
-def _match(plants: list[dict], report: dict, finding_lines: list[tuple[Line, re.Match]]) -> tuple[list, list]:
-    """Each plant with its finding (detector and flow) and live line; the findings no plant explains."""
-    findings = [f for f in report.get("findings", []) if f.get("flow")]
-    used: set[int] = set()
-    rows = []
-    for plant in plants:
-        row = {"n": plant["n"], "kind": plant["kind"], "planted_at": plant["t"], "detector": plant["detector"],
-               "client": plant["client"], "server": plant["server"], "found": False, "finding_ts": None,
-               "line_at": None, "latency_s": None, "plant_error": plant.get("error")}
-        for i, f in enumerate(findings):
-            flow = f["flow"]
-            if (i in used or f["detector"] != plant["detector"] or flow.get("server") != plant["server"]
-                    or (plant["client"] and flow.get("client") != plant["client"])):
-                continue
-            used.add(i)
-            row.update(found=True, finding_ts=f.get("ts"), severity=f.get("severity"), title=f.get("title"),
-                       flow_client=flow.get("client"))
-            for line, m in finding_lines:
-                if m.group(2) == f["detector"] and m.group(4) == flow.get("client") and m.group(5) == flow.get("server"):
-                    row["line_at"] = line.t
-                    if f.get("ts"):
-                        row["latency_s"] = round(line.t - f["ts"], 4)
-                    break
-            break
-        rows.append(row)
-    unplanned = [f for i, f in enumerate(findings) if i not in used]
-    return rows, unplanned
 
 
 def run_bench(args) -> dict[str, Any]:
@@ -544,7 +96,7 @@ def run_bench(args) -> dict[str, Any]:
                       "-o", "json", *(["--full-capture"] if args.full_capture else [])]
         result["watch_argv"] = watch_argv
         tty = StderrTTY()
-        watch = _spawn("watch", watch_argv, children, stdout=subprocess.PIPE, stderr=tty.slave)
+        watch = spawn("watch", watch_argv, children, stdout=subprocess.PIPE, stderr=tty.slave)
         tty.start()
         stdout_chunks: list[bytes] = []
         out_reader = threading.Thread(target=lambda: stdout_chunks.append(watch.proc.stdout.read()), daemon=True)
@@ -560,7 +112,7 @@ def run_bench(args) -> dict[str, Any]:
 
         in_client = ["ip", "netns", "exec", pod.client_netns, sys.executable, str(HERE / "live.py")]
         common = ["--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns]
-        gen = _spawn("generator", in_client + ["_generate", *common, "--rate", f"{args.rate:g}", "--seconds",
+        gen = spawn("generator", in_client + ["_generate", *common, "--rate", f"{args.rate:g}", "--seconds",
                                                 f"{args.seconds:g}", "--sidecar-share", f"{args.sidecar_share:g}",
                                                 "--connections", str(args.connections)],
                      children, stdout=subprocess.PIPE)
@@ -571,14 +123,14 @@ def run_bench(args) -> dict[str, Any]:
                 raise BenchError(f"the load generator did not start (exit {gen.proc.poll()})")
             time.sleep(0.02)
         started = next(e["t"] for e in gen.events() if e.get("event") == "started")
-        groups = _process_groups(state, watch.proc.pid)
+        groups = process_groups(state, watch.proc.pid)
         meter = CpuMeter()
         meter.start(groups)
         log(f"load: {args.rate:g} packets/s for {args.seconds:g} s; planting {args.plants} every "
             f"{args.plant_every:g} s")
         planter = None
         if args.plants:
-            planter = _spawn("planter", in_client + ["_plant", *common, "--every", f"{args.plant_every:g}",
+            planter = spawn("planter", in_client + ["_plant", *common, "--every", f"{args.plant_every:g}",
                                                      "--until", f"{started + args.seconds:.6f}", "--kinds",
                                                      args.plants], children, stdout=subprocess.PIPE)
             planter.follow_lines()
@@ -588,7 +140,7 @@ def run_bench(args) -> dict[str, Any]:
             raise BenchError("the load generator did not stop at --seconds") from None
         gen.reader.join(5.0)
         cpu = meter.stop(groups)
-        _split_tshark(cpu, watch.proc.pid, meter.before["watch (python)"], meter.after["watch (python)"])
+        split_tshark(cpu, watch.proc.pid, meter.before["watch (python)"], meter.after["watch (python)"])
         done = next((e for e in gen.events() if e.get("event") == "done"), None)
         if done is None:
             raise BenchError(f"the load generator ended without a result (exit {gen.proc.returncode})")
@@ -620,15 +172,15 @@ def run_bench(args) -> dict[str, Any]:
         except ValueError:
             raise BenchError(f"watch printed no JSON report (exit {watch.proc.returncode}): "
                              + " | ".join(result["watch_stderr_tail"][-5:])) from None
-        result.update(_summarise(args, done, plants, report, tty.lines, cpu))
+        result.update(summarise(args, done, plants, report, tty.lines, cpu))
         return result
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if tty is not None and children and children[0].name == "watch" and children[0].proc.poll() is None:
-            _stop_child(children[0], signal.SIGINT, 30.0)  # watch stops its tcpdumps on SIGINT
+            stop_child(children[0], signal.SIGINT, 30.0)  # watch stops its tcpdumps on SIGINT
         for child in reversed(children):
-            _stop_child(child)
+            stop_child(child)
         if tty is not None:
             tty.close()
         try:
@@ -640,112 +192,6 @@ def run_bench(args) -> dict[str, Any]:
         if left:
             log(f"LEFT BEHIND: network namespaces {left}")
         result["cleanup"] = {"netns_left": left, "state_dir_left": state_dir.exists()}
-
-
-def _summarise(args, done: dict, plants: list[dict], report: dict, lines: list[Line], cpu: dict) -> dict:
-    captures = report.get("source", {}).get("captures", {})
-    ifaces = {}
-    for iface in ("lo", "eth0"):
-        c = captures.get(iface, {})
-        captured, read = c.get("captured"), c.get("frames_read")
-        ifaces[iface] = {"captured": captured, "dropped_by_kernel": c.get("dropped_by_kernel"), "frames_read": read,
-                         "unanalysed": captured - read if captured is not None and read is not None else None,
-                         "bytes": c.get("bytes"),
-                         "detector_packets": report.get("stats", {}).get("interfaces", {}).get(iface, {}).get("packets")}
-    finding_lines = [(l, m) for l in lines if (m := FINDING.match(l.text))]
-    rows, unplanned = _match(plants, report, finding_lines)
-    latencies = [r["latency_s"] for r in rows if r["latency_s"] is not None]
-    all_lat = []
-    for f in report.get("findings", []):
-        flow = f.get("flow") or {}
-        for line, m in finding_lines:
-            if m.group(2) == f["detector"] and m.group(4) == flow.get("client") and m.group(5) == flow.get("server"):
-                if f.get("ts"):
-                    all_lat.append(line.t - f["ts"])
-                break
-    drops = [v["dropped_by_kernel"] for v in ifaces.values()]
-    unanalysed = [v["unanalysed"] for v in ifaces.values()]
-    p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
-    achieved = done.get("achieved_pps")
-    goals = {
-        "rate": achieved is not None and achieved >= GOAL_RATE_FRACTION * args.rate,
-        "no_drops": all(d is not None for d in drops) and sum(drops) == 0,
-        "none_unanalysed": all(u is not None for u in unanalysed) and sum(unanalysed) == 0,
-        "all_planted_found": bool(rows) and all(r["found"] for r in rows),
-        "p99_under_1s": p99 is not None and p99 < GOAL_P99_S and len(latencies) == len(rows),
-    }
-    by_kind: dict[str, int] = {}
-    for f in unplanned:
-        key = f"{f['severity']} {f['detector']}"
-        by_kind[key] = by_kind.get(key, 0) + 1
-    return {
-        "load": {k: done.get(k) for k in ("target_pps", "seconds", "started", "ended", "sent", "ok", "late",
-                                          "stopped_by", "by_path", "packets", "achieved_pps", "errors")},
-        "timeline_pps": done.get("timeline"),
-        "captures": ifaces,
-        "report_stats": report.get("stats"),
-        "report_problems": report.get("problems", []),
-        "envoy": {k: v for k, v in (report.get("envoy") or {}).items() if k != "counters_moved"},
-        "planted": rows,
-        "latency_s": {"n": len(latencies), "median": p50, "p99": p99, "max": max(latencies, default=None)},
-        "latency_all_findings_s": {"n": len(all_lat), "median": _percentile(all_lat, 0.5),
-                                   "p99": _percentile(all_lat, 0.99)},
-        "unplanned_findings": by_kind,
-        "cpu": cpu,
-        "goals": goals,
-        "ok": all(goals.values()),
-    }
-
-
-def _fmt(v: Any, spec: str = "") -> str:
-    return "n/a" if v is None else format(v, spec)
-
-
-def print_table(res: dict[str, Any]) -> None:
-    out = []
-    a = res["args"]
-    load = res["load"]
-    pk = load.get("packets") or {}
-    goals = res["goals"]
-    mark = {True: "ok", False: "MISSED"}
-    out.append(f"live benchmark: watch pod/{POD} --no-tui, {a['rate']:g} packets/s asked for {a['seconds']:g} s "
-               f"(lab {res['lab']})")
-    out.append(f"  achieved      {_fmt(load.get('achieved_pps'), ',.0f')} packets/s on lo + eth0 (pod kernel counters: "
-               f"lo {pk.get('lo')}, eth0 rx {pk.get('eth0_rx')} tx {pk.get('eth0_tx')})   [{mark[goals['rate']]}]")
-    paths = ", ".join(f"{p} {v['ok']}/{v['sent']}" for p, v in (load.get("by_path") or {}).items())
-    out.append(f"  requests      {load.get('ok')} ok of {load.get('sent')} sent ({paths}); late {load.get('late')}; "
-               f"errors {len(load.get('errors') or [])}")
-    out.append(f"  {'iface':<6} {'captured':>10} {'kernel drops':>13} {'frames read':>12} {'unanalysed':>11} "
-               f"{'to detectors':>13} {'MB':>7}")
-    for iface, c in res["captures"].items():
-        mb = None if c["bytes"] is None else c["bytes"] / 1e6
-        out.append(f"  {iface:<6} {_fmt(c['captured']):>10} {_fmt(c['dropped_by_kernel']):>13} "
-                   f"{_fmt(c['frames_read']):>12} {_fmt(c['unanalysed']):>11} {_fmt(c['detector_packets']):>13} "
-                   f"{_fmt(mb, '.1f'):>7}")
-    out.append(f"  drops [{mark[goals['no_drops']]}]   unanalysed [{mark[goals['none_unanalysed']]}]")
-    found = sum(r["found"] for r in res["planted"])
-    out.append(f"  planted       {found}/{len(res['planted'])} found   [{mark[goals['all_planted_found']]}]")
-    for r in res["planted"]:
-        flow = f"{r['client'] or r.get('flow_client') or '*'} -> {r['server']}"
-        out.append(f"    #{r['n']:<3} {r['kind']:<10} {r['detector']:<16} {flow:<42} "
-                   + (f"found, latency {_fmt(r['latency_s'], '.3f')} s" if r["found"] else "NOT FOUND")
-                   + (f"  (plant error: {r['plant_error']})" if r.get("plant_error") else ""))
-    lat = res["latency_s"]
-    out.append(f"  latency       packet -> finding line: median {_fmt(lat['median'], '.3f')} s, p99 "
-               f"{_fmt(lat['p99'], '.3f')} s, max {_fmt(lat['max'], '.3f')} s (n={lat['n']})   "
-               f"[{mark[goals['p99_under_1s']]}]")
-    if res["unplanned_findings"]:
-        out.append("  unplanned     " + ", ".join(f"{k} x{v}" for k, v in sorted(res["unplanned_findings"].items())))
-    for p in res["report_problems"]:
-        out.append(f"  problem       {p.get('where')}: {p.get('what')}")
-    cpu = res["cpu"]
-    out.append(f"  cpu (cores, load window {cpu['wall_s']:.0f} s, {cpu['ncpu']} cpus): "
-               + ", ".join(f"{k} {v:.2f}" for k, v in cpu["cores"].items())
-               + f"; machine busy {cpu['machine_cores_busy']:.2f} (softirq {cpu['softirq_cores']:.2f}), "
-                 f"steal {cpu['steal_cores']:.2f}, rest {cpu['other_cores']:.2f} ("
-               + ", ".join(f"{k} {v:.2f}" for k, v in cpu["other_processes"].items()) + ")")
-    out.append(f"  watch exit {res.get('watch_exit')}; result: {'all goals met' if res['ok'] else 'GOAL MISSED'}")
-    print("\n".join(out), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
