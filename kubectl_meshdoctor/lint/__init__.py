@@ -5,6 +5,8 @@ hold-application, probe-not-rewritten, excluded-port-exposed. ``RULES`` maps eac
 ``SEVERITIES`` to the severities it can emit.
 """
 
-from .rules import RESTART_THRESHOLD, RULES, SEVERITIES, PodView, lint_pod, lint_pods
+from .podview import PodView
+from .probes import RESTART_THRESHOLD
+from .rules import RULES, SEVERITIES, lint_pod, lint_pods
 
 __all__ = ["RESTART_THRESHOLD", "RULES", "SEVERITIES", "PodView", "lint_pod", "lint_pods"]
