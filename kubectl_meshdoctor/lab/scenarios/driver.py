@@ -1,0 +1,116 @@
+"""Running a scenario: one round (run_round, with the pod kernel's challenge-ACK count around it) and the bounded
+loop of rounds (drive)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Callable
+
+from kubectl_meshdoctor.lab.netns import in_netns
+from kubectl_meshdoctor.lab.state import LabPod
+
+from .http_rounds import _framing_round, _healthy_http_round, _refused_round, _stale_keepalive_round
+from .load import _load_round
+from .port_reuse import _port_reuse_round
+from .rounds import _IO_TIMEOUT, RoundResult, _Tally
+from .table import SCENARIOS
+from .tcp_rounds import _healthy_round, _syn_drop_round
+
+DEFAULT_ROUNDS = 1500
+DEFAULT_SECONDS = 3000.0  # keeps a forgotten lab's traffic under an hour
+DEFAULT_PERIOD = 2.0  # seconds between round starts
+
+
+def challenge_ack_count(pod_netns: str) -> int | None:
+    """TcpExtTCPChallengeACK of the pod namespace's kernel (absolute), or None when nstat fails."""
+    try:
+        out = subprocess.run(
+            in_netns(pod_netns, "nstat", "-azs", "TcpExtTCPChallengeACK"),
+            capture_output=True, text=True, timeout=_IO_TIMEOUT, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "TcpExtTCPChallengeACK":
+            return int(fields[1])
+    return None
+
+
+_ROUNDS: dict[str, Callable[[LabPod, "_Tally"], None]] = {
+    "healthy": _healthy_round,
+    "healthy-http": _healthy_http_round,
+    "framing": _framing_round,
+    "stale-keepalive": _stale_keepalive_round,
+    "refused": _refused_round,
+    "refused-localhost": _refused_round,
+    "syn-drop": _syn_drop_round,
+    "load": _load_round,
+}
+
+
+def run_round(pod: LabPod, scenario: str, *, used_ports: set[int] | None = None) -> RoundResult:
+    """Run one round of `scenario` against `pod`. Must run inside pod.client_netns.
+
+    Takes about 1-3 seconds. Never raises for network failures (they land in RoundResult.errors); raises
+    ValueError for an unknown scenario.
+    """
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
+    ports = used_ports if used_ports is not None else set()
+    started, t0 = time.time(), time.monotonic()
+    acks_before = challenge_ack_count(pod.netns)
+    tally = _Tally()
+    if scenario in _ROUNDS:
+        _ROUNDS[scenario](pod, tally)
+    else:
+        _port_reuse_round(pod, tally, flush=scenario == "collision", used_ports=ports)
+    acks_after = challenge_ack_count(pod.netns)
+    acks = None if acks_before is None or acks_after is None else acks_after - acks_before
+    return RoundResult(
+        scenario=scenario,
+        pod=pod.name,
+        started=started,
+        duration_s=round(time.monotonic() - t0, 6),
+        client_port=tally.client_port,
+        http_ok=tally.http_ok,
+        echo_ok=tally.echo_ok,
+        second_connect_s=tally.second_connect_s,
+        live_reset=tally.live_reset,
+        challenge_acks=acks,
+        errors=tuple(tally.errors),
+        http=tuple(tally.http),
+        connect_s=tally.connect_s,
+        reused_after_s=tally.reused_after_s,
+        load=tally.load,
+    )
+
+
+def drive(
+    pod: LabPod,
+    scenario: str,
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    seconds: float = DEFAULT_SECONDS,
+    period: float = DEFAULT_PERIOD,
+    emit: Callable[[RoundResult], None] = lambda r: print(json.dumps(r.to_json()), flush=True),
+) -> int:
+    """Run at most `rounds` rounds, starting one every `period` seconds, for at most `seconds` seconds.
+
+    Returns the number of rounds run. Raises ValueError for an unknown scenario.
+    """
+    deadline = time.monotonic() + seconds
+    used_ports: set[int] = set()
+    done = 0
+    while done < rounds and time.monotonic() < deadline:
+        round_start = time.monotonic()
+        emit(run_round(pod, scenario, used_ports=used_ports))
+        done += 1
+        if len(used_ports) > 1000:  # TIME_WAIT is long gone for ports used this many rounds ago
+            used_ports.clear()
+        pause = min(period - (time.monotonic() - round_start), deadline - time.monotonic())
+        if done < rounds and pause > 0:
+            time.sleep(pause)
+    return done

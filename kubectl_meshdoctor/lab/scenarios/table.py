@@ -1,0 +1,43 @@
+"""The scenarios and what runs in each one's pod: the table lab.py builds pods from and the drivers go by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
+
+SCENARIOS = (
+    "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
+    "syn-drop", "load",
+)
+STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
+# Seconds between the app's idle timer firing and its close(), with reading paused: a request that arrives then
+# is answered RST (it is unread when the socket closes). Envoy drops a pooled connection as soon as it reads the
+# app's FIN, so the race it loses is this window, before any FIN (or a request crossing the FIN on the wire).
+STALE_CLOSE_DELAY = 0.4
+# When the stale-keepalive driver sends its second request: after the first response, in the middle of the window.
+STALE_REUSE_AFTER = STALE_IDLE_TIMEOUT + STALE_CLOSE_DELAY / 2
+
+
+@dataclass(frozen=True)
+class PodSetup:
+    """The processes of a scenario's pod: extra args of `apps http` (None: nothing listens on :5000) and the
+    Istio settings its Envoy runs with."""
+
+    app_http: tuple[str, ...] | None = ()
+    sidecar: SidecarSettings = SidecarSettings()
+
+
+SETUPS: dict[str, PodSetup] = {
+    "collision": PodSetup(),
+    "remap": PodSetup(),
+    "healthy": PodSetup(),
+    "healthy-http": PodSetup(),
+    "framing": PodSetup(app_http=("--broken-framing",)),
+    "stale-keepalive": PodSetup(app_http=("--idle-timeout", str(STALE_IDLE_TIMEOUT),
+                                          "--close-delay", str(STALE_CLOSE_DELAY))),
+    "refused": PodSetup(app_http=None),
+    "refused-localhost": PodSetup(app_http=("--bind", "127.0.0.1")),
+    "syn-drop": PodSetup(),
+    "load": PodSetup(app_http=("--fast", "--also-port", "15020")),  # 15020: LOAD_DIRECT_PORT
+}

@@ -1,0 +1,134 @@
+"""The rules on the istio-proxy sidecar itself: no-sidecar, sidecar-not-ready, hold-application (whether the
+app can start before it)."""
+
+from __future__ import annotations
+
+import yaml
+
+from kubectl_meshdoctor.core.findings import Finding, Severity
+
+from .podview import ANN_PROXY_CONFIG, ANN_STATUS, SIDECAR, PodView, _indent, _q, rule
+
+
+@rule("no-sidecar", "error")
+def no_sidecar(pv: PodView) -> list[Finding]:
+    if pv.sidecar is not None:
+        return []
+    names = ", ".join(c.name for c in pv.containers) or "none"
+    inits = ", ".join(f"{c.name}{' (restartPolicy Always)' if c.restartable_init else ''}"
+                      for c in pv.init_containers) or "none"
+    status = pv.annotations.get(ANN_STATUS)
+    ev = [f"spec.containers[*].name = {names}", f"spec.initContainers[*].name = {inits}",
+          f"metadata.annotations[{_q(ANN_STATUS)}] = {status if status is not None else '(absent)'}"]
+    opt_out = [f"{where}[{_q('sidecar.istio.io/inject')}] = {d['sidecar.istio.io/inject']}"
+               for where, d in (("metadata.labels", pv.labels), ("metadata.annotations", pv.annotations))
+               if "sidecar.istio.io/inject" in d]
+    ev += opt_out
+    why = ("The pod opts out of injection (" + "; ".join(opt_out) + ").") if opt_out else (
+        "Injection happens only at pod creation by the istio-sidecar-injector webhook, when the namespace has "
+        "istio-injection=enabled or istio.io/rev, or the pod has sidecar.istio.io/inject: \"true\"; a pod created "
+        "before that, or in a namespace without the label, has none.")
+    if status is not None:
+        why += f" The {ANN_STATUS} annotation says it was injected, so the container was removed afterwards."
+    ambient = pv.annotations.get("ambient.istio.io/redirection") == "enabled"
+    if ambient:
+        why += " The pod is in ambient mode (ambient.istio.io/redirection: enabled): no sidecar by design."
+    return [pv.finding(
+        "no-sidecar", Severity.INFO if ambient else Severity.ERROR,
+        f"pod {pv.name} has no {SIDECAR} sidecar (neither a container nor a native-sidecar init container)",
+        None, ev, "spec.containers[*].name",
+        f"No container named {SIDECAR} in spec.containers (classic layout) and no init container {SIDECAR} with "
+        f"restartPolicy: Always (native sidecar, Istio >= 1.28 on Kubernetes >= 1.33; pod_istio_sample.yaml). "
+        f"Without it the pod is outside the mesh: no mTLS, no policy, nothing for meshdoctor to capture. {why}",
+        f"kubectl label namespace {pv.namespace} istio-injection=enabled\n"
+        f"# or per workload (pod template):\nmetadata:\n  labels:\n    sidecar.istio.io/inject: \"true\"\n"
+        f"# then recreate the pods: kubectl rollout restart deployment/<owner> -n {pv.namespace}",
+        containers=[c.name for c in pv.containers])]
+
+
+@rule("sidecar-not-ready", "error")
+def sidecar_not_ready(pv: PodView) -> list[Finding]:
+    if pv.sidecar is None or SIDECAR not in pv.statuses:
+        return []
+    st, spath = pv.statuses[SIDECAR]
+    state = st.get("state") or {}
+    ready = bool(st.get("ready"))
+    if ready and "running" in state:
+        return []
+    ev = [f"{spath}.ready = {str(ready).lower()}"]
+    if "running" in state:
+        detail, path = "running but not ready", f"{spath}.ready"
+    else:
+        which = next(iter(state), "unknown")
+        reason = (state.get(which) or {}).get("reason") or ""
+        detail, path = f"{which}{': ' + reason if reason else ''}", f"{spath}.state.{which}"
+        ev.append(f"{path}.reason = {reason or '(none)'}")
+    layout = "native sidecar (init container)" if pv.native else "classic sidecar"
+    return [pv.finding(
+        "sidecar-not-ready", Severity.ERROR, f"{SIDECAR} of pod {pv.name} is not ready ({detail})", None, ev, path,
+        f"The {layout} {SIDECAR} is {detail}. Its readiness is Envoy's /healthz/ready on 15021, which turns true "
+        f"only once Envoy got its first configuration from istiod (listeners and clusters) and certificates. "
+        f"While it is not ready every captured inbound and outbound connection of the pod fails or hangs "
+        f"(iptables still REDIRECTs to 15006/15001), and the pod is out of its Services' endpoints. Common causes: "
+        f"istiod unreachable (port 15012), a rejected config (LDS/CDS NACK), certificate issues.",
+        f"kubectl logs {pv.name} -c {SIDECAR} -n {pv.namespace} --tail=100\n"
+        f"istioctl proxy-status {pv.name}.{pv.namespace}\n"
+        f"kubectl exec {pv.name} -c {SIDECAR} -n {pv.namespace} -- pilot-agent request GET /healthz/ready",
+        ready=ready, native=pv.native)]
+
+
+def _hold_effective(pv: PodView) -> tuple[bool, str]:
+    """Native sidecars start (and pass their startupProbe) before app containers; a classic sidecar holds the
+    app only when the injector put it first with a postStart `pilot-agent wait` hook."""
+    if pv.native:
+        return True, "native sidecar"
+    first = pv.containers[0] if pv.containers else None
+    if first is None or first.name != SIDECAR:
+        return False, ""
+    cmd = ((((first.spec.get("lifecycle") or {}).get("postStart") or {}).get("exec") or {}).get("command")) or []
+    return ("pilot-agent" in cmd and "wait" in cmd), "postStart pilot-agent wait"
+
+
+@rule("hold-application", "warning")
+def hold_application(pv: PodView) -> list[Finding]:
+    if pv.sidecar is None:
+        return []
+    effective, _ = _hold_effective(pv)
+    if effective:
+        return []
+    raw = pv.annotations.get(ANN_PROXY_CONFIG)
+    cfg = {}
+    if raw:
+        try:
+            cfg = yaml.safe_load(raw) or {}
+        except yaml.YAMLError:
+            cfg = {}
+        if not isinstance(cfg, dict):
+            cfg = {}
+    ann_path = f"metadata.annotations[{_q(ANN_PROXY_CONFIG)}]"
+    idx = next(i for i, c in enumerate(pv.containers) if c.name == SIDECAR)
+    ev = [f"{ann_path} = {raw.strip() if raw else '(absent)'}",
+          f"spec.containers[{idx}].name = {SIDECAR} (position {idx + 1} of {len(pv.containers)}, "
+          f"no postStart pilot-agent wait)"]
+    asked = cfg.get("holdApplicationUntilProxyStarts") is True
+    cfg = {**cfg, "holdApplicationUntilProxyStarts": True}
+    block = _indent(yaml.safe_dump(cfg, default_flow_style=False, sort_keys=False).rstrip(), 6)
+    title = (f"pod {pv.name} asks for holdApplicationUntilProxyStarts but was injected without it" if asked else
+             f"app containers of pod {pv.name} can start before the {SIDECAR} sidecar is ready")
+    explanation = (
+        f"With a classic sidecar Kubernetes starts all containers at once, so the app can run before Envoy has its "
+        f"configuration: iptables already REDIRECTs the app's outbound connections to 15001, and start-up calls "
+        f"(config server, database, token fetch) can fail before Envoy is ready (connection refused/reset, 503), "
+        f"often ending in a restart loop. holdApplicationUntilProxyStarts makes the injector put {SIDECAR} first "
+        f"with a postStart hook `pilot-agent wait` that blocks the next containers until Envoy is ready "
+        f"(istio/istio injection-template.yaml; Istio >= 1.7); native sidecars (Istio >= 1.28 on Kubernetes >= "
+        f"1.33) start first by design.")
+    if asked:
+        explanation += (" The annotation already asks for it but the pod was injected before it was set (or the "
+                        "injector ignored it): the spec shows no hold. Recreate the pod.")
+    remediation = (f"# pod template annotation (or mesh-wide: "
+                   f"meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true), then recreate the pods:\n"
+                   f"metadata:\n  annotations:\n    {ANN_PROXY_CONFIG}: |\n{block}\n"
+                   f"# kubectl rollout restart deployment/<owner> -n {pv.namespace}")
+    return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation, remediation,
+                       annotation_asks=asked)]
