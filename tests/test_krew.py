@@ -344,3 +344,15 @@ print(json.dumps({{"version": dist.version, "found": found}}))
     for group, entries in declared.items():
         for name, value in entries.items():
             assert got["found"][group].get(name) == value, (group, name)
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="analyze reads captures through tshark")
+def test_the_archive_runs_its_detectors_on_a_capture(installed):
+    """The built-in detectors are found through entry points inside the archive too, and find what they
+    find in a checkout."""
+    bindir, env = installed
+    capture = REPO / "tests" / "data" / "lab-collision-eth0.pcap"
+    proc = subprocess.run([str(bindir / "kubectl-meshdoctor"), "analyze", f"{capture}:eth0", "-o", "json"],
+                          capture_output=True, text=True, timeout=300, env={**env, "PATH": os.environ["PATH"]})
+    assert proc.returncode == 1, proc.stderr  # 1: an error finding
+    assert [f["detector"] for f in json.loads(proc.stdout)["findings"]] == ["tuple-collision"]
