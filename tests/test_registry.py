@@ -13,8 +13,12 @@ import pytest
 
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.pipeline import Pipeline
-from kubectl_meshdoctor.core.registry import (ENTRY_POINT_GROUP, DetectorLoadError, UnknownDetectorError,
-                                              available_detectors)
+from kubectl_meshdoctor.core.registry import (
+    ENTRY_POINT_GROUP,
+    DetectorLoadError,
+    UnknownDetectorError,
+    available_detectors,
+)
 
 from .helpers import A, R, S, Wire, run
 
@@ -106,3 +110,11 @@ def test_an_entry_point_whose_id_differs_from_its_class_is_refused(tmp_path, mon
 def test_an_unknown_id_names_the_known_ones():
     with pytest.raises(UnknownDetectorError, match="unknown detector nope; known: .*tuple-collision"):
         Pipeline.with_detectors(only=["nope"])
+
+
+def test_an_outside_detector_cannot_take_the_core_s_own_id(tmp_path, monkeypatch):
+    """``access-log`` findings come from the correlator (core); a plugin under that id would be mistaken for it."""
+    _install_outside(tmp_path, monkeypatch, {"access-log": "meshdoctor_extra:AnyReset",
+                                             "any-reset": "meshdoctor_extra:AnyReset"})
+    found = available_detectors()
+    assert "access-log" not in found and "any-reset" in found

@@ -14,6 +14,8 @@ from .detector import Detector, DetectorContext
 
 ENTRY_POINT_GROUP = "kubectl_meshdoctor.detectors"
 DISTRIBUTION = "kubectl-meshdoctor"
+# Ids the core itself gives findings (correlate.py: a failing access-log line nothing explains).
+RESERVED_IDS = frozenset({"access-log"})
 
 
 class UnknownDetectorError(ValueError):
@@ -32,13 +34,13 @@ def _builtin_first(ep: EntryPoint) -> int:
 
 def available_detectors() -> dict[str, type[Detector]]:
     """Every detector class by id: this distribution's first, then outside packages', which cannot shadow a
-    built-in id (the first registration of an id wins).
+    built-in id (the first registration of an id wins) nor take one of RESERVED_IDS.
 
     Raises DetectorLoadError when a registered detector fails to import or is not a Detector with that id.
     """
     found: dict[str, type[Detector]] = {}
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_builtin_first):
-        if ep.name in found:
+        if ep.name in found or ep.name in RESERVED_IDS:
             continue
         try:
             obj = ep.load()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import AccessLogEvent
 from kubectl_meshdoctor.core.findings import Problem
-from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.server_info import envoy_version
 from kubectl_meshdoctor.envoy.stats import by_cluster, delta, parse_stats
@@ -46,9 +46,10 @@ def _snapshot(admin: EnvoyAdmin) -> dict:
     return parse_stats(resp.body)
 
 
-async def open_proxy(kube: Kube, namespace: str, pod: str, pipeline: Pipeline,
+async def open_proxy(kube: Kube, namespace: str, pod: str, on_event: Callable[[AccessLogEvent], None],
                      admin_port: int = ADMIN_PORT) -> ProxyLink:
-    """Read the proxy's version and counters, and start following its access log into ``pipeline``."""
+    """Read the proxy's version and counters, and start following its access log: each line becomes an
+    AccessLogEvent handed to ``on_event`` on the caller's event loop (the log is followed in a thread)."""
     link = ProxyLink(EnvoyAdmin(kube, namespace, pod, admin_port))
     try:
         info = await asyncio.to_thread(link.admin.get, "/server_info")
@@ -61,7 +62,7 @@ async def open_proxy(kube: Kube, namespace: str, pod: str, pipeline: Pipeline,
     def on_line(line: str) -> None:
         entry = parse_line(line)
         if entry is not None:  # Envoy's own log lines share the container log; they are not access-log lines
-            loop.call_soon_threadsafe(pipeline.context, AccessLogEvent(time.time(), entry))
+            loop.call_soon_threadsafe(on_event, AccessLogEvent(time.time(), entry))
 
     link.follower = LogFollower(kube, namespace, pod, SIDECAR_CONTAINER, on_line)
     link.follower.start()

@@ -28,7 +28,7 @@ from kubectl_meshdoctor.kube.target import Target, capturable_pods
 from kubectl_meshdoctor.lint import lint_pod
 from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, without_admin
-from kubectl_meshdoctor.sources.kernel import counter_deltas, read_counters
+from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_counters
 from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, open_proxy
 from kubectl_meshdoctor.sources.tshark import read_stream
 
@@ -112,10 +112,11 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
 
 
 def merge_reports(pods: list, reports: list) -> Report:
-    """One report for many pods: interfaces as ``pod/iface``, every finding (already tagged with its pod), a
-    pod whose setup failed as a problem."""
+    """One report for many pods: interfaces (and their frames read) as ``pod/iface``, every finding (already
+    tagged with its pod), each sidecar's Envoy side under ``envoy.per_pod``, a pod whose setup failed as a
+    problem."""
     stats = PipelineStats()
-    findings, problems, sources, kernel = [], [], [], {}
+    findings, problems, sources, kernel, envoy = [], [], [], {}, {}
     for pod, r in zip(pods, reports):
         name = pod.metadata.name
         if isinstance(r, BaseException):
@@ -126,6 +127,10 @@ def merge_reports(pods: list, reports: list) -> Report:
         stats.findings_dropped += r.stats.findings_dropped
         for iface, st in r.stats.by_iface.items():
             stats.by_iface[f"{name}/{iface}"] = st
+        for iface, n in r.stats.frames_read.items():
+            stats.frames_read[f"{name}/{iface}"] = n
+        if r.envoy is not None:
+            envoy[name] = r.envoy
         findings += r.findings
         problems += r.problems
         sources.append(r.source)
@@ -136,6 +141,7 @@ def merge_reports(pods: list, reports: list) -> Report:
     source = {"kind": "live", "pods": [s["pods"][0] for s in sources], "namespace": sources[0]["namespace"],
               "per_pod": sources}
     return Report(source, stats, sorted(findings, key=lambda f: f.ts), problems, kernel=kernel,
+                  envoy={"per_pod": envoy},
                   captured_nothing=all(r.captured_nothing for r in reports if not isinstance(r, BaseException)))
 
 
@@ -162,7 +168,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
-        proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline, opts.admin_port)
+        proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline.context, opts.admin_port)
 
     try:
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
@@ -247,7 +253,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     moved = await close_proxy(proxy)
     problems += proxy.problems
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
-    kernel = counter_deltas(kernel_before, kernel_after) if kernel_after else {}
+    # The run-wide list plus whatever a loaded detector declares, so an outside detector's counters back it too.
+    watched = dict.fromkeys([*WATCHED, *(n for d in pipeline.detectors for n in d.kernel_counters)])
+    kernel = counter_deltas(kernel_before, kernel_after, tuple(watched)) if kernel_after else {}
     pipeline.context(EnvoyCountersEvent(time.time(), moved))
     pipeline.context(KernelCountersEvent(time.time(), kernel))
     findings = pipeline.finish()
