@@ -17,11 +17,12 @@ MAX_LINES = 500
 # Stage -> the stages (and adapters) it must never import. The core knows no tshark, cluster or screen.
 FORBIDDEN = {
     "core": ("sources", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
-    PLUGINS: ("sources", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", "envoy"),
+    # A detector needs only the core: not even another detector (each file declares all it needs).
+    PLUGINS: ("sources", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", "envoy", PLUGINS),
     "sources": ("sinks", "commands", "lab", "cli", PLUGINS),
     "sinks": ("sources", "commands", "kube", "lab", "cli", PLUGINS),
     "envoy": ("core", "sources", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
-    "kube": ("core", "sources", "sinks", "commands", "lab", "lint", "istio", "cli", PLUGINS),
+    "kube": ("core", "sources", "sinks", "commands", "lab", "lint", "istio", "cli", "envoy", PLUGINS),
     "istio": ("sources", "sinks", "commands", "kube", "lab", "lint", "cli", PLUGINS),
     "lint": ("sources", "sinks", "commands", "kube", "lab", "cli", PLUGINS),
 }
@@ -37,8 +38,9 @@ def _modules() -> dict[str, Path]:
     for path in sorted((ROOT / PACKAGE).rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    for path in sorted((ROOT / "plugins").glob("*.py")):
-        out[PLUGINS + ("" if path.stem == "__init__" else f".{path.stem}")] = path
+    for path in sorted((ROOT / "plugins").rglob("*.py")):
+        parts = (PLUGINS, *path.relative_to(ROOT / "plugins").with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
@@ -52,7 +54,7 @@ def _imports(name: str, path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
                    and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
-                   for n in ast.walk(block)}  # imported for annotations only, never at run time
+                   for stmt in block.body for n in ast.walk(stmt)}  # for annotations only, never at run time
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
@@ -80,6 +82,9 @@ def test_every_package_is_installed():
     """pyproject lists its packages by hand (plugins/ is installed under another name): none may be missing."""
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    # A folder of modules without __init__.py would be left out of the wheel without a word.
+    folders = {p.parent for p in MODULES.values()}
+    assert [str(f.relative_to(ROOT)) for f in sorted(folders) if not (f / "__init__.py").exists()] == []
     assert packages - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
     assert listed - packages == set()
 
