@@ -9,7 +9,6 @@ downloads from the package index (about a minute), with HOME and TMPDIR in tmp s
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import hashlib
 import json
 import os
@@ -17,7 +16,6 @@ import posixpath
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 import tomllib

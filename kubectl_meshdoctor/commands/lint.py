@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import sys
 
+from kubernetes.client import ApiClient
+
 from kubectl_meshdoctor.commands.console import error
-from kubectl_meshdoctor.sinks.report import RENDERERS
+from kubectl_meshdoctor.core.pipeline import PipelineStats
+from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, api_call, connect
+from kubectl_meshdoctor.kube.target import Target, resolve_pods
+from kubectl_meshdoctor.lint import lint_pods
+from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 
 
 def run(args) -> int:
     """`kubectl meshdoctor lint`: the static rules over the pods' specs."""
-    from kubernetes.client import ApiClient
-
-    from kubectl_meshdoctor.core.pipeline import PipelineStats
-    from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, api_call, connect
-    from kubectl_meshdoctor.kube.target import Target, resolve_pods
-    from kubectl_meshdoctor.lint import lint_pods
-    from kubectl_meshdoctor.sinks.report import Report
-
     if sum(map(bool, (args.target, args.selector, args.all_namespaces))) != 1:
         return error("name one target: pod/NAME, deploy/NAME, -l SELECTOR, or -A")
     try:

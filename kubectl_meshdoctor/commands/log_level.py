@@ -7,6 +7,7 @@ Source: Envoy source/server/admin/logs_handler.cc; istio/istio istioctl/pkg/prox
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -14,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.commands.console import error
-from kubectl_meshdoctor.envoy.logging import log_level_queries, logging_error, parse_logging
+from kubectl_meshdoctor.envoy.logging import RESET, log_level_queries, logging_error, parse_logging
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
-from kubectl_meshdoctor.kube.client import KubeError
+from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
+from kubectl_meshdoctor.kube.target import Target, check_capturable, pods_by_selector, resolve_pods
 
 MAX_PARALLEL = 8
 
@@ -110,15 +112,6 @@ class LoggerControl:
 
 def run(args) -> int:
     """`kubectl meshdoctor log-level`: show or set the sidecars' Envoy logger levels."""
-    import json
-
-    from kubectl_meshdoctor.envoy.logging import RESET
-    from kubectl_meshdoctor.kube.admin import EnvoyAdmin
-    from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
-    from kubectl_meshdoctor.kube.target import Target, check_capturable, pods_by_selector, resolve_pods
-
-    from .log_level import render_table, set_log_levels
-
     if bool(args.target) == bool(args.selector):
         return error("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
     spec = RESET if args.reset else args.level

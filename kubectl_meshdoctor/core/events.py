@@ -1,7 +1,8 @@
 """Normalized events that flow from sources to detectors.
 
 Sources (pcap files, live exec streams, Envoy admin and access log, kernel counters, the pod spec) turn what
-they read into these frozen dataclasses: ``PacketEvent`` for packets, one ``ContextEvent`` kind for the rest; detectors consume nothing else, so they never depend on pyshark, tshark or the Kubernetes client.
+they read into these frozen dataclasses: ``PacketEvent`` for packets, one ``ContextEvent`` kind for the rest.
+Detectors consume nothing else, so they never depend on pyshark, tshark or the Kubernetes client.
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ class Finding:
     ts: float = 0.0  # when the deciding packet was seen, seconds since the epoch
     details: dict = field(default_factory=dict, hash=False, compare=False)
     access_log: tuple[str, ...] = ()  # the sidecar's access-log lines this finding explains, as logged
-    counters: dict = field(default_factory=dict, hash=False, compare=False)  # Envoy stats that moved, by name
+    # The Envoy and kernel counters that back it and moved during the run, by name.
+    counters: dict = field(default_factory=dict, hash=False, compare=False)
 
     def to_dict(self) -> dict:
         d = asdict(self)

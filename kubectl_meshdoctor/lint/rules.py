@@ -29,7 +29,7 @@ RULES: dict[str, Rule] = {fn.id: fn for fn in (  # type: ignore[attr-defined]
     redirect_exposure, probe_port, restart_loop, no_sidecar, sidecar_not_ready, hold_application,
     probe_not_rewritten, excluded_port_exposed,
 )}
-SEVERITIES: dict[str, str] = {  # id -> the severities it can emit, for docs and `lint --list`
+SEVERITIES: dict[str, str] = {  # id -> the severities it can emit, for docs and tests
     rid: fn.severities for rid, fn in RULES.items()  # type: ignore[attr-defined]
 }
 

@@ -1,4 +1,5 @@
-"""Sinks that render a finished run: ``-o json`` (the stable contract of docs/DESIGN.md) and ``-o text``."""
+"""Sinks that render a finished run: ``-o json`` (the stable contract of docs/DESIGN.md), ``-o text`` and
+``-o markdown``; and a run's exit code."""
 
 from __future__ import annotations
 
@@ -14,9 +15,6 @@ from .ladder import render_ladder
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # at least one finding of severity error
 EXIT_USAGE = 2  # usage or input error, or a watch that captured nothing on any interface
-
-REDACTED_HEADERS = ("authorization", "cookie", "set-cookie", "proxy-authorization", "x-api-key")
-
 
 @dataclass(slots=True)
 class Report:

@@ -4,6 +4,7 @@ capture (live.py) and its report on stdout; `--dry-run` prints what would change
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -29,7 +30,6 @@ def _ifaces(text: str) -> tuple[str, ...]:
 
 
 def _watch_options(args, kube):
-
     return WatchOptions(target=Target.parse(args.target) if args.target else None, selector=args.selector,
                         namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
@@ -79,9 +79,6 @@ def _writable_dir(path: Path, flag: str) -> None:
 
 
 def _watch_dry_run(opts) -> int:
-    import json
-
-
     spec = container_spec(new_container_name(), opts.image, opts.ttl_s, opts.profile)
     print(f"# watch would add this ephemeral container to {opts.target.kind}/{opts.target.name} in namespace "
           f"{opts.namespace} (PATCH pods/ephemeralcontainers), unless a meshdoctor-* container already runs:")
@@ -92,7 +89,6 @@ def _watch_dry_run(opts) -> int:
 
 
 def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool = True) -> int:
-
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -73,9 +73,6 @@ class LiveSession(Session):
     def stats(self) -> PipelineStats:
         return merged_stats(self.pipelines) if self.pipelines else PipelineStats()
 
-    def phase(self) -> str:
-        return self.state.phase
-
     def pod(self) -> str | None:
         return self.state.pod or next((s.pod for s in self.state.pods if s.pod), None)
 

@@ -2,8 +2,8 @@
 
 The app is given a ``Session`` (session.py): it runs the capture (live, or recorded files), reports through
 hooks, and answers the polls for counts, recent packets and the sidecar's panes. It never touches pyshark or
-the Kubernetes client itself. Panes are refreshed from timers (at most twice a second), never per packet, so a busy pod cannot starve the
-screen of frames.
+the Kubernetes client itself. Panes are refreshed from timers (at most twice a second), never per packet, so a
+busy pod cannot starve the screen of frames.
 """
 
 from __future__ import annotations

@@ -53,10 +53,6 @@ class Session:
         """Counts so far."""
         raise NotImplementedError
 
-    def phase(self) -> str:
-        """The run's stage ("capturing", "stopping", ...), "" when it has none."""
-        return ""
-
     def pod(self) -> str | None:
         """The pod whose sidecar the Envoy panes show, once known."""
         return None
