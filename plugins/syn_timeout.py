@@ -116,7 +116,8 @@ class SynTimeout(Detector):
             explanation=(
                 f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and got no SYN-ACK, RST or ICMP; the kernel "
                 f"retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s ({outcome}; Linux backs off "
-                f"as RFC 6298 section 5 says, after linear first retries from 6.7 on). Something between drops it, or the listener's accept queue is full. Envoy "
+                f"as RFC 6298 section 5 says, after linear first retries from 6.7 on). Something between drops "
+                f"it, or the listener's accept queue is full. Envoy "
                 f"logs UF when its connect timeout fires (URX once retries are spent); callers see slow or failed "
                 f"requests."),
             remediation=_REMEDIATION,

@@ -9,6 +9,7 @@ capture next (Envoy access-log docs, %RESPONSE_FLAGS%).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -16,7 +17,7 @@ from kubectl_meshdoctor.envoy.flags import flag
 
 from .findings import Evidence, Finding, FlowRef, Severity
 
-FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR"})
+FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR", "DC"})
 WINDOW_S = 3.0  # how far a line's request may start before, or end after, the packet that decided
 GRACE_S = 5.0  # how long a failing line waits for a packet finding before it is reported on its own
 MAX_LINES = 10_000
@@ -38,6 +39,12 @@ def _server_of(entry: AccessLogEntry) -> str | None:
     return entry.upstream_host or entry.downstream_local
 
 
+def access_log_flow(entry: AccessLogEntry) -> FlowRef:
+    """The connection an access-log line speaks of: the caller (%DOWNSTREAM_REMOTE_ADDRESS%) and the app it
+    was for (%UPSTREAM_HOST%, else %DOWNSTREAM_LOCAL_ADDRESS%); no interface (it was not seen on one)."""
+    return FlowRef(entry.downstream_remote or "-", _server_of(entry) or "-", "")
+
+
 def explains(f: Finding, entry: AccessLogEntry) -> bool:
     """Whether finding ``f`` explains access-log line ``entry``: a shared response flag, the same server, and
     the request running within WINDOW_S of the finding's evidence. When the line names the finding's connection,
@@ -56,29 +63,37 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
     return _server_of(entry) in (f.flow.server, None)
 
 
+# A detector's reading of an access-log line no packet finding explains (Detector.from_access_log): the
+# line, and the evidence that names it. None when the line is not that detector's.
+Claim = Callable[[AccessLogEntry, Evidence], "Finding | None"]
+
+
 class Correlator:
     """Keeps the recent access-log lines (bounded) and matches them to findings. Each line is decided once:
-    explained by a finding, or reported on its own; the decision lives and goes with the line."""
+    explained by a finding, claimed by a detector that reads it, or reported on its own; the decision lives
+    and goes with the line."""
 
     def __init__(self, pod: str | None = None, source: str = "istio-proxy log") -> None:
         self.pod = pod
         self.source = source
-        self._lines: deque[list] = deque(maxlen=MAX_LINES)  # [line number, entry, decided]
+        self._lines: deque[list] = deque(maxlen=MAX_LINES)  # [line number, entry, decided, source]
         self._next_line = 1
 
-    def add(self, entry: AccessLogEntry) -> None:
-        self._lines.append([self._next_line, entry, False])
+    def add(self, entry: AccessLogEntry, source: str | None = None, line: int = 0) -> None:
+        """Keep ``entry``; ``source`` and ``line`` (1-based) name where it was read (a file offline); by
+        default the followed log and the order lines came in."""
+        self._lines.append([line or self._next_line, entry, False, source or self.source])
         self._next_line += 1
 
     def entries(self) -> list[AccessLogEntry]:
         """The lines kept (the newest MAX_LINES), in log order."""
-        return [e for _, e, _ in self._lines]
+        return [line[1] for line in self._lines]
 
     def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
         """The access-log lines ``f`` explains, in log order."""
         if not f.envoy_flags:
             return []
-        return [(n, e) for n, e, _ in self._lines if explains(f, e)]
+        return [(line[0], line[1]) for line in self._lines if explains(f, line[1])]
 
     def attach(self, f: Finding) -> Finding:
         """``f`` with the raw lines it explains (marked, so they are not reported again on their own)."""
@@ -91,35 +106,44 @@ class Correlator:
             line[2] = True
         return replace(f, access_log=tuple(line[1].raw for line in matched))
 
-    def unexplained(self, now: float | None, findings: list[Finding]) -> list[Finding]:
-        """``access-log`` findings for failing lines older than GRACE_S (all, when ``now`` is None) that no
-        finding in ``findings`` explains. Only lines not yet decided are checked against the findings, so a tick
-        costs a scan of the kept lines, not findings x lines."""
+    def unexplained(self, now: float | None, findings: list[Finding], claims: Sequence[Claim] = ()) -> list[Finding]:
+        """Findings for the lines older than GRACE_S (all, when ``now`` is None) that no finding in ``findings``
+        explains: the first of ``claims`` (the detectors that read access-log lines) that makes one of the
+        line, else, for a line with a failure flag, an ``access-log`` finding. Only lines not yet decided are
+        checked against the findings, so a tick costs a scan of the kept lines, not findings x lines."""
         out = []
         for line in self._lines:
-            n, entry, decided = line
-            if decided or not set(entry.flags) & FAILURE_FLAGS:
+            n, entry, decided, source = line
+            if decided or (now is not None and now - entry.ts < GRACE_S):
                 continue
-            if now is not None and now - entry.ts < GRACE_S:
+            failing = bool(set(entry.flags) & FAILURE_FLAGS)
+            if not failing and not claims:
                 continue
             line[2] = True
-            if not any(explains(f, entry) for f in findings):
-                out.append(self._finding(n, entry))
+            if failing and any(explains(f, entry) for f in findings):
+                continue
+            evidence = Evidence(source, "", n, entry.ts, entry.raw)
+            claimed = next((f for f in (claim(entry, evidence) for claim in claims) if f is not None), None)
+            if claimed is not None:
+                out.append(replace(claimed, access_log=claimed.access_log or (entry.raw,)))
+            elif failing:
+                out.append(self._finding(evidence, entry))
         return out
 
-    def _finding(self, n: int, entry: AccessLogEntry) -> Finding:
+    def _finding(self, evidence: Evidence, entry: AccessLogEntry) -> Finding:
         flags = [flag(s) for s in entry.flags]
         meanings = "; ".join(f"{fl.short} ({fl.long or 'unknown flag'}): {fl.meaning}" for fl in flags)
         nxt = next((_NEXT_CAPTURE[s] for s in entry.flags if s in _NEXT_CAPTURE),
                    "capture lo and eth0 while it happens (kubectl meshdoctor watch)")
-        server = _server_of(entry) or "-"
+        flow = access_log_flow(entry)
+        server = flow.server
         request = f"{entry.method} {entry.path}" if entry.method else "a TCP connection"
         return Finding(
             detector="access-log",
             severity=Severity.ERROR if entry.code >= 500 or entry.code == 0 else Severity.WARNING,
             title=f"Envoy logged {','.join(entry.flags)} ({entry.code}) for {server} with no packet evidence",
-            flow=FlowRef(entry.downstream_remote or "-", server, ""),
-            evidence=(Evidence(self.source, "", n, entry.ts, entry.raw),),
+            flow=flow,
+            evidence=(evidence,),
             envoy_flags=tuple(entry.flags),
             response_code_details=entry.details or "",
             explanation=(f"The sidecar answered {request} with {entry.code} and response flags "

@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+
 from .events import ContextEvent, PacketEvent, RedirectMap
-from .findings import Finding
+from .findings import Evidence, Finding
 from .flows import Flow, FlowTable
 
 
@@ -58,6 +60,12 @@ class Detector:
 
     def finish(self) -> Iterable[Finding]:
         return ()
+
+    def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        """This detector's finding of an access-log line that no packet finding explains (checked GRACE_S
+        after the line, in core/correlate.py), or None when the line is not its class. ``evidence`` names the
+        line. Lets a class Envoy logs clearly be found from the log alone."""
+        return None
 
 
 class PendingSyns:

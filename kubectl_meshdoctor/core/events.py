@@ -152,8 +152,10 @@ class RedirectMapEvent:
 class AccessLogEvent:
     """One line of the sidecar's access log, parsed (envoy/access_log.py): kept for correlation with findings."""
 
-    ts: float  # seconds since the epoch, when the line was read
+    ts: float  # seconds since the epoch: when the line was read live, when its request ended offline
     entry: AccessLogEntry
+    source: str | None = None  # where it was read: a file offline; None for the followed istio-proxy log
+    line: int = 0  # its line number there (1-based); 0: count the lines as they come
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,9 @@ class Pipeline:
         self._flow_keys_seen = 0
         self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
         self._envoy_moved: dict[str, dict[str, int]] = {}
+        # The detectors that read access-log lines on their own (those that override from_access_log).
+        self._claims = [d.from_access_log for d in self.detectors
+                        if type(d).from_access_log is not Detector.from_access_log]
         self._kernel_moved: dict[str, int] = {}
 
     @classmethod
@@ -104,7 +107,7 @@ class Pipeline:
                 self.ctx.redirect_map = ev.redirect_map
             case AccessLogEvent():
                 self.correlator.pod = self.ctx.pod
-                self.correlator.add(ev.entry)
+                self.correlator.add(ev.entry, ev.source, ev.line)
             case EnvoyCountersEvent():
                 self._envoy_moved = {k: dict(v) for k, v in ev.moved.items()}
             case KernelCountersEvent():
@@ -119,7 +122,7 @@ class Pipeline:
     def tick(self, now: float) -> None:
         for det in self.detectors:
             self._emit(det.on_tick(now))
-        self._emit(self.correlator.unexplained(now, self.findings))
+        self._emit(self.correlator.unexplained(now, self.findings, self._claims))
 
     def finish(self) -> list[Finding]:
         """End of input: let detectors conclude, link findings to the access-log lines they explain, report the
@@ -128,7 +131,7 @@ class Pipeline:
         for det in self.detectors:
             self._emit(det.finish())
         self.findings = [self.correlator.attach(f) for f in self.findings]
-        self._emit(self.correlator.unexplained(None, self.findings))
+        self._emit(self.correlator.unexplained(None, self.findings, self._claims))
         if self._envoy_moved:
             self.findings = attach_counters(self.findings, self._envoy_moved,
                                             {d.id: d.envoy_counters for d in self.detectors})

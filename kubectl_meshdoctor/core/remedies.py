@@ -23,6 +23,25 @@ spec:
       retryOn: {retry_on}{per_try}"""
 
 
+def virtual_service_timeout(timeout: str, per_try_timeout: str | None = None, comment: str = "") -> str:
+    """A VirtualService whose route waits ``timeout`` for the app (Envoy's route timeout; Istio's default is
+    none), optionally retrying with ``per_try_timeout`` per attempt."""
+    note = f"  # {comment}" if comment else ""
+    retries = f"\n    retries:\n      attempts: 2\n      perTryTimeout: {per_try_timeout}" if per_try_timeout else ""
+    return f"""\
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: <service>
+spec:
+  hosts: [<service>]
+  http:
+  - route:
+    - destination:
+        host: <service>
+    timeout: {timeout}{note}{retries}"""
+
+
 def destination_rule_pool(protocol: str, setting: str, value: str, comment: str = "") -> str:
     """A DestinationRule setting one connection-pool field, e.g. ("http", "idleTimeout", "50s")."""
     note = f"          # {comment}" if comment else ""

@@ -1,0 +1,54 @@
+"""``upstream-goaway``: an HTTP/2 (or gRPC) app refused the sidecar's streams.
+
+An HTTP/2 server that shuts down or hits its stream limit sends GOAWAY with the last stream id it will process,
+or resets a stream with REFUSED_STREAM (RFC 9113 sections 6.8 and 8.7): such a request was never processed and
+is safe to retry. Envoy counts ``upstream_cx_close_notify`` for the GOAWAY, retries refused streams when the
+route's retry policy has ``refused-stream`` (Istio's default retry policy does, twice), and once retries are
+spent answers 503 with flag UR (with URX) and details
+``upstream_reset_before_response_started{remote_refused_stream_reset}``.
+"""
+
+from __future__ import annotations
+
+from kubectl_meshdoctor.core.correlate import access_log_flow
+from kubectl_meshdoctor.core.detector import Detector
+from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.core.remedies import virtual_service_retries
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.flags import parse_reset_details
+
+REFUSED = "remote_refused_stream_reset"
+
+
+class UpstreamGoaway(Detector):
+    id = "upstream-goaway"
+    envoy_counters = ("upstream_cx_close_notify", "upstream_rq_retry", "upstream_rq_retry_limit_exceeded")
+
+    def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        reset = parse_reset_details(entry.details)
+        if reset is None or reset.reason != REFUSED:
+            return None
+        flow = access_log_flow(entry)
+        request = f"{entry.method} {entry.path}" if entry.method else "a request"
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"The HTTP/2 app at {flow.server} refused the sidecar's stream for {request} "
+                  f"({entry.code} {','.join(entry.flags)})",
+            flow=flow,
+            evidence=(evidence,),
+            envoy_flags=tuple(f for f in ("UR", "URX") if f in entry.flags) or ("UR",),
+            response_code_details=entry.details or "",
+            explanation=(
+                f"The app at {flow.server} refused the stream Envoy opened for {request}: it sent GOAWAY (it is "
+                f"shutting down, or closing an old connection) or RST_STREAM REFUSED_STREAM (its concurrent "
+                f"stream limit), RFC 9113 sections 6.8 and 8.7. The request was never processed, so it is safe to "
+                f"retry; Envoy's retries were spent or not configured, and the caller got {entry.code}."),
+            remediation=(
+                "# Retry refused streams more than Istio's default of 2 (they were never processed), and let the\n"
+                "# app drain: in its shutdown, stop accepting before closing (terminationGracePeriodSeconds,\n"
+                "# a preStop sleep), and keep its max concurrent streams above the sidecar's pool use.\n"
+                + virtual_service_retries(3, "refused-stream,connect-failure,reset")),
+            pod=self.ctx.pod,
+            ts=entry.ts,
+        )

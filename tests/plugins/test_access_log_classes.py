@@ -1,0 +1,143 @@
+"""The classes Envoy names clearly in its access log, found from the log alone, in each shape people hold it:
+Istio's TEXT format, its JSON encoding, and either behind `kubectl logs --timestamps`.
+
+The lines are Istio's formats (tests/envoy/data/istio_access_log.txt gives the field order) with the response
+codes, flags and details real Envoy 1.40 writes for each class (the lab reproduces them through real Envoy)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kubectl_meshdoctor.core.events import AccessLogEvent
+from kubectl_meshdoctor.core.findings import Severity
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.envoy.access_log import parse_line
+
+APP, CALLER = "198.18.5.2:5000", "198.18.5.1:40110"
+START = "2026-12-01T10:00:00.250Z"
+
+
+def line(method="GET", path="/slow/3", protocol="HTTP/1.1", code=200, flags="-", details="via_upstream",
+         failure="-", duration=12, service_time="11", upstream_host=APP, upstream_local="127.0.0.6:45678") -> dict:
+    return dict(method=method, path=path, protocol=protocol, code=code, flags=flags, details=details,
+                failure=failure, duration=duration, service_time=service_time, upstream_host=upstream_host,
+                upstream_local=upstream_local)
+
+
+def text(f: dict) -> str:
+    request = f'"{f["method"]} {f["path"]} {f["protocol"]}"' if f["method"] else '"- - -"'
+    return (f'[{START}] {request} {f["code"]} {f["flags"]} {f["details"]} - "{f["failure"]}" 0 24 '
+            f'{f["duration"]} {f["service_time"]} "-" "curl/8.5.0" "5c0a6e1e-8d8b-4c31-a1f0-2f3f7c0d9e11" '
+            f'"{APP.split(":")[0]}:5000" "{f["upstream_host"]}" inbound|5000|| {f["upstream_local"]} {APP} '
+            f'{CALLER} - default')
+
+
+def as_json(f: dict) -> str:
+    dash = lambda v: None if v == "-" else v  # noqa: E731 (Envoy's JSON writes null where TEXT writes -)
+    return json.dumps({
+        "start_time": START, "method": f["method"], "path": f["path"], "protocol": f["protocol"],
+        "response_code": f["code"], "response_flags": dash(f["flags"]), "response_code_details": f["details"],
+        "connection_termination_details": None, "upstream_transport_failure_reason": dash(f["failure"]),
+        "bytes_received": 0, "bytes_sent": 24, "duration": f["duration"],
+        "upstream_service_time": dash(f["service_time"]), "x_forwarded_for": None, "user_agent": "curl/8.5.0",
+        "request_id": "5c0a6e1e-8d8b-4c31-a1f0-2f3f7c0d9e11", "authority": "198.18.5.2:5000",
+        "upstream_host": dash(f["upstream_host"]), "upstream_cluster": "inbound|5000||",
+        "upstream_local_address": dash(f["upstream_local"]), "downstream_local_address": APP,
+        "downstream_remote_address": CALLER, "requested_server_name": None, "route_name": "default"})
+
+
+SHAPES = {
+    "text": text,
+    "json": as_json,
+    "text --timestamps": lambda f: "2026-12-01T10:00:03.262814507Z " + text(f),
+    "json --timestamps": lambda f: "2026-12-01T10:00:03.262814507Z " + as_json(f),
+}
+
+CLASSES = {
+    # id: (the line, severity, flags the finding names, details)
+    "upstream-timeout": (line(code=504, flags="UT", details="response_timeout", duration=1001, service_time="-"),
+                         Severity.ERROR, ("UT",), "response_timeout"),
+    "downstream-disconnect": (line(code=0, flags="DC", details="downstream_remote_disconnect", duration=302,
+                                   service_time="-"), Severity.WARNING, ("DC",), "downstream_remote_disconnect"),
+    "downstream-protocol-error": (line(path="/", protocol="HTTP/1.0", code=426, details="low_version",
+                                       duration=0, service_time="-", upstream_host="-", upstream_local="-"),
+                                  Severity.ERROR, (), "low_version"),
+    "source-port-exhaustion": (
+        line(code=503, flags="UF,URX",
+             details="upstream_reset_before_response_started{local_connection_failure|immediate_connect_error:"
+                     "_Cannot_assign_requested_address}",
+             failure="immediate_connect_error:_Cannot_assign_requested_address", duration=0, service_time="-",
+             upstream_local="-"),
+        Severity.ERROR, ("UF", "URX"),
+        "upstream_reset_before_response_started{local_connection_failure|immediate_connect_error:"
+        "_Cannot_assign_requested_address}"),
+    "upstream-goaway": (line(protocol="HTTP/2", code=503, flags="UR,URX",
+                             details="upstream_reset_before_response_started{remote_refused_stream_reset}",
+                             duration=3, service_time="-"),
+                        Severity.ERROR, ("UR", "URX"),
+                        "upstream_reset_before_response_started{remote_refused_stream_reset}"),
+}
+
+
+def findings_of(*raw: str):
+    p = Pipeline.with_detectors()
+    for n, r in enumerate(raw, 1):
+        entry = parse_line(r)
+        assert entry is not None, r
+        p.context(AccessLogEvent(entry.ts, entry, "istio-proxy.log", n))
+    return p.finish()
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("detector", sorted(CLASSES))
+def test_each_class_is_found_from_its_access_log_line_alone(detector, shape):
+    fields, severity, flags, details = CLASSES[detector]
+    raw = SHAPES[shape](fields)
+    (f,) = findings_of(raw)
+    assert (f.detector, f.severity, f.envoy_flags, f.response_code_details) == (detector, severity, flags, details)
+    assert (f.flow.client, f.flow.server) == (CALLER, APP)
+    (ev,) = f.evidence
+    assert (ev.source, ev.frame, ev.iface, ev.what) == ("istio-proxy.log", 1, "", raw)
+    assert f.access_log == (raw,)
+    assert f.remediation and f.explanation
+
+
+def test_the_timeout_fix_gives_the_route_more_time_than_envoy_waited():
+    (f,) = findings_of(text(CLASSES["upstream-timeout"][0]))
+    assert "timeout: 3s" in f.remediation and "1001 ms" in f.explanation
+    per_try = line(code=504, flags="UT", details="upstream_per_try_timeout", duration=2500, service_time="-")
+    (g,) = findings_of(text(per_try))
+    assert "perTryTimeout: 5s" in g.remediation and "per-try" in g.title
+
+
+@pytest.mark.parametrize("details, kind, fix", [
+    ("upgrade_failed", "upgrade", "Upgrade"),
+    ("http1.codec_error", "codec", "RFC 9112"),
+])
+def test_the_protocol_error_names_what_the_caller_did(details, kind, fix):
+    code = 403 if kind == "upgrade" else 400
+    flags = "DPE" if kind == "codec" else "-"
+    (f,) = findings_of(text(line(code=code, flags=flags, details=details, duration=0, service_time="-",
+                                 upstream_host="-", upstream_local="-")))
+    assert f.detector == "downstream-protocol-error" and f.details["kind"] == kind and fix in f.remediation
+
+
+def test_the_http10_fix_is_the_proxy_metadata_istio_reads():
+    (f,) = findings_of(text(CLASSES["downstream-protocol-error"][0]))
+    assert 'ISTIO_META_HTTP10: "1"' in f.remediation and f.flow.server == APP
+
+
+@pytest.mark.parametrize("fields", [
+    line(),  # a healthy request
+    line(duration=900, service_time="899"),  # slow but in time
+    line(code=404, details="via_upstream"),  # the app's own answer, whatever it is
+    line(code=503, flags="UF", details="upstream_reset_before_response_started{remote_connection_failure|"
+                                       "delayed_connect_error:_Connection_refused}"),  # refused: not exhaustion
+    line(code=503, flags="UR", details="upstream_reset_before_response_started{remote_reset}"),  # not a GOAWAY
+], ids=["ok", "slow-in-time", "app-404", "refused", "remote-reset"])
+def test_lines_of_other_classes_are_not_claimed(fields):
+    found = findings_of(text(fields))
+    assert all(f.detector == "access-log" for f in found)
+    assert len(found) == (1 if fields["flags"] != "-" else 0)
