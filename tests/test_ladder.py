@@ -33,7 +33,7 @@ def test_render_draws_arrowheads_on_the_receiving_side_and_notes_the_rest():
     fin, req = (next(line for line in lines if f"#{n} " in line) for n in (10, 11))
     assert fin.index("◀") < fin.rindex("│") and fin.rstrip().endswith("#10 FIN")
     assert "▶" in req and "+2.100" in req
-    assert lines[-1].strip().startswith("⋮ p/access.log frame 3: log line")
+    assert lines[-1].strip().startswith("⋮ p/access.log line 3: log line")
 
 
 def test_eth0_packet_from_the_pod_goes_to_the_client():

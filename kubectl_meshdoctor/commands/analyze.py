@@ -1,45 +1,65 @@
-"""`kubectl meshdoctor analyze FILE...`: capture files through the same pipeline as a live capture, offline."""
+"""`kubectl meshdoctor analyze FILE...`: what people already hold (captures, the sidecar's access log, admin
+dumps) through the same pipeline as a live capture, offline."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import signal
 import sys
+import time
 from collections.abc import Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources import files
-from kubectl_meshdoctor.sources.files import CaptureArg, InputError, check_capture, complete_frames, read_capture
+from kubectl_meshdoctor.sources.envoy_files import clusters_summary, counters_moved, read_access_log, read_clusters
+from kubectl_meshdoctor.sources.files import CaptureArg, InputError, complete_frames, read_capture
 from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, merge_by_time
 
 
 async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None) -> Report:
-    """Run every capture through ``pipeline`` and build the report, with at most ``jobs`` tshark processes at
-    once (None: sources.files.JOBS). Raises InputError for unreadable input, ValueError for ``jobs`` < 1."""
+    """Run every input through ``pipeline`` and build the report. Each file's kind comes from its content
+    (sources.files.input_kind): captures are read by at most ``jobs`` tshark processes at once (None:
+    sources.files.JOBS), access logs alongside them in capture-time order, so the correlator and the detectors
+    see lines and packets as `watch` does; `/stats` dumps give the counters that moved, `/clusters` dumps the
+    hosts Envoy would not route to. Raises InputError for unreadable input or a file of no known kind,
+    ValueError for ``jobs`` < 1."""
     jobs = files.JOBS if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
-    for a in args:
-        check_capture(a.path)
+    kinds = {a.path: files.input_kind(a.path) for a in args}
+    captures = [a for a in args if kinds[a.path] == files.CAPTURE]
+    logs = [a for a in args if kinds[a.path] == files.ACCESS_LOG]
     problems: list[Problem] = []
     slots = asyncio.Semaphore(jobs)
-    shared = jobs < len(args)
-    readers = [functools.partial(read_capture, a, slots, shared) for a in args]
+    shared = jobs < len(captures)
+    readers = [functools.partial(read_capture, a, slots, shared) for a in captures]
+    readers += [functools.partial(read_access_log, a.path) for a in logs]
     # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
     # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
-    held = len(args) * (files.CHUNK_PACKETS + HIGH_WATER) if shared else 0
-    results = await merge_by_time(readers, pipeline.feed, max_buffered=max(MAX_BUFFERED, held),
-                                  high_water=HIGH_WATER)
-    for a, result in zip(args, results):
+    held = len(captures) * (files.CHUNK_PACKETS + HIGH_WATER) if shared else 0
+
+    def on_event(ev) -> None:
+        if isinstance(ev, PacketEvent):
+            pipeline.feed(ev)
+        else:
+            pipeline.context(ev)
+
+    results = await merge_by_time(readers, on_event, max_buffered=max(MAX_BUFFERED, held), high_water=HIGH_WATER)
+    for result in results:
+        if isinstance(result, OSError):
+            raise InputError(f"cannot read: {result}") from None
         if isinstance(result, BaseException):
             raise result
+    for a, result in zip(captures, results):
         if result.frames_read is not None:
             pipeline.stats.frames_read[a.path] = result.frames_read
         if result.cut_short:
@@ -49,8 +69,46 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
                                             f"analysed up to there", cut_after_frame=last))
         elif result.error:
             problems.append(Problem(a.path, f"tshark: {result.error}"))
+    envoy: dict | None = None
+    if logs or any(k in (files.STATS, files.CLUSTERS) for k in kinds.values()):
+        envoy = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)
     findings = pipeline.finish()
-    return Report({"kind": "pcap", "files": [a.path for a in args]}, pipeline.stats, findings, problems)
+    only_captures = all(k == files.CAPTURE for k in kinds.values())
+    source = {"kind": "pcap" if only_captures else "files", "files": [a.path for a in args]}
+    if not only_captures:
+        source["kinds"] = dict(kinds)
+    return Report(source, pipeline.stats, findings, problems, envoy=envoy)
+
+
+@contextlib.contextmanager
+def _as_input_error(where: str):
+    try:
+        yield
+    except (FormatError, OSError) as e:  # a dump that looked like one at its head, broken further on
+        raise InputError(f"{where}: {str(e).splitlines()[0]}") from None
+
+
+def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[CaptureArg], reads: list,
+                pipeline: Pipeline, problems: list[Problem]) -> dict:
+    """The report's ``envoy`` section of an offline run, after feeding the counters of the `/stats` dumps."""
+    envoy: dict = {"access_log_lines": sum(r.entries for r in reads)}
+    for a, r in zip(logs, reads):
+        problems += [Problem(a.path, what) for what in r.problems]
+    stats = [a.path for a in args if kinds[a.path] == files.STATS]
+    with _as_input_error(", ".join(stats)):
+        if stats:
+            moved = counters_moved(stats)
+            envoy["counters_moved"] = moved
+            envoy["counters_since"] = "first dump" if len(stats) > 1 else "Envoy's start"
+            pipeline.context(EnvoyCountersEvent(time.time(), moved))
+    clusters: dict = {}
+    for a in args:
+        if kinds[a.path] == files.CLUSTERS:
+            with _as_input_error(a.path):
+                clusters.update(clusters_summary(read_clusters(a.path)))
+    if clusters:
+        envoy["clusters"] = clusters
+    return envoy
 
 
 class FileSession(Session):
@@ -94,7 +152,7 @@ def run(args) -> int:
 
         try:
             for c in captures:
-                check_capture(c.path)
+                files.input_kind(c.path)
         except InputError as e:
             return error(str(e))
         if not (sys.stdout.isatty() and sys.stdin.isatty()):

@@ -88,8 +88,11 @@ def _flow_text(f: Finding) -> str:
 
 
 def _evidence_text(e) -> str:
-    """``source frame N: what`` for packets and log lines; ``source: what`` for spec fields (frame 0)."""
-    return f"{e.source} frame {e.frame}: {e.what}" if e.frame else f"{e.source}: {e.what}"
+    """``source frame N: what`` for packets, ``source line N: what`` for log lines (no interface), ``source:
+    what`` for spec fields (frame 0)."""
+    if not e.frame:
+        return f"{e.source}: {e.what}"
+    return f"{e.source} {'frame' if e.iface else 'line'} {e.frame}: {e.what}"
 
 
 def render_text(report: Report) -> str:

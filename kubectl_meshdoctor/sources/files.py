@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import gzip
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.sources.tshark import ReadResult, read_file
 
 # pcap (both byte orders, micro- and nanosecond), pcapng section header block.
@@ -20,7 +22,7 @@ _MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d
 
 
 class InputError(Exception):
-    """A capture argument that cannot be read; the message is one line for stderr."""
+    """An input file that cannot be read, or of no known kind; the message is one line for stderr."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,21 +50,72 @@ def iface_from_name(path: str) -> str:
     return last if re.fullmatch(r"lo|any|eth\d+|net\d+|en[a-z0-9]+|veth\w*", last) else stem
 
 
-def check_capture(path: str) -> None:
-    """Raise InputError unless ``path`` is a readable pcap or pcapng file."""
+# What a file given to analyze holds, told by its content (its name may say anything).
+CAPTURE, ACCESS_LOG, STATS, CLUSTERS = "capture", "access-log", "stats", "clusters"
+SNIFF_BYTES = 1 << 20  # an istio-proxy log starts with pilot-agent's lines; its first access-log line is near
+# Lines of pilot-agent or Envoy itself (`2026-12-01T10:00:00.1Z\tinfo\t...`, `[2026-12-01 10:00:00.1][15][info]`):
+# an istio-proxy container log, even one with no access-log line in its head.
+_PROXY_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*\s+(info|warn|warning|error|debug|trace)\s"
+                             r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\]\[\d+\]\[\w+\])")
+_CLUSTERS_TEXT_LINE = re.compile(r"^[^\s:]+::[^:]+::")  # cluster::host::stat::value, cluster::setting::value
+_STATS_LINE = re.compile(r'^[^\s"{}<>\[\]]+: \S')
+
+
+def _regular(path: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path) and not os.path.isfile(path):
         # Reading the magic from a pipe would take those bytes from tshark, which then finds nothing.
-        raise InputError(f"{path}: not a regular file (a pipe or device); save the capture to a file first")
+        raise InputError(f"{path}: not a regular file (a pipe or device); save it to a file first")
+
+
+def _head(path: str) -> bytes:
+    """The first SNIFF_BYTES of ``path``, decompressed when it is gzip (tshark reads gzipped captures)."""
+    _regular(path)
     try:
         with open(path, "rb") as fh:
-            magic = fh.read(4)
+            head = fh.read(SNIFF_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as gz:
+                head = gz.read(SNIFF_BYTES)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a capture file") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    if magic not in _MAGICS:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    return head
+
+
+def input_kind(path: str) -> str:
+    """What ``path`` holds, by its content: CAPTURE (pcap or pcapng, also gzipped), ACCESS_LOG (an Envoy
+    access log in Istio's TEXT or JSON format, or an istio-proxy container log, with or without
+    `kubectl logs --timestamps`), STATS (admin `/stats` text) or CLUSTERS (admin `/clusters`, text or JSON).
+    Raises InputError (one line) when it cannot be read or is none of them."""
+    head = _head(path)
+    if head[:4] in _MAGICS:
+        return CAPTURE
+    text = head.decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    if len(head) == SNIFF_BYTES and lines:
+        lines = lines[:-1]  # cut at SNIFF_BYTES: the last line may be a piece
+    lines = [line for line in lines if line.strip()]
+    if any(parse_line(line) is not None for line in lines):
+        return ACCESS_LOG
+    first = lines[0].strip() if lines else ""
+    if first.startswith("{") and '"cluster_statuses"' in text:
+        return CLUSTERS
+    if _CLUSTERS_TEXT_LINE.match(first):
+        return CLUSTERS
+    if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2:
+        return STATS
+    if any(_PROXY_LOG_LINE.match(line) for line in lines[:50]):
+        return ACCESS_LOG
+    raise InputError(f"{path}: not a capture (pcap, pcapng), an Envoy access log or an admin dump (/stats, "
+                     f"/clusters)")
+
+
+def check_capture(path: str) -> None:
+    """Raise InputError unless ``path`` is a readable pcap or pcapng file (gzipped or not)."""
+    if _head(path)[:4] not in _MAGICS:
         raise InputError(f"{path}: not a pcap or pcapng capture (tcpdump -w / Wireshark format expected)")
 
 

@@ -45,7 +45,7 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
     if f.pod:
         lines.append(f"pod: {f.pod}")
     lines.append("evidence:")
-    lines += [f"  {e.source} frame {e.frame}: {e.what}" for e in f.evidence]
+    lines += [f"  {e.source} {'frame' if e.iface or not e.frame else 'line'} {e.frame}: {e.what}" for e in f.evidence]
     lines += [f"  access log: {line}" for line in f.access_log]
     lines += [f"  counter: {name} {value:+}" for name, value in sorted(f.counters.items())]
     return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""What people already hold of a sidecar, read offline: its access log (`kubectl logs POD -c istio-proxy`, with or
+without `--timestamps`; Istio's TEXT or JSON encoding) and admin dumps (`/stats`, `/clusters` in text or JSON).
+
+The access log becomes the same AccessLogEvents `watch` makes from the followed log, so the detectors and the
+correlator see one shape from both; `/stats` dumps become the counters that moved, in `watch`'s shape (cluster
+-> stat -> delta).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kubectl_meshdoctor.core.events import AccessLogEvent
+from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.envoy.clusters import Cluster, parse_clusters
+from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, delta, parse_stats
+
+from .merge import Gate
+
+BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log never sits whole in memory
+
+
+@dataclass(slots=True)
+class LogRead:
+    """What reading one access log gave: ``lines`` read, ``entries`` among them that are access-log lines (the
+    rest are pilot-agent's and Envoy's own log lines, which share the container log)."""
+
+    lines: int = 0
+    entries: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def open_text(path: str):
+    """A text file, gzip-compressed or not (by its magic), as lines; undecodable bytes are replaced."""
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rt", errors="replace") if gz else open(path, errors="replace")
+
+
+def event_of(entry, path: str, line: int) -> AccessLogEvent:
+    # Envoy writes a line when the request ends: its end time is where the line belongs among the packets.
+    return AccessLogEvent(entry.ts + entry.duration_ms / 1000.0, entry, path, line)
+
+
+async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gate: Gate) -> LogRead:
+    """Push an AccessLogEvent for every access-log line of ``path``, in file order, awaiting ``gate`` between
+    batches (sources/merge.py: a log that runs ahead of the captures waits for them). Raises OSError when the
+    file cannot be read."""
+    result = LogRead()
+    with open_text(path) as fh:
+        while True:
+            await gate()
+            batch = await asyncio.to_thread(_lines, fh, BATCH_LINES)
+            if not batch:
+                break
+            for line in batch:
+                result.lines += 1
+                entry = parse_line(line.rstrip("\r\n"))
+                if entry is not None:
+                    result.entries += 1
+                    push(event_of(entry, path, result.lines))
+    if result.entries == 0:
+        result.problems.append("no access-log line in it (Istio's TEXT or JSON format); is access logging on "
+                               "(meshConfig.accessLogFile)?")
+    return result
+
+
+def _lines(fh, n: int) -> list[str]:
+    out = []
+    for line in fh:
+        out.append(line)
+        if len(out) >= n:
+            break
+    return out
+
+
+def counters_moved(stats_paths: list[str]) -> dict[str, dict[str, int]]:
+    """The cluster counters of `/stats` dumps, as `watch` reports them (cluster -> stat -> delta): between the
+    first dump and the last when there are several (in the order given), else every non-zero counter of the
+    one dump that explains failures (envoy.stats.CLUSTER_FAILURE_STATS: what moved since Envoy started).
+    Raises envoy.clusters.FormatError for a body that is not /stats, OSError for an unreadable file."""
+    dumps = []
+    for path in stats_paths:
+        with open_text(path) as fh:
+            dumps.append(parse_stats(fh.read()))
+    if not dumps:
+        return {}
+    if len(dumps) > 1:
+        return {cluster: {k: v for k, v in stats.items() if isinstance(v, int)}
+                for cluster, stats in by_cluster(delta(dumps[0], dumps[-1])).items()}
+    # One dump holds totals since Envoy started, gauges among them: only the counters that explain failures.
+    return {cluster: {k: v for k, v in stats.items() if v} for cluster, stats in cluster_failures(dumps[0]).items()}
+
+
+def read_clusters(path: str) -> dict[str, Cluster]:
+    """A `/clusters` dump (text or JSON). Raises envoy.clusters.FormatError, OSError."""
+    with open_text(path) as fh:
+        return parse_clusters(fh.read())
+
+
+def clusters_summary(clusters: dict[str, Cluster]) -> dict[str, dict]:
+    """For the report: per cluster its hosts, and those Envoy does not route to with the reason it gives
+    (health flags: failed_outlier_check is an outlier ejection, failed_active_hc a failed health check)."""
+    return {name: {"hosts": len(c.hosts),
+                   "unhealthy": {h.endpoint: list(h.health_flags) for h in c.hosts if not h.healthy}}
+            for name, c in clusters.items()}

@@ -1,0 +1,119 @@
+"""`analyze` tells each file's kind by its content, whatever its name: captures (also gzipped, as tshark reads
+them), the sidecar's access log (TEXT, JSON, `kubectl logs --timestamps`, whole istio-proxy container logs) and
+admin dumps (/stats, /clusters). Log lines and counters join the packets as in `watch`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.sources.files import ACCESS_LOG, CAPTURE, CLUSTERS, STATS, InputError, input_kind
+
+from .plugins.test_access_log_classes import CLASSES, text
+
+DATA = Path(__file__).resolve().parent / "data"
+ENVOY_DATA = Path(__file__).resolve().parent / "envoy" / "data"
+PILOT_AGENT = ("2026-12-01T09:59:58.101882Z\tinfo\tFIPS is not enabled\n"
+               "2026-12-01T09:59:58.102340Z\tinfo\tEnvoy proxy is ready\n")
+
+tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="captures are read through tshark")
+
+
+def analyze(*files: str) -> tuple[int, dict, str]:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *files, "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout else {}), proc.stderr
+
+
+def test_kinds_are_told_by_content_not_by_name(tmp_path):
+    cases = {
+        "a.log": (DATA / "lab-collision-eth0.pcap").read_bytes(),  # a capture named .log
+        "b.pcap": (ENVOY_DATA / "istio_access_log.txt").read_bytes(),  # an access log named .pcap
+        "c.txt": gzip.compress((DATA / "lab-collision-lo.pcap").read_bytes()),
+        "d": (PILOT_AGENT + text(CLASSES["upstream-timeout"][0]) + "\n").encode(),
+        "e": b"2026-12-01T10:00:03.262814507Z " + text(CLASSES["upstream-timeout"][0]).encode() + b"\n",
+        "f": (ENVOY_DATA / "stats_sample.txt").read_bytes(),
+        "g": (ENVOY_DATA / "clusters.txt").read_bytes(),
+        "h": (ENVOY_DATA / "clusters.json").read_bytes(),
+        "i": PILOT_AGENT.encode(),  # an istio-proxy log with no access-log line (yet)
+    }
+    for name, body in cases.items():
+        (tmp_path / name).write_bytes(body)
+    kinds = {name: input_kind(str(tmp_path / name)) for name in cases}
+    assert kinds == {"a.log": CAPTURE, "b.pcap": ACCESS_LOG, "c.txt": CAPTURE, "d": ACCESS_LOG, "e": ACCESS_LOG,
+                     "f": STATS, "g": CLUSTERS, "h": CLUSTERS, "i": ACCESS_LOG}
+
+
+@pytest.mark.parametrize("body", [b"", b"hello\nworld\n", b"\x00\x01binary", b"{\"not\": \"envoy\"}\n"])
+def test_a_file_of_no_known_kind_is_one_line_and_exit_2(tmp_path, body):
+    f = tmp_path / "notes"
+    f.write_bytes(body)
+    with pytest.raises(InputError, match="not a capture"):
+        input_kind(str(f))
+    code, _, err = analyze(str(f))
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"kubectl meshdoctor: error: {f}: not a capture (pcap, pcapng), an Envoy access log or an "
+                   f"admin dump (/stats, /clusters)\n")
+
+
+def test_an_access_log_alone_gives_findings_named_by_file_and_line(tmp_path):
+    log = tmp_path / "istio-proxy.log"
+    ut = text(CLASSES["upstream-timeout"][0])
+    log.write_text(PILOT_AGENT + ut + "\n")
+    code, report, err = analyze(str(log))
+    assert code == 1, err
+    (f,) = report["findings"]
+    assert f["detector"] == "upstream-timeout" and f["access_log"] == [ut]
+    assert f["evidence"] == [{"source": str(log), "iface": "", "frame": 3, "ts": f["evidence"][0]["ts"],
+                              "what": ut, "src": "", "dst": "", "flags": "", "payload_len": 0}]
+    assert report["source"] == {"kind": "files", "files": [str(log)], "kinds": {str(log): "access-log"}}
+    assert report["envoy"]["access_log_lines"] == 1
+
+
+def test_a_log_without_access_log_lines_says_so(tmp_path):
+    log = tmp_path / "istio-proxy.log"
+    log.write_text(PILOT_AGENT)
+    code, report, _ = analyze(str(log))
+    assert code == 0 and report["findings"] == []
+    (p,) = report["problems"]
+    assert p["where"] == str(log) and "no access-log line" in p["what"]
+
+
+def test_stats_dumps_give_the_counters_that_moved(tmp_path):
+    before = (ENVOY_DATA / "stats_sample.txt").read_text()
+    after = before.replace("cluster.inbound|5000||;.upstream_cx_connect_fail: 0",
+                           "cluster.inbound|5000||;.upstream_cx_connect_fail: 7")
+    assert after != before
+    (tmp_path / "before").write_text(before)
+    (tmp_path / "after").write_text(after)
+    _, two, _ = analyze(str(tmp_path / "before"), str(tmp_path / "after"))
+    assert two["envoy"]["counters_moved"] == {"inbound|5000||": {"upstream_cx_connect_fail": 7}}
+    assert two["envoy"]["counters_since"] == "first dump"
+    _, one, _ = analyze(str(tmp_path / "after"))
+    moved = one["envoy"]["counters_moved"]["inbound|5000||"]
+    assert moved["upstream_cx_connect_fail"] == 7 and "max_host_weight" not in moved  # failures, not gauges
+    assert one["envoy"]["counters_since"] == "Envoy's start"
+
+
+def test_a_clusters_dump_names_the_hosts_envoy_will_not_route_to():
+    _, report, _ = analyze(str(ENVOY_DATA / "clusters.json"))
+    clusters = report["envoy"]["clusters"]
+    assert clusters and all(set(c) == {"hosts", "unhealthy"} for c in clusters.values())
+    assert any(c["unhealthy"] for c in clusters.values())
+
+
+@tshark
+def test_a_gzipped_capture_reads_as_the_capture_does(tmp_path):
+    gz = tmp_path / "eth0.pcap.gz"
+    gz.write_bytes(gzip.compress((DATA / "lab-collision-eth0.pcap").read_bytes()))
+    _, plain, _ = analyze(f"{DATA / 'lab-collision-eth0.pcap'}:eth0")
+    _, zipped, _ = analyze(f"{gz}:eth0")
+    assert [(f["detector"], [e["frame"] for e in f["evidence"]]) for f in zipped["findings"]] == \
+           [(f["detector"], [e["frame"] for e in f["evidence"]]) for f in plain["findings"]]
+    assert zipped["source"]["kind"] == "pcap"
