@@ -21,7 +21,8 @@ TIMEOUT_DETAILS = ("response_timeout", "upstream_per_try_timeout")
 
 
 def _seconds(ms: int) -> str:
-    return f"{max(1, -(-2 * ms // 1000))}s"  # twice the time Envoy waited, rounded up to a whole second
+    """Twice the timeout that fired (what Envoy waited, to the nearest whole second; it fires a few ms off)."""
+    return f"{2 * max(1, int(ms / 1000 + 0.5))}s"
 
 
 class UpstreamTimeout(Detector):

@@ -104,6 +104,20 @@ class HttpAppConfig:
     close_delay: float = 0.0  # seconds between the idle timer firing and close(), reading paused meanwhile
 
 
+MAX_SLOW_S = 30.0
+
+
+def slow_delay(target: str) -> float:
+    """Seconds ``/slow/<seconds>`` asks the app to take before it answers (at most MAX_SLOW_S); 0 otherwise."""
+    path = target.split("?", 1)[0]
+    if not path.startswith("/slow/"):
+        return 0.0
+    try:
+        return min(max(float(path[len("/slow/"):]), 0.0), MAX_SLOW_S)
+    except ValueError:
+        return 0.0
+
+
 class HttpApp:
     """A keep-alive HTTP/1.1 server (200 with a Content-Length body unless a path or knob says otherwise)."""
 
@@ -142,6 +156,9 @@ class HttpApp:
                     writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                     await writer.drain()
                     break
+                delay = slow_delay(request.target)
+                if delay:
+                    await asyncio.sleep(delay)  # the app's own slowness: what a route timeout measures
                 response, keep_open = self._response(request)
                 writer.write(response)  # one send(): the transport writes at once when its buffer is empty
                 await writer.drain()

@@ -27,7 +27,7 @@ def line(method="GET", path="/slow/3", protocol="HTTP/1.1", code=200, flags="-",
 
 
 def text(f: dict) -> str:
-    request = f'"{f["method"]} {f["path"]} {f["protocol"]}"' if f["method"] else '"- - -"'
+    request = f'"{f["method"]} {f["path"]} {f["protocol"]}"'
     return (f'[{START}] {request} {f["code"]} {f["flags"]} {f["details"]} - "{f["failure"]}" 0 24 '
             f'{f["duration"]} {f["service_time"]} "-" "curl/8.5.0" "5c0a6e1e-8d8b-4c31-a1f0-2f3f7c0d9e11" '
             f'"{APP.split(":")[0]}:5000" "{f["upstream_host"]}" inbound|5000|| {f["upstream_local"]} {APP} '
@@ -37,7 +37,7 @@ def text(f: dict) -> str:
 def as_json(f: dict) -> str:
     dash = lambda v: None if v == "-" else v  # noqa: E731 (Envoy's JSON writes null where TEXT writes -)
     return json.dumps({
-        "start_time": START, "method": f["method"], "path": f["path"], "protocol": f["protocol"],
+        "start_time": START, "method": dash(f["method"]), "path": dash(f["path"]), "protocol": f["protocol"],
         "response_code": f["code"], "response_flags": dash(f["flags"]), "response_code_details": f["details"],
         "connection_termination_details": None, "upstream_transport_failure_reason": dash(f["failure"]),
         "bytes_received": 0, "bytes_sent": 24, "duration": f["duration"],
@@ -61,9 +61,10 @@ CLASSES = {
                          Severity.ERROR, ("UT",), "response_timeout"),
     "downstream-disconnect": (line(code=0, flags="DC", details="downstream_remote_disconnect", duration=302,
                                    service_time="-"), Severity.WARNING, ("DC",), "downstream_remote_disconnect"),
-    "downstream-protocol-error": (line(path="/", protocol="HTTP/1.0", code=426, details="low_version",
+    # Real Envoy logs a refused HTTP/1.0 request with no method or path and its own protocol.
+    "downstream-protocol-error": (line(method="-", path="-", code=426, flags="DPE", details="low_version",
                                        duration=0, service_time="-", upstream_host="-", upstream_local="-"),
-                                  Severity.ERROR, (), "low_version"),
+                                  Severity.ERROR, ("DPE",), "low_version"),
     "source-port-exhaustion": (
         line(code=503, flags="UF,URX",
              details="upstream_reset_before_response_started{local_connection_failure|immediate_connect_error:"
@@ -106,19 +107,17 @@ def test_each_class_is_found_from_its_access_log_line_alone(detector, shape):
 
 def test_the_timeout_fix_gives_the_route_more_time_than_envoy_waited():
     (f,) = findings_of(text(CLASSES["upstream-timeout"][0]))
-    assert "timeout: 3s" in f.remediation and "1001 ms" in f.explanation
+    assert "timeout: 2s" in f.remediation and "1001 ms" in f.explanation
     per_try = line(code=504, flags="UT", details="upstream_per_try_timeout", duration=2500, service_time="-")
     (g,) = findings_of(text(per_try))
-    assert "perTryTimeout: 5s" in g.remediation and "per-try" in g.title
+    assert "perTryTimeout: 6s" in g.remediation and "per-try" in g.title
 
 
-@pytest.mark.parametrize("details, kind, fix", [
-    ("upgrade_failed", "upgrade", "Upgrade"),
-    ("http1.codec_error", "codec", "RFC 9112"),
+@pytest.mark.parametrize("code, flags, details, kind, fix", [
+    (403, "-", "upgrade_failed", "upgrade", "Upgrade"),  # real Envoy sets no flag for it
+    (400, "DPE", "http1.codec_error", "codec", "RFC 9112"),
 ])
-def test_the_protocol_error_names_what_the_caller_did(details, kind, fix):
-    code = 403 if kind == "upgrade" else 400
-    flags = "DPE" if kind == "codec" else "-"
+def test_the_protocol_error_names_what_the_caller_did(code, flags, details, kind, fix):
     (f,) = findings_of(text(line(code=code, flags=flags, details=details, duration=0, service_time="-",
                                  upstream_host="-", upstream_local="-")))
     assert f.detector == "downstream-protocol-error" and f.details["kind"] == kind and fix in f.remediation

@@ -11,6 +11,7 @@ from typing import Callable
 from kubectl_meshdoctor.lab.netns import in_netns
 from kubectl_meshdoctor.lab.state import LabPod
 
+from .caller_rounds import _http10_round, _slow_app_round
 from .http_rounds import _framing_round, _healthy_http_round, _refused_round, _stale_keepalive_round
 from .load import _load_round
 from .port_reuse import _port_reuse_round
@@ -48,6 +49,8 @@ _ROUNDS: dict[str, Callable[[LabPod, "_Tally"], None]] = {
     "refused-localhost": _refused_round,
     "syn-drop": _syn_drop_round,
     "load": _load_round,
+    "slow-app": _slow_app_round,
+    "http10": _http10_round,
 }
 
 

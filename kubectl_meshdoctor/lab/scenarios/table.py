@@ -8,7 +8,7 @@ from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
 
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
-    "syn-drop", "load",
+    "syn-drop", "load", "slow-app", "http10",
 )
 STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
 # Seconds between the app's idle timer firing and its close(), with reading paused: a request that arrives then
@@ -17,6 +17,11 @@ STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-al
 STALE_CLOSE_DELAY = 0.4
 # When the stale-keepalive driver sends its second request: after the first response, in the middle of the window.
 STALE_REUSE_AFTER = STALE_IDLE_TIMEOUT + STALE_CLOSE_DELAY / 2
+# slow-app: the route's timeout (a VirtualService timeout) and what its round asks of the app.
+SLOW_ROUTE_TIMEOUT = 1.0
+SLOW_IN_TIME = 0.3  # seconds the app takes for the request that is answered in time
+SLOW_TOO_LONG = 3.0  # seconds the app would take for the request the route times out, and the one abandoned
+SLOW_CALLER_GIVES_UP = 0.4  # seconds the impatient caller waits before it closes its connection
 
 
 @dataclass(frozen=True)
@@ -40,4 +45,6 @@ SETUPS: dict[str, PodSetup] = {
     "refused-localhost": PodSetup(app_http=("--bind", "127.0.0.1")),
     "syn-drop": PodSetup(),
     "load": PodSetup(app_http=("--fast", "--also-port", "15020")),  # 15020: LOAD_DIRECT_PORT
+    "slow-app": PodSetup(sidecar=SidecarSettings(route_timeout_s=SLOW_ROUTE_TIMEOUT)),
+    "http10": PodSetup(),  # Istio's default: no ISTIO_META_HTTP10, so Envoy refuses HTTP/1.0
 }

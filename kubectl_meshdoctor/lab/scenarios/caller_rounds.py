@@ -1,0 +1,75 @@
+"""The drivers where the caller or the app's pace is the story: slow-app (the route's timeout fires, a caller
+gives up first, a slow answer still in time) and http10 (requests the sidecar's codec refuses before the app
+sees them)."""
+
+from __future__ import annotations
+
+import socket
+
+from kubectl_meshdoctor.lab.apps import HTTP_PORT
+from kubectl_meshdoctor.lab.state import LabPod
+
+from .http_rounds import _get
+from .rounds import _IO_TIMEOUT, _one_line, _Tally
+from .table import SLOW_CALLER_GIVES_UP, SLOW_IN_TIME, SLOW_TOO_LONG
+
+# Raw requests: http.client cannot speak HTTP/1.0 on purpose, nor send a header name with a space in it.
+HTTP10_REQUEST = b"GET /http10 HTTP/1.0\r\nHost: lab\r\n\r\n"
+UPGRADE_REQUEST = (b"GET /upgrade HTTP/1.1\r\nHost: lab\r\nConnection: Upgrade\r\n"
+                   b"Upgrade: meshdoctor-lab/1\r\n\r\n")
+MALFORMED_REQUEST = b"GET /malformed HTTP/1.1\r\nHost: lab\r\nBad Header: space in its name\r\n\r\n"
+
+
+def _raw(pod: LabPod, tally: _Tally, label: str, request: bytes) -> int | None:
+    """Send ``request`` on a new connection, read the status line; record (label, status, first line)."""
+    try:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+            s.sendall(request)
+            head = b""
+            while b"\r\n" not in head:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+    except OSError as exc:
+        tally.errors.append(f"{label}: {_one_line(exc)}")
+        return None
+    first = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = first.split(" ")
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    if status is None:
+        tally.errors.append(f"{label}: no status line ({first[:40]!r})")
+        return None
+    tally.http.append((label, status, first))
+    return status
+
+
+def _abandoned(pod: LabPod, tally: _Tally, path: str, patience_s: float) -> None:
+    """A caller that sends a request and closes its connection after ``patience_s`` without an answer."""
+    try:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\n\r\n".encode())
+            s.settimeout(patience_s)
+            try:
+                early = s.recv(4096)
+            except socket.timeout:
+                early = b""
+    except OSError as exc:
+        tally.errors.append(f"GET {path} (abandoned): {_one_line(exc)}")
+        return
+    if early:
+        tally.errors.append(f"GET {path} was answered within {patience_s} s: {early[:40]!r}")
+    tally.http.append((f"{path} (abandoned after {patience_s} s)", 0, ""))
+
+
+def _slow_app_round(pod: LabPod, tally: _Tally) -> None:
+    _get(pod, tally, f"/slow/{SLOW_IN_TIME}")  # slow, but within the route's timeout: 200
+    _get(pod, tally, f"/slow/{SLOW_TOO_LONG}")  # the route's timeout fires first: Envoy's 504 UT
+    _abandoned(pod, tally, f"/slow/{SLOW_TOO_LONG}", SLOW_CALLER_GIVES_UP)  # the caller goes first: 0 DC
+
+
+def _http10_round(pod: LabPod, tally: _Tally) -> None:
+    _raw(pod, tally, "GET /http10 HTTP/1.0", HTTP10_REQUEST)
+    _raw(pod, tally, "GET /upgrade (Upgrade: meshdoctor-lab/1)", UPGRADE_REQUEST)
+    _raw(pod, tally, "GET /malformed (a header name with a space)", MALFORMED_REQUEST)
+    _get(pod, tally, "/ok")  # an ordinary request on the same pod still works

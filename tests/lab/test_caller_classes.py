@@ -1,0 +1,139 @@
+"""Issue 14's log-visible classes through real Envoy: the route's timeout firing (504 UT), a caller giving up
+first (0 DC) and requests the sidecar's codec refuses (426 low_version, 403 upgrade_failed, 400 DPE). Each is
+found live by `watch` and offline by `analyze` on the saved captures plus the sidecar's log, naming the line
+real Envoy wrote; the slow request answered in time and the ordinary one give nothing."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.lab import lab
+from kubectl_meshdoctor.lab.scenarios.table import SLOW_CALLER_GIVES_UP, SLOW_ROUTE_TIMEOUT
+
+from ..waiting import wait_until
+from .test_scenarios_detected import judged
+from .watching import capturing
+
+pytestmark = pytest.mark.lab
+
+PODS = ("slow-app", "http10")
+
+# Per pod: the access-log lines real Envoy writes for its round (what each finding must carry), and the
+# (detector, severity) each of them becomes.
+EXPECTED = {
+    "slow-app": {" 504 UT response_timeout ": ("upstream-timeout", "error"),
+                 " 0 DC downstream_remote_disconnect ": ("downstream-disconnect", "warning")},
+    "http10": {" 426 DPE low_version ": ("downstream-protocol-error", "error"),
+               " 403 - upgrade_failed ": ("downstream-protocol-error", "error"),
+               " 400 DPE http1.codec_error ": ("downstream-protocol-error", "error")},
+}
+
+
+@pytest.fixture(scope="module")
+def caller_lab(tmp_path_factory):
+    name = f"mdtest-c{secrets.token_hex(2)}"
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, drivers=False)
+    try:
+        yield state
+    finally:
+        lab.down(state.state_dir)
+
+
+def watch_round(state, pod: str, out: Path) -> tuple[dict, Path]:
+    """watch the pod while one round runs; stopped once Envoy has written every expected line. Returns the
+    report and a copy of the sidecar's log (what `kubectl logs POD -c istio-proxy` prints)."""
+    log = lab.access_log_path(state, pod)
+    before = log.read_text() if log.exists() else ""
+    with capturing(state, f"pod/{pod}", "--write-pcap", str(out)) as run:
+        lab.trigger_round(state, pod)
+        wait_until(f"Envoy's lines for {pod}", 30,
+                   lambda: all(needle in log.read_text()[len(before):] for needle in EXPECTED[pod]))
+        report = run.stop()
+    saved = out / f"{pod}-istio-proxy.log"
+    saved.write_text(log.read_text()[len(before):])
+    return report, saved
+
+
+def by_line(findings: list[dict]) -> dict[str, tuple]:
+    """Each finding by the Envoy line it carries: (detector, severity, client, server)."""
+    out = {}
+    for f in findings:
+        (line,) = f["access_log"]
+        needle = next(n for n in EXPECTED_ALL if n in line)
+        out[needle] = (f["detector"], f["severity"], f["flow"]["client"], f["flow"]["server"])
+    return out
+
+
+EXPECTED_ALL = {n: v for table in EXPECTED.values() for n, v in table.items()}
+
+
+@pytest.mark.parametrize("pod", PODS)
+def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp_path):
+    live, log = watch_round(caller_lab, pod, tmp_path)
+    found = judged(live)
+    assert sorted((f["detector"], f["severity"]) for f in found) == sorted(EXPECTED[pod].values()), \
+        json.dumps(found, indent=1)[:3000]
+    lab_pod = caller_lab.pod(pod)
+    live_lines = by_line(found)
+    assert {n: v[:2] for n, v in live_lines.items()} == EXPECTED[pod]
+    for detector, severity, client, server in live_lines.values():
+        assert client.startswith(lab_pod.client_ip + ":") and server == f"{lab_pod.pod_ip}:5000"
+    for f in found:
+        assert f["evidence"][0]["source"] == "istio-proxy log" and f["remediation"]
+
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(tmp_path / f"{pod}-lo.pcap"),
+                           str(tmp_path / f"{pod}-eth0.pcap"), str(log), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    offline = json.loads(proc.stdout)
+    assert by_line(judged(offline)) == live_lines
+    for f in judged(offline):
+        (e,) = f["evidence"]
+        assert e["source"] == str(log) and log.read_text().splitlines()[e["frame"] - 1] == f["access_log"][0]
+
+    alone = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "-o", "json"],
+                           capture_output=True, text=True, timeout=120)
+    assert by_line(judged(json.loads(alone.stdout))) == live_lines  # the log alone says as much
+
+
+def test_the_timeout_and_the_impatient_caller_are_timed_as_envoy_timed_them(caller_lab, tmp_path):
+    live, _ = watch_round(caller_lab, "slow-app", tmp_path)
+    (ut,) = [f for f in live["findings"] if f["detector"] == "upstream-timeout"]
+    (dc,) = [f for f in live["findings"] if f["detector"] == "downstream-disconnect"]
+    waited = int(ut["title"].split("gave up after ")[1].split(" ms")[0])
+    assert abs(waited - 1000 * SLOW_ROUTE_TIMEOUT) < 100  # Envoy's clock: the route's 1 s timeout
+    assert "timeout: 2s" in ut["remediation"]  # twice the timeout that fired
+    gave_up = int(dc["title"].split(" after ")[1].split(" ms")[0])
+    assert abs(gave_up - 1000 * SLOW_CALLER_GIVES_UP) < 100
+    assert ut["response_code_details"] == "response_timeout" and ut["envoy_flags"] == ["UT"]
+    assert ut["counters"]["cluster.inbound|5000||.upstream_rq_timeout"] >= 1  # what real Envoy counts for it
+
+
+def test_the_protocol_errors_say_what_the_caller_did(caller_lab, tmp_path):
+    live, _ = watch_round(caller_lab, "http10", tmp_path)
+    kinds = sorted(f["details"]["kind"] for f in live["findings"] if f["detector"] == "downstream-protocol-error")
+    assert kinds == ["codec", "http10", "upgrade"]
+    (http10,) = [f for f in live["findings"] if f.get("details", {}).get("kind") == "http10"]
+    assert "ISTIO_META_HTTP10" in http10["remediation"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_kubectl_logs_with_timestamps_reads_as_the_log_does(caller_lab, tmp_path):
+    """What users hand us most: `kubectl logs POD -c istio-proxy --timestamps > proxy.log`."""
+    _, log = watch_round(caller_lab, "slow-app", tmp_path)
+    out = subprocess.run(["kubectl", "--kubeconfig", str(caller_lab.kubeconfig), "logs", "slow-app", "-c",
+                          "istio-proxy", "--timestamps"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    stamped = tmp_path / "proxy.log"
+    stamped.write_text(out.stdout)
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(stamped), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    found = {f["detector"] for f in judged(json.loads(proc.stdout))}
+    assert found == {"upstream-timeout", "downstream-disconnect"}, proc.stdout[:2000]
