@@ -4,22 +4,32 @@ Istio >= 1.10 dials the app from 127.0.0.6 (the inbound passthrough source) to t
 it closes first waits in TIME_WAIT for 60 s on that four-tuple, so a caller pattern of many short connections
 (no keep-alive, ``maxRequestsPerConnection: 1``) uses up ``net.ipv4.ip_local_port_range`` (28,232 ports by
 default) towards one app port. connect() then fails at once with EADDRNOTAVAIL: no SYN ever reaches lo, and
-Envoy answers 503 with flags UF (URX once retries are spent), details
-``upstream_reset_before_response_started{local_connection_failure|immediate_connect_error:_Cannot_assign_requested_address}``
-(errno 99; older Envoy prints the number) and counts ``upstream_cx_connect_fail`` (Linux connect(2); RFC 9293
-section 3.6.1, TIME-WAIT).
+Envoy answers 503 with flag UF (URX once retries are spent) and details (Envoy 1.40, measured in the lab)
+``upstream_reset_before_response_started{remote_connection_failure|immediate_connect_error:
+_Cannot_assign_requested_address|remote_address:POD_IP:PORT}`` (errno 99; older Envoy prints the number) and
+counts ``upstream_cx_connect_fail`` (Linux connect(2); RFC 9293 section 3.6.1, TIME-WAIT). On lo the sidecar's
+own FINs before it show who closed those connections first, and so holds their TIME_WAIT.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
+
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
 from kubectl_meshdoctor.core.remedies import destination_rule_pool
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import parse_reset_details, transport_errno
 
 EADDRNOTAVAIL = 99
+PASSTHROUGH_SOURCE = "127.0.0.6"  # where Istio >= 1.10's sidecar dials the app from
+TIME_WAIT_S = 60.0  # Linux's TCP_TIMEWAIT_LEN: how long a closed connection holds its four-tuple
+MAX_CLOSES = 100_000  # the sidecar's first FINs remembered: a window, not the capture's history
+SHOWN_CLOSES = 3  # of them, how many the finding names as evidence
 
 SYSCTL_FIX = """\
 # Or give the pod more source ports and let it reuse TIME_WAIT ones for new outgoing connections
@@ -41,20 +51,37 @@ def _errno(entry: AccessLogEntry) -> int | None:
 class SourcePortExhaustion(Detector):
     id = "source-port-exhaustion"
     envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
-    kernel_counters = ("TcpAttemptFails",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._closes: deque[PacketEvent] = deque(maxlen=MAX_CLOSES)  # sidecar-first FINs on lo, in time order
+
+    def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        # The side that sends the first FIN ends in TIME_WAIT: only the sidecar's first FINs hold its ports.
+        if ev.iface == "lo" and ev.is_fin and ev.src == PASSTHROUGH_SOURCE and not flow.server_fin:
+            self._closes.append(ev)
+        return ()
+
+    def _closes_before(self, server: str, ts: float) -> list[PacketEvent]:
+        return [ev for ev in self._closes if ev.dst_endpoint == server and ts - TIME_WAIT_S <= ev.ts <= ts]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if "UF" not in entry.flags or _errno(entry) != EADDRNOTAVAIL:
             return None
         flow = access_log_flow(entry)
-        source = (entry.upstream_local or "127.0.0.6").rsplit(":", 1)[0]
+        source = (entry.upstream_local or PASSTHROUGH_SOURCE).rsplit(":", 1)[0]
+        closes = self._closes_before(flow.server, entry.ts)
+        seen = (f" The capture shows the sidecar closing {len(closes)} connection{'s' if len(closes) != 1 else ''} "
+                f"to it first in the {TIME_WAIT_S:.0f} s before: each holds its source port in TIME_WAIT."
+                if closes else "")
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
             title=f"The sidecar ran out of source ports to {flow.server}: connect() failed with EADDRNOTAVAIL "
                   f"({entry.code} {','.join(entry.flags)})",
             flow=flow,
-            evidence=(evidence,),
+            evidence=(evidence, *(Evidence.of(ev, "the sidecar closes first (TIME_WAIT)")
+                                  for ev in closes[-SHOWN_CLOSES:])),
             envoy_flags=tuple(f for f in ("UF", "URX") if f in entry.flags),
             response_code_details=entry.details or "",
             explanation=(
@@ -62,7 +89,7 @@ class SourcePortExhaustion(Detector):
                 f"failed at once with EADDRNOTAVAIL (errno 99, 'Cannot assign requested address'), so no SYN "
                 f"left the pod. Every local port towards that address is taken, most by connections in TIME_WAIT "
                 f"(60 s each after the sidecar closes one): the sidecar opens and closes connections to the app "
-                f"faster than the port range allows ({entry.details or entry.upstream_failure})."),
+                f"faster than the port range allows ({entry.details or entry.upstream_failure}).{seen}"),
             remediation=(
                 "# Reuse connections to the app instead of opening one per request:\n"
                 + destination_rule_pool("http", "maxRequestsPerConnection", "0",
@@ -70,4 +97,5 @@ class SourcePortExhaustion(Detector):
                 + "\n" + SYSCTL_FIX),
             pod=self.ctx.pod,
             ts=entry.ts,
+            details={"sidecar_closes_before": len(closes)},
         )

@@ -17,6 +17,7 @@ VARIANTS = {
     "istio < 1.10": SidecarSettings(legacy_inbound=True),
     "JSON access log": SidecarSettings(access_log_encoding="JSON"),
     "timeouts": SidecarSettings(hcm_idle_timeout_s=2.5, upstream_idle_timeout_s=1.0, route_timeout_s=0.5),
+    "no keep-alive to the app": SidecarSettings(upstream_max_requests_per_connection=1, upstream_idle_timeout_s=2.0),
     "HTTP/1.0 and h2 to the app": SidecarSettings(accept_http_10=True, h2_upstream=True),
 }
 
@@ -82,7 +83,8 @@ def test_settings_are_rendered_as_istio_renders_them():
     assert "json_format" in json_log
 
 
-@pytest.mark.parametrize("bad", [dict(access_log_encoding="XML"), dict(route_timeout_s=0), dict(hcm_idle_timeout_s=-1)])
+@pytest.mark.parametrize("bad", [dict(access_log_encoding="XML"), dict(route_timeout_s=0), dict(hcm_idle_timeout_s=-1),
+                                 dict(upstream_max_requests_per_connection=0)])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         SidecarSettings(**bad)

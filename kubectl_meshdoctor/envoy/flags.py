@@ -233,7 +233,8 @@ def transport_errno(transport: str | None) -> int | None:
     """Errno from an `%UPSTREAM_TRANSPORT_FAILURE_REASON%` / details token, in either spelling."""
     if not transport:
         return None
-    text = transport.replace("_", " ")
+    # Envoy >= 1.40 appends `|remote_address:IP:PORT` to the connect error: the errno ends at the `|`.
+    text = transport.split("|", 1)[0].replace("_", " ")
     match = re.search(r"connect error:\s*(.+)$", text)
     if not match:
         return None

@@ -98,6 +98,8 @@ class SidecarSettings:
       1 h; a Sidecar's ``inboundConnectionPool.http.idleTimeout``).
     - ``upstream_idle_timeout_s``: the inbound cluster's idle timeout for pooled upstream connections
       (DestinationRule ``connectionPool.http.idleTimeout``; Envoy default 1 h).
+    - ``upstream_max_requests_per_connection``: requests on one pooled connection to the app before Envoy closes
+      it (DestinationRule ``connectionPool.http.maxRequestsPerConnection``; 1 disables keep-alive).
     - ``route_timeout_s``: a VirtualService ``timeout`` on the inbound route (Istio renders ``timeout`` and
       ``max_grpc_timeout``, and no ``max_stream_duration``, which would make Envoy ignore ``timeout``).
     - ``accept_http_10``: ``ISTIO_META_HTTP10=1``.
@@ -108,6 +110,7 @@ class SidecarSettings:
     legacy_inbound: bool = False
     hcm_idle_timeout_s: float | None = None
     upstream_idle_timeout_s: float | None = None
+    upstream_max_requests_per_connection: int | None = None
     route_timeout_s: float | None = None
     accept_http_10: bool = False
     h2_upstream: bool = False
@@ -121,6 +124,9 @@ class SidecarSettings:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        n = self.upstream_max_requests_per_connection
+        if n is not None and not (isinstance(n, int) and n >= 1):
+            raise ValueError(f"upstream_max_requests_per_connection must be a whole number from 1, not {n!r}")
 
 
 @dataclass(frozen=True)
@@ -236,8 +242,13 @@ def _inbound_cluster(port: int, kind: str, settings: SidecarSettings) -> dict[st
                        upstream_bind_config={"source_address": {"address": INBOUND_SOURCE, "port_value": 0}})
     if kind == "http":
         options: dict[str, Any] = {"@type": _HTTP_OPTIONS}
+        common: dict[str, Any] = {}
         if settings.upstream_idle_timeout_s is not None:
-            options["common_http_protocol_options"] = {"idle_timeout": _duration(settings.upstream_idle_timeout_s)}
+            common["idle_timeout"] = _duration(settings.upstream_idle_timeout_s)
+        if settings.upstream_max_requests_per_connection is not None:
+            common["max_requests_per_connection"] = settings.upstream_max_requests_per_connection
+        if common:
+            options["common_http_protocol_options"] = common
         if settings.h2_upstream:
             options["explicit_http_config"] = {"http2_protocol_options": {}}
         else:

@@ -270,7 +270,8 @@ def _bring_up(
 ) -> LabState:
     roles_of: dict[str, list[str]] = {}
     for pod in state.pods:
-        netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip)
+        netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip,
+                                 local_ports=SETUPS[pod.scenario].local_ports)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
         for role, argv in _pod_processes(pod, state, envoy):

@@ -113,8 +113,10 @@ def netns_exists(netns: str) -> bool:
     return (_NETNS_DIR / netns).exists()
 
 
-def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: str) -> None:
-    """Create the pod and client namespaces, the eth0 veth pair, addresses, and the Istio nat rules.
+def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: str,
+                       local_ports: tuple[int, int] | None = None) -> None:
+    """Create the pod and client namespaces, the eth0 veth pair, addresses, and the Istio nat rules;
+    ``local_ports`` narrows the pod namespace's ip_local_port_range (the ports its sidecar dials the app from).
 
     Raises LabError (leaving whatever was created for delete_netns to remove) when a step fails.
     """
@@ -130,6 +132,8 @@ def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: st
         run(in_netns(ns, "ip", "link", "set", "eth0", "up"))
     lo, hi = CLIENT_EPHEMERAL_PORTS
     run(in_netns(client_netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={lo} {hi}"))
+    if local_ports is not None:
+        run(in_netns(netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={local_ports[0]} {local_ports[1]}"))
     run(in_netns(netns, "iptables-restore"), input_text=ISTIO_NAT_RULES)
 
 

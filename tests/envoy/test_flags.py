@@ -128,6 +128,9 @@ def test_other_details_are_not_resets():
 
 def test_transport_errno_spellings():
     assert transport_errno("delayed_connect_error:_Connection_refused") == 111
+    # Envoy 1.40 appends the address it dialled (seen in the lab's port-exhaustion pod).
+    assert transport_errno("immediate_connect_error:_Cannot_assign_requested_address|"
+                           "remote_address:198.18.1.2:5000") == 99
     assert transport_errno("delayed connect error: 111") == 111
     assert transport_errno("delayed_connect_error:_No_route_to_host") == 113
     assert transport_errno("-") is None and transport_errno(None) is None

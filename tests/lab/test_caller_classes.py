@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios.table import SLOW_CALLER_GIVES_UP, SLOW_ROUTE_TIMEOUT
+from kubectl_meshdoctor.lab.scenarios.table import (EXHAUSTION_PORTS, EXHAUSTION_REQUESTS, SLOW_CALLER_GIVES_UP,
+                                                     SLOW_ROUTE_TIMEOUT)
 
 from ..waiting import wait_until
 from .test_scenarios_detected import judged
@@ -23,7 +24,7 @@ from .watching import capturing
 
 pytestmark = pytest.mark.lab
 
-PODS = ("slow-app", "http10")
+PODS = ("slow-app", "http10", "port-exhaustion")
 
 # Per pod: the access-log lines real Envoy writes for its round (what each finding must carry), and the
 # (detector, severity) each of them becomes.
@@ -33,6 +34,9 @@ EXPECTED = {
     "http10": {" 426 DPE low_version ": ("downstream-protocol-error", "error"),
                " 403 - upgrade_failed ": ("downstream-protocol-error", "error"),
                " 400 DPE http1.codec_error ": ("downstream-protocol-error", "error")},
+    "port-exhaustion": {" 503 UF upstream_reset_before_response_started{remote_connection_failure|"
+                        "immediate_connect_error:_Cannot_assign_requested_address": ("source-port-exhaustion",
+                                                                                     "error")},
 }
 
 
@@ -46,6 +50,15 @@ def caller_lab(tmp_path_factory):
         lab.down(state.state_dir)
 
 
+PORTS = EXHAUSTION_PORTS[1] - EXHAUSTION_PORTS[0] + 1
+
+
+def lines_expected(pod: str) -> int:
+    """How many failing lines a round makes Envoy write: one per class, but every request past the pod's
+    source ports for port-exhaustion (one round per test run: its ports stay in TIME_WAIT for 60 s)."""
+    return EXHAUSTION_REQUESTS - PORTS if pod == "port-exhaustion" else len(EXPECTED[pod])
+
+
 def watch_round(state, pod: str, out: Path) -> tuple[dict, Path]:
     """watch the pod while one round runs; stopped once Envoy has written every expected line. Returns the
     report and a copy of the sidecar's log (what `kubectl logs POD -c istio-proxy` prints)."""
@@ -54,7 +67,7 @@ def watch_round(state, pod: str, out: Path) -> tuple[dict, Path]:
     with capturing(state, f"pod/{pod}", "--write-pcap", str(out)) as run:
         lab.trigger_round(state, pod)
         wait_until(f"Envoy's lines for {pod}", 30,
-                   lambda: all(needle in log.read_text()[len(before):] for needle in EXPECTED[pod]))
+                   lambda: sum(log.read_text()[len(before):].count(n) for n in EXPECTED[pod]) >= lines_expected(pod))
         report = run.stop()
     saved = out / f"{pod}-istio-proxy.log"
     saved.write_text(log.read_text()[len(before):])
@@ -78,8 +91,9 @@ EXPECTED_ALL = {n: v for table in EXPECTED.values() for n, v in table.items()}
 def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp_path):
     live, log = watch_round(caller_lab, pod, tmp_path)
     found = judged(live)
-    assert sorted((f["detector"], f["severity"]) for f in found) == sorted(EXPECTED[pod].values()), \
+    assert {(f["detector"], f["severity"]) for f in found} == set(EXPECTED[pod].values()), \
         json.dumps(found, indent=1)[:3000]
+    assert len(found) == lines_expected(pod)
     lab_pod = caller_lab.pod(pod)
     live_lines = by_line(found)
     assert {n: v[:2] for n, v in live_lines.items()} == EXPECTED[pod]
@@ -87,6 +101,18 @@ def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp
         assert client.startswith(lab_pod.client_ip + ":") and server == f"{lab_pod.pod_ip}:5000"
     for f in found:
         assert f["evidence"][0]["source"] == "istio-proxy log" and f["remediation"]
+    live_keys = sorted((f["detector"], f["access_log"][0]) for f in found)
+    if pod == "port-exhaustion":
+        # The ports are held by connections the sidecar closed first (maxRequestsPerConnection: 1): its FINs
+        # from 127.0.0.6 on lo are the finding's evidence next to Envoy's line.
+        first = found[0]
+        fins = first["evidence"][1:]
+        assert fins and all(e["iface"] == "lo" and e["src"].startswith("127.0.0.6:") and "F" in e["flags"]
+                            for e in fins), first["evidence"]
+        assert first["details"]["sidecar_closes_before"] == PORTS
+        assert f"closing {PORTS} connections" in first["explanation"]
+        assert first["counters"]["cluster.inbound|5000||.upstream_cx_connect_fail"] >= 1
+        assert "maxRequestsPerConnection: 0" in first["remediation"]
 
     proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(tmp_path / f"{pod}-lo.pcap"),
                            str(tmp_path / f"{pod}-eth0.pcap"), str(log), "-o", "json"],
@@ -94,8 +120,9 @@ def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp
     assert proc.returncode == 1, proc.stderr
     offline = json.loads(proc.stdout)
     assert by_line(judged(offline)) == live_lines
+    assert sorted((f["detector"], f["access_log"][0]) for f in judged(offline)) == live_keys
     for f in judged(offline):
-        (e,) = f["evidence"]
+        e = f["evidence"][0]
         assert e["source"] == str(log) and log.read_text().splitlines()[e["frame"] - 1] == f["access_log"][0]
 
     alone = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "-o", "json"],
@@ -137,3 +164,4 @@ def test_kubectl_logs_with_timestamps_reads_as_the_log_does(caller_lab, tmp_path
                           capture_output=True, text=True, timeout=120)
     found = {f["detector"] for f in judged(json.loads(proc.stdout))}
     assert found == {"upstream-timeout", "downstream-disconnect"}, proc.stdout[:2000]
+

@@ -65,15 +65,16 @@ CLASSES = {
     "downstream-protocol-error": (line(method="-", path="-", code=426, flags="DPE", details="low_version",
                                        duration=0, service_time="-", upstream_host="-", upstream_local="-"),
                                   Severity.ERROR, ("DPE",), "low_version"),
+    # Envoy 1.40's words, as the lab's port-exhaustion pod makes it write them.
     "source-port-exhaustion": (
-        line(code=503, flags="UF,URX",
-             details="upstream_reset_before_response_started{local_connection_failure|immediate_connect_error:"
-                     "_Cannot_assign_requested_address}",
-             failure="immediate_connect_error:_Cannot_assign_requested_address", duration=0, service_time="-",
-             upstream_local="-"),
-        Severity.ERROR, ("UF", "URX"),
-        "upstream_reset_before_response_started{local_connection_failure|immediate_connect_error:"
-        "_Cannot_assign_requested_address}"),
+        line(code=503, flags="UF",
+             details="upstream_reset_before_response_started{remote_connection_failure|immediate_connect_error:"
+                     "_Cannot_assign_requested_address|remote_address:198.18.5.2:5000}",
+             failure="immediate_connect_error:_Cannot_assign_requested_address|remote_address:198.18.5.2:5000",
+             duration=0, service_time="-", upstream_local="-"),
+        Severity.ERROR, ("UF",),
+        "upstream_reset_before_response_started{remote_connection_failure|immediate_connect_error:"
+        "_Cannot_assign_requested_address|remote_address:198.18.5.2:5000}"),
     "upstream-goaway": (line(protocol="HTTP/2", code=503, flags="UR,URX",
                              details="upstream_reset_before_response_started{remote_refused_stream_reset}",
                              duration=3, service_time="-"),

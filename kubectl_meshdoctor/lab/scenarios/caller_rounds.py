@@ -1,6 +1,6 @@
 """The drivers where the caller or the app's pace is the story: slow-app (the route's timeout fires, a caller
-gives up first, a slow answer still in time) and http10 (requests the sidecar's codec refuses before the app
-sees them)."""
+gives up first, a slow answer still in time), http10 (requests the sidecar's codec refuses before the app
+sees them) and port-exhaustion (short requests that use up the sidecar's source ports)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from kubectl_meshdoctor.lab.state import LabPod
 
 from .http_rounds import _get
 from .rounds import _IO_TIMEOUT, _one_line, _Tally
-from .table import SLOW_CALLER_GIVES_UP, SLOW_IN_TIME, SLOW_TOO_LONG
+from .table import EXHAUSTION_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_IN_TIME, SLOW_TOO_LONG
 
 # Raw requests: http.client cannot speak HTTP/1.0 on purpose, nor send a header name with a space in it.
 HTTP10_REQUEST = b"GET /http10 HTTP/1.0\r\nHost: lab\r\n\r\n"
@@ -73,3 +73,10 @@ def _http10_round(pod: LabPod, tally: _Tally) -> None:
     _raw(pod, tally, "GET /upgrade (Upgrade: meshdoctor-lab/1)", UPGRADE_REQUEST)
     _raw(pod, tally, "GET /malformed (a header name with a space)", MALFORMED_REQUEST)
     _get(pod, tally, "/ok")  # an ordinary request on the same pod still works
+
+
+def _port_exhaustion_round(pod: LabPod, tally: _Tally) -> None:
+    # Short requests one after another: each upstream connection is closed by the sidecar after its one
+    # request and holds its source port in TIME_WAIT, until no port is left for the next connect().
+    for i in range(EXHAUSTION_REQUESTS):
+        _get(pod, tally, f"/exhaust/{i}")

@@ -8,7 +8,7 @@ from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
 
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
-    "syn-drop", "load", "slow-app", "http10",
+    "syn-drop", "load", "slow-app", "http10", "port-exhaustion",
 )
 STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
 # Seconds between the app's idle timer firing and its close(), with reading paused: a request that arrives then
@@ -22,6 +22,10 @@ SLOW_ROUTE_TIMEOUT = 1.0
 SLOW_IN_TIME = 0.3  # seconds the app takes for the request that is answered in time
 SLOW_TOO_LONG = 3.0  # seconds the app would take for the request the route times out, and the one abandoned
 SLOW_CALLER_GIVES_UP = 0.4  # seconds the impatient caller waits before it closes its connection
+# port-exhaustion: the pod's sidecar may dial the app from this few source ports, and closes every upstream
+# connection after one request (no keep-alive): each port then sits in TIME_WAIT for 60 s.
+EXHAUSTION_PORTS = (40100, 40103)
+EXHAUSTION_REQUESTS = 8  # more requests than ports, one after another
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class PodSetup:
 
     app_http: tuple[str, ...] | None = ()
     sidecar: SidecarSettings = SidecarSettings()
+    # The pod namespace's net.ipv4.ip_local_port_range (lowest, highest): the source ports its sidecar dials from.
+    local_ports: tuple[int, int] | None = None
 
 
 SETUPS: dict[str, PodSetup] = {
@@ -47,4 +53,6 @@ SETUPS: dict[str, PodSetup] = {
     "load": PodSetup(app_http=("--fast", "--also-port", "15020")),  # 15020: LOAD_DIRECT_PORT
     "slow-app": PodSetup(sidecar=SidecarSettings(route_timeout_s=SLOW_ROUTE_TIMEOUT)),
     "http10": PodSetup(),  # Istio's default: no ISTIO_META_HTTP10, so Envoy refuses HTTP/1.0
+    "port-exhaustion": PodSetup(sidecar=SidecarSettings(upstream_max_requests_per_connection=1),
+                                local_ports=EXHAUSTION_PORTS),
 }
