@@ -60,6 +60,6 @@ def test_cluster_commands_get_as_far_as_the_cluster_without_the_lab_extra(tmp_pa
 def test_lab_up_says_in_one_line_what_to_install(tmp_path):
     proc = meshdoctor("lab", "up", "--state-dir", str(tmp_path / "lab"), tmp_path=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr == ("kubectl meshdoctor: error: the lab needs the lab extra (no module psutil): "
-                           "pip install 'kubectl-meshdoctor[lab]'\n")
+    assert proc.stderr == ("kubectl meshdoctor: error: the lab needs the lab extra (no module psutil): from the "
+                           "repository, pip install '.[lab]' (or scripts/install)\n")
     assert not (tmp_path / "lab").exists()

@@ -15,7 +15,8 @@ def run(args) -> int:
         from kubectl_meshdoctor.lab import lab
         from kubectl_meshdoctor.lab.state import LabError
     except ModuleNotFoundError as e:  # the lab's own dependencies (psutil, aiohttp) come with its extra
-        return error(f"the lab needs the lab extra (no module {e.name}): pip install 'kubectl-meshdoctor[lab]'")
+        return error(f"the lab needs the lab extra (no module {e.name}): "
+                     f"from the repository, pip install '.[lab]' (or scripts/install)")
 
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.name):
         return error(f'lab name "{args.name}" must be a Kubernetes namespace name (lower case letters, digits, -)')

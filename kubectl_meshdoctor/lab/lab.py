@@ -233,7 +233,7 @@ def _preflight(pods: Sequence[str], mesh: MeshOptions) -> str:
     except ValueError as exc:
         raise LabError(str(exc)) from None
     if importlib.util.find_spec("aiohttp") is None:
-        raise LabError("the lab's test API server needs aiohttp: pip install 'kubectl-meshdoctor[lab]'")
+        raise LabError("the lab's test API server needs aiohttp: from the repository, pip install '.[lab]' (or scripts/install)")
     envoy = istio_proxy.envoy_binary()
     istio_proxy.check_envoy(envoy)
     return envoy
