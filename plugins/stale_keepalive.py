@@ -13,6 +13,11 @@ connection whose FIN it has read. It loses the race in two ways, both seen with 
 Envoy answers the caller 503 with response flag UC and details
 ``upstream_reset_before_response_started{connection_termination}``; the inbound cluster's
 ``upstream_cx_destroy_remote_with_active_rq`` moves.
+
+The same race on the downstream hop, on ``eth0``: this pod's sidecar closes an idle downstream connection on its
+own idle timeout (the HCM's ``idle_timeout``; a Sidecar's ``inboundConnectionPool``), and the caller (a gateway,
+another sidecar) writes its next request on it after the FIN: this pod's kernel answers RST, and the caller's
+proxy logs 503 UC. The fix is on the caller's side: its pool's idle timeout below this pod's.
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ MAX_CLOSE_AFTER_REQUEST_S = 0.5
 _NOTE = "stale-keepalive"
 _DETAILS = "upstream_reset_before_response_started{connection_termination}"
 
+_DOWNSTREAM_REMEDIATION = (
+    "# The caller must drop pooled connections before this pod's sidecar does: give the caller's\n"
+    "# DestinationRule (for this service) an idleTimeout shorter than this pod's inbound idle timeout,\n"
+    "# and retry the requests that still hit a closing connection:\n"
+    + destination_rule_pool("http", "idleTimeout", "<below this pod's>", "the caller's side")
+    + "\n---\n" + virtual_service_retries(2, "reset,connect-failure"))
+
 _REMEDIATION = (
     "# Let Envoy close pooled connections before the app does: idleTimeout shorter than the app's keep-alive\n"
     "# timeout (e.g. app 60 s -> 50 s), and retry the requests that still hit a closing connection:\n"
@@ -50,7 +62,7 @@ class StaleKeepalive(Detector):
     kernel_counters = ("TcpEstabResets", "TcpOutRsts", "TcpExtTCPAbortOnClose")
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
-        if ev.iface != "lo":
+        if ev.iface not in ("lo", "eth0"):
             return ()
         from_server = (ev.src, ev.sport) == flow.server
         # Per-flow notes live and die with the flow in the bounded flow table.
@@ -75,7 +87,11 @@ class StaleKeepalive(Detector):
         if req is None:
             return ()
         if fin is not None and req.ts >= fin.ts - RACE_WINDOW_S:
+            if flow.iface == "eth0":
+                return (self._downstream_after_fin(rst, flow, note, fin, req),)
             return (self._crossing_fin(rst, flow, note, fin, req),)
+        if flow.iface != "lo":
+            return ()  # an unread request at close is the app's race, on lo
         if (fin is None and last is not None and req.ts - last.ts >= MIN_IDLE_S
                 and rst.ts - req.ts <= MAX_CLOSE_AFTER_REQUEST_S):
             return (self._unread_on_close(rst, flow, note, last, req),)
@@ -99,6 +115,27 @@ class StaleKeepalive(Detector):
                 f"section 3.6.1)."),
             details={"request_after_fin_ms": round((req.ts - fin.ts) * 1000, 3)})
 
+    def _downstream_after_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
+                              req: PacketEvent) -> Finding:
+        gap_ms = (req.ts - fin.ts) * 1000
+        ref = FlowRef.of(flow)
+        when = f"{gap_ms:.1f} ms after" if gap_ms >= 0 else f"{-gap_ms:.1f} ms before (crossing)"
+        return self._finding(
+            rst, flow, note,
+            evidence=(Evidence.of(fin, "FIN from this pod's sidecar (its idle timeout)"),
+                      Evidence.of(req, f"request from the caller, {when} the FIN"),
+                      Evidence.of(rst, "RST from this pod: the sidecar's socket is gone")),
+            explanation=(
+                f"This pod's sidecar ({ref.server}) closed an idle downstream connection (FIN) and the caller "
+                f"({ref.client}) wrote its next request on it {when} that FIN, still taking it for a pooled "
+                f"connection; this pod's kernel answered RST (RFC 9293 section 3.6.1). The caller's proxy answers "
+                f"its client 503 with response flag UC (upstream_reset_before_response_started"
+                f"{{connection_termination}} in the caller's access log; this pod's sidecar logs nothing: it saw no "
+                f"request). The caller keeps idle connections longer than this pod's sidecar does."),
+            details={"request_after_fin_ms": round(gap_ms, 3), "hop": "downstream"},
+            remediation=_DOWNSTREAM_REMEDIATION,
+            title=f"Caller {ref.client} reused a connection this pod's sidecar had closed: {ref.server} reset it")
+
     def _unread_on_close(self, rst: PacketEvent, flow: Flow, note: dict, last: PacketEvent,
                          req: PacketEvent) -> Finding:
         idle_s = req.ts - last.ts
@@ -121,21 +158,22 @@ class StaleKeepalive(Detector):
             details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)})
 
     def _finding(self, rst: PacketEvent, flow: Flow, note: dict, *, evidence: tuple[Evidence, ...],
-                 explanation: str, details: dict) -> Finding:
+                 explanation: str, details: dict, remediation: str = _REMEDIATION, title: str | None = None) -> Finding:
         note["reported"] = True
         ref = FlowRef.of(flow)
+        downstream = flow.iface == "eth0"
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
-            title=f"Request on a keep-alive connection the app was closing: {ref.server} reset it",
+            title=title or f"Request on a keep-alive connection the app was closing: {ref.server} reset it",
             flow=ref,
             evidence=evidence,
             envoy_flags=("UC",),
-            explanation=(
+            explanation=explanation if downstream else (
                 f"{explanation} Envoy answers the caller 503 with response flag UC and details {_DETAILS}, and "
                 f"counts upstream_cx_destroy_remote_with_active_rq on the inbound cluster. The app's keep-alive "
                 f"timeout is shorter than Envoy's idle timeout for this cluster (1 h by default)."),
-            remediation=_REMEDIATION,
+            remediation=remediation,
             pod=self.ctx.pod,
             ts=rst.ts,
             response_code_details=_DETAILS,

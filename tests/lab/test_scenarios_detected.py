@@ -20,7 +20,7 @@ from .watching import capturing
 pytestmark = pytest.mark.lab
 
 SCENARIOS = ("collision", "remap", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
-             "syn-drop")
+             "syn-drop", "downstream-idle")
 
 # What each pod must report: {(detector, severity)} among error and warning findings; the set must be exact.
 EXPECTED = {
@@ -34,6 +34,8 @@ EXPECTED = {
     # error from three retransmissions on: kernels with tcp_syn_linear_timeouts (6.x) retransmit at 1, 2, 3 s
     # inside the lab's 2.5 s drop, older ones at 1, 3 s (one retransmission: a warning).
     "syn-drop": {("syn-timeout", "error")},
+    # The caller reuses a connection this pod's sidecar closed on its idle timeout: the downstream hop, on eth0.
+    "downstream-idle": {("stale-keepalive", "error")},
 }
 
 
@@ -266,3 +268,20 @@ def test_failing_access_log_line_without_packet_evidence_becomes_its_own_finding
     assert "UpstreamConnectionFailure" in alone[0]["explanation"]
     assert "capture lo" in alone[0]["remediation"]
     assert alone[0]["flow"]["server"] == f"{quiet_lab.pod('refused').pod_ip}:5000"
+
+
+def test_a_caller_reusing_a_connection_the_sidecar_closed_is_named_on_eth0(quiet_lab, tmp_path):
+    """Real Envoy's HTTP/1 idle timeout drains before it closes: the FIN comes seconds after the timeout, and
+    the caller's request right after it is answered by this pod's RST."""
+    live, result = run_scenario(quiet_lab, "downstream-idle", tmp_path)
+    (f,) = [f for f in live["findings"] if f["detector"] == "stale-keepalive"]
+    assert f["flow"]["iface"] == "eth0" and f["details"]["hop"] == "downstream"
+    fin, req, rst = (e["frame"] for e in f["evidence"])
+    pod = quiet_lab.pod("downstream-idle")
+    frames = tshark_fields(tmp_path / "downstream-idle-eth0.pcap", "ip.src", "tcp.flags", "tcp.len", "tcp.stream")
+    assert frames[fin][0] == pod.pod_ip and int(frames[fin][1], 16) & 0x01  # the sidecar's FIN
+    assert frames[req][0] == pod.client_ip and int(frames[req][2]) > 0  # the caller's request after it
+    assert frames[rst][0] == pod.pod_ip and int(frames[rst][1], 16) & 0x04  # this pod's RST
+    assert frames[fin][3] == frames[req][3] == frames[rst][3] and fin < req < rst
+    assert result.reused_after_s > 0.5  # the FIN came after the idle timeout, not with it
+    assert "caller's" in f["remediation"]

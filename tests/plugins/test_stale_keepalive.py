@@ -104,3 +104,38 @@ def test_out_of_order_interfaces_do_not_mix():
     merged = w.events[:7] + e.events + w.events[7:]
     (f,) = run(merged, only=["stale-keepalive"])
     assert f.flow.iface == "lo"
+
+
+CALLER, POD = "198.18.4.1:40222", "198.18.4.2:5000"  # the downstream hop, on eth0
+
+
+def downstream_pooled(w: Wire) -> None:
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, P | A, 1001, 5001, payload_len=80)
+    w.pkt(POD, CALLER, P | A, 5001, 1081, payload_len=120)
+    w.pkt(CALLER, POD, A, 1081, 5121)
+
+
+def test_caller_reusing_a_connection_this_pod_s_sidecar_closed_is_the_downstream_race():
+    w = Wire(iface="eth0")
+    downstream_pooled(w)
+    w.pkt(POD, CALLER, F | A, 5121, 1081, dt=0.5)  # frame 7: the sidecar's idle timeout
+    w.pkt(CALLER, POD, A, 1081, 5122)
+    w.pkt(CALLER, POD, P | A, 1081, 5122, payload_len=80, dt=0.3)  # frame 9: the caller's next request on it
+    w.pkt(POD, CALLER, R, 5122, 0)  # frame 10
+    (f,) = run(w.events, only=["stale-keepalive"])
+    assert (f.flow.client, f.flow.server, f.flow.iface) == (CALLER, POD, "eth0")
+    assert [e.frame for e in f.evidence] == [7, 9, 10] and f.envoy_flags == ("UC",)
+    assert f.details["hop"] == "downstream" and "this pod's sidecar" in f.evidence[0].what
+    assert "caller's" in f.remediation and "DestinationRule" in f.remediation
+
+
+@pytest.mark.parametrize("close", ["caller first", "sidecar first, caller closes too"])
+def test_a_downstream_connection_closed_by_either_side_without_reuse_is_healthy(close):
+    w = Wire(iface="eth0")
+    downstream_pooled(w)
+    first, second = (CALLER, POD) if close == "caller first" else (POD, CALLER)
+    w.pkt(first, second, F | A, 1081 if first == CALLER else 5121, 5121 if first == CALLER else 1081, dt=0.5)
+    w.pkt(second, first, F | A, 5121 if first == CALLER else 1081, 1082 if first == CALLER else 5122)
+    w.pkt(first, second, A, 1082 if first == CALLER else 5122, 5122 if first == CALLER else 1082)
+    assert run(w.events, only=["stale-keepalive"]) == []

@@ -1,17 +1,21 @@
 """The drivers where the caller or the app's pace is the story: slow-app (the route's timeout fires, a caller
 gives up first, a slow answer still in time), http10 (requests the sidecar's codec refuses before the app
-sees them) and port-exhaustion (short requests that use up the sidecar's source ports)."""
+sees them), port-exhaustion (short requests that use up the sidecar's source ports) and downstream-idle (a
+caller reusing a connection the sidecar closed on its idle timeout)."""
 
 from __future__ import annotations
 
+import select
 import socket
+import time
 
 from kubectl_meshdoctor.lab.apps import HTTP_PORT
 from kubectl_meshdoctor.lab.state import LabPod
 
 from .http_rounds import _get
 from .rounds import _IO_TIMEOUT, _one_line, _Tally
-from .table import EXHAUSTION_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_IN_TIME, SLOW_TOO_LONG
+from .table import (DOWNSTREAM_FIN_WITHIN, EXHAUSTION_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_IN_TIME,
+                    SLOW_TOO_LONG)
 
 # Raw requests: http.client cannot speak HTTP/1.0 on purpose, nor send a header name with a space in it.
 HTTP10_REQUEST = b"GET /http10 HTTP/1.0\r\nHost: lab\r\n\r\n"
@@ -80,3 +84,55 @@ def _port_exhaustion_round(pod: LabPod, tally: _Tally) -> None:
     # request and holds its source port in TIME_WAIT, until no port is left for the next connect().
     for i in range(EXHAUSTION_REQUESTS):
         _get(pod, tally, f"/exhaust/{i}")
+
+
+def _response_of(sock: socket.socket) -> bytes:
+    """One response with a Content-Length body (the lab app's), read whole; b"" when the peer closed first."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        body += chunk
+    return head
+
+
+def _fin_arrived(sock: socket.socket, within_s: float) -> bool:
+    """Whether the peer's FIN arrives within ``within_s`` seconds, seen without reading it (MSG_PEEK): a pool
+    that does not poll its idle connections has not noticed it either."""
+    deadline = time.monotonic() + within_s
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([sock], [], [], left)[0]:
+            return sock.recv(1, socket.MSG_PEEK) == b""
+    return False
+
+
+def _downstream_idle_round(pod: LabPod, tally: _Tally) -> None:
+    request = b"GET /idle HTTP/1.1\r\nHost: lab\r\n\r\n"
+    try:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+            s.sendall(request)
+            first = _response_of(s)
+            tally.http.append(("/idle", int(first.split(b" ")[1]) if first[:5] == b"HTTP/" else 0, ""))
+            done = time.monotonic()
+            if not _fin_arrived(s, DOWNSTREAM_FIN_WITHIN):
+                tally.errors.append(f"the sidecar did not close the idle connection within {DOWNSTREAM_FIN_WITHIN} s")
+                return
+            tally.reused_after_s = round(time.monotonic() - done, 3)
+            s.sendall(request)  # on the connection the sidecar closed: its kernel answers RST
+            try:
+                second = _response_of(s)
+            except ConnectionResetError:
+                second = b"reset"
+    except OSError as exc:
+        tally.errors.append(f"GET /idle: {_one_line(exc)}")
+        return
+    tally.http.append(("/idle again on the same connection", 0, second[:40].decode("latin-1")))

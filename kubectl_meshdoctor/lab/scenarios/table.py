@@ -8,7 +8,7 @@ from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
 
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
-    "syn-drop", "load", "slow-app", "http10", "port-exhaustion",
+    "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle",
 )
 STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
 # Seconds between the app's idle timer firing and its close(), with reading paused: a request that arrives then
@@ -26,6 +26,12 @@ SLOW_CALLER_GIVES_UP = 0.4  # seconds the impatient caller waits before it close
 # connection after one request (no keep-alive): each port then sits in TIME_WAIT for 60 s.
 EXHAUSTION_PORTS = (40100, 40103)
 EXHAUSTION_REQUESTS = 8  # more requests than ports, one after another
+# downstream-idle: the pod's sidecar starts closing idle downstream connections after DOWNSTREAM_IDLE_TIMEOUT s
+# (its HCM idle_timeout). On HTTP/1 that is Envoy's drain sequence: a `connection: close` on any next response,
+# and the FIN only after the drain timeout (5 s by default), seen in the lab. The caller writes its next request
+# as soon as that FIN has arrived, as a pool that has not noticed it would.
+DOWNSTREAM_IDLE_TIMEOUT = 0.5
+DOWNSTREAM_FIN_WITHIN = 10.0  # seconds the round waits for the sidecar's FIN
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ SETUPS: dict[str, PodSetup] = {
     "load": PodSetup(app_http=("--fast", "--also-port", "15020")),  # 15020: LOAD_DIRECT_PORT
     "slow-app": PodSetup(sidecar=SidecarSettings(route_timeout_s=SLOW_ROUTE_TIMEOUT)),
     "http10": PodSetup(),  # Istio's default: no ISTIO_META_HTTP10, so Envoy refuses HTTP/1.0
+    "downstream-idle": PodSetup(sidecar=SidecarSettings(hcm_idle_timeout_s=DOWNSTREAM_IDLE_TIMEOUT)),
     "port-exhaustion": PodSetup(sidecar=SidecarSettings(upstream_max_requests_per_connection=1),
                                 local_ports=EXHAUSTION_PORTS),
 }
