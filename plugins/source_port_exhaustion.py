@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import PacketEvent
-from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import parse_reset_details, transport_errno

@@ -7,6 +7,11 @@ response flag UF and details
 ``upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}``
 (Envoy 1.40; older builds: ``{connection_failure,delayed_connect_error:_111}``); the inbound cluster's
 ``upstream_cx_connect_fail`` and ``upstream_rq_pending_failure_eject`` move.
+
+When the pod's listening sockets are known (``watch`` reads /proc/net/tcp when it starts: a ListenersEvent),
+the finding says which cause fits: a socket on 127.0.0.1 only (or ::1) but none on every address or the pod
+IP is an app bound to localhost; no socket on the port at all is an app not listening (restarting, or
+listening on another port).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import ContextEvent, ListenersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.flows import Flow
 
@@ -42,6 +47,55 @@ class _Attempt:
     syn: PacketEvent
 
 
+LOOPBACK = ("127.0.0.1", "::1")
+EVERY_ADDRESS = ("0.0.0.0", "::")
+
+LOCALHOST_FIX = """\
+# The app listens on 127.0.0.1:{port} only, and the sidecar (Istio >= 1.10) connects to the pod IP. Make the
+# app listen on every address (0.0.0.0 / ::), e.g. --bind 0.0.0.0 / server.address=0.0.0.0, or, while it
+# cannot change, let the sidecar dial localhost for this pod (the pre-1.10 behaviour), with a Sidecar:
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata:
+  name: <app>
+spec:
+  workloadSelector:
+    labels:
+      app: <app>
+  ingress:
+  - port:
+      number: {port}
+      protocol: HTTP
+      name: http
+    defaultEndpoint: 127.0.0.1:{port}"""
+
+
+def _cause(listening: frozenset[tuple[str, int]] | None, ip: str, port: int) -> str:
+    """Which cause of a refusal the pod's listening sockets point at: "unknown" without them."""
+    if listening is None:
+        return "unknown"
+    on_port = {addr for addr, p in listening if p == port}
+    if on_port & {ip, *EVERY_ADDRESS}:
+        return "listening-now"  # something listens now: the app was restarting when refused, or came up late
+    if on_port & set(LOOPBACK):
+        return "bound-to-localhost"
+    return "not-listening"
+
+
+_CAUSE_TEXT = {
+    "bound-to-localhost": "The pod's kernel shows the app listening on {port} on 127.0.0.1 only: it refuses "
+                          "connections to the pod IP, which is where Istio >= 1.10's sidecar connects.",
+    "not-listening": "The pod's kernel shows no socket listening on port {port} at all: the app is down or "
+                     "restarting (kubectl get pod: RESTARTS; lint's restart-loop), or listens on another port "
+                     "than the Service's targetPort.",
+    "listening-now": "A socket listens on port {port} now, so the app was not listening at that moment: it "
+                     "restarts, or came up after the sidecar started sending it traffic (lint's "
+                     "hold-application).",
+    "unknown": "Typical causes: the app is restarting, listens on another port, or binds 127.0.0.1 only while "
+               "the sidecar dials the pod IP (Istio >= 1.10; older meshes dialled 127.0.0.1).",
+}
+
+
 DETAILS = "upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}"
 
 
@@ -53,6 +107,12 @@ class UpstreamRefused(Detector):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._pending = PendingSyns(ttl_s=30.0)
+        self._listening: frozenset[tuple[str, int]] | None = None
+
+    def on_context(self, ev: ContextEvent) -> Iterable[Finding]:
+        if isinstance(ev, ListenersEvent):
+            self._listening = ev.listening
+        return ()
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.iface != "lo":
@@ -68,6 +128,7 @@ class UpstreamRefused(Detector):
         if not ev.is_rst:
             return ()
         syn = attempt.syn
+        cause = _cause(self._listening, syn.dst, syn.dport)
         return (Finding(
             detector=self.id,
             severity=Severity.ERROR,
@@ -79,13 +140,14 @@ class UpstreamRefused(Detector):
                 f"The sidecar ({syn.src_endpoint}) opened a connection to the app at {syn.dst_endpoint} and the "
                 f"pod's kernel answered the SYN with RST after {1000 * (ev.ts - syn.ts):.1f} ms: no socket "
                 f"listens there (RFC 9293 section 3.10.7.1). Envoy answers the caller 503 with response flag UF "
-                f"and details {DETAILS}, and counts upstream_cx_connect_fail on the inbound cluster. Typical "
-                f"causes: the app is restarting, listens on another port, or binds 127.0.0.1 only while the "
-                f"sidecar dials the pod IP (Istio >= 1.10; older meshes dialled 127.0.0.1)."),
-            remediation=_remediation(syn.dport),
+                f"and details {DETAILS}, and counts upstream_cx_connect_fail on the inbound cluster. "
+                + _CAUSE_TEXT[cause].format(port=syn.dport)),
+            remediation=LOCALHOST_FIX.format(port=syn.dport) if cause == "bound-to-localhost"
+            else _remediation(syn.dport),
             pod=self.ctx.pod,
             ts=ev.ts,
             response_code_details=DETAILS,
+            details={"cause": cause},
         ),)
 
     def on_tick(self, now: float) -> Iterable[Finding]:

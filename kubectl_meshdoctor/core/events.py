@@ -176,5 +176,14 @@ class KernelCountersEvent:
     moved: Mapping[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class ListenersEvent:
+    """The TCP sockets that listen in the pod's network namespace, as (address, port); ``0.0.0.0`` and ``::``
+    listen on every address. Read from the kernel when a watch starts."""
+
+    ts: float
+    listening: frozenset[tuple[str, int]]
+
+
 # Something known about the pod that is not a packet. One dataclass per kind, so a consumer matches on the type.
-ContextEvent = RedirectMapEvent | AccessLogEvent | EnvoyCountersEvent | KernelCountersEvent
+ContextEvent = RedirectMapEvent | AccessLogEvent | EnvoyCountersEvent | KernelCountersEvent | ListenersEvent

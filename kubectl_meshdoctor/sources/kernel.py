@@ -1,24 +1,31 @@
-"""Kernel counters of the pod's network namespace, read by exec in the debug container: the kernel's own view
-of challenge ACKs, SYN retransmissions, listen drops and conntrack failures, as deltas over a run.
+"""The kernel's view of the pod's network namespace, read by exec in the debug container: its counters
+(challenge ACKs, SYN retransmissions, listen drops, conntrack failures: deltas over a run) and the sockets
+that listen (which address an app is bound to).
 
 Formats: /proc/net/netstat and /proc/net/snmp (header line then value line per group, as nstat reads them:
-``TcpExt: A B C`` / ``TcpExt: 1 2 3``); /proc/net/stat/nf_conntrack (a header, then one line of hex per CPU).
+``TcpExt: A B C`` / ``TcpExt: 1 2 3``); /proc/net/stat/nf_conntrack (a header, then one line of hex per CPU);
+/proc/net/tcp and tcp6 (Linux Documentation/networking/proc_net_tcp.rst: ``local_address`` as hex
+``ADDR:PORT``, the address in the kernel's byte order, state ``0A`` for LISTEN).
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 WATCHED = ("TcpExtTCPChallengeACK", "TcpExtTCPSynRetrans", "TcpExtListenDrops", "TcpExtListenOverflows",
            "TcpExtTCPAbortOnData", "TcpExtTCPAbortOnClose", "TcpAttemptFails", "TcpEstabResets", "TcpOutRsts",
            "ConntrackInsertFailed", "ConntrackDrop")
 READ_COMMAND = ["sh", "-c", "cat /proc/net/netstat /proc/net/snmp; echo '#conntrack'; "
-                            "cat /proc/net/stat/nf_conntrack 2>/dev/null || true"]
+                            "cat /proc/net/stat/nf_conntrack 2>/dev/null || true; echo '#tcp'; "
+                            "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null || true"]
+TCP_LISTEN = "0A"
 
 
 def parse_counters(text: str) -> dict[str, int]:
     """Counters named as nstat names them (``TcpExtTCPChallengeACK``), conntrack ones summed over CPUs as
     ``ConntrackInsertFailed``/``ConntrackDrop``. Unknown or malformed lines are skipped."""
     out: dict[str, int] = {}
-    proc, _, conntrack = text.partition("#conntrack")
+    proc, _, conntrack = text.partition("#tcp")[0].partition("#conntrack")
     lines = proc.splitlines()
     for header, values in zip(lines, lines[1:]):
         hp, _, hnames = header.partition(":")
@@ -43,9 +50,33 @@ def counter_deltas(before: dict[str, int], after: dict[str, int], names=WATCHED)
     return {n: after[n] - before.get(n, 0) for n in names if n in after and after[n] != before.get(n, 0)}
 
 
-def read_counters(kube, namespace: str, pod: str, container: str) -> dict[str, int]:
-    """The counters as seen from ``container`` (the debug container shares the pod's network namespace).
-    Raises KubeError when the exec is refused."""
+def _address(hex_addr: str) -> str:
+    raw = bytes.fromhex(hex_addr)
+    if len(raw) == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    # IPv6: four 32-bit words, each in the kernel's (little-endian) byte order.
+    return str(ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))))
+
+
+def parse_listeners(text: str) -> frozenset[tuple[str, int]]:
+    """The (address, port) of every listening TCP socket in the ``#tcp`` part of READ_COMMAND's output
+    (``0.0.0.0`` and ``::`` are every address). Malformed lines are skipped."""
+    found = set()
+    for line in text.partition("#tcp")[2].splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != TCP_LISTEN or ":" not in fields[1]:
+            continue
+        addr, _, port = fields[1].partition(":")
+        try:
+            found.add((_address(addr), int(port, 16)))
+        except ValueError:
+            continue
+    return frozenset(found)
+
+
+def read_kernel(kube, namespace: str, pod: str, container: str) -> tuple[dict[str, int], frozenset[tuple[str, int]]]:
+    """The counters and the listening sockets as seen from ``container`` (the debug container shares the pod's
+    network namespace). Raises KubeError when the exec is refused."""
     from kubernetes.stream import stream
 
     from kubectl_meshdoctor.kube.client import KubeError, api_error_message
@@ -56,4 +87,4 @@ def read_counters(kube, namespace: str, pod: str, container: str) -> dict[str, i
                      _request_timeout=kube.request_timeout_s)
     except Exception as e:
         raise KubeError(f"reading kernel counters: {api_error_message(e)}") from None
-    return parse_counters(out)
+    return parse_counters(out), parse_listeners(out)

@@ -49,6 +49,10 @@ ENVOY_EVIDENCE = {
 }
 
 
+# What the pod's kernel says of each refusal (its listening sockets, read when watch starts).
+REFUSAL_CAUSE = {"refused": "not-listening", "refused-localhost": "bound-to-localhost"}
+
+
 def expected(pod: str, live: dict) -> set[tuple[str, str]]:
     if pod == "syn-drop":
         (f,) = [f for f in live["findings"] if f["detector"] == "syn-timeout"]
@@ -108,6 +112,9 @@ def test_watch_and_analyze_report_exactly_the_expected_failure(quiet_lab, pod, t
     found = {(f["detector"], f["severity"]) for f in judged(live)}
     assert found == expected(pod, live), json.dumps(judged(live), indent=1)[:3000]
     assert sorted(map(key, judged(live))) == sorted(map(key, judged(offline)))
+    if pod in REFUSAL_CAUSE:  # live, watch read the pod's listening sockets: the cause that fits is named
+        assert {f["details"]["cause"] for f in judged(live)} == {REFUSAL_CAUSE[pod]}
+        assert {f["details"]["cause"] for f in judged(offline)} == {"unknown"}  # a capture alone cannot tell
     lab_pod = quiet_lab.pod(pod)
     for f in judged(live):
         client, server = f["flow"]["client"], f["flow"]["server"]

@@ -1,3 +1,5 @@
+import pytest
+
 from kubectl_meshdoctor.core.findings import Severity
 
 from ..helpers import A, R, S, Wire, run
@@ -25,3 +27,26 @@ def test_accepted_connection_and_eth0_resets_are_not_refusals():
     e.pkt("198.18.3.1:40000", "198.18.3.2:15021", S, 1)
     e.pkt("198.18.3.2:15021", "198.18.3.1:40000", R | A, 0, 2)
     assert run(e.events, only=["upstream-refused"]) == []
+
+
+@pytest.mark.parametrize("listening, cause, words", [
+    ({("127.0.0.1", 5000)}, "bound-to-localhost", "127.0.0.1 only"),
+    ({("0.0.0.0", 5002)}, "not-listening", "no socket listening on port 5000"),
+    ({("0.0.0.0", 5000)}, "listening-now", "was not listening at that moment"),
+    (None, "unknown", "Typical causes"),
+])
+def test_the_pod_s_listening_sockets_name_the_cause(listening, cause, words):
+    from kubectl_meshdoctor.core.events import ListenersEvent
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+
+    p = Pipeline.with_detectors(only=["upstream-refused"])
+    if listening is not None:
+        p.context(ListenersEvent(0.0, frozenset(listening)))
+    w = Wire(iface="lo")
+    w.pkt(SIDECAR, APP, S, 100)
+    w.pkt(APP, SIDECAR, R | A, 0, 101)
+    for ev in w.events:
+        p.feed(ev)
+    (f,) = p.finish()
+    assert f.details["cause"] == cause and words in f.explanation
+    assert ("defaultEndpoint: 127.0.0.1:5000" in f.remediation) == (cause == "bound-to-localhost")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
-from kubectl_meshdoctor.core.events import EnvoyCountersEvent, KernelCountersEvent, RedirectMapEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, KernelCountersEvent, ListenersEvent, RedirectMapEvent
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
@@ -28,7 +28,7 @@ from kubectl_meshdoctor.kube.target import Target, capturable_pods
 from kubectl_meshdoctor.lint import lint_pod
 from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, without_admin
-from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_counters
+from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_kernel
 from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, open_proxy
 from kubectl_meshdoctor.sources.tshark import read_stream
 
@@ -166,7 +166,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                                       opts.start_timeout_s, progress, opts.profile)
         state.container = dbg.name
         problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
-        kernel_before = await _kernel_counters(kube, pod, dbg.name, problems)
+        kernel_before = await _kernel_counters(kube, pod, dbg.name, problems, pipeline)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
         proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline.context, opts.admin_port)
 
@@ -321,10 +321,16 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
                                                        live=True)))
 
 
-async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem]) -> dict[str, int]:
-    """The pod namespace's kernel counters, or {} with the reason added to ``problems``."""
+async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem],
+                           pipeline: Pipeline | None = None) -> dict[str, int]:
+    """The pod namespace's kernel counters, or {} with the reason added to ``problems``; the sockets that listen
+    go to ``pipeline`` as a ListenersEvent, when given."""
     try:
-        return await asyncio.to_thread(read_counters, kube, pod.metadata.namespace, pod.metadata.name, container)
+        counters, listening = await asyncio.to_thread(read_kernel, kube, pod.metadata.namespace,
+                                                      pod.metadata.name, container)
     except KubeError as e:
         problems.append(Problem(f"pod/{pod.metadata.name}", str(e)))
         return {}
+    if pipeline is not None:
+        pipeline.context(ListenersEvent(time.time(), listening))
+    return counters
