@@ -1,5 +1,5 @@
-"""`pip install kubectl-meshdoctor` (no extra) gives watch, analyze, lint and log-level; only the lab needs the
-`lab` extra (real Envoy's wheel, aiohttp, psutil). Each command runs here in a Python that cannot import those
+"""`pip install .` (no extra) gives watch, analyze, lint and log-level; only the lab needs the
+`lab` extra (real Envoy's wheel, aiohttp, psutil, h2). Each command runs here in a Python that cannot import those
 three, as on a machine where they were never installed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parent / "data"
-LAB_EXTRA = ("envoy", "aiohttp", "psutil")  # the top-level modules of the lab extra's packages
+LAB_EXTRA = ("envoy", "aiohttp", "psutil", "h2")  # the top-level modules of the lab extra's packages
 
 RUN_WITHOUT = f"""
 import sys

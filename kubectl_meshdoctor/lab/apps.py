@@ -309,7 +309,7 @@ class EchoApp:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubectl_meshdoctor.lab.apps", description=__doc__)
-    parser.add_argument("app", choices=("http", "tcp-echo"))
+    parser.add_argument("app", choices=("http", "h2c", "tcp-echo"))
     parser.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 = unreachable via eth0)")
     parser.add_argument("--port", type=int, help="listen port (default 5000 for http, 5002 for tcp-echo)")
     parser.add_argument("--idle-timeout", type=float, help="http: close keep-alive connections idle this long (s)")
@@ -319,9 +319,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="http: canned keep-alive responder for load")
     parser.add_argument("--also-port", type=int, action="append", default=[],
                         help="http --fast: listen on this port too (repeatable)")
+    parser.add_argument("--refuse-every", type=int, default=0,
+                        help="h2c: reset every Nth stream with REFUSED_STREAM (0: never)")
+    parser.add_argument("--goaway-after", type=int, default=0,
+                        help="h2c: send GOAWAY and close after N streams on a connection (0: never)")
     args = parser.parse_args(argv)
-    if args.app == "http" and args.fast:
-        app: HttpApp | EchoApp | FastHttpApp = FastHttpApp(args.bind, (args.port or HTTP_PORT, *args.also_port))
+    if args.app == "h2c":
+        from kubectl_meshdoctor.lab.h2app import H2App, H2AppConfig  # the h2 library: the lab extra
+
+        app = H2App(H2AppConfig(bind=args.bind, port=args.port or HTTP_PORT, refuse_every=args.refuse_every,
+                                goaway_after=args.goaway_after))
+    elif args.app == "http" and args.fast:
+        app = FastHttpApp(args.bind, (args.port or HTTP_PORT, *args.also_port))
     elif args.app == "http":
         app = HttpApp(HttpAppConfig(
             bind=args.bind, port=args.port or HTTP_PORT, idle_timeout=args.idle_timeout,

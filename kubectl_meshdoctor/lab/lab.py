@@ -316,7 +316,7 @@ def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, 
     apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
     processes = []
     if setup.app_http is not None:
-        processes.append(("app-http", [*apps, "http", "--port", str(HTTP_PORT), *setup.app_http]))
+        processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http]))
     processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
     config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
                                          tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios.table import (EXHAUSTION_PORTS, EXHAUSTION_REQUESTS, SLOW_CALLER_GIVES_UP,
-                                                     SLOW_ROUTE_TIMEOUT)
+from kubectl_meshdoctor.lab.scenarios.table import (EXHAUSTION_PORTS, EXHAUSTION_REQUESTS, GOAWAY_REFUSE_EVERY,
+                                                     GOAWAY_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_ROUTE_TIMEOUT)
 
 from ..waiting import wait_until
 from .test_scenarios_detected import judged
@@ -24,7 +24,8 @@ from .watching import capturing
 
 pytestmark = pytest.mark.lab
 
-PODS = ("slow-app", "http10", "port-exhaustion")
+PODS = ("slow-app", "http10", "port-exhaustion", "goaway", "healthy-h2")
+CLASS_PODS = PODS[:4]
 
 # Per pod: the access-log lines real Envoy writes for its round (what each finding must carry), and the
 # (detector, severity) each of them becomes.
@@ -37,6 +38,11 @@ EXPECTED = {
     "port-exhaustion": {" 503 UF upstream_reset_before_response_started{remote_connection_failure|"
                         "immediate_connect_error:_Cannot_assign_requested_address": ("source-port-exhaustion",
                                                                                      "error")},
+    # HTTP/2 to the app: the streams it refuses (REFUSED_STREAM), with no retry on the inbound route.
+    "goaway": {" 503 UR upstream_reset_before_response_started{remote_refused_stream_reset} ": ("upstream-goaway",
+                                                                                                "error")},
+    # The same HTTP/2 app refusing nothing: nine 200s, no finding.
+    "healthy-h2": {},
 }
 
 
@@ -56,7 +62,11 @@ PORTS = EXHAUSTION_PORTS[1] - EXHAUSTION_PORTS[0] + 1
 def lines_expected(pod: str) -> int:
     """How many failing lines a round makes Envoy write: one per class, but every request past the pod's
     source ports for port-exhaustion (one round per test run: its ports stay in TIME_WAIT for 60 s)."""
-    return EXHAUSTION_REQUESTS - PORTS if pod == "port-exhaustion" else len(EXPECTED[pod])
+    if pod == "port-exhaustion":
+        return EXHAUSTION_REQUESTS - PORTS
+    if pod == "goaway":
+        return GOAWAY_REQUESTS // GOAWAY_REFUSE_EVERY
+    return len(EXPECTED[pod])
 
 
 def watch_round(state, pod: str, out: Path) -> tuple[dict, Path]:
@@ -67,7 +77,9 @@ def watch_round(state, pod: str, out: Path) -> tuple[dict, Path]:
     with capturing(state, f"pod/{pod}", "--write-pcap", str(out)) as run:
         lab.trigger_round(state, pod)
         wait_until(f"Envoy's lines for {pod}", 30,
-                   lambda: sum(log.read_text()[len(before):].count(n) for n in EXPECTED[pod]) >= lines_expected(pod))
+                   lambda: sum(log.read_text()[len(before):].count(n) for n in EXPECTED[pod]) >= lines_expected(pod)
+                   and (pod != "healthy-h2" or log.read_text()[len(before):].count(" 200 - via_upstream ")
+                        >= GOAWAY_REQUESTS))
         report = run.stop()
     saved = out / f"{pod}-istio-proxy.log"
     saved.write_text(log.read_text()[len(before):])
@@ -87,7 +99,7 @@ def by_line(findings: list[dict]) -> dict[str, tuple]:
 EXPECTED_ALL = {n: v for table in EXPECTED.values() for n, v in table.items()}
 
 
-@pytest.mark.parametrize("pod", PODS)
+@pytest.mark.parametrize("pod", CLASS_PODS)
 def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp_path):
     live, log = watch_round(caller_lab, pod, tmp_path)
     found = judged(live)
@@ -165,3 +177,25 @@ def test_kubectl_logs_with_timestamps_reads_as_the_log_does(caller_lab, tmp_path
     found = {f["detector"] for f in judged(json.loads(proc.stdout))}
     assert found == {"upstream-timeout", "downstream-disconnect"}, proc.stdout[:2000]
 
+
+
+def test_refused_http2_streams_carry_what_envoy_counted(caller_lab, tmp_path):
+    live, _ = watch_round(caller_lab, "goaway", tmp_path)
+    refused = [f for f in live["findings"] if f["detector"] == "upstream-goaway"]
+    assert len(refused) == GOAWAY_REQUESTS // GOAWAY_REFUSE_EVERY
+    for f in refused:
+        assert f["envoy_flags"] == ["UR"] and "REFUSED_STREAM" in f["explanation"]
+        assert "refused-stream" in f["remediation"]
+    # The app's GOAWAY after four streams closed its connections gracefully: Envoy counted the notices.
+    assert live["envoy"]["counters_moved"]["inbound|5000||"]["upstream_cx_close_notify"] >= 1
+
+
+def test_healthy_http2_through_the_sidecar_gives_no_finding(caller_lab, tmp_path):
+    live, log = watch_round(caller_lab, "healthy-h2", tmp_path)
+    assert judged(live) == [], json.dumps(judged(live), indent=1)[:2000]
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(tmp_path / "healthy-h2-lo.pcap"),
+                           str(tmp_path / "healthy-h2-eth0.pcap"), str(log), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[:2000]
+    assert judged(json.loads(proc.stdout)) == []
+    assert log.read_text().count(" 200 - via_upstream ") == GOAWAY_REQUESTS

@@ -14,7 +14,7 @@ from kubectl_meshdoctor.lab.state import LabPod
 
 from .http_rounds import _get
 from .rounds import _IO_TIMEOUT, _one_line, _Tally
-from .table import (DOWNSTREAM_FIN_WITHIN, EXHAUSTION_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_IN_TIME,
+from .table import (DOWNSTREAM_FIN_WITHIN, EXHAUSTION_REQUESTS, GOAWAY_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_IN_TIME,
                     SLOW_TOO_LONG)
 
 # Raw requests: http.client cannot speak HTTP/1.0 on purpose, nor send a header name with a space in it.
@@ -136,3 +136,9 @@ def _downstream_idle_round(pod: LabPod, tally: _Tally) -> None:
         tally.errors.append(f"GET /idle: {_one_line(exc)}")
         return
     tally.http.append(("/idle again on the same connection", 0, second[:40].decode("latin-1")))
+
+
+def _h2_round(pod: LabPod, tally: _Tally) -> None:
+    # The caller speaks HTTP/1.1 to the sidecar; the sidecar speaks HTTP/2 to the app.
+    for i in range(GOAWAY_REQUESTS):
+        _get(pod, tally, f"/h2/{i}")

@@ -8,7 +8,7 @@ from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
 
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
-    "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle",
+    "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
 )
 STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
 # Seconds between the app's idle timer firing and its close(), with reading paused: a request that arrives then
@@ -32,6 +32,8 @@ EXHAUSTION_REQUESTS = 8  # more requests than ports, one after another
 # as soon as that FIN has arrived, as a pool that has not noticed it would.
 DOWNSTREAM_IDLE_TIMEOUT = 0.5
 DOWNSTREAM_FIN_WITHIN = 10.0  # seconds the round waits for the sidecar's FIN
+GOAWAY_REFUSE_EVERY = 3
+GOAWAY_REQUESTS = 9  # requests in a goaway round (and in a healthy-h2 one)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class PodSetup:
     Istio settings its Envoy runs with."""
 
     app_http: tuple[str, ...] | None = ()
+    app_kind: str = "http"  # the app on :5000: `apps http`, or `apps h2c` (HTTP/2, for an h2_upstream sidecar)
     sidecar: SidecarSettings = SidecarSettings()
     # The pod namespace's net.ipv4.ip_local_port_range (lowest, highest): the source ports its sidecar dials from.
     local_ports: tuple[int, int] | None = None
@@ -59,6 +62,11 @@ SETUPS: dict[str, PodSetup] = {
     "load": PodSetup(app_http=("--fast", "--also-port", "15020")),  # 15020: LOAD_DIRECT_PORT
     "slow-app": PodSetup(sidecar=SidecarSettings(route_timeout_s=SLOW_ROUTE_TIMEOUT)),
     "http10": PodSetup(),  # Istio's default: no ISTIO_META_HTTP10, so Envoy refuses HTTP/1.0
+    # The sidecar talks HTTP/2 to the app (appProtocol: http2). goaway's app refuses every third stream and
+    # rotates each connection after 4 streams with a GOAWAY; healthy-h2's does neither.
+    "goaway": PodSetup(app_http=("--refuse-every", str(GOAWAY_REFUSE_EVERY), "--goaway-after", "4"),
+                       app_kind="h2c", sidecar=SidecarSettings(h2_upstream=True)),
+    "healthy-h2": PodSetup(app_kind="h2c", sidecar=SidecarSettings(h2_upstream=True)),
     "downstream-idle": PodSetup(sidecar=SidecarSettings(hcm_idle_timeout_s=DOWNSTREAM_IDLE_TIMEOUT)),
     "port-exhaustion": PodSetup(sidecar=SidecarSettings(upstream_max_requests_per_connection=1),
                                 local_ports=EXHAUSTION_PORTS),
