@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios.table import (EXHAUSTION_PORTS, EXHAUSTION_REQUESTS, GOAWAY_REFUSE_EVERY,
-                                                     GOAWAY_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_ROUTE_TIMEOUT)
+from kubectl_meshdoctor.lab.scenarios.table import (
+    EXHAUSTION_PORTS,
+    EXHAUSTION_REQUESTS,
+    GOAWAY_REFUSE_EVERY,
+    GOAWAY_REQUESTS,
+    SLOW_CALLER_GIVES_UP,
+    SLOW_ROUTE_TIMEOUT,
+)
 
 from ..waiting import wait_until
 from .test_scenarios_detected import judged

@@ -14,8 +14,14 @@ from kubectl_meshdoctor.lab.state import LabPod
 
 from .http_rounds import _get
 from .rounds import _IO_TIMEOUT, _one_line, _Tally
-from .table import (DOWNSTREAM_FIN_WITHIN, EXHAUSTION_REQUESTS, GOAWAY_REQUESTS, SLOW_CALLER_GIVES_UP, SLOW_IN_TIME,
-                    SLOW_TOO_LONG)
+from .table import (
+    DOWNSTREAM_FIN_WITHIN,
+    EXHAUSTION_REQUESTS,
+    GOAWAY_REQUESTS,
+    SLOW_CALLER_GIVES_UP,
+    SLOW_IN_TIME,
+    SLOW_TOO_LONG,
+)
 
 # Raw requests: http.client cannot speak HTTP/1.0 on purpose, nor send a header name with a space in it.
 HTTP10_REQUEST = b"GET /http10 HTTP/1.0\r\nHost: lab\r\n\r\n"
