@@ -7,13 +7,21 @@ Envoy's HTTP/1 connection manager answers without asking the app (Envoy docs: re
   ``403``, details ``upgrade_failed``.
 - a request its parser rejects (bad header bytes, a bad request line, conflicting framing): ``400`` with flag
   DPE and details ``http1.codec_error`` or a more precise ``http1.*``; headers too large: ``431``.
+
+On eth0 it is the caller's request followed by Envoy's answer on the same connection: 426 to an HTTP/1.0
+request line, 403 to a request with an ``Upgrade`` header, 400 to a request with a header line that is not
+``name: value``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
 HTTP10_FIX = """\
@@ -48,15 +56,55 @@ def _kind(entry: AccessLogEntry) -> str | None:
     return None
 
 
+_NOTE = "downstream-protocol-error"
+# What Envoy's details say for each kind, as the lab's Envoy 1.40 wrote them.
+_DETAILS = {"http10": "low_version", "upgrade": "upgrade_failed", "codec": ""}
+
+
+def _wire_kind(request: PacketEvent, status: int) -> str | None:
+    http = request.http
+    if status == 426 and http.start_line.endswith(("HTTP/1.0", "HTTP/0.9")):
+        return "http10"
+    if status == 403 and any(name.lower() == "upgrade" for name, _ in http.headers):
+        return "upgrade"
+    if status == 400 and http.raw_header_lines:
+        return "codec"
+    return None
+
+
 class DownstreamProtocolError(Detector):
     id = "downstream-protocol-error"
+
+    def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        if ev.iface != "eth0" or ev.http is None:
+            return ()
+        if ev.http.is_request and (ev.src, ev.sport) == flow.client:
+            flow.notes[_NOTE] = ev
+            return ()
+        request = flow.notes.pop(_NOTE, None)
+        parts = ev.http.start_line.split(" ", 2)
+        if request is None or len(parts) < 2 or not parts[1].isdigit():
+            return ()
+        kind = _wire_kind(request, int(parts[1]))
+        if kind is None:
+            return ()
+        return (self._finding(kind, FlowRef.of(flow),
+                              (Evidence.of(request, f"request from the caller: {request.http.start_line!r}"),
+                               Evidence.of(ev, f"the sidecar's own answer: {ev.http.start_line!r}")),
+                              request.http.start_line, int(parts[1]), _DETAILS[kind],
+                              ("DPE",) if kind != "upgrade" else (), ev.ts),)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         kind = _kind(entry)
         if kind is None:
             return None
-        flow = access_log_flow(entry)
         request = f"{entry.method} {entry.path} {entry.protocol or ''}".strip() if entry.method else "a request"
+        flags = ("DPE",) if "DPE" in entry.flags or kind == "codec" else tuple(entry.flags)
+        return self._finding(kind, access_log_flow(entry), (evidence,), request, entry.code, entry.details or "",
+                             flags, entry.ts)
+
+    def _finding(self, kind: str, flow: FlowRef, evidence: tuple[Evidence, ...], request: str, code: int,
+                 details: str, flags: tuple[str, ...], ts: float) -> Finding:
         what, why, fix = {
             "http10": ("spoke HTTP/1.0", f"the caller sent {request}: HTTP/1.0, which the sidecar's codec refuses "
                        f"unless accept_http_10 is on (Istio: ISTIO_META_HTTP10); Envoy answered 426 Upgrade "
@@ -65,23 +113,22 @@ class DownstreamProtocolError(Detector):
                         f"header the route has no upgrade for; Envoy answered 403 (upgrade_failed) itself",
                         UPGRADE_FIX),
             "codec": ("sent a request the sidecar cannot parse", f"the sidecar's HTTP/1 parser rejected the "
-                      f"caller's request ({entry.details or 'codec error'}); Envoy answered {entry.code} itself "
+                      f"caller's request ({details or 'a codec error'}); Envoy answered {code} itself "
                       f"and closed the connection", CODEC_FIX),
         }[kind]
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
-            title=f"The caller {flow.client} {what}: the sidecar answered {entry.code} "
-                  f"{entry.details or ''}".rstrip(),
+            title=f"The caller {flow.client} {what}: the sidecar answered {code} {details}".rstrip(),
             flow=flow,
-            evidence=(evidence,),
-            envoy_flags=("DPE",) if "DPE" in entry.flags or kind == "codec" else tuple(entry.flags),
-            response_code_details=entry.details or "",
+            evidence=evidence,
+            envoy_flags=flags,
+            response_code_details=details,
             explanation=(f"The app never saw this request: {why}. Every request like it fails the same way; it "
                          f"is the caller, not the app or the network, that must change (or the sidecar's "
                          f"settings, where the fix says so)."),
             remediation=fix,
             pod=self.ctx.pod,
-            ts=entry.ts,
+            ts=ts,
             details={"kind": kind},
         )

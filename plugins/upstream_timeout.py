@@ -6,18 +6,34 @@ Envoy's router arms the route timeout (``timeout`` of the route; Istio renders a
 upstream request, answers the caller 504 with response flag UT and details ``response_timeout`` (per try:
 ``upstream_per_try_timeout``), and counts ``upstream_rq_timeout`` (``upstream_rq_per_try_timeout``) on the
 cluster (Envoy docs: router filter, "x-envoy-upstream-rq-timeout-ms"; response code details). The wire shows
-the request on lo and no response before Envoy closes that upstream connection.
+the request on lo and no response before Envoy closes that upstream connection; on eth0, Envoy's own 504: a
+local reply carries no ``x-envoy-upstream-service-time`` header, which Envoy adds to every response it
+proxies, so an app's own 504 is not taken for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import virtual_service_timeout
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
 TIMEOUT_DETAILS = ("response_timeout", "upstream_per_try_timeout")
+SERVICE_TIME = "x-envoy-upstream-service-time"  # on every response Envoy proxied, never on its local replies
+_NOTE = "upstream-timeout"
+
+
+def status_of(ev: PacketEvent) -> int | None:
+    """The status code of an HTTP/1 response start, None for anything else."""
+    if ev.http is None or ev.http.is_request:
+        return None
+    parts = ev.http.start_line.split(" ", 2)
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
 
 
 def _seconds(ms: int) -> str:
@@ -29,35 +45,54 @@ class UpstreamTimeout(Detector):
     id = "upstream-timeout"
     envoy_counters = ("upstream_rq_timeout", "upstream_rq_per_try_timeout")
 
+    def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
+        if ev.iface != "eth0" or ev.http is None:
+            return ()
+        if ev.http.is_request and (ev.src, ev.sport) == flow.client:
+            flow.notes[_NOTE] = ev  # the request this connection's next response answers
+            return ()
+        request = flow.notes.pop(_NOTE, None)
+        if request is None or status_of(ev) != 504 or any(n.lower() == SERVICE_TIME for n, _ in ev.http.headers):
+            return ()
+        waited_ms = int(round((ev.ts - request.ts) * 1000))
+        return (self._finding(FlowRef.of(flow), (Evidence.of(request, "request from the caller"),
+                                                  Evidence.of(ev, f"504 from the sidecar itself, {waited_ms} ms "
+                                                                  f"later (no {SERVICE_TIME})")),
+                              request.http.start_line.rsplit(" ", 1)[0], waited_ms, "response_timeout", 504,
+                              ev.ts),)
+
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if "UT" not in entry.flags and entry.details not in TIMEOUT_DETAILS:
             return None
-        per_try = entry.details == "upstream_per_try_timeout"
-        which = "per-try timeout (retries.perTryTimeout)" if per_try else "route timeout (the VirtualService timeout)"
         request = f"{entry.method} {entry.path}" if entry.method else "the request"
-        flow = access_log_flow(entry)
+        return self._finding(access_log_flow(entry), (evidence,), request, entry.duration_ms,
+                             entry.details or "response_timeout", entry.code or 504, entry.ts)
+
+    def _finding(self, flow: FlowRef, evidence: tuple[Evidence, ...], request: str, waited_ms: int, details: str,
+                 code: int, ts: float) -> Finding:
+        per_try = details == "upstream_per_try_timeout"
+        which = "per-try timeout (retries.perTryTimeout)" if per_try else "route timeout (the VirtualService timeout)"
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
             title=f"{flow.server} did not answer {request} within the {'per-try' if per_try else 'route'} "
-                  f"timeout: Envoy gave up after {entry.duration_ms} ms (504 UT)",
+                  f"timeout: Envoy gave up after {waited_ms} ms (504 UT)",
             flow=flow,
-            evidence=(evidence,),
+            evidence=evidence,
             envoy_flags=("UT",),
-            response_code_details=entry.details or "response_timeout",
+            response_code_details=details,
             explanation=(
-                f"The sidecar sent {request} to the app at {flow.server} and waited {entry.duration_ms} ms for "
+                f"The sidecar sent {request} to the app at {flow.server} and waited {waited_ms} ms for "
                 f"its response headers; then its {which} fired. Envoy reset the upstream request, answered the "
-                f"caller {entry.code or 504} with response flag UT ({entry.details or 'response_timeout'}) and "
+                f"caller {code} with response flag UT ({details}) and "
                 f"counted upstream_rq_{'per_try_' if per_try else ''}timeout. The app was slower than the route "
                 f"allows: either it is overloaded or stuck (check its latency and its own dependencies), or the "
                 f"timeout is shorter than the slowest answer it legitimately gives."),
             remediation=(
                 "# If the app is right to take this long, give the route more time than its slowest answer\n"
                 "# (and keep the caller's own timeout longer still, or the caller gives up first: DC):\n"
-                + virtual_service_timeout(_seconds(entry.duration_ms),
-                                          _seconds(entry.duration_ms) if per_try else None,
-                                          comment=f"Envoy waited {entry.duration_ms} ms")),
+                + virtual_service_timeout(_seconds(waited_ms), _seconds(waited_ms) if per_try else None,
+                                          comment=f"Envoy waited {waited_ms} ms")),
             pod=self.ctx.pod,
-            ts=entry.ts,
+            ts=ts,
         )

@@ -15,12 +15,19 @@ class Wire:
         self.events: list[PacketEvent] = []
 
     def pkt(self, src: str, dst: str, flags, seq: int = 0, ack: int = 0, dt: float = 0.001,
-            payload_len: int = 0) -> PacketEvent:
+            payload_len: int = 0, http: bytes | None = None) -> PacketEvent:
+        """One packet; ``http`` is the start of an HTTP/1 message it carries (parsed as the reader parses it)."""
         (sip, sport), (dip, dport) = _ep(src), _ep(dst)
         self.t += dt
         self.frame += 1
+        start = None
+        if http is not None:
+            from kubectl_meshdoctor.sources.http1 import parse_http_start
+
+            start = parse_http_start(http)
+            payload_len = payload_len or len(http)
         ev = PacketEvent(self.t, self.iface, self.source, self.frame, sip, sport, dip, dport, TcpFlags(flags),
-                         seq, ack, payload_len)
+                         seq, ack, payload_len, start)
         self.events.append(ev)
         return ev
 

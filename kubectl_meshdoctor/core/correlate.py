@@ -51,7 +51,9 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
     it must be the finding's own, so Envoy's line and the packets speak of the same four-tuple: on ``lo`` (the
     sidecar's upstream leg) the flow's client is the line's %UPSTREAM_LOCAL_ADDRESS%, on ``eth0`` the caller's
     %DOWNSTREAM_REMOTE_ADDRESS%."""
-    if not set(entry.flags) & set(f.envoy_flags):
+    # The same response flag, or, where Envoy sets none (403 upgrade_failed), the same details.
+    if not set(entry.flags) & set(f.envoy_flags) and not (f.response_code_details
+                                                           and f.response_code_details == entry.details):
         return False
     times = [e.ts for e in f.evidence if e.ts] or [f.ts]
     end = entry.ts + entry.duration_ms / 1000.0
@@ -91,13 +93,13 @@ class Correlator:
 
     def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
         """The access-log lines ``f`` explains, in log order."""
-        if not f.envoy_flags:
+        if not f.envoy_flags and not f.response_code_details:
             return []
         return [(line[0], line[1]) for line in self._lines if explains(f, line[1])]
 
     def attach(self, f: Finding) -> Finding:
         """``f`` with the raw lines it explains (marked, so they are not reported again on their own)."""
-        if not f.envoy_flags:
+        if not f.envoy_flags and not f.response_code_details:
             return f
         matched = [line for line in self._lines if explains(f, line[1])]
         if not matched:
@@ -120,8 +122,8 @@ class Correlator:
             if not failing and not claims:
                 continue
             line[2] = True
-            if failing and any(explains(f, entry) for f in findings):
-                continue
+            if any(explains(f, entry) for f in findings):
+                continue  # a finding of the wire (or of an earlier line) speaks of it already
             evidence = Evidence(source, "", n, entry.ts, entry.raw)
             claimed = next((f for f in (claim(entry, evidence) for claim in claims) if f is not None), None)
             if claimed is not None:

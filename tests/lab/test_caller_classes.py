@@ -63,6 +63,8 @@ def caller_lab(tmp_path_factory):
 
 
 PORTS = EXHAUSTION_PORTS[1] - EXHAUSTION_PORTS[0] + 1
+# The pods whose classes the wire shows (eth0: the request and Envoy's own answer, or the caller's FIN).
+WIRE_PODS = ("slow-app", "http10")
 
 
 def lines_expected(pod: str) -> int:
@@ -117,8 +119,9 @@ def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp
     assert {n: v[:2] for n, v in live_lines.items()} == EXPECTED[pod]
     for detector, severity, client, server in live_lines.values():
         assert client.startswith(lab_pod.client_ip + ":") and server == f"{lab_pod.pod_ip}:5000"
-    for f in found:
-        assert f["evidence"][0]["source"] == "istio-proxy log" and f["remediation"]
+    for f in found:  # what the wire shows is named from the packets, the rest from Envoy's line
+        assert f["evidence"][0]["source"] == (f"{pod}/eth0" if pod in WIRE_PODS else "istio-proxy log")
+        assert f["remediation"]
     live_keys = sorted((f["detector"], f["access_log"][0]) for f in found)
     if pod == "port-exhaustion":
         # The ports are held by connections the sidecar closed first (maxRequestsPerConnection: 1): its FINs
@@ -141,7 +144,18 @@ def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp
     assert sorted((f["detector"], f["access_log"][0]) for f in judged(offline)) == live_keys
     for f in judged(offline):
         e = f["evidence"][0]
-        assert e["source"] == str(log) and log.read_text().splitlines()[e["frame"] - 1] == f["access_log"][0]
+        if pod in WIRE_PODS:
+            assert e["source"] == str(tmp_path / f"{pod}-eth0.pcap") and e["iface"] == "eth0"
+        else:
+            assert e["source"] == str(log) and log.read_text().splitlines()[e["frame"] - 1] == f["access_log"][0]
+    if pod in WIRE_PODS:  # the captures alone say as much, without Envoy's words
+        wire = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze",
+                               str(tmp_path / f"{pod}-lo.pcap"), str(tmp_path / f"{pod}-eth0.pcap"), "-o", "json"],
+                              capture_output=True, text=True, timeout=120)
+        alone_wire = judged(json.loads(wire.stdout))
+        assert sorted((f["detector"], f["severity"], f["flow"]["client"], f["flow"]["server"])
+                      for f in alone_wire) == sorted(live_lines.values())
+        assert all(not f.get("access_log") for f in alone_wire)
 
     alone = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "-o", "json"],
                            capture_output=True, text=True, timeout=120)
