@@ -10,8 +10,8 @@ response flag UF and details
 
 When the pod's listening sockets are known (``watch`` reads /proc/net/tcp when it starts: a ListenersEvent),
 the finding says which cause fits: a socket on 127.0.0.1 only (or ::1) but none on every address or the pod
-IP is an app bound to localhost; no socket on the port at all is an app not listening (restarting, or
-listening on another port).
+IP is an app bound to localhost; no socket on the port at all is an app not listening: restarting when the
+pod's status counts restarts of its app containers (a PodEvent), else down or listening on another port.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
-from kubectl_meshdoctor.core.events import ContextEvent, ListenersEvent, PacketEvent
+from kubectl_meshdoctor.core.events import ContextEvent, ListenersEvent, PacketEvent, PodEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.flows import Flow
 
@@ -70,16 +70,16 @@ spec:
     defaultEndpoint: 127.0.0.1:{port}"""
 
 
-def _cause(listening: frozenset[tuple[str, int]] | None, ip: str, port: int) -> str:
-    """Which cause of a refusal the pod's listening sockets point at: "unknown" without them."""
+def _cause(listening: frozenset[tuple[str, int]] | None, ip: str, port: int, restarts: int) -> str:
+    """Which cause of a refusal the pod's listening sockets and restarts point at: "unknown" without them."""
     if listening is None:
-        return "unknown"
+        return "restarting" if restarts else "unknown"
     on_port = {addr for addr, p in listening if p == port}
     if on_port & {ip, *EVERY_ADDRESS}:
-        return "listening-now"  # something listens now: the app was restarting when refused, or came up late
+        return "restarting" if restarts else "listening-now"  # it listens now: it was down at that moment
     if on_port & set(LOOPBACK):
         return "bound-to-localhost"
-    return "not-listening"
+    return "restarting" if restarts else "not-listening"
 
 
 _CAUSE_TEXT = {
@@ -88,6 +88,9 @@ _CAUSE_TEXT = {
     "not-listening": "The pod's kernel shows no socket listening on port {port} at all: the app is down or "
                      "restarting (kubectl get pod: RESTARTS; lint's restart-loop), or listens on another port "
                      "than the Service's targetPort.",
+    "restarting": "The pod's app containers have restarted {restarts} time(s) (kubectl get pod: RESTARTS): while "
+                  "the app is down, nothing listens and every connection is refused. Find why it restarts "
+                  "(kubectl logs --previous; lint's restart-loop names a failing probe).",
     "listening-now": "A socket listens on port {port} now, so the app was not listening at that moment: it "
                      "restarts, or came up after the sidecar started sending it traffic (lint's "
                      "hold-application).",
@@ -108,10 +111,13 @@ class UpstreamRefused(Detector):
         super().__init__(ctx)
         self._pending = PendingSyns(ttl_s=30.0)
         self._listening: frozenset[tuple[str, int]] | None = None
+        self._restarts = 0
 
     def on_context(self, ev: ContextEvent) -> Iterable[Finding]:
         if isinstance(ev, ListenersEvent):
             self._listening = ev.listening
+        elif isinstance(ev, PodEvent):
+            self._restarts = ev.restarts
         return ()
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
@@ -128,7 +134,7 @@ class UpstreamRefused(Detector):
         if not ev.is_rst:
             return ()
         syn = attempt.syn
-        cause = _cause(self._listening, syn.dst, syn.dport)
+        cause = _cause(self._listening, syn.dst, syn.dport, self._restarts)
         return (Finding(
             detector=self.id,
             severity=Severity.ERROR,
@@ -141,13 +147,13 @@ class UpstreamRefused(Detector):
                 f"pod's kernel answered the SYN with RST after {1000 * (ev.ts - syn.ts):.1f} ms: no socket "
                 f"listens there (RFC 9293 section 3.10.7.1). Envoy answers the caller 503 with response flag UF "
                 f"and details {DETAILS}, and counts upstream_cx_connect_fail on the inbound cluster. "
-                + _CAUSE_TEXT[cause].format(port=syn.dport)),
+                + _CAUSE_TEXT[cause].format(port=syn.dport, restarts=self._restarts)),
             remediation=LOCALHOST_FIX.format(port=syn.dport) if cause == "bound-to-localhost"
             else _remediation(syn.dport),
             pod=self.ctx.pod,
             ts=ev.ts,
             response_code_details=DETAILS,
-            details={"cause": cause},
+            details={"cause": cause, "restarts": self._restarts},
         ),)
 
     def on_tick(self, now: float) -> Iterable[Finding]:

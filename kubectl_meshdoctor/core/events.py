@@ -185,5 +185,15 @@ class ListenersEvent:
     listening: frozenset[tuple[str, int]]
 
 
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    """What the pod's status says when a watch starts: ``restarts`` of its app containers (the sidecar's aside),
+    as `kubectl get pod` counts them."""
+
+    ts: float
+    name: str
+    restarts: int
+
+
 # Something known about the pod that is not a packet. One dataclass per kind, so a consumer matches on the type.
-ContextEvent = RedirectMapEvent | AccessLogEvent | EnvoyCountersEvent | KernelCountersEvent | ListenersEvent
+ContextEvent = RedirectMapEvent | AccessLogEvent | EnvoyCountersEvent | KernelCountersEvent | ListenersEvent | PodEvent

@@ -52,10 +52,18 @@ EXPECTED = {
 }
 
 
+# A refused pod whose status counts restarts of its app container, as a crash-looping one's does.
+RESTARTING = {"restarting": [
+    {"op": "test", "path": "/status/containerStatuses/0/name", "value": "app"},
+    {"op": "replace", "path": "/status/containerStatuses/0/restartCount", "value": 5},
+]}
+
+
 @pytest.fixture(scope="module")
 def caller_lab(tmp_path_factory):
     name = f"mdtest-c{secrets.token_hex(2)}"
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, drivers=False)
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, (*PODS, "restarting=refused"), drivers=False,
+                   spec_patches=RESTARTING)
     try:
         yield state
     finally:
@@ -219,3 +227,13 @@ def test_healthy_http2_through_the_sidecar_gives_no_finding(caller_lab, tmp_path
     assert proc.returncode == 0, proc.stdout[:2000]
     assert judged(json.loads(proc.stdout)) == []
     assert log.read_text().count(" 200 - via_upstream ") == GOAWAY_REQUESTS
+
+
+def test_a_refusal_in_a_restarting_pod_says_so(caller_lab):
+    """watch reads the pod's status: refused connections in a pod whose app has restarted are its restarts."""
+    with capturing(caller_lab, "pod/restarting") as run:
+        lab.trigger_round(caller_lab, "restarting")
+        report = run.stop()
+    refused = [f for f in report["findings"] if f["detector"] == "upstream-refused"]
+    assert refused and all(f["details"] == {"cause": "restarting", "restarts": 5} for f in refused)
+    assert "restarted 5 time(s)" in refused[0]["explanation"]

@@ -29,17 +29,19 @@ def test_accepted_connection_and_eth0_resets_are_not_refusals():
     assert run(e.events, only=["upstream-refused"]) == []
 
 
-@pytest.mark.parametrize("listening, cause, words", [
-    ({("127.0.0.1", 5000)}, "bound-to-localhost", "127.0.0.1 only"),
-    ({("0.0.0.0", 5002)}, "not-listening", "no socket listening on port 5000"),
-    ({("0.0.0.0", 5000)}, "listening-now", "was not listening at that moment"),
-    (None, "unknown", "Typical causes"),
+@pytest.mark.parametrize("listening, restarts, cause, words", [
+    ({("127.0.0.1", 5000)}, 0, "bound-to-localhost", "127.0.0.1 only"),
+    ({("0.0.0.0", 5002)}, 0, "not-listening", "no socket listening on port 5000"),
+    ({("0.0.0.0", 5002)}, 4, "restarting", "restarted 4 time(s)"),
+    ({("0.0.0.0", 5000)}, 0, "listening-now", "was not listening at that moment"),
+    (None, 0, "unknown", "Typical causes"),
 ])
-def test_the_pod_s_listening_sockets_name_the_cause(listening, cause, words):
-    from kubectl_meshdoctor.core.events import ListenersEvent
+def test_the_pod_s_listening_sockets_and_restarts_name_the_cause(listening, restarts, cause, words):
+    from kubectl_meshdoctor.core.events import ListenersEvent, PodEvent
     from kubectl_meshdoctor.core.pipeline import Pipeline
 
     p = Pipeline.with_detectors(only=["upstream-refused"])
+    p.context(PodEvent(0.0, "web", restarts))
     if listening is not None:
         p.context(ListenersEvent(0.0, frozenset(listening)))
     w = Wire(iface="lo")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
-from kubectl_meshdoctor.core.events import EnvoyCountersEvent, KernelCountersEvent, ListenersEvent, RedirectMapEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, KernelCountersEvent, ListenersEvent, PodEvent, RedirectMapEvent
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
@@ -154,6 +154,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.ctx.pod = pod_name
     pipeline.correlator.pod = pod_name
     pipeline.context(RedirectMapEvent(time.time(), redirect_map_from_annotations(pod.metadata.annotations)))
+    statuses = (pod.status.container_statuses if pod.status else None) or []
+    app_statuses = [st for st in statuses if st.name != SIDECAR_CONTAINER]
+    pipeline.context(PodEvent(time.time(), pod_name, sum(st.restart_count or 0 for st in app_statuses)))
     # The spec's own warnings first (docs/DESIGN.md: lint runs at the start of watch); they never fail the run.
     pipeline.add_findings(lint_pod(ApiClient().sanitize_for_serialization(pod)))
     setup = setup or asyncio.Semaphore(1)
