@@ -16,7 +16,13 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
-from kubectl_meshdoctor.core.events import EnvoyCountersEvent, KernelCountersEvent, ListenersEvent, PodEvent, RedirectMapEvent
+from kubectl_meshdoctor.core.events import (
+    EnvoyCountersEvent,
+    KernelCountersEvent,
+    ListenersEvent,
+    PodEvent,
+    RedirectMapEvent,
+)
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
