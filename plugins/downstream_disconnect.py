@@ -21,6 +21,17 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
 DETAILS = "downstream_remote_disconnect"
 _NOTE = "downstream-disconnect"
+# A FIN this soon after the request is a client that half-closes (shutdown of its write side) once it has sent
+# it, not one whose timeout ran out: Envoy's HTTP connection manager takes a downstream half-close as a close.
+HALF_CLOSE_MS = 50
+# Below this a route timeout "shorter than the caller's" would cut ordinary requests short: no such fix then.
+MIN_ROUTE_TIMEOUT_MS = 2000
+
+HALF_CLOSE_FIX = """\
+# The caller half-closes its connection (shutdown(SHUT_WR), or an HTTP/1.0-style client that ends its send
+# side) as soon as its request is out. Envoy's HTTP connection manager takes that for a disconnect and drops
+# the request. Keep the write side open until the response has come (every HTTP/1.1 client does); a raw TCP
+# client that must half-close belongs on a TCP port (a Service port named tcp-*, appProtocol: tcp)."""
 
 
 class DownstreamDisconnect(Detector):
@@ -59,6 +70,20 @@ class DownstreamDisconnect(Detector):
                  service_time: int | None, ts: float, details: str = DETAILS) -> Finding:
         waited = (f"the app had answered after {service_time} ms but the response was not yet sent"
                   if service_time is not None else "the app had not answered yet")
+        if waited_ms < HALF_CLOSE_MS:
+            why = (f"The caller closed its side {waited_ms} ms after sending: not a timeout but a half-close, which "
+                   f"Envoy's HTTP connection manager does not keep open for the response.")
+            fix = HALF_CLOSE_FIX
+        else:
+            why = ("The caller gave up first: its own timeout is shorter than the app takes. The caller saw a "
+                   "timeout or a closed connection, not an HTTP status, so nothing in the caller's sidecar log "
+                   "explains it but a matching DC or UC there.")
+            fix = ("# Make the caller wait longer than the app takes (the caller's client timeout)"
+                   + (", or let the route\n# answer first with a clear 504 (UT) by giving it a timeout shorter than "
+                      "the caller's:\n" + virtual_service_timeout(f"{waited_ms * 4 // 5}ms", comment=f"below the "
+                                                                  f"caller's own timeout ({waited_ms} ms here)")
+                      if waited_ms >= MIN_ROUTE_TIMEOUT_MS else "; a route timeout below a caller's that short "
+                      "would cut ordinary requests short."))
         return Finding(
             detector=self.id,
             severity=Severity.WARNING,
@@ -71,14 +96,8 @@ class DownstreamDisconnect(Detector):
             explanation=(
                 f"The caller ({flow.client}) closed its connection {waited_ms} ms into {request}; "
                 f"{waited}. Envoy logs response code {code} with flag DC ({details}) and "
-                f"reset the request to the app. The caller gave up first: its own timeout is shorter than the "
-                f"app takes. The caller saw a timeout or a closed connection, not an HTTP status, so nothing in "
-                f"the caller's sidecar log explains it but a matching DC or UC there."),
-            remediation=(
-                "# Make the caller wait longer than the app takes (the caller's client timeout), or let the route\n"
-                "# answer first with a clear 504 (UT) by giving it a timeout shorter than the caller's:\n"
-                + virtual_service_timeout(f"{max(100, waited_ms * 4 // 5)}ms",
-                                          comment=f"below the caller's own timeout ({waited_ms} ms here)")),
+                f"reset the request to the app. {why}"),
+            remediation=fix,
             pod=self.ctx.pod,
             ts=ts,
         )

@@ -23,6 +23,7 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.local_reply import is_local_reply
 
 HTTP10_FIX = """\
 # The caller speaks HTTP/1.0. Best: make it speak HTTP/1.1. Else let this pod's sidecar accept HTTP/1.0
@@ -47,11 +48,13 @@ CODEC_FIX = """\
 
 def _kind(entry: AccessLogEntry) -> str | None:
     details = entry.details or ""
-    if entry.code == 426 or details == "low_version":
+    if details == "via_upstream":
+        return None  # the app's own answer, whatever its code (a WebSocket server's 426, an app's 431)
+    if details == "low_version":
         return "http10"
     if details == "upgrade_failed":
         return "upgrade"
-    if "DPE" in entry.flags or details.startswith(("http1.", "http2.")) or entry.code == 431:
+    if "DPE" in entry.flags or details.startswith(("http1.", "http2.")):
         return "codec"
     return None
 
@@ -61,8 +64,15 @@ _NOTE = "downstream-protocol-error"
 _DETAILS = {"http10": "low_version", "upgrade": "upgrade_failed", "codec": ""}
 
 
-def _wire_kind(request: PacketEvent, status: int) -> str | None:
+# Envoy's local replies (body lengths as the lab's Envoy 1.40 sent them): "Upgrade Required", none for a
+# refused upgrade (an AuthorizationPolicy's 403 says "RBAC: access denied"), "Bad Request".
+LOCAL_REPLY_LENGTHS = {426: len("Upgrade Required"), 403: 0, 400: len("Bad Request")}
+
+
+def _wire_kind(request: PacketEvent, response: PacketEvent, status: int) -> str | None:
     http = request.http
+    if status not in LOCAL_REPLY_LENGTHS or not is_local_reply(response.http.headers, LOCAL_REPLY_LENGTHS[status]):
+        return None
     if status == 426 and http.start_line.endswith(("HTTP/1.0", "HTTP/0.9")):
         return "http10"
     if status == 403 and any(name.lower() == "upgrade" for name, _ in http.headers):
@@ -85,7 +95,7 @@ class DownstreamProtocolError(Detector):
         parts = ev.http.start_line.split(" ", 2)
         if request is None or len(parts) < 2 or not parts[1].isdigit():
             return ()
-        kind = _wire_kind(request, int(parts[1]))
+        kind = _wire_kind(request, ev, int(parts[1]))
         if kind is None:
             return ()
         return (self._finding(kind, FlowRef.of(flow),

@@ -7,8 +7,8 @@ upstream request, answers the caller 504 with response flag UT and details ``res
 ``upstream_per_try_timeout``), and counts ``upstream_rq_timeout`` (``upstream_rq_per_try_timeout``) on the
 cluster (Envoy docs: router filter, "x-envoy-upstream-rq-timeout-ms"; response code details). The wire shows
 the request on lo and no response before Envoy closes that upstream connection; on eth0, Envoy's own 504: a
-local reply carries no ``x-envoy-upstream-service-time`` header, which Envoy adds to every response it
-proxies, so an app's own 504 is not taken for it.
+local reply (envoy/local_reply.py: no ``x-envoy-upstream-service-time``, Envoy as server, its 24-byte body),
+so an app's own 504, or another server's, is not taken for it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severit
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import virtual_service_timeout
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.local_reply import SERVICE_TIME, is_local_reply
 
 TIMEOUT_DETAILS = ("response_timeout", "upstream_per_try_timeout")
-SERVICE_TIME = "x-envoy-upstream-service-time"  # on every response Envoy proxied, never on its local replies
+TIMEOUT_BODY = len("upstream request timeout")  # Envoy's local reply to a route timeout
 _NOTE = "upstream-timeout"
 
 
@@ -52,7 +53,7 @@ class UpstreamTimeout(Detector):
             flow.notes[_NOTE] = ev  # the request this connection's next response answers
             return ()
         request = flow.notes.pop(_NOTE, None)
-        if request is None or status_of(ev) != 504 or any(n.lower() == SERVICE_TIME for n, _ in ev.http.headers):
+        if request is None or status_of(ev) != 504 or not is_local_reply(ev.http.headers, TIMEOUT_BODY):
             return ()
         waited_ms = int(round((ev.ts - request.ts) * 1000))
         return (self._finding(FlowRef.of(flow), (Evidence.of(request, "request from the caller"),

@@ -117,3 +117,30 @@ def test_a_gzipped_capture_reads_as_the_capture_does(tmp_path):
     assert [(f["detector"], [e["frame"] for e in f["evidence"]]) for f in zipped["findings"]] == \
            [(f["detector"], [e["frame"] for e in f["evidence"]]) for f in plain["findings"]]
     assert zipped["source"]["kind"] == "pcap"
+
+
+def test_the_same_file_spelt_twice_is_read_once(tmp_path, monkeypatch):
+    log = tmp_path / "proxy.log"
+    log.write_text(text(CLASSES["upstream-timeout"][0]) + "\n")
+    monkeypatch.chdir(tmp_path)
+    code, report, _ = analyze("proxy.log", str(log), f"{log}:eth0")
+    assert code == 1 and report["envoy"]["access_log_lines"] == 1 and len(report["findings"]) == 1
+    assert [p["what"] for p in report["problems"]] == []  # the first spelling had no interface
+
+
+def test_a_cut_short_gzipped_log_is_read_up_to_the_cut(tmp_path):
+    body = "\n".join(text(CLASSES["upstream-timeout"][0]) for _ in range(30_000)) + "\n"
+    whole = gzip.compress(body.encode())
+    cut = tmp_path / "proxy.log.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    code, report, err = analyze(str(cut))
+    assert code == 1, err
+    (p,) = report["problems"]
+    assert "cut short after line" in p["what"] and 0 < report["envoy"]["access_log_lines"] < 30_000
+
+
+def test_a_json_stats_dump_says_what_to_save_instead(tmp_path):
+    f = tmp_path / "stats.json"
+    f.write_text('{"stats": [{"name": "cluster.inbound|5000||.upstream_cx_total", "value": 3}]}')
+    code, _, err = analyze(str(f))
+    assert code == 2 and "a /stats dump in JSON" in err and err.count("\n") == 1

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import signal
 import sys
 import time
+import zlib
 from collections.abc import Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
@@ -36,6 +38,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     kinds = {a.path: files.input_kind(a.path) for a in args}
+    args = _distinct(args, kinds)
     captures = [a for a in args if kinds[a.path] == files.CAPTURE]
     logs = [a for a in args if kinds[a.path] == files.ACCESS_LOG]
     problems: list[Problem] = []
@@ -80,11 +83,24 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     return Report(source, pipeline.stats, findings, problems, envoy=envoy)
 
 
+def _distinct(args: list[CaptureArg], kinds: dict[str, str]) -> list[CaptureArg]:
+    """Each file once, however it was spelt (``a.log``, ``./a.log``, a link to it): a capture by file and
+    interface, anything else by file alone (an interface means nothing to a log)."""
+    seen, out = set(), []
+    for a in args:
+        st = os.stat(a.path)  # input_kind has read it: it exists
+        key: tuple = (st.st_dev, st.st_ino) + ((a.iface,) if kinds[a.path] == files.CAPTURE else ())
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
+    return out
+
+
 @contextlib.contextmanager
 def _as_input_error(where: str):
     try:
         yield
-    except (FormatError, OSError) as e:  # a dump that looked like one at its head, broken further on
+    except (FormatError, OSError, EOFError, zlib.error) as e:  # looked like a dump at its head, broken further on
         raise InputError(f"{where}: {str(e).splitlines()[0]}") from None
 
 
@@ -94,6 +110,8 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
     envoy: dict = {"access_log_lines": sum(r.entries for r in reads)}
     for a, r in zip(logs, reads):
         problems += [Problem(a.path, what) for what in r.problems]
+        if a.explicit:
+            problems.append(Problem(a.path, f"an access log has no interface: :{a.iface} ignored"))
     stats = [a.path for a in args if kinds[a.path] == files.STATS]
     with _as_input_error(", ".join(stats)):
         if stats:

@@ -98,8 +98,8 @@ def parse_line(line: str) -> AccessLogEntry | None:
             return _parse_json(text, line)
         if text.startswith("["):
             return _parse_text(text, line)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
+        return None  # a line of another shape, or one no Envoy wrote ("duration": 1e400, nesting 1000 deep)
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -53,7 +54,11 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gat
     with open_text(path) as fh:
         while True:
             await gate()
-            batch = await asyncio.to_thread(_lines, fh, BATCH_LINES)
+            try:
+                batch = await asyncio.to_thread(_lines, fh, BATCH_LINES)
+            except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # a compressed log cut short
+                result.problems.append(f"log cut short after line {result.lines} ({e}); analysed up to there")
+                break
             if not batch:
                 break
             for line in batch:

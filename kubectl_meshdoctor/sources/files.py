@@ -103,6 +103,10 @@ def input_kind(path: str) -> str:
     first = lines[0].strip() if lines else ""
     if first.startswith("{") and '"cluster_statuses"' in text:
         return CLUSTERS
+    if first.startswith("{") and '"stats"' in text and '"name"' in text:
+        raise InputError(f"{path}: a /stats dump in JSON, which analyze does not read; save /stats as text "
+                         f"(curl localhost:15000/stats, or kubectl exec POD -c istio-proxy -- pilot-agent "
+                         f"request GET stats)")
     if _CLUSTERS_TEXT_LINE.match(first):
         return CLUSTERS
     if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line, parse_lines
 from kubectl_meshdoctor.envoy.flags import parse_reset_details
 
-from .conftest import access_log_lines, read
+from .conftest import access_log_lines
 
 LINES = access_log_lines()
 
@@ -172,3 +172,11 @@ def test_never_raises(line):
 def test_entries_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         parse_line(LINES[0]).code = 1
+
+
+def test_a_line_no_envoy_wrote_never_raises():
+    """parse_line's contract is None, not an exception, whatever the line (one bad line must not lose a run)."""
+    base = '{"start_time": "2026-12-01T10:00:00Z", "response_code": 200, "duration": %s}'
+    assert parse_line(base % "1e400") is None  # int(inf): OverflowError
+    assert parse_line(base % ("[" * 100_000 + "]" * 100_000)) is None  # RecursionError in json
+    assert parse_line(base % "12") is not None

@@ -9,7 +9,9 @@ from ..helpers import A, F, P, Wire, run
 
 CALLER, POD = "198.18.6.1:40500", "198.18.6.2:5000"
 ENVOY_504 = (b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 24\r\ncontent-type: text/plain\r\n"
-             b"date: Tue, 01 Dec 2026 10:54:35 GMT\r\nserver: istio-envoy\r\n\r\n")
+             b"date: Tue, 01 Dec 2026 10:54:35 GMT\r\nserver: istio-envoy\r\n\r\n")  # the lab's Envoy 1.40
+NGINX_504 = (b"HTTP/1.1 504 Gateway Time-out\r\nServer: nginx\r\nContent-Type: text/html\r\n"
+             b"Content-Length: 167\r\n\r\n")
 APP_504 = (b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 2\r\nx-envoy-upstream-service-time: 3\r\n"
            b"server: istio-envoy\r\n\r\n")
 GET = b"GET /slow/3 HTTP/1.1\r\nHost: lab\r\n\r\n"
@@ -33,8 +35,9 @@ def test_envoy_s_own_504_is_the_route_timeout():
     assert "1000 ms" in f.title and "GET /slow/3" in f.title and "timeout: 2s" in f.remediation
 
 
-def test_the_app_s_own_504_is_not_a_route_timeout():
-    assert run(exchange(GET, APP_504, 1.0).events, only=["upstream-timeout"]) == []
+@pytest.mark.parametrize("response", [APP_504, NGINX_504], ids=["the app's, through Envoy", "another server's"])
+def test_a_504_envoy_did_not_make_is_not_a_route_timeout(response):
+    assert run(exchange(GET, response, 1.0).events, only=["upstream-timeout"]) == []
 
 
 def test_a_caller_that_closes_before_its_response_is_a_downstream_disconnect():
@@ -48,13 +51,20 @@ def test_a_caller_that_closes_after_its_response_is_healthy():
     assert run(w.events, only=["downstream-disconnect", "upstream-timeout", "downstream-protocol-error"]) == []
 
 
+# Envoy 1.40's own answers, as the lab's http10 pod gets them.
+ENVOY_426 = (b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 16\r\ncontent-type: text/plain\r\n"
+             b"date: Tue, 01 Dec 2026 11:29:09 GMT\r\nserver: istio-envoy\r\nconnection: close\r\n\r\n")
+ENVOY_403 = (b"HTTP/1.1 403 Forbidden\r\ndate: Tue, 01 Dec 2026 11:29:09 GMT\r\nserver: istio-envoy\r\n"
+             b"connection: close\r\ncontent-length: 0\r\n\r\n")
+ENVOY_400 = (b"HTTP/1.1 400 Bad Request\r\ncontent-length: 11\r\ncontent-type: text/plain\r\n"
+             b"date: Tue, 01 Dec 2026 11:29:09 GMT\r\nserver: istio-envoy\r\nconnection: close\r\n\r\n")
+UPGRADE = b"GET /u HTTP/1.1\r\nHost: lab\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+
+
 @pytest.mark.parametrize("request_bytes, response, kind", [
-    (b"GET /http10 HTTP/1.0\r\nHost: lab\r\n\r\n", b"HTTP/1.1 426 Upgrade Required\r\ncontent-length: 16\r\n\r\n",
-     "http10"),
-    (b"GET /u HTTP/1.1\r\nHost: lab\r\nConnection: Upgrade\r\nUpgrade: meshdoctor-lab/1\r\n\r\n",
-     b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n", "upgrade"),
-    (b"GET /m HTTP/1.1\r\nHost: lab\r\nBad Header: space\r\n\r\n",
-     b"HTTP/1.1 400 Bad Request\r\ncontent-length: 11\r\nconnection: close\r\n\r\n", "codec"),
+    (b"GET /http10 HTTP/1.0\r\nHost: lab\r\n\r\n", ENVOY_426, "http10"),
+    (UPGRADE, ENVOY_403, "upgrade"),
+    (b"GET /m HTTP/1.1\r\nHost: lab\r\nBad Header: space\r\n\r\n", ENVOY_400, "codec"),
 ])
 def test_requests_the_sidecar_refuses_are_named_from_the_wire(request_bytes, response, kind):
     (f,) = run(exchange(request_bytes, response, 0.001).events, only=["downstream-protocol-error"])
@@ -66,3 +76,24 @@ def test_an_app_s_own_403_or_400_to_an_ordinary_request_is_not_a_protocol_error(
     for status in (b"403 Forbidden", b"400 Bad Request"):
         w = exchange(GET, b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n\r\n", 0.01)
         assert run(w.events, only=["downstream-protocol-error"]) == []
+
+
+@pytest.mark.parametrize("response", [
+    b"HTTP/1.1 403 Forbidden\r\ncontent-length: 9\r\nx-envoy-upstream-service-time: 2\r\nserver: istio-envoy\r\n\r\n",
+    b"HTTP/1.1 403 Forbidden\r\ncontent-length: 19\r\ncontent-type: text/plain\r\nserver: istio-envoy\r\n\r\n",
+], ids=["the app refuses the WebSocket", "an AuthorizationPolicy denies it (RBAC: access denied)"])
+def test_a_403_to_an_upgrade_that_envoy_did_not_refuse_is_not_a_protocol_error(response):
+    assert run(exchange(UPGRADE, response, 0.01).events, only=["downstream-protocol-error"]) == []
+
+
+def test_a_caller_that_half_closes_right_after_its_request_is_told_so_and_given_no_timeout():
+    (f,) = run(exchange(GET, None, 0.001, close_first=True).events, only=["downstream-disconnect"])
+    assert "half-close" in f.explanation and "shutdown(SHUT_WR)" in f.remediation
+    assert "timeout:" not in f.remediation
+
+
+def test_a_short_caller_timeout_gets_no_route_timeout_below_it():
+    (f,) = run(exchange(GET, None, 0.4, close_first=True).events, only=["downstream-disconnect"])
+    assert "timeout:" not in f.remediation and "cut ordinary requests short" in f.remediation
+    (g,) = run(exchange(GET, None, 5.0, close_first=True).events, only=["downstream-disconnect"])
+    assert "timeout: 4000ms" in g.remediation
