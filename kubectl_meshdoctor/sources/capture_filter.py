@@ -18,8 +18,8 @@ def lean_filter(iface: str | None = None) -> str:
     HTTP/1 message everywhere (framing and stale keep-alive on ``lo``; on eth0 a caller reusing a connection
     this pod's sidecar closed, and requests the sidecar refuses); on the pod's other interfaces pure ACKs too (a
     challenge ACK is one: four-tuple collisions are seen on eth0). Full-size data segments and the ACKs of
-    transfers on lo, most of a busy pod's packets and nearly all its bytes, stay in the pod. IPv6 is kept whole: BPF cannot index
-    TCP behind an IPv6 header. bench/RESULTS.md has what it saves."""
+    transfers on lo, most of a busy pod's packets and nearly all its bytes, stay in the pod. IPv6 is kept
+    whole: BPF cannot index TCP behind an IPv6 header. bench/RESULTS.md has what it saves."""
     payload = "tcp[((tcp[12]&0xf0)>>2):4]"
     starts = " or ".join(f"{payload} = 0x{p.hex()}" for p in START_PREFIXES)
     pure_ack = "ip[2:2] - ((ip[0]&0xf)<<2) - ((tcp[12]&0xf0)>>2) == 0"
