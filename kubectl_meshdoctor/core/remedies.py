@@ -4,10 +4,7 @@ so every detector's fix reads the same way; ``<service>`` and ``<namespace>`` ar
 from __future__ import annotations
 
 
-def virtual_service_retries(attempts: int, retry_on: str, per_try_timeout: str | None = None) -> str:
-    """A VirtualService that retries the route ``attempts`` times on ``retry_on`` (Envoy's x-envoy-retry-on)."""
-    per_try = f"\n      perTryTimeout: {per_try_timeout}" if per_try_timeout else ""
-    return f"""\
+_VIRTUAL_SERVICE = """\
 apiVersion: networking.istio.io/v1
 kind: VirtualService
 metadata:
@@ -18,9 +15,13 @@ spec:
   - route:
     - destination:
         host: <service>
-    retries:
-      attempts: {attempts}
-      retryOn: {retry_on}{per_try}"""
+"""
+
+
+def virtual_service_retries(attempts: int, retry_on: str, per_try_timeout: str | None = None) -> str:
+    """A VirtualService that retries the route ``attempts`` times on ``retry_on`` (Envoy's x-envoy-retry-on)."""
+    per_try = f"\n      perTryTimeout: {per_try_timeout}" if per_try_timeout else ""
+    return _VIRTUAL_SERVICE + f"    retries:\n      attempts: {attempts}\n      retryOn: {retry_on}{per_try}"
 
 
 def virtual_service_timeout(timeout: str, per_try_timeout: str | None = None, comment: str = "") -> str:
@@ -28,18 +29,7 @@ def virtual_service_timeout(timeout: str, per_try_timeout: str | None = None, co
     none), optionally retrying with ``per_try_timeout`` per attempt."""
     note = f"  # {comment}" if comment else ""
     retries = f"\n    retries:\n      attempts: 2\n      perTryTimeout: {per_try_timeout}" if per_try_timeout else ""
-    return f"""\
-apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata:
-  name: <service>
-spec:
-  hosts: [<service>]
-  http:
-  - route:
-    - destination:
-        host: <service>
-    timeout: {timeout}{note}{retries}"""
+    return _VIRTUAL_SERVICE + f"    timeout: {timeout}{note}{retries}"
 
 
 def destination_rule_pool(protocol: str, setting: str, value: str, comment: str = "") -> str:

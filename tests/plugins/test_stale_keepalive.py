@@ -7,11 +7,12 @@ from ..helpers import A, F, P, R, Wire, run
 SIDECAR, APP = "127.0.0.6:45000", "198.18.4.2:5000"
 
 
-def pooled(w: Wire) -> None:
-    w.handshake(SIDECAR, APP)
-    w.pkt(SIDECAR, APP, P | A, 1001, 5001, payload_len=80)
-    w.pkt(APP, SIDECAR, P | A, 5001, 1081, payload_len=120)
-    w.pkt(SIDECAR, APP, A, 1081, 5121)
+def pooled(w: Wire, client: str = SIDECAR, server: str = APP) -> None:
+    """A connection that served one request and now sits idle in a pool: frames 1-6."""
+    w.handshake(client, server)
+    w.pkt(client, server, P | A, 1001, 5001, payload_len=80)
+    w.pkt(server, client, P | A, 5001, 1081, payload_len=120)
+    w.pkt(client, server, A, 1081, 5121)
 
 
 def test_request_after_the_apps_fin_answered_by_rst_is_uc():
@@ -110,10 +111,7 @@ CALLER, POD = "198.18.4.1:40222", "198.18.4.2:5000"  # the downstream hop, on et
 
 
 def downstream_pooled(w: Wire) -> None:
-    w.handshake(CALLER, POD)
-    w.pkt(CALLER, POD, P | A, 1001, 5001, payload_len=80)
-    w.pkt(POD, CALLER, P | A, 5001, 1081, payload_len=120)
-    w.pkt(CALLER, POD, A, 1081, 5121)
+    pooled(w, CALLER, POD)
 
 
 def test_caller_reusing_a_connection_this_pod_s_sidecar_closed_is_the_downstream_race():
