@@ -114,6 +114,9 @@ class Correlator:
         line, else, for a line with a failure flag, an ``access-log`` finding. Only lines not yet decided are
         checked against the findings, so a tick costs a scan of the kept lines, not findings x lines."""
         out = []
+        # A line without a failure flag can only be explained by its details (explains): those findings alone
+        # are worth checking it against, and a busy pod's log is mostly such lines.
+        by_details = [f for f in findings if not f.envoy_flags and f.response_code_details] if claims else []
         for line in self._lines:
             n, entry, decided, source = line
             if decided or (now is not None and now - entry.ts < GRACE_S):
@@ -122,7 +125,7 @@ class Correlator:
             if not failing and not claims:
                 continue
             line[2] = True
-            if any(explains(f, entry) for f in findings):
+            if any(explains(f, entry) for f in (findings if failing else by_details)):
                 continue  # a finding of the wire (or of an earlier line) speaks of it already
             evidence = Evidence(source, "", n, entry.ts, entry.raw)
             claimed = next((f for f in (claim(entry, evidence) for claim in claims) if f is not None), None)
