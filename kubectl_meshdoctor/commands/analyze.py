@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
-from kubectl_meshdoctor.core.findings import Finding, Problem
+from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
@@ -72,6 +72,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
                                             f"analysed up to there", cut_after_frame=last))
         elif result.error:
             problems.append(Problem(a.path, f"tshark: {result.error}"))
+        if result.undissectable:
+            problems.append(undissectable_problem(a.path, result.undissectable, result.undissectable_frames))
     envoy: dict | None = None
     if logs or any(k in (files.STATS, files.CLUSTERS) for k in kinds.values()):
         envoy = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)

@@ -110,3 +110,10 @@ class Problem:
 
     def line(self) -> str:
         return f"{self.where}: {self.what}"
+
+
+def undissectable_problem(where: str, count: int, frames: tuple[int, ...]) -> Problem:
+    """The problem of ``count`` TCP frames tshark could not dissect, naming the first of them by number."""
+    named = ", ".join(map(str, frames)) + (", ..." if count > len(frames) else "")
+    return Problem(where, f"{count} TCP frame{'s' if count != 1 else ''} tshark could not dissect (frame "
+                          f"{named}: a header shorter than TCP's, or captured short): skipped, the rest analysed")

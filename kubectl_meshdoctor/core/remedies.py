@@ -3,7 +3,6 @@ so every detector's fix reads the same way; ``<service>`` and ``<namespace>`` ar
 
 from __future__ import annotations
 
-
 _VIRTUAL_SERVICE = """\
 apiVersion: networking.istio.io/v1
 kind: VirtualService

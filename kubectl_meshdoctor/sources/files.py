@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.sources.tshark import ReadResult, read_file
+from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
 
 # pcap (both byte orders, micro- and nanosecond), pcapng section header block.
 _MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1", b"\x0a\x0d\x0d\x0a")
@@ -196,7 +196,8 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
     with tempfile.TemporaryDirectory(prefix=".meshdoctor-chunks-",
                                      dir=parent if os.access(parent, os.W_OK) else None) as tmp:
         chunks, complaint = await _split(a.path, tmp)
-        packets = last = frames = 0
+        packets = last = frames = skipped = 0
+        named: tuple[int, ...] = ()
         error = None
         for i, chunk in enumerate(chunks):
             offset = i * CHUNK_PACKETS  # every chunk but the last holds exactly CHUNK_PACKETS
@@ -207,5 +208,7 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
             # io,stat prints no row for a chunk of one instant; its last frame seen is then the best count.
             frames = offset + (r.frames_read if r.frames_read is not None else max(r.last_frame - offset, 0))
             error = r.error or error
+            skipped += r.undissectable
+            named = (named + r.undissectable_frames)[:MAX_NAMED]
         cut = bool(complaint and "cut short" in complaint)
-        return ReadResult(packets, last, cut, error or (None if cut else complaint), frames)
+        return ReadResult(packets, last, cut, error or (None if cut else complaint), frames, None, skipped, named)

@@ -165,8 +165,12 @@ class ReadResult:
     error: str | None
     frames_read: int | None = None  # every frame tshark read, yielded or not (None if it did not say)
     killed_by: int | None = None
+    # TCP frames tshark could dissect only in part: how many, and the numbers of the first MAX_NAMED of them.
+    undissectable: int = 0
+    undissectable_frames: tuple[int, ...] = ()
 
 
+MAX_NAMED = 10  # undissectable frames named by number in a report; the rest are counted
 _FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once: constructing an IntFlag per packet is slow
 _IO_STAT_ROW = re.compile(r"\|\s*[\d.]+\s*<>\s*(?:[\d.]+|Dur)\s*\|\s*(\d+)\s*\|")
 ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
@@ -183,11 +187,30 @@ def _iface_of(name: str, hatype: str, ifindex: str, default_iface: str) -> str:
     return default_iface
 
 
+class Undissectable(ValueError):
+    """A TCP frame tshark could dissect only in part (a header length under 20 bytes, a frame captured shorter
+    than its TCP header, as ``tcpdump -s 40`` makes): ``frame`` is its number in the stream."""
+
+    def __init__(self, frame: int) -> None:
+        super().__init__(f"frame {frame}: TCP that tshark could not dissect")
+        self.frame = frame
+
+
 def packet_from_fields(line: str, source: str, default_iface: str, force_iface: bool = False,
                        frame_offset: int = 0) -> PacketEvent | None:
     """One line of tshark ``-T fields`` output (FIELDS, tab-separated) as a PacketEvent; None for TCP that is
     not over IPv4/IPv6. ``force_iface`` puts every packet on ``default_iface`` (the user said ``FILE:IFACE``);
-    ``frame_offset`` is added to tshark's frame number (the frames of earlier -M sessions)."""
+    ``frame_offset`` is added to tshark's frame number (the frames of earlier -M sessions).
+
+    Raises Undissectable for a TCP frame whose fields tshark left empty or unreadable."""
+    try:
+        return _packet(line, source, default_iface, force_iface, frame_offset)
+    except (ValueError, IndexError):
+        number = line.split("\t", 1)[0]
+        raise Undissectable(int(number) + frame_offset if number.isascii() and number.isdigit() else 0) from None
+
+
+def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame_offset: int) -> PacketEvent | None:
     (number, ts, name, hatype, ifindex, src, dst, src6, dst6, sport, dport, flags, seq, ack, length,
      payload) = line.split("\t")
     if not sport:
@@ -246,9 +269,11 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     frames_read: int | None = None
     sessions = 0  # -M sessions before the current one: their frames come before frame 1 of this one
     seen_any = False
+    undissectable: list[int] = []
+    skipped = 0
 
     def handle(batch: bytes) -> None:
-        nonlocal count, last, frames_read, sessions, seen_any
+        nonlocal count, last, frames_read, sessions, seen_any, skipped
         for line in batch.decode("latin-1").split("\n"):
             if not line:
                 continue
@@ -260,7 +285,13 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
             if line.startswith("1\t"):
                 sessions += seen_any
                 seen_any = True
-            ev = packet_from_fields(line, source, iface, force_iface, frame_offset + sessions * SESSION_PACKETS)
+            try:
+                ev = packet_from_fields(line, source, iface, force_iface, frame_offset + sessions * SESSION_PACKETS)
+            except Undissectable as e:  # counted and named, never the end of the run
+                skipped += 1
+                if len(undissectable) < MAX_NAMED:
+                    undissectable.append(e.frame)
+                continue
             if ev is not None:
                 count += 1
                 last = ev.frame
@@ -288,7 +319,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
         error = f"killed by signal {killed_by} after frame {last}; the rest of {source} was not analysed"
     cut = bool(error and "cut short" in error)
     return ReadResult(count, last, cut, error if error and "Running as user" not in error else None, frames_read,
-                      killed_by)
+                      killed_by, skipped, tuple(undissectable))
 
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],

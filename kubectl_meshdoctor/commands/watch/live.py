@@ -23,7 +23,7 @@ from kubectl_meshdoctor.core.events import (
     PodEvent,
     RedirectMapEvent,
 )
-from kubectl_meshdoctor.core.findings import Problem
+from kubectl_meshdoctor.core.findings import Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
 from kubectl_meshdoctor.kube.capture import ExecCapture
@@ -251,6 +251,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             if cap.captured is not None and read is not None and read < cap.captured:
                 problems.append(Problem(where, f"{cap.captured - read} of {cap.captured} captured packets were not "
                                                f"read by tshark"))
+            if not isinstance(res, BaseException) and res.undissectable:
+                problems.append(undissectable_problem(where, res.undissectable, res.undissectable_frames))
     except BaseException:
         # Cancelled or failed mid-capture: the port-forward and the log follow must still end, or their
         # threads outlive the event loop (an abort at interpreter exit).
