@@ -39,6 +39,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     kinds = {a.path: files.input_kind(a.path) for a in args}
     args = _distinct(args, kinds)
+    for parent in dict.fromkeys(os.path.dirname(os.path.abspath(a.path)) for a in args):
+        files.remove_stale_private_dirs(parent)
     captures = [a for a in args if kinds[a.path] == files.CAPTURE]
     logs = [a for a in args if kinds[a.path] == files.ACCESS_LOG]
     problems: list[Problem] = []

@@ -4,11 +4,13 @@ chunks when large (editcap), with frame numbers as Wireshark shows them for the 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import glob
 import gzip
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -161,7 +163,8 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
     # editcap writes the whole file before any chunk is read; the event loop (a TUI's screen) goes on meanwhile.
     proc = await asyncio.create_subprocess_exec("editcap", "-c", str(CHUNK_PACKETS), path,
                                                 os.path.join(into, "chunk" + ext),
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                                preexec_fn=die_with_parent)
     try:
         _, err = await proc.communicate()
     except BaseException:
@@ -173,6 +176,51 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
         raise
     lines = err.decode(errors="replace").strip().splitlines()
     return sorted(glob.glob(os.path.join(into, "chunk_*"))), (lines[-1] if lines else None)
+
+
+# Our private directories (mode 0700) of capture bytes: chunks of a big file, the TUI's spool of a live one.
+PRIVATE_KINDS = ("chunks", "spool")
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """In a child before exec: the kernel SIGKILLs it when we die, however we die (a SIGKILL leaves no time
+    to end it ourselves, and an editcap left running goes on writing a copy of the user's capture)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def private_dir_prefix(kind: str) -> str:
+    """The prefix of this process's private directories of ``kind`` (PRIVATE_KINDS): who made one is in its
+    name, so a later run can tell those of a process that is gone."""
+    return f".meshdoctor-{kind}-{os.getpid()}-"
+
+
+def remove_stale_private_dirs(directory: str | None = None) -> list[str]:
+    """Remove the private directories in ``directory`` (and TMPDIR) that a process of ours made and did not
+    live to remove (SIGKILL, a crash): they hold capture bytes nobody asked to keep. Returns what it removed.
+    Another user's, and a live process's, are left alone."""
+    removed = []
+    for parent in dict.fromkeys(d for d in (directory, tempfile.gettempdir()) if d):
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            m = re.fullmatch(r"\.meshdoctor-(?:" + "|".join(PRIVATE_KINDS) + r")-(\d+)-\w+", name)
+            path = os.path.join(parent, name)
+            if not m or not os.path.isdir(path) or os.stat(path).st_uid != os.getuid():
+                continue
+            try:
+                os.kill(int(m.group(1)), 0)
+                continue  # its maker still runs
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue  # a live process of someone else
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_event, gate) -> ReadResult:
@@ -193,7 +241,7 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
         return await read(a.path)
     # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR.
     parent = os.path.dirname(os.path.abspath(a.path))
-    with tempfile.TemporaryDirectory(prefix=".meshdoctor-chunks-",
+    with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the chunks are the capture
                                      dir=parent if os.access(parent, os.W_OK) else None) as tmp:
         chunks, complaint = await _split(a.path, tmp)
         packets = last = frames = skipped = 0

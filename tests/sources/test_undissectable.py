@@ -89,3 +89,38 @@ def test_an_undissectable_first_frame_of_a_chunk_leaves_the_other_findings(tmp_p
     assert key(report) == key(whole)
     (p,) = report.problems
     assert "3 TCP frames tshark could not dissect (frame 1, 8, 15:" in p.what
+
+
+def test_a_sigkilled_analyze_leaves_no_editcap_and_its_chunks_go_with_the_next_run(tmp_path):
+    """SIGKILL leaves no time to clean up: editcap dies with us (a parent-death signal), and the chunk
+    directory, a copy of the user's capture, is removed by the next analyze of a file beside it."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from tests.waiting import wait_until
+
+    big = tmp_path / "lo.pcap"
+    data = (DATA / "lab-collision-lo.pcap").read_bytes()
+    big.write_bytes(data[:24] + data[24:] * 30000)  # 90 MB: editcap is still splitting when the kill comes
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(big), "-o", "json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        editcaps = wait_until("editcap writing chunks", 60, lambda: [
+            c for c in psutil.Process(proc.pid).children(recursive=True) if c.name() == "editcap"]
+            if any(tmp_path.glob(".meshdoctor-chunks-*/chunk_*")) else [])
+        proc.kill()
+        proc.wait(timeout=10)
+        gone, alive = psutil.wait_procs(editcaps, timeout=5)
+        assert not alive  # the kernel ended editcap with us
+        assert list(tmp_path.glob(".meshdoctor-chunks-*"))  # left behind, as only a SIGKILL leaves them
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    small = tmp_path / "eth0.pcap"
+    small.write_bytes((DATA / "lab-collision-eth0.pcap").read_bytes())
+    done = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(small), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert not list(tmp_path.glob(".meshdoctor-chunks-*"))
