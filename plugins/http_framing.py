@@ -39,9 +39,10 @@ def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
     values = {v.strip() for _, v in cl for v in v.split(",")}
     if len(values) > 1:
         out.append("conflicting Content-Length values: " + ", ".join(sorted(values)))
-    for line in msg.raw_header_lines:
+    owners = msg.raw_owners or ("",) * len(msg.raw_header_lines)
+    for line, owner in zip(msg.raw_header_lines, owners):
         if line[:1] in (" ", "\t"):
-            out.append(f"obsolete line folding: {raw_line(line, redact)!r}")
+            out.append(f"obsolete line folding: {raw_line(line, redact, owner)!r}")
         else:
             out.append(f"invalid header name bytes: {raw_line(line, redact)!r}")
     return out

@@ -41,13 +41,16 @@ class HttpStart:
 
     ``start_line`` is the request or status line; ``headers`` are (name, value) pairs in wire order with their
     original case and duplicates kept, because framing rules (RFC 9112 section 6) depend on exactly that.
-    ``raw_header_lines`` keeps lines that did not parse as ``name: value`` (bad header bytes).
+    ``raw_header_lines`` keeps lines that did not parse as ``name: value`` (bad header bytes, obs-fold
+    continuations); ``raw_owners`` says, for each, the name of the field line above it, which a continuation
+    belongs to (RFC 9112 section 5.2): redaction must hide a folded ``Cookie`` as it hides the ``Cookie`` line.
     """
 
     start_line: str
     headers: tuple[tuple[str, str], ...] = ()
     raw_header_lines: tuple[str, ...] = ()
     complete: bool = True  # False when the header block did not end inside this segment
+    raw_owners: tuple[str, ...] = ()  # "" where no field line came before
 
     @property
     def is_request(self) -> bool:

@@ -11,6 +11,7 @@ from .detector import Detector, DetectorContext
 from .events import AccessLogEvent, ContextEvent, EnvoyCountersEvent, KernelCountersEvent, PacketEvent, RedirectMapEvent
 from .findings import Finding
 from .flows import FlowTable
+from .redact import redact_finding
 from .registry import load_detectors
 
 TICK_EVERY_S = 0.5  # packet time between detector ticks (silence-based conclusions such as unanswered SYNs)
@@ -130,7 +131,7 @@ class Pipeline:
         seen); return every finding kept."""
         for det in self.detectors:
             self._emit(det.finish())
-        self.findings = [self.correlator.attach(f) for f in self.findings]
+        self.findings = [self._redacted(self.correlator.attach(f)) for f in self.findings]
         self._emit(self.correlator.unexplained(None, self.findings, self._claims))
         if self._envoy_moved:
             self.findings = attach_counters(self.findings, self._envoy_moved,
@@ -140,8 +141,13 @@ class Pipeline:
                                                    {d.id: d.kernel_counters for d in self.detectors})
         return self.findings
 
+    def _redacted(self, f: Finding) -> Finding:
+        return redact_finding(f) if self.ctx.redact else f
+
     def _emit(self, found: Iterable[Finding]) -> None:
-        for f in found:
+        # Request targets are scrubbed here, where every finding passes, rather than in each detector that
+        # quotes a path or an access-log line; header values are the detectors' business (they know the fields).
+        for f in map(self._redacted, found):
             if len(self.findings) < MAX_FINDINGS:
                 self.findings.append(f)
             else:

@@ -48,6 +48,8 @@ def parse_http_start(payload: bytes) -> HttpStart | None:
     start = lines[0]
     headers: list[tuple[str, str]] = []
     raw: list[str] = []
+    owners: list[str] = []
+    owner = ""  # the field the next continuation line folds into
     for text in lines[1:]:
         if len(text) <= _CACHED_LINE_CHARS and not text.lower().startswith(_NEVER_CACHED):
             pair = _shared_field_line(text)
@@ -55,6 +57,10 @@ def parse_http_start(payload: bytes) -> HttpStart | None:
             pair = _field_line(text)
         if pair is not None:
             headers.append(pair)
+            owner = pair[0]
         else:
             raw.append(text)
-    return HttpStart(start, tuple(headers), tuple(raw), complete)
+            owners.append(owner)
+            if text[:1] not in (" ", "\t"):
+                owner = text.partition(":")[0]
+    return HttpStart(start, tuple(headers), tuple(raw), complete, tuple(owners))

@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
-from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS
+from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS, SENSITIVE_QUERY_PARAMS, redact_target
 from kubectl_meshdoctor.sinks.ladder import render_ladder
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 
@@ -54,10 +54,12 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
 def finding_explanation(f: Finding, redact: bool = True) -> str:
     lines = [f.explanation, "", "fix:", f.remediation, ""]
     if redact:
-        lines.append(f"privacy: values of {', '.join(sorted(SENSITIVE_HEADERS))} are shown as <redacted> "
-                     f"(watch --no-redact shows them)")
+        lines.append(f"privacy: values of {', '.join(sorted(SENSITIVE_HEADERS))}, of header names that are not "
+                     f"tokens, and of the query parameters {', '.join(sorted(SENSITIVE_QUERY_PARAMS))} are shown "
+                     f"as <redacted> (watch --no-redact shows them)")
     else:
-        lines.append("privacy: redaction is off (--no-redact): header values are shown as captured")
+        lines.append("privacy: redaction is off (--no-redact): header values and request targets are shown as "
+                     "captured")
     return "\n".join(lines)
 
 
@@ -239,7 +241,7 @@ class MeshDoctorApp(App[Report | None]):
         table.clear()
         evidence = {(e.source, e.frame) for e in self.selected.evidence} if self.selected else set()
         for ev in rows:
-            info = ev.http.start_line if ev.http else ""
+            info = redact_target(ev.http.start_line, self.session.redact) if ev.http else ""
             style = "bold" if (ev.source, ev.frame) in evidence else ""
             table.add_row(Text(str(ev.frame), style=style), f"{ev.ts - t0:.3f}", ev.iface, ev.src_endpoint,
                           ev.dst_endpoint, Text(ev.flags.short(), style="red" if ev.is_rst else style),
@@ -426,7 +428,7 @@ class MeshDoctorApp(App[Report | None]):
     def action_access_log(self) -> None:
         from .envoy import AccessLogScreen
 
-        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod() or "?"))
+        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod() or "?", self.session.redact))
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""

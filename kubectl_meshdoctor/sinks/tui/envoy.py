@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from kubectl_meshdoctor.core.redact import redact_target
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import Cluster
 
@@ -118,10 +119,11 @@ class AccessLogScreen(Screen):
     BINDINGS = [Binding("escape,a", "app.pop_screen", "back"), Binding("slash", "filter", "filter")]
     CSS = "#log-status { height: auto; padding: 0 1; background: $boost; }"
 
-    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str) -> None:
+    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str, redact: bool = True) -> None:
         super().__init__()
         self.entries = entries
         self.pod = pod
+        self.redact = redact
         self.filter_text = ""
         self._shown = -1
 
@@ -158,7 +160,7 @@ class AccessLogScreen(Screen):
         import time as _time
 
         for e in reversed(shown):
-            request = f"{e.method} {e.path}" if e.method else "TCP"
+            request = redact_target(f"{e.method} {e.path}", self.redact) if e.method else "TCP"
             table.add_row(_time.strftime("%H:%M:%S", _time.localtime(e.ts)) + f".{int(e.ts * 1000) % 1000:03d}",
                           Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
                           flags_text(e.flags), e.details or "-", e.upstream_host or "-", request)

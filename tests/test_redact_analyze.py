@@ -1,0 +1,87 @@
+"""Issue 15: secrets planted where redaction used to miss them stay out of every report format of
+``analyze``, and ``--no-redact`` still shows them (the captures are built with dpkt, as bench/gen_pcap.py does)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+
+import dpkt
+import pytest
+
+from .plugins.test_access_log_classes import line, text
+
+FOLDED, NUL_AUTH, WIRE_TOKEN, LOG_TOKEN = "FoldedCookieS3cret", "NulAuthS3cret", "WireTokenS3cret", "LogTokenS3cret"
+SIDECAR, APP = ("127.0.0.6", 45000), ("198.18.5.2", 5000)
+CALLER, POD = ("198.18.6.1", 40500), ("198.18.6.2", 5000)
+# An app answer Envoy rejects (two Transfer-Encoding fields), carrying a folded Set-Cookie and an Authorization
+# name with a NUL before its colon: the http-framing finding quotes its header block.
+BAD_RESPONSE = ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"
+                f"Set-Cookie: theme=dark;\r\n\tsession={FOLDED}\r\nAuthorization\x00: Bearer {NUL_AUTH}\r\n"
+                "X-Bad : 1\r\n\r\n").encode("latin-1")
+# Envoy's own 504 (tests/plugins/test_wire_classes.py): upstream-timeout names the request in its title.
+ENVOY_504 = (b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 24\r\ncontent-type: text/plain\r\n"
+             b"date: Tue, 01 Dec 2026 10:54:35 GMT\r\nserver: istio-envoy\r\n\r\n")
+T0 = 1_764_583_200.0
+
+
+def write_pcap(path, client, server, request: bytes, response: bytes, after_s: float) -> None:
+    """A handshake, one request and its response: the least a detector needs to see an exchange."""
+    c, s = socket.inet_aton(client[0]), socket.inet_aton(server[0])
+    packets = [(0.0, True, dpkt.tcp.TH_SYN, 1000, 0, b""), (0.0001, False, dpkt.tcp.TH_SYN | dpkt.tcp.TH_ACK, 5000, 1001, b""),
+               (0.0002, True, dpkt.tcp.TH_ACK, 1001, 5001, b""),
+               (0.0003, True, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, 1001, 5001, request),
+               (0.0003 + after_s, False, dpkt.tcp.TH_PUSH | dpkt.tcp.TH_ACK, 5001, 1001 + len(request), response)]
+    with open(path, "wb") as fh:
+        w = dpkt.pcap.Writer(fh, linktype=dpkt.pcap.DLT_EN10MB)
+        for dt, from_client, flags, seq, ack, payload in packets:
+            (src, sport), (dst, dport) = ((c, client[1]), (s, server[1])) if from_client else ((s, server[1]), (c, client[1]))
+            tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq, ack=ack, flags=flags, win=65535, data=payload)
+            ip = dpkt.ip.IP(src=src, dst=dst, p=dpkt.ip.IP_PROTO_TCP, ttl=64, data=tcp)
+            ip.len = len(ip)
+            eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=dpkt.ethernet.ETH_TYPE_IP, data=ip)
+            w.writepkt(bytes(eth), T0 + dt)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("planted")
+    write_pcap(d / "app-lo.pcap", SIDECAR, APP, b"GET /items HTTP/1.1\r\nHost: app\r\n\r\n", BAD_RESPONSE, 0.002)
+    write_pcap(d / "pod-eth0.pcap", CALLER, POD, f"GET /cb?state=1&access_token={WIRE_TOKEN} HTTP/1.1\r\n"
+               "Host: pod\r\n\r\n".encode(), ENVOY_504, 1.0)
+    (d / "access.log").write_text(text(line(
+        path=f"/login?ACCESS_TOKEN={LOG_TOKEN}&next=/", code=503, flags="UF",
+        details="upstream_reset_before_response_started{connection_failure}", failure="-", duration=1,
+        service_time="-")) + "\n")
+    return [str(d / "app-lo.pcap"), str(d / "pod-eth0.pcap"), str(d / "access.log")]
+
+
+def analyze(files, output: str, *extra: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *files, "-o", output, *extra],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1, 2), proc.stderr  # findings make a non-zero exit; a crash would not be here
+    return proc.stdout + proc.stderr
+
+
+needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="captures are read through tshark")
+
+
+@needs_tshark
+@pytest.mark.parametrize("output", ["json", "text", "markdown"])
+def test_planted_secrets_appear_in_no_report(inputs, output):
+    out = analyze(inputs, output)
+    for detector in ("http-framing", "upstream-timeout"):
+        assert detector in out, out
+    assert "access_token=<redacted>" in out and "ACCESS_TOKEN=<redacted>" in out and "state=1" in out
+    for secret in (FOLDED, NUL_AUTH, WIRE_TOKEN, LOG_TOKEN):
+        assert secret not in out, (secret, out)
+
+
+@needs_tshark
+@pytest.mark.parametrize("output", ["json", "text", "markdown"])
+def test_no_redact_shows_them_all(inputs, output):
+    out = analyze(inputs, output, "--no-redact")
+    for secret in (FOLDED, NUL_AUTH, WIRE_TOKEN, LOG_TOKEN):
+        assert secret in out, (secret, out)
