@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .numbers import ascii_int
+
 
 class FormatError(ValueError):
     """The body is not the Envoy admin format the parser was asked for (message: one line)."""
@@ -166,7 +168,7 @@ def _split_address(rest: str) -> tuple[str, int | None, str] | None:
     IPv6 addresses contain `::`, so a bracketed address is cut at its `]:port` first.
     """
     if rest.startswith("["):
-        match = re.match(r"\[([0-9A-Fa-f:.%\w]*)\]:(\d+)::", rest)
+        match = re.match(r"\[([0-9A-Fa-f:.%\w]*)\]:([0-9]{1,5})::", rest)
         if not match:
             return None
         return match.group(1), int(match.group(2)), rest[match.end():]
@@ -174,8 +176,9 @@ def _split_address(rest: str) -> tuple[str, int | None, str] | None:
     if not sep:
         return None
     ip, colon, port = address.rpartition(":")
-    if colon and port.isdigit() and ip and not ip.startswith("."):
-        return ip, int(port), tail
+    number = ascii_int(port, max_digits=5) if colon else None
+    if number is not None and ip and not ip.startswith("."):
+        return ip, number, tail
     return address, None, tail  # a pipe path, e.g. ./etc/istio/proxy/XDS
 
 
@@ -353,6 +356,8 @@ def parse_clusters_json(body: str) -> dict[str, Cluster]:
         doc = _snake_keys(json.loads(body))
     except json.JSONDecodeError as e:
         raise FormatError(f"not an Envoy /clusters JSON body: {e.msg} at line {e.lineno}") from None
+    except (ValueError, RecursionError) as e:  # a number of > 4300 digits; nesting deeper than Python recurses
+        raise FormatError(f"not an Envoy /clusters JSON body: {type(e).__name__}") from None
     if not isinstance(doc, dict) or (doc and "cluster_statuses" not in doc):
         raise FormatError("not an Envoy /clusters JSON body: no cluster_statuses")
     statuses = doc.get("cluster_statuses") or []  # Envoy with no clusters prints {}
@@ -360,6 +365,7 @@ def parse_clusters_json(body: str) -> dict[str, Cluster]:
         raise FormatError("not an Envoy /clusters JSON body: cluster_statuses is not a list")
     try:
         clusters = [_json_cluster(s) for s in statuses if isinstance(s, dict) and "name" in s]
-    except (TypeError, ValueError, AttributeError) as e:
-        raise FormatError(f"not an Envoy /clusters JSON body: {e}") from None
+    # Fields of the wrong JSON type or size (a list for an address, `"weight": 1e999`): no Envoy wrote this.
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError, RecursionError) as e:
+        raise FormatError(f"not an Envoy /clusters JSON body: {str(e)[:100]}") from None
     return {c.name: c for c in clusters}

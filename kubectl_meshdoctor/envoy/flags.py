@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .numbers import ascii_int
+
 HTTP = "HTTP"
 TCP = "TCP"
 
@@ -239,9 +241,8 @@ def transport_errno(transport: str | None) -> int | None:
     if not match:
         return None
     value = match.group(1).strip()
-    if value.isdigit():
-        return int(value)
-    return _ERRNO_BY_TEXT.get(value)
+    number = ascii_int(value, max_digits=4)  # Linux errnos are < 4096
+    return number if number is not None else _ERRNO_BY_TEXT.get(value)
 
 
 def parse_reset_details(details: str | None) -> ResetDetails | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from .clusters import FormatError
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+_VERSION = re.compile(r"^([0-9]{1,9})\.([0-9]{1,9})\.([0-9]{1,9})")  # ASCII: `\d` also takes `²`
 
 
 def envoy_version(server_info: str | dict[str, Any]) -> str:
@@ -22,6 +22,8 @@ def envoy_version(server_info: str | dict[str, Any]) -> str:
         doc = json.loads(server_info) if isinstance(server_info, str) else server_info
     except json.JSONDecodeError as e:
         raise FormatError(f"not an Envoy /server_info body: {e.msg} at line {e.lineno}") from None
+    except (ValueError, RecursionError) as e:  # a number of > 4300 digits; nesting deeper than Python recurses
+        raise FormatError(f"not an Envoy /server_info body: {type(e).__name__}") from None
     version = doc.get("version") if isinstance(doc, dict) else None
     if not isinstance(version, str):
         raise FormatError("not an Envoy /server_info body: no version field")

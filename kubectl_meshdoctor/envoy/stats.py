@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from .numbers import ascii_int
+
 from .clusters import FormatError
 
 StatValue = int | str  # counters and gauges are ints; text readouts and histograms stay text
@@ -49,11 +51,13 @@ def parse_stats(body: str) -> dict[str, StatValue]:
 
 
 def _value(text: str) -> StatValue:
-    if text.isdigit():
-        return int(text)
+    number = ascii_int(text)
+    if number is not None:
+        return number
     if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
         return text[1:-1]
-    return text  # histogram quantiles, "No recorded values", or something newer: keep it raw
+    # Histogram quantiles, "No recorded values", something newer, or digits no uint64 holds: keep it raw.
+    return text
 
 
 def histograms(stats: Mapping[str, StatValue]) -> dict[str, str]:
@@ -201,7 +205,7 @@ def delta(before: Mapping[str, StatValue], after: Mapping[str, StatValue]) -> di
 
 _ISTIOCUSTOM = re.compile(
     r"istiocustom\.istio_requests_total\.reporter\.(?P<reporter>\w+)\..*"
-    r"\.response_code\.(?P<code>\d+)\..*\.response_flags\.(?P<flags>[^.]+)\.")
+    r"\.response_code\.(?P<code>[0-9]{1,3})\..*\.response_flags\.(?P<flags>[^.]+)\.")
 _REPORTER_EQ = re.compile(r"(?:^|;\.;)(?:wasmcustom\.)?(?P<key>[a-z_]+)=\.=(?P<value>[^;]*)")
 
 
@@ -227,7 +231,7 @@ def _istio_request_key(name: str) -> tuple[str, int, str] | None:
         return match["reporter"], int(match["code"]), match["flags"]
     if name.endswith("istio_requests_total") and "reporter=.=" in name:
         labels = {m["key"]: m["value"] for m in _REPORTER_EQ.finditer(name)}
-        code = labels.get("response_code", "")
-        if code.isdigit():
-            return labels.get("reporter", ""), int(code), labels.get("response_flags", "-")
+        code = ascii_int(labels.get("response_code", ""), max_digits=3)  # an HTTP status, or 0
+        if code is not None:
+            return labels.get("reporter", ""), code, labels.get("response_flags", "-")
     return None

@@ -16,7 +16,9 @@ MAX_LINE_BYTES = 64 * 1024  # longer lines are cut: an access-log line is a few 
 class LogFollower:
     """Streams new lines of ``container``'s log to ``on_line`` from a thread until ``stop``.
 
-    ``error`` says why the stream ended early (one line), None after a clean stop."""
+    ``error`` says why the stream ended early (one line), None after a clean stop. A line ``on_line`` raised on
+    is dropped and counted in ``dropped`` (``drop_reason``: the first one's exception), and the stream goes on:
+    one line nobody expected must not end the following of every line after it."""
 
     kube: Kube
     namespace: str
@@ -25,6 +27,9 @@ class LogFollower:
     on_line: Callable[[str], None]
     error: str | None = None
     lines: int = 0
+    dropped: int = 0
+    drop_reason: str | None = None
+    _buf: bytes = b""
     _stop: threading.Event = field(default_factory=threading.Event)
     _resp: object | None = None
     _thread: threading.Thread | None = None
@@ -46,22 +51,29 @@ class LogFollower:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def feed(self, chunk: bytes) -> None:
+        """Hand every line that ``chunk`` completes to ``on_line``; a partial last line waits for the next."""
+        *lines, self._buf = (self._buf + chunk).split(b"\n")
+        for line in lines:
+            self.lines += 1
+            try:
+                self.on_line(line[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r"))
+            except Exception as e:
+                self.dropped += 1
+                if self.drop_reason is None:
+                    self.drop_reason = f"{type(e).__name__}: {str(e)[:100]}".splitlines()[0]
+        if len(self._buf) > MAX_LINE_BYTES:
+            self._buf = b""
+
     def _run(self) -> None:
         try:
             self._resp = self.kube.core.read_namespaced_pod_log(
                 self.pod, self.namespace, container=self.container, follow=True, tail_lines=0,
                 _preload_content=False)
-            buf = b""
             for chunk in self._resp.stream(4096):
                 if self._stop.is_set():
                     return
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    self.lines += 1
-                    self.on_line(line[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r"))
-                if len(buf) > MAX_LINE_BYTES:
-                    buf = b""
+                self.feed(chunk)
             if not self._stop.is_set():
                 self.error = f"the {self.container} log stream ended (pod restarted or connection lost)"
         except Exception as e:  # reported by the caller, never lost silently

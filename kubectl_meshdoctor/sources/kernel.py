@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from kubectl_meshdoctor.envoy.numbers import ascii_int
+
 WATCHED = ("TcpExtTCPChallengeACK", "TcpExtTCPSynRetrans", "TcpExtListenDrops", "TcpExtListenOverflows",
            "TcpExtTCPAbortOnData", "TcpExtTCPAbortOnClose", "TcpAttemptFails", "TcpEstabResets", "TcpOutRsts",
            "ConntrackInsertFailed", "ConntrackDrop")
@@ -30,19 +32,27 @@ def parse_counters(text: str) -> dict[str, int]:
     for header, values in zip(lines, lines[1:]):
         hp, _, hnames = header.partition(":")
         vp, _, vvalues = values.partition(":")
-        if hp != vp or not hnames or hnames.split()[0].lstrip("-").isdigit():
+        if hp != vp or not hnames or ascii_int(hnames.split()[0], signed=True) is not None:
             continue
         for name, value in zip(hnames.split(), vvalues.split()):
-            if value.lstrip("-").isdigit():
-                out[f"{hp}{name}"] = int(value)
+            number = ascii_int(value, signed=True)  # /proc/net/snmp prints TcpMaxConn as -1
+            if number is not None:
+                out[f"{hp}{name}"] = number
     rows = [ln.split() for ln in conntrack.strip().splitlines()]
     if rows and rows[0] and rows[0][0] == "entries":
         head = rows[0]
         for key, name in (("insert_failed", "ConntrackInsertFailed"), ("drop", "ConntrackDrop")):
             if key in head:
                 i = head.index(key)
-                out[name] = sum(int(r[i], 16) for r in rows[1:] if len(r) > i)
+                out[name] = sum(n for r in rows[1:] if len(r) > i and (n := _hex32(r[i])) is not None)
     return out
+
+
+def _hex32(text: str) -> int | None:
+    # The kernel prints these as %08x; anything else (a cut line, a per-CPU row we do not know) is skipped.
+    if len(text) > 16 or not all(c in "0123456789abcdefABCDEF" for c in text) or not text:
+        return None
+    return int(text, 16)
 
 
 def counter_deltas(before: dict[str, int], after: dict[str, int], names=WATCHED) -> dict[str, int]:
@@ -67,8 +77,11 @@ def parse_listeners(text: str) -> frozenset[tuple[str, int]]:
         if len(fields) < 4 or fields[3] != TCP_LISTEN or ":" not in fields[1]:
             continue
         addr, _, port = fields[1].partition(":")
+        number = _hex32(port)
+        if number is None or number > 0xFFFF or len(addr) not in (8, 32):
+            continue  # not a TCP port or an IPv4/IPv6 address: a cut or foreign line
         try:
-            found.add((_address(addr), int(port, 16)))
+            found.add((_address(addr), number))
         except ValueError:
             continue
     return frozenset(found)

@@ -8,7 +8,6 @@ report's problems instead.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +45,18 @@ def _snapshot(admin: EnvoyAdmin) -> dict:
     return parse_stats(resp.body)
 
 
+def line_handler(loop: asyncio.AbstractEventLoop,
+                 on_event: Callable[[AccessLogEvent], None]) -> Callable[[str], None]:
+    """The follower's ``on_line``: each access-log line as an AccessLogEvent handed to ``on_event`` on ``loop``."""
+
+    def on_line(line: str) -> None:
+        entry = parse_line(line)
+        if entry is not None:  # Envoy's own log lines share the container log; they are not access-log lines
+            loop.call_soon_threadsafe(on_event, AccessLogEvent(time.time(), entry))
+
+    return on_line
+
+
 async def open_proxy(kube: Kube, namespace: str, pod: str, on_event: Callable[[AccessLogEvent], None],
                      admin_port: int = ADMIN_PORT) -> ProxyLink:
     """Read the proxy's version and counters, and start following its access log: each line becomes an
@@ -53,18 +64,14 @@ async def open_proxy(kube: Kube, namespace: str, pod: str, on_event: Callable[[A
     link = ProxyLink(EnvoyAdmin(kube, namespace, pod, admin_port))
     try:
         info = await asyncio.to_thread(link.admin.get, "/server_info")
-        link.version = envoy_version(json.loads(info.body)) if info.status == 200 else None
+        # The body, not json.loads of it: envoy_version turns every bad body (nesting 100000 deep, a number of
+        # 5000 digits) into its FormatError, which json.loads would raise as RecursionError or worse.
+        link.version = envoy_version(info.body) if info.status == 200 else None
         link.stats_before = await asyncio.to_thread(_snapshot, link.admin)
     except (KubeError, ValueError) as e:
         link._problem(f"Envoy admin not reachable, no counters: {str(e).splitlines()[0]}")
-    loop = asyncio.get_running_loop()
-
-    def on_line(line: str) -> None:
-        entry = parse_line(line)
-        if entry is not None:  # Envoy's own log lines share the container log; they are not access-log lines
-            loop.call_soon_threadsafe(on_event, AccessLogEvent(time.time(), entry))
-
-    link.follower = LogFollower(kube, namespace, pod, SIDECAR_CONTAINER, on_line)
+    link.follower = LogFollower(kube, namespace, pod, SIDECAR_CONTAINER,
+                                line_handler(asyncio.get_running_loop(), on_event))
     link.follower.start()
     return link
 
@@ -77,6 +84,9 @@ async def close_proxy(link: ProxyLink) -> dict[str, dict[str, int]]:
         await asyncio.to_thread(link.follower.stop)
         if link.follower.error:
             link._problem(link.follower.error)
+        if link.follower.dropped:
+            link._problem(f"{link.follower.dropped} {SIDECAR_CONTAINER} log line(s) could not be read and were "
+                          f"dropped; first: {link.follower.drop_reason}")
     if link.stats_before:
         try:
             after = await asyncio.to_thread(_snapshot, link.admin)

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from kubectl_meshdoctor.core.redact import redact_target
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import Cluster
+from kubectl_meshdoctor.envoy.numbers import UINT64_DIGITS, ascii_int
 
 HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error", "rq_timeout", "rq_total")
 FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
@@ -110,7 +111,9 @@ class ClustersScreen(Screen):
 
 def _sort_key(value) -> tuple:
     text = value.plain if isinstance(value, Text) else str(value)
-    return (0, int(text), "") if text.isdigit() else (1, 0, text)
+    # ASCII digits only: a cluster named `²` passes isdigit() and would make int() kill the sort.
+    number = ascii_int(text, max_digits=UINT64_DIGITS)
+    return (0, number, "") if number is not None else (1, 0, text)
 
 
 class AccessLogScreen(Screen):

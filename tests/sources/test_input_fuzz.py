@@ -1,0 +1,77 @@
+"""The sources' parsers of outside bytes (kernel counters, HTTP/1 starts) and the followed sidecar log, on
+input no kernel, peer or Envoy sent: a value comes back, and one bad line is dropped alone."""
+
+import asyncio
+import json
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kubectl_meshdoctor.kube.logs import LogFollower
+from kubectl_meshdoctor.sources.http1 import parse_http_start
+from kubectl_meshdoctor.sources.kernel import parse_counters, parse_listeners
+from kubectl_meshdoctor.sources.sidecar import line_handler
+from tests.envoy.conftest import access_log_lines
+from tests.test_kernel import PROC_NET_TCP, SAMPLE
+
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HUGE = "9" * 5000
+BREAKERS = ("²", "٣", HUGE, "F" * 5000, "-", "", "zz", "-1", "1e999", ":", "0A")
+KERNEL = SAMPLE + PROC_NET_TCP
+
+
+@st.composite
+def mutated(draw, text: str) -> str:
+    for _ in range(draw(st.integers(1, 4))):
+        words = list(re.finditer(r"[^\s:]+", text))
+        m = draw(st.sampled_from(words))
+        new = draw(st.sampled_from(BREAKERS) | st.text(max_size=12))
+        text = text[:m.start()] + new + text[m.end():]
+    return text
+
+
+@FUZZ
+@given(st.text() | mutated(KERNEL))
+def test_kernel_parsers_return_a_value(text):
+    counters = parse_counters(text)
+    assert all(isinstance(v, int) for v in counters.values())
+    assert all(0 <= port <= 0xFFFF for _, port in parse_listeners(text))
+
+
+def test_kernel_breakers_are_skipped_not_raised():
+    text = (f"TcpExt: A B C\nTcpExt: ² {HUGE} 5\n#conntrack\nentries drop insert_failed\nzz gg 00000001\n"
+            f"#tcp\n 0: 0100007F:{'F' * 5000} 00000000:0000 0A\n 1: 0100007F:²² 00000000:0000 0A\n")
+    assert parse_counters(text) == {"TcpExtC": 5, "ConntrackInsertFailed": 1, "ConntrackDrop": 0}
+    assert parse_listeners(text) == frozenset()
+
+
+@FUZZ
+@given(st.binary() | st.sampled_from([b"GET / HTTP/1.1\r\n", b"HTTP/1.1 200 OK\r\n"]).flatmap(
+    lambda start: st.binary().map(lambda rest: start + rest)))
+def test_http_start_returns_a_value(payload):
+    parse_http_start(payload)
+
+
+def test_a_bad_access_log_line_mid_stream_drops_that_line_alone():
+    good = access_log_lines()[:2]
+    bad = ['{"start_time":"2025-06-12T08:14:01Z","response_code":1e999}', "[" * 100_000,
+           '{"start_time":"2025-06-12T08:14:01Z","response_code":"²"}']
+    stream = b"\n".join([good[0].encode(), *(b.encode() for b in bad), b"\xff\xfe not utf-8", good[1].encode(), b""])
+    loop = asyncio.new_event_loop()
+    events = []
+    follower = LogFollower(None, "ns", "pod", "istio-proxy", line_handler(loop, events.append))
+    for i in range(0, len(stream), 4096):  # as the API hands the stream over, lines cut across chunks
+        follower.feed(stream[i:i + 4096])
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert [e.entry.raw for e in events] == good
+    assert follower.lines == 3 + len(bad) and follower.dropped == 0
+
+
+def test_a_line_the_handler_raises_on_is_dropped_and_counted_and_following_goes_on():
+    seen = []
+    follower = LogFollower(None, "ns", "pod", "istio-proxy", lambda line: seen.append(json.loads(line)))
+    follower.feed(b'{"a": 1}\n{"a": \n{"a": 1e999}\n' + b"[" * 100_000 + b'\n{"a": 2}\n')
+    assert seen == [{"a": 1}, {"a": float("inf")}, {"a": 2}]
+    assert follower.dropped == 2 and follower.drop_reason.startswith("JSONDecodeError")
