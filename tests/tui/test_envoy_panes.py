@@ -102,3 +102,22 @@ async def test_access_log_pane_colours_flags_and_filters():
         assert table.get_row_at(0)[2].plain == "UF"
         assert "filter 'UF': 1 shown" in str(app.screen.query_one("#log-status", Static).render())
         await pilot.press("escape", "q")
+
+
+async def test_the_access_log_filter_cannot_find_a_hidden_token():
+    """The filter matches the line as shown: typing the secret must not tell, by the rows it keeps, that it is
+    there (issue 15)."""
+    secret = "s3cr3t-tok3n"
+    entries = [parse_line(UF.replace("GET /admin/health", f"GET /admin/health?access_token={secret}")),
+               parse_line(UPE)]
+    assert all(entries) and secret in entries[0].raw
+    app = MeshDoctorApp(EnvoySession(entries=entries))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("a")
+        table = app.screen.query_one("#access-log", DataTable)
+        await wait_for(pilot, lambda: table.row_count == 2)
+        await pilot.press("slash", *secret, "enter")
+        await wait_for(pilot, lambda: table.row_count == 0)
+        status = app.screen.query_one("#log-status", Static)
+        await wait_for(pilot, lambda: f"filter '{secret}': 0 shown" in str(status.render()))
+        await pilot.press("escape", "q")

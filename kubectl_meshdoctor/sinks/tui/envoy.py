@@ -150,7 +150,9 @@ class AccessLogScreen(Screen):
         f = self.filter_text.strip()
         if not f:
             return True
-        return f.upper() in e.flags or f.lower() in e.raw.lower()
+        # Matched against the line as shown: a filter on the raw line would tell, by what it keeps, whether a
+        # hidden token is there.
+        return f.upper() in e.flags or f.lower() in redact_target(e.raw, self.redact).lower()
 
     def refresh_entries(self, force: bool = False) -> None:
         entries = self.entries()
