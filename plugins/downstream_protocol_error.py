@@ -92,16 +92,16 @@ class DownstreamProtocolError(Detector):
             flow.notes[_NOTE] = ev
             return ()
         request = flow.notes.pop(_NOTE, None)
-        parts = ev.http.start_line.split(" ", 2)
-        if request is None or len(parts) < 2 or not parts[1].isdigit():
+        status = ev.http.status
+        if request is None or status is None:
             return ()
-        kind = _wire_kind(request, ev, int(parts[1]))
+        kind = _wire_kind(request, ev, status)
         if kind is None:
             return ()
         return (self._finding(kind, FlowRef.of(flow),
                               (Evidence.of(request, f"request from the caller: {request.http.start_line!r}"),
                                Evidence.of(ev, f"the sidecar's own answer: {ev.http.start_line!r}")),
-                              request.http.start_line, int(parts[1]), _DETAILS[kind],
+                              request.http.start_line, status, _DETAILS[kind],
                               ("DPE",) if kind != "upgrade" else (), ev.ts),)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:

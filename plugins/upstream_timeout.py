@@ -29,13 +29,6 @@ TIMEOUT_BODY = len("upstream request timeout")  # Envoy's local reply to a route
 _NOTE = "upstream-timeout"
 
 
-def status_of(ev: PacketEvent) -> int | None:
-    """The status code of an HTTP/1 response start, None for anything else."""
-    if ev.http is None or ev.http.is_request:
-        return None
-    parts = ev.http.start_line.split(" ", 2)
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-
 
 def _seconds(ms: int) -> str:
     """Twice the timeout that fired (what Envoy waited, to the nearest whole second; it fires a few ms off)."""
@@ -53,7 +46,7 @@ class UpstreamTimeout(Detector):
             flow.notes[_NOTE] = ev  # the request this connection's next response answers
             return ()
         request = flow.notes.pop(_NOTE, None)
-        if request is None or status_of(ev) != 504 or not is_local_reply(ev.http.headers, TIMEOUT_BODY):
+        if request is None or ev.http.status != 504 or not is_local_reply(ev.http.headers, TIMEOUT_BODY):
             return ()
         waited_ms = int(round((ev.ts - request.ts) * 1000))
         return (self._finding(FlowRef.of(flow), (Evidence.of(request, "request from the caller"),

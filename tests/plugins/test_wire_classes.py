@@ -97,3 +97,10 @@ def test_a_short_caller_timeout_gets_no_route_timeout_below_it():
     assert "timeout:" not in f.remediation and "cut ordinary requests short" in f.remediation
     (g,) = run(exchange(GET, None, 5.0, close_first=True).events, only=["downstream-disconnect"])
     assert "timeout: 4000ms" in g.remediation
+
+
+def test_a_status_line_without_a_three_digit_code_is_no_answer():
+    """`isdigit()` takes `²` for a digit, and int() then refused it: one such line ended the run."""
+    for line in (b"HTTP/1.1 \xb2 Odd\r\n\r\n", b"HTTP/1.1 5040 Long\r\n\r\n", b"HTTP/1.1\r\n\r\n"):
+        w = exchange(GET, line, 0.01)
+        assert run(w.events, only=["downstream-protocol-error", "upstream-timeout"]) == []
