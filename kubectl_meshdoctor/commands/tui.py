@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable, Mapping
 
@@ -27,18 +28,23 @@ def evidence_saver(sources: Mapping[str, str] | Callable[[], Mapping[str, str]])
     return save
 
 
-def run_session(session: Session, output: str) -> int:
-    """Run the app; on exit print the report (``output`` format) so the findings outlive the screen."""
+def run_session(session: Session, output: str, abandon: Callable[[], None] | None = None) -> int:
+    """Run the app; on exit print the report (``output`` format) so the findings outlive the screen. SIGTERM and
+    SIGHUP stop it as `q` does; ``abandon`` runs if a hung-up screen cannot wind down (sinks/tui/ending.py)."""
     from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp  # textual is imported only to draw
 
-    app = MeshDoctorApp(session)
+    app = MeshDoctorApp(session, (signal.SIGTERM, signal.SIGHUP), abandon)
     report = app.run()
-    if app.error:
-        sys.stderr.write(f"kubectl meshdoctor: error: {app.error}\n")
-        return 2
-    if report is None:
-        return 0
-    for p in report.problems:
-        sys.stderr.write(f"problem: {p.line()}\n")
-    sys.stdout.write(RENDERERS[output](report))
-    return report.exit_code()
+    try:
+        if app.error:
+            sys.stderr.write(f"kubectl meshdoctor: error: {app.error}\n")
+            return 2
+        if report is None:
+            return 0
+        for p in report.problems:
+            sys.stderr.write(f"problem: {p.line()}\n")
+        sys.stdout.write(RENDERERS[output](report))
+        sys.stdout.flush()
+    except OSError:  # the terminal is gone (SIGHUP): nobody is left to read it, and that is no error of ours
+        pass
+    return 2 if app.error else report.exit_code() if report is not None else 0

@@ -4,19 +4,12 @@ streaming transports, and kubectl on a real pseudo-terminal for interactive sess
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
 import secrets
-import select
 import shutil
-import signal
-import struct
 import subprocess
-import termios
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +20,7 @@ from kubectl_meshdoctor.lab import lab
 from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
 
 from ..waiting import wait_until
-
+from .terminal import Terminal  # noqa: F401 (kubectl's tests import it from here)
 
 POD = "healthy"
 KUBECTL = shutil.which("kubectl")
@@ -135,56 +128,3 @@ def _need_debug(kubectl: Kubectl) -> None:
                     "removed; the lab serves 1.30, as a real 1.30 cluster it refuses it")
 
 
-@dataclass
-class Terminal:
-    """kubectl on a pseudo-terminal of 40 rows x 120 columns, as a person's shell runs it."""
-
-    pid: int
-    fd: int
-    out: bytes = b""
-
-    @classmethod
-    def start(cls, argv: list[str], env: dict[str, str]) -> "Terminal":
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: becomes kubectl, on the terminal's slave side
-            try:
-                os.execve(argv[0], argv, env)
-            finally:
-                os._exit(127)  # never run the rest of pytest in the forked child
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        return cls(pid, fd)
-
-    def expect(self, text: bytes, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.out:
-            left = deadline - time.monotonic()
-            assert left > 0, f"{text!r} not on the terminal after {timeout} s: {self.out[-500:]!r}"
-            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
-            if ready:
-                try:
-                    chunk = os.read(self.fd, 4096)
-                except OSError:  # EIO: kubectl exited and closed the terminal
-                    chunk = b""
-                assert chunk, f"kubectl left before printing {text!r}: {self.out[-500:]!r}"
-                self.out += chunk
-
-    def type(self, text: bytes) -> None:
-        os.write(self.fd, text)
-
-    def wait(self, timeout: float = 30) -> int:
-        def reaped() -> int | None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                return None
-            return os.waitstatus_to_exitcode(status) if pid else None
-        code = wait_until("kubectl exited", timeout, lambda: (c := reaped()) is not None and (c,))
-        os.close(self.fd)
-        return code[0]
-
-    def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass

@@ -19,6 +19,7 @@ from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_con
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
 from kubectl_meshdoctor.kube.target import Target
 from kubectl_meshdoctor.sinks.report import RENDERERS
+from kubectl_meshdoctor.sources.files import remove_stale_private_dirs
 
 
 def _ifaces(text: str) -> tuple[str, ...]:
@@ -52,6 +53,7 @@ def run(args) -> int:
         return error(str(e))
     if args.dry_run:
         return _watch_dry_run(opts)
+    remove_stale_private_dirs()  # a killed watch's spool: capture bytes nobody asked to keep
     if opts.write_pcap_dir is not None:
         try:  # before anything changes in the cluster, not after the debug container is up
             _writable_dir(opts.write_pcap_dir, "--write-pcap")

@@ -21,7 +21,7 @@ from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube
 from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
-from kubectl_meshdoctor.sources.files import private_dir_prefix, remove_stale_private_dirs
+from kubectl_meshdoctor.sources.files import private_dir_prefix
 
 
 def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
@@ -117,12 +117,15 @@ def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) ->
     """``watch`` in the TUI. Without --write-pcap the capture bytes go to a private spool (owner-only, capped)
     so `s` can save a finding's packets; it is deleted when the screen closes."""
     spool = None
-    remove_stale_private_dirs()  # a killed watch's spool: capture bytes nobody asked to keep
     if opts.write_pcap_dir is None:
         spool = Path(tempfile.mkdtemp(prefix=private_dir_prefix("spool")))  # mode 0700
         opts = replace(opts, spool_dir=spool)
-    try:
-        return run_session(LiveSession(kube, opts, redact), output)
-    finally:
+
+    def remove_spool() -> None:
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
+
+    try:
+        return run_session(LiveSession(kube, opts, redact), output, remove_spool)
+    finally:
+        remove_spool()

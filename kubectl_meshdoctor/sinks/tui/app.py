@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import on, work
@@ -25,6 +26,7 @@ from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS, SENSITIVE_QUERY_PA
 from kubectl_meshdoctor.sinks.ladder import render_ladder
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 
+from .ending import StopSignals
 from .packet_filter import FilterError, PacketFilter, of_finding
 from .session import Session, SessionHooks
 
@@ -103,9 +105,15 @@ class MeshDoctorApp(App[Report | None]):
                 Binding("escape", "clear_filter", "Clear filter", show=False),
                 Binding("ctrl+c", "quit_clean", "Quit", show=False)]
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, stop_signals: tuple[int, ...] = (),
+                 abandon: Callable[[], None] | None = None) -> None:
+        """``stop_signals`` (e.g. SIGTERM, SIGHUP) stop the session as ``q`` does; a second one leaves at once;
+        ``abandon`` is what must still be done if a hung-up screen cannot wind down (ending.StopSignals). Only
+        the process's own app should take signals: a test's app would steal the test runner's handlers."""
         super().__init__()
         self.session = session
+        self.stop_signals = StopSignals(stop_signals, self._on_stop_signal, abandon)
+        self.signalled: int | None = None  # the first stop signal that came
         self.hooks = SessionHooks(on_finding=self._on_finding, progress=self._on_progress)
         self.findings: list[Finding] = []
         self._shown = 0  # findings already in the table; the rest wait for a refresh (or for p)
@@ -147,11 +155,22 @@ class MeshDoctorApp(App[Report | None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.stop_signals.install(asyncio.get_running_loop())
         self.sub_title = self.session.describe
         self._apply_width(self.size.width)
         self.set_interval(0.5, self._refresh)
         self.set_interval(1.0, self._refresh_packets)  # the costliest pane: once a second is enough to read
         self._run_session()
+
+    def on_unmount(self) -> None:
+        self.stop_signals.remove()
+
+    def _on_stop_signal(self, sig: int) -> None:
+        if self.signalled is not None:  # asked twice: leave now (the caller still removes what it made)
+            self.exit(self.report)
+            return
+        self.signalled = sig
+        self.run_worker(self.action_quit_clean(), exit_on_error=False)
 
     def on_resize(self, event) -> None:
         self._apply_width(event.size.width)
