@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import glob
 import gzip
 import os
@@ -164,7 +165,7 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
     proc = await asyncio.create_subprocess_exec("editcap", "-c", str(CHUNK_PACKETS), path,
                                                 os.path.join(into, "chunk" + ext),
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                                preexec_fn=die_with_parent)
+                                                preexec_fn=functools.partial(die_with_parent, _libc()))
     try:
         _, err = await proc.communicate()
     except BaseException:
@@ -183,10 +184,16 @@ PRIVATE_KINDS = ("chunks", "spool")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def die_with_parent() -> None:
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent(libc: ctypes.CDLL) -> None:
     """In a child before exec: the kernel SIGKILLs it when we die, however we die (a SIGKILL leaves no time
-    to end it ourselves, and an editcap left running goes on writing a copy of the user's capture)."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    to end it ourselves, and an editcap left running goes on writing a copy of the user's capture). ``libc``
+    is loaded in the parent (``_libc()``): a dlopen in the forked child could wait forever on a loader lock
+    another thread held at the fork."""
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 

@@ -1,0 +1,108 @@
+"""However analyze of a big file ends, no copy of the capture outlives it: the chunks editcap splits it into live
+in a private directory beside it, removed on Ctrl-C and SIGTERM; after a SIGKILL, by the next run. No editcap or
+tshark of ours outlives it by more than 5 s."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+DATA = Path(__file__).parent.parent / "data"
+pytestmark = pytest.mark.skipif(not shutil.which("editcap"), reason="needs editcap")
+
+
+def big_capture(tmp_path: Path, copies: int) -> Path:
+    """The lab's lo capture, its records ``copies`` times over (6000: 18 MB, read in chunks)."""
+    big = tmp_path / "lo.pcap"
+    data = (DATA / "lab-collision-lo.pcap").read_bytes()
+    with big.open("wb") as out:
+        out.write(data[:24] + data[24:] * copies)  # one pcap header, then the records again and again
+    return big
+
+
+def running(proc: subprocess.Popen, name: str) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if child.name() == name:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def start_analyze(big: Path, phase: str) -> subprocess.Popen:
+    """``analyze BIG -o json``, once its ``phase`` (editcap or tshark) runs and a chunk is on disk."""
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(big), "-o", "json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (running(proc, phase) and any(big.parent.glob(".meshdoctor-chunks-*/chunk_*"))):
+        assert proc.poll() is None and time.monotonic() < deadline, f"no {phase} seen"
+        assert phase != "editcap" or not running(proc, "tshark"), "editcap ended before it was seen"
+        time.sleep(0.01)
+    return proc
+
+
+@pytest.mark.parametrize("signals, phase, copies", [
+    ((signal.SIGTERM,), "tshark", 6000),  # 18 MB: chunked, seconds of tshark
+    ((signal.SIGINT, signal.SIGINT), "tshark", 6000),  # an impatient Ctrl-C, twice
+    ((signal.SIGINT,), "editcap", 30000),  # 90 MB: editcap is still splitting when it comes
+    ((signal.SIGINT, signal.SIGINT), "editcap", 30000),
+])
+def test_stopping_analyze_removes_its_chunks_and_processes(tmp_path, signals, phase, copies):
+    """kill (SIGTERM) ends analyze as Ctrl-C does, and a second Ctrl-C does not cut the cleanup short: exit
+    128+signal, no tshark or editcap left, no chunk files beside the input."""
+    proc = start_analyze(big_capture(tmp_path, copies), phase)
+    # Held mid-split (SIGSTOP), so the signal surely comes while editcap has chunks still to write, however busy
+    # the machine. analyze must not wait for it: a SIGKILL ends a stopped process too, while the thread that once
+    # ran editcap kept the process alive until editcap finished, and went on writing chunks.
+    held = running(proc, "editcap") if phase == "editcap" else []
+    for editcap in held:
+        editcap.suspend()
+    children = psutil.Process(proc.pid).children(recursive=True)
+    try:
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.02)  # a person's second Ctrl-C comes later still; this one lands inside the cleanup
+        _, err = proc.communicate(timeout=30)
+    finally:
+        for editcap in held:
+            try:
+                editcap.resume()
+            except psutil.NoSuchProcess:
+                pass
+    # -SIGINT: a second Ctrl-C in the instant between removing the loop's handler and ignoring the signal
+    assert proc.returncode in {128 + signals[0]} | ({-signals[-1]} if len(signals) > 1 else set()), err
+    assert b"Traceback" not in err
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
+    assert not list(tmp_path.glob(".meshdoctor-chunks-*"))  # also once nothing it started can write there
+
+
+@pytest.mark.parametrize("phase, copies", [("editcap", 30000), ("tshark", 6000)])
+def test_sigkilled_analyze_leaves_no_helper_and_the_next_run_removes_its_chunks(tmp_path, phase, copies):
+    """SIGKILL leaves no time to clean up: editcap and tshark die with analyze (within 5 s), and the chunks it
+    left are removed when the next analyze starts, while a live process's are kept."""
+    big = big_capture(tmp_path, copies)
+    proc = start_analyze(big, phase)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.communicate(timeout=30)
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, alive
+    (left,) = tmp_path.glob(".meshdoctor-chunks-*")
+    assert left.stat().st_mode & 0o777 == 0o700 and any(left.glob("chunk_*"))
+    kept = tmp_path / f".meshdoctor-chunks-{os.getpid()}-kept"  # this test's process lives on
+    kept.mkdir(mode=0o700)
+    small = tmp_path / "small.pcap"
+    shutil.copy(DATA / "lab-collision-lo.pcap", small)
+    nxt = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(small), "-o", "json"],
+                         capture_output=True, timeout=120)
+    assert nxt.returncode in (0, 1), nxt.stderr
+    assert not left.exists() and kept.exists()
