@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .flags import ResponseFlag, decode_flags
+from .numbers import ascii_int
 
 MISSING = "-"
 
@@ -25,6 +26,9 @@ _TOKEN = re.compile(r'\[([^\]]*)\]|"([^"]*)"|(\S+)')
 _FIELDS = 22  # positions listed in istio_access_log.txt
 # `kubectl logs --timestamps` puts the kubelet's RFC 3339 time before each line.
 _KUBECTL_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d) (?=[\[{])")
+# The start of what only an access-log line has: TEXT's `[START_TIME] "REQUEST"` (Envoy's own log lines are
+# `[2025-06-12 08:14:01.207][15][info]`: a space in the time, no quote), JSON's start_time and response_code.
+_TEXT_START = re.compile(r'\[\d{4}-\d\d-\d\dT[^\]]*\] "')
 
 
 @dataclass(frozen=True)
@@ -76,9 +80,15 @@ def _opt(value: str | None) -> str | None:
 
 
 def _int(value: Any, default: int | None = 0) -> int | None:
+    """A count or code of the line; ValueError unless ASCII digits (JSON: an int), which Envoy always writes."""
     if value is None or value == MISSING or value == "":
         return default
-    return int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"not an integer: {type(value).__name__}")
+    n = ascii_int(str(value), signed=True)
+    if n is None:
+        raise ValueError("not an integer Envoy writes")
+    return n
 
 
 def parse_start_time(text: str) -> float:
@@ -103,6 +113,15 @@ def parse_line(line: str) -> AccessLogEntry | None:
     return None
 
 
+def looks_like_access_log(line: str) -> bool:
+    """Whether ``line`` has the start of an access-log line (TEXT or JSON): one that then gives no entry from
+    ``parse_line`` is a damaged or hostile line, not one of Envoy's own log lines. Never raises."""
+    text = _KUBECTL_TS.sub("", line.strip(), count=1)
+    if text.startswith("{"):
+        return '"start_time"' in text and '"response_code"' in text
+    return bool(_TEXT_START.match(text))
+
+
 def parse_lines(text: str) -> list[AccessLogEntry]:
     """Every access-log line of a log (e.g. `kubectl logs -c istio-proxy`), skipping the rest."""
     return [e for e in map(parse_line, text.splitlines()) if e is not None]
@@ -120,10 +139,10 @@ def _parse_text(text: str, raw: str) -> AccessLogEntry | None:
      sni, route) = tokens
     method, path, protocol = _request_line(request)
     return AccessLogEntry(
-        ts=parse_start_time(start), method=method, path=path, protocol=protocol, code=int(code),
+        ts=parse_start_time(start), method=method, path=path, protocol=protocol, code=_int(code),
         flags=tuple(f.short for f in decode_flags(flags)), details=_opt(details),
         termination_details=_opt(term), upstream_failure=_opt(failure),
-        bytes_received=int(rx), bytes_sent=int(tx), duration_ms=int(duration),
+        bytes_received=_int(rx), bytes_sent=_int(tx), duration_ms=_int(duration),
         upstream_host=_opt(upstream_host), upstream_cluster=_opt(cluster), upstream_local=_opt(upstream_local),
         downstream_local=_opt(downstream_local), downstream_remote=_opt(downstream_remote),
         upstream_service_time=_int(service_time, None), x_forwarded_for=_opt(xff), user_agent=_opt(agent),

@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .numbers import ascii_int
-
 from .clusters import FormatError
+from .numbers import ascii_int
 
 StatValue = int | str  # counters and gauges are ints; text readouts and histograms stay text
 

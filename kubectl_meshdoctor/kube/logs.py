@@ -17,7 +17,7 @@ class LogFollower:
     """Streams new lines of ``container``'s log to ``on_line`` from a thread until ``stop``.
 
     ``error`` says why the stream ended early (one line), None after a clean stop. A line ``on_line`` raised on
-    is dropped and counted in ``dropped`` (``drop_reason``: the first one's exception), and the stream goes on:
+    is dropped and counted in ``dropped`` (``drop_reason``: the first one's exception type), and the stream goes on:
     one line nobody expected must not end the following of every line after it."""
 
     kube: Kube
@@ -61,7 +61,8 @@ class LogFollower:
             except Exception as e:
                 self.dropped += 1
                 if self.drop_reason is None:
-                    self.drop_reason = f"{type(e).__name__}: {str(e)[:100]}".splitlines()[0]
+                    # The kind only: a parser's message may quote the line, and the line may hold a secret.
+                    self.drop_reason = type(e).__name__
         if len(self._buf) > MAX_LINE_BYTES:
             self._buf = b""
 

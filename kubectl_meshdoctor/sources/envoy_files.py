@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import AccessLogEvent
-from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.envoy.access_log import looks_like_access_log, parse_line
 from kubectl_meshdoctor.envoy.clusters import Cluster, parse_clusters
 from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, delta, parse_stats
 
@@ -27,10 +27,14 @@ BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log
 @dataclass(slots=True)
 class LogRead:
     """What reading one access log gave: ``lines`` read, ``entries`` among them that are access-log lines (the
-    rest are pilot-agent's and Envoy's own log lines, which share the container log)."""
+    rest are pilot-agent's and Envoy's own log lines, which share the container log), ``unreadable`` lines that
+    start as access-log lines do but give no entry (damaged, or written by no Envoy), the first of them at line
+    ``first_unreadable``."""
 
     lines: int = 0
     entries: int = 0
+    unreadable: int = 0
+    first_unreadable: int | None = None
     problems: list[str] = field(default_factory=list)
 
 
@@ -67,6 +71,13 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gat
                 if entry is not None:
                     result.entries += 1
                     push(event_of(entry, path, result.lines))
+                elif looks_like_access_log(line):
+                    result.unreadable += 1
+                    result.first_unreadable = result.first_unreadable or result.lines
+    if result.unreadable:
+        # The count and where, never the text: a hostile line is the user's to open, not ours to print.
+        result.problems.append(f"{result.unreadable} line(s) that start as access-log lines could not be read "
+                               f"and were skipped; the first is line {result.first_unreadable}")
     if result.entries == 0:
         result.problems.append("no access-log line in it (Istio's TEXT or JSON format); is access logging on "
                                "(meshConfig.accessLogFile)?")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import AccessLogEvent
 from kubectl_meshdoctor.core.findings import Problem
-from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.envoy.access_log import looks_like_access_log, parse_line
 from kubectl_meshdoctor.envoy.server_info import envoy_version
 from kubectl_meshdoctor.envoy.stats import by_cluster, delta, parse_stats
 from kubectl_meshdoctor.kube.admin import ADMIN_PORT, EnvoyAdmin
@@ -47,12 +47,16 @@ def _snapshot(admin: EnvoyAdmin) -> dict:
 
 def line_handler(loop: asyncio.AbstractEventLoop,
                  on_event: Callable[[AccessLogEvent], None]) -> Callable[[str], None]:
-    """The follower's ``on_line``: each access-log line as an AccessLogEvent handed to ``on_event`` on ``loop``."""
+    """The follower's ``on_line``: each access-log line as an AccessLogEvent handed to ``on_event`` on ``loop``.
+    Raises ValueError for a line that starts as an access-log line but cannot be read: the follower drops and
+    counts it (kube/logs.py), and the report's problems say how many."""
 
     def on_line(line: str) -> None:
         entry = parse_line(line)
-        if entry is not None:  # Envoy's own log lines share the container log; they are not access-log lines
+        if entry is not None:
             loop.call_soon_threadsafe(on_event, AccessLogEvent(time.time(), entry))
+        elif looks_like_access_log(line):  # Envoy's own log lines share the container log; those are not this
+            raise ValueError("a line that starts as an access-log line could not be read")
 
     return on_line
 

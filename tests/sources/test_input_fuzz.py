@@ -4,6 +4,8 @@ input no kernel, peer or Envoy sent: a value comes back, and one bad line is dro
 import asyncio
 import json
 import re
+import subprocess
+import sys
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -66,7 +68,8 @@ def test_a_bad_access_log_line_mid_stream_drops_that_line_alone():
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()
     assert [e.entry.raw for e in events] == good
-    assert follower.lines == 3 + len(bad) and follower.dropped == 0
+    # The two that start as access-log lines are counted (the report's problem); the rest are other log lines.
+    assert follower.lines == 3 + len(bad) and follower.dropped == 2 and follower.drop_reason == "ValueError"
 
 
 def test_a_line_the_handler_raises_on_is_dropped_and_counted_and_following_goes_on():
@@ -74,4 +77,23 @@ def test_a_line_the_handler_raises_on_is_dropped_and_counted_and_following_goes_
     follower = LogFollower(None, "ns", "pod", "istio-proxy", lambda line: seen.append(json.loads(line)))
     follower.feed(b'{"a": 1}\n{"a": \n{"a": 1e999}\n' + b"[" * 100_000 + b'\n{"a": 2}\n')
     assert seen == [{"a": 1}, {"a": float("inf")}, {"a": 2}]
-    assert follower.dropped == 2 and follower.drop_reason.startswith("JSONDecodeError")
+    assert follower.dropped == 2 and follower.drop_reason == "JSONDecodeError"  # the kind: never the line's text
+
+
+def test_unreadable_access_log_lines_of_a_file_are_counted_by_line_not_quoted(tmp_path):
+    """analyze of a log: the lines that start as access-log lines but cannot be read are one problem, with
+    their count and the first one's line number; Envoy's own log lines are not counted; no line is quoted."""
+    good = access_log_lines()[:2]
+    secret = "Bearer-s3cr3t"
+    bad_text = good[0].replace('" 200 ', '" ²00 ', 1).replace("python-requests/2.32.3", secret)
+    assert bad_text != good[0] and secret in bad_text
+    bad_json = '{"start_time":"2025-06-12T08:14:01Z","response_code":"%s"}' % secret
+    envoy_own = "[2025-06-12 08:14:01.207][15][warning][config] gRPC config stream closed"
+    log = tmp_path / "proxy.log"
+    log.write_text("\n".join([good[0], envoy_own, bad_text, good[1], bad_json, ""]))
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "-o", "json"],
+                          capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)
+    (problem,) = [p for p in report["problems"] if "could not be read" in p["what"]]
+    assert problem["what"].startswith("2 line(s)") and problem["what"].endswith("the first is line 3"), problem
+    assert secret not in proc.stdout + proc.stderr
