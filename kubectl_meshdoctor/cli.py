@@ -102,8 +102,9 @@ def _kube_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--namespace", help="namespace of the target (default: the context's, else default)")
     g.add_argument("--context", help="kubeconfig context to use (default: current-context)")
     g.add_argument("--kubeconfig", help="path to the kubeconfig (default: $KUBECONFIG, else ~/.kube/config)")
-    g.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="timeout of each API request (default 30)")
+    g.add_argument("--request-timeout", type=_request_timeout, default=30.0, metavar="DURATION",
+                   help="timeout of each API request, as kubectl: seconds or 30s, 1m, 500ms; 0 for none "
+                        "(default 30s)")
 
 
 def _output_flag(p: argparse.ArgumentParser) -> None:
@@ -112,6 +113,16 @@ def _output_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-redact", dest="redact", action="store_false",
                    help="show authorization, cookie, set-cookie, proxy-authorization and x-api-key values "
                         "(hidden by default: reports get shared)")
+
+
+def _request_timeout(text: str) -> float | None:
+    from kubectl_meshdoctor.kube.duration import parse_request_timeout
+
+    try:
+        return parse_request_timeout(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"invalid --request-timeout {text!r}: ")
+                                         + f": {text!r}") from None
 
 
 def _positive(text: str) -> float:

@@ -9,6 +9,7 @@ import threading
 from contextlib import contextmanager
 
 import pytest
+import yaml
 
 
 def meshdoctor(*args, env=None):
@@ -211,3 +212,43 @@ def test_the_same_file_twice_counts_once():
     f = str(Path(__file__).parent / "data" / "lab-collision-eth0.pcap")
     once, twice = meshdoctor("analyze", f, "-o", "json"), meshdoctor("analyze", f, f, "-o", "json")
     assert once.stdout == twice.stdout and once.returncode == twice.returncode == 1
+
+
+@pytest.mark.parametrize("data, needle, hint", [
+    ({"certificate-authority-data": "bm90IGEgY2VydA=="}, "TLS: no certificate or crl found",
+     "its certificate-authority in the kubeconfig?"),
+    ({"client-certificate-data": "Zm9v", "client-key-data": "YmFy"},
+     "TLS: the kubeconfig's client certificate or key cannot be loaded", "client-key in the kubeconfig a pair?"),
+])
+def test_certificate_data_that_is_no_certificate_is_one_line(tmp_path, data, needle, hint):
+    """Base64 that decodes to no PEM: the client only finds out at the first request, once connected."""
+    with local_server(lambda conn: conn.recv(1024)) as port:
+        doc = yaml.safe_load(KUBECONFIG_DOWN.replace("http://127.0.0.1:1", f"https://127.0.0.1:{port}"))
+        where = doc["clusters"][0]["cluster"] if "certificate-authority-data" in data else doc["users"][0]["user"]
+        where.update(data)
+        kc = tmp_path / "kc"
+        kc.write_text(yaml.safe_dump(doc))
+        proc = meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui")
+    assert_one_line_error(proc, needle)
+    assert proc.stderr.rstrip().endswith(f"{hint})")
+
+
+@pytest.mark.parametrize("text, seconds", [("0", None), ("7", 7.0), ("30s", 30.0), ("1m30s", 90.0),
+                                           ("500ms", 0.5), ("1h", 3600.0), ("1.5s", 1.5)])
+def test_request_timeout_reads_as_kubectl_reads_it(text, seconds):
+    from kubectl_meshdoctor.kube.duration import parse_request_timeout
+
+    assert parse_request_timeout(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["-1", "1.5", "abc", "1x", "s", "", "1m-3s", "²"])
+def test_request_timeout_that_kubectl_refuses_is_one_usage_line(text):
+    proc = meshdoctor("watch", "pod/x", f"--request-timeout={text}")
+    assert_one_line_error(proc, "argument --request-timeout: a number of seconds or a duration such as 30s")
+
+
+def test_request_timeout_0_is_no_timeout_not_an_internal_error(tmp_path):
+    kc = tmp_path / "kc"
+    kc.write_text(KUBECONFIG_DOWN)
+    proc = meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui", "--request-timeout", "0")
+    assert_one_line_error(proc, "cannot reach the API server at http://127.0.0.1:1: connection refused")

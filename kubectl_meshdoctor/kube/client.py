@@ -24,7 +24,7 @@ class KubeOptions:
     kubeconfig: str | None = None
     context: str | None = None
     namespace: str | None = None
-    request_timeout_s: float = 30.0
+    request_timeout_s: float | None = 30.0  # None: no timeout (kubectl's --request-timeout 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Kube:
     api: k8s.ApiClient
     namespace: str
     context: str
-    request_timeout_s: float
+    request_timeout_s: float | None
 
     @property
     def core(self) -> k8s.CoreV1Api:
@@ -106,13 +106,16 @@ def connect(opts: KubeOptions) -> Kube:
             names = ", ".join(c["name"] for c in contexts) or "none"
             raise KubeError(f'context "{opts.context}" not found in {path} (contexts: {names})')
         api = k8s_config.new_client_from_config(config_file=path, context=ctx["name"])
+        namespace = opts.namespace or (ctx.get("context") or {}).get("namespace") or "default"
     except KubeError:
         raise
     except (ConfigException, yaml.YAMLError, OSError, TypeError, AttributeError, KeyError, ValueError) as e:
         # The client's loader assumes a well-formed file; anything else surfaces as these.
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise KubeError(f"invalid kubeconfig {path}: {first}") from None
-    namespace = opts.namespace or (ctx.get("context") or {}).get("namespace") or "default"
+    if not isinstance(namespace, str) or not isinstance(ctx["name"], str):
+        raise KubeError(f"invalid kubeconfig {path}: context {ctx['name']!s:.60}: its name and namespace must be "
+                        f"strings")
     return Kube(api, namespace, ctx["name"], opts.request_timeout_s)
 
 
@@ -127,12 +130,13 @@ def api_call(kube: Kube, what: str, fn, *args, not_found: str | None = None, **k
         raise KubeError(f"{what}: {api_error_message(e)}") from None
     except urllib3.exceptions.HTTPError as e:
         reason = network_reason(e, kube.request_timeout_s)
-        hint = ("is the server URL right, and its certificate-authority in the kubeconfig?" if reason.startswith("TLS:")
-                else "is the cluster up, and --context right?")
+        hint = ("are the user's client-certificate and client-key in the kubeconfig a pair?" if "client cert" in reason
+                else "is the server URL right, and its certificate-authority in the kubeconfig?"
+                if reason.startswith("TLS:") else "is the cluster up, and --context right?")
         raise KubeError(f"cannot reach the API server at {kube.api.configuration.host}: {reason} ({hint})") from None
 
 
-def network_reason(e: BaseException, timeout_s: float) -> str:
+def network_reason(e: BaseException, timeout_s: float | None) -> str:
     """Why a request got no answer, in a few words, from the innermost cause of a urllib3 error (through
     MaxRetryError.reason, ProtocolError's arguments, NewConnectionError's __cause__): "connection refused",
     "connection reset by peer", "TLS: certificate verify failed: self-signed certificate", or "no answer within
@@ -150,9 +154,12 @@ def network_reason(e: BaseException, timeout_s: float) -> str:
     # NewConnectionError is a ConnectTimeoutError to urllib3 even when the connection was refused: ask the cause.
     if isinstance(cause, TimeoutError) or isinstance(cause, urllib3.exceptions.TimeoutError) \
             and not isinstance(cause, urllib3.exceptions.NewConnectionError):
-        return f"no answer within {timeout_s:g} s (--request-timeout)"
+        return f"no answer within {timeout_s:g} s (--request-timeout)" if timeout_s else "no answer"
     if isinstance(cause, ssl.SSLCertVerificationError):
         return f"TLS: certificate verify failed: {cause.verify_message}"
+    if isinstance(cause, ssl.SSLError) and cause.reason == "PEM lib" or "[SSL] PEM lib" in str(cause):
+        # load_cert_chain's word for a client certificate or key that is not PEM, or not a pair
+        return "TLS: the kubeconfig's client certificate or key cannot be loaded (PEM lib)"
     if isinstance(cause, ssl.SSLError):
         # "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)" -> "wrong version number"
         return "TLS: " + re.sub(r"^\[[^\]]*\]\s*|\s*\(_ssl\.c:\d+\)$", "", str(cause))
