@@ -18,6 +18,7 @@ from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
@@ -161,6 +162,10 @@ class FileSession(Session):
 
     def packets(self) -> Sequence[PacketEvent]:
         return self._pipeline.recent
+
+    def access_log(self) -> list[AccessLogEntry]:
+        """The lines of the access logs given, as the correlator holds them (the same the report quotes)."""
+        return self._pipeline.correlator.entries()
 
     def save_evidence(self, finding: Finding, path: str, overwrite: bool) -> str:
         return self._save(finding, path, overwrite)

@@ -447,7 +447,7 @@ class MeshDoctorApp(App[Report | None]):
     def action_access_log(self) -> None:
         from .envoy import AccessLogScreen
 
-        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod() or "?", self.session.redact))
+        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod(), self.session.redact))
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""

@@ -122,7 +122,8 @@ class AccessLogScreen(Screen):
     BINDINGS = [Binding("escape,a", "app.pop_screen", "back"), Binding("slash", "filter", "filter")]
     CSS = "#log-status { height: auto; padding: 0 1; background: $boost; }"
 
-    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str, redact: bool = True) -> None:
+    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str | None, redact: bool = True) -> None:
+        """``pod``: whose sidecar wrote the lines; None for the logs ``analyze --tui`` was given."""
         super().__init__()
         self.entries = entries
         self.pod = pod
@@ -141,7 +142,7 @@ class AccessLogScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"Envoy access log of pod/{self.pod}"
+        self.sub_title = f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}"
         self.query_one("#access-log", DataTable).focus()  # keys go to the screen; / moves to the filter
         self.refresh_entries()
         self.set_interval(1.0, self.refresh_entries)
