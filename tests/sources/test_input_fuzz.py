@@ -14,6 +14,7 @@ from kubectl_meshdoctor.kube.logs import LogFollower
 from kubectl_meshdoctor.sources.http1 import parse_http_start
 from kubectl_meshdoctor.sources.kernel import parse_counters, parse_listeners
 from kubectl_meshdoctor.sources.sidecar import line_handler
+from kubectl_meshdoctor_plugins.http_framing import framing_violations
 from tests.envoy.conftest import access_log_lines
 from tests.test_kernel import PROC_NET_TCP, SAMPLE
 
@@ -52,7 +53,10 @@ def test_kernel_breakers_are_skipped_not_raised():
 @given(st.binary() | st.sampled_from([b"GET / HTTP/1.1\r\n", b"HTTP/1.1 200 OK\r\n"]).flatmap(
     lambda start: st.binary().map(lambda rest: start + rest)))
 def test_http_start_returns_a_value(payload):
-    parse_http_start(payload)
+    msg = parse_http_start(payload)
+    if msg is not None:  # and the header checks http-framing runs on it, redacted or not
+        for redact in (True, False):
+            assert all(isinstance(v, str) for v in framing_violations(msg, redact))
 
 
 def test_a_bad_access_log_line_mid_stream_drops_that_line_alone():
