@@ -92,6 +92,7 @@ class DownstreamDisconnect(Detector):
             flow=flow,
             evidence=evidence,
             envoy_flags=("DC",),
+            variant="caller gave up before the answer",
             response_code_details=details,
             explanation=(
                 f"The caller ({flow.client}) closed its connection {waited_ms} ms into {request}; "

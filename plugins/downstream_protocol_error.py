@@ -130,6 +130,7 @@ class DownstreamProtocolError(Detector):
             detector=self.id,
             severity=Severity.ERROR,
             title=f"The caller {flow.client} {what}: the sidecar answered {code} {details}".rstrip(),
+            variant=f"caller {what}: {code}",
             flow=flow,
             evidence=evidence,
             envoy_flags=flags,

@@ -72,6 +72,7 @@ class HttpFraming(Detector):
             detector=self.id,
             severity=Severity.ERROR,
             title=f"{ev.src_endpoint} answered with framing Envoy rejects: {problems[0].split(':')[0]}",
+            variant=problems[0].split(':')[0],
             flow=FlowRef.of(flow),
             evidence=(Evidence.of(ev, f"{msg.start_line!r} with " + "; ".join(problems)),),
             envoy_flags=("UPE",),

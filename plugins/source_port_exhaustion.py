@@ -83,6 +83,7 @@ class SourcePortExhaustion(Detector):
             evidence=(evidence, *(Evidence.of(ev, "the sidecar closes first (TIME_WAIT)")
                                   for ev in closes[-SHOWN_CLOSES:])),
             envoy_flags=tuple(f for f in ("UF", "URX") if f in entry.flags),
+            variant="no source port left (EADDRNOTAVAIL)",
             response_code_details=entry.details or "",
             explanation=(
                 f"Envoy could not open a connection from {source} to the app at {flow.server}: connect() "

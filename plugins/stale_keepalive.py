@@ -166,6 +166,8 @@ class StaleKeepalive(Detector):
             detector=self.id,
             severity=Severity.ERROR,
             title=title or f"Request on a keep-alive connection the app was closing: {ref.server} reset it",
+            variant="caller reused a connection the sidecar closed" if downstream
+            else "request on a connection the app was closing",
             flow=ref,
             evidence=evidence,
             envoy_flags=("UC",),

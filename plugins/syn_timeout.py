@@ -112,6 +112,7 @@ class SynTimeout(Detector):
             flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
             evidence=tuple(evidence),
             envoy_flags=("UF", "URX"),
+            variant="SYN retransmitted, no answer",
             response_code_details="upstream_reset_before_response_started{connection_timeout}",
             explanation=(
                 f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and got no SYN-ACK, RST or ICMP; the kernel "

@@ -119,7 +119,8 @@ class TupleCollision(Detector):
 
     def _finding(self, pending: _PendingSyn, severity: Severity, title: str, evidence: list[Evidence],
                  flags: tuple[str, ...], explanation: str, ts: float,
-                 details: str = "upstream_reset_before_response_started{remote_connection_failure}") -> Finding:
+                 details: str = "upstream_reset_before_response_started{remote_connection_failure}",
+                 variant: str = "") -> Finding:
         syn = pending.syn
         return Finding(
             detector=self.id,
@@ -134,6 +135,7 @@ class TupleCollision(Detector):
             pod=self.ctx.pod,
             ts=ts,
             details={"peers": [p[0] for p in pending.peers]},
+            variant=variant,
         )
 
     def _peer_text(self, pending: _PendingSyn) -> str:
@@ -160,6 +162,7 @@ class TupleCollision(Detector):
             f"with RST, which a calling sidecar logs as 503 UC (its pooled connection reset). When the SYN keeps "
             f"meeting a live socket, or is dropped, the caller's connect fails: UF, URX once retries run out.",
             ack.ts, "upstream_reset_before_response_started{connection_termination}",
+            f"challenge ACK to a SYN for {syn.dst_endpoint}",
         )
 
     def _dropped(self, pending: _PendingSyn, retrans: PacketEvent) -> Finding:
@@ -174,6 +177,7 @@ class TupleCollision(Detector):
             f"so the new SYN maps onto an existing four-tuple (conntrack clash) and is dropped; the client "
             f"retransmits. Envoy on the calling side logs UF/URX; callers see connect stalls of 1 s and more.",
             retrans.ts, "upstream_reset_before_response_started{connection_timeout}",
+            f"SYN for {syn.dst_endpoint} dropped",
         )
 
     def _exposure(self, pending: _PendingSyn, synack: PacketEvent) -> Finding:
@@ -188,5 +192,5 @@ class TupleCollision(Detector):
             f"NAT remapped the port and the SYN succeeded; when conntrack loses the first entry the next one gets a "
             f"challenge ACK (RFC 5961 section 4), the client's RST kills the live connection, and a calling sidecar "
             f"logs UC for its next request on it (UF/URX when the connect itself fails).",
-            synack.ts, details="",
+            synack.ts, details="", variant=f"client port shared by two ports of {syn.dst} (no failure yet)",
         )

@@ -38,6 +38,7 @@ class UpstreamGoaway(Detector):
             flow=flow,
             evidence=(evidence,),
             envoy_flags=tuple(f for f in ("UR", "URX") if f in entry.flags) or ("UR",),
+            variant="stream refused (GOAWAY)",
             response_code_details=entry.details or "",
             explanation=(
                 f"The app at {flow.server} refused the stream Envoy opened for {request}: it sent GOAWAY (it is "

@@ -154,6 +154,7 @@ class UpstreamRefused(Detector):
             ts=ev.ts,
             response_code_details=DETAILS,
             details={"cause": cause, "restarts": self._restarts},
+            variant=f"connection refused ({cause})",
         ),)
 
     def on_tick(self, now: float) -> Iterable[Finding]:

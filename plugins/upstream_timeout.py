@@ -74,6 +74,7 @@ class UpstreamTimeout(Detector):
             flow=flow,
             evidence=evidence,
             envoy_flags=("UT",),
+            variant=f"no answer within the {'per-try' if per_try else 'route'} timeout",
             response_code_details=details,
             explanation=(
                 f"The sidecar sent {request} to the app at {flow.server} and waited {waited_ms} ms for "

@@ -70,8 +70,9 @@ def test_an_access_log_alone_gives_findings_named_by_file_and_line(tmp_path):
     assert code == 1, err
     (f,) = report["findings"]
     assert f["detector"] == "upstream-timeout" and f["access_log"] == [ut]
+    # The line is quoted once (access_log); the evidence says what it is.
     assert f["evidence"] == [{"source": str(log), "iface": "", "frame": 3, "ts": f["evidence"][0]["ts"],
-                              "what": ut, "src": "", "dst": "", "flags": "", "payload_len": 0}]
+                              "what": "access log: 504 UT response_timeout", "src": "", "dst": "", "flags": "", "payload_len": 0}]
     assert report["source"] == {"kind": "files", "files": [str(log)], "kinds": {str(log): "access-log"}}
     assert report["envoy"]["access_log_lines"] == 1
 

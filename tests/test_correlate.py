@@ -71,7 +71,9 @@ def test_unexplained_line_waits_for_the_grace_period_then_names_flag_meaning_and
     (f,) = c.unexplained(uf.ts + GRACE_S + 1, [])
     assert f.detector == "access-log" and f.severity is Severity.ERROR and f.envoy_flags == ("UF",)
     assert "UpstreamConnectionFailure" in f.explanation and "SYN from 127.0.0.6" in f.remediation
-    assert f.flow.server == "10.244.1.23:5002" and f.evidence[0].what == UF
+    assert f.flow.server == "10.244.1.23:5002" and f.access_log == (UF,)
+    assert f.evidence[0].what.startswith("access log: 503 UF upstream_reset_before_response_started{remote_")
+    assert f.evidence[0].what.endswith("|delayed_connect_error:_Connection_refused}")
     assert c.unexplained(None, []) == []  # reported once
 
 

@@ -70,6 +70,11 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
 Claim = Callable[[AccessLogEntry, Evidence], "Finding | None"]
 
 
+
+def log_line_summary(entry: AccessLogEntry) -> str:
+    """What an access-log line says, in short, for evidence: ``access log: 503 UF,URX upstream_reset...``."""
+    return f"access log: {entry.code} {','.join(entry.flags) or '-'} {entry.details or ''}".rstrip()
+
 class Correlator:
     """Keeps the recent access-log lines (bounded) and matches them to findings. Each line is decided once:
     explained by a finding, claimed by a detector that reads it, or reported on its own; the decision lives
@@ -127,7 +132,8 @@ class Correlator:
             line[2] = True
             if any(explains(f, entry) for f in (findings if failing else by_details)):
                 continue  # a finding of the wire (or of an earlier line) speaks of it already
-            evidence = Evidence(source, "", n, entry.ts, entry.raw)
+            # The line itself goes to access_log, once; the evidence names it by what it says.
+            evidence = Evidence(source, "", n, entry.ts, log_line_summary(entry))
             claimed = next((f for f in (claim(entry, evidence) for claim in claims) if f is not None), None)
             if claimed is not None:
                 out.append(replace(claimed, access_log=claimed.access_log or (entry.raw,)))
@@ -150,6 +156,7 @@ class Correlator:
             flow=flow,
             evidence=(evidence,),
             envoy_flags=tuple(entry.flags),
+            variant=f"{','.join(entry.flags)} ({entry.code}) without packet evidence",
             response_code_details=entry.details or "",
             explanation=(f"The sidecar answered {request} with {entry.code} and response flags "
                          f"{','.join(entry.flags)}: {meanings}. No packet in the capture explains it (the failure "

@@ -72,6 +72,10 @@ class Finding:
     pod: str | None = None
     ts: float = 0.0  # when the deciding packet was seen, seconds since the epoch
     details: dict = field(default_factory=dict, hash=False, compare=False)
+    # What tells this finding from others of its detector on the same server: the framing violation, the cause
+    # of a refusal. Findings alike in severity, detector, pod, server, flags and variant are one group
+    # (core/groups.py): one problem seen many times. Empty when the detector has one kind of finding.
+    variant: str = ""
     access_log: tuple[str, ...] = ()  # the sidecar's access-log lines this finding explains, as logged
     # The Envoy and kernel counters that back it and moved during the run, by name.
     counters: dict = field(default_factory=dict, hash=False, compare=False)
@@ -83,7 +87,7 @@ class Finding:
         d["evidence"] = [asdict(e) for e in self.evidence]
         if self.pod is None:
             d.pop("pod")
-        for optional in ("details", "access_log", "counters"):
+        for optional in ("details", "access_log", "counters", "variant"):
             if not d[optional]:
                 d.pop(optional)
             elif optional == "access_log":

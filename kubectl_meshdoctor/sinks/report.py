@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
+from kubectl_meshdoctor.core.groups import FindingGroup, group_findings
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 
 from .ladder import render_ladder
@@ -55,20 +57,26 @@ class Report:
             **({"envoy": self.envoy} if self.envoy is not None else {}),
             **({"kernel": self.kernel} if self.kernel is not None else {}),
             "findings": [f.to_dict() for f in self.findings],
+            "groups": groups_to_dicts(self.findings),
         }
+
+
+def groups_to_dicts(findings: list[Finding]) -> list[dict]:
+    """The report's ``groups``: one problem each (core/groups.py), its instances as indexes into ``findings``."""
+    index = {id(f): i for i, f in enumerate(findings)}
+    out = []
+    for g in group_findings(findings):
+        f = g.newest
+        out.append({"detector": f.detector, "severity": f.severity.value, **({"pod": f.pod} if f.pod else {}),
+                    "server": f.flow.server, "envoy_flags": list(f.envoy_flags), "variant": f.variant,
+                    "label": g.label, "count": g.count, "first_ts": g.first_ts, "last_ts": g.last_ts,
+                    "rate_per_min": g.rate_per_min, "instances": [index[id(i)] for i in g.instances],
+                    **({"counters": g.counters} if g.counters else {})})
+    return out
 
 
 def render_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2) + "\n"
-
-
-def group_findings(findings: list[Finding]) -> list[list[Finding]]:
-    """Findings grouped by (severity, detector, title), most severe group first, each group in time order:
-    a capture with the same failure a hundred times reads as one problem seen a hundred times."""
-    groups: dict[tuple, list[Finding]] = {}
-    for f in sorted(findings, key=lambda f: f.ts):
-        groups.setdefault((f.severity.rank, f.detector, f.title), []).append(f)
-    return [groups[k] for k in sorted(groups, key=lambda k: (-k[0], groups[k][0].ts))]
 
 
 def _headline(report: Report) -> str:
@@ -95,42 +103,68 @@ def _evidence_text(e) -> str:
     return f"{e.source} {'frame' if e.iface else 'line'} {e.frame}: {e.what}"
 
 
+OTHERS_LISTED = 5  # instances of a group the text report lists besides the newest; -o json has every one
+INSTANCES_TABLE = 10  # rows of a group's instances table in markdown
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+
+
+def _group_head(g: FindingGroup) -> str:
+    f = g.newest
+    flags = f" [{','.join(f.envoy_flags)}]" if f.envoy_flags else ""
+    pod = f" pod/{f.pod}" if f.pod else ""
+    return f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {g.label}"
+
+
 def render_text(report: Report) -> str:
-    """A report a person reads in a terminal: one block per kind of finding, most severe first; the
-    explanation and fix once, then every occurrence with its flow and frames."""
+    """A report a person reads in a terminal: one block per problem (group of alike findings), most severe
+    first, each a screenful at most: how often and when, the newest instance in full, a few others by flow,
+    the run's counters once, the explanation and the fix once."""
     lines = [_headline(report)]
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
     if not report.findings:
         lines.append("no findings")
-    for group in group_findings(report.findings):
-        f = group[0]
+    for g in group_findings(report.findings):
+        f = g.newest
         lines.append("")
-        flags = f" [{','.join(f.envoy_flags)}]" if f.envoy_flags else ""
-        pod = f" pod/{f.pod}" if f.pod else ""
-        times = f" ({len(group)} times)" if len(group) > 1 else ""
-        lines.append(f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {f.title}{times}")
+        lines.append(_group_head(g))
+        when = f"at {_clock(g.first_ts)} UTC" if g.count == 1 else \
+            f"first {_clock(g.first_ts)}, last {_clock(g.last_ts)} UTC"
+        lines.append(f"  seen {g.span_text()}, {when}")
+        if f.title != g.label:
+            lines.append(f"  {f.title}")
         if f.response_code_details:
             lines.append(f"  envoy: {f.response_code_details}")
-        for n, occ in enumerate(group, 1):
-            label = f"  #{n} " if len(group) > 1 else "  "
-            lines.append(f"{label}{_flow_text(occ)}")
-            for e in occ.evidence:
-                lines.append(f"      evidence: {_evidence_text(e)}")
-            for line in occ.access_log:
-                lines.append(f"      access log: {line}")
-            for name, value in sorted(occ.counters.items()):
-                lines.append(f"      counter: {name} {value:+}")
+        lines.append(f"  {'newest, ' if g.count > 1 else ''}{_flow_text(f)}")
+        for e in f.evidence:
+            lines.append(f"      evidence: {_evidence_text(e)}")
+        for line in f.access_log:
+            lines.append(f"      access log: {line}")
+        others = g.instances[:-1][-OTHERS_LISTED:]
+        if others:
+            listed = ", ".join(f"{o.flow.client} ({_clock(o.ts)})" for o in reversed(others))
+            more = g.count - 1 - len(others)
+            lines.append(f"  also: {listed}" + (f" and {more} more (-o json lists every one)" if more else ""))
+        for name, value in sorted(g.counters.items()):
+            lines.append(f"  counter (the run's): {name} {value:+}")
         if f.explanation:
-            lines.append(f"  why: {f.explanation}" + (" (shown for #1)" if len(group) > 1 else ""))
+            lines.append(f"  why: {f.explanation}")
         if f.remediation:
             lines.append("  fix:")
             lines.extend("    " + ln for ln in f.remediation.splitlines())
     return "\n".join(lines) + "\n"
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def render_markdown(report: Report) -> str:
-    """A report to paste into an incident ticket: a summary table, then one section per finding."""
+    """A report to paste into an incident ticket: a summary table of the problems, then one section each with
+    its newest instance, a table of instances, the run's counters, the explanation and the fix."""
     out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
     for p in report.problems:
         out.append(f"> **problem** {p.line()}")
@@ -140,27 +174,39 @@ def render_markdown(report: Report) -> str:
     if not groups:
         out.append("No findings.")
         return "\n".join(out) + "\n"
-    out += ["| severity | detector | Envoy flags | times | first flow | finding |", "|---|---|---|---|---|---|"]
+    out += ["| severity | detector | Envoy flags | times | server | finding | first seen (UTC) | last seen (UTC) |",
+            "|---|---|---|---|---|---|---|---|"]
     for g in groups:
-        f = g[0]
-        title = f.title.replace("|", "\\|")
-        out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {len(g)} | "
-                   f"{f.flow.client} -> {f.flow.server} ({f.flow.iface}) | {title} |")
+        f = g.newest
+        out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
+                   f"{f.flow.server} | {_cell(g.label)} | {_clock(g.first_ts)} | {_clock(g.last_ts)} |")
     for n, g in enumerate(groups, 1):
-        f = g[0]
-        out += ["", f"## {n}. {f.severity.value}: {f.title}", "",
+        f = g.newest
+        out += ["", f"## {n}. {f.severity.value}: {g.label}", "", f"{f.title}, seen {g.span_text()}.", "",
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
             out.append(f"- response_code_details: `{f.response_code_details}`")
         if f.pod:
             out.append(f"- pod: {f.pod}")
-        out += ["", "| # | flow | source | frame | what |", "|---|---|---|---|---|"]
-        for i, occ in enumerate(g, 1):
-            flow = f"{occ.flow.client} -> {occ.flow.server} ({occ.flow.iface})"
-            out += [f"| {i} | {flow} | {e.source} | {e.frame} | {e.what} |" for e in occ.evidence]
+        for name, value in sorted(g.counters.items()):
+            out.append(f"- counter (the run's): `{name}` {value:+}")
+        out += ["", "Evidence of the newest instance:", "", "| source | frame | what |", "|---|---|---|"]
+        out += [f"| {e.source} | {e.frame} | {_cell(e.what)} |" for e in f.evidence]
+        for line in f.access_log:
+            out += ["", "Access log:", "", "```text", line, "```"]
+        if g.count > 1:
+            shown = g.instances[-INSTANCES_TABLE:]
+            out += ["", f"Instances ({len(shown)} newest of {g.count}; `-o json` lists every one):", "",
+                    "| # | time (UTC) | flow | deciding frame |", "|---|---|---|---|"]
+            first = g.count - len(shown) + 1
+            for i, occ in enumerate(shown, first):
+                frame = next((f"{e.source} {e.frame}" for e in reversed(occ.evidence) if e.frame), "-")
+                out.append(f"| {i} | {_clock(occ.ts)} | {occ.flow.client} -> {occ.flow.server} ({occ.flow.iface}) "
+                           f"| {frame} |")
         ladder = render_ladder(f)
         if ladder:
-            out += ["", "Packets of #1 (time in ms since its first packet):", "", "```text", *ladder, "```"]
+            out += ["", "Packets of the newest instance (time in ms since its first packet):", "", "```text",
+                    *ladder, "```"]
         out += ["", f.explanation, "", "Fix:", "", "```yaml", f.remediation, "```"]
     return "\n".join(out) + "\n"
 

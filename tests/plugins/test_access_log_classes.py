@@ -101,7 +101,9 @@ def test_each_class_is_found_from_its_access_log_line_alone(detector, shape):
     assert (f.detector, f.severity, f.envoy_flags, f.response_code_details) == (detector, severity, flags, details)
     assert (f.flow.client, f.flow.server) == (CALLER, APP)
     (ev,) = f.evidence
-    assert (ev.source, ev.frame, ev.iface, ev.what) == ("istio-proxy.log", 1, "", raw)
+    # The line once (access_log); the evidence names it by file, line and what it says.
+    assert (ev.source, ev.frame, ev.iface) == ("istio-proxy.log", 1, "")
+    assert ev.what.startswith(f"access log: {parse_line(raw).code} {','.join(parse_line(raw).flags)}")
     assert f.access_log == (raw,)
     assert f.remediation and f.explanation
 

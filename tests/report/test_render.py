@@ -47,21 +47,3 @@ def test_text_and_markdown_name_the_frames_and_the_fix(report):
     ack = next(line for line in ladder if "#20 challenge ACK" in line)
     assert "S :40811→:5002" in syn and syn.index("│") < syn.index("▶")  # client -> sidecar
     assert ". :5002→:40811" in ack and "◀" in ack and ack.index("◀") < ack.index(". :5002")  # sidecar -> client
-
-
-def test_repeated_findings_are_grouped_with_every_occurrence_listed():
-    from dataclasses import replace
-
-    from kubectl_meshdoctor.core.findings import FlowRef
-    from kubectl_meshdoctor.sinks.report import Report, group_findings
-
-    args = [CaptureArg.parse(str(DATA / "lab-collision-eth0.pcap"))]
-    base = asyncio.run(analyze(args, Pipeline.with_detectors()))
-    f = base.findings[0]
-    many = [replace(f, flow=FlowRef(f"198.18.1.1:{40000 + i}", f.flow.server, "eth0"), ts=f.ts + i) for i in range(5)]
-    report = Report(base.source, base.stats, many)
-    assert [len(g) for g in group_findings(many)] == [5]
-    text = render_text(report)
-    assert "(5 times)" in text and text.count("fix:") == 1
-    assert all(f"198.18.1.1:{40000 + i} ->" in text for i in range(5))
-    assert "| 5 |" in render_markdown(report)
