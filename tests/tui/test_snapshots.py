@@ -1,4 +1,5 @@
-"""Snapshots of the main screen and the help screen (pytest-textual-snapshot), over the lab's recorded collision.
+"""Snapshots of the main screen and the help screen (pytest-textual-snapshot), over the lab's recorded collision
+and its mixed framing recording, at 80x24 and 160x45 (issue 16: nothing essential is cut at either).
 
 Stable by construction: a fixed terminal size, no clock in the header, times relative to the capture, file names
 relative to tests/data. Regenerate after an intended change of the screen with
@@ -7,6 +8,8 @@ relative to tests/data. Regenerate after an intended change of the screen with
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from kubectl_meshdoctor.commands.analyze import FileSession
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
@@ -17,12 +20,13 @@ from .test_app import wait_for
 from .test_triage import ready
 
 DATA = Path(__file__).parent.parent / "data"
-SIZE = (150, 48)
+SIZES = [(80, 24), (160, 45)]
+COLLISION = ("lab-collision-eth0.pcap", "lab-collision-lo.pcap")
+FRAMING = ("lab-framing-mixed-eth0.pcap", "lab-framing-mixed-lo.pcap")
 
 
-def _app() -> MeshDoctorApp:
-    return MeshDoctorApp(FileSession([CaptureArg.parse("lab-collision-eth0.pcap"),
-                                       CaptureArg.parse("lab-collision-lo.pcap")]))
+def _app(files=COLLISION) -> MeshDoctorApp:
+    return MeshDoctorApp(FileSession([CaptureArg.parse(f) for f in files]))
 
 
 async def _replayed(pilot) -> None:
@@ -30,9 +34,11 @@ async def _replayed(pilot) -> None:
     await pilot.pause(0.6)  # one more refresh tick: every pane has drawn the final state
 
 
-def test_main_screen(snap_compare, monkeypatch):
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("files", [COLLISION, FRAMING], ids=["collision", "framing"])
+def test_main_screen(snap_compare, monkeypatch, files, size):
     monkeypatch.chdir(DATA)
-    assert snap_compare(_app(), terminal_size=SIZE, run_before=_replayed)
+    assert snap_compare(_app(files), terminal_size=size, run_before=_replayed)
 
 
 def test_help_screen(snap_compare, monkeypatch):
@@ -44,4 +50,4 @@ def test_help_screen(snap_compare, monkeypatch):
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
         await pilot.pause(0.2)
 
-    assert snap_compare(_app(), terminal_size=SIZE, run_before=help_open)
+    assert snap_compare(_app(), terminal_size=SIZES[1], run_before=help_open)

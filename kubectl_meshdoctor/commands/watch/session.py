@@ -55,7 +55,8 @@ class LiveSession(Session):
         self.redact = redact
         self.exit_when_done = opts.duration_s is not None
         target = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
-        self.describe = f"context {kube.context}  namespace {opts.namespace}  {target}"
+        # The pod first: a narrow terminal cuts the header's end, and the pod is what the user must not lose.
+        self.describe = f"{target}  namespace {opts.namespace}  context {kube.context}"
         self.pipelines: list[Pipeline] = []
         self.state = WatchState()
         self._controls: dict[str, LoggerControl] = {}

@@ -27,10 +27,10 @@ from kubectl_meshdoctor.sinks.ladder import render_ladder
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 
 from .ending import StopSignals
+from .findings_list import FindingsList
 from .packet_filter import FilterError, PacketFilter, of_finding
 from .session import Session, SessionHooks
 
-_SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match): a redraw stays short
 NARROW = 110  # below this many columns the panes stack
 # Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
@@ -77,11 +77,11 @@ class MeshDoctorApp(App[Report | None]):
     CSS = """
     #status { height: auto; padding: 0 1; background: $boost; }
     #main { height: 2fr; }
-    #left { width: 40%; }
+    #left { width: 45%; }
     #findings { height: 1fr; }
     #pods { height: auto; max-height: 12; display: none; }
     #pods.many { display: block; }
-    #detail-box { width: 60%; border-left: solid $primary; overflow-x: auto; overflow-y: auto; }
+    #detail-box { width: 55%; border-left: solid $primary; overflow-x: auto; overflow-y: auto; }
     #detail, #explain { padding: 0 1; width: 100%; }
     #ladder { padding: 1 1; width: auto; text-wrap: nowrap; }
     #packets-box { height: 1fr; border-top: solid $primary; }
@@ -103,6 +103,8 @@ class MeshDoctorApp(App[Report | None]):
                 Binding("c", "clusters", "Clusters"),
                 Binding("a", "access_log", "Access log"),
                 Binding("escape", "clear_filter", "Clear filter", show=False),
+                Binding("left_square_bracket", "instance(-1)", "Older instance", show=False),
+                Binding("right_square_bracket", "instance(1)", "Newer instance", show=False),
                 Binding("ctrl+c", "quit_clean", "Quit", show=False)]
 
     def __init__(self, session: Session, stop_signals: tuple[int, ...] = (),
@@ -116,7 +118,8 @@ class MeshDoctorApp(App[Report | None]):
         self.signalled: int | None = None  # the first stop signal that came
         self.hooks = SessionHooks(on_finding=self._on_finding, progress=self._on_progress)
         self.findings: list[Finding] = []
-        self._shown = 0  # findings already in the table; the rest wait for a refresh (or for p)
+        self._shown = 0  # findings already in the list; the rest wait for a refresh (or for p)
+        self.list: FindingsList | None = None  # the findings list's groups and selection, once mounted
         self.report: Report | None = None
         self.last_progress = "starting"
         self._progress_since = time.monotonic()
@@ -137,10 +140,7 @@ class MeshDoctorApp(App[Report | None]):
                 for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
                     pods.add_column(column, key=column)
                 yield pods
-                table = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
-                table.add_column("#", key="n")
-                table.add_columns("severity", "detector", "flags", "client", "finding")
-                yield table
+                yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
             with ScrollableContainer(id="detail-box"):
                 yield Static("No findings yet.", id="detail", markup=False)
                 yield Static("", id="ladder", markup=False)
@@ -156,6 +156,8 @@ class MeshDoctorApp(App[Report | None]):
 
     def on_mount(self) -> None:
         self.stop_signals.install(asyncio.get_running_loop())
+        self.list = FindingsList(self.query_one("#findings", DataTable))
+        self.query_one("#findings", DataTable).focus()  # the arrow keys move through the findings at once
         self.sub_title = self.session.describe
         self._apply_width(self.size.width)
         self.set_interval(0.5, self._refresh)
@@ -174,6 +176,7 @@ class MeshDoctorApp(App[Report | None]):
 
     def on_resize(self, event) -> None:
         self._apply_width(event.size.width)
+        self.call_after_refresh(self._show_new_findings)  # the panes' new widths are known after the layout
 
     def _apply_width(self, width: int) -> None:
         self.screen.set_class(width < NARROW, "narrow")
@@ -205,31 +208,46 @@ class MeshDoctorApp(App[Report | None]):
 
     # -- findings and detail ------------------------------------------------------------------------------
     def _show_new_findings(self) -> None:
-        if self._shown == len(self.findings):
+        if self.list is None:
             return
-        table = self.query_one("#findings", DataTable)
-        following = table.row_count == 0 or table.cursor_row == 0  # the user has not moved off the newest
-        for n in range(self._shown, len(self.findings)):
-            f = self.findings[n]
-            table.add_row(n + 1, Text(f.severity.value, style=_SEVERITY_STYLE[f.severity]), f.detector,
-                          ",".join(f.envoy_flags), f.flow.client, f.title, key=str(n))
+        for f in self.findings[self._shown:]:
+            self.list.add(f)
         self._shown = len(self.findings)
-        table.sort("n", reverse=True)  # newest first
-        if following:
-            table.move_cursor(row=0)
-            self._select(self.findings[-1])
+        before = self.selected
+        self.list.redraw(self.query_one("#findings", DataTable).size.width)
+        current = self.list.current()
+        if current is not None and (current is not before or before is None):
+            self._select(current)
 
     def _select(self, f: Finding) -> None:
         self.selected = f
-        self.query_one("#detail", Static).update(finding_detail(f, self.session.redact))
+        g = self.list.group(self.list.selected) if self.list else None
+        head = ""
+        if g is not None and g.count > 1:
+            at = g.instances.index(f) + 1
+            head = (f"instance {at} of {g.count}{' (newest)' if at == g.count else ''}, seen {g.span_text()}"
+                    f"  -  [ older  ] newer\n")
+        self.query_one("#detail", Static).update(head + finding_detail(f, self.session.redact))
         self.query_one("#ladder", Static).update(ladder_text(f))
         self.query_one("#explain", Static).update(finding_explanation(f, self.session.redact))
         self._refresh_packets()
 
     @on(DataTable.RowHighlighted, "#findings")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key is not None and event.row_key.value is not None:
-            self._select(self.findings[int(event.row_key.value)])
+        # Only a highlight of the row under the cursor now is the user's choice: Textual also posts them for
+        # its own reasons (focus, a row added under the cursor, a redraw), delivered after the list changed.
+        table = event.data_table
+        key = event.row_key.value if event.row_key is not None else None
+        if self.list is None or key is None or not table.is_valid_row_index(table.cursor_row) \
+                or table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value != key:
+            return
+        if self.list.select_key(key) and (current := self.list.current()) is not None:
+            self._select(current)
+
+    def action_instance(self, by: int) -> None:
+        """Step the detail (and packets, and `s`) to an older (-1) or newer (+1) instance of the group."""
+        if self.list is not None and self.list.step(by) and (current := self.list.current()) is not None:
+            self._select(current)
 
     # -- packets pane -------------------------------------------------------------------------------------
     def _packets_shown(self) -> tuple[str, list[PacketEvent]]:
@@ -331,8 +349,9 @@ class MeshDoctorApp(App[Report | None]):
             ifaces = f"{len(pods)} pods: {st.packets} pkts"
         else:
             ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
-        errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
-        warnings = sum(1 for f in self.findings if f.severity is Severity.WARNING)
+        groups = self.list.groups() if self.list else []
+        errors = sum(1 for g in groups if g.newest.severity is Severity.ERROR)
+        warnings = sum(1 for g in groups if g.newest.severity is Severity.WARNING)
         drops = self.session.drops()
         if drops:
             known = [v for v in drops.values() if v is not None]
@@ -347,7 +366,8 @@ class MeshDoctorApp(App[Report | None]):
         state = f"PAUSED (p resumes; {held} new findings held)  " if self.paused else ""
         problems = self.session.problems()
         trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
-        return (f"{ifaces}  flows: {st.flows_seen}  findings: {errors} error, {warnings} warning  {dropped}\n"
+        return (f"{ifaces}  flows: {st.flows_seen}  findings: {len(self.findings)} (rows: {errors} error, "
+                f"{warnings} warning)  {dropped}\n"
                 f"{state}{progress}{trouble}")
 
     def _refresh_status(self) -> None:
@@ -385,7 +405,7 @@ class MeshDoctorApp(App[Report | None]):
 
         frame = next((e.frame for e in f.evidence if e.frame), 0)
         default = os.path.join(os.getcwd(), f"meshdoctor-{f.detector}-{frame}.pcapng")
-        self.push_screen(PathPrompt(f"Save the packets of #{self.findings.index(f) + 1}: {f.title}\n"
+        self.push_screen(PathPrompt(f"Save the packets of {f.detector}: {f.title}\n"
                                     f"{f.flow.client} -> {f.flow.server} on {f.flow.iface}, frame {frame}", default),
                          lambda answer: answer and self._save(f, *answer))
 

@@ -13,7 +13,8 @@ from textual.widgets import Input, Static
 
 # Every key of the app and its panes, in the order a newcomer needs them.
 KEYS: tuple[tuple[str, str, str], ...] = (
-    ("main", "↑ ↓ / click", "select a finding: its detail, ladder diagram and packets"),
+    ("main", "↑ ↓ / click", "select a problem (one row per kind of finding): its detail, ladder and packets"),
+    ("main", "[ ]", "step to an older / newer instance of the selected problem"),
     ("main", "/", "filter the packets pane (ip, port, flags, lo/eth0, frame:N); Esc clears"),
     ("main", "p", "pause / resume the display (the capture goes on; new findings are held)"),
     ("main", "s", "save the selected finding's packets as pcapng (asks for a path)"),

@@ -1,0 +1,123 @@
+"""The triage desk's findings list: one row per problem (core/groups.py), not per finding. A collision seen 88
+times is one row that counts to 88; five framing violations of one app are five rows that say which is which.
+
+The list keeps its selection by group, not by row index: while findings arrive the highlighted row, the detail,
+the packets pane and `s` go on referring to the same problem, and to the instance the user stepped to.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.groups import FindingGroup, Grouper, GroupKey
+
+SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_SHORT = {Severity.ERROR: "ERR", Severity.WARNING: "WARN", Severity.INFO: "INFO"}
+_SEV_WIDTH = 5  # the first column: ERR / WARN / INFO over the count (×88)
+_PADDING = 2  # DataTable's cell padding, one column on each side
+MAX_LABEL_LINES = 3
+
+
+def label_lines(g: FindingGroup, width: int) -> list[str]:
+    """The finding cell: the detector, its response flags and the server, then the group's label wrapped to
+    ``width`` columns (at most MAX_LABEL_LINES lines; a label's start tells rows apart, so a cut falls at its
+    end)."""
+    f = g.newest
+    head = f"{f.detector}  {','.join(f.envoy_flags) or '-'}  {f.flow.server}"
+    wrapped = textwrap.wrap(g.label, max(width, 10)) or [""]
+    if len(wrapped) > MAX_LABEL_LINES:
+        wrapped = wrapped[:MAX_LABEL_LINES]
+        wrapped[-1] = wrapped[-1][:max(width - 1, 1)] + "…"
+    return [head[:width], *wrapped]
+
+
+class FindingsList:
+    """The groups of the findings shown so far, drawn into ``table`` (a DataTable with cursor_type="row")."""
+
+    def __init__(self, table: DataTable) -> None:
+        self.table = table
+        self.grouper = Grouper()
+        self.order: list[FindingGroup] = []  # in the order each group first appeared
+        self.selected: GroupKey | None = None
+        self.instance: int | None = None  # the instance stepped to (index into the group), None: the newest
+        self.following = True  # until the user picks a row, the newest group is the selected one
+        self._width = 0
+        self._drawn: list[tuple[GroupKey, int]] = []  # what the table shows: (group, its count), top first
+        table.add_column("sev", key="sev", width=_SEV_WIDTH)
+        table.add_column("finding", key="finding")
+
+    def add(self, f: Finding) -> None:
+        group, new = self.grouper.add(f)
+        if new:
+            self.order.append(group)
+
+    def groups(self) -> list[FindingGroup]:
+        """Top row first: the newest group, as the list has always shown the newest finding first."""
+        return list(reversed(self.order))
+
+    def group(self, key: GroupKey | None) -> FindingGroup | None:
+        return next((g for g in self.order if g.key == key), None)
+
+    def current(self) -> Finding | None:
+        """The finding the detail, the packets pane and `s` refer to: the selected group's chosen instance."""
+        g = self.group(self.selected)
+        if g is None:
+            return None
+        return g.instances[self.instance] if self.instance is not None else g.newest
+
+    def step(self, by: int) -> bool:
+        """Move to an older (-1) or newer (+1) instance of the selected group; False at either end."""
+        g = self.group(self.selected)
+        if g is None:
+            return False
+        at = self.instance if self.instance is not None else g.count - 1
+        to = min(max(at + by, 0), g.count - 1)
+        if to == at:
+            return False
+        self.instance = None if to == g.count - 1 else to
+        return True
+
+    def _cells(self, g: FindingGroup, width: int) -> tuple[list, int]:
+        f = g.newest
+        lines = label_lines(g, width)
+        sev = Text(_SHORT[f.severity], style=SEVERITY_STYLE[f.severity]) + Text(f"\n×{g.count}")
+        return [sev, Text(lines[0], style="bold") + Text("\n" + "\n".join(lines[1:]))], max(len(lines), 2)
+
+    def redraw(self, width: int) -> None:
+        """Draw the groups into the table if anything changed (a group, a count, the width), keeping the cursor
+        on the selected group (the newest group while ``following``)."""
+        groups = self.groups()
+        if groups and (self.following or self.selected is None) and groups[0].key != self.selected:
+            self.selected, self.instance = groups[0].key, None
+        text_width = max(width - _SEV_WIDTH - 2 * _PADDING - 2, 16)  # 2: the scrollbar
+        drawn = [(g.key, g.count) for g in groups]
+        if [k for k, _ in drawn] == [k for k, _ in self._drawn] and width == self._width:
+            for (key, count), (_, before), g in zip(drawn, self._drawn, groups):
+                if count != before:  # a count moved: update in place, the cursor stays where it is
+                    self.table.update_cell(repr(key), "finding", self._cells(g, text_width)[0][1])
+                    self.table.update_cell(repr(key), "sev", self._cells(g, text_width)[0][0])
+            self._drawn = drawn
+            return
+        self._drawn, self._width = drawn, width
+        self.table.columns["finding"].width = text_width  # type: ignore[index]
+        self.table.clear()
+        for g in groups:
+            cells, height = self._cells(g, text_width)
+            self.table.add_row(*cells, key=repr(g.key), height=height)
+        row = next((i for i, g in enumerate(groups) if g.key == self.selected), 0)
+        if row:
+            self.table.move_cursor(row=row, animate=False)
+
+    def select_key(self, row_key: str) -> bool:
+        """The user highlighted the row ``row_key``; True when that is another group (its newest instance is
+        then the current finding)."""
+        g = next((g for g in self.order if repr(g.key) == row_key), None)
+        if g is None or g.key == self.selected:
+            return False
+        self.following = False
+        self.selected, self.instance = g.key, None
+        return True
