@@ -71,6 +71,19 @@ def group_findings(findings: list[Finding]) -> list[list[Finding]]:
     return [groups[k] for k in sorted(groups, key=lambda k: (-k[0], groups[k][0].ts))]
 
 
+def _pods(group: list[Finding]) -> list[str]:
+    """The pods a group's findings are about, in order, each once (a lint rule fires on many pods)."""
+    return list(dict.fromkeys(f.pod for f in group if f.pod))
+
+
+def _pods_text(group: list[Finding]) -> str:
+    """`` pod/NAME`` for one pod, `` N pods (A, B)`` for a group over several: none pinned on its first."""
+    pods = _pods(group)
+    if len(pods) > 1:
+        return f" {len(pods)} pods ({', '.join(pods)})"
+    return f" pod/{pods[0]}" if pods else ""
+
+
 def _headline(report: Report) -> str:
     if report.source.get("kind") == "lint":
         return f"kubectl-meshdoctor {__version__} lint: {len(report.source.get('pods', []))} pods checked"
@@ -107,13 +120,14 @@ def render_text(report: Report) -> str:
         f = group[0]
         lines.append("")
         flags = f" [{','.join(f.envoy_flags)}]" if f.envoy_flags else ""
-        pod = f" pod/{f.pod}" if f.pod else ""
+        pod = _pods_text(group)
         times = f" ({len(group)} times)" if len(group) > 1 else ""
         lines.append(f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {f.title}{times}")
         if f.response_code_details:
             lines.append(f"  envoy: {f.response_code_details}")
         for n, occ in enumerate(group, 1):
             label = f"  #{n} " if len(group) > 1 else "  "
+            label += f"pod/{occ.pod} " if occ.pod and len(_pods(group)) > 1 else ""
             lines.append(f"{label}{_flow_text(occ)}")
             for e in occ.evidence:
                 lines.append(f"      evidence: {_evidence_text(e)}")
@@ -152,8 +166,8 @@ def render_markdown(report: Report) -> str:
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
             out.append(f"- response_code_details: `{f.response_code_details}`")
-        if f.pod:
-            out.append(f"- pod: {f.pod}")
+        if _pods(g):
+            out.append(f"- pod{'s' if len(_pods(g)) > 1 else ''}: {', '.join(_pods(g))}")
         out += ["", "| # | flow | source | frame | what |", "|---|---|---|---|---|"]
         for i, occ in enumerate(g, 1):
             flow = f"{occ.flow.client} -> {occ.flow.server} ({occ.flow.iface})"

@@ -350,3 +350,36 @@ def test_lint_pods_concatenates_in_order():
     pods = [pod("classic"), pod("no-sidecar")]
     assert [f.detector for f in lint_pods(pods)] == ["redirect-exposure", "hold-application", "no-sidecar"]
     assert lint_pod(copy.deepcopy(pods[0]), rules=["hold-application"])[0].detector == "hold-application"
+
+
+# ---------------------------------------------------------------------------------------------- the report of many pods
+
+
+def test_a_warning_grouped_over_several_pods_names_them_all():
+    """`lint -A` over three replicas of DOC 1 (in two namespaces): redirect-exposure, one title on each pod, is
+    one group; its heading named only the first pod, as though the other two were fine (issue 16). It names all
+    three now, and each occurrence says whose it is."""
+    from kubectl_meshdoctor.core.pipeline import PipelineStats
+    from kubectl_meshdoctor.sinks.report import Report, render_markdown, render_text
+
+    replicas = []
+    for i, (ns, name) in enumerate([("shop", "orders-a"), ("shop", "orders-b"), ("pay", "orders-c")]):
+        p = pod("classic")
+        p["metadata"].update(name=name, namespace=ns)
+        p["status"]["podIP"] = f"10.244.1.{30 + i}"
+        replicas.append(p)
+    findings = lint_pods(replicas)
+    assert [f.pod for f in findings if f.detector == "redirect-exposure"] == ["orders-a", "orders-b", "orders-c"]
+    report = Report({"kind": "lint", "pods": [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                                              for p in replicas]}, PipelineStats(), findings)
+    text = render_text(report).splitlines()
+    (heading,) = [line for line in text if line.startswith("WARNING redirect-exposure")]
+    assert heading.startswith("WARNING redirect-exposure 3 pods (orders-a, orders-b, orders-c): app ports ")
+    assert heading.endswith("(3 times)")
+    assert [line.split(" where:")[0] for line in text if " where: 10.244.1." in line and "#" in line][:3] == \
+           ["  #1 pod/orders-a", "  #2 pod/orders-b", "  #3 pod/orders-c"]
+    holds = [line for line in text if line.startswith("WARNING hold-application")]
+    assert len(holds) == 3 and all(" pod/orders-" in line and " pods (" not in line for line in holds)  # one each
+    markdown = render_markdown(report)
+    assert "- pods: orders-a, orders-b, orders-c\n" in markdown
+    assert markdown.count("- pod: orders-a\n") == 1  # hold-application's own section only
