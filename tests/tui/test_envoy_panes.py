@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 from rich.text import Text
 from textual.widgets import DataTable, Input, Static
@@ -163,3 +164,24 @@ async def test_the_access_log_filter_matches_the_row_as_shown(monkeypatch):
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+async def test_the_clusters_status_counts_what_the_table_shows():
+    """A real /clusters dump (tests/envoy/data/clusters.txt) with clusters that have no hosts: the table has one
+    row a host, and the status said "11 clusters, 10 hosts" over 10 rows; it counts the rows now, and says how
+    many clusters have none (issue 16)."""
+    dump = parse_clusters((Path(__file__).parent.parent / "envoy" / "data" / "clusters.txt").read_text())
+    hosts = sum(len(c.hosts) for c in dump.values())
+    empty = [name for name, c in dump.items() if not c.hosts]
+    assert len(dump) == 11 and hosts == 10 and len(empty) == 3
+    app = MeshDoctorApp(EnvoySession(clusters=lambda: dump))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("c")
+        table = app.screen.query_one("#clusters", DataTable)
+        status = app.screen.query_one("#clusters-status", Static)
+        await wait_for(pilot, lambda: table.row_count > 0 and "reading" not in str(status.render()))
+        assert table.row_count == hosts
+        assert not {str(table.get_row_at(i)[0]) for i in range(table.row_count)} & set(empty)
+        assert str(status.render()).startswith("10 hosts of 11 clusters (3 clusters have no hosts); 0 counters "
+                                               "moved since the last refresh")
+        await pilot.press("escape", "q")

@@ -117,13 +117,20 @@ class ClustersScreen(Screen):
         self.previous = current
         if self.sort_column:
             table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
-        self._set_status(f"{len(clusters)} clusters, {len(current)} hosts; {moved} counters moved since the last "
-                     f"refresh (every {REFRESH_S:.0f} s)")
+        # Say what the table shows: one row a host, so a cluster without hosts has no row.
+        empty = sum(1 for c in clusters.values() if not c.hosts)
+        without = f" ({_count(empty, 'cluster')} {'has' if empty == 1 else 'have'} no hosts)" if empty else ""
+        self._set_status(f"{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; {moved} "
+                         f"counters moved since the last refresh (every {REFRESH_S:.0f} s)")
 
     @on(DataTable.HeaderSelected, "#clusters")
     def _sort(self, event: DataTable.HeaderSelected) -> None:
         self.sort_column = str(event.column_key.value)
         event.data_table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _sort_key(value) -> tuple:
