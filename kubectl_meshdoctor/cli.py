@@ -40,9 +40,18 @@ examples:
   kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
   kubectl meshdoctor watch deploy/reviews -n shop --no-tui --duration 120 -o json > report.json
   kubectl meshdoctor analyze lo.pcap eth0.pcapng -o json
-  sudo kubectl meshdoctor lab up          # a local pod lab with real failures, and its kubeconfig
+  sudo "$(command -v kubectl-meshdoctor)" lab up   # a local pod lab with real failures, and its kubeconfig
 
 """ + EXIT_CODES_HELP
+
+# sudo's secure_path drops the PATH entry a venv or krew put the plugin on: `sudo kubectl meshdoctor` finds no
+# plugin, so the examples give sudo the plugin's own path.
+LAB_EPILOG = """\
+examples (the lab needs root; sudo would not find the plugin by its name, so give it the path):
+  sudo "$(command -v kubectl-meshdoctor)" lab up
+  sudo "$(command -v kubectl-meshdoctor)" lab status
+  sudo "$(command -v kubectl-meshdoctor)" lab down
+"""
 
 EPILOG_WATCH = """\
 watch adds (or reuses) an ephemeral container meshdoctor-* targeting istio-proxy, runs tcpdump on the pod's
@@ -231,8 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "API server that the plugin and kubectl talk to through the kubeconfig `lab up` prints. "
                          "Needs root.",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog="examples:\n  sudo kubectl meshdoctor lab up\n"
-                                "  sudo kubectl meshdoctor lab status\n  sudo kubectl meshdoctor lab down\n")
+                         epilog=LAB_EPILOG)
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", parser_class=_Parser, required=True)
     for name, text in (("up", "create the lab and print its kubeconfig"), ("down", "remove the lab"),
                        ("status", "show the lab's pods and processes")):

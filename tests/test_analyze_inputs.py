@@ -129,6 +129,28 @@ def test_the_same_file_spelt_twice_is_read_once(tmp_path, monkeypatch):
     assert [p["what"] for p in report["problems"]] == []  # the first spelling had no interface
 
 
+@tshark
+def test_the_same_capture_under_two_names_is_read_once(tmp_path):
+    """The same frames read twice invented a syn-timeout (each SYN seen again); now identical bytes are read
+    once, and a problem names the copy left out (issue 16)."""
+    eth0, lo = DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"
+    copies = [tmp_path / "copy-eth0.pcap", tmp_path / "again-lo.pcap"]
+    for original, copy in zip((eth0, lo), copies):
+        shutil.copyfile(original, copy)
+    code, single, _ = analyze(str(eth0), str(lo))
+    assert code == 1 and single["findings"] and single["problems"] == []
+    code, doubled, err = analyze(str(eth0), str(lo), *map(str, copies))
+    assert code == 1, err
+    assert doubled["findings"] == single["findings"]
+    assert "syn-timeout" not in {f["detector"] for f in doubled["findings"]}
+    assert doubled["stats"]["packets"] == single["stats"]["packets"]
+    assert doubled["problems"] == [{"where": str(copies[0]), "what": f"the same bytes as {eth0}: read once"},
+                                   {"where": str(copies[1]), "what": f"the same bytes as {lo}: read once"}]
+    code, spelt, _ = analyze(str(eth0), f"{eth0}:eth1")  # one file under two interfaces
+    assert code == 1 and spelt["findings"] == analyze(str(eth0))[1]["findings"]
+    assert [p["what"] for p in spelt["problems"]] == ["given again with interface eth1: read once, on interface eth0"]
+
+
 def test_a_cut_short_gzipped_log_is_read_up_to_the_cut(tmp_path):
     body = "\n".join(text(CLASSES["upstream-timeout"][0]) for _ in range(30_000)) + "\n"
     whole = gzip.compress(body.encode())

@@ -252,3 +252,15 @@ def test_request_timeout_0_is_no_timeout_not_an_internal_error(tmp_path):
     kc.write_text(KUBECONFIG_DOWN)
     proc = meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui", "--request-timeout", "0")
     assert_one_line_error(proc, "cannot reach the API server at http://127.0.0.1:1: connection refused")
+
+
+@pytest.mark.parametrize("command", [(), ("lab",), ("lab", "up")])
+def test_help_never_suggests_a_sudo_that_cannot_find_the_plugin(command):
+    """sudo's secure_path drops the venv's (or krew's) bin, so `sudo kubectl meshdoctor lab up` finds no plugin
+    (issue 16): every sudo example gives sudo the plugin's own path."""
+    text = meshdoctor(*command, "--help").stdout
+    assert "sudo kubectl meshdoctor" not in text
+    sudos = [line.strip() for line in text.splitlines() if line.strip().startswith("sudo ")]
+    assert all(line.startswith('sudo "$(command -v kubectl-meshdoctor)" lab ') for line in sudos), sudos
+    if command != ("lab", "up"):
+        assert sudos  # the main and lab help show how to run the lab as root

@@ -39,12 +39,11 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     kinds = {a.path: files.input_kind(a.path) for a in args}
-    args = _distinct(args, kinds)
+    args, problems = _distinct(args, kinds)
     for parent in dict.fromkeys(os.path.dirname(os.path.abspath(a.path)) for a in args):
         files.remove_stale_private_dirs(parent)
     captures = [a for a in args if kinds[a.path] == files.CAPTURE]
     logs = [a for a in args if kinds[a.path] == files.ACCESS_LOG]
-    problems: list[Problem] = []
     slots = asyncio.Semaphore(jobs)
     shared = jobs < len(captures)
     readers = [functools.partial(read_capture, a, slots, shared) for a in captures]
@@ -88,17 +87,39 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     return Report(source, pipeline.stats, findings, problems, envoy=envoy)
 
 
-def _distinct(args: list[CaptureArg], kinds: dict[str, str]) -> list[CaptureArg]:
-    """Each file once, however it was spelt (``a.log``, ``./a.log``, a link to it): a capture by file and
-    interface, anything else by file alone (an interface means nothing to a log)."""
-    seen, out = set(), []
+def _distinct(args: list[CaptureArg], kinds: dict[str, str]) -> tuple[list[CaptureArg], list[Problem]]:
+    """Each file's bytes once: the same frames read twice make flows of their own (a SYN seen twice is a
+    retransmission). One file however it was spelt (``a.log``, ``./a.log``, a link to it) is read once, silently;
+    a capture given again with another interface, or another file with the same bytes (same size, then the same
+    digest), is read once too, with a problem that names the one left out."""
+    out: list[CaptureArg] = []
+    problems: list[Problem] = []
+    by_size: dict[int, list[CaptureArg]] = {}
+    digests: dict[str, str] = {}
+
+    def digest(path: str) -> str:
+        if path not in digests:
+            try:
+                digests[path] = files.content_digest(path)
+            except OSError as e:
+                raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+        return digests[path]
+
     for a in args:
-        st = os.stat(a.path)  # input_kind has read it: it exists
-        key: tuple = (st.st_dev, st.st_ino) + ((a.iface,) if kinds[a.path] == files.CAPTURE else ())
-        if key not in seen:
-            seen.add(key)
+        size = os.stat(a.path).st_size  # input_kind has read it: it exists
+        capture = kinds[a.path] == files.CAPTURE
+        twin = next((k for k in by_size.get(size, ()) if os.path.samefile(k.path, a.path)), None)
+        same_file = twin is not None
+        if twin is None:
+            twin = next((k for k in by_size.get(size, ()) if digest(k.path) == digest(a.path)), None)
+        if twin is None:
+            by_size.setdefault(size, []).append(a)
             out.append(a)
-    return out
+        elif not same_file or (capture and a.iface != twin.iface):
+            iface = f", on interface {twin.iface}" if capture and a.iface != twin.iface else ""
+            what = f"given again with interface {a.iface}" if same_file else f"the same bytes as {twin.path}"
+            problems.append(Problem(a.path, f"{what}: read once{iface}"))
+    return out, problems
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@ problem seen a hundred times, not a hundred problems. The TUI lists groups, the 
 describe them, and `-o json` keeps every instance and adds the groups.
 
 A group is the findings alike in severity, detector, pod, server endpoint, Envoy response flags and
-``Finding.variant`` (what tells findings of one detector apart: the framing violation, a refusal's cause).
+``Finding.variant`` (what tells findings of one detector apart: the framing violation, a refusal's cause). A
+finding of a pod's spec (lint, no flow) groups over pods: one rule that many replicas break is one problem.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ GroupKey = tuple[int, str, str, str, tuple[str, ...], str]  # -severity rank, de
 
 
 def group_key(f: Finding) -> GroupKey:
+    if f.flow.client == "-" and not f.flow.iface:
+        # A finding of a pod's spec (lint): one rule broken by many replicas is one problem over those pods.
+        return (-f.severity.rank, f.detector, "", "", f.envoy_flags, f.variant or f.title)
     return (-f.severity.rank, f.detector, f.pod or "", f.flow.server, f.envoy_flags, f.variant)
 
 

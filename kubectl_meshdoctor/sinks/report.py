@@ -111,10 +111,30 @@ def _clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}"
 
 
+def _pods(g: FindingGroup) -> list[str]:
+    """The pods a group's findings are about, in order, each once (a lint rule fires on many pods)."""
+    return list(dict.fromkeys(f.pod for f in g.instances if f.pod))
+
+
+def _pods_text(g: FindingGroup) -> str:
+    """`` pod/NAME`` for one pod, `` N pods (A, B)`` for a group over several: none pinned on its first."""
+    pods = _pods(g)
+    if len(pods) > 1:
+        return f" {len(pods)} pods ({', '.join(pods)})"
+    return f" pod/{pods[0]}" if pods else ""
+
+
+def _where(f: Finding, g: FindingGroup) -> str:
+    """An instance among others: its client, or for a spec finding (lint) its pod and port."""
+    if f.flow.client == "-" and not f.flow.iface:
+        return f"pod/{f.pod} {f.flow.server}" if f.pod else f.flow.server
+    return f"pod/{f.pod} {f.flow.client}" if f.pod and len(_pods(g)) > 1 else f.flow.client
+
+
 def _group_head(g: FindingGroup) -> str:
     f = g.newest
     flags = f" [{','.join(f.envoy_flags)}]" if f.envoy_flags else ""
-    pod = f" pod/{f.pod}" if f.pod else ""
+    pod = _pods_text(g)
     return f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {g.label}"
 
 
@@ -131,21 +151,25 @@ def render_text(report: Report) -> str:
         f = g.newest
         lines.append("")
         lines.append(_group_head(g))
-        when = f"at {_clock(g.first_ts)} UTC" if g.count == 1 else \
-            f"first {_clock(g.first_ts)}, last {_clock(g.last_ts)} UTC"
-        lines.append(f"  seen {g.span_text()}, {when}")
+        if g.first_ts:  # a spec finding (lint) has no time
+            when = f"at {_clock(g.first_ts)} UTC" if g.count == 1 else \
+                f"first {_clock(g.first_ts)}, last {_clock(g.last_ts)} UTC"
+            lines.append(f"  seen {g.span_text()}, {when}")
+        elif g.count > 1:
+            lines.append(f"  {g.count} times")
         if f.title != g.label:
             lines.append(f"  {f.title}")
         if f.response_code_details:
             lines.append(f"  envoy: {f.response_code_details}")
-        lines.append(f"  {'newest, ' if g.count > 1 else ''}{_flow_text(f)}")
+        lines.append(f"  {'newest, ' if g.count > 1 else ''}{'pod/' + f.pod + ' ' if len(_pods(g)) > 1 else ''}"
+                     f"{_flow_text(f)}")
         for e in f.evidence:
             lines.append(f"      evidence: {_evidence_text(e)}")
         for line in f.access_log:
             lines.append(f"      access log: {line}")
         others = g.instances[:-1][-OTHERS_LISTED:]
         if others:
-            listed = ", ".join(f"{o.flow.client} ({_clock(o.ts)})" for o in reversed(others))
+            listed = ", ".join(_where(o, g) + (f" ({_clock(o.ts)})" if o.ts else "") for o in reversed(others))
             more = g.count - 1 - len(others)
             lines.append(f"  also: {listed}" + (f" and {more} more (-o json lists every one)" if more else ""))
         for name, value in sorted(g.counters.items()):
@@ -186,8 +210,8 @@ def render_markdown(report: Report) -> str:
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
             out.append(f"- response_code_details: `{f.response_code_details}`")
-        if f.pod:
-            out.append(f"- pod: {f.pod}")
+        if _pods(g):
+            out.append(f"- pod{'s' if len(_pods(g)) > 1 else ''}: {', '.join(_pods(g))}")
         for name, value in sorted(g.counters.items()):
             out.append(f"- counter (the run's): `{name}` {value:+}")
         out += ["", "Evidence of the newest instance:", "", "| source | frame | what |", "|---|---|---|"]

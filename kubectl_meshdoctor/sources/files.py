@@ -8,6 +8,7 @@ import ctypes
 import functools
 import glob
 import gzip
+import hashlib
 import os
 import re
 import shutil
@@ -124,6 +125,12 @@ def check_capture(path: str) -> None:
     """Raise InputError unless ``path`` is a readable pcap or pcapng file (gzipped or not)."""
     if _head(path)[:4] not in _MAGICS:
         raise InputError(f"{path}: not a pcap or pcapng capture (tcpdump -w / Wireshark format expected)")
+
+
+def content_digest(path: str) -> str:
+    """A digest of ``path``'s bytes: two files with the same one hold the same frames or lines."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def complete_frames(path: str) -> int | None:

@@ -119,6 +119,23 @@ def test_dry_run_changes_nothing(lab_state):
     assert ephemeral_names(lab_state, "refused") == before
 
 
+def test_dry_run_names_the_running_container_it_would_reuse(lab_state):
+    """A meshdoctor-* container already runs in the pod: watch would reuse it and add nothing, and --dry-run says
+    so, by its name, after a GET of the pod (it said it would add one, issue 16)."""
+    first = watch(lab_state, "healthy", seconds="1")  # leaves its container running (its sleep is the TTL)
+    assert first.returncode in (0, 1), first.stderr
+    running = json.loads(first.stdout)["source"]["container"]
+    before = ephemeral_names(lab_state, "healthy")
+    assert running in before
+    proc = watch(lab_state, "healthy", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == \
+        f"# watch would reuse the running ephemeral container {running} in pod/healthy (nothing added)"
+    assert "would add" not in proc.stdout and "ephemeralContainers" not in proc.stdout
+    assert "kind: Role" in proc.stdout
+    assert ephemeral_names(lab_state, "healthy") == before
+
+
 def test_sigkill_mid_capture_leaves_no_tcpdump_in_the_pod(lab_state):
     """The plugin is killed without any chance to clean up: the dead-man's switch in the pod ends tcpdump."""
     pod = lab_state.pod("healthy")

@@ -350,3 +350,38 @@ def test_lint_pods_concatenates_in_order():
     pods = [pod("classic"), pod("no-sidecar")]
     assert [f.detector for f in lint_pods(pods)] == ["redirect-exposure", "hold-application", "no-sidecar"]
     assert lint_pod(copy.deepcopy(pods[0]), rules=["hold-application"])[0].detector == "hold-application"
+
+
+# ---------------------------------------------------------------------------------------------- the report of many pods
+
+
+def test_a_warning_grouped_over_several_pods_names_them_all():
+    """`lint -A` over three replicas of DOC 1 (in two namespaces): redirect-exposure, one title on each pod, is
+    one group; its heading named only the first pod, as though the other two were fine (issue 16). It names all
+    three now, and each occurrence says whose it is."""
+    from kubectl_meshdoctor.core.pipeline import PipelineStats
+    from kubectl_meshdoctor.sinks.report import Report, render_markdown, render_text
+
+    replicas = []
+    for i, (ns, name) in enumerate([("shop", "orders-a"), ("shop", "orders-b"), ("pay", "orders-c")]):
+        p = pod("classic")
+        p["metadata"].update(name=name, namespace=ns)
+        p["status"]["podIP"] = f"10.244.1.{30 + i}"
+        replicas.append(p)
+    findings = lint_pods(replicas)
+    assert [f.pod for f in findings if f.detector == "redirect-exposure"] == ["orders-a", "orders-b", "orders-c"]
+    report = Report({"kind": "lint", "pods": [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                                              for p in replicas]}, PipelineStats(), findings)
+    text = render_text(report).splitlines()
+    (heading,) = [line for line in text if line.startswith("WARNING redirect-exposure")]
+    assert heading.startswith("WARNING redirect-exposure 3 pods (orders-a, orders-b, orders-c): app ports ")
+    at = text.index(heading)
+    assert text[at + 1] == "  3 times"  # a spec has no time to show
+    assert text[at + 2] == "  newest, pod/orders-c where: 10.244.1.32:5002"
+    (also,) = [line for line in text[at:] if line.startswith("  also: ")][:1]
+    assert also == "  also: pod/orders-b 10.244.1.31:5002, pod/orders-a 10.244.1.30:5002"
+    holds = [line for line in text if line.startswith("WARNING hold-application")]
+    assert len(holds) == 3 and all(" pod/orders-" in line and " pods (" not in line for line in holds)  # one each
+    markdown = render_markdown(report)
+    assert "- pods: orders-a, orders-b, orders-c\n" in markdown
+    assert markdown.count("- pod: orders-a\n") == 1  # hold-application's own section only

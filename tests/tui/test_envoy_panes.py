@@ -4,9 +4,11 @@ lines."""
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 from rich.text import Text
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.envoy.access_log import parse_line
@@ -120,4 +122,66 @@ async def test_the_access_log_filter_cannot_find_a_hidden_token():
         await wait_for(pilot, lambda: table.row_count == 0)
         status = app.screen.query_one("#log-status", Static)
         await wait_for(pilot, lambda: f"filter '{secret}': 0 shown" in str(status.render()))
+        await pilot.press("escape", "q")
+
+
+TCP_NR = ('[2025-06-12T08:14:33.077Z] "- - -" 0 NR filter_chain_not_found - "-" 0 0 0 - "-" "-" "-" "-" "-" - - '
+          '10.244.1.23:5000 10.244.4.12:45690 - -')
+
+
+async def test_the_access_log_filter_matches_the_row_as_shown(monkeypatch):
+    """Every column as the pane shows it, case-insensitively, and nothing the pane hides: `tcp` finds the TCP
+    line (whose raw request is `- - -`), the local time shown finds its row (the raw line has UTC), and the
+    protocol, which no column shows, finds nothing (issue 16)."""
+    monkeypatch.setenv("TZ", "XST-05:30")  # shown times differ from the lines' UTC ones
+    time.tzset()
+    try:
+        entries = [parse_line(UF), parse_line(UPE), parse_line(TCP_NR)]
+        assert all(entries) and "TCP" not in entries[2].raw.upper()
+        app = MeshDoctorApp(EnvoySession(entries=entries))
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.press("a")
+            table = app.screen.query_one("#access-log", DataTable)
+            await wait_for(pilot, lambda: table.row_count == 3)
+            shown = {str(table.get_row_at(i)[0]): [str(c) for c in table.get_row_at(i)] for i in range(3)}
+            uf_time = next(t for t, row in shown.items() if row[2] == "UF")
+            assert uf_time == "13:44:07.031" and uf_time not in UF
+
+            async def filtered(text: str) -> list[list[str]]:
+                filt = app.screen.query_one("#log-filter", Input)
+                filt.value = ""
+                await pilot.press("slash", *text, "enter")
+                status = app.screen.query_one("#log-status", Static)
+                await wait_for(pilot, lambda: f"filter {text!r}:" in str(status.render()))
+                return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+            assert [row[5] for row in await filtered("tcp")] == ["TCP"]
+            assert [row[2] for row in await filtered(uf_time)] == ["UF"]
+            assert [row[2] for row in await filtered("fiLTer_chain")] == ["NR"]  # details, any case
+            assert [row[2] for row in await filtered("upe")] == ["UPE"]
+            assert await filtered("HTTP/1.1") == []  # in both raw lines, in no column
+            await pilot.press("escape", "q")
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+async def test_the_clusters_status_counts_what_the_table_shows():
+    """A real /clusters dump (tests/envoy/data/clusters.txt) with clusters that have no hosts: the table has one
+    row a host, and the status said "11 clusters, 10 hosts" over 10 rows; it counts the rows now, and says how
+    many clusters have none (issue 16)."""
+    dump = parse_clusters((Path(__file__).parent.parent / "envoy" / "data" / "clusters.txt").read_text())
+    hosts = sum(len(c.hosts) for c in dump.values())
+    empty = [name for name, c in dump.items() if not c.hosts]
+    assert len(dump) == 11 and hosts == 10 and len(empty) == 3
+    app = MeshDoctorApp(EnvoySession(clusters=lambda: dump))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("c")
+        table = app.screen.query_one("#clusters", DataTable)
+        status = app.screen.query_one("#clusters-status", Static)
+        await wait_for(pilot, lambda: table.row_count > 0 and "reading" not in str(status.render()))
+        assert table.row_count == hosts
+        assert not {str(table.get_row_at(i)[0]) for i in range(table.row_count)} & set(empty)
+        assert str(status.render()).startswith("10 hosts of 11 clusters (3 clusters have no hosts); 0 counters "
+                                               "moved since the last refresh")
         await pilot.press("escape", "q")

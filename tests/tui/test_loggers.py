@@ -4,13 +4,16 @@ level shows on screen once the proxy reports it, and it is the proxy's level."""
 from __future__ import annotations
 
 import asyncio
+import io
 
+from rich.console import Console
 from textual.widgets import DataTable, Static
 
 from kubectl_meshdoctor.commands.log_level import LoggerControl, current_levels
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.sinks.tui.loggers import LoggersScreen
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 
 from ..local_envoy import free_port, local_envoy
@@ -78,3 +81,36 @@ async def test_change_a_level_with_the_keyboard_and_see_what_the_proxy_reports(t
         finally:
             admin.close()
             proxy_view.close()
+
+
+def screen_lines(app) -> list[str]:
+    """The text of every cell on screen, row by row, as the terminal shows it (App.export_screenshot's
+    rendering, as text)."""
+    console = Console(width=app.size.width, height=app.size.height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text().splitlines()
+
+
+async def test_every_key_of_the_loggers_screen_is_on_an_80x24_screen(tmp_path):
+    """At 80 columns the footer is cut and listed three of the screen's keys (issue 16): every binding's keys,
+    each with what it does, are on screen now."""
+    with local_envoy(tmp_path, free_port()) as envoy:
+        admin = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
+        try:
+            app = MeshDoctorApp(idle_session(LoggerControl(admin)))
+            async with app.run_test(size=(80, 24)) as pilot:
+                await pilot.press("l")
+                table = app.screen.query_one("#loggers", DataTable)
+                await wait_for(pilot, lambda: table.row_count > 50)
+                assert isinstance(app.screen, LoggersScreen)
+                lines = screen_lines(app)
+                assert len(lines) == 24 and max(map(len, lines)) <= 80
+                shown = " ".join(" ".join(lines).split())
+                for b in LoggersScreen.BINDINGS:
+                    keys = "/".join("esc" if k == "escape" else k for k in b.key.split(","))
+                    assert f"{keys} {b.description}" in shown, (b.key, b.description, lines)
+                await pilot.press("escape")
+                await pilot.press("q")
+        finally:
+            admin.close()

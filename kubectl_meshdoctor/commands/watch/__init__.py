@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from kubectl_meshdoctor.commands.console import error, progress_line
-from kubectl_meshdoctor.commands.watch.live import WatchOptions, watch
+from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, watch
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
-from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name
+from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name, running_debug_container
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
-from kubectl_meshdoctor.kube.target import Target
+from kubectl_meshdoctor.kube.target import Target, capturable_pods
 from kubectl_meshdoctor.sinks.report import RENDERERS
 from kubectl_meshdoctor.sources.files import remove_stale_private_dirs
 
@@ -52,7 +52,7 @@ def run(args) -> int:
     except (ValueError, KubeError) as e:
         return error(str(e))
     if args.dry_run:
-        return _watch_dry_run(opts)
+        return _watch_dry_run(kube, opts)
     remove_stale_private_dirs()  # a killed watch's spool: capture bytes nobody asked to keep
     if opts.write_pcap_dir is not None:
         try:  # before anything changes in the cluster, not after the debug container is up
@@ -80,11 +80,28 @@ def _writable_dir(path: Path, flag: str) -> None:
         raise ValueError(f"{flag} {path}: not writable")
 
 
-def _watch_dry_run(opts) -> int:
-    spec = container_spec(new_container_name(), opts.image, opts.ttl_s, opts.profile)
-    print(f"# watch would add this ephemeral container to {opts.target.kind}/{opts.target.name} in namespace "
-          f"{opts.namespace} (PATCH pods/ephemeralcontainers), unless a meshdoctor-* container already runs:")
-    print(json.dumps({"spec": {"ephemeralContainers": [spec]}}, indent=2))
+def _watch_dry_run(kube, opts) -> int:
+    """What watch would change, after reading (GET only) the pods it would capture: a running meshdoctor-*
+    container is reused, so only the pods without one would get the container shown."""
+    what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
+    try:
+        pods = capturable_pods(kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
+        unless = ""
+    except KubeError as e:  # watch would stop there too; the container and the RBAC it needs are still worth showing
+        pods, unless = [], f", unless a meshdoctor-* container already runs (cannot tell: {str(e).splitlines()[0]})"
+    adding = []
+    for pod in pods:
+        running = running_debug_container(pod)
+        if running:
+            print(f"# watch would reuse the running ephemeral container {running} in pod/{pod.metadata.name} "
+                  f"(nothing added)")
+        else:
+            adding.append(f"pod/{pod.metadata.name}")
+    if adding or not pods:
+        print(f"# watch would add this ephemeral container to {', '.join(adding) or what} in namespace "
+              f"{opts.namespace} (PATCH pods/ephemeralcontainers){unless}:")
+        spec = container_spec(new_container_name(), opts.image, opts.ttl_s, opts.profile)
+        print(json.dumps({"spec": {"ephemeralContainers": [spec]}}, indent=2))
     print("# and it needs these permissions (portforward and log are optional: Envoy counters and access log):")
     print(role_yaml(opts.namespace, WATCH_PERMISSIONS))
     return 0

@@ -4,6 +4,7 @@ but through the session's callables, in worker threads."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from rich.text import Text
@@ -33,6 +34,22 @@ def flags_text(flags: tuple[str, ...]) -> Text:
             out.append(",")
         out.append(f, style=FLAG_STYLE.get(f, "bold"))
     return out
+
+
+def access_log_cells(e: AccessLogEntry, redact: bool = True) -> tuple[str | Text, ...]:
+    """The cells of ``e``'s access-log row, as the pane shows them: what the pane draws and what its filter
+    matches are this one rendering."""
+    millis = f".{int(e.ts * 1000) % 1000:03d}"
+    request = redact_target(f"{e.method} {e.path}", redact) if e.method else "TCP"
+    return (time.strftime("%H:%M:%S", time.localtime(e.ts)) + millis,
+            Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
+            flags_text(e.flags), e.details or "-", e.upstream_host or "-", request)
+
+
+def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
+    """Whether ``filter_text`` (case-insensitive, surrounding blanks ignored) is in the shown text of a cell."""
+    f = filter_text.strip().casefold()
+    return not f or any(f in str(cell).casefold() for cell in cells)
 
 
 class ClustersScreen(Screen):
@@ -100,13 +117,20 @@ class ClustersScreen(Screen):
         self.previous = current
         if self.sort_column:
             table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
-        self._set_status(f"{len(clusters)} clusters, {len(current)} hosts; {moved} counters moved since the last "
-                     f"refresh (every {REFRESH_S:.0f} s)")
+        # Say what the table shows: one row a host, so a cluster without hosts has no row.
+        empty = sum(1 for c in clusters.values() if not c.hosts)
+        without = f" ({_count(empty, 'cluster')} {'has' if empty == 1 else 'have'} no hosts)" if empty else ""
+        self._set_status(f"{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; {moved} "
+                         f"counters moved since the last refresh (every {REFRESH_S:.0f} s)")
 
     @on(DataTable.HeaderSelected, "#clusters")
     def _sort(self, event: DataTable.HeaderSelected) -> None:
         self.sort_column = str(event.column_key.value)
         event.data_table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _sort_key(value) -> tuple:
@@ -148,12 +172,10 @@ class AccessLogScreen(Screen):
         self.set_interval(1.0, self.refresh_entries)
 
     def matches(self, e: AccessLogEntry) -> bool:
-        f = self.filter_text.strip()
-        if not f:
-            return True
-        # Matched against the line as shown: a filter on the raw line would tell, by what it keeps, whether a
-        # hidden token is there.
-        return f.upper() in e.flags or f.lower() in redact_target(e.raw, self.redact).lower()
+        # Matched against the row as shown, every column and nothing else: a filter on the raw line would miss
+        # what the pane writes itself (`TCP`, `-`, the local time) and tell, by what it keeps, whether a hidden
+        # token is there.
+        return row_matches(access_log_cells(e, self.redact), self.filter_text)
 
     def refresh_entries(self, force: bool = False) -> None:
         entries = self.entries()
@@ -162,16 +184,12 @@ class AccessLogScreen(Screen):
         self._shown = len(entries)
         table = self.query_one("#access-log", DataTable)
         table.clear()
-        shown = [e for e in entries if self.matches(e)]
-        import time as _time
-
-        for e in reversed(shown):
-            request = redact_target(f"{e.method} {e.path}", self.redact) if e.method else "TCP"
-            table.add_row(_time.strftime("%H:%M:%S", _time.localtime(e.ts)) + f".{int(e.ts * 1000) % 1000:03d}",
-                          Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
-                          flags_text(e.flags), e.details or "-", e.upstream_host or "-", request)
+        rows = [cells for cells in (access_log_cells(e, self.redact) for e in entries)
+                if row_matches(cells, self.filter_text)]
+        for cells in reversed(rows):
+            table.add_row(*cells)
         failing = sum(1 for e in entries if e.flags)
-        filt = f", filter {self.filter_text!r}: {len(shown)} shown" if self.filter_text else ""
+        filt = f", filter {self.filter_text!r}: {len(rows)} shown" if self.filter_text else ""
         self.query_one("#log-status", Static).update(
             f"{len(entries)} access-log lines, {failing} with response flags{filt}")
 

@@ -9,6 +9,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 LEVEL_KEYS = {"t": "trace", "d": "debug", "i": "info", "w": "warning", "e": "error", "o": "off"}
+_KEY_NAMES = {"escape": "esc"}  # as the footer writes them
+
+
+def keys_help(bindings: list[Binding]) -> str:
+    """Every key of ``bindings`` with what it does, ``t trace  ...  esc/l back``: the footer, cut at 80
+    columns, shows only some."""
+    return "keys: " + "  ".join("/".join(_KEY_NAMES.get(k, k) for k in b.key.split(",")) + f" {b.description}"
+                                for b in bindings)
 
 
 class LoggersScreen(Screen):
@@ -23,6 +31,7 @@ class LoggersScreen(Screen):
     ]
     CSS = """
     #loggers-status { height: auto; padding: 0 1; background: $boost; }
+    #loggers-keys { height: auto; padding: 0 1; }
     """
 
     def __init__(self, control) -> None:
@@ -34,6 +43,7 @@ class LoggersScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(self.status, id="loggers-status", markup=False)
+        yield Static(keys_help(self.BINDINGS), id="loggers-keys", markup=False)
         table = DataTable(id="loggers", cursor_type="row", zebra_stripes=True)
         table.add_column("logger", key="logger")
         table.add_column("level", key="level")
@@ -71,7 +81,7 @@ class LoggersScreen(Screen):
             return
         self.app.call_from_thread(self._show, levels)
         self.app.call_from_thread(self._set_status, f"{len(levels)} loggers of pod/{self.control.pod}; "
-                                  "keys: t d i w e o set the selected logger, D all debug, r reset")
+                                  "t d i w e o set the selected logger")
 
     @work(thread=True, exclusive=True, group="loggers")
     def _apply(self, spec: str, what: str) -> None:
