@@ -87,6 +87,24 @@ def test_counters_that_back_the_finding_on_its_servers_inbound_cluster_are_attac
     assert h.counters == {}
 
 
+def test_a_warning_of_no_failure_gets_no_failure_counters():
+    """tuple-collision's exposure (the SYN succeeded: no flag) must not carry the collision's counters, nor the
+    kernel's challenge ACKs, as though it had failed (issue 16)."""
+    from dataclasses import replace
+
+    from kubectl_meshdoctor.core.correlate import attach_kernel_counters
+
+    exposure = replace(framing_finding(1.0), detector="tuple-collision", severity=Severity.WARNING, envoy_flags=())
+    moved = {"inbound|5000||": {"upstream_cx_destroy": 3}}
+    (g,) = attach_counters([exposure], moved, {"tuple-collision": ("upstream_cx_destroy",)})
+    kernel, backs = {"TcpExtTCPChallengeACK": 2}, {"tuple-collision": ("TcpExtTCPChallengeACK",)}
+    (k,) = attach_kernel_counters([exposure], kernel, backs)
+    assert g.counters == {} and k.counters == {}
+    failing = replace(exposure, envoy_flags=("UC",), severity=Severity.ERROR)
+    (e,) = attach_kernel_counters([failing], kernel, backs)
+    assert e.counters == {"kernel.TcpExtTCPChallengeACK": 2}
+
+
 def test_an_access_log_finding_is_backed_by_the_counters_of_its_flag():
     c = Correlator("orders")
     uf = parse_line(UF)

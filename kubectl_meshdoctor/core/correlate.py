@@ -182,10 +182,14 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
     """Each finding with the Envoy cluster counters that back it and moved during the run on the inbound cluster
     of its server port (``inbound|<port>||``). ``moved`` is cluster -> stat -> delta; ``backs`` is detector id ->
     the stats that back its findings (Detector.envoy_counters); an ``access-log`` finding is backed by the
-    stats of its flags (FLAG_COUNTERS). Counters that moved for other reasons stay in the report's run-wide
-    ``envoy.counters_moved``."""
+    stats of its flags (FLAG_COUNTERS). A finding with no response flag (a warning that no failure happened yet,
+    such as tuple-collision's exposure) gets none. Counters that moved for other reasons stay in the report's
+    run-wide ``envoy.counters_moved``."""
     out = []
     for f in findings:
+        if not f.envoy_flags:  # a warning of no failure (an exposure): a failure's counters would belie it
+            out.append(f)
+            continue
         port = f.flow.server.rsplit(":", 1)[-1]
         counters = moved.get(f"inbound|{port}||", {}) if port.isdigit() else {}
         names = backs.get(f.detector, ()) if f.detector != "access-log" else tuple(
@@ -202,6 +206,9 @@ def attach_kernel_counters(findings: list[Finding], deltas: dict[str, int],
     counters it declares (Detector.kernel_counters)."""
     out = []
     for f in findings:
+        if not f.envoy_flags:  # as attach_counters: only what explains a failure is backed by its counters
+            out.append(f)
+            continue
         backing = {f"kernel.{n}": deltas[n] for n in backs.get(f.detector, ()) if n in deltas}
         out.append(replace(f, counters={**f.counters, **backing}) if backing else f)
     return out

@@ -115,6 +115,9 @@ def test_watch_and_analyze_report_exactly_the_expected_failure(quiet_lab, pod, t
     if pod in REFUSAL_CAUSE:  # live, watch read the pod's listening sockets: the cause that fits is named
         assert {f["details"]["cause"] for f in judged(live)} == {REFUSAL_CAUSE[pod]}
         assert {f["details"]["cause"] for f in judged(offline)} == {"unknown"}  # a capture alone cannot tell
+    if pod == "remap":  # no failure happened: the warning names no failure flag, details or counters
+        for f in judged(live) + judged(offline):
+            assert (f["envoy_flags"], f["response_code_details"], f.get("counters")) == ([], "", None), f
     lab_pod = quiet_lab.pod(pod)
     for f in judged(live):
         client, server = f["flow"]["client"], f["flow"]["server"]
