@@ -78,7 +78,7 @@ class Arriving(Session):
         return self.recorded.stats
 
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (160, 45), (200, 50)])
 async def test_framing_violations_are_told_apart_and_the_selection_holds_while_findings_arrive(size):
     recorded = await analyze(args(FRAMING), Pipeline.with_detectors())
     assert len(recorded.findings) == 75

@@ -28,7 +28,7 @@ def label_lines(g: FindingGroup, width: int) -> list[str]:
     end)."""
     f = g.newest
     head = f"{f.detector}  {','.join(f.envoy_flags) or '-'}  {f.flow.server}"
-    wrapped = textwrap.wrap(g.label, max(width, 10)) or [""]
+    wrapped = textwrap.wrap(g.label, max(width, 10), break_on_hyphens=False) or [""]  # Content-Length whole
     if len(wrapped) > MAX_LABEL_LINES:
         wrapped = wrapped[:MAX_LABEL_LINES]
         wrapped[-1] = wrapped[-1][:max(width - 1, 1)] + "…"
