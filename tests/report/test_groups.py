@@ -87,3 +87,16 @@ def test_json_keeps_every_instance_and_adds_the_groups(collision):
     assert g["variant"] == "challenge ACK to a SYN for 198.18.1.2:5002" == doc["findings"][0]["variant"]
     assert g["counters"] == COUNTERS and g["envoy_flags"] == ["UC", "UF", "URX"]
     assert g["first_ts"] < g["last_ts"] and g["rate_per_min"] == pytest.approx(30.0, abs=0.01)
+
+
+def test_the_three_minute_recording_reads_as_one_problem_a_screenful_long():
+    """The lab's 3-minute collision with its access log (tests/data/README.md): 90 findings, one group."""
+    files = ["lab-collision3m-eth0.pcap", "lab-collision3m-lo.pcap", "lab-collision3m-access.log"]
+    report = asyncio.run(analyze([CaptureArg.parse(str(DATA / f)) for f in files], Pipeline.with_detectors()))
+    (g,) = group_findings(report.findings)
+    assert g.count == 90 == len(report.findings) and g.newest.detector == "tuple-collision"
+    text = render_text(report)
+    body = text.split("\n", 1)[1].strip("\n")
+    assert len(body.splitlines()) <= SCREENFUL, body
+    assert text.count("fix:") == 1 and "seen 90 times in 2 min" in text and "and 84 more" in text
+    assert len(json.loads(render_json(report))["groups"]) == 1
