@@ -120,8 +120,9 @@ def _output_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=sorted(RENDERERS), default="text",
                    help="report format (default text); json is the stable schema, markdown for tickets")
     p.add_argument("--no-redact", dest="redact", action="store_false",
-                   help="show authorization, cookie, set-cookie, proxy-authorization and x-api-key values "
-                        "(hidden by default: reports get shared)")
+                   help="show the values hidden by default because reports get shared: of authorization, cookie, "
+                        "set-cookie, proxy-authorization and x-api-key headers, of headers whose names are not "
+                        "tokens, and of token, code and key parameters in request targets")
 
 
 def _request_timeout(text: str) -> float | None:

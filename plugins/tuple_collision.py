@@ -91,6 +91,9 @@ class TupleCollision(Detector):
         self._pending.expire(now)
         return ()
 
+    def backed_by_counters(self, f: Finding) -> bool:
+        return bool(f.envoy_flags)  # the exposure (the SYN succeeded) carries no flag: no failure to back
+
     def _on_syn(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         key = PendingSyns.key_of_syn(ev)
         pending = self._pending.get(key)

@@ -89,21 +89,24 @@ def test_counters_that_back_the_finding_on_its_servers_inbound_cluster_are_attac
 
 def test_a_warning_of_no_failure_gets_no_failure_counters():
     """tuple-collision's exposure (the SYN succeeded: no flag) must not carry the collision's counters, nor the
-    kernel's challenge ACKs, as though it had failed (issue 16)."""
+    kernel's challenge ACKs, as though it had failed (issue 16); its collision still does."""
     from dataclasses import replace
 
     from kubectl_meshdoctor.core.correlate import attach_kernel_counters
+    from kubectl_meshdoctor.core.detector import DetectorContext
+    from kubectl_meshdoctor.core.flows import FlowTable
+    from kubectl_meshdoctor_plugins.tuple_collision import TupleCollision
 
+    backed = TupleCollision(DetectorContext(FlowTable())).backed_by_counters
     exposure = replace(framing_finding(1.0), detector="tuple-collision", severity=Severity.WARNING, envoy_flags=())
-    moved = {"inbound|5000||": {"upstream_cx_destroy": 3}}
-    (g,) = attach_counters([exposure], moved, {"tuple-collision": ("upstream_cx_destroy",)})
-    kernel, backs = {"TcpExtTCPChallengeACK": 2}, {"tuple-collision": ("TcpExtTCPChallengeACK",)}
-    (k,) = attach_kernel_counters([exposure], kernel, backs)
-    assert g.counters == {} and k.counters == {}
     failing = replace(exposure, envoy_flags=("UC",), severity=Severity.ERROR)
-    (e,) = attach_kernel_counters([failing], kernel, backs)
+    moved = {"inbound|5000||": {"upstream_cx_destroy": 3}}
+    kernel, backs = {"TcpExtTCPChallengeACK": 2}, {"tuple-collision": ("TcpExtTCPChallengeACK",)}
+    g, h = attach_counters([exposure, failing], moved, {"tuple-collision": ("upstream_cx_destroy",)}, backed)
+    k, e = attach_kernel_counters([exposure, failing], kernel, backs, backed)
+    assert g.counters == {} and k.counters == {}
+    assert h.counters == {"cluster.inbound|5000||.upstream_cx_destroy": 3}
     assert e.counters == {"kernel.TcpExtTCPChallengeACK": 2}
-
 
 def test_an_access_log_finding_is_backed_by_the_counters_of_its_flag():
     c = Correlator("orders")

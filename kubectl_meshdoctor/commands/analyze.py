@@ -174,7 +174,7 @@ class FileSession(Session):
                                                  keep_recent=KEEP_RECENT)
         hooks.progress(f"reading {', '.join(c.path for c in self.captures)}")
         report = await analyze(self.captures, self._pipeline, jobs=self.jobs)
-        hooks.progress(f"read {report.stats.packets} packets analysed; q quits")
+        hooks.progress(f"files read: {report.stats.packets} packets analysed; q quits")
         await hooks.stop.wait()
         return report
 

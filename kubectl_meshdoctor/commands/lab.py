@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
 
 from kubectl_meshdoctor.commands.console import error
@@ -30,7 +32,7 @@ def run(args) -> int:
             print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
                   f"{state.namespace}")
             print(f"kubeconfig: {state.kubeconfig}")
-            print(f"try:  kubectl meshdoctor watch pod/{state.pods[0].name} --kubeconfig {state.kubeconfig}")
+            print(f"try:  {_ourselves()} watch pod/{state.pods[0].name} --kubeconfig {state.kubeconfig}")
         elif args.lab_command == "down":
             lab.down(state_dir)
             print(f"lab in {state_dir} is down")
@@ -62,3 +64,13 @@ def describe_lab(state) -> str:
         if obs.netns_missing:
             lines.append(f"  network namespaces missing: {', '.join(obs.netns_missing)}")
     return "\n".join(lines)
+
+
+def _ourselves() -> str:
+    """How to run this plugin again: `kubectl meshdoctor` when kubectl would find this very executable on PATH,
+    else the executable's own path (a venv's bin, as scripts/install makes, is rarely on PATH)."""
+    found = shutil.which("kubectl-meshdoctor")
+    me = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if found and shutil.which("kubectl") and os.path.realpath(found) == me:
+        return "kubectl meshdoctor"
+    return me if me.endswith("kubectl-meshdoctor") else f"{sys.executable} -m kubectl_meshdoctor"

@@ -178,16 +178,17 @@ FLAG_COUNTERS: dict[str, tuple[str, ...]] = {
 
 
 def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
-                    backs: dict[str, tuple[str, ...]]) -> list[Finding]:
+                    backs: dict[str, tuple[str, ...]],
+                    backed: Callable[[Finding], bool] = lambda f: True) -> list[Finding]:
     """Each finding with the Envoy cluster counters that back it and moved during the run on the inbound cluster
     of its server port (``inbound|<port>||``). ``moved`` is cluster -> stat -> delta; ``backs`` is detector id ->
     the stats that back its findings (Detector.envoy_counters); an ``access-log`` finding is backed by the
-    stats of its flags (FLAG_COUNTERS). A finding with no response flag (a warning that no failure happened yet,
-    such as tuple-collision's exposure) gets none. Counters that moved for other reasons stay in the report's
+    stats of its flags (FLAG_COUNTERS). A finding ``backed`` says no to (its detector's ``backed_by_counters``:
+    a warning that no failure happened yet, such as tuple-collision's exposure) gets none. Counters that moved for other reasons stay in the report's
     run-wide ``envoy.counters_moved``."""
     out = []
     for f in findings:
-        if not f.envoy_flags:  # a warning of no failure (an exposure): a failure's counters would belie it
+        if not backed(f):  # a warning of no failure (an exposure): a failure's counters would belie it
             out.append(f)
             continue
         port = f.flow.server.rsplit(":", 1)[-1]
@@ -199,14 +200,14 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
     return out
 
 
-def attach_kernel_counters(findings: list[Finding], deltas: dict[str, int],
-                           backs: dict[str, tuple[str, ...]]) -> list[Finding]:
+def attach_kernel_counters(findings: list[Finding], deltas: dict[str, int], backs: dict[str, tuple[str, ...]],
+                           backed: Callable[[Finding], bool] = lambda f: True) -> list[Finding]:
     """Each finding with the kernel counters (nstat names, e.g. ``TcpExtTCPChallengeACK``) that back its
     detector and moved during the run. ``deltas`` is counter -> delta; ``backs`` is detector id -> the
     counters it declares (Detector.kernel_counters)."""
     out = []
     for f in findings:
-        if not f.envoy_flags:  # as attach_counters: only what explains a failure is backed by its counters
+        if not backed(f):  # as attach_counters: a finding of no failure is backed by no failure's counters
             out.append(f)
             continue
         backing = {f"kernel.{n}": deltas[n] for n in backs.get(f.detector, ()) if n in deltas}

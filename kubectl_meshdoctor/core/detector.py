@@ -49,6 +49,11 @@ class Detector:
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx
 
+    def backed_by_counters(self, f: Finding) -> bool:
+        """Whether the run's ``envoy_counters`` and ``kernel_counters`` that moved back ``f``. False for a finding
+        that says no failure happened (an exposure): the counters of a failure would make it read like one."""
+        return True
+
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         return ()
 

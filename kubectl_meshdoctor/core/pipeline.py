@@ -133,12 +133,17 @@ class Pipeline:
             self._emit(det.finish())
         self.findings = [self._redacted(self.correlator.attach(f)) for f in self.findings]
         self._emit(self.correlator.unexplained(None, self.findings, self._claims))
+        by_id = {d.id: d for d in self.detectors}
+
+        def backed(f: Finding) -> bool:
+            return f.detector not in by_id or by_id[f.detector].backed_by_counters(f)
+
         if self._envoy_moved:
             self.findings = attach_counters(self.findings, self._envoy_moved,
-                                            {d.id: d.envoy_counters for d in self.detectors})
+                                            {d.id: d.envoy_counters for d in self.detectors}, backed)
         if self._kernel_moved:
             self.findings = attach_kernel_counters(self.findings, self._kernel_moved,
-                                                   {d.id: d.kernel_counters for d in self.detectors})
+                                                   {d.id: d.kernel_counters for d in self.detectors}, backed)
         return self.findings
 
     def _redacted(self, f: Finding) -> Finding:

@@ -103,7 +103,7 @@ def up(
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
     envoy = _preflight(pods, mesh)
     if (state_dir / "state.json").exists():
-        raise LabError(f"a lab already has state in {state_dir}; run `lab down` first")
+        raise LabError(f"a lab already has state in {state_dir}; run `lab down --name {name}` first")
     if state_dir.exists() and any(state_dir.iterdir()):
         # `down` removes the whole directory, so it must hold nothing but the lab's own files.
         raise LabError(f"state directory {state_dir} is not empty; pick a new one")

@@ -81,8 +81,12 @@ def render_json(report: Report) -> str:
 
 def _headline(report: Report) -> str:
     if report.source.get("kind") == "lint":
-        return f"kubectl-meshdoctor {__version__} lint: {len(report.source.get('pods', []))} pods checked"
+        n = len(report.source.get("pods", []))
+        return f"kubectl-meshdoctor {__version__} lint: {n} pod{'' if n == 1 else 's'} checked"
     st = report.stats
+    lines = (report.envoy or {}).get("access_log_lines")
+    if not st.by_iface and lines:  # access logs (or dumps) alone: no packet was there to analyse
+        return f"kubectl-meshdoctor {__version__}: no capture; {lines} access-log lines read"
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
     return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")

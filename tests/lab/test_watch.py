@@ -211,8 +211,11 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
     async with app.run_test(size=(140, 40)) as pilot:
         table = app.query_one("#findings", DataTable)
         deadline = time.monotonic() + 60
-        while not any(table.get_row_at(i)[2] == "tuple-collision" and str(table.get_row_at(i)[1]) == "error"
-                      for i in range(table.row_count)):
+        def collision_row(i: int) -> bool:  # one row per problem: severity over count, detector first in the text
+            return str(table.get_row_at(i)[0]).startswith("ERR") and str(table.get_row_at(i)[1]).startswith(
+                "tuple-collision  UC,UF,URX")
+
+        while not any(collision_row(i) for i in range(table.row_count)):
             assert time.monotonic() < deadline, "no tuple-collision row within 60 s"
             await pilot.pause(0.1)
         detail = str(app.query_one("#detail", Static).render())
@@ -220,8 +223,8 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
         ladder = str(app.query_one("#ladder", Static).render())
         assert "▶" in ladder and "◀" in ladder  # the ladder: SYN to the sidecar, challenge ACK back
         assert tcpdumps_in(pod.netns)  # the capture really runs while the screen is up
-        table.move_cursor(row=next(i for i in range(table.row_count) if table.get_row_at(i)[2] == "tuple-collision"
-                                   and str(table.get_row_at(i)[1]) == "error"))
+        table.move_cursor(row=next(i for i in range(table.row_count) if collision_row(i)))
+        await pilot.pause(0.1)  # the highlight message reaches the app
         chosen = app.selected
         said: list[str] = []  # what the app notified (a toast expires before a slow failure would be seen)
         notify = app.notify

@@ -48,6 +48,7 @@ class LiveSession(Session):
     sidecar, reached through the same port-forward as ``log-level``."""
 
     saves_evidence = True
+    live = True
 
     def __init__(self, kube: Kube, opts: WatchOptions, redact: bool = True) -> None:
         self.kube = kube

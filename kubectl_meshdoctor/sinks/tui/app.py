@@ -449,7 +449,8 @@ class MeshDoctorApp(App[Report | None]):
         """The sidecar's log levels, changed with a key (only once the run has found the proxy)."""
         control = self.session.loggers()
         if control is None:
-            self._on_progress("the proxy is not known yet: loggers are available once capturing")
+            self._on_progress("the proxy is not known yet: loggers are available once capturing" if self.session.live
+                              else "recorded files have no sidecar to ask: loggers are for a live watch")
             return
         from .loggers import LoggersScreen
 
@@ -458,7 +459,8 @@ class MeshDoctorApp(App[Report | None]):
     def action_clusters(self) -> None:
         fetch = self.session.clusters()
         if fetch is None:
-            self._on_progress("the proxy is not known yet: clusters are available once capturing")
+            self._on_progress("the proxy is not known yet: clusters are available once capturing" if self.session.live
+                              else "recorded files have no sidecar to ask: clusters are for a live watch")
             return
         from .envoy import ClustersScreen
 

@@ -44,6 +44,7 @@ class Session:
     redact: bool = True  # hide secret header values on screen (--no-redact)
     exit_when_done: bool = False  # leave the screen when the run ends by itself (watch --duration)
     saves_evidence: bool = False  # whether save_evidence can write a finding's packets (s)
+    live: bool = False  # a run on the cluster, whose sidecar the Envoy panes can reach (not recorded files)
 
     async def run(self, hooks: SessionHooks) -> Report | None:
         """Run the capture, report through ``hooks`` as it goes, honour ``hooks.stop``; return the report."""
