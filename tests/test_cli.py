@@ -264,3 +264,17 @@ def test_help_never_suggests_a_sudo_that_cannot_find_the_plugin(command):
     assert all(line.startswith('sudo "$(command -v kubectl-meshdoctor)" lab ') for line in sudos), sudos
     if command != ("lab", "up"):
         assert sudos  # the main and lab help show how to run the lab as root
+
+
+def test_a_socks_proxy_url_without_pysocks_is_one_line(tmp_path):
+    kc = tmp_path / "kc"
+    kc.write_text(KUBECONFIG_DOWN.replace('server: "http://127.0.0.1:1"}',
+                                          'server: "http://127.0.0.1:1", proxy-url: "socks5://127.0.0.1:1"}'))
+    # PySocks is no dependency of ours: the client library then cannot build the proxy.
+    proc = meshdoctor("watch", "pod/x", "--kubeconfig", str(kc), "--no-tui")
+    assert_one_line_error(proc, "the kubeconfig's proxy-url needs the Python module socks")
+
+
+@pytest.mark.parametrize("text", ["99999999999999999999", "9" * 400 + "h", "400d"])
+def test_a_request_timeout_no_clock_can_hold_is_one_usage_line(text):
+    assert_one_line_error(meshdoctor("watch", "pod/x", f"--request-timeout={text}"), "argument --request-timeout")

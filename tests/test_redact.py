@@ -3,6 +3,7 @@ belonging to the field above) and tokens in request targets (issue 15)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,3 +71,16 @@ def test_percent_encoded_names_and_other_parameters():
     assert redact_target("/a?access%5Ftoken=s3&page=2") == f"/a?access%5Ftoken={REDACTED}&page=2"
     assert redact_target("/a?tokens=1&monkey=2") == "/a?tokens=1&monkey=2"
     assert redact_target("no query here: a=b") == "no query here: a=b"
+
+
+@pytest.mark.parametrize("target", ["/login?redirect_uri=https%3A%2F%2Fx%2Fcb%3Fcode%3DS3CR3T&a=1",
+                                    "/x?next=/y%3Ftoken%3DS3CR3T", "/x?next=%252Fcb%253Faccess_token%253DS3CR3T",
+                                    "/x?state=1&return=%2Fa%3Fb%3D1%26api_key%3DS3CR3T"])
+def test_a_credential_inside_a_percent_encoded_value_is_hidden(target):
+    shown = redact_target(f"GET {target} HTTP/1.1")
+    assert "S3CR3T" not in shown and "<redacted>" in shown
+    assert redact_target(f"GET {target} HTTP/1.1", redact=False).count("S3CR3T") == 1
+
+
+def test_an_encoded_value_without_credentials_stays_readable():
+    assert redact_target("/x?next=/y%3Fpage%3D2&q=a+b") == "/x?next=/y%3Fpage%3D2&q=a+b"

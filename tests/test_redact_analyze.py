@@ -85,3 +85,18 @@ def test_no_redact_shows_them_all(inputs, output):
     out = analyze(inputs, output, "--no-redact")
     for secret in (FOLDED, NUL_AUTH, WIRE_TOKEN, LOG_TOKEN):
         assert secret in out, (secret, out)
+
+
+@needs_tshark
+@pytest.mark.parametrize("output", ["json", "text", "markdown"])
+def test_a_bare_lf_in_a_header_block_hides_what_follows(tmp_path, output):
+    """A bare LF inside the header block (a parser that ends lines there reads another header): the values after
+    it stay hidden, though our HTTP/1 reader splits lines on CRLF only and takes them for a header's value."""
+    cookie, bearer = "BareLfCookieS3cret", "BareLfBearerS3cret"
+    answer = (f"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\nSet-Cookie: session={cookie}\r\n"
+              f"Transfer-Encoding: chunked\r\nContent-Length: 5\nAuthorization: Bearer {bearer}\r\n\r\n").encode()
+    write_pcap(tmp_path / "app-lo.pcap", SIDECAR, APP, b"GET /items HTTP/1.1\r\nHost: app\r\n\r\n", answer, 0.002)
+    out = analyze([str(tmp_path / "app-lo.pcap")], output)
+    assert "http-framing" in out
+    assert cookie not in out and bearer not in out, out
+    assert cookie in analyze([str(tmp_path / "app-lo.pcap")], output, "--no-redact")

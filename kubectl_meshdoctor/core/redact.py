@@ -39,9 +39,13 @@ def sensitive_name(name: str) -> bool:
 
 
 def header_line(name: str, value: str, redact: bool = True) -> str:
-    """``Name: value`` as on the wire, the value replaced for sensitive headers unless ``redact`` is False."""
+    """``Name: value`` as on the wire, the value replaced for sensitive headers unless ``redact`` is False. A value
+    holding a bare CR or LF is cut there: a parser that takes a bare LF for a line end (Envoy's can) reads what
+    follows as another header, whose value may be a secret."""
     if redact and sensitive_name(name):
         value = REDACTED
+    elif redact and ("\n" in value or "\r" in value):
+        value = value.replace("\r", "\n").split("\n", 1)[0] + f"\\n{REDACTED}"
     return f"{name}: {value}"
 
 
@@ -79,12 +83,31 @@ def redact_target(text: str, redact: bool = True) -> str:
     # ``#`` or whitespace only, since stopping at quotes or backslashes would leak the rest of a value that
     # repr() escaped or that carried a stray quote.
     for m in _PARAM_NAME.finditer(text):
-        if m.start() < done or unquote_plus(m.group(1)).strip().lower() not in SENSITIVE_QUERY_PARAMS:
+        if m.start() < done:
             continue
         end = _VALUE_END.search(text, m.end())
+        if unquote_plus(m.group(1)).strip().lower() not in SENSITIVE_QUERY_PARAMS \
+                and not _nested_secret(text[m.end():end.start() if end else len(text)]):
+            continue
         out += [text[done:m.end()], REDACTED]
         done = end.start() if end else len(text)
     return "".join(out) + text[done:]
+
+
+def _nested_secret(value: str) -> bool:
+    """Whether a parameter's value, percent-decoded (up to three times, as nested redirects encode), holds a
+    credential-bearing parameter of its own (``redirect_uri=https%3A%2F%2Fx%2Fcb%3Fcode%3D...``)."""
+    if "%" not in value:  # an unencoded nested parameter is found by the scan itself
+        return False
+    for _ in range(3):
+        decoded = unquote_plus(value)
+        if decoded == value:
+            return False
+        value = decoded
+        if any(unquote_plus(m.group(1)).strip().lower() in SENSITIVE_QUERY_PARAMS
+               for m in _PARAM_NAME.finditer(value)):
+            return True
+    return False
 
 
 def _scrub(value: Any) -> Any:

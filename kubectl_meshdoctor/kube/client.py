@@ -109,6 +109,9 @@ def connect(opts: KubeOptions) -> Kube:
         namespace = opts.namespace or (ctx.get("context") or {}).get("namespace") or "default"
     except KubeError:
         raise
+    except ImportError as e:  # a socks5:// proxy-url: urllib3 needs PySocks for it, as kubectl needs nothing
+        raise KubeError(f"the kubeconfig's proxy-url needs the Python module {e.name or 'socks'} "
+                        f"(pip install pysocks in the plugin's environment)") from None
     except (ConfigException, yaml.YAMLError, OSError, TypeError, AttributeError, KeyError, ValueError) as e:
         # The client's loader assumes a well-formed file; anything else surfaces as these.
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

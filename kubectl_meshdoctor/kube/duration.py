@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+MAX_SECONDS = 365 * 86400.0  # a longer timeout is no timeout, and the HTTP client cannot hold one far longer
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 
@@ -14,6 +15,8 @@ def parse_request_timeout(text: str) -> float | None:
     ``1m30s``); 0 means no timeout (None). Seconds otherwise. Raises ValueError for anything else, negative
     durations included (kubectl refuses them too)."""
     text = text.strip()
+    if len(text) > 40:  # no timeout anyone types; and int() refuses thousands of digits with its own words
+        raise ValueError(f"invalid --request-timeout {text[:20]!r}...: at most 365 days (0: no timeout)")
     if re.fullmatch(r"[0-9]+", text):
         seconds = float(int(text))
     else:
@@ -22,4 +25,6 @@ def parse_request_timeout(text: str) -> float | None:
             raise ValueError(f"invalid --request-timeout {text!r}: a number of seconds or a duration such as 30s, "
                              f"1m30s or 500ms (0: no timeout)")
         seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"invalid --request-timeout {text!r}: at most {MAX_SECONDS // 86400:.0f} days (0: no timeout)")
     return seconds or None

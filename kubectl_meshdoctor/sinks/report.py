@@ -112,7 +112,11 @@ INSTANCES_TABLE = 10  # rows of a group's instances table in markdown
 
 
 def _clock(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+    """``HH:MM:SS.mmm`` UTC; a time no clock can show (a capture's timestamps in the wrong unit) as seconds."""
+    try:
+        return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.3f} s"
 
 
 def _pods(g: FindingGroup) -> list[str]:

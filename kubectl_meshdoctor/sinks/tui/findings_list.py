@@ -78,6 +78,7 @@ class FindingsList:
         to = min(max(at + by, 0), g.count - 1)
         if to == at:
             return False
+        self.following = False  # the user chose this problem's instance: a new group must not take it away
         self.instance = None if to == g.count - 1 else to
         return True
 
