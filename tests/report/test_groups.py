@@ -100,3 +100,10 @@ def test_the_three_minute_recording_reads_as_one_problem_a_screenful_long():
     assert len(body.splitlines()) <= SCREENFUL, body
     assert text.count("fix:") == 1 and "seen 90 times in 2 min" in text and "and 84 more" in text
     assert len(json.loads(render_json(report))["groups"]) == 1
+
+
+def test_a_time_no_clock_can_show_still_gives_every_report(collision):
+    """A pcapng whose interface says its timestamps are seconds (if_tsresol=0) gives times near 1e18."""
+    f = replace(collision.findings[0], ts=1e18)
+    report = Report(collision.source, collision.stats, [f, replace(f, ts=1e18 + 5)])
+    assert "1000000000000000000.000 s" in render_text(report) and "| 2 |" in render_markdown(report)

@@ -127,3 +127,29 @@ async def test_framing_violations_are_told_apart_and_the_selection_holds_while_f
         await pilot.press("right_square_bracket")
         assert app.selected is chosen.newest
         await pilot.press("q")
+
+
+async def test_stepping_through_instances_holds_the_selection_when_a_new_problem_arrives():
+    """`[` without moving the cursor is a choice too: a problem that arrives after it does not take over."""
+    from dataclasses import replace
+
+    recorded = await analyze(args(FRAMING), Pipeline.with_detectors())
+    first_ten = recorded.findings[:10]  # two rounds: five problems of two instances each
+    newcomer = [replace(f, variant="a problem that arrives later", ts=f.ts + 60) for f in recorded.findings[10:20]]
+    step = asyncio.Event()
+    session = Arriving(replace(recorded, findings=first_ten + newcomer), step)
+    app = MeshDoctorApp(session)
+    async with app.run_test(size=(160, 45)) as pilot:
+        step.set()
+        await wait_for(pilot, lambda: not step.is_set() and len(app.findings) == 10)
+        await wait_for(pilot, lambda: len(rows(app)) == 5)
+        chosen = app.list.group(app.list.selected)
+        await pilot.press("left_square_bracket")
+        stepped = app.selected
+        assert stepped is chosen.instances[0]
+        step.set()  # the new problem arrives, on top
+        await wait_for(pilot, lambda: len(app.findings) == 20)
+        await wait_for(pilot, lambda: len(rows(app)) == 6)
+        assert rows(app)[0][1].endswith("a problem that arrives later")
+        assert app.list.group(app.list.selected) is chosen and app.selected is stepped
+        await pilot.press("q")
