@@ -46,7 +46,10 @@ def _hex(prefix: bytes) -> str:
 # ``frame.number == 1`` yields the first frame of every -M session, so a restart of the numbering is always seen.
 PREFILTER = ("frame.number == 1 || tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0: no byte strings in sets
              + " || ".join(f"tcp.payload[0:4] == {_hex(s)}" for s in START_PREFIXES)
-             + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))")
+             + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))"
+             # A TCP packet tshark could not dissect to its flags (a header length under 20, a frame captured
+             # short): yielded so that it is counted as undissectable and named, never silently dropped.
+             " || ((ip.proto == 6 || ipv6.nxt == 6) && !tcp.flags)")
 ALL_TCP = "frame.number == 1 || tcp"
 
 # A live stream never ends, so tshark resets its session state every SESSION_PACKETS packets (-M); it then
