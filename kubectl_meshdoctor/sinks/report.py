@@ -67,8 +67,12 @@ def groups_to_dicts(findings: list[Finding]) -> list[dict]:
     out = []
     for g in group_findings(findings):
         f = g.newest
-        out.append({"detector": f.detector, "severity": f.severity.value, **({"pod": f.pod} if f.pod else {}),
-                    "server": f.flow.server, "envoy_flags": list(f.envoy_flags), "variant": f.variant,
+        pods = _pods(g)
+        # A spec finding's group spans pods (lint -A): no one pod or server is its own.
+        where = {"pods": pods} if len(pods) > 1 else {"pod": pods[0], "server": f.flow.server} if pods else \
+            {"server": f.flow.server}
+        out.append({"detector": f.detector, "severity": f.severity.value, **where,
+                    "envoy_flags": list(f.envoy_flags), "variant": f.variant,
                     "label": g.label, "count": g.count, "first_ts": g.first_ts, "last_ts": g.last_ts,
                     "rate_per_min": g.rate_per_min, "instances": [index[id(i)] for i in g.instances],
                     **({"counters": g.counters} if g.counters else {})})
@@ -210,8 +214,10 @@ def render_markdown(report: Report) -> str:
             "|---|---|---|---|---|---|---|---|"]
     for g in groups:
         f = g.newest
+        server = f"{len(_pods(g))} pods" if len(_pods(g)) > 1 else f.flow.server
+        seen = (f"{_clock(g.first_ts)} | {_clock(g.last_ts)}" if g.first_ts else "- | -")  # a spec has no time
         out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
-                   f"{f.flow.server} | {_cell(g.label)} | {_clock(g.first_ts)} | {_clock(g.last_ts)} |")
+                   f"{server} | {_cell(g.label)} | {seen} |")
     for n, g in enumerate(groups, 1):
         f = g.newest
         out += ["", f"## {n}. {f.severity.value}: {g.label}", "", f"{f.title}, seen {g.span_text()}.", "",

@@ -384,4 +384,10 @@ def test_a_warning_grouped_over_several_pods_names_them_all():
     assert len(holds) == 3 and all(" pod/orders-" in line and " pods (" not in line for line in holds)  # one each
     markdown = render_markdown(report)
     assert "- pods: orders-a, orders-b, orders-c\n" in markdown
+    assert "| warning | `redirect-exposure` |  | 3 | 3 pods | app ports" in markdown and "| - | - |" in markdown
+    import json
+
+    from kubectl_meshdoctor.sinks.report import render_json
+    (group,) = [g for g in json.loads(render_json(report))["groups"] if g["detector"] == "redirect-exposure"]
+    assert group["pods"] == ["orders-a", "orders-b", "orders-c"] and "pod" not in group and "server" not in group
     assert markdown.count("- pod: orders-a\n") == 1  # hold-application's own section only
