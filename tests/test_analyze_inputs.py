@@ -72,7 +72,8 @@ def test_an_access_log_alone_gives_findings_named_by_file_and_line(tmp_path):
     assert f["detector"] == "upstream-timeout" and f["access_log"] == [ut]
     # The line is quoted once (access_log); the evidence says what it is.
     assert f["evidence"] == [{"source": str(log), "iface": "", "frame": 3, "ts": f["evidence"][0]["ts"],
-                              "what": "access log: 504 UT response_timeout", "src": "", "dst": "", "flags": "", "payload_len": 0}]
+                              "what": "access log: 504 UT response_timeout", "src": "", "dst": "", "flags": "",
+                              "payload_len": 0}]
     assert report["source"] == {"kind": "files", "files": [str(log)], "kinds": {str(log): "access-log"}}
     assert report["envoy"]["access_log_lines"] == 1
 
@@ -149,6 +150,24 @@ def test_the_same_capture_under_two_names_is_read_once(tmp_path):
     code, spelt, _ = analyze(str(eth0), f"{eth0}:eth1")  # one file under two interfaces
     assert code == 1 and spelt["findings"] == analyze(str(eth0))[1]["findings"]
     assert [p["what"] for p in spelt["problems"]] == ["given again with interface eth1: read once, on interface eth0"]
+
+
+def test_the_same_capture_in_other_forms_is_counted_once(tmp_path):
+    """Not only identical bytes: the capture as pcapng (tests/data's own conversion), gzipped, or cut short
+    gives the same findings as the capture alone, and a problem says the copy's packets were counted once."""
+    eth0 = DATA / "lab-collision-eth0.pcap"
+    gz = tmp_path / "again.pcap.gz"
+    gz.write_bytes(gzip.compress(eth0.read_bytes()))
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(eth0.read_bytes()[:-100])
+    code, single, _ = analyze(str(eth0))
+    for other in (DATA / "unnamed-iface-eth0.pcapng", gz, cut):
+        code, doubled, err = analyze(str(eth0), f"{other}:eth0")
+        assert code == 1, err
+        assert doubled["findings"] == single["findings"], other
+        assert doubled["stats"]["packets"] == single["stats"]["packets"]
+        said = f"also in {eth0} (the same capture in another form?): counted once"
+        assert any(p["where"] == str(other) and p["what"].endswith(said) for p in doubled["problems"])
 
 
 def test_a_cut_short_gzipped_log_is_read_up_to_the_cut(tmp_path):

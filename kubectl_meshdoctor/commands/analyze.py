@@ -25,7 +25,7 @@ from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources import files
 from kubectl_meshdoctor.sources.envoy_files import clusters_summary, counters_moved, read_access_log, read_clusters
 from kubectl_meshdoctor.sources.files import CaptureArg, InputError, complete_frames, read_capture
-from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, merge_by_time
+from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, SeenOnce, merge_by_time
 
 
 async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None) -> Report:
@@ -52,9 +52,12 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
     held = len(captures) * (files.CHUNK_PACKETS + HIGH_WATER) if shared else 0
 
+    seen_once = SeenOnce() if len(captures) > 1 else None
+
     def on_event(ev) -> None:
         if isinstance(ev, PacketEvent):
-            pipeline.feed(ev)
+            if seen_once is None or not seen_once(ev):
+                pipeline.feed(ev)
         else:
             pipeline.context(ev)
 
@@ -76,6 +79,9 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
             problems.append(Problem(a.path, f"tshark: {result.error}"))
         if result.undissectable:
             problems.append(undissectable_problem(a.path, result.undissectable, result.undissectable_frames))
+    for (source, first), n in sorted(seen_once.dropped.items() if seen_once else ()):
+        problems.append(Problem(source, f"{n} packet(s) also in {first} (the same capture in another form?): "
+                                        f"counted once"))
     envoy: dict | None = None
     if logs or any(k in (files.STATS, files.CLUSTERS) for k in kinds.values()):
         envoy = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)

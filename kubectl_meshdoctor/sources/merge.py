@@ -78,3 +78,38 @@ async def merge_by_time(readers: list[Reader], on_event: Callable[[PacketEvent],
             drain()
 
     return list(await asyncio.gather(*(run(i) for i in range(n)), return_exceptions=True))
+
+
+DUPLICATE_WINDOW_S = 1.0  # capture seconds a packet's fingerprint is remembered: the merge releases in time order
+
+
+class SeenOnce:
+    """The packets of one capture given twice in other forms (a pcapng conversion, a gzip or a cut-short copy of
+    the same file): each packet counted once, from the stream that had it first. Two detectors' worth of state
+    fed the same SYN twice invent failures (a 'retransmitted' SYN, a syn-timeout).
+
+    A packet's fingerprint is its time (microseconds), frame number (a copy keeps the numbering; two pods'
+    captures of one packet on the wire do not share it), endpoints, sequence and acknowledgment numbers, flags
+    and payload length; only a packet from another ``source`` with the same fingerprint is a duplicate (a
+    stream's own packets never are). ``__call__`` says whether to drop ``ev``; ``dropped`` counts the dropped
+    by (source, first source)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, str] = {}
+        self._order: deque[tuple[float, tuple]] = deque()
+        self.dropped: dict[tuple[str, str], int] = {}
+
+    def __call__(self, ev: PacketEvent) -> bool:
+        while self._order and self._order[0][0] < ev.ts - DUPLICATE_WINDOW_S:
+            self._seen.pop(self._order.popleft()[1], None)
+        fp = (round(ev.ts * 1e6), ev.frame, ev.src, ev.sport, ev.dst, ev.dport, ev.seq, ev.ack,
+              ev.flags._value_, ev.payload_len)
+        first = self._seen.get(fp)
+        if first is None:
+            self._seen[fp] = ev.source
+            self._order.append((ev.ts, fp))
+            return False
+        if first == ev.source:
+            return False
+        self.dropped[(ev.source, first)] = self.dropped.get((ev.source, first), 0) + 1
+        return True
