@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from dataclasses import dataclass, field
 
@@ -100,6 +101,8 @@ def _flow_text(f: Finding) -> str:
     """``flow: client -> server on iface``, or ``where: pod:port`` for spec findings (lint) without a flow."""
     if f.flow.client == "-" and not f.flow.iface:
         return f"where: {f.flow.server}"
+    if not f.flow.iface:  # from an access-log line: Envoy's addresses, no interface seen
+        return f"flow: {f.flow.client} -> {f.flow.server} (from the access log)"
     return f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"
 
 
@@ -111,6 +114,7 @@ def _evidence_text(e) -> str:
     return f"{e.source} {'frame' if e.iface else 'line'} {e.frame}: {e.what}"
 
 
+TEXT_WIDTH = 118  # columns the text report wraps its explanations to
 OTHERS_LISTED = 5  # instances of a group the text report lists besides the newest; -o json has every one
 INSTANCES_TABLE = 10  # rows of a group's instances table in markdown
 
@@ -183,11 +187,14 @@ def render_text(report: Report) -> str:
         if others:
             listed = ", ".join(_where(o, g) + (f" ({_clock(o.ts)})" if o.ts else "") for o in reversed(others))
             more = g.count - 1 - len(others)
-            lines.append(f"  also: {listed}" + (f" and {more} more (-o json lists every one)" if more else ""))
+            lines += textwrap.wrap(f"{listed}" + (f" and {more} more (-o json lists every one)" if more else ""),
+                                   TEXT_WIDTH, initial_indent="  also: ", subsequent_indent="        ",
+                                   break_on_hyphens=False, break_long_words=False)
         for name, value in sorted(g.counters.items()):
             lines.append(f"  counter (the run's): {name} {value:+}")
-        if f.explanation:
-            lines.append(f"  why: {f.explanation}")
+        if f.explanation:  # wrapped: a screenful per problem in a terminal, not one line 1,000 columns wide
+            lines += textwrap.wrap(f.explanation, TEXT_WIDTH, initial_indent="  why: ", subsequent_indent="       ",
+                                   break_on_hyphens=False, break_long_words=False)
         if f.remediation:
             lines.append("  fix:")
             lines.extend("    " + ln for ln in f.remediation.splitlines())
@@ -238,7 +245,9 @@ def render_markdown(report: Report) -> str:
                     "| # | time (UTC) | flow | deciding frame |", "|---|---|---|---|"]
             first = g.count - len(shown) + 1
             for i, occ in enumerate(shown, first):
-                frame = next((f"{e.source} {e.frame}" for e in reversed(occ.evidence) if e.frame), "-")
+                framed = [e for e in occ.evidence if e.frame]  # the deciding packet is the latest evidence
+                frame = f"{max(framed, key=lambda e: e.ts).source} {max(framed, key=lambda e: e.ts).frame}" \
+                    if framed else "-"
                 out.append(f"| {i} | {_clock(occ.ts)} | {occ.flow.client} -> {occ.flow.server} ({occ.flow.iface}) "
                            f"| {frame} |")
         ladder = render_ladder(f)
