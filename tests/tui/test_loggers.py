@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from contextlib import asynccontextmanager
 
 from rich.console import Console
 from textual.widgets import DataTable, Static
@@ -50,36 +51,45 @@ async def wait_for(pilot, condition, seconds: float = 20.0) -> None:
         await pilot.pause(0.05)
 
 
-async def test_change_a_level_with_the_keyboard_and_see_what_the_proxy_reports(tmp_path):
+@asynccontextmanager
+async def loggers_open(tmp_path, size: tuple[int, int]):
+    """The app over a real local Envoy, its loggers screen open and filled: (envoy, app, pilot, table)."""
     with local_envoy(tmp_path, free_port()) as envoy:
         admin = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
-        proxy_view = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
         try:
             app = MeshDoctorApp(idle_session(LoggerControl(admin)))
-            async with app.run_test(size=(120, 70)) as pilot:
+            async with app.run_test(size=size) as pilot:
                 await pilot.press("l")
                 table = app.screen.query_one("#loggers", DataTable)
                 await wait_for(pilot, lambda: table.row_count > 50)
-                names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
-                target = names.index("connection")
-                assert str(table.get_row_at(target)[1]) == "warning"  # Istio's default (-l warning)
-                for _ in range(target):
-                    await pilot.press("down")
-                await pilot.press("d")
-                await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "debug")
-                status = str(app.screen.query_one("#loggers-status", Static).render())
-                assert "connection: debug: confirmed by the proxy" in status
-                # What the screen shows is what the proxy itself now reports.
-                reported = await asyncio.to_thread(current_levels, proxy_view)
-                assert reported["connection"] == "debug" and reported["http"] == "warning"
-                await pilot.press("r")
-                await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "warning")
-                reported = await asyncio.to_thread(current_levels, proxy_view)
-                assert reported["connection"] == "warning" and reported["misc"] == "error"
+                yield envoy, app, pilot, table
                 await pilot.press("escape")
                 await pilot.press("q")
         finally:
             admin.close()
+
+
+async def test_change_a_level_with_the_keyboard_and_see_what_the_proxy_reports(tmp_path):
+    async with loggers_open(tmp_path, (120, 70)) as (envoy, app, pilot, table):
+        proxy_view = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
+        try:
+            names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+            target = names.index("connection")
+            assert str(table.get_row_at(target)[1]) == "warning"  # Istio's default (-l warning)
+            for _ in range(target):
+                await pilot.press("down")
+            await pilot.press("d")
+            await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "debug")
+            status = str(app.screen.query_one("#loggers-status", Static).render())
+            assert "connection: debug: confirmed by the proxy" in status
+            # What the screen shows is what the proxy itself now reports.
+            reported = await asyncio.to_thread(current_levels, proxy_view)
+            assert reported["connection"] == "debug" and reported["http"] == "warning"
+            await pilot.press("r")
+            await wait_for(pilot, lambda: str(table.get_row_at(target)[1]) == "warning")
+            reported = await asyncio.to_thread(current_levels, proxy_view)
+            assert reported["connection"] == "warning" and reported["misc"] == "error"
+        finally:
             proxy_view.close()
 
 
@@ -95,22 +105,11 @@ def screen_lines(app) -> list[str]:
 async def test_every_key_of_the_loggers_screen_is_on_an_80x24_screen(tmp_path):
     """At 80 columns the footer is cut and listed three of the screen's keys (issue 16): every binding's keys,
     each with what it does, are on screen now."""
-    with local_envoy(tmp_path, free_port()) as envoy:
-        admin = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
-        try:
-            app = MeshDoctorApp(idle_session(LoggerControl(admin)))
-            async with app.run_test(size=(80, 24)) as pilot:
-                await pilot.press("l")
-                table = app.screen.query_one("#loggers", DataTable)
-                await wait_for(pilot, lambda: table.row_count > 50)
-                assert isinstance(app.screen, LoggersScreen)
-                lines = screen_lines(app)
-                assert len(lines) == 24 and max(map(len, lines)) <= 80
-                shown = " ".join(" ".join(lines).split())
-                for b in LoggersScreen.BINDINGS:
-                    keys = "/".join("esc" if k == "escape" else k for k in b.key.split(","))
-                    assert f"{keys} {b.description}" in shown, (b.key, b.description, lines)
-                await pilot.press("escape")
-                await pilot.press("q")
-        finally:
-            admin.close()
+    async with loggers_open(tmp_path, (80, 24)) as (_, app, pilot, table):
+        assert isinstance(app.screen, LoggersScreen)
+        lines = screen_lines(app)
+        assert len(lines) == 24 and max(map(len, lines)) <= 80
+        shown = " ".join(" ".join(lines).split())
+        for b in LoggersScreen.BINDINGS:
+            keys = "/".join("esc" if k == "escape" else k for k in b.key.split(","))
+            assert f"{keys} {b.description}" in shown, (b.key, b.description, lines)
