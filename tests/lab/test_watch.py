@@ -224,7 +224,9 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
         assert "▶" in ladder and "◀" in ladder  # the ladder: SYN to the sidecar, challenge ACK back
         assert tcpdumps_in(pod.netns)  # the capture really runs while the screen is up
         table.move_cursor(row=next(i for i in range(table.row_count) if collision_row(i)))
-        await pilot.pause(0.1)  # the highlight message reaches the app
+        while app.selected is None or app.selected.detector != "tuple-collision":  # the highlight reaches the app
+            assert time.monotonic() < deadline, "the collision row was not selected"
+            await pilot.pause(0.05)
         chosen = app.selected
         said: list[str] = []  # what the app notified (a toast expires before a slow failure would be seen)
         notify = app.notify

@@ -33,6 +33,11 @@ def args(files) -> list[CaptureArg]:
     return [CaptureArg.parse(str(DATA / f)) for f in files]
 
 
+def drawn(app) -> bool:
+    """Every finding handed to the app is in the list, and the list's table shows it."""
+    return app._shown == len(app.findings) and app.list.up_to_date()
+
+
 def rows(app) -> list[tuple[str, str]]:
     table = app.query_one("#findings", DataTable)
     return [(str(table.get_row_at(i)[0]), str(table.get_row_at(i)[1])) for i in range(table.row_count)]
@@ -92,7 +97,7 @@ async def test_framing_violations_are_told_apart_and_the_selection_holds_while_f
         while len(rows(app)) < 5:
             step.set()
             await wait_for(pilot, lambda: not step.is_set() and len(app.findings) == session.handed)
-            await pilot.pause(0.6)  # the list draws at its twice-a-second tick
+            await wait_for(pilot, lambda: drawn(app))  # the list draws at its twice-a-second tick
         shown = rows(app)
         for violation in VIOLATIONS:  # each row names its violation in full, whatever the width
             (row,) = [r for r in shown if violation in r[1].replace("\n", " ")]
@@ -104,7 +109,7 @@ async def test_framing_violations_are_told_apart_and_the_selection_holds_while_f
         for _ in range(3):  # more findings of every group arrive: the chosen problem stays chosen
             step.set()
             await wait_for(pilot, lambda: not step.is_set() and len(app.findings) == session.handed)
-            await pilot.pause(0.6)
+            await wait_for(pilot, lambda: drawn(app))
             assert app.list.group(app.list.selected) is chosen
             assert chosen.label in table.get_row_at(table.cursor_row)[1].plain.replace("\n", " ")
             assert app.selected is chosen.newest  # the detail follows the group's newest instance

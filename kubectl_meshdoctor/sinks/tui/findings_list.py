@@ -55,6 +55,10 @@ class FindingsList:
         if new:
             self.order.append(group)
 
+    def up_to_date(self) -> bool:
+        """Whether the table shows every group filed, each with its count (what a redraw would draw)."""
+        return self._drawn == [(g.key, g.count) for g in self.groups()]
+
     def groups(self) -> list[FindingGroup]:
         """Top row first: the newest group, as the list has always shown the newest finding first."""
         return list(reversed(self.order))
