@@ -3,8 +3,8 @@
 Each case is one of the repository's real captures (tests/data: the lab's lo and eth0, a pcapng) with one
 mutation drawn from a seeded random source: bits flipped, the file cut short, a pcap record header's lengths
 changed, a pcapng block length changed, a TCP header length set below 20 (undissectable TCP), or records
-duplicated. Each is run as a user runs it (`python -m kubectl_meshdoctor analyze FILE -o json`) in a directory
-of its own, and counted: exit codes, internal errors and tracebacks, hangs (past --timeout), JSON that does not
+duplicated. Each is run as a user runs it (`python -m kubectl_meshdoctor analyze FILE -o json`; every third case
+`-o text`, every third `-o markdown`) in a directory of its own, and counted: exit codes, internal errors and tracebacks, hangs (past --timeout), JSON that does not
 parse, files left beside the input, processes left running. Exit 0 when none of those went wrong, else 1.
 
     bench/fuzz --count 200 --seed 1 [--timeout 60] [--jobs 2] [--json FILE]
@@ -77,13 +77,19 @@ def mutate(data: bytes, pcapng: bool, rnd: random.Random) -> tuple[str, bytes]:
     return kind, bytes(b)
 
 
+OUTPUTS = ("json", "text", "markdown")
+
+
 def run_case(n: int, name: str, kind: str, data: bytes, timeout: float) -> dict:
     """Run analyze on one mutated capture in a directory of its own; what happened."""
     work = Path(tempfile.mkdtemp(prefix=f"meshdoctor-fuzz-{n}-"))
     try:
         target = work / name
         target.write_bytes(data)
-        proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(target), "-o", "json"],
+        # Every third case renders text, every third markdown: their renderers meet the same odd inputs (a time
+        # no clock can show broke only them once), and JSON still gets a third of the cases.
+        output = OUTPUTS[n % len(OUTPUTS)]
+        proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(target), "-o", output],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=work)
         children: list[psutil.Process] = []
         try:
@@ -99,12 +105,12 @@ def run_case(n: int, name: str, kind: str, data: bytes, timeout: float) -> dict:
             out, err = proc.communicate()
             hang = True
         seconds = time.monotonic() - t0
-        result = {"case": n, "input": name, "mutation": kind, "exit": proc.returncode, "hang": hang,
-                  "seconds": round(seconds, 2)}
+        result = {"case": n, "input": name, "mutation": kind, "output": output, "exit": proc.returncode,
+                  "hang": hang, "seconds": round(seconds, 2)}
         result["internal_error"] = "internal error" in err or "Traceback" in err
         result["bad_exit"] = not hang and proc.returncode not in (0, 1, 2)
         result["invalid_json"] = False
-        if proc.returncode in (0, 1):
+        if proc.returncode in (0, 1) and output == "json":
             try:
                 json.loads(out)
             except ValueError:
