@@ -4,8 +4,9 @@ Each case is one of the repository's real captures (tests/data: the lab's lo and
 mutation drawn from a seeded random source: bits flipped, the file cut short, a pcap record header's lengths
 changed, a pcapng block length changed, a TCP header length set below 20 (undissectable TCP), or records
 duplicated. Each is run as a user runs it (`python -m kubectl_meshdoctor analyze FILE -o json`; every third case
-`-o text`, every third `-o markdown`) in a directory of its own, and counted: exit codes, internal errors and tracebacks, hangs (past --timeout), JSON that does not
-parse, files left beside the input, processes left running. Exit 0 when none of those went wrong, else 1.
+`-o text`, every third `-o markdown`) in a directory of its own, and counted: exit codes, internal errors and
+tracebacks, hangs (past --timeout), JSON that does not parse, files left beside the input, processes left
+running. Exit 0 when none of those went wrong, else 1.
 
     bench/fuzz --count 200 --seed 1 [--timeout 60] [--jobs 2] [--json FILE]
 """
