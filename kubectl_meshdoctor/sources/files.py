@@ -240,10 +240,15 @@ def remove_stale_private_dirs(directory: str | None = None) -> list[str]:
 
 
 # The record-level pre-pass (sources/prepass.py): files above PREPASS_ABOVE_BYTES (None: never) are filtered to
-# the records PREFILTER may keep before tshark reads them, in chunks of CHUNK_PACKETS kept records, each record
-# renumbered to its frame of the user's file. Below it the pass saves less than one tshark start costs.
+# the records PREFILTER may keep before tshark reads them, in chunks of PREPASS_CHUNK_PACKETS kept records, each
+# record renumbered to its frame of the user's file. Below it the pass saves less than one tshark start costs.
 # MESHDOCTOR_PREPASS=0 turns it off, =1 on for every file (tests and bench/run compare the two).
 PREPASS_ABOVE_BYTES: int | None = 4 << 20
+# Kept records a chunk. Nearly every kept record is yielded, and the time merge holds a chunk's events while the
+# other file waits for the one tshark: chunks of 25k kept records (~2.5 times the events of a 25k-record chunk
+# without the pass) peaked at 277 MB summed RSS at 1M packets, 15k at 242 MB, 12k at 239 MB; each chunk costs
+# ~0.2 s of tshark start (bench/RESULTS.md).
+PREPASS_CHUNK_PACKETS = 12_000
 
 
 def _prepass_wanted(path: str) -> bool:
@@ -257,7 +262,8 @@ async def _run_prepass(path: str, into: str) -> PrepassResult | None:
     """prepass() in a thread (the event loop, a TUI's screen, goes on); cancelled, it is stopped and waited for
     before the caller removes ``into``, so no chunk is written after."""
     stop = threading.Event()
-    task = asyncio.ensure_future(asyncio.to_thread(prepass, path, into, CHUNK_PACKETS, stop))
+    per_chunk = min(PREPASS_CHUNK_PACKETS, CHUNK_PACKETS)  # a test's small CHUNK_PACKETS applies here too
+    task = asyncio.ensure_future(asyncio.to_thread(prepass, path, into, per_chunk, stop))
     try:
         return await asyncio.shield(task)
     except BaseException:

@@ -40,7 +40,7 @@ _SLL_HATYPES = frozenset((1, 772, 65534))  # ARPHRD_ETHER, _LOOPBACK, _NONE (tun
 _BSD_INET6 = frozenset((24, 28, 30))  # AF_INET6 of the BSDs, as DLT_NULL/LOOP captures carry it
 _STARTS = frozenset(START_PREFIXES)
 _MAX_RECORD = 1 << 24  # no link carries a 16 MB frame: a longer record is a damaged file
-BLOCK = 1 << 22  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
+BLOCK = 1 << 20  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
 MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pure ACK is kept (safety first)
 
 # Verdicts of _classify.
