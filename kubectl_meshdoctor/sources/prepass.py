@@ -39,7 +39,10 @@ _LINKS = frozenset((ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2))
 _SLL_HATYPES = frozenset((1, 772, 65534))  # ARPHRD_ETHER, _LOOPBACK, _NONE (tun): the protocol is an EtherType
 _BSD_INET6 = frozenset((24, 28, 30))  # AF_INET6 of the BSDs, as DLT_NULL/LOOP captures carry it
 _STARTS = frozenset(START_PREFIXES)
-_MAX_RECORD = 1 << 24  # no link carries a 16 MB frame: a longer record is a damaged file
+_MAX_BLOCK = 1 << 24  # a pcapng block this long is a damaged file
+# tshark's largest frame for these link types (wiretap's WTAP_MAX_PACKET_SIZE_STANDARD): past it, it stops with
+# an error of its own, which it must be left to give on the original file.
+_MAX_FRAME = 262_144
 BLOCK = 1 << 20  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
 MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pure ACK is kept (safety first)
 
@@ -241,7 +244,7 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassRe
         n = len(buf)
         while pos + 16 <= n:
             caplen, wirelen = rec(buf, pos)
-            if caplen > _MAX_RECORD:
+            if caplen > _MAX_FRAME:
                 raise _Damaged
             end = pos + 16 + caplen
             if end > n:
@@ -276,12 +279,12 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
     snaplens: list[int] = []
     conv = _Conversations()
     buf = head + fh.read(BLOCK)
-    pos = frame = kept = 0
+    pos = frame = kept = sections = 0
     while True:
         n = len(buf)
         while pos + 12 <= n:
             btype, blen = ends(buf, pos)
-            if blen < 12 or blen % 4 or blen > _MAX_RECORD:
+            if blen < 12 or blen % 4 or blen > _MAX_BLOCK:
                 raise _Damaged
             end = pos + blen
             if end > n:
@@ -295,7 +298,7 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
                 else:
                     iface, wirelen, data = 0, u32(buf, pos + 8)[0], pos + 12
                     caplen = min(wirelen, blen - 16, snaplens[0] or wirelen) if snaplens else -1
-                if iface >= len(links) or caplen < 0 or data + caplen > end - 4:
+                if iface >= len(links) or not 0 <= caplen <= _MAX_FRAME or data + caplen > end - 4:
                     raise _Damaged  # tshark complains of such a file: let it, as without the pass
                 link = links[iface]
                 if link not in _LINKS or _classify(buf, data, caplen, wirelen, link, conv) or frame == 1:
@@ -307,8 +310,9 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
                 out.preamble += buf[pos:end]
                 out.other(memoryview(buf)[pos:end])
             elif btype == 0x0A0D0D0A:
-                if pos or frame or links:  # a second section (its own interfaces): not followed here
+                if sections:  # a second section (its own interfaces): not followed here
                     return None
+                sections += 1
                 if buf[pos + 16:pos + 24] != b"\xff" * 8:  # a section length would not hold for a chunk
                     return None
                 out.preamble += buf[pos:end]

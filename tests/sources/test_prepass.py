@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -135,3 +136,21 @@ def test_files_it_does_not_follow_are_read_as_without_it(monkeypatch, tmp_path):
     assert prepass.prepass(str(other), str(tmp_path), 100) is None
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("kept_")]
     same_report([gz], monkeypatch)
+
+
+def test_a_frame_too_big_for_tshark_is_left_to_tshark(monkeypatch, tmp_path):
+    """A record longer than tshark takes (262,144 bytes) stops tshark with its own error: the pass does not
+    follow such a file, and the report is the one without it."""
+    data = (DATA / "lab-collision-eth0.pcap").read_bytes()
+    path = tmp_path / "eth0.pcap"
+    path.write_bytes(data + struct.pack("<IIII", 1, 0, 300_000, 300_000) + bytes(300_000))
+    assert prepass.prepass(str(path), str(tmp_path), 100) is None
+    same_report([path], monkeypatch)
+
+
+def test_a_second_pcapng_section_is_left_to_tshark(monkeypatch, tmp_path):
+    data = (DATA / "unnamed-iface-eth0.pcapng").read_bytes()
+    path = tmp_path / "eth0.pcapng"
+    path.write_bytes(data + data)
+    assert prepass.prepass(str(path), str(tmp_path), 100) is None
+    same_report([path], monkeypatch)
