@@ -257,8 +257,8 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassRe
         if stop is not None and stop.is_set():
             return None
         more = fh.read(BLOCK)
-        if not more:
-            return PrepassResult(out.chunks, frame, kept, cut_short=pos < n)
+        if not more:  # no whole record: nothing to save, and tshark says what it says of such a file
+            return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
         buf = buf[pos:] + more
         pos = 0
 
@@ -289,6 +289,8 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
             end = pos + blen
             if end > n:
                 break
+            if u32(buf, end - 4)[0] != blen:
+                raise _Damaged  # tshark stops at a block whose two lengths differ: let it, as without the pass
             if btype in _PACKET_BLOCKS:
                 frame += 1
                 if btype == 6 or btype == 2:
@@ -324,7 +326,7 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
         if stop is not None and stop.is_set():
             return None
         more = fh.read(BLOCK)
-        if not more:
-            return PrepassResult(out.chunks, frame, kept, cut_short=pos < n)
+        if not more:  # no whole record: nothing to save, and tshark says what it says of such a file
+            return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
         buf = buf[pos:] + more
         pos = 0
