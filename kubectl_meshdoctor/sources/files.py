@@ -15,10 +15,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
 from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
 
 # pcap (both byte orders, micro- and nanosecond), pcapng section header block.
@@ -237,24 +239,65 @@ def remove_stale_private_dirs(directory: str | None = None) -> list[str]:
     return removed
 
 
+# The record-level pre-pass (sources/prepass.py): files above PREPASS_ABOVE_BYTES (None: never) are filtered to
+# the records PREFILTER may keep before tshark reads them, in chunks of PREPASS_CHUNK_PACKETS kept records, each
+# record renumbered to its frame of the user's file. Below it the pass saves less than one tshark start costs.
+# MESHDOCTOR_PREPASS=0 turns it off, =1 on for every file (tests and bench/run compare the two).
+PREPASS_ABOVE_BYTES: int | None = 4 << 20
+# Kept records a chunk. Nearly every kept record is yielded, and the time merge holds a chunk's events while the
+# other file waits for the one tshark: chunks of 25k kept records (~2.5 times the events of a 25k-record chunk
+# without the pass) peaked at 277 MB summed RSS at 1M packets, 15k at 242 MB, 12k at 239 MB; each chunk costs
+# ~0.2 s of tshark start (bench/RESULTS.md).
+PREPASS_CHUNK_PACKETS = 12_000
+
+
+def _prepass_wanted(path: str) -> bool:
+    env = os.environ.get("MESHDOCTOR_PREPASS")
+    if env in ("0", "1"):
+        return env == "1"
+    return PREPASS_ABOVE_BYTES is not None and os.path.getsize(path) > PREPASS_ABOVE_BYTES
+
+
+async def _run_prepass(path: str, into: str) -> PrepassResult | None:
+    """prepass() in a thread (the event loop, a TUI's screen, goes on); cancelled, it is stopped and waited for
+    before the caller removes ``into``, so no chunk is written after."""
+    stop = threading.Event()
+    per_chunk = min(PREPASS_CHUNK_PACKETS, CHUNK_PACKETS)  # a test's small CHUNK_PACKETS applies here too
+    task = asyncio.ensure_future(asyncio.to_thread(prepass, path, into, per_chunk, stop))
+    try:
+        return await asyncio.shield(task)
+    except BaseException:
+        stop.set()
+        await asyncio.wait({task})
+        raise
+
+
 async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_event, gate) -> ReadResult:
-    """Read capture ``a`` into ``on_event`` with one tshark slot of ``slots``: a large file in chunks of
-    CHUNK_PACKETS (editcap), each chunk's frames renumbered back to the file's own. ``gate`` is the merge's
-    turn-taking (sources/merge.py). Returns what tshark read."""
+    """Read capture ``a`` into ``on_event`` with one tshark slot of ``slots``: through the pre-pass when it pays
+    (PREPASS_ABOVE_BYTES), else a large file in chunks of CHUNK_PACKETS (editcap); either way each chunk's
+    frames renumbered back to the file's own. ``gate`` is the merge's turn-taking (sources/merge.py). Returns
+    what tshark read, with ``frames_read`` the frames of the user's file."""
     # ``shared``: fewer tshark slots than files. A reader then reads a whole chunk once it holds a slot (the
     # merge buffers it) and waits its turn in capture time only between chunks: a reader holding the slot while
     # shut at the gate would wait for packets of another file that no tshark can read.
-    async def read(path: str, offset: int = 0) -> ReadResult:
+    async def read(path: str, offset: int = 0, frame_map=None) -> ReadResult:
         await gate()
         async with slots:
             return await read_file(path, a.path, a.iface, on_event, force_iface=a.explicit,
-                                   gate=None if shared else gate, frame_offset=offset)
+                                   gate=None if shared else gate, frame_offset=offset, frame_map=frame_map)
 
+    # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR.
+    parent = os.path.dirname(os.path.abspath(a.path))
+    if _prepass_wanted(a.path):
+        with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the capture's bytes
+                                         dir=parent if os.access(parent, os.W_OK) else None) as tmp:
+            kept = await _run_prepass(a.path, tmp)
+            if kept is not None:
+                return await _read_kept(kept, read)
+        # A file the pre-pass does not follow: read as without it.
     if os.path.getsize(a.path) <= (SHARED_CHUNK_ABOVE_BYTES if shared else CHUNK_ABOVE_BYTES) \
             or not shutil.which("editcap"):
         return await read(a.path)
-    # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR.
-    parent = os.path.dirname(os.path.abspath(a.path))
     with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the chunks are the capture
                                      dir=parent if os.access(parent, os.W_OK) else None) as tmp:
         chunks, complaint = await _split(a.path, tmp)
@@ -274,3 +317,20 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
             named = (named + r.undissectable_frames)[:MAX_NAMED]
         cut = bool(complaint and "cut short" in complaint)
         return ReadResult(packets, last, cut, error or (None if cut else complaint), frames, None, skipped, named)
+
+
+async def _read_kept(kept: PrepassResult, read) -> ReadResult:
+    """Read the pre-pass's chunks in order, each through its map to the file's frame numbers."""
+    packets = last = skipped = 0
+    named: tuple[int, ...] = ()
+    error = None
+    for chunk in kept.chunks:
+        r = await read(chunk.path, frame_map=chunk.frames)
+        os.unlink(chunk.path)
+        packets += r.packets
+        last = r.last_frame or last
+        error = r.error or error
+        skipped += r.undissectable
+        named = (named + r.undissectable_frames)[:MAX_NAMED]
+    # The pass copied whole records only: a cut is its finding, not tshark's.
+    return ReadResult(packets, last, kept.cut_short, error, kept.records, None, skipped, named)

@@ -18,7 +18,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from pyshark.capture.pipe_capture import PipeCapture
@@ -199,21 +199,32 @@ class Undissectable(ValueError):
         self.frame = frame
 
 
+def _frame(number: int, frame_map: Sequence[int] | None) -> int:
+    """The user's frame number of the stream's frame ``number``: through ``frame_map`` when the stream holds
+    only some of the file's records (sources/prepass.py), its item ``number - 1``."""
+    if frame_map is None or not 0 < number <= len(frame_map):
+        return number
+    return frame_map[number - 1]
+
+
 def packet_from_fields(line: str, source: str, default_iface: str, force_iface: bool = False,
-                       frame_offset: int = 0) -> PacketEvent | None:
+                       frame_offset: int = 0, frame_map: Sequence[int] | None = None) -> PacketEvent | None:
     """One line of tshark ``-T fields`` output (FIELDS, tab-separated) as a PacketEvent; None for TCP that is
     not over IPv4/IPv6. ``force_iface`` puts every packet on ``default_iface`` (the user said ``FILE:IFACE``);
-    ``frame_offset`` is added to tshark's frame number (the frames of earlier -M sessions).
+    ``frame_offset`` is added to tshark's frame number (the frames of earlier -M sessions), and the sum is then
+    looked up in ``frame_map`` if one is given (see _frame).
 
     Raises Undissectable for a TCP frame whose fields tshark left empty or unreadable."""
     try:
-        return _packet(line, source, default_iface, force_iface, frame_offset)
+        return _packet(line, source, default_iface, force_iface, frame_offset, frame_map)
     except (ValueError, IndexError):
         number = line.split("\t", 1)[0]
-        raise Undissectable(int(number) + frame_offset if number.isascii() and number.isdigit() else 0) from None
+        raise Undissectable(_frame(int(number) + frame_offset, frame_map)
+                            if number.isascii() and number.isdigit() else 0) from None
 
 
-def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame_offset: int) -> PacketEvent | None:
+def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame_offset: int,
+            frame_map: Sequence[int] | None) -> PacketEvent | None:
     (number, ts, name, hatype, ifindex, src, dst, src6, dst6, sport, dport, flags, seq, ack, length,
      payload) = line.split("\t")
     if not sport:
@@ -233,7 +244,7 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
         ts=float(ts),
         iface=default_iface if force_iface else _iface_of(name, hatype, ifindex, default_iface),
         source=source,
-        frame=int(number) + frame_offset,
+        frame=int(number) + frame_offset if frame_map is None else _frame(int(number) + frame_offset, frame_map),
         src=src,
         sport=int(sport),
         dst=dst,
@@ -248,7 +259,8 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
 
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
                       force_iface: bool = False, live: bool = False, prefilter: bool = True,
-                      gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0) -> ReadResult:
+                      gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0,
+                      frame_map: Sequence[int] | None = None) -> ReadResult:
     """Read pcap/pcapng bytes from ``fd`` until EOF, calling ``on_event`` for each TCP packet in order.
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
@@ -256,7 +268,8 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     ``force_iface``. ``live``: tshark flushes each packet as it comes (latency over throughput).
     ``prefilter``: only the packets PREFILTER keeps (the detectors' findings are the same; counts are of those).
     ``gate`` is awaited before each read of tshark's output (back-pressure from merge_by_time).
-    ``frame_offset`` is added to every frame number (a chunk of a larger file: the frames before it).
+    ``frame_offset`` is added to every frame number (a chunk of a larger file: the frames before it);
+    ``frame_map`` then maps it to the user's (the stream holds some of the file's records: sources/prepass.py).
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
     await asyncio.to_thread(_tshark_version, None)  # `tshark -v` once, off the event loop (a screen may run there)
@@ -289,7 +302,8 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
                 sessions += seen_any
                 seen_any = True
             try:
-                ev = packet_from_fields(line, source, iface, force_iface, frame_offset + sessions * SESSION_PACKETS)
+                ev = packet_from_fields(line, source, iface, force_iface, frame_offset + sessions * SESSION_PACKETS,
+                                        frame_map)
             except Undissectable as e:  # counted and named, never the end of the run
                 skipped += 1
                 if len(undissectable) < MAX_NAMED:
@@ -327,7 +341,8 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],
                     force_iface: bool = False, prefilter: bool = True,
-                    gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0) -> ReadResult:
+                    gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0,
+                    frame_map: Sequence[int] | None = None) -> ReadResult:
     """``read_stream`` over a capture file. Raises OSError when it cannot be opened."""
     return await read_stream(os.open(path, os.O_RDONLY), source, iface, on_event, force_iface,
-                             prefilter=prefilter, gate=gate, frame_offset=frame_offset)
+                             prefilter=prefilter, gate=gate, frame_offset=frame_offset, frame_map=frame_map)

@@ -37,12 +37,19 @@ def running(proc: subprocess.Popen, name: str) -> list[psutil.Process]:
     return found
 
 
+def chunks(parent: Path) -> list[Path]:
+    """The chunk files of analyze's private directories in ``parent``: editcap's, or the pre-pass's."""
+    return [p for p in parent.glob(".meshdoctor-chunks-*/*") if p.name.startswith(("chunk_", "kept_"))]
+
+
 def start_analyze(big: Path, phase: str) -> subprocess.Popen:
-    """``analyze BIG -o json``, once its ``phase`` (editcap or tshark) runs and a chunk is on disk."""
+    """``analyze BIG -o json``, once its ``phase`` (editcap; tshark after editcap; tshark after the pre-pass:
+    prepass) runs and a chunk is on disk."""
+    env = {**os.environ, "MESHDOCTOR_PREPASS": "1" if phase == "prepass" else "0"}
     proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(big), "-o", "json"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 60
-    while not (running(proc, phase) and any(big.parent.glob(".meshdoctor-chunks-*/chunk_*"))):
+    while not (running(proc, "tshark" if phase == "prepass" else phase) and chunks(big.parent)):
         assert proc.poll() is None and time.monotonic() < deadline, f"no {phase} seen"
         assert phase != "editcap" or not running(proc, "tshark"), "editcap ended before it was seen"
         time.sleep(0.01)
@@ -54,6 +61,8 @@ def start_analyze(big: Path, phase: str) -> subprocess.Popen:
     ((signal.SIGINT, signal.SIGINT), "tshark", 6000),  # an impatient Ctrl-C, twice
     ((signal.SIGINT,), "editcap", 30000),  # 90 MB: editcap is still splitting when it comes
     ((signal.SIGINT, signal.SIGINT), "editcap", 30000),
+    ((signal.SIGTERM,), "prepass", 6000),  # the pre-pass's kept chunks, read by tshark
+    ((signal.SIGINT, signal.SIGINT), "prepass", 6000),
 ])
 def test_stopping_analyze_removes_its_chunks_and_processes(tmp_path, signals, phase, copies):
     """kill (SIGTERM) ends analyze as Ctrl-C does, and a second Ctrl-C does not cut the cleanup short: exit
@@ -85,7 +94,7 @@ def test_stopping_analyze_removes_its_chunks_and_processes(tmp_path, signals, ph
     assert not list(tmp_path.glob(".meshdoctor-chunks-*"))  # also once nothing it started can write there
 
 
-@pytest.mark.parametrize("phase, copies", [("editcap", 30000), ("tshark", 6000)])
+@pytest.mark.parametrize("phase, copies", [("editcap", 30000), ("tshark", 6000), ("prepass", 6000)])
 def test_sigkilled_analyze_leaves_no_helper_and_the_next_run_removes_its_chunks(tmp_path, phase, copies):
     """SIGKILL leaves no time to clean up: editcap and tshark die with analyze (within 5 s), and the chunks it
     left are removed when the next analyze starts, while a live process's are kept."""
@@ -97,7 +106,7 @@ def test_sigkilled_analyze_leaves_no_helper_and_the_next_run_removes_its_chunks(
     _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, alive
     (left,) = tmp_path.glob(".meshdoctor-chunks-*")
-    assert left.stat().st_mode & 0o777 == 0o700 and any(left.glob("chunk_*"))
+    assert left.stat().st_mode & 0o777 == 0o700 and chunks(tmp_path)
     kept = tmp_path / f".meshdoctor-chunks-{os.getpid()}-kept"  # this test's process lives on
     kept.mkdir(mode=0o700)
     small = tmp_path / "small.pcap"

@@ -1,0 +1,332 @@
+"""A record-level pre-pass over a capture file: the records PREFILTER (sources/tshark.py) may keep, copied byte
+for byte into chunk files, with the original frame number of each, so that tshark dissects only those.
+
+tshark dissects every packet of a file before its display filter hides most of them; on bench/gen's traffic two
+thirds of its work is for packets no detector acts on (bulk segments and their ACKs). This pass reads each
+record's link, IP and TCP headers with ``struct`` and skips a record only when it is sure PREFILTER drops it:
+
+- kept: frame 1; TCP with SYN, FIN or RST; TCP payload starting with an HTTP/1 start (http1.START_PREFIXES);
+  a segment without payload on a conversation whose latest SYN was seen and no SYN-ACK after it (PREFILTER's
+  ``tcp.completeness`` test, tracked here per address/port pair in either direction);
+- kept too, for tshark to decide as without the pass: anything not parsed here (not TCP, IP fragments, IPv6
+  extension headers, link types or VLAN stacks not walked, headers cut by the snap length, lengths that do not
+  add up, a TCP header length under 20 bytes);
+- skipped: the rest (TCP segments with payload that is not an HTTP/1 start, segments without payload on
+  conversations whose handshake was answered or never seen).
+
+A file it cannot follow (gzip, a link type of no use, a pcapng section of its own, a block type it does not
+know, a record length that cannot be) gives None: the caller reads the file as without the pass.
+
+The kept records are copied with the original file header (pcap) or the original section header and interface
+blocks (pcapng), so no capture is re-encoded. Sources: the pcap format (draft-ietf-opsawg-pcap), the pcapng
+format (draft-ietf-opsawg-pcapng: SHB, IDB, EPB, SPB, the obsolete Packet Block, NRB, ISB, DSB), IPv4 (RFC 791),
+IPv6 (RFC 8200), TCP's header (RFC 9293 section 3.1), Linux cooked headers (LINKTYPE_LINUX_SLL, _SLL2).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from array import array
+from dataclasses import dataclass, field
+
+from .http1 import START_PREFIXES
+
+# Link types (tcpdump.org/linktypes.html) walked here; for each, how to find the IP header.
+ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2 = 1, 0, 101, 108, 113, 228, 229, 276
+_LINKS = frozenset((ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2))
+_SLL_HATYPES = frozenset((1, 772, 65534))  # ARPHRD_ETHER, _LOOPBACK, _NONE (tun): the protocol is an EtherType
+_BSD_INET6 = frozenset((24, 28, 30))  # AF_INET6 of the BSDs, as DLT_NULL/LOOP captures carry it
+_STARTS = frozenset(START_PREFIXES)
+_MAX_BLOCK = 1 << 24  # a pcapng block this long is a damaged file
+# tshark's largest frame for these link types (wiretap's WTAP_MAX_PACKET_SIZE_STANDARD): past it, it stops with
+# an error of its own, which it must be left to give on the original file.
+_MAX_FRAME = 262_144
+BLOCK = 1 << 20  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
+MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pure ACK is kept (safety first)
+
+# Verdicts of _classify.
+KEEP, SKIP = True, False
+
+
+@dataclass
+class KeptChunk:
+    """One file of kept records; ``frames`` the original (1-based) frame number of each of its records."""
+
+    path: str
+    frames: array = field(default_factory=lambda: array("I"))
+
+
+@dataclass
+class PrepassResult:
+    chunks: list[KeptChunk]
+    records: int  # whole records of the original file
+    kept: int
+    cut_short: bool  # the file ends inside a record, after ``records`` whole ones
+
+
+class _Conversations:
+    """Conversations whose latest SYN (no ACK) was seen and no SYN-ACK after it. An answered or never-opened
+    conversation is absent: PREFILTER drops its pure ACKs either way."""
+
+    def __init__(self) -> None:
+        self.pending: set[bytes] = set()
+        self.overflow = False
+
+    def update_and_want_ack(self, a: bytes, b: bytes, flags: int, pure: bool) -> bool:
+        key = a + b if a <= b else b + a
+        if flags & 0x02 and not flags & 0x10:  # SYN alone: a (new) handshake starts, whatever came before
+            if len(self.pending) >= MAX_PENDING:
+                self.overflow = True
+            self.pending.add(key)
+        elif (flags & 0x17) == 0x12:  # SYN-ACK and nothing else: the narrowest test, so we keep more
+            self.pending.discard(key)
+        return pure and (self.overflow or key in self.pending)
+
+
+def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _Conversations) -> bool:
+    """KEEP or SKIP the frame of ``caplen`` bytes at ``buf[o:]`` (``wirelen`` on the wire) of link type ``link``."""
+    end = o + caplen
+    if link == ETHERNET:
+        if caplen < 14:
+            return KEEP
+        etype = (buf[o + 12] << 8) | buf[o + 13]
+        ip = o + 14
+        if etype in (0x8100, 0x88A8):  # one VLAN tag, walked; a second one is kept
+            if caplen < 18:
+                return KEEP
+            etype = (buf[o + 16] << 8) | buf[o + 17]
+            ip = o + 18
+    elif link == SLL or link == SLL2:
+        if link == SLL:
+            if caplen < 16:
+                return KEEP
+            hatype = (buf[o + 2] << 8) | buf[o + 3]
+            etype = (buf[o + 14] << 8) | buf[o + 15]
+            ip = o + 16
+        else:
+            if caplen < 20:
+                return KEEP
+            etype = (buf[o] << 8) | buf[o + 1]
+            hatype = (buf[o + 8] << 8) | buf[o + 9]
+            ip = o + 20
+        if hatype not in _SLL_HATYPES:
+            return KEEP
+    elif link == RAW or link == RAW4 or link == RAW6:
+        if caplen < 1:
+            return KEEP
+        version = buf[o] >> 4
+        etype = 0x0800 if version == 4 else 0x86DD if version == 6 else 0
+        ip = o
+    elif link == NULL or link == LOOP:
+        if caplen < 4:
+            return KEEP
+        family = buf[o + 3] if buf[o] == 0 else buf[o]  # host byte order of the capturing machine: either
+        if buf[o + 1] or buf[o + 2] or (buf[o] and buf[o + 3]):
+            return KEEP
+        etype = 0x0800 if family == 2 else 0x86DD if family in _BSD_INET6 else 0
+        ip = o + 4
+    else:
+        return KEEP
+    wire_ip = wirelen - (ip - o)  # the IP datagram's bytes on the wire (a link trailer or padding may follow)
+    if etype == 0x0800:
+        if end - ip < 20 or buf[ip] >> 4 != 4:
+            return KEEP
+        ihl = (buf[ip] & 0x0F) * 4
+        total = (buf[ip + 2] << 8) | buf[ip + 3]
+        if ihl < 20 or buf[ip + 9] != 6 or ((buf[ip + 6] & 0x3F) | buf[ip + 7]) or total < ihl or total > wire_ip:
+            return KEEP  # not TCP, a fragment (MF or an offset), or lengths that do not add up (TSO's 0)
+        tcp = ip + ihl
+        seg = total - ihl
+        if end - tcp < 14:
+            return KEEP
+        a, b = buf[ip + 12:ip + 16] + buf[tcp:tcp + 2], buf[ip + 16:ip + 20] + buf[tcp + 2:tcp + 4]
+    elif etype == 0x86DD:
+        if end - ip < 40 or buf[ip] >> 4 != 6 or buf[ip + 6] != 6:
+            return KEEP  # an extension header (not walked) or not TCP
+        seg = (buf[ip + 4] << 8) | buf[ip + 5]
+        if seg == 0 or seg > wire_ip - 40:
+            return KEEP  # a jumbogram, or lengths that do not add up
+        tcp = ip + 40
+        if end - tcp < 14:
+            return KEEP
+        a, b = buf[ip + 8:ip + 24] + buf[tcp:tcp + 2], buf[ip + 24:ip + 40] + buf[tcp + 2:tcp + 4]
+    else:
+        return KEEP
+    doff = (buf[tcp + 12] >> 4) * 4
+    if doff < 20 or end - tcp < doff or seg < doff:
+        return KEEP  # tshark reports these as undissectable: it must see them
+    flags = buf[tcp + 13]
+    payload = seg - doff
+    if flags & 0x07:  # FIN, SYN, RST
+        if flags & 0x02:
+            conv.update_and_want_ack(a, b, flags, False)
+        return KEEP
+    if payload:
+        start = tcp + doff
+        if payload < 4 or end - start < 4:
+            return KEEP  # too little sent or captured to tell
+        return buf[start:start + 4] in _STARTS
+    return conv.update_and_want_ack(a, b, flags, True)
+
+
+class _Out:
+    """The chunk files: each starts with ``preamble`` and holds at most ``per_chunk`` kept records."""
+
+    def __init__(self, into: str, ext: str, per_chunk: int) -> None:
+        self.into, self.ext, self.per_chunk = into, ext, per_chunk
+        self.chunks: list[KeptChunk] = []
+        self._fh = None
+        self.preamble = bytearray()
+
+    def record(self, data: bytes | memoryview, frame: int) -> None:
+        if self._fh is None or len(self.chunks[-1].frames) >= self.per_chunk:
+            self.close()
+            path = os.path.join(self.into, f"kept_{len(self.chunks):05d}{self.ext}")
+            self._fh = open(path, "wb", buffering=1 << 20)
+            self._fh.write(self.preamble)
+            self.chunks.append(KeptChunk(path))
+        self._fh.write(data)
+        self.chunks[-1].frames.append(frame)
+
+    def other(self, data: bytes | memoryview) -> None:
+        """A block that is not a frame (pcapng): into the current chunk, if any."""
+        if self._fh is not None:
+            self._fh.write(data)
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class _Damaged(Exception):
+    """The file is not one this pass follows: read it without the pass."""
+
+
+def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None) -> PrepassResult | None:
+    """Filter capture ``path`` into chunk files in directory ``into`` (``per_chunk`` kept records each). None when
+    the file is not one this pass can follow (the caller then reads it whole). ``stop`` ends it early (None is
+    returned then too); the chunk files it wrote are the caller's to remove (they are in ``into``)."""
+    with open(path, "rb") as fh:
+        head = fh.read(24)
+        out = None
+        try:
+            if head[:4] == b"\x0a\x0d\x0d\x0a":
+                out = _Out(into, ".pcapng", per_chunk)
+                return _pcapng(fh, head, out, stop)
+            if len(head) == 24 and head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d", b"\xd4\xc3\xb2\xa1",
+                                                b"\x4d\x3c\xb2\xa1"):
+                out = _Out(into, ".pcap", per_chunk)
+                return _pcap(fh, head, out, stop)
+            return None
+        except _Damaged:
+            return None
+        finally:
+            if out is not None:
+                out.close()
+
+
+def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassResult | None:
+    order = ">" if head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
+    network = struct.unpack(order + "I", head[20:24])[0]
+    if network >> 16 or (network & 0xFFFF) not in _LINKS:
+        return None  # FCS bits set, or a link type this pass does not walk: nothing to gain
+    link = network & 0xFFFF
+    out.preamble[:] = head
+    rec = struct.Struct(order + "8xII").unpack_from
+    conv = _Conversations()
+    classify, out_record = _classify, out.record  # locals for the loop
+    buf = fh.read(BLOCK)
+    pos = frame = kept = 0
+    while True:
+        n = len(buf)
+        while pos + 16 <= n:
+            caplen, wirelen = rec(buf, pos)
+            if caplen > _MAX_FRAME:
+                raise _Damaged
+            end = pos + 16 + caplen
+            if end > n:
+                break
+            frame += 1
+            if classify(buf, pos + 16, caplen, wirelen, link, conv) or frame == 1:
+                out_record(memoryview(buf)[pos:end], frame)
+                kept += 1
+            pos = end
+        if stop is not None and stop.is_set():
+            return None
+        more = fh.read(BLOCK)
+        if not more:  # no whole record: nothing to save, and tshark says what it says of such a file
+            return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
+        buf = buf[pos:] + more
+        pos = 0
+
+
+_PACKET_BLOCKS = (2, 3, 6)  # Packet Block (obsolete), Simple Packet Block, Enhanced Packet Block: one frame each
+_OTHER_BLOCKS = (4, 5, 0x0A)  # Name Resolution, Interface Statistics, Decryption Secrets: no frame
+
+
+def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassResult | None:
+    bom = head[8:12]
+    order = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else None
+    if order is None:
+        return None
+    u32 = struct.Struct(order + "I").unpack_from
+    u16 = struct.Struct(order + "H").unpack_from
+    ends = struct.Struct(order + "II").unpack_from
+    links: list[int] = []
+    snaplens: list[int] = []
+    conv = _Conversations()
+    buf = head + fh.read(BLOCK)
+    pos = frame = kept = sections = 0
+    while True:
+        n = len(buf)
+        while pos + 12 <= n:
+            btype, blen = ends(buf, pos)
+            if blen < 12 or blen % 4 or blen > _MAX_BLOCK:
+                raise _Damaged
+            end = pos + blen
+            if end > n:
+                break
+            if u32(buf, end - 4)[0] != blen:
+                raise _Damaged  # tshark stops at a block whose two lengths differ: let it, as without the pass
+            if btype in _PACKET_BLOCKS:
+                frame += 1
+                if btype == 6 or btype == 2:
+                    iface = (u32 if btype == 6 else u16)(buf, pos + 8)[0]
+                    caplen, wirelen = ends(buf, pos + 20)
+                    data = pos + 28
+                else:
+                    iface, wirelen, data = 0, u32(buf, pos + 8)[0], pos + 12
+                    caplen = min(wirelen, blen - 16, snaplens[0] or wirelen) if snaplens else -1
+                if iface >= len(links) or not 0 <= caplen <= _MAX_FRAME or data + caplen > end - 4:
+                    raise _Damaged  # tshark complains of such a file: let it, as without the pass
+                link = links[iface]
+                if link not in _LINKS or _classify(buf, data, caplen, wirelen, link, conv) or frame == 1:
+                    out.record(memoryview(buf)[pos:end], frame)
+                    kept += 1
+            elif btype == 1:  # Interface Description Block: every chunk needs it before its packets
+                links.append(u16(buf, pos + 8)[0])
+                snaplens.append(u32(buf, pos + 12)[0])
+                out.preamble += buf[pos:end]
+                out.other(memoryview(buf)[pos:end])
+            elif btype == 0x0A0D0D0A:
+                if sections:  # a second section (its own interfaces): not followed here
+                    return None
+                sections += 1
+                if buf[pos + 16:pos + 24] != b"\xff" * 8:  # a section length would not hold for a chunk
+                    return None
+                out.preamble += buf[pos:end]
+            elif btype in _OTHER_BLOCKS:
+                out.other(memoryview(buf)[pos:end])
+            else:
+                return None  # a block type tshark might show as a frame (systemd journal, custom): not followed
+            pos = end
+        if stop is not None and stop.is_set():
+            return None
+        more = fh.read(BLOCK)
+        if not more:  # no whole record: nothing to save, and tshark says what it says of such a file
+            return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
+        buf = buf[pos:] + more
+        pos = 0
