@@ -85,11 +85,11 @@ def test_frames_read_counts_the_users_file(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("bad", [bad_header_length, captured_short])
 def test_undissectable_frames_give_the_same_report(monkeypatch, tmp_path, bad):
-    """Read whole, tshark names only the first frame (the others are hidden by PREFILTER, not reached by a
-    chunk's frame 1): with the pre-pass too, which keeps every frame it cannot parse."""
+    """Every undissectable frame is named (PREFILTER yields them), with the pre-pass too, which keeps every frame
+    it cannot parse."""
     report = same_report([with_bad_frames(tmp_path, (1, 7, 13), bad)], monkeypatch)
     (p,) = report.problems
-    assert "1 TCP frame tshark could not dissect (frame 1:" in p.what
+    assert "3 TCP frames tshark could not dissect (frame 1, 8, 15:" in p.what
 
 
 @pytest.mark.parametrize("name", ["lab-collision-eth0.pcap", "unnamed-iface-eth0.pcapng"])
