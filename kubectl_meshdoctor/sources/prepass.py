@@ -205,6 +205,19 @@ class _Damaged(Exception):
     """The file is not one this pass follows: read it without the pass."""
 
 
+class _Stopped(Exception):
+    """``stop`` was set: the pass ends, and returns None as for a file it does not follow."""
+
+
+def _refill(fh, buf: bytes, pos: int, stop: threading.Event | None) -> bytes | None:
+    """What is left of ``buf`` from ``pos`` on, then the file's next block; None at the end of the file. Raises
+    _Stopped once ``stop`` is set (checked between blocks, as both readers did)."""
+    if stop is not None and stop.is_set():
+        raise _Stopped
+    more = fh.read(BLOCK)
+    return buf[pos:] + more if more else None
+
+
 def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None) -> PrepassResult | None:
     """Filter capture ``path`` into chunk files in directory ``into`` (``per_chunk`` kept records each). None when
     the file is not one this pass can follow (the caller then reads it whole). ``stop`` ends it early (None is
@@ -221,7 +234,7 @@ def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None =
                 out = _Out(into, ".pcap", per_chunk)
                 return _pcap(fh, head, out, stop)
             return None
-        except _Damaged:
+        except (_Damaged, _Stopped):
             return None
         finally:
             if out is not None:
@@ -254,13 +267,10 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassRe
                 out_record(memoryview(buf)[pos:end], frame)
                 kept += 1
             pos = end
-        if stop is not None and stop.is_set():
-            return None
-        more = fh.read(BLOCK)
-        if not more:  # no whole record: nothing to save, and tshark says what it says of such a file
+        nxt = _refill(fh, buf, pos, stop)
+        if nxt is None:  # no whole record: nothing to save, and tshark says what it says of such a file
             return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
-        buf = buf[pos:] + more
-        pos = 0
+        buf, pos = nxt, 0
 
 
 _PACKET_BLOCKS = (2, 3, 6)  # Packet Block (obsolete), Simple Packet Block, Enhanced Packet Block: one frame each
@@ -323,10 +333,7 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
             else:
                 return None  # a block type tshark might show as a frame (systemd journal, custom): not followed
             pos = end
-        if stop is not None and stop.is_set():
-            return None
-        more = fh.read(BLOCK)
-        if not more:  # no whole record: nothing to save, and tshark says what it says of such a file
+        nxt = _refill(fh, buf, pos, stop)
+        if nxt is None:  # no whole record: nothing to save, and tshark says what it says of such a file
             return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
-        buf = buf[pos:] + more
-        pos = 0
+        buf, pos = nxt, 0
