@@ -54,6 +54,13 @@ _REMEDIATION = (
     + "\n---\n" + virtual_service_retries(2, "reset,connect-failure"))
 
 
+def _relative_to_fin(req: PacketEvent, fin: PacketEvent) -> tuple[float, str]:
+    """The request's time after the FIN in milliseconds (negative: before it, the two crossing) and the words
+    for it: ``3.2 ms after`` or ``0.4 ms before (crossing)``."""
+    gap_ms = (req.ts - fin.ts) * 1000
+    return gap_ms, f"{gap_ms:.1f} ms after" if gap_ms >= 0 else f"{-gap_ms:.1f} ms before (crossing)"
+
+
 class StaleKeepalive(Detector):
     id = "stale-keepalive"
     # What real Envoy moves for this class (the inbound cluster of the app port).
@@ -99,9 +106,7 @@ class StaleKeepalive(Detector):
 
     def _crossing_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
                       req: PacketEvent) -> Finding:
-        after = req.ts >= fin.ts
-        gap_ms = abs(req.ts - fin.ts) * 1000
-        when = f"{gap_ms:.1f} ms after" if after else f"{gap_ms:.1f} ms before (crossing)"
+        gap_ms, when = _relative_to_fin(req, fin)
         ref = FlowRef.of(flow)
         return self._finding(
             rst, flow, note,
@@ -113,13 +118,12 @@ class StaleKeepalive(Detector):
                 f"the next request on it {when} that FIN, before Envoy had read the FIN and dropped the connection "
                 f"from its pool; the app's kernel answered with RST because no socket is left to read it (RFC 9293 "
                 f"section 3.6.1)."),
-            details={"request_after_fin_ms": round((req.ts - fin.ts) * 1000, 3)})
+            details={"request_after_fin_ms": round(gap_ms, 3)})
 
     def _downstream_after_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
                               req: PacketEvent) -> Finding:
-        gap_ms = (req.ts - fin.ts) * 1000
+        gap_ms, when = _relative_to_fin(req, fin)
         ref = FlowRef.of(flow)
-        when = f"{gap_ms:.1f} ms after" if gap_ms >= 0 else f"{-gap_ms:.1f} ms before (crossing)"
         return self._finding(
             rst, flow, note,
             evidence=(Evidence.of(fin, "FIN from this pod's sidecar (its idle timeout)"),
