@@ -55,6 +55,12 @@ class FlowRef:
         """The reference to a flow-table ``Flow`` (client and server as the table decided them)."""
         return cls(endpoint(*flow.client), endpoint(*flow.server), flow.iface)
 
+    @property
+    def of_spec(self) -> bool:
+        """A finding of a pod's spec (lint), not of a connection: no client, no interface; ``server`` is the
+        pod's address and port."""
+        return self.client == "-" and not self.iface
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:

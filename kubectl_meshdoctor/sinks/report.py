@@ -99,7 +99,7 @@ def _headline(report: Report) -> str:
 
 def _flow_text(f: Finding) -> str:
     """``flow: client -> server on iface``, or ``where: pod:port`` for spec findings (lint) without a flow."""
-    if f.flow.client == "-" and not f.flow.iface:
+    if f.flow.of_spec:
         return f"where: {f.flow.server}"
     if not f.flow.iface:  # from an access-log line: Envoy's addresses, no interface seen
         return f"flow: {f.flow.client} -> {f.flow.server} (from the access log)"
@@ -140,11 +140,12 @@ def _pods_text(g: FindingGroup) -> str:
     return f" pod/{pods[0]}" if pods else ""
 
 
-def _where(f: Finding, g: FindingGroup) -> str:
-    """An instance among others: its client, or for a spec finding (lint) its pod and port."""
-    if f.flow.client == "-" and not f.flow.iface:
+def _where(f: Finding, several_pods: bool) -> str:
+    """An instance among others: its client (and pod, in a group over ``several_pods``), or for a spec finding
+    (lint) its pod and port."""
+    if f.flow.of_spec:
         return f"pod/{f.pod} {f.flow.server}" if f.pod else f.flow.server
-    return f"pod/{f.pod} {f.flow.client}" if f.pod and len(_pods(g)) > 1 else f.flow.client
+    return f"pod/{f.pod} {f.flow.client}" if f.pod and several_pods else f.flow.client
 
 
 def _group_head(g: FindingGroup) -> str:
@@ -177,7 +178,8 @@ def render_text(report: Report) -> str:
             lines.append(f"  {f.title}")
         if f.response_code_details:
             lines.append(f"  envoy: {f.response_code_details}")
-        lines.append(f"  {'newest, ' if g.count > 1 else ''}{'pod/' + f.pod + ' ' if len(_pods(g)) > 1 else ''}"
+        several_pods = len(_pods(g)) > 1
+        lines.append(f"  {'newest, ' if g.count > 1 else ''}{'pod/' + f.pod + ' ' if several_pods else ''}"
                      f"{_flow_text(f)}")
         for e in f.evidence:
             lines.append(f"      evidence: {_evidence_text(e)}")
@@ -185,7 +187,8 @@ def render_text(report: Report) -> str:
             lines.append(f"      access log: {line}")
         others = g.instances[:-1][-OTHERS_LISTED:]
         if others:
-            listed = ", ".join(_where(o, g) + (f" ({_clock(o.ts)})" if o.ts else "") for o in reversed(others))
+            listed = ", ".join(_where(o, several_pods) + (f" ({_clock(o.ts)})" if o.ts else "")
+                               for o in reversed(others))
             more = g.count - 1 - len(others)
             lines += textwrap.wrap(f"{listed}" + (f" and {more} more (-o json lists every one)" if more else ""),
                                    TEXT_WIDTH, initial_indent="  also: ", subsequent_indent="        ",
@@ -221,7 +224,8 @@ def render_markdown(report: Report) -> str:
             "|---|---|---|---|---|---|---|---|"]
     for g in groups:
         f = g.newest
-        server = f"{len(_pods(g))} pods" if len(_pods(g)) > 1 else f.flow.server
+        pods = _pods(g)
+        server = f"{len(pods)} pods" if len(pods) > 1 else f.flow.server
         seen = (f"{_clock(g.first_ts)} | {_clock(g.last_ts)}" if g.first_ts else "- | -")  # a spec has no time
         out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
                    f"{server} | {_cell(g.label)} | {seen} |")
@@ -231,8 +235,9 @@ def render_markdown(report: Report) -> str:
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
             out.append(f"- response_code_details: `{f.response_code_details}`")
-        if _pods(g):
-            out.append(f"- pod{'s' if len(_pods(g)) > 1 else ''}: {', '.join(_pods(g))}")
+        pods = _pods(g)
+        if pods:
+            out.append(f"- pod{'s' if len(pods) > 1 else ''}: {', '.join(pods)}")
         for name, value in sorted(g.counters.items()):
             out.append(f"- counter (the run's): `{name}` {value:+}")
         out += ["", "Evidence of the newest instance:", "", "| source | frame | what |", "|---|---|---|"]
