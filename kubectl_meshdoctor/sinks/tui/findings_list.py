@@ -103,8 +103,9 @@ class FindingsList:
         if [k for k, _ in drawn] == [k for k, _ in self._drawn] and width == self._width:
             for (key, count), (_, before), g in zip(drawn, self._drawn, groups):
                 if count != before:  # a count moved: update in place, the cursor stays where it is
-                    self.table.update_cell(repr(key), "finding", self._cells(g, text_width)[0][1])
-                    self.table.update_cell(repr(key), "sev", self._cells(g, text_width)[0][0])
+                    (sev, finding), _ = self._cells(g, text_width)
+                    self.table.update_cell(repr(key), "finding", finding)
+                    self.table.update_cell(repr(key), "sev", sev)
             self._drawn = drawn
             return
         self._drawn, self._width = drawn, width
