@@ -97,7 +97,9 @@ def redact_target(text: str, redact: bool = True) -> str:
 def _nested_secret(value: str) -> bool:
     """Whether a parameter's value, percent-decoded (up to three times, as nested redirects encode), holds a
     credential-bearing parameter of its own (``redirect_uri=https%3A%2F%2Fx%2Fcb%3Fcode%3D...``)."""
-    if "%" not in value:  # an unencoded nested parameter is found by the scan itself
+    # An unencoded nested parameter is found by the scan itself, which then hides its value alone.
+    if "%" not in value or any(unquote_plus(m.group(1)).strip().lower() in SENSITIVE_QUERY_PARAMS
+                               for m in _PARAM_NAME.finditer(value)):
         return False
     for _ in range(3):
         decoded = unquote_plus(value)
