@@ -14,6 +14,7 @@ import select
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubernetes.stream import stream as k8s_stream
@@ -71,6 +72,10 @@ class ExecCapture:
     # the stream ends without that, so waiters never hang.
     listening: threading.Event = field(default_factory=threading.Event)
     heard_listening: bool = False  # tcpdump itself said "listening on": a capture really ran
+    # Called from the pump's thread: with each piece of the stream (write_fd may then be -1: on_data is where the
+    # stream goes); once the stream is over (and write_fd closed).
+    on_data: Callable[[bytes], None] | None = None
+    on_end: Callable[[], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -148,7 +153,10 @@ class ExecCapture:
                     pass
             if tee is not None:
                 tee.close()
-            os.close(self.write_fd)  # EOF for tshark
+            if self.write_fd >= 0:
+                os.close(self.write_fd)  # EOF for tshark
+            if self.on_end is not None:
+                self.on_end()
 
     def _why_tcpdump_failed(self) -> str:
         """tcpdump's own complaint, else what its exit code says (the pod's shell gives 128+N for signal N)."""
@@ -220,7 +228,9 @@ class ExecCapture:
                 self.tee_full = True  # whole records matter more than the last bytes: readers stop at the cut
             else:
                 tee.write(payload)
-        view = memoryview(payload)
+        if self.on_data is not None:
+            self.on_data(payload)  # blocks when tshark lags: back-pressure to tcpdump
+        view = memoryview(payload) if self.write_fd >= 0 else b""
         while view:
             try:
                 n = os.write(self.write_fd, view)  # blocks when tshark lags: back-pressure to tcpdump

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -34,9 +33,9 @@ from kubectl_meshdoctor.kube.target import Target, capturable_pods
 from kubectl_meshdoctor.lint import lint_pod
 from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, without_admin
+from kubectl_meshdoctor.sources.dissector import SharedDissector, Stream
 from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_kernel
 from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, open_proxy
-from kubectl_meshdoctor.sources.tshark import read_stream
 
 IFACES = ("lo", "eth0")
 LISTEN_TIMEOUT_S = 30.0
@@ -105,16 +104,26 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     progress(f"resolving {what} in namespace {opts.namespace}")
     pods = await asyncio.to_thread(capturable_pods, kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
     factory = pipelines if callable(pipelines) else (lambda _: pipelines)  # a Pipeline itself is not callable
-    if len(pods) == 1:
-        return await watch_pod(kube, opts, pods[0], factory(pods[0].metadata.name), stop, progress, state)
-    progress(f"capturing {len(pods)} pods: {', '.join(p.metadata.name for p in pods)}")
-    setup = asyncio.Semaphore(MAX_PARALLEL_SETUP)
-    states = [WatchState() for _ in pods]
-    state.pods = states
-    reports = await asyncio.gather(*(watch_pod(kube, opts, pod, factory(pod.metadata.name), stop, progress, st,
-                                               setup) for pod, st in zip(pods, states)), return_exceptions=True)
-    state.phase = "done"
-    return merge_reports(pods, reports)
+    # One tshark for every stream of every pod (sources/dissector.py): ~160 MB, not ~160 MB a stream.
+    shared = SharedDissector()
+
+    async def one(pod, st: WatchState, setup: asyncio.Semaphore | None) -> Report:
+        return await watch_pod(kube, opts, pod, factory(pod.metadata.name), stop, progress, st, setup, shared)
+
+    try:
+        if len(pods) == 1:
+            return await one(pods[0], state, None)
+        progress(f"capturing {len(pods)} pods: {', '.join(p.metadata.name for p in pods)}")
+        setup = asyncio.Semaphore(MAX_PARALLEL_SETUP)
+        states = [WatchState() for _ in pods]
+        state.pods = states
+        reports = await asyncio.gather(*(one(pod, st, setup) for pod, st in zip(pods, states)),
+                                       return_exceptions=True)
+        state.phase = "done"
+        return merge_reports(pods, reports)
+    finally:
+        shared.abandon()  # nothing left to read by now, unless the watch itself was cancelled
+        await shared.close()
 
 
 def merge_reports(pods: list, reports: list) -> Report:
@@ -153,8 +162,10 @@ def merge_reports(pods: list, reports: list) -> Report:
 
 async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, stop: asyncio.Event,
                     progress: Callable[[str], None], state: WatchState,
-                    setup: asyncio.Semaphore | None = None) -> Report:
-    """Capture one pod: preflight, debug container, tcpdumps, Envoy side, kernel counters."""
+                    setup: asyncio.Semaphore | None = None, shared: SharedDissector | None = None) -> Report:
+    """Capture one pod: preflight, debug container, tcpdumps, Envoy side, kernel counters. Its streams are
+    dissected by ``shared`` (the watch's; a new one if None)."""
+    shared = shared or SharedDissector()
     pod_name = pod.metadata.name
     state.pod = pod_name
     pipeline.ctx.pod = pod_name
@@ -181,9 +192,22 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
 
     try:
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
-        readers: list[asyncio.Task] = []
+        readers: list[asyncio.Future] = []  # each stream's ReadResult
+        ended: list[asyncio.Future] = []  # each stream over: its pump has ended
 
-        def reader_done(cap: ExecCapture, reader: asyncio.Task) -> None:
+        def announce(cap: ExecCapture, asked: bool, why: str | None) -> None:
+            going = [c.iface for c, e in zip(state.captures, ended) if not e.done()]
+            if not asked and not stop.is_set() and going:
+                progress(f"capturing {', '.join(going)} in pod/{pod_name} via {dbg.name}; {cap.iface} ended: "
+                         f"{cap.error or why or 'tcpdump exited'}")
+
+        def pump_done(cap: ExecCapture, _: asyncio.Future) -> None:
+            """``cap``'s stream is over; the dissector goes on with the others."""
+            if cap.error:
+                state.stream_problems.append(f"{cap.iface}: {cap.error}")
+            announce(cap, cap.stop_asked, None)
+
+        def reader_done(cap: ExecCapture, reader: asyncio.Future) -> None:
             """tshark is done with ``cap``'s stream: say what went wrong at once, and if tshark went first (killed,
             crashed) end tcpdump in the pod too, rather than stream into a broken pipe while the others go on."""
             asked = cap.stop_asked  # by us: --duration passed, or the user stopped
@@ -191,28 +215,30 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             why = _tshark_trouble(cap, reader, asked, stop.is_set())
             if why:
                 state.tshark_errors[cap.iface] = why
-            state.stream_problems += [f"{cap.iface}: {line}" for line in (cap.error, why) if line]
-            going = [c.iface for c, r in zip(state.captures, readers) if not r.done()]
-            if not asked and not stop.is_set() and going:
-                progress(f"capturing {', '.join(going)} in pod/{pod_name} via {dbg.name}; {cap.iface} ended: "
-                         f"{cap.error or why or 'tcpdump exited'}")
+            if why:
+                state.stream_problems.append(f"{cap.iface}: {why}")
+            if why and not asked and not stop.is_set():
+                progress(f"pod/{pod_name} {cap.iface}: {why}; its capture is stopped")
 
         waits: list[asyncio.Task] = []
         state.phase = "capturing"
         try:
             async with setup:
-                _start_captures(kube, opts, pod, dbg.name, max_s, pipeline, state, readers)
-                for cap, reader in zip(state.captures, readers):
-                    reader.add_done_callback(functools.partial(reader_done, cap))
+                streams = _start_captures(kube, opts, pod, dbg.name, max_s, state, pipeline, ended, shared)
+                readers += [s.result for s in streams]
+                for cap, e in zip(state.captures, ended):
+                    e.add_done_callback(functools.partial(pump_done, cap))
                 progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
                 await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
+                for cap, reader in zip(state.captures, readers):
+                    reader.add_done_callback(functools.partial(reader_done, cap))
             # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
             progress(f"capturing {', '.join(opts.ifaces)} in pod/{pod_name} via {dbg.name}")
             # One stream lost (or one tcpdump ended) is reported and the other interfaces keep capturing: a collision
             # on eth0 is evidence whether or not lo is still seen. The capture ends when every stream has.
             waits.append(asyncio.create_task(stop.wait()))
-            if readers:
-                waits.append(asyncio.create_task(asyncio.wait(readers)))  # cancelling it never cancels the readers
+            if ended:
+                waits.append(asyncio.create_task(asyncio.wait(ended)))  # cancelling it never cancels the readers
             await asyncio.wait(waits, timeout=opts.duration_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in waits:
@@ -223,8 +249,10 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             # tcpdump flushes, the streams end, each tshark reads to the end. One that stopped reading (stalled)
             # would hold the report up for ever, and its full pipe the capture thread: it is killed instead.
             late = (await asyncio.wait(readers, timeout=READ_GRACE_S))[1] if readers else set()
+            if late:
+                shared.abandon()
             for cap, reader in zip(state.captures, readers):
-                if reader in late:
+                if reader in late or (shared.abandoned and reader.cancelled()):
                     why = (f"tshark still reading {READ_GRACE_S:.0f} s after the capture was stopped: killed; the "
                            f"rest of pod/{pod_name}/{cap.iface} was not analysed")
                     state.tshark_errors[cap.iface] = why
@@ -307,12 +335,16 @@ def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool, us
     return None if cap.error or stop_asked else f"tshark: {res.error}"
 
 
-def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, pipeline: Pipeline,
-                    state: WatchState, readers: list) -> None:
-    """One tcpdump exec stream per interface, each pumped into its own tshark reader task."""
+def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, state: WatchState,
+                    pipeline: Pipeline, ended: list, shared: SharedDissector) -> list[Stream]:
+    """One tcpdump exec stream per interface, each pumped into a Stream of ``shared`` -> the streams; a future
+    per stream is appended to ``ended``, done when its pump has ended."""
     pod_name = pod.metadata.name
+    loop = asyncio.get_running_loop()
+    out: list[Stream] = []
     for iface in opts.ifaces:
-        read_fd, write_fd = os.pipe()
+        stream = shared.stream(f"{pod_name}/{iface}", iface, pipeline.feed)
+        out.append(stream)
         tee, limit = None, None
         if opts.write_pcap_dir is not None:
             opts.write_pcap_dir.mkdir(parents=True, exist_ok=True)
@@ -324,12 +356,24 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
         bpf = FULL_FILTER if opts.full_capture else lean_filter(iface)
         if iface == "lo":
             bpf = without_admin(bpf, opts.admin_port)
-        cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, write_fd, tee, limit,
+        cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, -1, tee, limit,
                           bpf=bpf)
+        done = loop.create_future()
+        ended.append(done)
+        cap.on_data = stream.wrote
+        cap.on_end = functools.partial(_pump_ended, stream, loop, done)
         state.captures.append(cap)
         cap.start()
-        readers.append(asyncio.create_task(read_stream(read_fd, f"{pod_name}/{iface}", iface, pipeline.feed,
-                                                       live=True)))
+    return out
+
+
+def _pump_ended(stream: Stream, loop: asyncio.AbstractEventLoop, fut: asyncio.Future) -> None:
+    """From a pump's thread: its stream is over; mark ``fut`` done on ``loop`` (nothing if the loop has closed)."""
+    stream.ended()
+    try:
+        loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+    except RuntimeError:
+        pass
 
 
 async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem],

@@ -1,0 +1,372 @@
+"""Many live capture streams, one dissector: every pod and interface of a watch shares one tshark.
+
+A tshark holds ~160 MB (libwireshark's code and tables, whatever it reads), so one per stream put 100 of them,
+~16 GB, on a laptop watching 50 pods. Every stream here is tcpdump's pcap (``-w -``), and the streams of a
+watch have the same file header (Linux gives a pod's ``lo`` and ``eth0`` the Ethernet link type, and every
+tcpdump the same snapshot length): so whole records of all of them, copied byte for byte and never re-encoded,
+make one valid pcap stream under that header, and one tshark dissects it. A stream whose header differs (another
+link type) gets a tshark of its own with its own header, in the same way.
+
+Records go in as each stream's pump delivers them (a record is written only once whole), and with each one the
+index of its stream, so tshark's frame number says which stream a line belongs to and which frame it is in that
+stream: the n-th record of that pod/interface's tcpdump, the number its ``--write-pcap`` file and the spool have.
+Every stream keeps its own frames, interface and pod. Source: the pcap format (draft-ietf-opsawg-pcap: a 24-byte
+file header, 16-byte record headers with the captured length at offset 8).
+
+dumpcap, which can read many pipes into one pcapng, was measured for this and dropped: it ends the capture as
+soon as its last pipe ends, dropping what it still holds ("flushed"), and holds back records it has read until
+its pipe is readable again (docs/DESIGN.md, the live path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kubectl_meshdoctor.core.events import PacketEvent
+
+from .tshark import (
+    MAX_NAMED,
+    PREFILTER,
+    SESSION_PACKETS,
+    TSHARK_ARGS,
+    ReadResult,
+    Undissectable,
+    _FieldsPipeCapture,
+    _tshark_version,
+    packet_from_fields,
+)
+
+MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
+PIPE_BYTES = 1 << 20  # the pipe into tshark holds this much (more batching when tshark lags)
+_F_SETPIPE_SZ = 1031
+_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<I", b"\x4d\x3c\xb2\xa1": "<I",  # microseconds, nanoseconds
+                b"\xa1\xb2\xc3\xd4": ">I", b"\xa1\xb2\x3c\x4d": ">I"}
+
+
+class RecordSplitter:
+    """A pcap byte stream fed piece by piece -> its file header and its whole records, in order. Raises
+    ValueError for bytes that are not pcap."""
+
+    def __init__(self) -> None:
+        self.header: bytes | None = None
+        self._fmt = "<I"
+        self._buf = b""  # bytes of a record (or of the header) not yet whole
+
+    @property
+    def pending(self) -> int:
+        """Bytes held that are not a whole record yet (at the end of a stream: a record cut short)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> tuple[bytes, int]:
+        """-> (the whole records completed by ``data``, joined; how many)."""
+        buf = self._buf + data if self._buf else data
+        pos, n = 0, len(buf)
+        if self.header is None:
+            if n < 24:
+                self._buf = buf
+                return b"", 0
+            fmt = _PCAP_MAGICS.get(bytes(buf[:4]))
+            if fmt is None:
+                raise ValueError("not a pcap stream")
+            self._fmt, self.header, pos = fmt, bytes(buf[:24]), 24
+        start, count = pos, 0
+        while n - pos >= 16:
+            end = pos + 16 + struct.unpack_from(self._fmt, buf, pos + 8)[0]
+            if end > n:
+                break
+            pos, count = end, count + 1
+        self._buf = buf[pos:]
+        return (buf[start:pos] if count else b""), count
+
+
+class _Ledger:
+    """Which stream each frame of the dissected stream came from, and each stream's own frame number.
+
+    The writer appends one byte (the stream index) per record before tshark can read it; the reader asks
+    for frames in increasing order, so what lies before the last asked frame is counted into each stream's
+    total and dropped: memory is a byte per frame between two yielded ones."""
+
+    PRUNE_AT = 1 << 20  # frames held before the oldest are counted and dropped
+
+    def __init__(self, streams: int) -> None:
+        self._ids = bytearray()
+        self._base = 0  # global index (0-based) of _ids[0]
+        self._counted = [0] * streams  # per stream: frames counted so far ...
+        self._upto = [0] * streams  # ... among the global frames before this index
+        self._lock = threading.Lock()
+
+    def append(self, ids: bytes) -> None:
+        with self._lock:
+            self._ids += ids
+
+    def total(self) -> int:
+        with self._lock:
+            return self._base + len(self._ids)
+
+    def frame(self, index: int) -> tuple[int, int] | None:
+        """(stream, frame number in that stream) of global frame ``index`` (0-based), None if not written."""
+        with self._lock:
+            at = index - self._base
+            if not 0 <= at < len(self._ids):
+                return None
+            s = self._ids[at]
+            start = self._upto[s] - self._base
+            self._counted[s] += self._ids.count(s, max(start, 0), at + 1)
+            self._upto[s] = index + 1
+            if at > self.PRUNE_AT:  # drop what no later question can need
+                for t in range(len(self._counted)):
+                    self._counted[t] += self._ids.count(t, max(self._upto[t] - self._base, 0), at)
+                    self._upto[t] = max(self._upto[t], self._base + at)
+                del self._ids[:at]
+                self._base += at
+            return s, self._counted[s]
+
+
+@dataclass(eq=False)
+class Stream:
+    """One pod interface's capture. ``source`` names it in evidence (``pod/iface``); ``on_event`` (called on the
+    event loop) gets its packets in order, each with its frame number in this stream; ``result`` gets its
+    ReadResult when its tshark is done (or the exception that ended that tshark).
+
+    Its writer (a capture pump thread) calls ``wrote`` with every piece of the stream, then ``ended`` once."""
+
+    source: str
+    iface: str
+    on_event: Callable[[PacketEvent], None]
+    result: asyncio.Future
+    dissector: "SharedDissector"
+    splitter: RecordSplitter = field(default_factory=RecordSplitter)
+    frames: int = 0  # whole records passed to tshark (the n-th is frame n of this stream)
+    packets: int = 0
+    last_frame: int = 0
+    undissectable: int = 0
+    undissectable_frames: list[int] = field(default_factory=list)
+    not_pcap: bool = False
+    group: "_Group | None" = None
+    index: int = -1  # in its group
+    done: bool = False  # its writer has ended
+
+    def wrote(self, data: bytes) -> None:
+        """From the writer's thread: the next bytes of the stream. Never raises."""
+        if self.not_pcap:
+            return
+        try:
+            records, count = self.splitter.feed(data)
+        except ValueError:
+            self.not_pcap = True
+            return
+        if self.group is None and self.splitter.header is not None:
+            self.dissector._join(self)
+        if count and self.group is not None:
+            self.group.write(self, records, count)
+
+    def ended(self) -> None:
+        """From the writer's thread: the stream is over (nothing more comes)."""
+        self.dissector._ended(self)
+
+
+class _Group:
+    """One tshark and the streams of one pcap file header: records written into one pipe, each noted."""
+
+    def __init__(self, header: bytes) -> None:
+        self.header = header
+        self.streams: list[Stream] = []
+        self.ledger = _Ledger(MAX_STREAMS)
+        self.lock = threading.Lock()
+        self.read_fd, self.write_fd = os.pipe()
+        try:
+            fcntl.fcntl(self.write_fd, _F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default 64 KiB
+            pass
+        self.broken = False  # tshark went away: what comes is dropped (its end says why)
+        self.closed = False
+        self.task: asyncio.Task | None = None
+        self._write(header)
+
+    def full(self) -> bool:
+        return len(self.streams) >= MAX_STREAMS
+
+    def write(self, stream: Stream, records: bytes, count: int) -> None:
+        with self.lock:  # the ledger's order is the pipe's order
+            if self.broken or self.closed:
+                return
+            self.ledger.append(bytes((stream.index,)) * count)
+            stream.frames += count
+            self._write(records)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.write_fd, view):]  # blocks while tshark lags: back-pressure
+        except OSError:
+            self.broken = True
+
+    def close_if_done(self) -> bool:
+        """End tshark's input once every stream of the group has ended; True if it did now."""
+        with self.lock:
+            if self.closed or not all(s.done for s in self.streams):
+                return False
+            self.closed = True
+            os.close(self.write_fd)
+            return True
+
+
+class _Lines:
+    """tshark's -T fields lines of the dissected stream -> each stream's PacketEvents, frames renumbered."""
+
+    def __init__(self, streams: Sequence[Stream], ledger: _Ledger) -> None:
+        self.streams, self.ledger = streams, ledger
+        self.sessions = 0  # -M sessions before the current one
+        self.seen_any = False
+
+    def __call__(self, batch: bytes) -> None:
+        for line in batch.decode("latin-1").split("\n"):
+            if not line or line[0] in "|=":  # the io,stat table after the last packet
+                continue
+            number, _, rest = line.partition("\t")
+            if not number.isdigit():
+                continue
+            if number == "1":
+                self.sessions += self.seen_any
+                self.seen_any = True
+            where = self.ledger.frame(self.sessions * SESSION_PACKETS + int(number) - 1)
+            if where is None:
+                continue  # cannot be: the copier notes a block before tshark can read it
+            s = self.streams[where[0]]
+            try:
+                ev = packet_from_fields(f"{where[1]}\t{rest}", s.source, s.iface, force_iface=True)
+            except Undissectable as e:
+                s.undissectable += 1
+                if len(s.undissectable_frames) < MAX_NAMED:
+                    s.undissectable_frames.append(e.frame)
+                continue
+            if ev is not None:
+                s.packets += 1
+                s.last_frame = ev.frame
+                s.on_event(ev)
+
+
+class SharedDissector:
+    """The streams of a watch, dissected together: one tshark for every stream whose pcap file header is the
+    same (all of them, on Linux pods), started when the first of them has its header. A tshark's input ends
+    once every stream in it has ended; a stream that starts after that gets a new one."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._groups: list[_Group] = []
+        self._lock = threading.Lock()
+        self.abandoned = False  # abandon() ended a tshark before its streams were read to their end
+
+    def stream(self, source: str, iface: str, on_event: Callable[[PacketEvent], None]) -> Stream:
+        """A new stream (on the event loop); hand its ``wrote`` and ``ended`` to its writer."""
+        return Stream(source, iface, on_event, self._loop.create_future(), self)
+
+    def _join(self, stream: Stream) -> None:
+        """(writer's thread) ``stream``'s header has come: into the open group of that header, or a new one."""
+        start = None
+        with self._lock:
+            for group in self._groups:
+                with group.lock:
+                    if (group.header == stream.splitter.header and not group.closed and not group.broken
+                            and not group.full()):
+                        stream.index = len(group.streams)
+                        group.streams.append(stream)
+                        stream.group = group
+                        return
+            start = _Group(stream.splitter.header)
+            stream.index = 0
+            start.streams.append(stream)
+            stream.group = start
+            self._groups.append(start)
+        self._loop.call_soon_threadsafe(self._start, start)
+
+    def _start(self, group: _Group) -> None:
+        group.task = self._loop.create_task(_dissect(group))
+
+    def _ended(self, stream: Stream) -> None:
+        """(writer's thread) ``stream`` is over."""
+        group = stream.group
+        stream.done = True
+        if group is not None:
+            group.close_if_done()
+        else:  # no header ever came (the capture failed): nothing to dissect
+            self._loop.call_soon_threadsafe(_settle, stream.result, ReadResult(0, 0, False, None, None))
+
+    def abandon(self) -> None:
+        """End every tshark now (one stalled); the results not yet set are cancelled."""
+        for group in list(self._groups):
+            if group.task is not None and not group.task.done():
+                self.abandoned = True
+                group.task.cancel()
+
+    async def close(self) -> None:
+        """Wait for every tshark to end (each ends when its streams have); their errors are in the results."""
+        while True:
+            tasks = [g.task for g in list(self._groups) if g.task is not None]
+            pending = [t for t in tasks if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending)
+        for task in tasks:
+            if not task.cancelled():
+                task.exception()  # retrieved, so asyncio does not log it
+
+
+def _settle(fut: asyncio.Future, value) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+async def _dissect(group: _Group) -> None:
+    """One tshark over ``group``'s pipe until its input ends; then every stream's result."""
+    loop = asyncio.get_running_loop()
+    capture = None
+    try:
+        await asyncio.to_thread(_tshark_version, None)
+        capture = _FieldsPipeCapture(group.read_fd, display_filter=PREFILTER, line_buffered=True,
+                                     custom_parameters=list(TSHARK_ARGS) + ["-M", str(SESSION_PACKETS)],
+                                     eventloop=loop)
+        await capture.packets_from_tshark(_Lines(group.streams, group.ledger), close_tshark=True)
+        for task in list(getattr(capture, "_stderr_handling_tasks", [])):
+            try:
+                await task
+            except Exception:  # the task ends with the process; its errors are not ours to raise
+                pass
+        error = getattr(capture, "_last_error_line", None)
+        if error and ("resetting session" in error or "Running as user" in error):
+            error = None
+        killed_by = -capture.exit_status if capture.exit_status is not None and capture.exit_status < 0 else None
+        for s in list(group.streams):
+            why = error
+            if killed_by is not None:
+                why = (f"killed by signal {killed_by} after frame {s.last_frame}; the rest of {s.source} was not "
+                       f"analysed")
+            _settle(s.result, ReadResult(s.packets, s.last_frame, bool(s.done and s.splitter.pending), why,
+                                         None if killed_by or error else s.frames, killed_by, s.undissectable,
+                                         tuple(s.undissectable_frames)))
+    except BaseException as exc:
+        for s in list(group.streams):
+            if not s.result.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    s.result.cancel()
+                else:
+                    s.result.set_exception(exc)
+        raise
+    finally:
+        # tshark is gone: its writers get EPIPE from now on, never a full pipe that nobody reads (one blocked on
+        # it holds the group's lock until then).
+        os.close(group.read_fd)
+        with group.lock:
+            group.broken = True
+        if not group.closed:
+            with group.lock:
+                if not group.closed:
+                    group.closed = True
+                    os.close(group.write_fd)
