@@ -173,5 +173,5 @@ def split_tshark(cpu: dict[str, Any], watch_pid: int, before: dict[int, float], 
         except psutil.Error:
             pass
     tshark_cores = round(tshark / cpu["wall_s"], 3)
-    cpu["cores"]["tshark x2"] = tshark_cores
+    cpu["cores"]["tshark"] = tshark_cores  # one for both streams since the shared dissector
     cpu["cores"]["watch (python)"] = round(cpu["cores"]["watch (python)"] - tshark_cores, 3)

@@ -14,6 +14,9 @@ from live_procs import Line
 
 GOAL_P99_S = 1.0
 GOAL_RATE_FRACTION = 0.9
+# Issue 17: CPU of the plugin side (tshark and watch's own process, summed) per packet that crossed the exec
+# stream, at 10,000 packets/s; the lab API server's relay is reported apart (in a cluster it is the API server).
+GOAL_PLUGIN_US = 50.0
 FINDING = re.compile(r"^(error|warning|info): ([\w.-]+): (.*) \((\S+) -> (\S+)\)$")
 
 
@@ -82,8 +85,16 @@ def summarise(args, done: dict, plants: list[dict], report: dict, lines: list[Li
     unanalysed = [v["unanalysed"] for v in ifaces.values()]
     p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
     achieved = done.get("achieved_pps")
+    crossed = sum(v["captured"] or 0 for v in ifaces.values())
+    cores = cpu.get("cores", {})
+    plugin_s = (cores.get("tshark", 0.0) + cores.get("watch (python)", 0.0)) * cpu.get("wall_s", 0.0)
+    relay_s = cores.get("lab API server", 0.0) * cpu.get("wall_s", 0.0)
+    per_packet = {"crossing_packets": crossed,
+                  "plugin_us": round(plugin_s / crossed * 1e6, 1) if crossed else None,
+                  "relay_us": round(relay_s / crossed * 1e6, 1) if crossed else None}
     goals = {
         "rate": achieved is not None and achieved >= GOAL_RATE_FRACTION * args.rate,
+        "plugin_cpu": per_packet["plugin_us"] is not None and per_packet["plugin_us"] <= GOAL_PLUGIN_US,
         "no_drops": all(d is not None for d in drops) and sum(drops) == 0,
         "none_unanalysed": all(u is not None for u in unanalysed) and sum(unanalysed) == 0,
         "all_planted_found": bool(rows) and all(r["found"] for r in rows),
@@ -107,6 +118,7 @@ def summarise(args, done: dict, plants: list[dict], report: dict, lines: list[Li
                                    "p99": _percentile(all_lat, 0.99)},
         "unplanned_findings": by_kind,
         "cpu": cpu,
+        "per_crossing_packet": per_packet,
         "goals": goals,
         "ok": all(goals.values()),
     }
@@ -159,5 +171,11 @@ def print_table(res: dict[str, Any]) -> None:
                + f"; machine busy {cpu['machine_cores_busy']:.2f} (softirq {cpu['softirq_cores']:.2f}), "
                  f"steal {cpu['steal_cores']:.2f}, rest {cpu['other_cores']:.2f} ("
                + ", ".join(f"{k} {v:.2f}" for k, v in cpu["other_processes"].items()) + ")")
+    pp = res["per_crossing_packet"]
+    out.append(f"  per crossing packet ({pp['crossing_packets']}): plugin side (tshark + watch) "
+               f"{_fmt(pp['plugin_us'])} us (goal at most {GOAL_PLUGIN_US:g} us)   [{mark[goals['plugin_cpu']]}]; "
+               f"the lab API server's relay, apart: {_fmt(pp['relay_us'])} us")
+    for name, met in goals.items():
+        out.append(f"  {'PASS' if met else 'FAIL'}: {name}")
     out.append(f"  watch exit {res.get('watch_exit')}; result: {'all goals met' if res['ok'] else 'GOAL MISSED'}")
     print("\n".join(out), flush=True)
