@@ -25,6 +25,7 @@ from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources import files
 from kubectl_meshdoctor.sources.envoy_files import clusters_summary, counters_moved, read_access_log, read_clusters
 from kubectl_meshdoctor.sources.files import CaptureArg, InputError, complete_frames, read_capture
+from kubectl_meshdoctor.sources.interleave import read_interleaved
 from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, SeenOnce, merge_by_time
 
 
@@ -46,7 +47,12 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     logs = [a for a in args if kinds[a.path] == files.ACCESS_LOG]
     slots = asyncio.Semaphore(jobs)
     shared = jobs < len(captures)
-    readers = [functools.partial(read_capture, a, slots, shared) for a in captures]
+    # Captures that can share one stream go through one tshark, in capture-time order (sources/interleave.py).
+    header = files.interleave_header([a.path for a in captures])
+    if header is not None:
+        readers = [functools.partial(_interleaved, captures, header)]
+    else:
+        readers = [functools.partial(read_capture, a, slots, shared) for a in captures]
     readers += [functools.partial(read_access_log, a.path) for a in logs]
     # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
     # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
@@ -62,6 +68,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
             pipeline.context(ev)
 
     results = await merge_by_time(readers, on_event, max_buffered=max(MAX_BUFFERED, held), high_water=HIGH_WATER)
+    if header is not None:
+        results = (results[0] if isinstance(results[0], list) else [results[0]] * len(captures)) + results[1:]
     for result in results:
         if isinstance(result, OSError):
             raise InputError(f"cannot read: {result}") from None
@@ -91,6 +99,12 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     if not only_captures:
         source["kinds"] = dict(kinds)
     return Report(source, pipeline.stats, findings, problems, envoy=envoy)
+
+
+async def _interleaved(captures: list[CaptureArg], header: bytes, push, gate) -> list:
+    """merge_by_time's reader for the captures sharing one stream: already in time order, so no gate."""
+    return await read_interleaved([a.path for a in captures], [a.path for a in captures],
+                                  [a.iface for a in captures], [a.explicit for a in captures], header, push)
 
 
 def _distinct(args: list[CaptureArg], kinds: dict[str, str]) -> tuple[list[CaptureArg], list[Problem]]:

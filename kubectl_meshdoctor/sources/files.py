@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
 from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
 
@@ -256,6 +257,18 @@ def _prepass_wanted(path: str) -> bool:
     if env in ("0", "1"):
         return env == "1"
     return PREPASS_ABOVE_BYTES is not None and os.path.getsize(path) > PREPASS_ABOVE_BYTES
+
+
+def interleave_header(paths: list[str]) -> bytes | None:
+    """The one pcap header under which ``paths`` are read through one tshark (sources/interleave.py), or None
+    to read them one by one: two files or more, the pre-pass wanted for them (together over
+    PREPASS_ABOVE_BYTES, or MESHDOCTOR_PREPASS=1), and files that can share a stream."""
+    env = os.environ.get("MESHDOCTOR_PREPASS")
+    if len(paths) < 2 or env == "0":
+        return None
+    if env != "1" and (PREPASS_ABOVE_BYTES is None or sum(os.path.getsize(p) for p in paths) <= PREPASS_ABOVE_BYTES):
+        return None
+    return interleavable(paths)
 
 
 async def _run_prepass(path: str, into: str) -> PrepassResult | None:

@@ -46,6 +46,9 @@ _MAX_FRAME = 262_144
 BLOCK = 1 << 20  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
 MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pure ACK is kept (safety first)
 
+PCAP_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d", b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
+LINKS, MAX_FRAME = _LINKS, _MAX_FRAME  # for sources/interleave.py, which runs this pass on several files at once
+
 # Verdicts of _classify.
 KEEP, SKIP = True, False
 

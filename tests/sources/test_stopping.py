@@ -115,3 +115,35 @@ def test_sigkilled_analyze_leaves_no_helper_and_the_next_run_removes_its_chunks(
                          capture_output=True, timeout=120)
     assert nxt.returncode in (0, 1), nxt.stderr
     assert not left.exists() and kept.exists()
+
+
+def big_pair(tmp_path: Path, copies: int) -> tuple[Path, Path]:
+    """lo and eth0 of the lab's collision capture, their records ``copies`` times over each."""
+    lo = big_capture(tmp_path, copies)
+    eth0 = tmp_path / "eth0.pcap"
+    data = (DATA / "lab-collision-eth0.pcap").read_bytes()
+    with eth0.open("wb") as out:
+        out.write(data[:24] + data[24:] * copies)
+    return eth0, lo
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_stopping_analyze_of_a_pair_through_one_tshark_leaves_nothing(tmp_path, sig):
+    """Two captures through one tshark (sources/interleave.py): SIGTERM ends analyze as Ctrl-C does, SIGKILL
+    leaves no time to clean up; either way tshark is gone within 10 s and nothing is left beside the input."""
+    eth0, lo = big_pair(tmp_path, 6000)
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(eth0), str(lo), "-o",
+                             "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "MESHDOCTOR_PREPASS": "1"})
+    deadline = time.monotonic() + 60
+    while not running(proc, "tshark"):
+        assert proc.poll() is None and time.monotonic() < deadline, "no tshark seen"
+        time.sleep(0.01)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == (128 + sig if sig != signal.SIGKILL else -sig), err
+    assert b"Traceback" not in err
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, alive
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eth0.pcap", "lo.pcap"]

@@ -1,0 +1,304 @@
+"""Several capture files through one tshark: the pre-pass's kept records of every file, merged in capture-time
+order into one pcap stream on a pipe, copied byte for byte under one file header.
+
+Read one after the other in chunks, two files cost a tshark start a chunk (~0.2 s, 30 of them at 1M packets),
+and the time merge held a chunk of one file while the other waited for the one tshark. Here the pre-pass of each
+file runs in a thread, a third thread merges their kept records by time (ties by the order the files were given,
+as sources/merge.py orders events) and writes them into tshark's stdin, and one tshark reads the whole stream
+while the pipeline parses what it prints: the three run at once, on both cores, and no chunk is written to disk.
+With each record the merger notes its file and frame, so every line maps back to its file's frame number.
+
+Only plain pcap files that agree on byte order, time unit and link type can share a stream (one file header);
+the rest are read as before (sources/files.py). Source: the pcap format (draft-ietf-opsawg-pcap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import os
+import queue
+import struct
+import threading
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+
+from kubectl_meshdoctor.core.events import PacketEvent
+
+from . import prepass
+from .tshark import (
+    MAX_NAMED,
+    PREFILTER,
+    TSHARK_ARGS,
+    ReadResult,
+    Undissectable,
+    _FieldsPipeCapture,
+    _tshark_version,
+    packet_from_fields,
+)
+
+_BATCH = 512  # kept records handed from a file's pass to the merger at a time
+_QUEUED = 2  # batches a file's pass may run ahead of the merger
+_WRITE = 1 << 18  # bytes the merger writes into tshark's pipe at a time
+# Records a tshark reads before the next one takes over: tshark keeps ~100 bytes a frame it has read, so one
+# tshark for a whole 1M-packet capture's 366k kept records peaked ~35 MB above one that started fresh every
+# SESSION_RECORDS (bench/RESULTS.md); a start costs ~0.2 s.
+SESSION_RECORDS = 60000
+
+
+def interleavable(paths: Sequence[str]) -> bytes | None:
+    """The file header of one stream that can hold every file of ``paths``, or None. They must be plain pcap
+    (not gzip, not pcapng) of one byte order, time unit and link type the pre-pass walks, each with at least one
+    whole record and none longer than tshark reads (the pre-pass would give up on it half way, when its
+    records are already in the stream). The header of the largest snapshot length is the stream's."""
+    heads = []
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(24)
+                if len(head) < 24 or head[:4] not in prepass.PCAP_MAGICS:
+                    return None
+                if not _whole_and_sane(fh, ">" if head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"):
+                    return None
+        except OSError:
+            return None
+        heads.append(head)
+    if len(heads) < 2 or len({h[:4] + h[20:24] for h in heads}) != 1:
+        return None
+    order = ">" if heads[0][:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
+    network = struct.unpack(order + "I", heads[0][20:24])[0]
+    if network >> 16 or (network & 0xFFFF) not in prepass.LINKS:
+        return None
+    return max(heads, key=lambda h: struct.unpack(order + "I", h[16:20])[0])
+
+
+def _whole_and_sane(fh, order: str) -> bool:
+    """A walk of the record headers: at least one whole record, none longer than tshark reads."""
+    rec = struct.Struct(order + "8xI4x").unpack_from
+    buf, pos, whole = fh.read(prepass.BLOCK), 0, 0
+    while buf:
+        n = len(buf)
+        while pos + 16 <= n:
+            (caplen,) = rec(buf, pos)
+            if caplen > prepass.MAX_FRAME:
+                return False
+            if pos + 16 + caplen > n:
+                break
+            pos += 16 + caplen
+            whole += 1
+        more = fh.read(prepass.BLOCK)
+        if not more:
+            break
+        buf, pos = buf[pos:] + more, 0
+    return whole > 0
+
+
+class _Feed:
+    """The pre-pass's output (its ``_Out`` interface): kept records in batches onto a queue for the merger."""
+
+    def __init__(self, index: int, order: str, nanoseconds: bool, stop: threading.Event) -> None:
+        self.index, self.stop = index, stop
+        self.preamble = bytearray()
+        self.chunks: list = []
+        self.q: queue.Queue = queue.Queue(_QUEUED)
+        self._batch: list = []
+        self._ts = struct.Struct(order + "II").unpack_from
+        self._ns = nanoseconds
+
+    def record(self, data, frame: int) -> None:
+        sec, frac = self._ts(data, 0)
+        # The order tshark's times give (frame.time_epoch as a float, what the time merge compares): exact in
+        # microseconds; nanoseconds as the float they read as.
+        key = float(f"{sec}.{frac:09d}") if self._ns else sec * 1_000_000 + frac
+        self._batch.append((key, self.index, frame, bytes(data)))
+        if len(self._batch) >= _BATCH:
+            self._put(self._batch)
+            self._batch = []
+
+    def other(self, data) -> None:  # pcapng only
+        pass
+
+    def close(self) -> None:
+        if self._batch:
+            self._put(self._batch)
+            self._batch = []
+
+    def _put(self, item) -> None:
+        while not self.stop.is_set():
+            try:
+                self.q.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                pass
+
+    def records(self) -> Iterator[tuple]:
+        while not self.stop.is_set():
+            try:
+                batch = self.q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if batch is None:
+                return
+            yield from batch
+
+
+class _Ledger:
+    """(file index, frame) of each record in the stream, by its place; what tshark has passed is dropped."""
+
+    def __init__(self) -> None:
+        self.files = bytearray()
+        self.frames = array("I")
+        self.base = 0
+        self.lock = threading.Lock()
+
+    def add(self, files: bytes, frames: array) -> None:
+        with self.lock:
+            self.files += files
+            self.frames += frames
+
+    def at(self, index: int) -> tuple[int, int]:
+        with self.lock:
+            at = index - self.base
+            where = self.files[at], self.frames[at]
+            if at > 1 << 20:
+                del self.files[:at]
+                del self.frames[:at]
+                self.base += at
+            return where
+
+
+async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces: Sequence[str],
+                           forced: Sequence[bool], header: bytes, on_event: Callable[[PacketEvent], None],
+                           ) -> list[ReadResult]:
+    """Read capture files ``paths`` (headed as ``interleavable`` said: ``header``) through one tshark, in
+    capture-time order, into ``on_event``; each file's events carry its ``sources``/``ifaces`` entry
+    (``forced``: on every packet). -> a ReadResult per file, ``frames_read`` its whole records. Raises OSError
+    when a file cannot be read."""
+    await asyncio.to_thread(_tshark_version, None)
+    order = ">" if header[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
+    ns = header[:4] in (b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1")
+    stop = threading.Event()
+    feeds = [_Feed(i, order, ns, stop) for i in range(len(paths))]
+    passes: list = [None] * len(paths)
+    ledger = _Ledger()
+    loop = asyncio.get_running_loop()
+    sessions: asyncio.Queue = asyncio.Queue()  # (read_fd, records before it) of each tshark's pipe; None: done
+    errors: list[BaseException] = []
+
+    def run_pass(i: int) -> None:
+        try:
+            with open(paths[i], "rb") as fh:
+                passes[i] = prepass._pcap(fh, fh.read(24), feeds[i], stop)
+        except prepass._Stopped:
+            pass
+        except BaseException as e:  # handed to the caller
+            errors.append(e)
+            stop.set()
+        finally:
+            feeds[i].close()
+            feeds[i]._put(None)
+
+    def merge() -> None:
+        out, files, frames = bytearray(), bytearray(), array("I")
+        write_fd, written, in_session = -1, 0, 0
+        try:
+            for _, index, frame, data in heapq.merge(*(f.records() for f in feeds)):
+                if write_fd < 0 or in_session >= SESSION_RECORDS:
+                    if write_fd >= 0:
+                        _flush(write_fd, out, files, frames)
+                        os.close(write_fd)
+                    read_fd, write_fd = os.pipe()
+                    loop.call_soon_threadsafe(sessions.put_nowait, (read_fd, written))
+                    os.write(write_fd, header)
+                    in_session = 0
+                files.append(index)
+                frames.append(frame)
+                out += data
+                written += 1
+                in_session += 1
+                if len(out) >= _WRITE:
+                    _flush(write_fd, out, files, frames)
+                if stop.is_set():
+                    return
+            if write_fd >= 0:
+                _flush(write_fd, out, files, frames)
+        except OSError:  # tshark went away: its end says why
+            stop.set()
+        finally:
+            if write_fd >= 0:
+                os.close(write_fd)
+            loop.call_soon_threadsafe(sessions.put_nowait, None)
+
+    def _flush(write_fd: int, out: bytearray, files: bytearray, frames: array) -> None:
+        ledger.add(bytes(files), frames)  # before tshark can read them
+        data = bytes(out)
+        del out[:], files[:], frames[:]
+        while data:
+            data = data[os.write(write_fd, data):]
+
+    threads = [threading.Thread(target=run_pass, args=(i,), name=f"prepass-{i}", daemon=True)
+               for i in range(len(paths))]
+    threads.append(threading.Thread(target=merge, name="interleave", daemon=True))
+    packets = [0] * len(paths)
+    last = [0] * len(paths)
+    bad = [0] * len(paths)
+    named: list[list[int]] = [[] for _ in paths]
+    base = 0  # records in the stream before the current tshark's first
+
+    def handle(batch: bytes) -> None:
+        for line in batch.decode("latin-1").split("\n"):
+            if not line or line[0] in "|=":
+                continue
+            number, _, rest = line.partition("\t")
+            if not number.isdigit():
+                continue
+            i, frame = ledger.at(base + int(number) - 1)
+            try:
+                ev = packet_from_fields(f"{frame}\t{rest}", sources[i], ifaces[i], forced[i])
+            except Undissectable as e:
+                bad[i] += 1
+                if len(named[i]) < MAX_NAMED:
+                    named[i].append(e.frame)
+                continue
+            if ev is not None:
+                packets[i] += 1
+                last[i] = ev.frame
+                on_event(ev)
+
+    error = None
+    read_fd = -1
+    for t in threads:
+        t.start()
+    try:
+        while (session := await sessions.get()) is not None:
+            read_fd, base = session
+            capture = _FieldsPipeCapture(read_fd, display_filter=PREFILTER, custom_parameters=list(TSHARK_ARGS),
+                                         eventloop=loop)
+            await capture.packets_from_tshark(handle, close_tshark=True)
+            for task in list(getattr(capture, "_stderr_handling_tasks", [])):
+                try:
+                    await task
+                except Exception:
+                    pass
+            os.close(read_fd)
+            read_fd = -1
+            last_error = getattr(capture, "_last_error_line", None)
+            error = error or (None if last_error and "Running as user" in last_error else last_error)
+    finally:
+        stop.set()
+        if read_fd >= 0:
+            os.close(read_fd)  # a merger blocked on the full pipe gets EPIPE
+        while not sessions.empty():  # pipes the merger opened that no tshark read
+            left = sessions.get_nowait()
+            if left is not None:
+                os.close(left[0])
+        for t in threads:
+            await asyncio.to_thread(t.join)
+    if errors:
+        raise errors[0]
+    results = []
+    for i, p in enumerate(passes):
+        records = p.records if p is not None else None
+        results.append(ReadResult(packets[i], last[i], bool(p and p.cut_short), error, records, None, bad[i],
+                                  tuple(named[i])))
+    return results

@@ -1,0 +1,80 @@
+"""Several captures through one tshark (sources/interleave.py): the same report as each file read by a tshark of
+its own, without the pre-pass, in every way the pair can differ: cut short, undissectable frames, a record
+tshark refuses, another link type, tshark sessions restarting mid-stream; events in capture-time order."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.sources import files, interleave
+from kubectl_meshdoctor.sources.interleave import interleavable, read_interleaved
+from tests.sources.test_prepass import DATA, PAIRS, same_report
+from tests.sources.test_undissectable import bad_header_length, with_bad_frames
+
+pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
+
+ETH0, LO = DATA / "lab-collision3m-eth0.pcap", DATA / "lab-collision3m-lo.pcap"
+
+
+def test_a_lab_pair_is_one_stream_and_a_pcapng_or_a_single_file_is_not():
+    assert interleavable([str(ETH0), str(LO)]) == ETH0.read_bytes()[:24]
+    assert interleavable([str(ETH0)]) is None
+    assert interleavable([str(ETH0), str(DATA / "unnamed-iface-eth0.pcapng")]) is None
+
+
+def test_events_come_in_capture_time_order_with_each_files_frames():
+    got: list = []
+
+    async def main():
+        return await read_interleaved([str(ETH0), str(LO)], ["e", "l"], ["eth0", "lo"], [False, False],
+                                      interleavable([str(ETH0), str(LO)]), got.append)
+
+    results = asyncio.run(main())
+    assert [e.ts for e in got] == sorted(e.ts for e in got)
+    for path, source, iface, res in ((ETH0, "e", "eth0", results[0]), (LO, "l", "lo", results[1])):
+        alone: list = []
+        asyncio.run(files.read_file(str(path), source, iface, alone.append))
+        assert [e for e in got if e.source == source] == alone  # frames, fields, interface: as a tshark alone
+        assert res.packets == len(alone) and res.frames_read >= res.packets
+
+
+@pytest.mark.parametrize("session", [500])
+def test_tshark_sessions_restarting_mid_stream_keep_the_report(monkeypatch, session):
+    monkeypatch.setattr(interleave, "SESSION_RECORDS", session)
+    for pair in PAIRS[:3]:
+        assert same_report([DATA / n for n in pair], monkeypatch).findings
+
+
+def test_one_file_of_the_pair_cut_short(monkeypatch, tmp_path):
+    cut = tmp_path / "eth0.pcap"
+    cut.write_bytes(ETH0.read_bytes()[:-500])
+    report = same_report([cut, LO], monkeypatch)
+    (p,) = [p for p in report.problems if "cut short" in p.what]
+    assert p.where == str(cut) and p.cut_after_frame
+
+
+def test_undissectable_frames_in_one_file_of_the_pair(monkeypatch, tmp_path):
+    bad = with_bad_frames(tmp_path, (1, 7, 13), bad_header_length)
+    report = same_report([bad, DATA / "lab-collision-lo.pcap"], monkeypatch)
+    assert any("3 TCP frames tshark could not dissect" in p.what for p in report.problems)
+
+
+def test_a_record_too_big_for_tshark_leaves_the_pair_to_be_read_file_by_file(monkeypatch, tmp_path):
+    big = tmp_path / "eth0.pcap"
+    big.write_bytes(ETH0.read_bytes() + struct.pack("<IIII", 1, 0, 300_000, 300_000) + bytes(300_000))
+    assert interleavable([str(big), str(LO)]) is None
+    same_report([big, LO], monkeypatch)
+
+
+def test_another_link_type_leaves_the_pair_to_be_read_file_by_file(tmp_path):
+    other = tmp_path / "lo.pcap"
+    data = bytearray(LO.read_bytes())
+    data[20:24] = (113).to_bytes(4, "little")  # Linux cooked: walked, but not the same header as eth0's
+    other.write_bytes(bytes(data))
+    assert interleavable([str(ETH0), str(other)]) is None
+    assert interleavable([str(Path(ETH0)), str(Path(ETH0))]) is not None
