@@ -95,7 +95,9 @@ class Pipeline:
         if len(self.ctx.flows) > before:
             self.stats.flows_seen += 1
         for det in self.detectors:
-            self._emit(det.on_packet(ev, flow))
+            found = det.on_packet(ev, flow)
+            if found:  # most packets conclude nothing: () or [] skips the emit (a generator is always tried)
+                self._emit(found)
         if self._next_tick is None or ev.ts >= self._next_tick:
             self._next_tick = ev.ts + TICK_EVERY_S
             self.tick(ev.ts)

@@ -33,6 +33,10 @@ async def merge_by_time(readers: list[Reader], on_event: Callable[[PacketEvent],
     bounds memory only if the reader awaits it before it reads more input (analyze's readers that share one
     tshark await it between chunks, and size ``max_buffered`` for a whole chunk per stream)."""
     n = len(readers)
+    if n == 1:  # already in order: nothing to merge or hold back (one capture stream, no access log)
+        async def open_gate() -> None:
+            pass
+        return list(await asyncio.gather(readers[0](on_event, open_gate), return_exceptions=True))
     buffers: list[deque[PacketEvent]] = [deque() for _ in range(n)]
     done = [False] * n
     buffered = 0
