@@ -9,7 +9,8 @@ while the pipeline parses what it prints: the three run at once, on both cores, 
 With each record the merger notes its file and frame, so every line maps back to its file's frame number.
 
 Only plain pcap files that agree on byte order, time unit and link type can share a stream (one file header);
-the rest are read as before (sources/files.py). Source: the pcap format (draft-ietf-opsawg-pcap).
+the rest are read as before (sources/files.py). A record longer than tshark reads ends its file there, with a
+problem that says so (tshark alone stops there too). Source: the pcap format (draft-ietf-opsawg-pcap).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .tshark import (
 _BATCH = 512  # kept records handed from a file's pass to the merger at a time
 _QUEUED = 2  # batches a file's pass may run ahead of the merger
 _WRITE = 1 << 18  # bytes the merger writes into tshark's pipe at a time
+_READ = 1 << 18  # bytes each file's pass reads at a time (two files at once: their copies add up)
 # Records a tshark reads before the next one takes over: tshark keeps ~100 bytes a frame it has read, so one
 # tshark for a whole 1M-packet capture's 366k kept records peaked ~35 MB above one that started fresh every
 # SESSION_RECORDS (bench/RESULTS.md); a start costs ~0.2 s.
@@ -47,50 +49,30 @@ SESSION_RECORDS = 60000
 
 
 def interleavable(paths: Sequence[str]) -> bytes | None:
-    """The file header of one stream that can hold every file of ``paths``, or None. They must be plain pcap
-    (not gzip, not pcapng) of one byte order, time unit and link type the pre-pass walks, each with at least one
-    whole record and none longer than tshark reads (the pre-pass would give up on it half way, when its
-    records are already in the stream). The header of the largest snapshot length is the stream's."""
+    """The file header of one stream that can hold every file of ``paths``, or None: two or more plain pcap
+    files (not gzip, not pcapng) of one byte order, time unit and link type the pre-pass walks, each with a
+    record header at least. The header of the largest snapshot length is the stream's."""
     heads = []
     for path in paths:
         try:
             with open(path, "rb") as fh:
-                head = fh.read(24)
-                if len(head) < 24 or head[:4] not in prepass.PCAP_MAGICS:
-                    return None
-                if not _whole_and_sane(fh, ">" if head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"):
-                    return None
+                head = fh.read(40)
         except OSError:
             return None
-        heads.append(head)
+        if len(head) < 40 or head[:4] not in prepass.PCAP_MAGICS:
+            return None
+        heads.append(head[:24])
     if len(heads) < 2 or len({h[:4] + h[20:24] for h in heads}) != 1:
         return None
-    order = ">" if heads[0][:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
+    order = _order(heads[0])
     network = struct.unpack(order + "I", heads[0][20:24])[0]
     if network >> 16 or (network & 0xFFFF) not in prepass.LINKS:
         return None
     return max(heads, key=lambda h: struct.unpack(order + "I", h[16:20])[0])
 
 
-def _whole_and_sane(fh, order: str) -> bool:
-    """A walk of the record headers: at least one whole record, none longer than tshark reads."""
-    rec = struct.Struct(order + "8xI4x").unpack_from
-    buf, pos, whole = fh.read(prepass.BLOCK), 0, 0
-    while buf:
-        n = len(buf)
-        while pos + 16 <= n:
-            (caplen,) = rec(buf, pos)
-            if caplen > prepass.MAX_FRAME:
-                return False
-            if pos + 16 + caplen > n:
-                break
-            pos += 16 + caplen
-            whole += 1
-        more = fh.read(prepass.BLOCK)
-        if not more:
-            break
-        buf, pos = buf[pos:] + more, 0
-    return whole > 0
+def _order(head: bytes) -> str:
+    return ">" if head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
 
 
 class _Feed:
@@ -175,7 +157,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     (``forced``: on every packet). -> a ReadResult per file, ``frames_read`` its whole records. Raises OSError
     when a file cannot be read."""
     await asyncio.to_thread(_tshark_version, None)
-    order = ">" if header[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
+    order = _order(header)
     ns = header[:4] in (b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1")
     stop = threading.Event()
     feeds = [_Feed(i, order, ns, stop) for i in range(len(paths))]
@@ -184,13 +166,18 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     loop = asyncio.get_running_loop()
     sessions: asyncio.Queue = asyncio.Queue()  # (read_fd, records before it) of each tshark's pipe; None: done
     errors: list[BaseException] = []
+    damaged: list[str | None] = [None] * len(paths)
 
     def run_pass(i: int) -> None:
         try:
             with open(paths[i], "rb") as fh:
-                passes[i] = prepass._pcap(fh, fh.read(24), feeds[i], stop)
+                passes[i] = prepass._pcap(fh, fh.read(24), feeds[i], stop, _READ)
         except prepass._Stopped:
             pass
+        except prepass._Damaged as e:  # what came before it is in the stream: the file ends there
+            frame, caplen = e.args
+            damaged[i] = (f"frame {frame + 1} claims {caplen} bytes, more than tshark reads (262144): the capture "
+                          f"is damaged there; analysed up to frame {frame}")
         except BaseException as e:  # handed to the caller
             errors.append(e)
             stop.set()
@@ -299,6 +286,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     results = []
     for i, p in enumerate(passes):
         records = p.records if p is not None else None
-        results.append(ReadResult(packets[i], last[i], bool(p and p.cut_short), error, records, None, bad[i],
+        why = damaged[i] or (error if p is not None else "no whole record in the file")
+        results.append(ReadResult(packets[i], last[i], bool(p and p.cut_short), why, records, None, bad[i],
                                   tuple(named[i])))
     return results

@@ -212,12 +212,12 @@ class _Stopped(Exception):
     """``stop`` was set: the pass ends, and returns None as for a file it does not follow."""
 
 
-def _refill(fh, buf: bytes, pos: int, stop: threading.Event | None) -> bytes | None:
+def _refill(fh, buf: bytes, pos: int, stop: threading.Event | None, block: int = BLOCK) -> bytes | None:
     """What is left of ``buf`` from ``pos`` on, then the file's next block; None at the end of the file. Raises
     _Stopped once ``stop`` is set (checked between blocks, as both readers did)."""
     if stop is not None and stop.is_set():
         raise _Stopped
-    more = fh.read(BLOCK)
+    more = fh.read(block)
     return buf[pos:] + more if more else None
 
 
@@ -244,7 +244,9 @@ def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None =
                 out.close()
 
 
-def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassResult | None:
+def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None, block: int = BLOCK) -> PrepassResult | None:
+    """The pass over a pcap file after its ``head``er; ``block``: bytes read at a time. Raises _Damaged at a
+    record longer than tshark reads (its ``frame``: the whole records before it)."""
     order = ">" if head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
     network = struct.unpack(order + "I", head[20:24])[0]
     if network >> 16 or (network & 0xFFFF) not in _LINKS:
@@ -254,14 +256,14 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassRe
     rec = struct.Struct(order + "8xII").unpack_from
     conv = _Conversations()
     classify, out_record = _classify, out.record  # locals for the loop
-    buf = fh.read(BLOCK)
+    buf = fh.read(block)
     pos = frame = kept = 0
     while True:
         n = len(buf)
         while pos + 16 <= n:
             caplen, wirelen = rec(buf, pos)
             if caplen > _MAX_FRAME:
-                raise _Damaged
+                raise _Damaged(frame, caplen)
             end = pos + 16 + caplen
             if end > n:
                 break
@@ -270,7 +272,7 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassRe
                 out_record(memoryview(buf)[pos:end], frame)
                 kept += 1
             pos = end
-        nxt = _refill(fh, buf, pos, stop)
+        nxt = _refill(fh, buf, pos, stop, block)
         if nxt is None:  # no whole record: nothing to save, and tshark says what it says of such a file
             return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
         buf, pos = nxt, 0

@@ -13,7 +13,7 @@ import pytest
 
 from kubectl_meshdoctor.sources import files, interleave
 from kubectl_meshdoctor.sources.interleave import interleavable, read_interleaved
-from tests.sources.test_prepass import DATA, PAIRS, same_report
+from tests.sources.test_prepass import DATA, PAIRS, run, same_report
 from tests.sources.test_undissectable import bad_header_length, with_bad_frames
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
@@ -64,11 +64,17 @@ def test_undissectable_frames_in_one_file_of_the_pair(monkeypatch, tmp_path):
     assert any("3 TCP frames tshark could not dissect" in p.what for p in report.problems)
 
 
-def test_a_record_too_big_for_tshark_leaves_the_pair_to_be_read_file_by_file(monkeypatch, tmp_path):
+def test_a_record_too_big_for_tshark_ends_its_file_there_with_a_problem(monkeypatch, tmp_path):
+    """tshark alone stops at a record longer than it reads, with its own complaint; through one stream the file
+    ends there too, and the problem says where. The findings are the same."""
     big = tmp_path / "eth0.pcap"
     big.write_bytes(ETH0.read_bytes() + struct.pack("<IIII", 1, 0, 300_000, 300_000) + bytes(300_000))
-    assert interleavable([str(big), str(LO)]) is None
-    same_report([big, LO], monkeypatch)
+    assert interleavable([str(big), str(LO)]) is not None
+    without, with_ = run([big, LO], monkeypatch, False), run([big, LO], monkeypatch, True)
+    assert with_.findings == without.findings and with_.stats.packets == without.stats.packets
+    (p,) = [p for p in with_.problems if p.where == str(big)]
+    # the lab's 2340 frames, then the bad record
+    assert "frame 2341 claims 300000 bytes, more than tshark reads" in p.what and "up to frame 2340" in p.what
 
 
 def test_another_link_type_leaves_the_pair_to_be_read_file_by_file(tmp_path):
