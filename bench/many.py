@@ -231,7 +231,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
         med = r["latency_median_s"]
         p99 = r["latency_p99_s"]
         print(f"{r['pods']:>5} {r['rss_peak_mb']:>8} {r['cpu_cores']:>6} {r['cpu_us_per_crossing_packet'] or '-':>7} "
-              f"{r['achieved_pps']:>7} {r['crossing_packets']:>8} {r['dropped_by_kernel']:>6} {r['unanalysed']:>6} "
+              f"{round(r['achieved_pps']):>7} {r['crossing_packets']:>8} {r['dropped_by_kernel']:>6} {r['unanalysed']:>6} "
               f"{r['found']:>3}/{r['planted']:<3} {med if med is None else round(med, 3):>9} "
               f"{p99 if p99 is None else round(p99, 3):>7}  {r['rss_peak_by_process_mb']}")
 
