@@ -40,6 +40,7 @@ from .tshark import (
     _FieldsPipeCapture,
     _tshark_version,
     packet_from_fields,
+    tshark_complaint,
 )
 
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
@@ -334,14 +335,7 @@ async def _dissect(group: _Group) -> None:
                                      custom_parameters=list(TSHARK_ARGS) + ["-M", str(SESSION_PACKETS)],
                                      eventloop=loop)
         await capture.packets_from_tshark(_Lines(group.streams, group.ledger), close_tshark=True)
-        for task in list(getattr(capture, "_stderr_handling_tasks", [])):
-            try:
-                await task
-            except Exception:  # the task ends with the process; its errors are not ours to raise
-                pass
-        error = getattr(capture, "_last_error_line", None)
-        if error and ("resetting session" in error or "Running as user" in error):
-            error = None
+        error = await tshark_complaint(capture)
         killed_by = -capture.exit_status if capture.exit_status is not None and capture.exit_status < 0 else None
         for s in list(group.streams):
             why = error

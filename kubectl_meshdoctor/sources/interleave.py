@@ -36,6 +36,7 @@ from .tshark import (
     _FieldsPipeCapture,
     _tshark_version,
     packet_from_fields,
+    tshark_complaint,
 )
 
 _BATCH = 512  # kept records handed from a file's pass to the merger at a time
@@ -262,15 +263,10 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             capture = _FieldsPipeCapture(read_fd, display_filter=PREFILTER, custom_parameters=list(TSHARK_ARGS),
                                          eventloop=loop)
             await capture.packets_from_tshark(handle, close_tshark=True)
-            for task in list(getattr(capture, "_stderr_handling_tasks", [])):
-                try:
-                    await task
-                except Exception:
-                    pass
             os.close(read_fd)
             read_fd = -1
-            last_error = getattr(capture, "_last_error_line", None)
-            error = error or (None if last_error and "Running as user" in last_error else last_error)
+            complaint = await tshark_complaint(capture)  # always: it drains tshark's stderr
+            error = error or complaint
     finally:
         stop.set()
         if read_fd >= 0:

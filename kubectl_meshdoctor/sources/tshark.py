@@ -257,6 +257,18 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
     )
 
 
+async def tshark_complaint(capture: _FieldsPipeCapture) -> str | None:
+    """Once tshark's output has ended: its stderr drained (a pyshark task) and its last line, which says why it
+    stopped early; None when that line is only -M's session notice or the running-as-root warning."""
+    for task in list(getattr(capture, "_stderr_handling_tasks", [])):
+        try:
+            await task
+        except Exception:  # the task ends with the process; its errors are not ours to raise
+            pass
+    error = getattr(capture, "_last_error_line", None)
+    return None if error and ("resetting session" in error or "Running as user" in error) else error
+
+
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
                       force_iface: bool = False, live: bool = False, prefilter: bool = True,
                       gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0,
@@ -317,26 +329,17 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     try:
         await capture.packets_from_tshark(handle, close_tshark=True)
     finally:
-        # tshark's stderr is drained by a pyshark task; its last line says why tshark stopped early.
-        for task in list(getattr(capture, "_stderr_handling_tasks", [])):
-            try:
-                await task
-            except Exception:  # the task ends with the process; its errors are not ours to raise
-                pass
-        error = getattr(capture, "_last_error_line", None)
+        error = await tshark_complaint(capture)
         try:
             os.close(fd)  # PipeCapture.close() would also close it, but it runs its own event loop
         except OSError:
             pass
-    if error and "resetting session" in error:  # -M's notice, not a complaint
-        error = None
     killed_by = None
     if capture.exit_status is not None and capture.exit_status < 0:  # the OOM killer, a kill -9: say so
         killed_by = -capture.exit_status
         error = f"killed by signal {killed_by} after frame {last}; the rest of {source} was not analysed"
     cut = bool(error and "cut short" in error)
-    return ReadResult(count, last, cut, error if error and "Running as user" not in error else None, frames_read,
-                      killed_by, skipped, tuple(undissectable))
+    return ReadResult(count, last, cut, error, frames_read, killed_by, skipped, tuple(undissectable))
 
 
 async def read_file(path: str, source: str, iface: str, on_event: Callable[[PacketEvent], None],
