@@ -24,6 +24,8 @@ import asyncio
 import fcntl
 import os
 import struct
+import sys
+import termios
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from .tshark import (
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
 PIPE_BYTES = 1 << 20  # the pipe into tshark holds this much (more batching when tshark lags)
 _F_SETPIPE_SZ = 1031
+MAX_FRAME = 262_144  # tshark's largest frame for these link types (wiretap's WTAP_MAX_PACKET_SIZE_STANDARD)
 _PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<I", b"\x4d\x3c\xb2\xa1": "<I",  # microseconds, nanoseconds
                 b"\xa1\xb2\xc3\xd4": ">I", b"\xa1\xb2\x3c\x4d": ">I"}
 
@@ -56,6 +59,8 @@ class RecordSplitter:
 
     def __init__(self) -> None:
         self.header: bytes | None = None
+        self.records = 0  # whole records given so far
+        self.error: str | None = None  # set at a record tshark would refuse: nothing more is given
         self._fmt = "<I"
         self._buf = b""  # bytes of a record (or of the header) not yet whole
 
@@ -65,7 +70,10 @@ class RecordSplitter:
         return len(self._buf)
 
     def feed(self, data: bytes) -> tuple[bytes, int]:
-        """-> (the whole records completed by ``data``, joined; how many)."""
+        """-> (the whole records completed by ``data``, joined; how many). A record longer than tshark reads
+        (262,144 bytes) would stop the tshark every stream shares: the stream ends before it (``error``)."""
+        if self.error is not None:
+            return b"", 0
         buf = self._buf + data if self._buf else data
         pos, n = 0, len(buf)
         if self.header is None:
@@ -78,11 +86,18 @@ class RecordSplitter:
             self._fmt, self.header, pos = fmt, bytes(buf[:24]), 24
         start, count = pos, 0
         while n - pos >= 16:
-            end = pos + 16 + struct.unpack_from(self._fmt, buf, pos + 8)[0]
+            caplen = struct.unpack_from(self._fmt, buf, pos + 8)[0]
+            if caplen > MAX_FRAME:
+                self.error = (f"frame {self.records + count + 1} claims {caplen} bytes, more than tshark reads "
+                              f"({MAX_FRAME}); the rest of the stream was not analysed")
+                n = pos  # what follows is not read
+                break
+            end = pos + 16 + caplen
             if end > n:
                 break
             pos, count = end, count + 1
-        self._buf = buf[pos:]
+        self._buf = buf[pos:n] if self.error is None else b""
+        self.records += count
         return (buf[start:pos] if count else b""), count
 
 
@@ -149,6 +164,7 @@ class Stream:
     undissectable: int = 0
     undissectable_frames: list[int] = field(default_factory=list)
     not_pcap: bool = False
+    problem: str | None = None  # why the stream's bytes stopped being read before its end (its own, not tshark's)
     group: "_Group | None" = None
     index: int = -1  # in its group
     done: bool = False  # its writer has ended
@@ -161,7 +177,10 @@ class Stream:
             records, count = self.splitter.feed(data)
         except ValueError:
             self.not_pcap = True
+            self.problem = "the capture stream is not pcap (tcpdump -w -): nothing of it was analysed"
             return
+        if self.splitter.error is not None:
+            self.problem = self.splitter.error
         if self.group is None and self.splitter.header is not None:
             self.dissector._join(self)
         if count and self.group is not None:
@@ -192,6 +211,15 @@ class _Group:
 
     def full(self) -> bool:
         return len(self.streams) >= MAX_STREAMS
+
+    def backlog(self) -> int:
+        """Bytes written that tshark has not read yet (0 once its pipe is gone)."""
+        buf = bytearray(4)
+        try:
+            fcntl.ioctl(self.read_fd, termios.FIONREAD, buf)
+        except OSError:
+            return 0
+        return int.from_bytes(buf, sys.byteorder)
 
     def write(self, stream: Stream, records: bytes, count: int) -> None:
         with self.lock:  # the ledger's order is the pipe's order
@@ -286,7 +314,10 @@ class SharedDissector:
             start.streams.append(stream)
             stream.group = start
             self._groups.append(start)
-        self._loop.call_soon_threadsafe(self._start, start)
+        try:
+            self._loop.call_soon_threadsafe(self._start, start)
+        except RuntimeError:  # the event loop has closed: nothing will read it
+            start.broken = True
 
     def _start(self, group: _Group) -> None:
         group.task = self._loop.create_task(_dissect(group))
@@ -297,8 +328,30 @@ class SharedDissector:
         stream.done = True
         if group is not None:
             group.close_if_done()
-        else:  # no header ever came (the capture failed): nothing to dissect
-            self._loop.call_soon_threadsafe(_settle, stream.result, ReadResult(0, 0, False, None, None))
+        else:  # no header ever came (the capture failed, or it was not pcap): nothing to dissect
+            try:
+                self._loop.call_soon_threadsafe(_settle, stream.result,
+                                                ReadResult(0, 0, False, stream.problem, None))
+            except RuntimeError:  # the event loop has closed
+                pass
+
+    async def settle(self, streams: Sequence[Stream], grace_s: float) -> bool:
+        """Wait until every stream in ``streams`` (each of them ended) has its result; False when a tshark they
+        are in has read nothing for ``grace_s`` seconds while bytes waited for it (stalled: the caller
+        abandons it). A tshark idle because other streams in it still run is waiting, not stalled."""
+        loop = asyncio.get_running_loop()
+        moved, last = loop.time(), None
+        while True:
+            pending = [s.result for s in streams if not s.result.done()]
+            if not pending:
+                return True
+            groups = {id(s.group): s.group for s in streams if s.group is not None and not s.result.done()}
+            backlog = sum(g.backlog() for g in groups.values())
+            if backlog != last or (backlog == 0 and not all(g.closed for g in groups.values())):
+                moved, last = loop.time(), backlog
+            elif loop.time() - moved > grace_s:
+                return False
+            await asyncio.wait(pending, timeout=0.5)
 
     def abandon(self) -> None:
         """End every tshark now (one stalled); the results not yet set are cancelled."""
@@ -338,7 +391,7 @@ async def _dissect(group: _Group) -> None:
         error = await tshark_complaint(capture)
         killed_by = -capture.exit_status if capture.exit_status is not None and capture.exit_status < 0 else None
         for s in list(group.streams):
-            why = error
+            why = s.problem or error
             if killed_by is not None:
                 why = (f"killed by signal {killed_by} after frame {s.last_frame}; the rest of {s.source} was not "
                        f"analysed")

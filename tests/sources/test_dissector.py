@@ -172,3 +172,51 @@ def test_the_record_splitter_gives_whole_records_however_the_bytes_come(cuts):
 def test_the_record_splitter_refuses_what_is_not_pcap():
     with pytest.raises(ValueError):
         RecordSplitter().feed(b"\x0a\x0d\x0d\x0a" + bytes(40))
+
+
+def test_a_stream_that_ends_early_is_not_taken_for_a_stall_while_the_others_go_on():
+    """A pod's capture ends (its pod deleted, its --duration over) while another's goes on in the same tshark:
+    settle() waits past its grace without calling that a stall (tshark reads all it is given), and returns
+    True once the other stream ends, with every frame of the first read."""
+    data = records((DATA / "lab-collision-lo.pcap").read_bytes())
+
+    async def main():
+        d = SharedDissector()
+        a, b = d.stream("a/lo", "lo", [].append), d.stream("b/lo", "lo", [].append)
+        b.wrote(b"".join(data[:3]))  # b's capture goes on
+        t = writer(a, data, 1)
+        t.start()
+        await asyncio.to_thread(t.join, 10)
+        settling = asyncio.ensure_future(d.settle([a], grace_s=1.0))
+        done, _ = await asyncio.wait([settling], timeout=3.0)  # three times the grace
+        assert not done, "an idle tshark taken for a stalled one"
+        b.ended()
+        assert await asyncio.wait_for(settling, 30) is True
+        await d.close()
+        return a.result.result()
+
+    res = asyncio.run(main())
+    assert res.error is None and res.frames_read == len(data) - 1
+
+
+def test_a_record_tshark_refuses_ends_its_stream_alone():
+    """One stream's record longer than tshark reads would stop the tshark every stream shares: that stream ends
+    before it, with a problem that says so, and the others are read to their end."""
+    async def main():
+        d = SharedDissector()
+        good, bad = d.stream("a/lo", "lo", [].append), d.stream("b/lo", "lo", [].append)
+        data = records((DATA / "lab-collision-lo.pcap").read_bytes())
+        bad.wrote(data[0] + data[1] + struct.pack("<IIII", 1, 0, 300_000, 300_000) + bytes(300_000) + data[2])
+        bad.ended()
+        t = writer(good, data, 1)
+        t.start()
+        results = await asyncio.wait_for(asyncio.gather(good.result, bad.result), 60)
+        await d.close()
+        t.join(5)
+        return results
+
+    res_good, res_bad = asyncio.run(main())
+    assert res_good.error is None and res_good.frames_read == len(records((DATA / "lab-collision-lo.pcap")
+                                                                           .read_bytes())) - 1
+    assert "frame 2 claims 300000 bytes, more than tshark reads" in res_bad.error
+    assert res_bad.frames_read == 1

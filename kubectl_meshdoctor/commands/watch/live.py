@@ -192,6 +192,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
 
     try:
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
+        streams: list[Stream] = []
         readers: list[asyncio.Future] = []  # each stream's ReadResult
         ended: list[asyncio.Future] = []  # each stream over: its pump has ended
 
@@ -248,7 +249,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                 cap.stop()
             # tcpdump flushes, the streams end, each tshark reads to the end. One that stopped reading (stalled)
             # would hold the report up for ever, and its full pipe the capture thread: it is killed instead.
-            late = (await asyncio.wait(readers, timeout=READ_GRACE_S))[1] if readers else set()
+            # The watch's tshark may also read other pods' streams, still capturing: what counts is that it reads.
+            late = set() if await shared.settle(streams, READ_GRACE_S) else {r for r in readers if not r.done()}
             if late:
                 shared.abandon()
             for cap, reader in zip(state.captures, readers):
