@@ -56,7 +56,8 @@ def prefiltered(*paths) -> int:
     detectors read and the counts report)."""
     import subprocess
 
-    from kubectl_meshdoctor.sources.tshark import PREFILTER
+    from kubectl_meshdoctor.sources.tshark import FILE_PREFILTER
 
-    return sum(len(subprocess.run(["tshark", "-r", str(p), "-n", "-Y", PREFILTER, "-T", "fields", "-e", "frame.number"],
-                                  capture_output=True, text=True, check=True).stdout.split()) for p in paths)
+    return sum(len(subprocess.run(["tshark", "-r", str(p), "-n", "-Y", FILE_PREFILTER, "-T", "fields", "-e",
+                                   "frame.number"], capture_output=True, text=True, check=True).stdout.split())
+               for p in paths)

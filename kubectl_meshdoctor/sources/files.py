@@ -320,11 +320,12 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
         for i, chunk in enumerate(chunks):
             offset = i * CHUNK_PACKETS  # every chunk but the last holds exactly CHUNK_PACKETS
             r = await read(chunk, offset)
+            # io,stat prints no row for a chunk of one instant: its whole records are then counted here.
+            whole = r.frames_read if r.frames_read is not None else await asyncio.to_thread(complete_frames, chunk)
             os.unlink(chunk)
             packets += r.packets
             last = r.last_frame or last
-            # io,stat prints no row for a chunk of one instant; its last frame seen is then the best count.
-            frames = offset + (r.frames_read if r.frames_read is not None else max(r.last_frame - offset, 0))
+            frames = offset + (whole if whole is not None else max(r.last_frame - offset, 0))
             error = r.error or error
             skipped += r.undissectable
             named = (named + r.undissectable_frames)[:MAX_NAMED]

@@ -22,14 +22,15 @@ import queue
 import struct
 import threading
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 from kubectl_meshdoctor.core.events import PacketEvent
 
 from . import prepass
 from .tshark import (
+    FILE_PREFILTER,
     MAX_NAMED,
-    PREFILTER,
     TSHARK_ARGS,
     ReadResult,
     Undissectable,
@@ -46,7 +47,12 @@ _READ = 1 << 18  # bytes each file's pass reads at a time (two files at once: th
 # Records a tshark reads before the next one takes over: tshark keeps ~100 bytes a frame it has read, so one
 # tshark for a whole 1M-packet capture's 366k kept records peaked ~35 MB above one that started fresh every
 # SESSION_RECORDS (bench/RESULTS.md); a start costs ~0.2 s.
-SESSION_RECORDS = 60000
+SESSION_RECORDS = 60_000
+# A new tshark knows nothing of the connections in flight, and PREFILTER's challenge-ACK test needs the SYN that
+# came before (tcp.completeness): it first reads again the last REPLAY_RECORDS records the last one read, whose
+# lines are dropped (their file index is REPLAY).
+REPLAY_RECORDS = 2_000
+REPLAY = 255
 
 
 def interleavable(paths: Sequence[str]) -> bytes | None:
@@ -63,7 +69,7 @@ def interleavable(paths: Sequence[str]) -> bytes | None:
         if len(head) < 40 or head[:4] not in prepass.PCAP_MAGICS:
             return None
         heads.append(head[:24])
-    if len(heads) < 2 or len({h[:4] + h[20:24] for h in heads}) != 1:
+    if not 2 <= len(heads) < REPLAY or len({h[:4] + h[20:24] for h in heads}) != 1:
         return None
     order = _order(heads[0])
     network = struct.unpack(order + "I", heads[0][20:24])[0]
@@ -189,6 +195,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     def merge() -> None:
         out, files, frames = bytearray(), bytearray(), array("I")
         write_fd, written, in_session = -1, 0, 0
+        recent: deque[bytes] = deque(maxlen=REPLAY_RECORDS)
         try:
             for _, index, frame, data in heapq.merge(*(f.records() for f in feeds)):
                 if write_fd < 0 or in_session >= SESSION_RECORDS:
@@ -199,6 +206,13 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
                     loop.call_soon_threadsafe(sessions.put_nowait, (read_fd, written))
                     os.write(write_fd, header)
                     in_session = 0
+                    for old in recent:  # the new tshark's TCP state, from what the last one read last
+                        files.append(REPLAY)
+                        frames.append(0)
+                        out += old
+                        written += 1
+                        in_session += 1
+                recent.append(data)
                 files.append(index)
                 frames.append(frame)
                 out += data
@@ -241,6 +255,8 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             if not number.isdigit():
                 continue
             i, frame = ledger.at(base + int(number) - 1)
+            if i == REPLAY:
+                continue
             try:
                 ev = packet_from_fields(f"{frame}\t{rest}", sources[i], ifaces[i], forced[i])
             except Undissectable as e:
@@ -260,7 +276,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     try:
         while (session := await sessions.get()) is not None:
             read_fd, base = session
-            capture = _FieldsPipeCapture(read_fd, display_filter=PREFILTER, custom_parameters=list(TSHARK_ARGS),
+            capture = _FieldsPipeCapture(read_fd, display_filter=FILE_PREFILTER, custom_parameters=list(TSHARK_ARGS),
                                          eventloop=loop)
             await capture.packets_from_tshark(handle, close_tshark=True)
             os.close(read_fd)

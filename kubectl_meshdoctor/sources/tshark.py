@@ -43,13 +43,16 @@ def _hex(prefix: bytes) -> str:
 # of an HTTP/1 message (framing on lo; the request in a stale keep-alive race), and a pure ACK on a connection
 # whose SYN was seen but no SYN-ACK (tcp.completeness bits 1 and 2): a challenge ACK (RFC 5961 section 4).
 # Full-size segments and the ACKs of established transfers, most of a busy pod's packets, are not yielded.
-# ``frame.number == 1`` yields the first frame of every -M session, so a restart of the numbering is always seen.
-PREFILTER = ("frame.number == 1 || tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0: no byte strings in sets
+# Live, ``frame.number == 1`` also yields the first frame of every -M session, so a restart of the numbering is
+# always seen (PREFILTER). A file has no sessions (FILE_PREFILTER): its frame 1 counts only as any other frame
+# does, so one tshark reading several files or chunks in a row reports what one tshark a file does.
+FILE_PREFILTER = ("tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0: no byte strings in sets
              + " || ".join(f"tcp.payload[0:4] == {_hex(s)}" for s in START_PREFIXES)
              + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))"
              # A TCP packet tshark could not dissect to its flags (a header length under 20, a frame captured
              # short): yielded so that it is counted as undissectable and named, never silently dropped.
              " || ((ip.proto == 6 || ipv6.nxt == 6) && !tcp.flags)")
+PREFILTER = "frame.number == 1 || " + FILE_PREFILTER  # && binds tighter than ||
 ALL_TCP = "frame.number == 1 || tcp"
 
 # A live stream never ends, so tshark resets its session state every SESSION_PACKETS packets (-M); it then
@@ -289,7 +292,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     # Our running loop, given: without one, pyshark installs a new SafeChildWatcher for every capture, and a
     # tshark started under the previous watcher is then reaped by nobody ("Unknown child process pid N, will
     # report returncode 255" when chunks are read one after another).
-    capture = _FieldsPipeCapture(fd, display_filter=PREFILTER if prefilter else ALL_TCP,
+    capture = _FieldsPipeCapture(fd, display_filter=(PREFILTER if live else FILE_PREFILTER) if prefilter else ALL_TCP,
                                  custom_parameters=args, line_buffered=live, gate=gate,
                                  eventloop=asyncio.get_running_loop())
     count = 0

@@ -70,7 +70,7 @@ def test_lean_capture_gives_the_same_findings(tmp_path):
 
 def test_reader_without_its_display_filter_finds_the_same(monkeypatch):
     _, filtered = _findings([DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"])
-    monkeypatch.setattr(tshark, "PREFILTER", tshark.ALL_TCP)
+    monkeypatch.setattr(tshark, "FILE_PREFILTER", tshark.ALL_TCP)
     report, unfiltered = _findings([DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"])
     assert unfiltered == filtered
     assert report.stats.packets == sum(report.stats.frames_read.values())  # every frame reached the pipeline
@@ -83,6 +83,7 @@ def test_frame_numbers_survive_tshark_session_resets(monkeypatch):
     whole, _ = _findings(paths)
     monkeypatch.setattr(tshark, "TSHARK_ARGS", [*tshark.TSHARK_ARGS, "-M", "7"])
     monkeypatch.setattr(tshark, "SESSION_PACKETS", 7)
+    monkeypatch.setattr(tshark, "FILE_PREFILTER", tshark.PREFILTER)  # -M is live's: its filter yields frame 1s
     reset, _ = _findings(paths)
     assert reset.problems == []  # tshark's "resetting session" notice is not a problem
     assert [[(e.source, e.frame) for e in f.evidence] for f in reset.findings] == \

@@ -31,7 +31,7 @@ PAIRS = [("lab-collision-eth0.pcap", "lab-collision-lo.pcap"),
 
 def _yielded(path: Path | str) -> list[str]:
     """tshark's PREFILTER output lines for ``path``, as analyze runs it."""
-    cmd = ["tshark", "-r", str(path), "-n", "-T", "fields", "-Y", tshark.PREFILTER]
+    cmd = ["tshark", "-r", str(path), "-n", "-T", "fields", "-Y", tshark.FILE_PREFILTER]
     for f in tshark.FIELDS:
         cmd += ["-e", f]
     cmd += [a for a in tshark.TSHARK_ARGS if a not in ("-z", "io,stat,0")]
