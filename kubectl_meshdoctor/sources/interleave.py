@@ -195,7 +195,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     def merge() -> None:
         out, files, frames = bytearray(), bytearray(), array("I")
         write_fd, written, in_session = -1, 0, 0
-        recent: deque[bytes] = deque(maxlen=REPLAY_RECORDS)
+        recent: deque[bytes] = deque(maxlen=min(REPLAY_RECORDS, SESSION_RECORDS))
         try:
             for _, index, frame, data in heapq.merge(*(f.records() for f in feeds)):
                 if write_fd < 0 or in_session >= SESSION_RECORDS:
@@ -210,8 +210,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
                         files.append(REPLAY)
                         frames.append(0)
                         out += old
-                        written += 1
-                        in_session += 1
+                        written += 1  # not counted in the session: it holds SESSION_RECORDS new ones
                 recent.append(data)
                 files.append(index)
                 frames.append(frame)
