@@ -121,10 +121,6 @@ class _Ledger:
         with self._lock:
             self._ids += ids
 
-    def total(self) -> int:
-        with self._lock:
-            return self._base + len(self._ids)
-
     def frame(self, index: int) -> tuple[int, int] | None:
         """(stream, frame number in that stream) of global frame ``index`` (0-based), None if not written."""
         with self._lock:

@@ -196,17 +196,14 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         readers: list[asyncio.Future] = []  # each stream's ReadResult
         ended: list[asyncio.Future] = []  # each stream over: its pump has ended
 
-        def announce(cap: ExecCapture, asked: bool, why: str | None) -> None:
-            going = [c.iface for c, e in zip(state.captures, ended) if not e.done()]
-            if not asked and not stop.is_set() and going:
-                progress(f"capturing {', '.join(going)} in pod/{pod_name} via {dbg.name}; {cap.iface} ended: "
-                         f"{cap.error or why or 'tcpdump exited'}")
-
         def pump_done(cap: ExecCapture, _: asyncio.Future) -> None:
-            """``cap``'s stream is over; the dissector goes on with the others."""
+            """``cap``'s stream is over; the dissector goes on with the others: say so, with why."""
             if cap.error:
                 state.stream_problems.append(f"{cap.iface}: {cap.error}")
-            announce(cap, cap.stop_asked, None)
+            going = [c.iface for c, e in zip(state.captures, ended) if not e.done()]
+            if not cap.stop_asked and not stop.is_set() and going:
+                progress(f"capturing {', '.join(going)} in pod/{pod_name} via {dbg.name}; {cap.iface} ended: "
+                         f"{cap.error or 'tcpdump exited'}")
 
         def reader_done(cap: ExecCapture, reader: asyncio.Future) -> None:
             """tshark is done with ``cap``'s stream: say what went wrong at once, and if tshark went first (killed,
