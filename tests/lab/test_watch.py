@@ -279,13 +279,17 @@ async def test_tui_shows_a_killed_tshark_at_once(lab_state):
     from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
-    app = MeshDoctorApp(LiveSession(kube, WatchOptions(Target("pod", "healthy"), kube.namespace)))
+    session = LiveSession(kube, WatchOptions(Target("pod", "healthy"), kube.namespace))
+    app = MeshDoctorApp(session)
     pod = lab_state.pod("healthy")
     async with app.run_test(size=(140, 40)) as pilot:
         status = app.query_one("#status", Static)
         deadline = time.monotonic() + 60
-        while not stream_tsharks(os.getpid()) or len(tcpdumps_in(pod.netns)) < 2:
-            assert time.monotonic() < deadline, "no tshark within 60 s"
+        # Both streams have sent their pcap header (so both are in the tshark) before it is killed: a stream whose
+        # header came after would get a tshark of its own and go on.
+        while not stream_tsharks(os.getpid()) or len(session.state.captures) < 2 \
+                or not all(c.bytes_received >= 24 for c in session.state.captures):
+            assert time.monotonic() < deadline, "no tshark reading both streams within 60 s"
             await pilot.pause(0.1)
         (tshark,) = stream_tsharks(os.getpid())  # one for both interfaces
         tshark.kill()
