@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import PacketEvent
 
+from .prepass import MAX_FRAME
 from .tshark import (
     MAX_NAMED,
     PREFILTER,
@@ -48,7 +49,6 @@ from .tshark import (
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
 PIPE_BYTES = 1 << 20  # the pipe into tshark holds this much (more batching when tshark lags)
 _F_SETPIPE_SZ = 1031
-MAX_FRAME = 262_144  # tshark's largest frame for these link types (wiretap's WTAP_MAX_PACKET_SIZE_STANDARD)
 _PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<I", b"\x4d\x3c\xb2\xa1": "<I",  # microseconds, nanoseconds
                 b"\xa1\xb2\xc3\xd4": ">I", b"\xa1\xb2\x3c\x4d": ">I"}
 

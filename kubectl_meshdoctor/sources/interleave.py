@@ -183,8 +183,8 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             pass
         except prepass._Damaged as e:  # what came before it is in the stream: the file ends there
             frame, caplen = e.args
-            damaged[i] = (f"frame {frame + 1} claims {caplen} bytes, more than tshark reads (262144): the capture "
-                          f"is damaged there; analysed up to frame {frame}")
+            damaged[i] = (f"frame {frame + 1} claims {caplen} bytes, more than tshark reads ({prepass.MAX_FRAME}): "
+                          f"the capture is damaged there; analysed up to frame {frame}")
         except BaseException as e:  # handed to the caller
             errors.append(e)
             stop.set()
