@@ -47,7 +47,8 @@ def _spooled(tmp: Path) -> bool:
 
 def start_tui(state, tmp: Path) -> Terminal:
     """``watch pod/healthy-http`` on a terminal of its own, its TMPDIR ``tmp``, once both interfaces' packets
-    reach its spool (lab rounds run until they do)."""
+    reach its spool (lab rounds run until they do) and its tshark has started (it starts once the first stream's
+    header is in, after a version check: later than the spool's first bytes on a busy machine)."""
     env = dict(os.environ, TMPDIR=str(tmp), TERM="xterm-256color")
     term = Terminal.start([sys.executable, "-m", "kubectl_meshdoctor", "watch", f"pod/{POD}", "--kubeconfig",
                            str(state.kubeconfig)], env)
@@ -60,6 +61,7 @@ def start_tui(state, tmp: Path) -> Terminal:
             return _spooled(tmp)
 
         term.drain_until("packets in the spool", 60, traffic_spooled)
+        term.drain_until("tshark started", 60, lambda: any(h.name() == "tshark" for h in helpers_of(term.pid)))
     except BaseException:
         term.kill()
         raise
@@ -77,7 +79,6 @@ def test_a_signalled_tui_watch_stops_cleanly_and_removes_its_spool(lab_state, tm
         (spool,) = spools(tmp_path)
         assert spool.stat().st_mode & 0o777 == 0o700
         helpers = helpers_of(term.pid)
-        assert any(h.name() == "tshark" for h in helpers)
         if how == "closed terminal":
             term.hang_up()
             code = term.wait_closed(60)
