@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from .events import PacketEvent, endpoint
+from .fixes import Fix, render
 
 
 class Severity(str, Enum):
@@ -85,6 +86,12 @@ class Finding:
     access_log: tuple[str, ...] = ()  # the sidecar's access-log lines this finding explains, as logged
     # The Envoy and kernel counters that back it and moved during the run, by name.
     counters: dict = field(default_factory=dict, hash=False, compare=False)
+    # The fixes, in the order printed (core/fixes.py); ``remediation`` is their text when not given.
+    fixes: tuple[Fix, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.fixes and not self.remediation:
+            object.__setattr__(self, "remediation", render(self.fixes))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -93,11 +100,13 @@ class Finding:
         d["evidence"] = [asdict(e) for e in self.evidence]
         if self.pod is None:
             d.pop("pod")
-        for optional in ("details", "access_log", "counters", "variant"):
+        for optional in ("details", "access_log", "counters", "variant", "fixes"):
             if not d[optional]:
                 d.pop(optional)
             elif optional == "access_log":
                 d[optional] = list(self.access_log)
+            elif optional == "fixes":
+                d[optional] = [fix.to_dict() for fix in self.fixes]
         return d
 
 

@@ -198,10 +198,25 @@ def render_text(report: Report) -> str:
         if f.explanation:  # wrapped: a screenful per problem in a terminal, not one line 1,000 columns wide
             lines += textwrap.wrap(f.explanation, TEXT_WIDTH, initial_indent="  why: ", subsequent_indent="       ",
                                    break_on_hyphens=False, break_long_words=False)
-        if f.remediation:
-            lines.append("  fix:")
-            lines.extend("    " + ln for ln in f.remediation.splitlines())
+        lines += _fix_lines(f)
     return "\n".join(lines) + "\n"
+
+
+def _fix_lines(f: Finding) -> list[str]:
+    """The text report's fix: the first fix in full (it keeps the most), the others by name, so that a problem
+    stays a screenful; markdown and JSON give every fix's YAML."""
+    if not f.fixes:
+        return ["  fix:", *("    " + ln for ln in f.remediation.splitlines())] if f.remediation else []
+    first, n = f.fixes[0], len(f.fixes)
+    wrap = dict(width=TEXT_WIDTH, subsequent_indent="      ", break_on_hyphens=False, break_long_words=False)
+    lines = textwrap.wrap(f"fix: 1 of {n} ({first.name}), {first.title}", initial_indent="  ", **wrap)
+    lines += textwrap.wrap(f"keeps: {first.keeps}; costs: {first.costs}", initial_indent="    ", **wrap)
+    lines += ["    " + ln for ln in first.text.splitlines()]
+    for i, fix in enumerate(f.fixes[1:], start=2):
+        lines += textwrap.wrap(f"or {i} of {n} ({fix.name}), {fix.title}", initial_indent="  ", **wrap)
+    if n > 1:
+        lines.append("  (-o markdown or -o json: every fix, with what it keeps and costs)")
+    return lines
 
 
 def _cell(text: str) -> str:
