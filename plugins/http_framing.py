@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import HttpStart, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.redact import header_line, raw_line
-from kubectl_meshdoctor.core.remedies import virtual_service_retries
 
 
 def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
@@ -48,13 +48,18 @@ def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
     return out
 
 
-_REMEDIATION = (
-    "# Fix the app (or the library/proxy in front of it) so every response carries exactly one framing header:\n"
-    "#   Transfer-Encoding: chunked        (once, chunked last, no Content-Length), or\n"
-    "#   Content-Length: <n>               (once, or repeated with the same value)\n"
-    "# and header names are tokens (no spaces before the colon). Envoy follows RFC 9112 and will keep resetting\n"
-    "# these responses. Until the app is fixed, retries hide some of the 502s from callers:\n"
-    + virtual_service_retries(2, "reset,5xx"))
+FIXES = (Fix(
+    "app-framing", "make the app (or the library or proxy in front of it) frame every response one way",
+    "the whole mesh; Envoy goes on enforcing RFC 9112, which is what keeps request smuggling out",
+    "a change to the app: Envoy resets every such response, so nothing in the mesh can make it pass",
+    yaml="""\
+# every response carries exactly one framing header:
+#   Transfer-Encoding: chunked        (once, chunked last, no Content-Length), or
+#   Content-Length: <n>               (once, or repeated with the same value)
+# and header names are tokens (no space before the colon, no folded lines)."""),)
+# Retries do not remove the failure (the app frames every such response the same way): a note, not a fix.
+NOTE = ("# Until the app is fixed, retries (a VirtualService with retries.retryOn: reset) hide a 502 from a\n"
+        "# caller only when a retry reaches an endpoint that frames its response well.")
 
 
 class HttpFraming(Detector):
@@ -83,7 +88,8 @@ class HttpFraming(Detector):
                 f"Envoy's HTTP/1 codec rejects it, closes the upstream connection (FIN) and answers the caller 502 "
                 f"with response flag UPE and details upstream_reset_before_response_started{{protocol_error}}, "
                 f"counting upstream_cx_protocol_error on the inbound cluster."),
-            remediation=_REMEDIATION,
+            remediation=render(FIXES, NOTE),
+            fixes=FIXES,
             pod=self.ctx.pod,
             ts=ev.ts,
             response_code_details="upstream_reset_before_response_started{protocol_error}",

@@ -22,11 +22,13 @@ proxy logs 503 UC. The fix is on the caller's side: its pool's idle timeout belo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool, virtual_service_retries
 
@@ -47,11 +49,50 @@ _DOWNSTREAM_REMEDIATION = (
     + destination_rule_pool("http", "idleTimeout", "<below this pod's>", "the caller's side")
     + "\n---\n" + virtual_service_retries(2, "reset,connect-failure"))
 
-_REMEDIATION = (
-    "# Let Envoy close pooled connections before the app does: idleTimeout shorter than the app's keep-alive\n"
-    "# timeout (e.g. app 60 s -> 50 s), and retry the requests that still hit a closing connection:\n"
-    + destination_rule_pool("http", "idleTimeout", "50s", "< the app's keep-alive timeout")
-    + "\n---\n" + virtual_service_retries(2, "reset,connect-failure"))
+IDLE_TIMEOUT_FIELD = "DestinationRule.trafficPolicy.connectionPool.http.idleTimeout"
+# Retries hide the 503 from the caller but the race still happens (the RST is on the wire): a note, not a fix.
+RETRY_NOTE = ("# Retries (a VirtualService with retries.retryOn: reset,connect-failure) hide the 503s that still\n"
+              "# happen from the callers; they do not stop the race.")
+
+
+def keepalive_timeout(response: PacketEvent | None) -> float | None:
+    """The keep-alive timeout (seconds) the app announced on ``response``, from its ``Keep-Alive: timeout=N``
+    header (as Node.js, Apache and others send; draft-thomson-hybi-http-timeout section 2), else None."""
+    msg = response.http if response is not None else None
+    for name, value in (msg.headers if msg is not None else ()):
+        if name.lower() != "keep-alive":
+            continue
+        for param in value.split(","):
+            key, _, num = param.strip().partition("=")
+            if key.strip().lower() == "timeout":
+                try:
+                    seconds = float(num.strip())
+                except ValueError:
+                    return None
+                return seconds if seconds > 0 else None
+    return None
+
+
+def below(seconds: float) -> str:
+    """An idle timeout safely below ``seconds`` as an Istio duration: 80 % of it, whole seconds from 10 s."""
+    value = seconds * 0.8
+    return f"{math.floor(value)}s" if value >= 10 else f"{math.floor(value * 10) / 10:g}s"
+
+
+def fixes(keepalive_s: float | None) -> tuple[Fix, ...]:
+    """The fix of the upstream race for an app whose keep-alive timeout is ``keepalive_s`` seconds (None: not
+    known from the capture, a placeholder to fill in)."""
+    if keepalive_s is None:
+        value, comment, settings = "<below the app's keep-alive timeout>", "e.g. app 60 s -> 48s", ()
+    else:
+        value, comment = below(keepalive_s), f"below the app's keep-alive timeout, {keepalive_s:g} s"
+        settings = ((IDLE_TIMEOUT_FIELD, value),)
+    return (Fix(
+        "idle-timeout", "let Envoy close idle pooled connections to the app before the app does",
+        "the whole mesh and the app as they are; Envoy never reuses a connection the app may be closing",
+        "Envoy opens a new connection to the app after every idle spell longer than the timeout (a handshake "
+        "on the pod's loopback)",
+        yaml=destination_rule_pool("http", "idleTimeout", value, comment), settings=settings),)
 
 
 def _relative_to_fin(req: PacketEvent, fin: PacketEvent) -> tuple[float, str]:
@@ -118,7 +159,8 @@ class StaleKeepalive(Detector):
                 f"the next request on it {when} that FIN, before Envoy had read the FIN and dropped the connection "
                 f"from its pool; the app's kernel answered with RST because no socket is left to read it (RFC 9293 "
                 f"section 3.6.1)."),
-            details={"request_after_fin_ms": round(gap_ms, 3)})
+            details={"request_after_fin_ms": round(gap_ms, 3)},
+            fixes=fixes(keepalive_timeout(note["last_response"]) or _idle_until(note["last_response"], fin)))
 
     def _downstream_after_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
                               req: PacketEvent) -> Finding:
@@ -159,10 +201,12 @@ class StaleKeepalive(Detector):
                 f"kernel counts such closes as TcpExtTCPAbortOnClose. Envoy had no FIN to tell it the connection "
                 f"was closing. (An app that resets connections on purpose, SO_LINGER 0, looks the same on the "
                 f"wire.)"),
-            details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)})
+            details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)},
+            fixes=fixes(keepalive_timeout(last)))
 
     def _finding(self, rst: PacketEvent, flow: Flow, note: dict, *, evidence: tuple[Evidence, ...],
-                 explanation: str, details: dict, remediation: str = _REMEDIATION, title: str | None = None) -> Finding:
+                 explanation: str, details: dict, remediation: str = "", title: str | None = None,
+                 fixes: tuple[Fix, ...] = ()) -> Finding:
         note["reported"] = True
         ref = FlowRef.of(flow)
         downstream = flow.iface == "eth0"
@@ -179,9 +223,15 @@ class StaleKeepalive(Detector):
                 f"{explanation} Envoy answers the caller 503 with response flag UC and details {_DETAILS}, and "
                 f"counts upstream_cx_destroy_remote_with_active_rq on the inbound cluster. The app's keep-alive "
                 f"timeout is shorter than Envoy's idle timeout for this cluster (1 h by default)."),
-            remediation=remediation,
+            remediation=remediation or render(fixes, RETRY_NOTE),
+            fixes=fixes,
             pod=self.ctx.pod,
             ts=rst.ts,
             response_code_details=_DETAILS,
             details=details,
         )
+
+
+def _idle_until(last: PacketEvent | None, fin: PacketEvent) -> float | None:
+    """How long the connection sat idle before the app's FIN: the app's keep-alive timeout, seen on the wire."""
+    return fin.ts - last.ts if last is not None and fin.ts > last.ts else None

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
 from kubectl_meshdoctor.core.events import PacketEvent, endpoint
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
+from kubectl_meshdoctor.core.remedies import exclude_inbound_ports, tproxy_interception
 
 
 @dataclass(slots=True)
@@ -29,23 +31,19 @@ class _PendingSyn:
     retransmits: list[PacketEvent] = field(default_factory=list)
 
 
-def _remediation(port: int) -> str:
-    # Istio's Sidecar resource changes no iptables rule: captureMode "dictates how traffic to the listener is
-    # expected to be captured" (istio/api networking/v1alpha3/sidecar.proto), and an ingress listener with NONE
-    # binds the port itself, which the app already holds. Only the pod's annotations change the REDIRECT.
-    return f"""\
-# Fix A (pod template annotation): take {port} out of inbound capture, so its connections keep their own
-# four-tuple instead of sharing Envoy's inbound listener port. Add {port} to any ports the annotation already
-# lists. Traffic to {port} then bypasses Envoy (no mTLS termination, AuthorizationPolicy or telemetry there).
-metadata:
-  annotations:
-    traffic.sidecar.istio.io/excludeInboundPorts: "{port}"
-# Fix B (heavier): no iptables capture for the pod (sidecar.istio.io/interceptionMode: NONE) plus a Sidecar
-# whose ingress listeners Envoy binds itself, with the app on 127.0.0.1 only. A Sidecar with captureMode: NONE
-# alone does not stop the REDIRECT. When the pod declares both ports, its redirect-exposure finding (lint, at
-# the start of watch) gives both documents in full.
-# Also check the client: it reuses one source port for two destinations (a fixed bind() or SO_REUSEADDR port
-# pool); letting the kernel pick ephemeral ports removes the collision at its source."""
+def fixes(port: int) -> tuple[Fix, ...]:
+    """The fixes of a collision on pod port ``port``, the mesh kept first: TPROXY, the port out of capture,
+    the client's own change."""
+    return (
+        tproxy_interception(),
+        exclude_inbound_ports(str(port), str(port)),
+        Fix("client-port", "let the client's kernel choose its source port",
+            "the whole mesh; only the client changes",
+            "a change in the client (it reuses one source port for two destinations: a fixed bind() or an "
+            "SO_REUSEADDR port pool)",
+            yaml="# in the client: connect() without bind(), or bind to port 0, so that each connection gets an "
+                 "ephemeral\n# port of its own (net.ipv4.ip_local_port_range)"),
+    )
 
 
 class TupleCollision(Detector):
@@ -134,7 +132,7 @@ class TupleCollision(Detector):
             envoy_flags=flags,
             response_code_details=details,
             explanation=explanation,
-            remediation=_remediation(syn.dport),
+            fixes=fixes(syn.dport),
             pod=self.ctx.pod,
             ts=ts,
             details={"peers": [p[0] for p in pending.peers]},

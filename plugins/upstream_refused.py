@@ -22,13 +22,18 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
 from kubectl_meshdoctor.core.events import ContextEvent, ListenersEvent, PacketEvent, PodEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
+from kubectl_meshdoctor.core.remedies import sidecar_ingress
 
 
-def _remediation(port: int) -> str:
-    return f"""\
-# Make the app listen on port {port} on all addresses (0.0.0.0 / ::, not 127.0.0.1: Istio's sidecar
-# connects to the pod IP), and let the pod report ready only when it does:
+def _listen_fix(port: int) -> Fix:
+    return Fix(
+        "app-listens", f"make the app listen on port {port} on every address, and report ready only when it does",
+        "the whole mesh; the app is fixed where it fails",
+        "a change to the app or its Deployment; if it restarts (kubectl get pod: RESTARTS), the crash or the "
+        "liveness probe comes first, and a Service targetPort that points elsewhere must be corrected",
+        yaml=f"""\
 spec:
   containers:
   - name: <app>
@@ -37,9 +42,35 @@ spec:
     readinessProbe:
       tcpSocket:
         port: {port}
-      periodSeconds: 5
-# If the app restarts (kubectl get pod: RESTARTS), fix the crash or the liveness probe first; if the
-# Service targetPort points elsewhere, correct it."""
+      periodSeconds: 5""")
+
+
+def _bind_all_fix(port: int) -> Fix:
+    return Fix(
+        "bind-all", f"make the app listen on every address (0.0.0.0 / ::), not 127.0.0.1 only, on {port}",
+        "the whole mesh, unchanged: Istio >= 1.10's sidecar connects to the pod IP, as for every other app",
+        "a change to the app's listen address (e.g. --bind 0.0.0.0, server.address=0.0.0.0); the port then also "
+        "answers on the pod IP, which inbound capture already sends through the sidecar",
+        yaml=f"# in the app's configuration: listen on 0.0.0.0:{port} (or [::]:{port}), not 127.0.0.1:{port}")
+
+
+def _sidecar_localhost_fix(port: int) -> Fix:
+    return Fix(
+        "sidecar-localhost", f"let this workload's sidecar dial the app on 127.0.0.1:{port} (Istio < 1.10's way)",
+        "the app unchanged, and the mesh on the port: the sidecar still terminates it",
+        "a Sidecar per workload, which replaces the inbound listeners Istio derives from its Services (list every "
+        "port it serves); an app on 127.0.0.1 is still unreachable to anything that bypasses the sidecar",
+        yaml=sidecar_ingress(port, "HTTP", f"127.0.0.1:{port}"))
+
+
+def fixes(port: int, cause: str) -> tuple[Fix, ...]:
+    """The fixes of a refusal on app port ``port`` for ``cause`` (see _cause): an app bound to localhost gets
+    the bind fixes, one not listening the listen fix, an unknown cause (a capture alone) all of them."""
+    if cause == "bound-to-localhost":
+        return _bind_all_fix(port), _sidecar_localhost_fix(port)
+    if cause == "unknown":
+        return _listen_fix(port), _bind_all_fix(port), _sidecar_localhost_fix(port)
+    return (_listen_fix(port),)
 
 
 @dataclass(slots=True)
@@ -49,26 +80,6 @@ class _Attempt:
 
 LOOPBACK = ("127.0.0.1", "::1")
 EVERY_ADDRESS = ("0.0.0.0", "::")
-
-LOCALHOST_FIX = """\
-# The app listens on 127.0.0.1:{port} only, and the sidecar (Istio >= 1.10) connects to the pod IP. Make the
-# app listen on every address (0.0.0.0 / ::), e.g. --bind 0.0.0.0 / server.address=0.0.0.0, or, while it
-# cannot change, let the sidecar dial localhost for this pod (the pre-1.10 behaviour), with a Sidecar:
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata:
-  name: <app>
-spec:
-  workloadSelector:
-    labels:
-      app: <app>
-  ingress:
-  - port:
-      number: {port}
-      protocol: HTTP
-      name: http
-    defaultEndpoint: 127.0.0.1:{port}"""
-
 
 def _cause(listening: frozenset[tuple[str, int]] | None, ip: str, port: int, restarts: int) -> str:
     """Which cause of a refusal the pod's listening sockets and restarts point at: "unknown" without them."""
@@ -148,8 +159,7 @@ class UpstreamRefused(Detector):
                 f"listens there (RFC 9293 section 3.10.7.1). Envoy answers the caller 503 with response flag UF "
                 f"and details {DETAILS}, and counts upstream_cx_connect_fail on the inbound cluster. "
                 + _CAUSE_TEXT[cause].format(port=syn.dport, restarts=self._restarts)),
-            remediation=LOCALHOST_FIX.format(port=syn.dport) if cause == "bound-to-localhost"
-            else _remediation(syn.dport),
+            fixes=fixes(syn.dport, cause),
             pod=self.ctx.pod,
             ts=ev.ts,
             response_code_details=DETAILS,

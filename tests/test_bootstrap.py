@@ -19,6 +19,7 @@ VARIANTS = {
     "timeouts": SidecarSettings(hcm_idle_timeout_s=2.5, upstream_idle_timeout_s=1.0, route_timeout_s=0.5),
     "no keep-alive to the app": SidecarSettings(upstream_max_requests_per_connection=1, upstream_idle_timeout_s=2.0),
     "HTTP/1.0 and h2 to the app": SidecarSettings(accept_http_10=True, h2_upstream=True),
+    "TPROXY interception": SidecarSettings(interception_mode="TPROXY"),
 }
 
 
@@ -83,8 +84,22 @@ def test_settings_are_rendered_as_istio_renders_them():
     assert "json_format" in json_log
 
 
+def test_tproxy_listeners_are_transparent_and_keep_the_client_address():
+    tproxy = bootstrap(POD, VARIANTS["TPROXY interception"])
+    inbound = _inbound(tproxy)
+    assert inbound["transparent"] is True
+    filters = [f["name"] for f in inbound["listener_filters"]]
+    assert filters == ["envoy.filters.listener.original_dst", "envoy.filters.listener.original_src"]
+    assert inbound["listener_filters"][1]["typed_config"]["mark"] == 1337  # istio-iptables routes it to table 133
+    (outbound,) = [x for x in tproxy["static_resources"]["listeners"] if x["name"] == "virtualOutbound"]
+    assert outbound["transparent"] is True
+    assert tproxy["node"]["metadata"]["INTERCEPTION_MODE"] == "TPROXY"
+    default = bootstrap(POD)
+    assert "transparent" not in _inbound(default) and len(_inbound(default)["listener_filters"]) == 1
+
+
 @pytest.mark.parametrize("bad", [dict(access_log_encoding="XML"), dict(route_timeout_s=0), dict(hcm_idle_timeout_s=-1),
-                                 dict(upstream_max_requests_per_connection=0)])
+                                 dict(upstream_max_requests_per_connection=0), dict(interception_mode="NONE")])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         SidecarSettings(**bad)

@@ -28,7 +28,15 @@ def run(args) -> int:
             pods = [p.strip() for p in args.pods.split(",") if p.strip()]
             sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)} ...\n")
             mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
-            state = lab.up(args.name, state_dir, pods, mesh=mesh)
+            fixes = None
+            if args.fix:
+                from kubectl_meshdoctor.commands.scenario_fixes import lab_fix
+
+                try:
+                    fixes = {name: lab_fix(scenario, args.fix) for name, scenario in map(lab.pod_spec, pods)}
+                except KeyError as e:
+                    return error(e.args[0])
+            state = lab.up(args.name, state_dir, pods, mesh=mesh, fixes=fixes)
             print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
                   f"{state.namespace}")
             print(f"kubeconfig: {state.kubeconfig}")
@@ -56,7 +64,7 @@ def describe_lab(state) -> str:
              + ("on 127.0.0.1 (Istio < 1.10)" if state.mesh.legacy_inbound else "from 127.0.0.6 (Istio >= 1.10)")]
     for pod in state.pods:
         lines.append(f"  pod/{pod.name}  {pod.pod_ip}  client {pod.client_ip}  netns {pod.netns}  "
-                     f"scenario {pod.scenario}")
+                     f"scenario {pod.scenario}" + (f"  fix {pod.fix}" if pod.fix else ""))
     if obs is not None:
         lines.append(f"  processes running: {', '.join(obs.running) or 'none'}")
         if obs.dead:

@@ -1,7 +1,38 @@
-"""Istio resources that findings recommend, as YAML to paste (networking.istio.io/v1). One writer for each kind,
-so every detector's fix reads the same way; ``<service>`` and ``<namespace>`` are for the user to fill in."""
+"""Istio resources that findings recommend, as YAML to paste (networking.istio.io/v1), and the fixes more than
+one detector prints. One writer for each kind, so every detector's fix reads the same way; ``<service>`` and
+``<namespace>`` are for the user to fill in."""
 
 from __future__ import annotations
+
+from .fixes import Fix
+
+INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"
+EXCLUDE_INBOUND_PORTS = "traffic.sidecar.istio.io/excludeInboundPorts"
+
+
+def tproxy_interception() -> Fix:
+    """Inbound capture by TPROXY instead of REDIRECT: the fix of a four-tuple collision that keeps the mesh.
+    Istio's Sidecar resource changes no iptables rule (its captureMode "dictates how traffic to the listener is
+    expected to be captured", istio/api networking/v1alpha3/sidecar.proto): only the pod's annotations do."""
+    return Fix(
+        "tproxy", "intercept inbound traffic with TPROXY instead of REDIRECT",
+        "every port stays in the mesh (mTLS, AuthorizationPolicy, telemetry); under TPROXY the accepted socket "
+        "keeps the port the client dialled, so two connections no longer share a four-tuple, and the app sees "
+        "the client's own address",
+        "the injector runs istio-proxy as root (runAsUser 0) with NET_ADMIN, which the baseline and restricted "
+        "Pod Security levels refuse, and the node's kernel needs the TPROXY target (xt_TPROXY); the pods restart "
+        "to apply it",
+        annotations=((INTERCEPTION_MODE, "TPROXY"),))
+
+
+def exclude_inbound_ports(value: str, moved: str) -> Fix:
+    """``moved`` (a port list) out of inbound capture: the annotation's whole ``value`` (the ports it already
+    lists, with them)."""
+    return Fix(
+        "exclude-port", f"take {moved} out of inbound capture (the annotation lists every excluded port)",
+        f"Envoy on the pod's other ports; {moved} keeps a four-tuple of its own",
+        f"traffic to {moved} bypasses Envoy: no mTLS termination, AuthorizationPolicy or telemetry there",
+        annotations=((EXCLUDE_INBOUND_PORTS, value),))
 
 _VIRTUAL_SERVICE = """\
 apiVersion: networking.istio.io/v1
@@ -45,3 +76,24 @@ spec:
     connectionPool:
       {protocol}:
         {setting}: {value}{note}"""
+
+
+def sidecar_ingress(port: int, protocol: str, default_endpoint: str) -> str:
+    """A Sidecar whose ingress listener on ``port`` forwards to ``default_endpoint`` (e.g. ``127.0.0.1:5000``),
+    for the workload ``<app>``. Istio renders its inbound cluster with that endpoint instead of the pod IP."""
+    return f"""\
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata:
+  name: <app>
+  namespace: <namespace>
+spec:
+  workloadSelector:
+    labels:
+      app: <app>
+  ingress:
+  - port:
+      number: {port}
+      protocol: {protocol}
+      name: {protocol.lower()}-{port}
+    defaultEndpoint: {default_endpoint}"""

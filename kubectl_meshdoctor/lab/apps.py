@@ -183,6 +183,9 @@ class HttpApp:
         close = path == "/close"
         body = b"" if request.method == "HEAD" else self._config.body
         fields = (f"Content-Length: {len(self._config.body)}",) + (("Connection: close",) if close else ())
+        if self._config.idle_timeout is not None and not close:
+            # What Node.js, Apache and others announce: the keep-alive timeout a client's pool must stay under.
+            fields += (f"Keep-Alive: timeout={self._config.idle_timeout:g}",)
         return self._head(request, fields) + body, not close
 
     @staticmethod

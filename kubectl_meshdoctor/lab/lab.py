@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
+from kubectl_meshdoctor.lab import fixes as lab_fixes
 from kubectl_meshdoctor.lab import istio_proxy, netns
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.bootstrap import (
@@ -85,6 +86,7 @@ def up(
     ready_timeout: float = 20.0,
     spec_patches: Mapping[str, Sequence[dict]] | None = None,
     mesh: MeshOptions = MeshOptions(),
+    fixes: Mapping[str, lab_fixes.LabFix] | None = None,
 ) -> LabState:
     """Build the lab and return its state (also written to state_dir/state.json).
 
@@ -94,7 +96,8 @@ def up(
     leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
     `spec_patches` maps a pod name to RFC 6902 operations the test API server applies to its Pod object
     (a spec or status that breaks a lint rule; the pod's network is unchanged). `mesh` holds the mesh-wide
-    settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling).
+    settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling). `fixes` maps a pod
+    name to the printed fix applied to it, as Istio would render it (lab/fixes.py; an unknown one: LabError).
 
     Raises LabError when not root, a tool or the lab extra (Envoy, aiohttp) is missing, a pod name is unknown or
     repeated, state_dir is not empty, a lab already uses state_dir or its namespaces, or a process does not
@@ -114,7 +117,8 @@ def up(
         state_dir=state_dir,
         kubeconfig=state_dir / "kubeconfig",
         netns_prefix=prefix,
-        pods=tuple(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ())))
+        pods=tuple(_with_fix(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ()))),
+                             (fixes or {}).get(pod.name))
                    for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
         mesh=mesh,
     )
@@ -260,6 +264,14 @@ def _new_pod(prefix: str, index: int, spec: str) -> LabPod:
     )
 
 
+def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
+    """``pod`` with ``fix`` applied. Raises LabError for a fix the lab cannot apply."""
+    if fix is None:
+        return pod
+    applied = lab_fixes.pod_fix(fix.name, fix.annotations, fix.settings)
+    return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings)
+
+
 def _all_netns(state: LabState) -> list[str]:
     return [ns for pod in state.pods for ns in (pod.netns, pod.client_netns)]
 
@@ -270,8 +282,10 @@ def _bring_up(
 ) -> LabState:
     roles_of: dict[str, list[str]] = {}
     for pod in state.pods:
+        fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip,
-                                 local_ports=SETUPS[pod.scenario].local_ports)
+                                 local_ports=SETUPS[pod.scenario].local_ports, interception=fix.interception,
+                                 excluded_ports=fix.excluded_ports)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
         for role, argv in _pod_processes(pod, state, envoy):
@@ -310,9 +324,11 @@ def port_kind(name: str) -> str:
 def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, list[str]]]:
     """(role, argv) of the processes in a scenario's pod namespace; SETUPS holds the knobs, state.mesh the
     mesh-wide settings."""
-    setup = SETUPS[pod.scenario]
+    fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
+    setup = fix.setup(SETUPS[pod.scenario])
     sidecar = replace(setup.sidecar, access_log_encoding=state.mesh.access_log_encoding,
-                      legacy_inbound=state.mesh.legacy_inbound)
+                      legacy_inbound=state.mesh.legacy_inbound or setup.sidecar.legacy_inbound,
+                      interception_mode=fix.interception)
     apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
     processes = []
     if setup.app_http is not None:
@@ -320,7 +336,7 @@ def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, 
     processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
     config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
                                          tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
-    processes.append(("sidecar", istio_proxy.envoy_argv(envoy, config)))
+    processes.append(("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY")))
     return processes
 
 
@@ -329,6 +345,7 @@ def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, per
         sys.executable, "-m", "kubectl_meshdoctor.lab.scenarios", scenario,
         "--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns, "--pod-name", pod.name,
         "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
+        *(["--fix", pod.fix] if pod.fix else []),
     ]
 
 

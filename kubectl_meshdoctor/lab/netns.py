@@ -21,7 +21,6 @@ from kubectl_meshdoctor.lab.state import LabError
 # istio/istio tools/istio-iptables/pkg/capture/run.go and its testdata/*.golden for these arguments. Every
 # inbound TCP port except 15008/15090/15021/15020 is REDIRECTed to 15006, so 5000 and 5002 share one listener:
 # the root of the four-tuple collision.
-# `lint` compares a pod's redirect map against this text: keep it the one copy.
 ISTIO_NAT_RULES = """\
 * nat
 -N ISTIO_INBOUND
@@ -48,6 +47,56 @@ ISTIO_NAT_RULES = """\
 -A ISTIO_OUTPUT -j ISTIO_REDIRECT
 COMMIT
 """
+
+# The same for `sidecar.istio.io/interceptionMode: TPROXY` (`istio-iptables ... -m TPROXY`): istio/istio's golden
+# testdata/inbound-ports-wildcard-tproxy.golden, plus the -d exclusions run.go writes into the inbound table
+# (mangle here) before the conntrack rule, and the outbound catch-all a real pod's `-i *` adds. An inbound SYN is
+# TPROXYed to Envoy's transparent listener on 15006 without rewriting its destination, so the accepted socket
+# keeps the port the client dialled (its own four-tuple); Envoy's upstream leg keeps the client's address
+# (original_src, mark 1337) and the app's replies are routed back to it by the connmark and table 133.
+ISTIO_TPROXY_RULES = """\
+* mangle
+-N ISTIO_DIVERT
+-N ISTIO_TPROXY
+-N ISTIO_INBOUND
+-A ISTIO_DIVERT -j MARK --set-mark 1337
+-A ISTIO_DIVERT -j ACCEPT
+-A ISTIO_TPROXY ! -d 127.0.0.1/32 -p tcp -j TPROXY --tproxy-mark 1337/0xffffffff --on-port 15006
+-A PREROUTING -p tcp -j ISTIO_INBOUND
+{excluded}-A ISTIO_INBOUND -p tcp -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT
+-A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY
+-A PREROUTING -p tcp -m mark --mark 1337 -j CONNMARK --save-mark
+-A OUTPUT -p tcp -o lo -m mark --mark 1337 -j RETURN
+-A OUTPUT ! -d 127.0.0.1/32 -p tcp -o lo -m owner --uid-owner 1337 -j MARK --set-mark 1338
+-A OUTPUT ! -d 127.0.0.1/32 -p tcp -o lo -m owner --gid-owner 1337 -j MARK --set-mark 1338
+-A OUTPUT -p tcp -m connmark --mark 1337 -j CONNMARK --restore-mark
+-I ISTIO_INBOUND 1 -p tcp -m mark --mark 1337 -j RETURN
+-I ISTIO_INBOUND 2 -p tcp -s 127.0.0.6/32 -i lo -j RETURN
+-I ISTIO_INBOUND 3 -p tcp -i lo -m mark ! --mark 1338 -j RETURN
+COMMIT
+* nat
+-N ISTIO_INBOUND
+-N ISTIO_REDIRECT
+-N ISTIO_IN_REDIRECT
+-N ISTIO_OUTPUT
+-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN
+-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
+-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
+-A OUTPUT -j ISTIO_OUTPUT
+-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN
+-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
+-A ISTIO_OUTPUT -j ISTIO_REDIRECT
+COMMIT
+"""
+TPROXY_MARK = 1337  # istio-iptables -t (INBOUND_TPROXY_MARK)
+TPROXY_ROUTE_TABLE = 133  # istio-iptables -r (INBOUND_TPROXY_ROUTE_TABLE)
+ISTIO_DEFAULT_EXCLUDED = (15090, 15021, 15020)  # the injection template's -d (15020: the status port)
 
 INBOUND_CAPTURE_PORT = 15006  # Envoy's virtualInbound, ISTIO_IN_REDIRECT's target
 INBOUND_PASSTHROUGH_SOURCE = "127.0.0.6"  # Envoy's InboundPassthroughBindIpv4; RETURNed by ISTIO_OUTPUT
@@ -114,9 +163,11 @@ def netns_exists(netns: str) -> bool:
 
 
 def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: str,
-                       local_ports: tuple[int, int] | None = None) -> None:
-    """Create the pod and client namespaces, the eth0 veth pair, addresses, and the Istio nat rules;
-    ``local_ports`` narrows the pod namespace's ip_local_port_range (the ports its sidecar dials the app from).
+                       local_ports: tuple[int, int] | None = None, interception: str = "REDIRECT",
+                       excluded_ports: Sequence[int] = ()) -> None:
+    """Create the pod and client namespaces, the eth0 veth pair, addresses, and Istio's rules for
+    ``interception`` with ``excluded_ports`` out of inbound capture (istio_rules); ``local_ports`` narrows the
+    pod namespace's ip_local_port_range (the ports its sidecar dials the app from).
 
     Raises LabError (leaving whatever was created for delete_netns to remove) when a step fails.
     """
@@ -134,7 +185,28 @@ def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: st
     run(in_netns(client_netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={lo} {hi}"))
     if local_ports is not None:
         run(in_netns(netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={local_ports[0]} {local_ports[1]}"))
-    run(in_netns(netns, "iptables-restore"), input_text=ISTIO_NAT_RULES)
+    run(in_netns(netns, "iptables-restore"), input_text=istio_rules(interception, excluded_ports))
+    if interception == "TPROXY":  # istio-iptables' policy routing: marked packets are delivered locally
+        run(in_netns(netns, "ip", "-f", "inet", "rule", "add", "fwmark", str(TPROXY_MARK), "lookup",
+                     str(TPROXY_ROUTE_TABLE)))
+        run(in_netns(netns, "ip", "-f", "inet", "route", "add", "local", "default", "dev", "lo", "table",
+                     str(TPROXY_ROUTE_TABLE)))
+
+
+def istio_rules(interception: str = "REDIRECT", excluded_ports: Sequence[int] = ()) -> str:
+    """The iptables-restore input istio-init writes for ``interception`` (REDIRECT or TPROXY) with
+    ``excluded_ports`` added to the template's -d list (``traffic.sidecar.istio.io/excludeInboundPorts``).
+
+    Raises LabError for another mode (NONE has no istio-init)."""
+    if interception == "REDIRECT":
+        extra = "".join(f"-A ISTIO_INBOUND -p tcp --dport {p} -j RETURN\n" for p in excluded_ports)
+        marker = "-A ISTIO_INBOUND -p tcp --dport 15020 -j RETURN\n"  # the injector appends the status port last
+        return ISTIO_NAT_RULES.replace(marker, extra + marker)
+    if interception == "TPROXY":
+        ports = (*ISTIO_DEFAULT_EXCLUDED[:2], *excluded_ports, ISTIO_DEFAULT_EXCLUDED[2])
+        return ISTIO_TPROXY_RULES.format(excluded="".join(f"-A ISTIO_INBOUND -p tcp --dport {p} -j RETURN\n"
+                                                          for p in ports))
+    raise LabError(f"interception mode {interception!r}: the lab captures with REDIRECT or TPROXY")
 
 
 def netns_pids(netns: str) -> list[int]:

@@ -45,6 +45,9 @@ class LabPod:
     ports: tuple[LabPort, ...]
     uid: str
     spec_patch: tuple = ()  # RFC 6902 ops the test API server applies to this pod's Pod object (lint tests)
+    fix: str = ""  # the printed fix applied to it (lab/fixes.py), "" for none
+    annotations: tuple[tuple[str, str], ...] = ()  # the pod template annotations that fix set
+    settings: tuple[tuple[str, str], ...] = ()  # the Istio fields it set (Kind.path, value)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +60,13 @@ class LabPod:
             "ports": [{"name": p.name, "port": p.port} for p in self.ports],
             "uid": self.uid,
             **({"spec_patch": list(self.spec_patch)} if self.spec_patch else {}),
+            **({"fix": self.fix} if self.fix else {}),
+            **({"settings": dict(self.settings)} if self.settings else {}),
+            # What the test API server renders into the Pod: the annotations, and istio-init's -d additions.
+            **({"annotations": dict(self.annotations),
+                "exclude_inbound_ports": [p for k, v in self.annotations
+                                          if k == "traffic.sidecar.istio.io/excludeInboundPorts"
+                                          for p in v.split(",") if p]} if self.annotations else {}),
         }
 
     @classmethod
@@ -71,6 +81,9 @@ class LabPod:
             ports=tuple(LabPort(p["name"], int(p["port"])) for p in data["ports"]),
             uid=data["uid"],
             spec_patch=tuple(data.get("spec_patch") or ()),
+            fix=str(data.get("fix", "")),
+            annotations=tuple((str(k), str(v)) for k, v in (data.get("annotations") or {}).items()),
+            settings=tuple((str(k), str(v)) for k, v in (data.get("settings") or {}).items()),
         )
 
 

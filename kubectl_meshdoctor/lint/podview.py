@@ -117,13 +117,13 @@ class PodView:
         return None
 
     def finding(self, rule: str, severity: Severity, title: str, server_port, evidence: Iterable[str], path: str,
-                explanation: str, remediation: str, **details) -> Finding:
+                explanation: str, remediation: str, fixes: tuple = (), **details) -> Finding:
         return Finding(
             detector=rule, severity=severity, title=title,
             flow=FlowRef(client="-", server=f"{self.ip}:{server_port if server_port is not None else '-'}", iface=""),
             evidence=tuple(Evidence(self.source, "", 0, 0.0, w) for w in evidence),
             explanation=explanation, remediation=remediation, pod=self.name,
-            details={"path": path, **details},
+            details={"path": path, **details}, fixes=fixes,
         )
 
 Rule = Callable[[PodView], list[Finding]]

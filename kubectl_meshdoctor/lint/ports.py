@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import yaml
-
 from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.fixes import render
+from kubectl_meshdoctor.core.remedies import exclude_inbound_ports, tproxy_interception
 
-from .podview import ANN_EXCLUDE, ANN_INCLUDE, ANN_MODE, PodView, _indent, rule
+from .podview import ANN_EXCLUDE, ANN_INCLUDE, PodView, rule
 
 ISTIO_OWN_EXCLUDES = {15090, 15021, 15020, 15008}
 
@@ -29,15 +29,6 @@ def _user_excludes(pv: PodView) -> list[int]:
     else:
         nums = {int(p) for p in str(pv.annotations.get(ANN_EXCLUDE, "")).split(",") if p.strip().isdigit()}
     return sorted(p for p in nums if p not in ISTIO_OWN_EXCLUDES)
-
-
-def _workload_labels(pv: PodView) -> dict:
-    skip = ("pod-template-hash", "security.istio.io/tlsMode", "service.istio.io/canonical-revision",
-            "service.istio.io/canonical-name")
-    labels = {k: v for k, v in pv.labels.items() if k not in skip}
-    if "app" in labels:
-        return {"app": labels["app"]}
-    return labels or {"app": "<your-app>"}
 
 
 @rule("redirect-exposure", "warning")
@@ -61,36 +52,10 @@ def redirect_exposure(pv: PodView) -> list[Finding]:
     exclude_value = _ports_text(sorted(set(_user_excludes(pv)) | {p.port for p in move}))
     move_text = _ports_text(p.port for p in move)
     ports_text = ", ".join(str(p.port) for p in captured)
-    labels = _workload_labels(pv)
-    label_yaml = _indent(yaml.safe_dump(labels, default_flow_style=False).rstrip(), 6)
-    sidecar_ports = "\n".join(
-        f"  - port:\n      number: {p.port}\n      protocol: TCP\n      name: tcp-{p.port}\n"
-        f"    defaultEndpoint: 127.0.0.1:{p.port}\n    captureMode: NONE" for p in captured)
-    remediation = f"""\
-# Fix A (pod template annotation): take {move_text} out of inbound capture; {keep.port} stays on the sidecar.
-# Traffic to {move_text} then bypasses Envoy (no mTLS termination, AuthorizationPolicy or telemetry there).
-metadata:
-  annotations:
-    {ANN_EXCLUDE}: "{exclude_value}"
-# (equivalently, list only what stays captured:  {ANN_INCLUDE}: "{keep.port}")
----
-# Fix B (heavier): no iptables capture for the pod; Envoy binds each port itself and forwards on loopback.
-# Needs the app to listen on 127.0.0.1 only, and removes outbound capture too (add egress listeners).
-metadata:
-  annotations:
-    {ANN_MODE}: NONE
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata:
-  name: {pv.labels.get('app') or pv.name}-no-capture
-  namespace: {pv.namespace}
-spec:
-  workloadSelector:
-    labels:
-{label_yaml}
-  ingress:
-{sidecar_ports}"""
+    # The collision's own fixes (core/remedies.py), the mesh kept first; what tuple-collision prints too.
+    fixes = (tproxy_interception(), exclude_inbound_ports(exclude_value, move_text))
+    remediation = render(fixes, note=f"# (instead of excluding: list only what stays captured, "
+                                      f"{ANN_INCLUDE}: \"{keep.port}\")")
     explanation = (
         f"istio-iptables REDIRECTs every captured inbound TCP port to Envoy's virtualInbound listener on {listener} "
         f"(nat ISTIO_INBOUND -> ISTIO_IN_REDIRECT 'REDIRECT --to-ports {listener}'; which ports from -b/-d, i.e. "
@@ -108,7 +73,7 @@ spec:
     return [pv.finding(
         "redirect-exposure", Severity.WARNING,
         f"app ports {ports_text} are all REDIRECTed to the one inbound listener {listener}",
-        move[0].port, evidence, move[0].path, explanation, remediation,
+        move[0].port, evidence, move[0].path, explanation, remediation, fixes=fixes,
         ports=[p.port for p in captured], listener=listener, exclude=exclude_value,
         capture_path=cap.path,
     )]

@@ -145,13 +145,11 @@ def test_redirect_exposure_classic():
     assert f.flow.server == "10.244.1.23:5002"
     assert 'traffic.sidecar.istio.io/excludeInboundPorts: "5002"' in f.remediation
     assert "TPROXY" in f.explanation and "run.go" in f.explanation
-    ann, mode, sidecar = yaml_docs(f.remediation)
+    # The collision's fixes, the mesh kept first: TPROXY, then the port out of capture.
+    tproxy, ann = yaml_docs(f.remediation)
+    assert tproxy["metadata"]["annotations"] == {"sidecar.istio.io/interceptionMode": "TPROXY"}
     assert ann["metadata"]["annotations"] == {"traffic.sidecar.istio.io/excludeInboundPorts": "5002"}
-    assert mode["metadata"]["annotations"] == {"sidecar.istio.io/interceptionMode": "NONE"}
-    assert sidecar["kind"] == "Sidecar" and sidecar["metadata"]["namespace"] == "shop"
-    assert sidecar["spec"]["workloadSelector"] == {"labels": {"app": "orders"}}
-    assert [(i["port"]["number"], i["captureMode"], i["defaultEndpoint"]) for i in sidecar["spec"]["ingress"]] == \
-           [(5000, "NONE", "127.0.0.1:5000"), (5002, "NONE", "127.0.0.1:5002")]
+    assert [fix.name for fix in f.fixes] == ["tproxy", "exclude-port"]
 
 
 def test_redirect_exposure_fine_when_the_second_port_is_excluded():

@@ -160,6 +160,20 @@ def _app_container(pod: PodSpecIn) -> dict[str, Any]:
     }
 
 
+def _interception(pod: PodSpecIn) -> str:
+    """The pod's inbound interception mode, as the injector reads it (REDIRECT by default)."""
+    return dict(pod.annotations).get("sidecar.istio.io/interceptionMode", "REDIRECT").upper()
+
+
+def _proxy_security_context(pod: PodSpecIn) -> dict[str, Any]:
+    if _interception(pod) == "TPROXY":  # the injection template: root with NET_ADMIN for transparent sockets
+        return {"allowPrivilegeEscalation": False, "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
+                "privileged": False, "readOnlyRootFilesystem": True, "runAsGroup": 1337, "runAsNonRoot": False,
+                "runAsUser": 0}
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
+            "readOnlyRootFilesystem": True, "runAsGroup": 1337, "runAsNonRoot": True, "runAsUser": 1337}
+
+
 def _proxy_container(pod: PodSpecIn, namespace: str) -> dict[str, Any]:
     pod_ports = ",".join(
         json.dumps({"name": p.name, "containerPort": p.port, "protocol": p.protocol}, separators=(",", ":"))
@@ -188,7 +202,7 @@ def _proxy_container(pod: PodSpecIn, namespace: str) -> dict[str, Any]:
             {"name": "ISTIO_META_APP_CONTAINERS", "value": "app"},
             {"name": "ISTIO_META_CLUSTER_ID", "value": "Kubernetes"},
             _field_env("ISTIO_META_NODE_NAME", "spec.nodeName"),
-            {"name": "ISTIO_META_INTERCEPTION_MODE", "value": "REDIRECT"},
+            {"name": "ISTIO_META_INTERCEPTION_MODE", "value": _interception(pod)},
             {"name": "ISTIO_META_WORKLOAD_NAME", "value": pod.name},
             {
                 "name": "ISTIO_META_OWNER",
@@ -203,15 +217,7 @@ def _proxy_container(pod: PodSpecIn, namespace: str) -> dict[str, Any]:
         "ports": [{"containerPort": 15090, "name": "http-envoy-prom", "protocol": "TCP"}],
         "readinessProbe": _probe("/healthz/ready", 15021, 15, 4, 3),
         "resources": {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "100m", "memory": "128Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "runAsGroup": 1337,
-            "runAsNonRoot": True,
-            "runAsUser": 1337,
-        },
+        "securityContext": _proxy_security_context(pod),
         "startupProbe": _probe("/healthz/ready", 15021, 1, 600, 3),
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
@@ -219,10 +225,11 @@ def _proxy_container(pod: PodSpecIn, namespace: str) -> dict[str, Any]:
 
 
 def _init_container(pod: PodSpecIn) -> dict[str, Any]:
-    excluded = ",".join((*ISTIO_EXCLUDED_INBOUND, *pod.exclude_inbound_ports))
+    # The injector appends the status port after the user's ports (pkg/kube/inject excludeInboundPort).
+    excluded = ",".join((*ISTIO_EXCLUDED_INBOUND[:2], *pod.exclude_inbound_ports, ISTIO_EXCLUDED_INBOUND[2]))
     return {
         "args": [
-            "istio-iptables", "-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*",
+            "istio-iptables", "-p", "15001", "-z", "15006", "-u", "1337", "-m", _interception(pod), "-i", "*",
             "-x", "", "-b", "*", "-d", excluded, "--log_output_level=default:info",
         ],
         "image": ISTIO_IMAGE,

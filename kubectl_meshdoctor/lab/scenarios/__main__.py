@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="time limit of the whole run")
     parser.add_argument("--period", type=float, default=DEFAULT_PERIOD, help="seconds between round starts")
+    parser.add_argument("--fix", default="", help="the printed fix applied to the pod (a client-side one changes "
+                                                  "the round: lab/fixes.py CLIENT_FIXES)")
     args = parser.parse_args(argv)
     pod = LabPod(
         name=args.pod_name or args.scenario,
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         client_ip=args.client_ip,
         ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),
         uid="",
+        fix=args.fix,
     )
     # `lab down` sends SIGTERM: unwind (finally blocks remove e.g. the syn-drop rule) instead of dying mid-round.
     signal.signal(signal.SIGTERM, _interrupt)

@@ -13,6 +13,7 @@ from kubectl_meshdoctor.lab.netns import CLIENT_FIXED_PORTS, in_netns
 from kubectl_meshdoctor.lab.state import LabPod
 
 from .rounds import _IO_TIMEOUT, _echo_exchange, _one_line, _Tally
+from .table import CLIENT_PORT_FIX
 
 _LIVE_INTERVAL = 0.3  # seconds between requests on the live connection
 _LIVE_REQUESTS = 3  # requests on the live connection before and after the second connect
@@ -87,7 +88,8 @@ def _port_reuse_round(pod: LabPod, tally: _Tally, *, flush: bool, used_ports: se
             # Flush right before the SYN, with the live connection idle: any packet of it in between would let
             # conntrack pick it up again and NAT would remap instead of colliding.
             flush_conntrack(pod.netns)
-        second = _bound_socket(pod.client_ip, port)
+        # The client-side fix: the second connection gets a port of its own from the kernel.
+        second = _bound_socket(pod.client_ip, 0 if pod.fix == CLIENT_PORT_FIX else port)
         t0 = time.monotonic()
         second.connect((pod.pod_ip, ECHO_PORT))
         tally.second_connect_s = time.monotonic() - t0

@@ -10,7 +10,9 @@ SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
     "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
 )
-STALE_IDLE_TIMEOUT = 0.5  # seconds: the stale-keepalive app closes idle keep-alive connections after this
+# seconds: the stale-keepalive app closes idle keep-alive connections after this, and says so in each response
+# (`Keep-Alive: timeout=1`, whole seconds as the header has them): what its printed idle-timeout fix is made from
+STALE_IDLE_TIMEOUT = 1.0
 # Seconds between the app's idle timer firing and its close(), with reading paused: a request that arrives then
 # is answered RST (it is unread when the socket closes). Envoy drops a pooled connection as soon as it reads the
 # app's FIN, so the race it loses is this window, before any FIN (or a request crossing the FIN on the wire).
@@ -34,6 +36,9 @@ DOWNSTREAM_IDLE_TIMEOUT = 0.5
 DOWNSTREAM_FIN_WITHIN = 10.0  # seconds the round waits for the sidecar's FIN
 GOAWAY_REFUSE_EVERY = 3
 GOAWAY_REQUESTS = 9  # requests in a goaway round (and in a healthy-h2 one)
+# The collision's client-side fix (a lab fix by this name, lab/fixes.py): the round's second connection gets its
+# source port from the kernel instead of sharing the live connection's.
+CLIENT_PORT_FIX = "client-port"
 
 
 @dataclass(frozen=True)

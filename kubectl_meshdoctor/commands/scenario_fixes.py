@@ -1,0 +1,44 @@
+"""The fixes each lab scenario's finding prints: what `lab up --fix NAME` and the lab tests apply.
+
+The lab is an extra that knows none of the product (it is given a fix as data, lab/fixes.py); this is where the
+two meet: the fixes come from the built-in detector of the scenario's failure, with the lab pod's ports and the
+cause `watch` reads from the pod, so the lab applies exactly what the finding prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kubectl_meshdoctor.core.fixes import Fix
+from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
+from kubectl_meshdoctor.lab.fixes import LabFix
+from kubectl_meshdoctor.lab.scenarios.table import STALE_IDLE_TIMEOUT
+from kubectl_meshdoctor_plugins import http_framing, stale_keepalive, tuple_collision, upstream_refused
+
+# scenario -> the fixes its finding prints, in the order printed
+SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
+    "collision": lambda: tuple_collision.fixes(ECHO_PORT),  # the round's second connection dials the echo port
+    "remap": lambda: tuple_collision.fixes(ECHO_PORT),
+    # watch reads the pod's listening sockets, so the live finding knows the cause
+    "refused": lambda: upstream_refused.fixes(HTTP_PORT, "not-listening"),
+    "refused-localhost": lambda: upstream_refused.fixes(HTTP_PORT, "bound-to-localhost"),
+    "framing": lambda: http_framing.FIXES,
+    # the app announces its keep-alive timeout (Keep-Alive: timeout=N), which the fix stays below
+    "stale-keepalive": lambda: stale_keepalive.fixes(STALE_IDLE_TIMEOUT),
+}
+
+
+def printed_fixes(scenario: str) -> tuple[Fix, ...]:
+    """The fixes a finding of ``scenario`` prints (empty when none is proven in the lab yet)."""
+    make = SCENARIO_FIXES.get(scenario)
+    return make() if make else ()
+
+
+def lab_fix(scenario: str, name: str) -> LabFix:
+    """The fix ``name`` of ``scenario``, as the lab is given it. Raises KeyError naming the scenario's fixes."""
+    fixes = printed_fixes(scenario)
+    for fix in fixes:
+        if fix.name == name:
+            return LabFix(fix.name, fix.annotations, fix.settings)
+    raise KeyError(f"scenario {scenario} has no fix {name!r} (its fixes: "
+                   f"{', '.join(f.name for f in fixes) or 'none proven in the lab yet'})")

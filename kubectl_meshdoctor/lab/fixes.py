@@ -1,0 +1,131 @@
+"""A printed fix, applied to a lab pod as Istio would render it (``lab up --pods collision --fix tproxy``).
+
+The lab is given the fix as data (its name and the pod annotations it sets: a finding's ``fixes[]``), never the
+detector, so what a lab test applies is what a user would paste. The annotations go on the lab's Pod object and
+from there where Istio's injector takes them: ``sidecar.istio.io/interceptionMode`` into istio-init's ``-m`` (the
+TPROXY rules, policy routing, a transparent Envoy listener, istio-proxy run as root) and
+``traffic.sidecar.istio.io/excludeInboundPorts`` into its ``-d`` list (a RETURN rule). A fix in the app, in
+Envoy's configuration or in the client is applied by its name (SETUP_CHANGES, CLIENT_FIXES).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
+from kubectl_meshdoctor.lab.scenarios.table import CLIENT_PORT_FIX, PodSetup
+from kubectl_meshdoctor.lab.state import LabError
+
+INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"  # Istio's annotations, as the injector reads them
+EXCLUDE_INBOUND_PORTS = "traffic.sidecar.istio.io/excludeInboundPorts"
+ANNOTATIONS_APPLIED = (INTERCEPTION_MODE, EXCLUDE_INBOUND_PORTS)
+
+# Fixes the scenario's client applies itself (its round changes); the mesh is left as it is.
+CLIENT_FIXES = frozenset({CLIENT_PORT_FIX})
+
+
+def _without_bind(args: tuple[str, ...]) -> tuple[str, ...]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--bind":
+            skip = True
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+# Fixes in the app or in Envoy's configuration, by name: how each changes the scenario's pod. istiod renders a
+# Sidecar ingress with defaultEndpoint 127.0.0.1:PORT as an inbound cluster to 127.0.0.1, the lab's
+# legacy_inbound.
+SETUP_CHANGES: dict[str, Callable[[PodSetup], PodSetup]] = {
+    "app-listens": lambda setup: replace(setup, app_http=()),
+    "app-framing": lambda setup: replace(setup, app_http=tuple(a for a in setup.app_http or ()
+                                                                 if a != "--broken-framing")),
+    "bind-all": lambda setup: replace(setup, app_http=_without_bind(setup.app_http or ())),
+    "sidecar-localhost": lambda setup: replace(setup, sidecar=replace(setup.sidecar, legacy_inbound=True)),
+}
+
+
+def _seconds(duration: str) -> float:
+    """An Istio duration ("0.8s", "48s", "1m") in seconds. Raises LabError."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    for unit in ("ms", "s", "m", "h"):
+        if duration.endswith(unit):
+            try:
+                return float(duration[:-len(unit)]) * units[unit]
+            except ValueError:
+                break
+    raise LabError(f"{duration!r} is not a duration the lab reads (e.g. 0.8s)")
+
+
+# Istio fields a fix sets -> the lab Envoy setting istiod renders them into (bootstrap.SidecarSettings).
+SETTINGS_APPLIED: dict[str, Callable[[SidecarSettings, str], SidecarSettings]] = {
+    "DestinationRule.trafficPolicy.connectionPool.http.idleTimeout":
+        lambda s, v: replace(s, upstream_idle_timeout_s=_seconds(v)),
+}
+
+
+@dataclass(frozen=True)
+class LabFix:
+    """A fix as the lab is given it: its ``name``, the pod template ``annotations`` it sets (name, value), and the
+    Istio fields it sets (``settings``: ``Kind.path``, value)."""
+
+    name: str
+    annotations: tuple[tuple[str, str], ...] = ()
+    settings: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PodFix:
+    """What a fix changes in a lab pod: the Pod's annotations, istio-init's mode and its -d additions, the
+    app's or Envoy's settings (by name) or the client's round."""
+
+    name: str
+    annotations: tuple[tuple[str, str], ...] = ()
+    interception: str = "REDIRECT"
+    excluded_ports: tuple[int, ...] = ()
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def client_side(self) -> bool:
+        return self.name in CLIENT_FIXES
+
+    def setup(self, setup: PodSetup) -> PodSetup:
+        """``setup`` with this fix's change to the app or Envoy (unchanged for a fix of rules or client)."""
+        change = SETUP_CHANGES.get(self.name)
+        setup = change(setup) if change else setup
+        sidecar = setup.sidecar
+        for path, value in self.settings:
+            sidecar = SETTINGS_APPLIED[path](sidecar, value)
+        return replace(setup, sidecar=sidecar)
+
+
+NO_FIX = PodFix("")
+
+
+def pod_fix(name: str, annotations: tuple[tuple[str, str], ...] = (),
+            settings: tuple[tuple[str, str], ...] = ()) -> PodFix:
+    """How the fix ``name`` with ``annotations`` and ``settings`` changes a lab pod (NO_FIX for ""). Raises
+    LabError for a fix the lab has no way to apply (an annotation or a field it does not render, or nothing to
+    apply and no change of that name)."""
+    if not name:
+        return NO_FIX
+    ann = dict(annotations)
+    unknown = sorted(set(ann) - set(ANNOTATIONS_APPLIED))
+    if unknown:
+        raise LabError(f"fix {name}: the lab does not render the annotation {unknown[0]}")
+    fields = sorted({path for path, _ in settings} - set(SETTINGS_APPLIED))
+    if fields:
+        raise LabError(f"fix {name}: the lab does not render {fields[0]}")
+    for path, value in settings:
+        SETTINGS_APPLIED[path](SidecarSettings(), value)  # a value the lab cannot read is refused now
+    if not ann and not settings and name not in SETUP_CHANGES and name not in CLIENT_FIXES:
+        raise LabError(f"fix {name}: the lab has no way to apply it")
+    mode = ann.get(INTERCEPTION_MODE, "REDIRECT").upper()
+    if mode not in ("REDIRECT", "TPROXY"):
+        raise LabError(f"fix {name}: interception mode {mode} is not one the lab runs")
+    excluded = tuple(int(p) for p in ann.get(EXCLUDE_INBOUND_PORTS, "").split(",") if p.strip().isdigit())
+    return PodFix(name, tuple(annotations), mode, excluded, tuple(settings))
