@@ -21,29 +21,47 @@ from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.local_reply import is_local_reply
 
-HTTP10_FIX = """\
-# The caller speaks HTTP/1.0. Best: make it speak HTTP/1.1. Else let this pod's sidecar accept HTTP/1.0
-# (pod template annotation; the pod must be restarted to take it):
+HTTP10_FIELD = "ProxyConfig.proxyMetadata.ISTIO_META_HTTP10"
+_CALLER = "the whole mesh and this pod's sidecar as they are"
+
+FIXES = {
+    "http10": (
+        Fix("caller-http11", "make the caller speak HTTP/1.1", _CALLER,
+            "a change in the caller (an old client library, a health checker, a load balancer's probe)",
+            yaml="# in the caller: send HTTP/1.1 requests (with a Host header)"),
+        Fix("accept-http10", "let this pod's sidecar accept HTTP/1.0 (Istio's ISTIO_META_HTTP10)",
+            "the caller as it is, and the mesh on this port",
+            "every HTTP/1.0 request is served: no keep-alive unless the caller asks, no chunked responses to it; "
+            "the pod must be restarted to take the annotation",
+            yaml="""\
+# pod template annotation:
 metadata:
   annotations:
     proxy.istio.io/config: |
       proxyMetadata:
-        ISTIO_META_HTTP10: "1\""""
-
-UPGRADE_FIX = """\
-# The caller asked to switch protocols (Upgrade: ...) and the route does not allow it. For h2c, let the
-# client speak HTTP/2 with prior knowledge, or plain HTTP/1.1; a Service port named http2- or grpc-
-# (appProtocol: http2) makes Istio speak HTTP/2 itself. WebSocket upgrades are on by default in Istio: check
-# no EnvoyFilter turns upgrade_configs off."""
-
-CODEC_FIX = """\
-# The caller's request breaks HTTP/1.1 syntax (RFC 9112): fix the client. Envoy's own counters say which
-# rule (kubectl meshdoctor analyze on a /stats dump: http.*.downstream_cx_protocol_error); headers over
-# 60 KiB need the client to send less, not Envoy to take more."""
+        ISTIO_META_HTTP10: "1\"""",
+            settings=((HTTP10_FIELD, "1"),)),
+    ),
+    "upgrade": (
+        Fix("caller-no-upgrade", "make the caller ask for no protocol switch the route does not allow", _CALLER,
+            "a change in the caller: for h2c, HTTP/2 with prior knowledge or plain HTTP/1.1 (a Service port "
+            "named http2- or grpc-, appProtocol: http2, makes Istio speak HTTP/2 itself); WebSocket upgrades are "
+            "on by default in Istio, so check no EnvoyFilter turns upgrade_configs off",
+            yaml="# in the caller: no Upgrade header (or only one the route allows: websocket)"),
+    ),
+    "codec": (
+        Fix("caller-valid-request", "make the caller send requests that follow HTTP/1.1 syntax (RFC 9112)",
+            _CALLER,
+            "a change in the caller; Envoy's counters name the rule (kubectl meshdoctor analyze on a /stats dump: "
+            "http.*.downstream_cx_protocol_error), and headers over 60 KiB need the client to send less",
+            yaml="# in the caller: header names are tokens (no spaces), one request line, no bare CR or LF"),
+    ),
+}
 
 
 def _kind(entry: AccessLogEntry) -> str | None:
@@ -118,13 +136,13 @@ class DownstreamProtocolError(Detector):
         what, why, fix = {
             "http10": ("spoke HTTP/1.0", f"the caller sent {request}: HTTP/1.0, which the sidecar's codec refuses "
                        f"unless accept_http_10 is on (Istio: ISTIO_META_HTTP10); Envoy answered 426 Upgrade "
-                       f"Required itself", HTTP10_FIX),
+                       f"Required itself", FIXES["http10"]),
             "upgrade": ("asked for an Upgrade the route refuses", f"the caller sent {request} with an Upgrade "
                         f"header the route has no upgrade for; Envoy answered 403 (upgrade_failed) itself",
-                        UPGRADE_FIX),
+                        FIXES["upgrade"]),
             "codec": ("sent a request the sidecar cannot parse", f"the sidecar's HTTP/1 parser rejected the "
                       f"caller's request ({details or 'a codec error'}); Envoy answered {code} itself "
-                      f"and closed the connection", CODEC_FIX),
+                      f"and closed the connection", FIXES["codec"]),
         }[kind]
         return Finding(
             detector=self.id,
@@ -138,7 +156,7 @@ class DownstreamProtocolError(Detector):
             explanation=(f"The app never saw this request: {why}. Every request like it fails the same way; it "
                          f"is the caller, not the app or the network, that must change (or the sidecar's "
                          f"settings, where the fix says so)."),
-            remediation=fix,
+            fixes=fix,
             pod=self.ctx.pod,
             ts=ts,
             details={"kind": kind},

@@ -20,6 +20,7 @@ from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -31,16 +32,30 @@ TIME_WAIT_S = 60.0  # Linux's TCP_TIMEWAIT_LEN: how long a closed connection hol
 MAX_CLOSES = 100_000  # the sidecar's first FINs remembered: a window, not the capture's history
 SHOWN_CLOSES = 3  # of them, how many the finding names as evidence
 
-SYSCTL_FIX = """\
-# Or give the pod more source ports and let it reuse TIME_WAIT ones for new outgoing connections
-# (namespaced sysctls, allowed by the kubelet's safe list):
+MAX_REQUESTS_FIELD = "DestinationRule.trafficPolicy.connectionPool.http.maxRequestsPerConnection"
+PORT_RANGE_FIELD = "Pod.spec.securityContext.sysctls[net.ipv4.ip_local_port_range]"
+WIDE_PORT_RANGE = "1024 65000"
+
+FIXES = (
+    Fix("reuse-connections", "let the sidecar reuse its connections to the app instead of one per request",
+        "the whole mesh; far fewer connections to the app, so no TIME_WAIT pile-up",
+        "long-lived connections to the app: a restarted app instance gets new requests only as the pool "
+        "reconnects, and an app that must close connections has to say so (Connection: close)",
+        yaml=destination_rule_pool("http", "maxRequestsPerConnection", "0",
+                                   comment="0: unlimited requests per pooled connection"),
+        settings=((MAX_REQUESTS_FIELD, "0"),)),
+    Fix("port-range", "give the pod more source ports (a namespaced sysctl on the kubelet's safe list)",
+        "the mesh and the traffic pattern as they are",
+        "it only moves the limit (one connection a request still exhausts the wider range, at a higher rate), "
+        "and an app port inside the range can be taken by an outgoing connection before the app binds it",
+        yaml=f"""\
 spec:
   securityContext:
     sysctls:
     - name: net.ipv4.ip_local_port_range
-      value: "1024 65000"
-    - name: net.ipv4.tcp_tw_reuse
-      value: "1\""""
+      value: "{WIDE_PORT_RANGE}\"""",
+        settings=((PORT_RANGE_FIELD, WIDE_PORT_RANGE),)),
+)
 
 
 def _errno(entry: AccessLogEntry) -> int | None:
@@ -91,11 +106,7 @@ class SourcePortExhaustion(Detector):
                 f"left the pod. Every local port towards that address is taken, most by connections in TIME_WAIT "
                 f"(60 s each after the sidecar closes one): the sidecar opens and closes connections to the app "
                 f"faster than the port range allows ({entry.details or entry.upstream_failure}).{seen}"),
-            remediation=(
-                "# Reuse connections to the app instead of opening one per request:\n"
-                + destination_rule_pool("http", "maxRequestsPerConnection", "0",
-                                        comment="0: unlimited requests per pooled connection")
-                + "\n" + SYSCTL_FIX),
+            fixes=FIXES,
             pod=self.ctx.pod,
             ts=entry.ts,
             details={"sidecar_closes_before": len(closes)},

@@ -30,7 +30,7 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
-from kubectl_meshdoctor.core.remedies import destination_rule_pool, virtual_service_retries
+from kubectl_meshdoctor.core.remedies import destination_rule_pool
 
 RACE_WINDOW_S = 0.05  # a request this much before the FIN crossed it on the wire: the same race
 # A request this long after the connection's last response found it idle in Envoy's pool: pipelined or
@@ -42,12 +42,14 @@ MAX_CLOSE_AFTER_REQUEST_S = 0.5
 _NOTE = "stale-keepalive"
 _DETAILS = "upstream_reset_before_response_started{connection_termination}"
 
-_DOWNSTREAM_REMEDIATION = (
-    "# The caller must drop pooled connections before this pod's sidecar does: give the caller's\n"
-    "# DestinationRule (for this service) an idleTimeout shorter than this pod's inbound idle timeout,\n"
-    "# and retry the requests that still hit a closing connection:\n"
-    + destination_rule_pool("http", "idleTimeout", "<below this pod's>", "the caller's side")
-    + "\n---\n" + virtual_service_retries(2, "reset,connect-failure"))
+# The downstream hop: the caller's pool must let go first. Its side, so no field of this pod is set.
+CALLER_FIXES = (Fix(
+    "caller-idle-timeout", "let the caller drop idle pooled connections before this pod's sidecar closes them",
+    "the whole mesh; this pod's sidecar keeps its idle timeout",
+    "a DestinationRule in the caller's namespace (or the caller's own client setting, for a caller outside "
+    "the mesh): its connections to this service are reopened after idle spells",
+    yaml=destination_rule_pool("http", "idleTimeout", "<below this pod's inbound idle timeout>",
+                               "the caller's side: Sidecar inboundConnectionPool.http.idleTimeout here")),)
 
 IDLE_TIMEOUT_FIELD = "DestinationRule.trafficPolicy.connectionPool.http.idleTimeout"
 # Retries hide the 503 from the caller but the race still happens (the RST is on the wire): a note, not a fix.
@@ -179,7 +181,7 @@ class StaleKeepalive(Detector):
                 f"{{connection_termination}} in the caller's access log; this pod's sidecar logs nothing: it saw no "
                 f"request). The caller keeps idle connections longer than this pod's sidecar does."),
             details={"request_after_fin_ms": round(gap_ms, 3), "hop": "downstream"},
-            remediation=_DOWNSTREAM_REMEDIATION,
+            fixes=CALLER_FIXES,
             title=f"Caller {ref.client} reused a connection this pod's sidecar had closed: {ref.server} reset it")
 
     def _unread_on_close(self, rst: PacketEvent, flow: Flow, note: dict, last: PacketEvent,

@@ -19,9 +19,12 @@ from kubectl_meshdoctor.core.remedies import destination_rule_pool, virtual_serv
 
 ERROR_AFTER_RETRANSMITS = 3
 
+# No fix: what drops the SYN is not on the wire, so the finding says where to look. What follows bounds the stall
+# and is labelled so: it is no fix (the SYNs are still lost), and no lab test could show the failure gone.
 _REMEDIATION = (
-    "# Find what eats the SYN: a NetworkPolicy or firewall, a full accept queue (TcpExtListenDrops), conntrack\n"
-    "# drops (conntrack -S: insert_failed, drop). Meanwhile bound the stall and retry on another endpoint:\n"
+    "# No fix can be read from the capture: find what eats the SYN: a NetworkPolicy or firewall, a full accept\n"
+    "# queue (nstat TcpExtListenDrops), conntrack drops (conntrack -S: insert_failed, drop).\n"
+    "# A mitigation, not a fix (the SYNs are still lost): bound the stall and retry on another endpoint:\n"
     + destination_rule_pool("tcp", "connectTimeout", "1s")
     + "\n---\n" + virtual_service_retries(3, "connect-failure,reset", "2s"))
 

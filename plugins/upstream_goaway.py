@@ -13,11 +13,23 @@ from __future__ import annotations
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.remedies import virtual_service_retries
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import parse_reset_details
 
 REFUSED = "remote_refused_stream_reset"
+
+
+RETRY_ON = "refused-stream,connect-failure,reset"
+FIXES = (Fix(
+    "retry-refused-stream", "retry refused streams more than Istio's default of 2: they were never processed",
+    "the whole mesh and the app as they are; a refused request is safe to send again (RFC 9113 section 8.7)",
+    "a request can wait for up to three more attempts; also let the app drain on shutdown (stop accepting "
+    "before closing: terminationGracePeriodSeconds, a preStop sleep) and keep its max concurrent streams above "
+    "the sidecar's pool use, so fewer streams are refused",
+    yaml=virtual_service_retries(3, RETRY_ON),
+    settings=(("VirtualService.http.retries.attempts", "3"), ("VirtualService.http.retries.retryOn", RETRY_ON))),)
 
 
 class UpstreamGoaway(Detector):
@@ -45,11 +57,7 @@ class UpstreamGoaway(Detector):
                 f"shutting down, or closing an old connection) or RST_STREAM REFUSED_STREAM (its concurrent "
                 f"stream limit), RFC 9113 sections 6.8 and 8.7. The request was never processed, so it is safe to "
                 f"retry; Envoy's retries were spent or not configured, and the caller got {entry.code}."),
-            remediation=(
-                "# Retry refused streams more than Istio's default of 2 (they were never processed), and let the\n"
-                "# app drain: in its shutdown, stop accepting before closing (terminationGracePeriodSeconds,\n"
-                "# a preStop sleep), and keep its max concurrent streams above the sidecar's pool use.\n"
-                + virtual_service_retries(3, "refused-stream,connect-failure,reset")),
+            fixes=FIXES,
             pod=self.ctx.pod,
             ts=entry.ts,
         )

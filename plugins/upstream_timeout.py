@@ -19,6 +19,7 @@ from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import virtual_service_timeout
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -33,6 +34,22 @@ _NOTE = "upstream-timeout"
 def _seconds(ms: int) -> str:
     """Twice the timeout that fired (what Envoy waited, to the nearest whole second; it fires a few ms off)."""
     return f"{2 * max(1, int(ms / 1000 + 0.5))}s"
+
+
+ROUTE_TIMEOUT_FIELD = "VirtualService.http.timeout"
+
+
+def fixes(waited_ms: int, per_try: bool) -> tuple[Fix, ...]:
+    """The fix of a route (or per-try) timeout that fired after ``waited_ms``: twice that time for the route."""
+    longer = _seconds(waited_ms)
+    return (Fix(
+        "route-timeout", f"give the route more time than the app's slowest answer ({longer} here: twice what "
+                         f"Envoy waited; more if the app needs it)",
+        "the whole mesh; the app's slow answers are served instead of cut off",
+        "callers of a stuck app wait longer for the 504, and the caller's own timeout must be longer still (else "
+        "it gives up first: DC); if the app is overloaded or stuck, a longer timeout only hides it",
+        yaml=virtual_service_timeout(longer, longer if per_try else None, comment="twice what Envoy waited"),
+        settings=() if per_try else ((ROUTE_TIMEOUT_FIELD, longer),)),)
 
 
 class UpstreamTimeout(Detector):
@@ -83,11 +100,7 @@ class UpstreamTimeout(Detector):
                 f"counted upstream_rq_{'per_try_' if per_try else ''}timeout. The app was slower than the route "
                 f"allows: either it is overloaded or stuck (check its latency and its own dependencies), or the "
                 f"timeout is shorter than the slowest answer it legitimately gives."),
-            remediation=(
-                "# If the app is right to take this long, give the route more time than its slowest answer\n"
-                "# (and keep the caller's own timeout longer still, or the caller gives up first: DC):\n"
-                + virtual_service_timeout(_seconds(waited_ms), _seconds(waited_ms) if per_try else None,
-                                          comment=f"Envoy waited {waited_ms} ms")),
+            fixes=fixes(waited_ms, per_try),
             pod=self.ctx.pod,
             ts=ts,
         )

@@ -20,6 +20,7 @@ VARIANTS = {
     "no keep-alive to the app": SidecarSettings(upstream_max_requests_per_connection=1, upstream_idle_timeout_s=2.0),
     "HTTP/1.0 and h2 to the app": SidecarSettings(accept_http_10=True, h2_upstream=True),
     "TPROXY interception": SidecarSettings(interception_mode="TPROXY"),
+    "retries on the route": SidecarSettings(route_retry_on="refused-stream,connect-failure,reset", route_retries=3),
 }
 
 

@@ -26,8 +26,6 @@ def run(args) -> int:
     try:
         if args.lab_command == "up":
             pods = [p.strip() for p in args.pods.split(",") if p.strip()]
-            sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)} ...\n")
-            mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
             fixes = None
             if args.fix:
                 from kubectl_meshdoctor.commands.scenario_fixes import lab_fix
@@ -36,6 +34,9 @@ def run(args) -> int:
                     fixes = {name: lab_fix(scenario, args.fix) for name, scenario in map(lab.pod_spec, pods)}
                 except KeyError as e:
                     return error(e.args[0])
+            fixed = f", fix {args.fix}" if args.fix else ""
+            sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)}{fixed} ...\n")
+            mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
             state = lab.up(args.name, state_dir, pods, mesh=mesh, fixes=fixes)
             print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
                   f"{state.namespace}")

@@ -12,8 +12,17 @@ from collections.abc import Callable
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.fixes import LabFix
-from kubectl_meshdoctor.lab.scenarios.table import STALE_IDLE_TIMEOUT
-from kubectl_meshdoctor_plugins import http_framing, stale_keepalive, tuple_collision, upstream_refused
+from kubectl_meshdoctor.lab.scenarios.table import SLOW_ROUTE_TIMEOUT, STALE_IDLE_TIMEOUT
+from kubectl_meshdoctor_plugins import (
+    downstream_protocol_error,
+    http_framing,
+    source_port_exhaustion,
+    stale_keepalive,
+    tuple_collision,
+    upstream_goaway,
+    upstream_refused,
+    upstream_timeout,
+)
 
 # scenario -> the fixes its finding prints, in the order printed
 SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
@@ -25,6 +34,13 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "framing": lambda: http_framing.FIXES,
     # the app announces its keep-alive timeout (Keep-Alive: timeout=N), which the fix stays below
     "stale-keepalive": lambda: stale_keepalive.fixes(STALE_IDLE_TIMEOUT),
+    "port-exhaustion": lambda: source_port_exhaustion.FIXES,
+    "downstream-idle": lambda: stale_keepalive.CALLER_FIXES,
+    # Envoy waits the route's timeout, to the millisecond as it logs it
+    "slow-app": lambda: upstream_timeout.fixes(int(SLOW_ROUTE_TIMEOUT * 1000), per_try=False),
+    "goaway": lambda: upstream_goaway.FIXES,
+    # three failures in one round, each with its own fixes
+    "http10": lambda: tuple(f for fixes in downstream_protocol_error.FIXES.values() for f in fixes),
 }
 
 

@@ -107,6 +107,8 @@ class SidecarSettings:
     - ``accept_http_10``: ``ISTIO_META_HTTP10=1``.
     - ``h2_upstream``: talk HTTP/2 to the app (``appProtocol: http2`` / DestinationRule ``h2UpgradePolicy``).
     - ``access_log_encoding``: ``TEXT`` or ``JSON`` (meshConfig.accessLogEncoding).
+    - ``route_retry_on``, ``route_retries``: a VirtualService's ``retries.retryOn`` and ``retries.attempts`` on
+      the inbound route (Envoy's ``retry_policy``: ``retry_on``, ``num_retries``).
     - ``interception_mode``: ``REDIRECT`` or ``TPROXY`` (``sidecar.istio.io/interceptionMode``): under TPROXY
       the capture listeners are transparent and virtualInbound copies the client's address to the upstream leg
       (``original_src`` with mark 1337), as istiod renders them (pilot/pkg/networking/core listener builder).
@@ -121,6 +123,8 @@ class SidecarSettings:
     h2_upstream: bool = False
     access_log_encoding: str = "TEXT"
     interception_mode: str = "REDIRECT"
+    route_retry_on: str | None = None
+    route_retries: int | None = None
 
     def __post_init__(self) -> None:
         if self.interception_mode not in INTERCEPTION_MODES:
@@ -181,6 +185,8 @@ def _inbound_route(pod: BootstrapPod, port: int, settings: SidecarSettings) -> d
     else:
         route.update(timeout=_duration(settings.route_timeout_s),
                      max_grpc_timeout=_duration(settings.route_timeout_s))
+    if settings.route_retry_on:
+        route["retry_policy"] = {"retry_on": settings.route_retry_on, "num_retries": settings.route_retries or 2}
     return {
         "name": cluster,
         "validate_clusters": False,

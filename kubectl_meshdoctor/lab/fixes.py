@@ -13,8 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
-from kubectl_meshdoctor.lab.scenarios.table import CLIENT_PORT_FIX, PodSetup
+from kubectl_meshdoctor.lab.scenarios.table import (
+    CALLER_HTTP11_FIX,
+    CALLER_IDLE_FIX,
+    CALLER_NO_UPGRADE_FIX,
+    CALLER_VALID_REQUEST_FIX,
+    CLIENT_PORT_FIX,
+    PodSetup,
+)
 from kubectl_meshdoctor.lab.state import LabError
 
 INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"  # Istio's annotations, as the injector reads them
@@ -22,7 +28,8 @@ EXCLUDE_INBOUND_PORTS = "traffic.sidecar.istio.io/excludeInboundPorts"
 ANNOTATIONS_APPLIED = (INTERCEPTION_MODE, EXCLUDE_INBOUND_PORTS)
 
 # Fixes the scenario's client applies itself (its round changes); the mesh is left as it is.
-CLIENT_FIXES = frozenset({CLIENT_PORT_FIX})
+CLIENT_FIXES = frozenset({CLIENT_PORT_FIX, CALLER_IDLE_FIX, CALLER_HTTP11_FIX, CALLER_NO_UPGRADE_FIX,
+                          CALLER_VALID_REQUEST_FIX})
 
 
 def _without_bind(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -61,10 +68,35 @@ def _seconds(duration: str) -> float:
     raise LabError(f"{duration!r} is not a duration the lab reads (e.g. 0.8s)")
 
 
-# Istio fields a fix sets -> the lab Envoy setting istiod renders them into (bootstrap.SidecarSettings).
-SETTINGS_APPLIED: dict[str, Callable[[SidecarSettings, str], SidecarSettings]] = {
+def _sidecar(**changes) -> Callable[[PodSetup], PodSetup]:
+    return lambda setup: replace(setup, sidecar=replace(setup.sidecar, **changes))
+
+
+def _port_range(value: str) -> tuple[int, int]:
+    try:
+        low, high = (int(p) for p in value.split())
+    except ValueError:
+        raise LabError(f"{value!r} is not a port range (e.g. \"1024 65000\")") from None
+    return low, high
+
+
+# The fields a fix sets (Kind.path) -> what they become in the lab pod: the Envoy setting istiod renders them
+# into (bootstrap.SidecarSettings), or the pod's namespaced sysctl.
+SETTINGS_APPLIED: dict[str, Callable[[PodSetup, str], PodSetup]] = {
     "DestinationRule.trafficPolicy.connectionPool.http.idleTimeout":
-        lambda s, v: replace(s, upstream_idle_timeout_s=_seconds(v)),
+        lambda setup, v: _sidecar(upstream_idle_timeout_s=_seconds(v))(setup),
+    # Istio's 0 means unlimited: Envoy is given no max_requests_per_connection at all
+    "DestinationRule.trafficPolicy.connectionPool.http.maxRequestsPerConnection":
+        lambda setup, v: _sidecar(upstream_max_requests_per_connection=int(v) or None)(setup),
+    # istiod renders a VirtualService timeout as the route's timeout and max_grpc_timeout (bootstrap.py)
+    "VirtualService.http.timeout": lambda setup, v: _sidecar(route_timeout_s=_seconds(v))(setup),
+    "VirtualService.http.retries.attempts": lambda setup, v: _sidecar(route_retries=int(v))(setup),
+    "VirtualService.http.retries.retryOn": lambda setup, v: _sidecar(route_retry_on=v)(setup),
+    # pilot-agent passes ISTIO_META_HTTP10=1 on, and istiod renders accept_http_10 on the inbound HCM
+    "ProxyConfig.proxyMetadata.ISTIO_META_HTTP10":
+        lambda setup, v: _sidecar(accept_http_10=v == "1")(setup),
+    "Pod.spec.securityContext.sysctls[net.ipv4.ip_local_port_range]":
+        lambda setup, v: replace(setup, local_ports=_port_range(v)),
 }
 
 
@@ -97,10 +129,9 @@ class PodFix:
         """``setup`` with this fix's change to the app or Envoy (unchanged for a fix of rules or client)."""
         change = SETUP_CHANGES.get(self.name)
         setup = change(setup) if change else setup
-        sidecar = setup.sidecar
         for path, value in self.settings:
-            sidecar = SETTINGS_APPLIED[path](sidecar, value)
-        return replace(setup, sidecar=sidecar)
+            setup = SETTINGS_APPLIED[path](setup, value)
+        return setup
 
 
 NO_FIX = PodFix("")
@@ -121,7 +152,10 @@ def pod_fix(name: str, annotations: tuple[tuple[str, str], ...] = (),
     if fields:
         raise LabError(f"fix {name}: the lab does not render {fields[0]}")
     for path, value in settings:
-        SETTINGS_APPLIED[path](SidecarSettings(), value)  # a value the lab cannot read is refused now
+        try:
+            SETTINGS_APPLIED[path](PodSetup(), value)  # a value the lab cannot read is refused now
+        except ValueError as e:
+            raise LabError(f"fix {name}: {path} = {value!r}: {e}") from None
     if not ann and not settings and name not in SETUP_CHANGES and name not in CLIENT_FIXES:
         raise LabError(f"fix {name}: the lab has no way to apply it")
     mode = ann.get(INTERCEPTION_MODE, "REDIRECT").upper()

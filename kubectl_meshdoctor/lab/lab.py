@@ -284,7 +284,8 @@ def _bring_up(
     for pod in state.pods:
         fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip,
-                                 local_ports=SETUPS[pod.scenario].local_ports, interception=fix.interception,
+                                 local_ports=fix.setup(SETUPS[pod.scenario]).local_ports,
+                                 interception=fix.interception,
                                  excluded_ports=fix.excluded_ports)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))

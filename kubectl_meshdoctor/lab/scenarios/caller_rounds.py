@@ -15,6 +15,11 @@ from kubectl_meshdoctor.lab.state import LabPod
 from .http_rounds import _get
 from .rounds import _IO_TIMEOUT, _one_line, _Tally
 from .table import (
+    CALLER_HTTP11_FIX,
+    CALLER_IDLE_FIX,
+    CALLER_IDLE_TIMEOUT,
+    CALLER_NO_UPGRADE_FIX,
+    CALLER_VALID_REQUEST_FIX,
     DOWNSTREAM_FIN_WITHIN,
     EXHAUSTION_REQUESTS,
     GOAWAY_REQUESTS,
@@ -79,9 +84,19 @@ def _slow_app_round(pod: LabPod, tally: _Tally) -> None:
 
 
 def _http10_round(pod: LabPod, tally: _Tally) -> None:
-    _raw(pod, tally, "GET /http10 HTTP/1.0", HTTP10_REQUEST)
-    _raw(pod, tally, "GET /upgrade (Upgrade: meshdoctor-lab/1)", UPGRADE_REQUEST)
-    _raw(pod, tally, "GET /malformed (a header name with a space)", MALFORMED_REQUEST)
+    # A caller-side fix sends its one request the right way; an ordinary request comes last either way.
+    if pod.fix == CALLER_HTTP11_FIX:
+        _get(pod, tally, "/http10")
+    else:
+        _raw(pod, tally, "GET /http10 HTTP/1.0", HTTP10_REQUEST)
+    if pod.fix == CALLER_NO_UPGRADE_FIX:
+        _get(pod, tally, "/upgrade")
+    else:
+        _raw(pod, tally, "GET /upgrade (Upgrade: meshdoctor-lab/1)", UPGRADE_REQUEST)
+    if pod.fix == CALLER_VALID_REQUEST_FIX:
+        _get(pod, tally, "/malformed")
+    else:
+        _raw(pod, tally, "GET /malformed (a header name with a space)", MALFORMED_REQUEST)
     _get(pod, tally, "/ok")  # an ordinary request on the same pod still works
 
 
@@ -129,6 +144,11 @@ def _downstream_idle_round(pod: LabPod, tally: _Tally) -> None:
             first = _response_of(s)
             tally.http.append(("/idle", int(first.split(b" ")[1]) if first[:5] == b"HTTP/" else 0, ""))
             done = time.monotonic()
+            if pod.fix == CALLER_IDLE_FIX:  # the fixed caller's pool: idle too long, so a new connection
+                time.sleep(CALLER_IDLE_TIMEOUT)  # the caller's own idle timer, not a wait for a condition
+                s.close()
+                _get(pod, tally, "/idle/new-connection")
+                return
             if not _fin_arrived(s, DOWNSTREAM_FIN_WITHIN):
                 tally.errors.append(f"the sidecar did not close the idle connection within {DOWNSTREAM_FIN_WITHIN} s")
                 return

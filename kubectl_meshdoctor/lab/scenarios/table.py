@@ -22,7 +22,9 @@ STALE_REUSE_AFTER = STALE_IDLE_TIMEOUT + STALE_CLOSE_DELAY / 2
 # slow-app: the route's timeout (a VirtualService timeout) and what its round asks of the app.
 SLOW_ROUTE_TIMEOUT = 1.0
 SLOW_IN_TIME = 0.3  # seconds the app takes for the request that is answered in time
-SLOW_TOO_LONG = 3.0  # seconds the app would take for the request the route times out, and the one abandoned
+# seconds the app would take for the request the route times out, and the one abandoned: under twice the route's
+# timeout, so that the printed fix (a route timeout of twice what Envoy waited) serves it
+SLOW_TOO_LONG = 1.5
 SLOW_CALLER_GIVES_UP = 0.4  # seconds the impatient caller waits before it closes its connection
 # port-exhaustion: the pod's sidecar may dial the app from this few source ports, and closes every upstream
 # connection after one request (no keep-alive): each port then sits in TIME_WAIT for 60 s.
@@ -39,6 +41,14 @@ GOAWAY_REQUESTS = 9  # requests in a goaway round (and in a healthy-h2 one)
 # The collision's client-side fix (a lab fix by this name, lab/fixes.py): the round's second connection gets its
 # source port from the kernel instead of sharing the live connection's.
 CLIENT_PORT_FIX = "client-port"
+# downstream-idle's caller-side fix: the caller's pool lets an idle connection go after CALLER_IDLE_TIMEOUT s,
+# before the sidecar's DOWNSTREAM_IDLE_TIMEOUT, and opens a new one for its next request.
+CALLER_IDLE_FIX = "caller-idle-timeout"
+CALLER_IDLE_TIMEOUT = 0.3
+# http10's caller-side fixes: its round sends that one request the right way (the other two as before).
+CALLER_HTTP11_FIX = "caller-http11"
+CALLER_NO_UPGRADE_FIX = "caller-no-upgrade"
+CALLER_VALID_REQUEST_FIX = "caller-valid-request"
 
 
 @dataclass(frozen=True)
