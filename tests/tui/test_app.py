@@ -47,7 +47,11 @@ async def test_findings_appear_with_counts_and_detail_then_q_quits():
         assert "1 error" in screen_text(app, "#status")
         detail = screen_text(app, "#detail")
         assert "frame 19: SYN" in detail and "frame 20: challenge ACK" in detail
-        assert 'excludeInboundPorts: "5002"' in screen_text(app, "#explain")
+        explain = screen_text(app, "#explain")
+        # The fixes as printed, in their order, from the same objects the lab tests apply (core/fixes.py).
+        assert explain.index("Fix 1 of 3 (tproxy)") < explain.index('interceptionMode: "TPROXY"') \
+            < explain.index("Fix 2 of 3 (exclude-port)") < explain.index('excludeInboundPorts: "5002"') \
+            < explain.index("Fix 3 of 3 (client-port)")
         await pilot.press("q")
         await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
     assert app.return_value is not None and app.return_value.exit_code() == 1
