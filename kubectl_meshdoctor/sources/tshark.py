@@ -56,7 +56,7 @@ PREFILTER = "frame.number == 1 || " + FILE_PREFILTER  # && binds tighter than ||
 ALL_TCP = "frame.number == 1 || tcp"
 
 # A live stream never ends, so tshark resets its session state every SESSION_PACKETS packets (-M); it then
-# numbers frames from 1 again and read_stream adds the packets of earlier sessions back. Files are read without
+# numbers frames from 1 again and the shared dissector adds the packets of earlier sessions back. Files are read without
 # -M: with these settings tshark keeps ~30 bytes a frame, while each reset leaks ~8-10 MB (measured with tshark
 # 4.0 on a 630k-frame file: 178 MB without -M, 229 MB at -M 100000, 512 MB at -M 20000; bench/RESULTS.md).
 SESSION_PACKETS = 1_000_000
@@ -273,38 +273,36 @@ async def tshark_complaint(capture: _FieldsPipeCapture) -> str | None:
 
 
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
-                      force_iface: bool = False, live: bool = False, prefilter: bool = True,
+                      force_iface: bool = False, prefilter: bool = True,
                       gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0,
                       frame_map: Sequence[int] | None = None) -> ReadResult:
     """Read pcap/pcapng bytes from ``fd`` until EOF, calling ``on_event`` for each TCP packet in order.
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
     ``pod/iface``); ``iface`` is used when the capture does not name the interface itself, or always with
-    ``force_iface``. ``live``: tshark flushes each packet as it comes (latency over throughput).
-    ``prefilter``: only the packets PREFILTER keeps (the detectors' findings are the same; counts are of those).
+    ``force_iface``. A live stream goes through sources/dissector.py instead (one tshark for every stream).
+    ``prefilter``: only the packets FILE_PREFILTER keeps (the detectors' findings are the same; counts are of those).
     ``gate`` is awaited before each read of tshark's output (back-pressure from merge_by_time).
     ``frame_offset`` is added to every frame number (a chunk of a larger file: the frames before it);
     ``frame_map`` then maps it to the user's (the stream holds some of the file's records: sources/prepass.py).
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
     await asyncio.to_thread(_tshark_version, None)  # `tshark -v` once, off the event loop (a screen may run there)
-    args = list(TSHARK_ARGS) + (["-M", str(SESSION_PACKETS)] if live else [])
+    args = list(TSHARK_ARGS)
     # Our running loop, given: without one, pyshark installs a new SafeChildWatcher for every capture, and a
     # tshark started under the previous watcher is then reaped by nobody ("Unknown child process pid N, will
     # report returncode 255" when chunks are read one after another).
-    capture = _FieldsPipeCapture(fd, display_filter=(PREFILTER if live else FILE_PREFILTER) if prefilter else ALL_TCP,
-                                 custom_parameters=args, line_buffered=live, gate=gate,
+    capture = _FieldsPipeCapture(fd, display_filter=FILE_PREFILTER if prefilter else ALL_TCP,
+                                 custom_parameters=args, gate=gate,
                                  eventloop=asyncio.get_running_loop())
     count = 0
     last = 0
     frames_read: int | None = None
-    sessions = 0  # -M sessions before the current one: their frames come before frame 1 of this one
-    seen_any = False
     undissectable: list[int] = []
     skipped = 0
 
     def handle(batch: bytes) -> None:
-        nonlocal count, last, frames_read, sessions, seen_any, skipped
+        nonlocal count, last, frames_read, skipped
         for line in batch.decode("latin-1").split("\n"):
             if not line:
                 continue
@@ -313,12 +311,8 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
                 if m:
                     frames_read = int(m.group(1))
                 continue
-            if line.startswith("1\t"):
-                sessions += seen_any
-                seen_any = True
             try:
-                ev = packet_from_fields(line, source, iface, force_iface, frame_offset + sessions * SESSION_PACKETS,
-                                        frame_map)
+                ev = packet_from_fields(line, source, iface, force_iface, frame_offset, frame_map)
             except Undissectable as e:  # counted and named, never the end of the run
                 skipped += 1
                 if len(undissectable) < MAX_NAMED:

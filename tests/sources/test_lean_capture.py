@@ -3,7 +3,6 @@ detector concludes from: the lab's recorded captures give the same findings whol
 and with the reader not filtering at all."""
 
 import asyncio
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -76,21 +75,6 @@ def test_reader_without_its_display_filter_finds_the_same(monkeypatch):
     assert report.stats.packets == sum(report.stats.frames_read.values())  # every frame reached the pipeline
 
 
-def test_frame_numbers_survive_tshark_session_resets(monkeypatch):
-    """tshark -M numbers frames from 1 again after every reset; the reader adds earlier sessions back, so
-    evidence frames stay the frame numbers of the user's file."""
-    paths = [DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap"]
-    whole, _ = _findings(paths)
-    monkeypatch.setattr(tshark, "TSHARK_ARGS", [*tshark.TSHARK_ARGS, "-M", "7"])
-    monkeypatch.setattr(tshark, "SESSION_PACKETS", 7)
-    monkeypatch.setattr(tshark, "FILE_PREFILTER", tshark.PREFILTER)  # -M is live's: its filter yields frame 1s
-    reset, _ = _findings(paths)
-    assert reset.problems == []  # tshark's "resetting session" notice is not a problem
-    assert [[(e.source, e.frame) for e in f.evidence] for f in reset.findings] == \
-        [[(e.source, e.frame) for e in f.evidence] for f in whole.findings]
-    assert max(e.frame for f in whole.findings for e in f.evidence) > 7
-
-
 def test_big_files_read_in_chunks_keep_the_file_frame_numbers(monkeypatch, tmp_path):
     """A file over the chunk threshold is split by editcap and read by one tshark per chunk: the same findings,
     the same evidence frames, every frame counted; a chunked file cut short is still reported as cut."""
@@ -157,21 +141,23 @@ def test_one_tshark_keeps_capture_time_order_with_a_small_merge_bound(monkeypatc
 
 
 def test_a_killed_tshark_is_a_problem_not_a_quiet_end():
-    """A tshark killed by a signal (the OOM killer, kill -9) leaves the rest of its stream unread: read_stream
-    says so instead of ending as if the capture had."""
+    """A tshark killed by a signal (the OOM killer, kill -9) leaves the rest of its streams unread: the live
+    path (the shared dissector) says so for each of them instead of ending as if the capture had."""
     import psutil
 
+    from kubectl_meshdoctor.sources.dissector import SharedDissector
+
     async def run():
-        read_fd, write_fd = os.pipe()
         first = asyncio.Event()
-        task = asyncio.create_task(tshark.read_stream(read_fd, "pod/lo", "lo", lambda ev: first.set(),
-                                                      live=True))
-        os.write(write_fd, (DATA / "lab-collision-lo.pcap").read_bytes())  # the pipe stays open: tshark waits
+        d = SharedDissector()
+        stream = d.stream("pod/lo", "lo", lambda ev: first.set())
+        stream.wrote((DATA / "lab-collision-lo.pcap").read_bytes())  # the stream stays open: tshark waits
         await asyncio.wait_for(first.wait(), 30)
         (child,) = [p for p in psutil.Process().children() if p.name() == "tshark"]
         child.kill()
-        result = await asyncio.wait_for(task, 30)
-        os.close(write_fd)
+        result = await asyncio.wait_for(stream.result, 30)
+        stream.ended()
+        await d.close()
         return result
 
     result = asyncio.run(run())
