@@ -259,9 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
             lp.add_argument("--legacy-inbound", action="store_true",
                             help="the sidecars dial the app on 127.0.0.1, as Istio before 1.10 did (newer Istio "
                                  "dials the pod IP from 127.0.0.6, which an app bound to 127.0.0.1 refuses)")
-            lp.add_argument("--fix", default="", metavar="NAME",
-                            help="apply this printed fix to every pod, as Istio would render it, to see the "
-                                 "failure gone (a finding's fixes[].name; e.g. --pods collision --fix tproxy)")
+            lp.add_argument("--fix", action="append", metavar="[POD=]NAME",
+                            help="apply this printed fix (a finding's fixes[].name) as Istio would render it, to "
+                                 "see the failure gone: NAME for every pod, POD=NAME for one; repeatable (e.g. "
+                                 "--pods collision,fixed=collision --fix fixed=tproxy)")
     return p
 
 

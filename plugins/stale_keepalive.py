@@ -49,7 +49,7 @@ CALLER_FIXES = (Fix(
     "a DestinationRule in the caller's namespace (or the caller's own client setting, for a caller outside "
     "the mesh): its connections to this service are reopened after idle spells",
     yaml=destination_rule_pool("http", "idleTimeout", "<below this pod's inbound idle timeout>",
-                               "the caller's side: Sidecar inboundConnectionPool.http.idleTimeout here")),)
+                               "in the caller's namespace; this pod's is its Sidecar's inboundConnectionPool")),)
 
 IDLE_TIMEOUT_FIELD = "DestinationRule.trafficPolicy.connectionPool.http.idleTimeout"
 # Retries hide the 503 from the caller but the race still happens (the RST is on the wire): a note, not a fix.
@@ -76,9 +76,14 @@ def keepalive_timeout(response: PacketEvent | None) -> float | None:
 
 
 def below(seconds: float) -> str:
-    """An idle timeout safely below ``seconds`` as an Istio duration: 80 % of it, whole seconds from 10 s."""
+    """An idle timeout safely below ``seconds`` as an Istio duration: 80 % of it, to whole seconds from 10 s, to
+    0.1 s from 1 s, to the millisecond below (never 0, which would mean no idle timeout at all)."""
     value = seconds * 0.8
-    return f"{math.floor(value)}s" if value >= 10 else f"{math.floor(value * 10) / 10:g}s"
+    if value >= 10:
+        return f"{math.floor(value)}s"
+    if value >= 1:
+        return f"{math.floor(value * 10) / 10:g}s"
+    return f"{max(1, math.floor(value * 1000))}ms"
 
 
 def fixes(keepalive_s: float | None) -> tuple[Fix, ...]:
@@ -117,7 +122,7 @@ class StaleKeepalive(Detector):
         from_server = (ev.src, ev.sport) == flow.server
         # Per-flow notes live and die with the flow in the bounded flow table.
         note = flow.notes.setdefault(_NOTE, {"fin": None, "last_request": None, "last_response": None,
-                                             "reported": False})
+                                             "last_head": None, "reported": False})
         if note["reported"]:
             return ()
         if from_server:
@@ -128,6 +133,8 @@ class StaleKeepalive(Detector):
             if ev.payload_len:
                 note["last_request"] = None  # answered: an earlier request was not in the race
                 note["last_response"] = ev
+                if ev.http is not None:
+                    note["last_head"] = ev  # its headers (a long response's later segments have none)
         elif ev.payload_len and not ev.is_rst and note["last_request"] is None:
             note["last_request"] = ev  # the first unanswered request is the one written on the stale connection
         return ()
@@ -162,7 +169,7 @@ class StaleKeepalive(Detector):
                 f"from its pool; the app's kernel answered with RST because no socket is left to read it (RFC 9293 "
                 f"section 3.6.1)."),
             details={"request_after_fin_ms": round(gap_ms, 3)},
-            fixes=fixes(keepalive_timeout(note["last_response"]) or _idle_until(note["last_response"], fin)))
+            fixes=fixes(keepalive_timeout(note["last_head"]) or _idle_until(note["last_response"], fin)))
 
     def _downstream_after_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
                               req: PacketEvent) -> Finding:
@@ -204,7 +211,7 @@ class StaleKeepalive(Detector):
                 f"was closing. (An app that resets connections on purpose, SO_LINGER 0, looks the same on the "
                 f"wire.)"),
             details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)},
-            fixes=fixes(keepalive_timeout(last)))
+            fixes=fixes(keepalive_timeout(note["last_head"])))
 
     def _finding(self, rst: PacketEvent, flow: Flow, note: dict, *, evidence: tuple[Evidence, ...],
                  explanation: str, details: dict, remediation: str = "", title: str | None = None,

@@ -21,11 +21,15 @@ from kubectl_meshdoctor.envoy.flags import parse_reset_details
 REFUSED = "remote_refused_stream_reset"
 
 
-RETRY_ON = "refused-stream,connect-failure,reset"
+# Istio's default retry conditions (networking/core/route/retry: connect-failure, refused-stream, unavailable,
+# cancelled, retriable-status-codes with 503), kept: only the attempts go up. `reset` would also retry requests
+# the app may have processed.
+RETRY_ON = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 FIXES = (Fix(
     "retry-refused-stream", "retry refused streams more than Istio's default of 2: they were never processed",
     "the whole mesh and the app as they are; a refused request is safe to send again (RFC 9113 section 8.7)",
-    "a request can wait for up to three more attempts; also let the app drain on shutdown (stop accepting "
+    "a request can wait for up to three attempts; the retries are the callers' (a VirtualService configures "
+    "their sidecars' routes); also let the app drain on shutdown (stop accepting "
     "before closing: terminationGracePeriodSeconds, a preStop sleep) and keep its max concurrent streams above "
     "the sidecar's pool use, so fewer streams are refused",
     yaml=virtual_service_retries(3, RETRY_ON),

@@ -60,7 +60,8 @@ def _sidecar_localhost_fix(port: int) -> Fix:
         "the app unchanged, and the mesh on the port: the sidecar still terminates it",
         "a Sidecar per workload, which replaces the inbound listeners Istio derives from its Services (list every "
         "port it serves); an app on 127.0.0.1 is still unreachable to anything that bypasses the sidecar",
-        yaml=sidecar_ingress(port, "HTTP", f"127.0.0.1:{port}"))
+        yaml="# list every port the workload serves, each with its own defaultEndpoint 127.0.0.1:PORT\n"
+             + sidecar_ingress(port, "HTTP", f"127.0.0.1:{port}"))
 
 
 def fixes(port: int, cause: str) -> tuple[Fix, ...]:

@@ -43,12 +43,12 @@ def fixes(waited_ms: int, per_try: bool) -> tuple[Fix, ...]:
     """The fix of a route (or per-try) timeout that fired after ``waited_ms``: twice that time for the route."""
     longer = _seconds(waited_ms)
     return (Fix(
-        "route-timeout", f"give the route more time than the app's slowest answer ({longer} here: twice what "
-                         f"Envoy waited; more if the app needs it)",
+        "route-timeout", f"give the route more time than the app's slowest answer ({longer} here: about twice "
+                         f"what Envoy waited; more if the app needs it)",
         "the whole mesh; the app's slow answers are served instead of cut off",
         "callers of a stuck app wait longer for the 504, and the caller's own timeout must be longer still (else "
         "it gives up first: DC); if the app is overloaded or stuck, a longer timeout only hides it",
-        yaml=virtual_service_timeout(longer, longer if per_try else None, comment="twice what Envoy waited"),
+        yaml=virtual_service_timeout(longer, longer if per_try else None, comment="about twice what Envoy waited"),
         settings=() if per_try else ((ROUTE_TIMEOUT_FIELD, longer),)),)
 
 

@@ -11,7 +11,7 @@ from kubectl_meshdoctor.core.findings import Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, named, render
 from kubectl_meshdoctor.istio.redirect import capture_from_pod
 from kubectl_meshdoctor.lab.apiserver.objects import PodSpecIn, PortSpec, pod_json
-from kubectl_meshdoctor.lab.fixes import LabFix, pod_fix
+from kubectl_meshdoctor.lab.fixes import CLIENT_FIXES, LabFix, pod_fix
 from kubectl_meshdoctor.lab.netns import istio_rules
 from kubectl_meshdoctor.lab.state import LabError, LabPod, LabPort
 
@@ -29,6 +29,7 @@ def test_a_finding_prints_its_fixes_in_order_with_what_each_keeps_and_costs():
     out = f.to_dict()
     assert [x["name"] for x in out["fixes"]] == ["first-way", "second-way"]
     assert out["fixes"][0]["annotations"] == {"example.io/a": "1"}
+    assert out["fixes"][1]["text"] == "kind: Thing" and 'example.io/a: "1"' in out["fixes"][0]["text"]
     given = Finding("x", Severity.ERROR, "t", FlowRef("a:1", "b:2", "eth0"), (), remediation="mine", fixes=(A,))
     assert given.remediation == "mine"  # a detector's own text wins
     assert "fixes" not in Finding("x", Severity.ERROR, "t", FlowRef("a:1", "b:2", "eth0"), ()).to_dict()
@@ -57,14 +58,14 @@ def test_the_collision_prints_tproxy_first_then_the_port_then_the_client():
 
 def test_a_fix_becomes_the_lab_pods_rules():
     tproxy = pod_fix(*_data("collision", "tproxy"))
-    assert (tproxy.interception, tproxy.excluded_ports, tproxy.client_side) == ("TPROXY", (), False)
+    assert (tproxy.interception, tproxy.excluded_ports) == ("TPROXY", ())
     exclude = pod_fix(*_data("collision", "exclude-port"))
     assert (exclude.interception, exclude.excluded_ports) == ("REDIRECT", (5002,))
-    assert pod_fix(*_data("collision", "client-port")).client_side
+    assert pod_fix(*_data("collision", "client-port")).name in CLIENT_FIXES
     assert pod_fix("").name == ""
     with pytest.raises(KeyError, match="tproxy, exclude-port, client-port"):
         lab_fix("collision", "restart-it")
-    with pytest.raises(KeyError, match="none proven"):
+    with pytest.raises(KeyError, match="prints none"):
         lab_fix("healthy", "tproxy")
     with pytest.raises(LabError, match="no way to apply"):
         pod_fix("restart-it")
@@ -116,3 +117,20 @@ def test_the_pod_object_shows_the_fix_as_the_injector_renders_it():
     assert excluded.mode == "REDIRECT" and not excluded.captured(5002) and excluded.captured(5000)
     default = capture_from_pod(_lab_pod(""))
     assert default.mode == "REDIRECT" and default.captured(5002)
+
+
+def test_lab_up_fix_takes_a_name_for_every_pod_or_pod_equals_name_for_one():
+    from kubectl_meshdoctor.commands.lab import _fixes
+    from kubectl_meshdoctor.lab import lab
+
+    pods = ["collision", "fixed=collision", "healthy"]
+    assert _fixes(lab, pods, []) is None
+    one = _fixes(lab, pods, ["fixed=tproxy"])
+    assert one == {"fixed": lab_fix("collision", "tproxy")}
+    both = _fixes(lab, ["collision", "fixed=collision"], ["exclude-port", "fixed=tproxy"])  # the later one wins
+    assert {p: f.name for p, f in both.items()} == {"collision": "exclude-port", "fixed": "tproxy"}
+    with pytest.raises(KeyError, match="no pod other"):
+        _fixes(lab, pods, ["other=tproxy"])
+    with pytest.raises(KeyError, match="scenario healthy has no fix 'tproxy'"):
+        _fixes(lab, pods, ["tproxy"])  # every pod: healthy has none
+    assert _fixes(lab, ["nosuch"], ["tproxy"]) == {}  # lab.up names the unknown pod

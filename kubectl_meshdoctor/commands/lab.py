@@ -26,15 +26,11 @@ def run(args) -> int:
     try:
         if args.lab_command == "up":
             pods = [p.strip() for p in args.pods.split(",") if p.strip()]
-            fixes = None
-            if args.fix:
-                from kubectl_meshdoctor.commands.scenario_fixes import lab_fix
-
-                try:
-                    fixes = {name: lab_fix(scenario, args.fix) for name, scenario in map(lab.pod_spec, pods)}
-                except KeyError as e:
-                    return error(e.args[0])
-            fixed = f", fix {args.fix}" if args.fix else ""
+            try:
+                fixes = _fixes(lab, pods, args.fix or [])
+            except KeyError as e:
+                return error(e.args[0])
+            fixed = f", fix {', '.join(args.fix)}" if args.fix else ""
             sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)}{fixed} ...\n")
             mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
             state = lab.up(args.name, state_dir, pods, mesh=mesh, fixes=fixes)
@@ -58,11 +54,35 @@ def run(args) -> int:
     return 0
 
 
+def _fixes(lab, pods: list[str], given: list[str]) -> dict | None:
+    """``--fix`` values (NAME for every pod, POD=NAME for one) -> pod name -> the fix as the lab is given it.
+    Raises KeyError with the message for a fix a pod's scenario does not print (or an unknown pod)."""
+    if not given:
+        return None
+    from kubectl_meshdoctor.commands.scenario_fixes import lab_fix
+    from kubectl_meshdoctor.lab.scenarios import SCENARIOS
+
+    scenario_of = dict(map(lab.pod_spec, pods))
+    chosen: dict[str, str] = {}
+    for value in given:
+        pod, sep, name = value.partition("=")
+        if not sep:
+            chosen.update({p: value for p in scenario_of})
+        elif pod not in scenario_of:
+            raise KeyError(f"--fix {value}: no pod {pod} in --pods ({', '.join(scenario_of)})")
+        else:
+            chosen[pod] = name
+    # An unknown scenario is lab.up's to name; its fixes are not looked up.
+    return {pod: lab_fix(scenario_of[pod], name) for pod, name in chosen.items() if scenario_of[pod] in SCENARIOS}
+
+
 def describe_lab(state) -> str:
     obs = state.observed
     lines = [f"lab {state.name}: namespace {state.namespace}, kubeconfig {state.kubeconfig}",
              f"  sidecars: Envoy, access log {state.mesh.access_log_encoding}, inbound dialled "
-             + ("on 127.0.0.1 (Istio < 1.10)" if state.mesh.legacy_inbound else "from 127.0.0.6 (Istio >= 1.10)")]
+             + ("on 127.0.0.1 (Istio < 1.10)" if state.mesh.legacy_inbound else "from 127.0.0.6 (Istio >= 1.10)")
+             + ("; under TPROXY from the client's address" if any(
+                 v.upper() == "TPROXY" for p in state.pods for _, v in p.annotations) else "")]
     for pod in state.pods:
         lines.append(f"  pod/{pod.name}  {pod.pod_ip}  client {pod.client_ip}  netns {pod.netns}  "
                      f"scenario {pod.scenario}" + (f"  fix {pod.fix}" if pod.fix else ""))

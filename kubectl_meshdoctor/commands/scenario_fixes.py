@@ -2,14 +2,15 @@
 
 The lab is an extra that knows none of the product (it is given a fix as data, lab/fixes.py); this is where the
 two meet: the fixes come from the built-in detector of the scenario's failure, with the lab pod's ports and the
-cause `watch` reads from the pod, so the lab applies exactly what the finding prints.
+cause `watch` reads from the pod. The lab applies a fix's data as printed (its annotations and Istio fields); a
+fix in the app or in the client is applied as the change its name stands for (lab/fixes.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from kubectl_meshdoctor.core.fixes import Fix
+from kubectl_meshdoctor.core.fixes import Fix, named
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.fixes import LabFix
 from kubectl_meshdoctor.lab.scenarios.table import SLOW_ROUTE_TIMEOUT, STALE_IDLE_TIMEOUT
@@ -53,8 +54,11 @@ def printed_fixes(scenario: str) -> tuple[Fix, ...]:
 def lab_fix(scenario: str, name: str) -> LabFix:
     """The fix ``name`` of ``scenario``, as the lab is given it. Raises KeyError naming the scenario's fixes."""
     fixes = printed_fixes(scenario)
-    for fix in fixes:
-        if fix.name == name:
-            return LabFix(fix.name, fix.annotations, fix.settings)
-    raise KeyError(f"scenario {scenario} has no fix {name!r} (its fixes: "
-                   f"{', '.join(f.name for f in fixes) or 'none proven in the lab yet'})")
+    if not fixes:
+        raise KeyError(f"scenario {scenario} has no fix {name!r}: its finding prints none the lab applies")
+    try:
+        fix = named(fixes, name)
+    except KeyError:
+        raise KeyError(f"scenario {scenario} has no fix {name!r} (its fixes: "
+                       f"{', '.join(f.name for f in fixes)})") from None
+    return LabFix(fix.name, fix.annotations, fix.settings)

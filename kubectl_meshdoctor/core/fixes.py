@@ -48,7 +48,7 @@ class Fix:
 
     def to_dict(self) -> dict:
         """The report's ``fixes[]`` entry (docs/DESIGN.md, report schema)."""
-        out = {"name": self.name, "title": self.title, "keeps": self.keeps, "costs": self.costs}
+        out = {"name": self.name, "title": self.title, "keeps": self.keeps, "costs": self.costs, "text": self.text}
         if self.annotations:
             out["annotations"] = dict(self.annotations)
         if self.settings:
@@ -68,6 +68,15 @@ def render(fixes: Sequence[Fix], note: str = "") -> str:
     if note:
         parts.append(note)
     return "\n---\n".join(parts)
+
+
+def note_of(remediation: str, fixes: Sequence[Fix]) -> str:
+    """The note ``render`` put after ``fixes`` in ``remediation`` ("" when there is none, or the text is not
+    theirs)."""
+    rendered = render(fixes)
+    if not fixes or not remediation.startswith(rendered):
+        return ""
+    return remediation[len(rendered):].removeprefix("\n---\n")
 
 
 def named(fixes: Sequence[Fix], name: str) -> Fix:

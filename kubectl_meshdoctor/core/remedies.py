@@ -20,8 +20,9 @@ def tproxy_interception() -> Fix:
         "keeps the port the client dialled, so two connections no longer share a four-tuple, and the app sees "
         "the client's own address",
         "the injector runs istio-proxy as root (runAsUser 0) with NET_ADMIN, which the baseline and restricted "
-        "Pod Security levels refuse, and the node's kernel needs the TPROXY target (xt_TPROXY); the pods restart "
-        "to apply it",
+        "Pod Security levels refuse, and the node's kernel needs the TPROXY target (xt_TPROXY); the sidecar dials "
+        "the app from the client's address, so an app reached on 127.0.0.1 (a Sidecar defaultEndpoint "
+        "127.0.0.1, Istio < 1.10's dialling) is unreachable under it; the pods restart to apply it",
         annotations=((INTERCEPTION_MODE, "TPROXY"),))
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from kubectl_meshdoctor.lab.netns import INBOUND_CAPTURE_PORT as INBOUND_PORT
 from kubectl_meshdoctor.lab.netns import INBOUND_PASSTHROUGH_SOURCE as INBOUND_SOURCE
+from kubectl_meshdoctor.lab.netns import TPROXY_MARK  # original_src's mark: routed back to Envoy (table 133)
 
 ADMIN_ADDRESS = "127.0.0.1"
 ADMIN_PORT = 15000
@@ -73,7 +74,6 @@ ISTIO_JSON_FORMAT: dict[str, str] = {
 }
 ACCESS_LOG_ENCODINGS = ("TEXT", "JSON")
 INTERCEPTION_MODES = ("REDIRECT", "TPROXY")
-TPROXY_MARK = 1337  # original_src's mark: istio-iptables routes it back to Envoy (table 133)
 # Envoy's own log lines (what `kubectl logs -c istio-proxy` shows besides the access log): the format Istio's
 # bootstrap sets in application_log_config (older pilot-agents passed it as --log-format).
 ENVOY_LOG_FORMAT = "%Y-%m-%dT%T.%fZ\t%l\tenvoy %n %g:%#\t%v\tthread=%t"
@@ -102,13 +102,16 @@ class SidecarSettings:
       (DestinationRule ``connectionPool.http.idleTimeout``; Envoy default 1 h).
     - ``upstream_max_requests_per_connection``: requests on one pooled connection to the app before Envoy closes
       it (DestinationRule ``connectionPool.http.maxRequestsPerConnection``; 1 disables keep-alive).
-    - ``route_timeout_s``: a VirtualService ``timeout`` on the inbound route (Istio renders ``timeout`` and
-      ``max_grpc_timeout``, and no ``max_stream_duration``, which would make Envoy ignore ``timeout``).
+    - ``route_timeout_s``: a VirtualService ``timeout``, on the inbound route standing in for the caller's
+      (Istio renders ``timeout`` and ``max_grpc_timeout``, and no ``max_stream_duration``, which would make
+      Envoy ignore ``timeout``).
     - ``accept_http_10``: ``ISTIO_META_HTTP10=1``.
     - ``h2_upstream``: talk HTTP/2 to the app (``appProtocol: http2`` / DestinationRule ``h2UpgradePolicy``).
     - ``access_log_encoding``: ``TEXT`` or ``JSON`` (meshConfig.accessLogEncoding).
-    - ``route_retry_on``, ``route_retries``: a VirtualService's ``retries.retryOn`` and ``retries.attempts`` on
-      the inbound route (Envoy's ``retry_policy``: ``retry_on``, ``num_retries``).
+    - ``route_retry_on``, ``route_retries``: a VirtualService's ``retries.retryOn`` and ``retries.attempts``
+      (Envoy's ``retry_policy``). istiod puts a VirtualService's timeout and retries on the callers' outbound
+      routes; the lab has no caller sidecar, so this pod's inbound route stands in for the caller's hop (as
+      ``route_timeout_s`` does).
     - ``interception_mode``: ``REDIRECT`` or ``TPROXY`` (``sidecar.istio.io/interceptionMode``): under TPROXY
       the capture listeners are transparent and virtualInbound copies the client's address to the upstream leg
       (``original_src`` with mark 1337), as istiod renders them (pilot/pkg/networking/core listener builder).
@@ -187,6 +190,8 @@ def _inbound_route(pod: BootstrapPod, port: int, settings: SidecarSettings) -> d
                      max_grpc_timeout=_duration(settings.route_timeout_s))
     if settings.route_retry_on:
         route["retry_policy"] = {"retry_on": settings.route_retry_on, "num_retries": settings.route_retries or 2}
+        if "retriable-status-codes" in settings.route_retry_on:
+            route["retry_policy"]["retriable_status_codes"] = [503]  # Istio's default list
     return {
         "name": cluster,
         "validate_clusters": False,

@@ -121,10 +121,6 @@ class PodFix:
     excluded_ports: tuple[int, ...] = ()
     settings: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def client_side(self) -> bool:
-        return self.name in CLIENT_FIXES
-
     def setup(self, setup: PodSetup) -> PodSetup:
         """``setup`` with this fix's change to the app or Envoy (unchanged for a fix of rules or client)."""
         change = SETUP_CHANGES.get(self.name)

@@ -122,6 +122,7 @@ def up(
                    for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
         mesh=mesh,
     )
+    _refuse_tproxy_to_localhost(state)
     taken = [ns for ns in _all_netns(state) if netns.netns_exists(ns)]
     if taken:
         # Refuse before writing any state: the cleanup below deletes every namespace the state names.
@@ -262,6 +263,17 @@ def _new_pod(prefix: str, index: int, spec: str) -> LabPod:
         ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),
         uid=str(uuid.uuid4()),
     )
+
+
+def _refuse_tproxy_to_localhost(state: LabState) -> None:
+    """Raises LabError for a pod under TPROXY whose sidecar would dial the app on 127.0.0.1: original_src dials
+    from the client's address, which cannot reach it (seen with Envoy 1.40: every request hangs, then DC)."""
+    for pod in state.pods:
+        fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
+        legacy = state.mesh.legacy_inbound or fix.setup(SETUPS[pod.scenario]).sidecar.legacy_inbound
+        if fix.interception == "TPROXY" and legacy:
+            raise LabError(f"pod {pod.name}: TPROXY interception cannot reach an app on 127.0.0.1 (the sidecar "
+                           f"dials it from the client's address); leave out --legacy-inbound")
 
 
 def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:

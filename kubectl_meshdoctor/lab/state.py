@@ -64,9 +64,9 @@ class LabPod:
             **({"settings": dict(self.settings)} if self.settings else {}),
             # What the test API server renders into the Pod: the annotations, and istio-init's -d additions.
             **({"annotations": dict(self.annotations),
-                "exclude_inbound_ports": [p for k, v in self.annotations
+                "exclude_inbound_ports": [p.strip() for k, v in self.annotations
                                           if k == "traffic.sidecar.istio.io/excludeInboundPorts"
-                                          for p in v.split(",") if p]} if self.annotations else {}),
+                                          for p in v.split(",") if p.strip()]} if self.annotations else {}),
         }
 
     @classmethod

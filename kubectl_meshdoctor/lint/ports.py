@@ -99,8 +99,8 @@ def excluded_port_exposed(pv: PodView) -> list[Finding]:
             f"Port {p.port} is left out of inbound capture ({pv.capture.path}: RETURNed before ISTIO_IN_REDIRECT, "
             f"iptables_rules.txt section 5). Connections to it reach the app directly: no mTLS termination, "
             f"PeerAuthentication STRICT and AuthorizationPolicy do not apply, no Envoy telemetry. Fine for a "
-            f"port that must bypass Envoy on purpose (metrics scraped by a non-mesh Prometheus, the usual fix for "
-            f"redirect-exposure); otherwise a hole in the mesh.",
+            f"port that must bypass Envoy on purpose (metrics scraped by a non-mesh Prometheus, or "
+            f"redirect-exposure's second fix where TPROXY is not possible); otherwise a hole in the mesh.",
             f"# If {p.port} must be protected, capture it again (pod template), keeping excluded only the ports "
             f"that must bypass Envoy:\n{recapture}\n"
             f"# or restrict who can reach it with a Kubernetes NetworkPolicy on port {p.port}.",

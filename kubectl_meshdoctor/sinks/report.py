@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
+from kubectl_meshdoctor.core.fixes import note_of, render
 from kubectl_meshdoctor.core.groups import FindingGroup, group_findings
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 
@@ -205,7 +206,7 @@ def render_text(report: Report) -> str:
 def _fix_lines(f: Finding) -> list[str]:
     """The text report's fix: the first fix in full (it keeps the most), the others by name, so that a problem
     stays a screenful; markdown and JSON give every fix's YAML."""
-    if not f.fixes:
+    if not f.fixes or (f.remediation and not f.remediation.startswith(render(f.fixes))):  # the detector's own text
         return ["  fix:", *("    " + ln for ln in f.remediation.splitlines())] if f.remediation else []
     first, n = f.fixes[0], len(f.fixes)
     wrap = dict(width=TEXT_WIDTH, subsequent_indent="      ", break_on_hyphens=False, break_long_words=False)
@@ -216,6 +217,7 @@ def _fix_lines(f: Finding) -> list[str]:
         lines += textwrap.wrap(f"or {i} of {n} ({fix.name}), {fix.title}", initial_indent="  ", **wrap)
     if n > 1:
         lines.append("  (-o markdown or -o json: every fix, with what it keeps and costs)")
+    lines += ["    " + ln for ln in note_of(f.remediation, f.fixes).splitlines()]
     return lines
 
 

