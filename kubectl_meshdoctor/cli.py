@@ -260,9 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help="the sidecars dial the app on 127.0.0.1, as Istio before 1.10 did (newer Istio "
                                  "dials the pod IP from 127.0.0.6, which an app bound to 127.0.0.1 refuses)")
             lp.add_argument("--fix", action="append", metavar="[POD=]NAME",
-                            help="apply this printed fix (a finding's fixes[].name) as Istio would render it, to "
-                                 "see the failure gone: NAME for every pod, POD=NAME for one; repeatable (e.g. "
-                                 "--pods collision,fixed=collision --fix fixed=tproxy)")
+                            help="apply this printed fix (a finding's fixes[].name; README's detector table "
+                                 "names each class's first) as Istio would render it, to see the failure gone: "
+                                 "NAME for every pod in --pods (each must print it), POD=NAME for one; repeatable "
+                                 "(e.g. --pods collision,fixed=collision --fix fixed=tproxy)")
     return p
 
 

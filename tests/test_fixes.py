@@ -65,7 +65,7 @@ def test_a_fix_becomes_the_lab_pods_rules():
     assert pod_fix("").name == ""
     with pytest.raises(KeyError, match="tproxy, exclude-port, client-port"):
         lab_fix("collision", "restart-it")
-    with pytest.raises(KeyError, match="prints none"):
+    with pytest.raises(KeyError, match="nothing there prints a fix"):
         lab_fix("healthy", "tproxy")
     with pytest.raises(LabError, match="no way to apply"):
         pod_fix("restart-it")

@@ -55,7 +55,8 @@ def lab_fix(scenario: str, name: str) -> LabFix:
     """The fix ``name`` of ``scenario``, as the lab is given it. Raises KeyError naming the scenario's fixes."""
     fixes = printed_fixes(scenario)
     if not fixes:
-        raise KeyError(f"scenario {scenario} has no fix {name!r}: its finding prints none the lab applies")
+        raise KeyError(f"scenario {scenario} has no fix {name!r} (nothing there prints a fix); fix one pod "
+                       f"only with --fix POD={name}")
     try:
         fix = named(fixes, name)
     except KeyError:
