@@ -224,10 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     _kube_flags(li)
     _output_flag(li)
 
-    a = sub.add_parser("analyze", help="run the detectors on pcap/pcapng files",
-                       description="Run the detectors on capture files (tcpdump, ksniff, Wireshark).",
+    a = sub.add_parser("analyze", help="run the detectors on captures, Envoy access logs and admin dumps",
+                       description="Run the detectors offline on what you already hold: capture files (tcpdump, "
+                                   "ksniff, Wireshark; pcap or pcapng, also gzipped), the sidecar's access log "
+                                   "(kubectl logs -c istio-proxy), and Envoy admin dumps (/stats, /clusters).",
                        epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("files", nargs="+", metavar="FILE[:IFACE]")
+    a.add_argument("files", nargs="+", metavar="FILE[:IFACE]",
+                   help="a capture (:IFACE names its interface), an access log or an admin dump; the kind is "
+                        "read from the contents")
     a.add_argument("--tui", action="store_true", help="open the findings in the TUI (ladder diagrams, packets "
                    "pane, s saves a finding's packets); the report is printed when you quit")
     a.add_argument("-j", "--jobs", type=_count, default=None, metavar="N",

@@ -278,3 +278,9 @@ def test_a_socks_proxy_url_without_pysocks_is_one_line(tmp_path):
 @pytest.mark.parametrize("text", ["99999999999999999999", "9" * 400 + "h", "400d"])
 def test_a_request_timeout_no_clock_can_hold_is_one_usage_line(text):
     assert_one_line_error(meshdoctor("watch", "pod/x", f"--request-timeout={text}"), "argument --request-timeout")
+
+
+def test_lab_down_of_no_lab_says_so_and_succeeds(tmp_path):
+    proc = meshdoctor("lab", "down", "--name", "mdnolab", "--state-dir", str(tmp_path / "none"))
+    assert proc.returncode == 0 and proc.stdout.strip() == f"no lab in {tmp_path / 'none'}: nothing to take down"
+    assert not (tmp_path / "none").exists()

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import sys
+from pathlib import Path
 
 from kubectl_meshdoctor.commands.console import error
 
@@ -39,6 +40,9 @@ def run(args) -> int:
             print(f"kubeconfig: {state.kubeconfig}")
             print(f"try:  {_ourselves()} watch pod/{state.pods[0].name} --kubeconfig {state.kubeconfig}")
         elif args.lab_command == "down":
+            if not (Path(state_dir) / "state.json").exists():  # idempotent, as kubectl delete --ignore-not-found
+                print(f"no lab in {state_dir}: nothing to take down")
+                return 0
             lab.down(state_dir)
             print(f"lab in {state_dir} is down")
         else:

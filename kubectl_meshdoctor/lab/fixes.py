@@ -1,7 +1,7 @@
 """A printed fix, applied to a lab pod as Istio would render it (``lab up --pods collision --fix tproxy``).
 
-The lab is given the fix as data (its name and the pod annotations it sets: a finding's ``fixes[]``), never the
-detector, so what a lab test applies is what a user would paste. The annotations go on the lab's Pod object and
+The lab is given the fix as data (its name, the pod annotations and the Istio fields it sets: a finding's
+``fixes[]``), never the detector, so the annotations and values a lab test applies are the ones a user pastes. The annotations go on the lab's Pod object and
 from there where Istio's injector takes them: ``sidecar.istio.io/interceptionMode`` into istio-init's ``-m`` (the
 TPROXY rules, policy routing, a transparent Envoy listener, istio-proxy run as root) and
 ``traffic.sidecar.istio.io/excludeInboundPorts`` into its ``-d`` list (a RETURN rule). A fix in the app, in
