@@ -42,6 +42,7 @@ from kubectl_meshdoctor.lab.scenarios import (
     DEFAULT_SECONDS,
     SCENARIOS,
     SETUPS,
+    PodSetup,
     RoundResult,
 )
 from kubectl_meshdoctor.lab.state import (
@@ -269,11 +270,20 @@ def _refuse_tproxy_to_localhost(state: LabState) -> None:
     """Raises LabError for a pod under TPROXY whose sidecar would dial the app on 127.0.0.1: original_src dials
     from the client's address, which cannot reach it (seen with Envoy 1.40: every request hangs, then DC)."""
     for pod in state.pods:
-        fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
-        legacy = state.mesh.legacy_inbound or fix.setup(SETUPS[pod.scenario]).sidecar.legacy_inbound
-        if fix.interception == "TPROXY" and legacy:
+        _, setup = _pod_setup(pod, state)
+        if setup.sidecar.interception_mode == "TPROXY" and setup.sidecar.legacy_inbound:
             raise LabError(f"pod {pod.name}: TPROXY interception cannot reach an app on 127.0.0.1 (the sidecar "
                            f"dials it from the client's address); leave out --legacy-inbound")
+
+
+def _pod_setup(pod: LabPod, state: LabState) -> tuple[lab_fixes.PodFix, PodSetup]:
+    """The pod's fix and its scenario's setup with that fix and the mesh-wide settings applied."""
+    fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
+    setup = fix.setup(SETUPS[pod.scenario])
+    sidecar = replace(setup.sidecar, access_log_encoding=state.mesh.access_log_encoding,
+                      legacy_inbound=state.mesh.legacy_inbound or setup.sidecar.legacy_inbound,
+                      interception_mode=fix.interception)
+    return fix, replace(setup, sidecar=sidecar)
 
 
 def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
@@ -294,10 +304,9 @@ def _bring_up(
 ) -> LabState:
     roles_of: dict[str, list[str]] = {}
     for pod in state.pods:
-        fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
+        fix, setup = _pod_setup(pod, state)
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip,
-                                 local_ports=fix.setup(SETUPS[pod.scenario]).local_ports,
-                                 interception=fix.interception,
+                                 local_ports=setup.local_ports, interception=fix.interception,
                                  excluded_ports=fix.excluded_ports)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
@@ -337,11 +346,8 @@ def port_kind(name: str) -> str:
 def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, list[str]]]:
     """(role, argv) of the processes in a scenario's pod namespace; SETUPS holds the knobs, state.mesh the
     mesh-wide settings."""
-    fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
-    setup = fix.setup(SETUPS[pod.scenario])
-    sidecar = replace(setup.sidecar, access_log_encoding=state.mesh.access_log_encoding,
-                      legacy_inbound=state.mesh.legacy_inbound or setup.sidecar.legacy_inbound,
-                      interception_mode=fix.interception)
+    fix, setup = _pod_setup(pod, state)
+    sidecar = setup.sidecar
     apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
     processes = []
     if setup.app_http is not None:

@@ -50,10 +50,11 @@ COMMIT
 
 # The same for `sidecar.istio.io/interceptionMode: TPROXY` (`istio-iptables ... -m TPROXY`): istio/istio's golden
 # testdata/inbound-ports-wildcard-tproxy.golden, plus the -d exclusions run.go writes into the inbound table
-# (mangle here) before the conntrack rule, and the outbound catch-all a real pod's `-i *` adds. An inbound SYN is
-# TPROXYed to Envoy's transparent listener on 15006 without rewriting its destination, so the accepted socket
-# keeps the port the client dialled (its own four-tuple); Envoy's upstream leg keeps the client's address
-# (original_src, mark 1337) and the app's replies are routed back to it by the connmark and table 133.
+# (mangle here) before the conntrack rule, and the outbound catch-all a real pod's `-i *` adds (in the nat part,
+# below). An inbound SYN is TPROXYed to Envoy's transparent listener on 15006 without rewriting its
+# destination, so the accepted socket keeps the port the client dialled (its own four-tuple); Envoy's upstream
+# leg keeps the client's address (original_src, mark 1337) and the app's replies are routed back to it by the
+# connmark and table 133.
 ISTIO_TPROXY_RULES = """\
 * mangle
 -N ISTIO_DIVERT
@@ -74,26 +75,11 @@ ISTIO_TPROXY_RULES = """\
 -I ISTIO_INBOUND 2 -p tcp -s 127.0.0.6/32 -i lo -j RETURN
 -I ISTIO_INBOUND 3 -p tcp -i lo -m mark ! --mark 1338 -j RETURN
 COMMIT
-* nat
--N ISTIO_INBOUND
--N ISTIO_REDIRECT
--N ISTIO_IN_REDIRECT
--N ISTIO_OUTPUT
--A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN
--A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
--A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
--A OUTPUT -j ISTIO_OUTPUT
--A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN
--A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
--A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT
--A ISTIO_OUTPUT -o lo -m owner ! --gid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN
--A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
--A ISTIO_OUTPUT -j ISTIO_REDIRECT
-COMMIT
 """
+# Its nat table is REDIRECT's without the inbound redirect: no PREROUTING jump, and ISTIO_INBOUND keeps only its
+# tunnel-port RETURN (the golden's nat section); the outbound rules are the same.
+ISTIO_TPROXY_RULES += "".join(line for line in ISTIO_NAT_RULES.splitlines(keepends=True)
+                              if not line.startswith(("-A PREROUTING", "-A ISTIO_INBOUND")) or "15008" in line)
 TPROXY_MARK = 1337  # istio-iptables -t (INBOUND_TPROXY_MARK)
 TPROXY_ROUTE_TABLE = 133  # istio-iptables -r (INBOUND_TPROXY_ROUTE_TABLE)
 ISTIO_DEFAULT_EXCLUDED = (15090, 15021, 15020)  # the injection template's -d (15020: the status port)
