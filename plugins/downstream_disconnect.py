@@ -15,6 +15,7 @@ from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import virtual_service_timeout
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -27,11 +28,46 @@ HALF_CLOSE_MS = 50
 # Below this a route timeout "shorter than the caller's" would cut ordinary requests short: no such fix then.
 MIN_ROUTE_TIMEOUT_MS = 2000
 
-HALF_CLOSE_FIX = """\
-# The caller half-closes its connection (shutdown(SHUT_WR), or an HTTP/1.0-style client that ends its send
-# side) as soon as its request is out. Envoy's HTTP connection manager takes that for a disconnect and drops
-# the request. Keep the write side open until the response has come (every HTTP/1.1 client does); a raw TCP
-# client that must half-close belongs on a TCP port (a Service port named tcp-*, appProtocol: tcp)."""
+# The caller's side, so no field of this pod is set: the lab applies them as the change their names stand for.
+HALF_CLOSE_FIX = Fix(
+    "caller-no-half-close", "let the caller keep its write side open until the response has come",
+    "the whole mesh; the request reaches the app and its answer the caller",
+    "a change in the caller: no shutdown(SHUT_WR) after the request (every HTTP/1.1 client keeps it open); a raw "
+    "TCP client that must half-close belongs on a TCP port (a Service port named tcp-*, appProtocol: tcp), "
+    "where Envoy proxies the half-close instead of parsing HTTP",
+    yaml="# In the caller: send the request and read the response before closing its side of the connection;\n"
+         "# Envoy's HTTP connection manager takes a downstream half-close (FIN) for a disconnect and drops the "
+         "request.")
+
+
+def fixes(waited_ms: int) -> tuple[Fix, ...]:
+    """The fix of a caller that closed ``waited_ms`` after its request: a half-close below HALF_CLOSE_MS, else
+    its timeout."""
+    if waited_ms < HALF_CLOSE_MS:
+        return (HALF_CLOSE_FIX,)
+    return (Fix(
+        "caller-timeout", f"let the caller wait longer than the app takes (it gave up after {waited_ms} ms here)",
+        "the whole mesh; the app's answer reaches the caller instead of being thrown away",
+        "the caller waits longer for a slow app; how long the app takes for this request is not on the wire "
+        "(Envoy reset it when the caller left): take its slowest answer, and keep the caller's timeout above the "
+        "route's so that the mesh answers first, with a 504 UT, when the app is stuck",
+        yaml="# In the caller: its HTTP client's request timeout, above the app's slowest answer. A caller in the "
+             "mesh\n# whose own sidecar gave up has the route's timeout there (in the caller's namespace):\n"
+             + virtual_service_timeout("<longer than the app's slowest answer>")),)
+
+
+def note(waited_ms: int) -> str:
+    """What the finding says after its fixes: a route timeout below a long caller timeout makes the mesh answer
+    first (a 504 UT instead of a silent DC): the failure stays, so it is a note, not a fix."""
+    if waited_ms < HALF_CLOSE_MS:
+        return ""
+    if waited_ms < MIN_ROUTE_TIMEOUT_MS:
+        return "# A route timeout below a caller's timeout that short would cut ordinary requests short."
+    return ("# Or let the route answer first with a clear 504 (UT) instead of a silent DC, by giving it a timeout "
+            "shorter\n# than the caller's (the request still fails, but the caller and the app's sidecar both "
+            "log why):\n" + virtual_service_timeout(f"{waited_ms * 4 // 5}ms", comment=f"below the caller's own "
+                                                                                      f"timeout ({waited_ms} ms "
+                                                                                      f"here)"))
 
 
 class DownstreamDisconnect(Detector):
@@ -73,17 +109,10 @@ class DownstreamDisconnect(Detector):
         if waited_ms < HALF_CLOSE_MS:
             why = (f"The caller closed its side {waited_ms} ms after sending: not a timeout but a half-close, which "
                    f"Envoy's HTTP connection manager does not keep open for the response.")
-            fix = HALF_CLOSE_FIX
         else:
             why = ("The caller gave up first: its own timeout is shorter than the app takes. The caller saw a "
                    "timeout or a closed connection, not an HTTP status, so nothing in the caller's sidecar log "
                    "explains it but a matching DC or UC there.")
-            fix = ("# Make the caller wait longer than the app takes (the caller's client timeout)"
-                   + (", or let the route\n# answer first with a clear 504 (UT) by giving it a timeout shorter than "
-                      "the caller's:\n" + virtual_service_timeout(f"{waited_ms * 4 // 5}ms", comment=f"below the "
-                                                                  f"caller's own timeout ({waited_ms} ms here)")
-                      if waited_ms >= MIN_ROUTE_TIMEOUT_MS else "; a route timeout below a caller's that short "
-                      "would cut ordinary requests short."))
         return Finding(
             detector=self.id,
             severity=Severity.WARNING,
@@ -98,7 +127,8 @@ class DownstreamDisconnect(Detector):
                 f"The caller ({flow.client}) closed its connection {waited_ms} ms into {request}; "
                 f"{waited}. Envoy logs response code {code} with flag DC ({details}) and "
                 f"reset the request to the app. {why}"),
-            remediation=fix,
+            remediation=render(fixes(waited_ms), note(waited_ms)),
+            fixes=fixes(waited_ms),
             pod=self.ctx.pod,
             ts=ts,
         )

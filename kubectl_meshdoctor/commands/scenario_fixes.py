@@ -13,8 +13,9 @@ from collections.abc import Callable
 from kubectl_meshdoctor.core.fixes import Fix, named
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.fixes import LabFix
-from kubectl_meshdoctor.lab.scenarios.table import SLOW_ROUTE_TIMEOUT, STALE_IDLE_TIMEOUT
+from kubectl_meshdoctor.lab.scenarios.table import SLOW_CALLER_GIVES_UP, SLOW_ROUTE_TIMEOUT, STALE_IDLE_TIMEOUT
 from kubectl_meshdoctor_plugins import (
+    downstream_disconnect,
     downstream_protocol_error,
     http_framing,
     source_port_exhaustion,
@@ -37,8 +38,10 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "stale-keepalive": lambda: stale_keepalive.fixes(STALE_IDLE_TIMEOUT),
     "port-exhaustion": lambda: source_port_exhaustion.FIXES,
     "downstream-idle": lambda: stale_keepalive.CALLER_FIXES,
-    # Envoy waits the route's timeout, to the millisecond as it logs it
-    "slow-app": lambda: upstream_timeout.fixes(int(SLOW_ROUTE_TIMEOUT * 1000), per_try=False),
+    # Envoy waits the route's timeout, to the millisecond as it logs it; one caller gives up, another half-closes
+    "slow-app": lambda: (*upstream_timeout.fixes(int(SLOW_ROUTE_TIMEOUT * 1000), per_try=False),
+                         *downstream_disconnect.fixes(int(SLOW_CALLER_GIVES_UP * 1000)),
+                         *downstream_disconnect.fixes(0)),
     "goaway": lambda: upstream_goaway.FIXES,
     # three failures in one round, each with its own fixes
     "http10": lambda: tuple(f for fixes in downstream_protocol_error.FIXES.values() for f in fixes),

@@ -1,11 +1,12 @@
 """A printed fix, applied to a lab pod as Istio would render it (``lab up --pods collision --fix tproxy``).
 
 The lab is given the fix as data (its name, the pod annotations and the Istio fields it sets: a finding's
-``fixes[]``), never the detector, so the annotations and values a lab test applies are the ones a user pastes. The annotations go on the lab's Pod object and
-from there where Istio's injector takes them: ``sidecar.istio.io/interceptionMode`` into istio-init's ``-m`` (the
-TPROXY rules, policy routing, a transparent Envoy listener, istio-proxy run as root) and
-``traffic.sidecar.istio.io/excludeInboundPorts`` into its ``-d`` list (a RETURN rule). A fix in the app, in
-Envoy's configuration or in the client is applied by its name (SETUP_CHANGES, CLIENT_FIXES).
+``fixes[]``), never the detector, so the annotations and values a lab test applies are the ones a user pastes. The
+annotations go on the lab's Pod object and from there where Istio's injector takes them:
+``sidecar.istio.io/interceptionMode`` into istio-init's ``-m`` (the TPROXY rules, policy routing, a transparent
+Envoy listener, istio-proxy run as root) and ``traffic.sidecar.istio.io/excludeInboundPorts`` into its ``-d`` list
+(a RETURN rule). A fix in the app, in Envoy's configuration or in the client is applied by its name (SETUP_CHANGES,
+CLIENT_FIXES).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from dataclasses import dataclass, replace
 from kubectl_meshdoctor.lab.scenarios.table import (
     CALLER_HTTP11_FIX,
     CALLER_IDLE_FIX,
+    CALLER_NO_HALF_CLOSE_FIX,
     CALLER_NO_UPGRADE_FIX,
+    CALLER_TIMEOUT_FIX,
     CALLER_VALID_REQUEST_FIX,
     CLIENT_PORT_FIX,
     PodSetup,
@@ -29,7 +32,7 @@ ANNOTATIONS_APPLIED = (INTERCEPTION_MODE, EXCLUDE_INBOUND_PORTS)
 
 # Fixes the scenario's client applies itself (its round changes); the mesh is left as it is.
 CLIENT_FIXES = frozenset({CLIENT_PORT_FIX, CALLER_IDLE_FIX, CALLER_HTTP11_FIX, CALLER_NO_UPGRADE_FIX,
-                          CALLER_VALID_REQUEST_FIX})
+                          CALLER_VALID_REQUEST_FIX, CALLER_TIMEOUT_FIX, CALLER_NO_HALF_CLOSE_FIX})
 
 
 def _without_bind(args: tuple[str, ...]) -> tuple[str, ...]:

@@ -20,7 +20,9 @@ from kubectl_meshdoctor.lab.scenarios.table import (
     EXHAUSTION_REQUESTS,
     GOAWAY_REFUSE_EVERY,
     GOAWAY_REQUESTS,
+    SLOW_ABANDONED,
     SLOW_CALLER_GIVES_UP,
+    SLOW_HALF_CLOSED,
     SLOW_ROUTE_TIMEOUT,
 )
 
@@ -37,7 +39,10 @@ CLASS_PODS = PODS[:4]
 # (detector, severity) each of them becomes.
 EXPECTED = {
     "slow-app": {" 504 UT response_timeout ": ("upstream-timeout", "error"),
-                 " 0 DC downstream_remote_disconnect ": ("downstream-disconnect", "warning")},
+                 f'/slow/{SLOW_ABANDONED} HTTP/1.1" 0 DC downstream_remote_disconnect ': ("downstream-disconnect",
+                                                                                       "warning"),
+                 f'{SLOW_HALF_CLOSED} HTTP/1.1" 0 DC downstream_remote_disconnect ': ("downstream-disconnect",
+                                                                                   "warning")},
     "http10": {" 426 DPE low_version ": ("downstream-protocol-error", "error"),
                " 403 - upgrade_failed ": ("downstream-protocol-error", "error"),
                " 400 DPE http1.codec_error ": ("downstream-protocol-error", "error")},
@@ -173,12 +178,18 @@ def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp
 def test_the_timeout_and_the_impatient_caller_are_timed_as_envoy_timed_them(caller_lab, tmp_path):
     live, _ = watch_round(caller_lab, "slow-app", tmp_path)
     (ut,) = [f for f in live["findings"] if f["detector"] == "upstream-timeout"]
-    (dc,) = [f for f in live["findings"] if f["detector"] == "downstream-disconnect"]
+    dcs = {f["access_log"][0].split('"')[1]: f for f in live["findings"] if f["detector"] == "downstream-disconnect"}
     waited = int(ut["title"].split("gave up after ")[1].split(" ms")[0])
     assert abs(waited - 1000 * SLOW_ROUTE_TIMEOUT) < 100  # Envoy's clock: the route's 1 s timeout
     assert "timeout: 2s" in ut["remediation"]  # twice the timeout that fired
+    dc = dcs[f"GET /slow/{SLOW_ABANDONED} HTTP/1.1"]
     gave_up = int(dc["title"].split(" after ")[1].split(" ms")[0])
     assert abs(gave_up - 1000 * SLOW_CALLER_GIVES_UP) < 100
+    assert [x["name"] for x in dc["fixes"]] == ["caller-timeout"]
+    # The half-closing caller: its FIN follows its request at once, and it is told to keep its side open.
+    half = dcs[f"GET {SLOW_HALF_CLOSED} HTTP/1.1"]
+    assert int(half["title"].split(" after ")[1].split(" ms")[0]) < 50
+    assert [x["name"] for x in half["fixes"]] == ["caller-no-half-close"] and "half-close" in half["explanation"]
     assert ut["response_code_details"] == "response_timeout" and ut["envoy_flags"] == ["UT"]
     assert ut["counters"]["cluster.inbound|5000||.upstream_rq_timeout"] >= 1  # what real Envoy counts for it
 

@@ -14,17 +14,18 @@ from kubectl_meshdoctor.commands.scenario_fixes import SCENARIO_FIXES, lab_fix
 from kubectl_meshdoctor.commands.scenario_fixes import printed_fixes as fixes_for
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.lab import lab
+from kubectl_meshdoctor.lab.scenarios.table import SLOW_ABANDONED, SLOW_HALF_CLOSED, SLOW_TOO_LONG
 
 from .test_scenarios_detected import analyze_files, judged, run_scenario
 
 pytestmark = pytest.mark.lab
 
-# scenario -> the detector whose failure it reproduces (an error finding when unfixed)
-FAILING = {"collision": "tuple-collision", "refused": "upstream-refused", "refused-localhost": "upstream-refused",
-           "framing": "http-framing", "stale-keepalive": "stale-keepalive",
-           "port-exhaustion": "source-port-exhaustion", "downstream-idle": "stale-keepalive",
-           "http10": "downstream-protocol-error", "slow-app": "upstream-timeout",
-           "goaway": "upstream-goaway"}
+# scenario -> the detectors whose failures it reproduces (their findings when unfixed)
+FAILING = {"collision": ("tuple-collision",), "refused": ("upstream-refused",),
+           "refused-localhost": ("upstream-refused",), "framing": ("http-framing",),
+           "stale-keepalive": ("stale-keepalive",), "port-exhaustion": ("source-port-exhaustion",),
+           "downstream-idle": ("stale-keepalive",), "http10": ("downstream-protocol-error",),
+           "slow-app": ("upstream-timeout", "downstream-disconnect"), "goaway": ("upstream-goaway",)}
 # scenario -> the fix printed first: the one that keeps the most of the mesh
 FIRST = {"collision": "tproxy", "refused": "app-listens", "refused-localhost": "bind-all", "framing": "app-framing",
          "stale-keepalive": "idle-timeout", "port-exhaustion": "reuse-connections",
@@ -32,7 +33,8 @@ FIRST = {"collision": "tproxy", "refused": "app-listens", "refused-localhost": "
          "slow-app": "route-timeout", "goaway": "retry-refused-stream"}
 # A fix of one of a round's several failures: the request it is about is then served (the others fail still).
 FIXED_REQUEST = {"caller-http11": "/http10", "accept-http10": "GET /http10", "caller-no-upgrade": "/upgrade",
-                 "caller-valid-request": "/malformed", "route-timeout": "/slow/1.5"}
+                 "caller-valid-request": "/malformed", "route-timeout": f"/slow/{SLOW_TOO_LONG}",
+                 "caller-timeout": f"/slow/{SLOW_ABANDONED}", "caller-no-half-close": SLOW_HALF_CLOSED}
 # The lint finding of the same class, read from the Pod at watch's start: gone once the spec is fixed.
 LINT_GONE = {("collision", "tproxy"): "redirect-exposure", ("collision", "exclude-port"): "redirect-exposure"}
 CASES = [(scenario, fix.name) for scenario in FAILING for fix in fixes_for(scenario)]
@@ -72,8 +74,10 @@ def failed(result, request: str = "") -> bool:
 
 
 def printing(report: dict, scenario: str, fix: str | None = None) -> list[dict]:
-    """The error findings of the scenario's class (that print ``fix``, when given)."""
-    return [f for f in judged(report) if f["detector"] == FAILING[scenario] and f["severity"] == "error"
+    """The findings of the scenario's classes (downstream-disconnect's are warnings, the others' errors) that
+    print ``fix``, when given."""
+    return [f for f in judged(report) if f["detector"] in FAILING[scenario]
+            and (f["severity"] == "error" or f["detector"] == "downstream-disconnect")
             and (fix is None or fix in [x["name"] for x in f.get("fixes", ())])]
 
 
@@ -112,7 +116,7 @@ def test_each_printed_fix_removes_the_failure(fix_lab, scenario, fix, tmp_path):
     for report in (live, offline):  # the failures this fix is printed for are gone
         assert not printing(report, scenario, fix), json.dumps(printing(report, scenario, fix), indent=1)[:2000]
     if fix not in FIXED_REQUEST:  # nothing of the class is left, not even an exposure (watch reads the spec)
-        assert not [f for f in judged(live) if f["detector"] == FAILING[scenario]], json.dumps(judged(live))[:2000]
+        assert not [f for f in judged(live) if f["detector"] in FAILING[scenario]], json.dumps(judged(live))[:2000]
     # No failure flag in the access log but those of the round's other failures (their own findings' lines).
     others = {line for f in judged(live) for line in f.get("access_log", ())}
     assert [line for line in failure_lines(fix_lab, pod, log_at) if line not in others] == []

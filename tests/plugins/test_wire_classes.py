@@ -89,12 +89,14 @@ def test_a_403_to_an_upgrade_that_envoy_did_not_refuse_is_not_a_protocol_error(r
 def test_a_caller_that_half_closes_right_after_its_request_is_told_so_and_given_no_timeout():
     (f,) = run(exchange(GET, None, 0.001, close_first=True).events, only=["downstream-disconnect"])
     assert "half-close" in f.explanation and "shutdown(SHUT_WR)" in f.remediation
-    assert "timeout:" not in f.remediation
+    assert [x.name for x in f.fixes] == ["caller-no-half-close"] and "timeout:" not in f.remediation
 
 
 def test_a_short_caller_timeout_gets_no_route_timeout_below_it():
     (f,) = run(exchange(GET, None, 0.4, close_first=True).events, only=["downstream-disconnect"])
-    assert "timeout:" not in f.remediation and "cut ordinary requests short" in f.remediation
+    assert [x.name for x in f.fixes] == ["caller-timeout"]
+    assert "timeout: <longer" in f.remediation and "ms  # below the caller" not in f.remediation
+    assert "cut ordinary requests short" in f.remediation
     (g,) = run(exchange(GET, None, 5.0, close_first=True).events, only=["downstream-disconnect"])
     assert "timeout: 4000ms" in g.remediation
 

@@ -1,6 +1,6 @@
-"""The drivers where the caller or the app's pace is the story: slow-app (the route's timeout fires, a caller
-gives up first, a slow answer still in time), http10 (requests the sidecar's codec refuses before the app
-sees them), port-exhaustion (short requests that use up the sidecar's source ports) and downstream-idle (a
+"""The drivers where the caller or the app's pace is the story: slow-app (the route's timeout fires, a caller gives up
+first, another half-closes, a slow answer still in time), http10 (requests the sidecar's codec refuses before the
+app sees them), port-exhaustion (short requests that use up the sidecar's source ports) and downstream-idle (a
 caller reusing a connection the sidecar closed on its idle timeout)."""
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from .table import (
     CALLER_HTTP11_FIX,
     CALLER_IDLE_FIX,
     CALLER_IDLE_TIMEOUT,
+    CALLER_NO_HALF_CLOSE_FIX,
     CALLER_NO_UPGRADE_FIX,
+    CALLER_TIMEOUT_FIX,
     CALLER_VALID_REQUEST_FIX,
     DOWNSTREAM_FIN_WITHIN,
     EXHAUSTION_REQUESTS,
     GOAWAY_REQUESTS,
+    SLOW_ABANDONED,
     SLOW_CALLER_GIVES_UP,
+    SLOW_HALF_CLOSED,
     SLOW_IN_TIME,
     SLOW_TOO_LONG,
 )
@@ -77,10 +81,35 @@ def _abandoned(pod: LabPod, tally: _Tally, path: str, patience_s: float) -> None
     tally.http.append((f"{path} (abandoned after {patience_s} s)", 0, ""))
 
 
+def _half_closed(pod: LabPod, tally: _Tally, path: str) -> None:
+    """A caller that shuts its write side once its request is out, and reads until the connection ends."""
+    label = f"{path} (write side shut after the request)"
+    try:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\n\r\n".encode())
+            s.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+    except OSError as exc:
+        tally.errors.append(f"{label}: {_one_line(exc)}")
+        return
+    first = answer.split(b"\r\n", 1)[0].decode("latin-1")
+    status = int(first.split(" ")[1]) if first.count(" ") and first.split(" ")[1].isdigit() else 0
+    tally.http.append((label, status, first))
+
+
 def _slow_app_round(pod: LabPod, tally: _Tally) -> None:
     _get(pod, tally, f"/slow/{SLOW_IN_TIME}")  # slow, but within the route's timeout: 200
     _get(pod, tally, f"/slow/{SLOW_TOO_LONG}")  # the route's timeout fires first: Envoy's 504 UT
-    _abandoned(pod, tally, f"/slow/{SLOW_TOO_LONG}", SLOW_CALLER_GIVES_UP)  # the caller goes first: 0 DC
+    if pod.fix == CALLER_TIMEOUT_FIX:  # the fixed caller waits as long as _get does, past the route's timeout
+        _get(pod, tally, f"/slow/{SLOW_ABANDONED}")
+    else:  # the caller goes first: 0 DC
+        _abandoned(pod, tally, f"/slow/{SLOW_ABANDONED}", SLOW_CALLER_GIVES_UP)
+    if pod.fix == CALLER_NO_HALF_CLOSE_FIX:
+        _get(pod, tally, SLOW_HALF_CLOSED)
+    else:  # Envoy takes the half-close for a disconnect: 0 DC at once
+        _half_closed(pod, tally, SLOW_HALF_CLOSED)
 
 
 def _http10_round(pod: LabPod, tally: _Tally) -> None:

@@ -22,10 +22,19 @@ STALE_REUSE_AFTER = STALE_IDLE_TIMEOUT + STALE_CLOSE_DELAY / 2
 # slow-app: the route's timeout (a VirtualService timeout) and what its round asks of the app.
 SLOW_ROUTE_TIMEOUT = 1.0
 SLOW_IN_TIME = 0.3  # seconds the app takes for the request that is answered in time
-# seconds the app would take for the request the route times out, and the one abandoned: under twice the route's
-# timeout, so that the printed fix (a route timeout of twice what Envoy waited) serves it
+# seconds the app would take for the request the route times out: under twice the route's timeout, so that the
+# printed fix (a route timeout of twice what Envoy waited) serves it
 SLOW_TOO_LONG = 1.5
 SLOW_CALLER_GIVES_UP = 0.4  # seconds the impatient caller waits before it closes its connection
+# seconds the app takes for the request the impatient caller abandons: longer than its patience, within the
+# route's timeout, so that a caller who waits longer (its printed fix) is answered
+SLOW_ABANDONED = 0.7
+# A caller that half-closes its connection (shutdown(SHUT_WR)) once this request is out: Envoy drops it (0 DC).
+SLOW_HALF_CLOSED = "/half-closed"
+# slow-app's caller-side fixes: the impatient caller waits as long as an ordinary client does (longer than the
+# route's timeout), the half-closing one keeps its write side open.
+CALLER_TIMEOUT_FIX = "caller-timeout"
+CALLER_NO_HALF_CLOSE_FIX = "caller-no-half-close"
 # port-exhaustion: the pod's sidecar may dial the app from this few source ports, and closes every upstream
 # connection after one request (no keep-alive): each port then sits in TIME_WAIT for 60 s.
 EXHAUSTION_PORTS = (40100, 40103)
