@@ -182,8 +182,8 @@ def render_text(report: Report) -> str:
         several_pods = len(_pods(g)) > 1
         lines.append(f"  {'newest, ' if g.count > 1 else ''}{'pod/' + f.pod + ' ' if several_pods else ''}"
                      f"{_flow_text(f)}")
-        for e in f.evidence:
-            lines.append(f"      evidence: {_evidence_text(e)}")
+        for e in f.evidence:  # a multi-line value (a YAML annotation) stays under its own line
+            lines.append(f"      evidence: {_evidence_text(e)}".replace("\n", "\n" + " " * 16))
         for line in f.access_log:
             lines.append(f"      access log: {line}")
         others = g.instances[:-1][-OTHERS_LISTED:]

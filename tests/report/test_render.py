@@ -47,3 +47,19 @@ def test_text_and_markdown_name_the_frames_and_the_fix(report):
     ack = next(line for line in ladder if "#20 challenge ACK" in line)
     assert "S :40811→:5002" in syn and syn.index("│") < syn.index("▶")  # client -> sidecar
     assert ". :5002→:40811" in ack and "◀" in ack and ack.index("◀") < ack.index(". :5002")  # sidecar -> client
+
+
+def test_a_multi_line_evidence_value_stays_indented_under_its_line():
+    """A YAML annotation quoted as evidence (hold-application's proxy.istio.io/config) printed flush left."""
+    import yaml
+
+    from kubectl_meshdoctor.core.pipeline import PipelineStats
+    from kubectl_meshdoctor.lint import lint_pod
+    from kubectl_meshdoctor.sinks.report import Report
+
+    pod = yaml.safe_load((Path(__file__).parents[1] / "lint" / "data" / "classic.yaml").read_text())
+    pod["metadata"]["annotations"]["proxy.istio.io/config"] = "proxyStatsMatcher:\n  inclusionPrefixes:\n  - x\n"
+    text = render_text(Report({"kind": "lint", "pods": ["shop/p"]}, PipelineStats(), lint_pod(pod)))
+    at = text.index("proxyStatsMatcher:")
+    following = text[at:].splitlines()[1:3]
+    assert following == [" " * 16 + "  inclusionPrefixes:", " " * 16 + "  - x"], following
