@@ -20,6 +20,7 @@ import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from kubectl_meshdoctor import __version__
@@ -46,6 +47,12 @@ examples:
 
 # sudo's secure_path drops the PATH entry a venv or krew put the plugin on: `sudo kubectl meshdoctor` finds no
 # plugin, so the examples give sudo the plugin's own path.
+LAB_UP_EXAMPLES = """\
+examples:
+  sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,healthy
+  sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,fixed=collision --fix fixed=tproxy
+"""
+
 LAB_EPILOG = """\
 examples (the lab needs root; sudo would not find the plugin by its name, so give it the path):
   sudo "$(command -v kubectl-meshdoctor)" lab up
@@ -95,6 +102,10 @@ examples:
   kubectl meshdoctor lint deploy/reviews -o markdown
   kubectl meshdoctor lint -l app=reviews -o json
   kubectl meshdoctor lint -A                     # every pod you can list
+  kubectl meshdoctor lint -f pod.yaml            # a saved Pod (kubectl get pod X -o yaml), no cluster needed
+  # check a printed fix before you apply it: merge it into the pod as kubectl does, and lint the result
+  kubectl get pod X -o json | kubectl patch --local -f - --type strategic -p "$(cat fix.yaml)" -o json \
+    | kubectl meshdoctor lint -f -
 
 rules: redirect-exposure, probe-port, restart-loop, no-sidecar, sidecar-not-ready, hold-application,
 probe-not-rewritten, excluded-port-exposed; exit 1 when any finding is an error.
@@ -102,8 +113,31 @@ probe-not-rewritten, excluded-port-exposed; exit 1 when any finding is an error.
 
 
 class _Parser(argparse.ArgumentParser):
+    # An epilog built only when --help is asked for (from the detectors: not worth importing on every run).
+    epilog_of: Callable[[], str] | None = None
+
     def error(self, message: str) -> None:  # one line and exit 2, like kubectl
         self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see --help)\n")
+
+    def format_help(self) -> str:
+        if self.epilog_of is not None:
+            self.epilog = self.epilog_of()
+        return super().format_help()
+
+
+def _scenarios_help() -> str:
+    """`lab up --help`'s list of scenarios and the fixes each prints (what --pods and --fix take)."""
+    try:
+        from kubectl_meshdoctor.commands.scenario_fixes import printed_fixes
+        from kubectl_meshdoctor.lab.scenarios.table import SCENARIOS
+    except ImportError:  # the lab extra is not installed: lab up says so when run
+        return ""
+    lines = ["scenarios (--pods NAME or POD=NAME) and the fixes their findings print (--fix NAME):"]
+    width = max(map(len, SCENARIOS))
+    for scenario in SCENARIOS:
+        names = ", ".join(fix.name for fix in printed_fixes(scenario)) or "-"
+        lines.append(f"  {scenario:<{width}}  {names}")
+    return "\n".join(lines) + "\n"
 
 
 def _kube_flags(p: argparse.ArgumentParser) -> None:
@@ -218,7 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "ports share Istio's inbound listener, probes on undeclared ports, restart loops, a "
                         "missing or unready sidecar, start-up before the proxy. Changes nothing.",
                         epilog=EPILOG_LINT, formatter_class=argparse.RawDescriptionHelpFormatter)
-    li.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME", help="what to check (or use -l / -A)")
+    li.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME", help="what to check (or use -l / -A / -f)")
+    li.add_argument("-f", "--filename", metavar="FILE",
+                    help="Pods from a file instead of the cluster: YAML or JSON, one or more documents, a List "
+                         "(kubectl get pods -o yaml); - for stdin")
     li.add_argument("-l", "--selector", help="every pod with these labels")
     li.add_argument("-A", "--all-namespaces", action="store_true", help="every pod of every namespace")
     _kube_flags(li)
@@ -249,14 +286,16 @@ def build_parser() -> argparse.ArgumentParser:
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", parser_class=_Parser, required=True)
     for name, text in (("up", "create the lab and print its kubeconfig"), ("down", "remove the lab"),
                        ("status", "show the lab's pods and processes")):
-        lp = lab_sub.add_parser(name, help=text, description=text)
+        lp = lab_sub.add_parser(name, help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter)
         lp.add_argument("--name", default="meshdoctor-lab", help="lab name, also its namespace "
                         "(default meshdoctor-lab)")
         lp.add_argument("--state-dir", type=Path, help="where the lab keeps its state "
                         "(default /run/kubectl-meshdoctor/NAME)")
         if name == "up":
+            lp.epilog_of = lambda: _scenarios_help() + "\n" + LAB_UP_EXAMPLES
             lp.add_argument("--pods", default="collision,healthy",
-                            help="comma-separated scenario pods to create, NAME=SCENARIO for several of one kind (default collision,healthy)")
+                            help="comma-separated scenario pods to create, NAME=SCENARIO for several of one kind "
+                                 "(default collision,healthy; the scenarios are listed below)")
             lp.add_argument("--access-log", choices=("text", "json"), default="text",
                             help="the sidecars' access-log encoding, as Istio's meshConfig.accessLogEncoding "
                                  "(default text: Istio's default TEXT format)")

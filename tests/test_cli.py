@@ -284,3 +284,22 @@ def test_lab_down_of_no_lab_says_so_and_succeeds(tmp_path):
     proc = meshdoctor("lab", "down", "--name", "mdnolab", "--state-dir", str(tmp_path / "none"))
     assert proc.returncode == 0 and proc.stdout.strip() == f"no lab in {tmp_path / 'none'}: nothing to take down"
     assert not (tmp_path / "none").exists()
+
+
+def test_lab_up_help_lists_every_scenario_with_the_fixes_it_prints():
+    from kubectl_meshdoctor.commands.scenario_fixes import printed_fixes
+    from kubectl_meshdoctor.lab.scenarios.table import SCENARIOS
+
+    text = meshdoctor("lab", "up", "--help").stdout
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in text.split("--fix NAME):\n", 1)[1].splitlines()
+            if line.startswith("  ") and line.split()[0] in SCENARIOS}
+    assert set(rows) == set(SCENARIOS)
+    for scenario in SCENARIOS:
+        assert rows[scenario] == (", ".join(f.name for f in printed_fixes(scenario)) or "-")
+
+
+def test_a_refused_lab_up_says_only_why(tmp_path):
+    """Nothing is created for a scenario that does not exist, so nothing says "creating lab" first."""
+    proc = meshdoctor("lab", "up", "--name", "mdnoscenario", "--pods", "nosuch", "--state-dir", str(tmp_path / "s"))
+    assert_one_line_error(proc, "nosuch")
+    assert "creating lab" not in proc.stderr

@@ -32,9 +32,9 @@ def run(args) -> int:
             except KeyError as e:
                 return error(e.args[0])
             fixed = f", fix {', '.join(args.fix)}" if args.fix else ""
-            sys.stderr.write(f"creating lab {args.name} with pods {', '.join(pods)}{fixed} ...\n")
             mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
-            state = lab.up(args.name, state_dir, pods, mesh=mesh, fixes=fixes)
+            state = lab.up(args.name, state_dir, pods, mesh=mesh, fixes=fixes, on_start=lambda _: sys.stderr.write(
+                f"creating lab {args.name} with pods {', '.join(pods)}{fixed} ...\n"))
             print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
                   f"{state.namespace}")
             print(f"kubeconfig: {state.kubeconfig}")

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import yaml
+
 from kubectl_meshdoctor.lab.scenarios.table import (
     CALLER_HTTP11_FIX,
     CALLER_IDLE_FIX,
@@ -28,7 +30,19 @@ from kubectl_meshdoctor.lab.state import LabError
 
 INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"  # Istio's annotations, as the injector reads them
 EXCLUDE_INBOUND_PORTS = "traffic.sidecar.istio.io/excludeInboundPorts"
-ANNOTATIONS_APPLIED = (INTERCEPTION_MODE, EXCLUDE_INBOUND_PORTS)
+PROXY_CONFIG = "proxy.istio.io/config"  # its holdApplicationUntilProxyStarts: apiserver/injection.py, lab.py
+REWRITE_PROBES = "sidecar.istio.io/rewriteAppHTTPProbers"  # apiserver/injection.py
+ANNOTATIONS_APPLIED = (INTERCEPTION_MODE, EXCLUDE_INBOUND_PORTS, PROXY_CONFIG, REWRITE_PROBES)
+
+
+def holds_application(proxy_config: str) -> bool:
+    """Whether a ``proxy.istio.io/config`` value (ProxyConfig YAML) asks to hold the app until the proxy is
+    ready (``holdApplicationUntilProxyStarts: true``)."""
+    try:
+        cfg = yaml.safe_load(proxy_config) if proxy_config else None
+    except yaml.YAMLError:
+        return False
+    return isinstance(cfg, dict) and cfg.get("holdApplicationUntilProxyStarts") is True
 
 # Fixes the scenario's client applies itself (its round changes); the mesh is left as it is.
 CLIENT_FIXES = frozenset({CLIENT_PORT_FIX, CALLER_IDLE_FIX, CALLER_HTTP11_FIX, CALLER_NO_UPGRADE_FIX,
@@ -123,6 +137,11 @@ class PodFix:
     interception: str = "REDIRECT"
     excluded_ports: tuple[int, ...] = ()
     settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def holds_application(self) -> bool:
+        """The app starts only once the sidecar is ready (the lab starts Envoy first and waits for it)."""
+        return holds_application(dict(self.annotations).get(PROXY_CONFIG, ""))
 
     def setup(self, setup: PodSetup) -> PodSetup:
         """``setup`` with this fix's change to the app or Envoy (unchanged for a fix of rules or client)."""

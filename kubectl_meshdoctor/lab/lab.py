@@ -88,6 +88,7 @@ def up(
     spec_patches: Mapping[str, Sequence[dict]] | None = None,
     mesh: MeshOptions = MeshOptions(),
     fixes: Mapping[str, lab_fixes.LabFix] | None = None,
+    on_start: Callable[[LabState], None] | None = None,
 ) -> LabState:
     """Build the lab and return its state (also written to state_dir/state.json).
 
@@ -99,6 +100,7 @@ def up(
     (a spec or status that breaks a lint rule; the pod's network is unchanged). `mesh` holds the mesh-wide
     settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling). `fixes` maps a pod
     name to the printed fix applied to it, as Istio would render it (lab/fixes.py; an unknown one: LabError).
+    `on_start` is called once every check has passed, before the slow part (namespaces, processes).
 
     Raises LabError when not root, a tool or the lab extra (Envoy, aiohttp) is missing, a pod name is unknown or
     repeated, state_dir is not empty, a lab already uses state_dir or its namespaces, or a process does not
@@ -132,6 +134,8 @@ def up(
     # Written before anything exists, so a failed or interrupted `up` can always be undone by `down`.
     write_state(state)
     try:
+        if on_start is not None:
+            on_start(state)
         state = _bring_up(state, envoy, rounds=rounds, seconds=seconds, period=period, drivers=drivers,
                           apiserver=apiserver, ready_timeout=ready_timeout)
     except BaseException:
@@ -313,6 +317,10 @@ def _bring_up(
         for role, argv in _pod_processes(pod, state, envoy):
             state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv))
             roles_of.setdefault(pod.name, []).append(role)
+            if role == "sidecar" and fix.holds_application:  # pilot-agent wait: the apps after Envoy's listeners
+                _wait_for(state, f"pod {pod.name}'s sidecar", ready_timeout,
+                          lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT} <= netns.listening_ports(pod.netns),
+                          watch=[f"{pod.name}/sidecar"])
     for pod in state.pods:
         roles = roles_of[pod.name]
         wanted = ({ECHO_PORT, INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT}
@@ -355,8 +363,8 @@ def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, 
     processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
     config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
                                          tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
-    processes.append(("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY")))
-    return processes
+    sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"))
+    return [sidecar_process, *processes] if fix.holds_application else [*processes, sidecar_process]
 
 
 def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, period: float) -> list[str]:

@@ -23,6 +23,8 @@ ANN_MODE = "sidecar.istio.io/interceptionMode"
 ANN_PROXY_CONFIG = "proxy.istio.io/config"
 ANN_STATUS = "sidecar.istio.io/status"
 ANN_REWRITE = "sidecar.istio.io/rewriteAppHTTPProbers"
+# A pod template change reaches the pods only when they are recreated (and injected again): every rule's note.
+RECREATE_NOTE = "# Then recreate the pods: kubectl rollout restart deployment/<owner> -n {ns}"
 
 
 @dataclass(frozen=True, slots=True)

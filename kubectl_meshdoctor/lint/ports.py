@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kubectl_meshdoctor.core.findings import Finding, Severity
-from kubectl_meshdoctor.core.fixes import render
+from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.remedies import exclude_inbound_ports, tproxy_interception
 
-from .podview import ANN_EXCLUDE, ANN_INCLUDE, PodView, rule
+from .podview import ANN_EXCLUDE, ANN_INCLUDE, RECREATE_NOTE, PodView, rule
 
 ISTIO_OWN_EXCLUDES = {15090, 15021, 15020, 15008}
 
@@ -90,8 +90,17 @@ def excluded_port_exposed(pv: PodView) -> list[Finding]:
             continue
         ev = [f"{p.path} = {p.port}", *pv.capture_evidence()]
         rest = _ports_text(q for q in _user_excludes(pv) if q != p.port)
-        recapture = (f"metadata:\n  annotations:\n    {ANN_EXCLUDE}: \"{rest}\"" if rest else
-                     f"# remove the {ANN_EXCLUDE} annotation from the pod template")
+        # An empty list excludes nothing (istio-iptables -d ""), as the annotation's absence does.
+        fixes = (Fix(
+            "capture-port", f"capture {p.port} again (the annotation lists the ports that must still bypass Envoy"
+                            f"{': ' + rest if rest else ': none'})",
+            f"mTLS, policy and telemetry on {p.port}",
+            f"if two captured ports are dialled from one client ip:port under REDIRECT, they can collide "
+            f"(redirect-exposure; TPROXY avoids it); a non-mesh client of {p.port} then needs mTLS "
+            f"(or PeerAuthentication PERMISSIVE); the pods are recreated to apply it",
+            annotations=((ANN_EXCLUDE, rest),)),)
+        note = (f"# If {p.port} must bypass Envoy on purpose, restrict who can reach it with a Kubernetes "
+                f"NetworkPolicy on port {p.port}.\n" + RECREATE_NOTE.format(ns=pv.namespace))
         out.append(pv.finding(
             "excluded-port-exposed", Severity.INFO,
             f"app port {p.port} ({p.container}) is not captured by the sidecar: reachable without mTLS or policy",
@@ -101,8 +110,5 @@ def excluded_port_exposed(pv: PodView) -> list[Finding]:
             f"PeerAuthentication STRICT and AuthorizationPolicy do not apply, no Envoy telemetry. Fine for a "
             f"port that must bypass Envoy on purpose (metrics scraped by a non-mesh Prometheus, or "
             f"redirect-exposure's second fix where TPROXY is not possible); otherwise a hole in the mesh.",
-            f"# If {p.port} must be protected, capture it again (pod template), keeping excluded only the ports "
-            f"that must bypass Envoy:\n{recapture}\n"
-            f"# or restrict who can reach it with a Kubernetes NetworkPolicy on port {p.port}.",
-            port=p.port))
+            render(fixes, note), fixes=fixes, port=p.port))
     return out

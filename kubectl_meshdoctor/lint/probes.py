@@ -9,13 +9,16 @@ import json
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, Container, PodView, _q, rule
+from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, RECREATE_NOTE, Container, PodView, _q, rule
 
 RESTART_THRESHOLD = 3  # restartCount at or above which restart-loop reports
 PROBE_KINDS = (("livenessProbe", "livez"), ("readinessProbe", "readyz"), ("startupProbe", "startupz"))
 PROBE_HANDLERS = ("httpGet", "tcpSocket", "grpc")
 PROBERS_ENV = "ISTIO_KUBE_APP_PROBERS"
+# restart-loop reads restarts, not their cause: what it prints is where to look, then the usual change.
+NOT_PROVEN = "# Not a fix the spec proves: the restarts' cause is in the logs and events; read them first.\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +123,16 @@ def probe_port(pv: PodView) -> list[Finding]:
                 f"pilot-agent has nothing to forward the kubelet's probe to and the probe fails: the container is "
                 f"restarted (liveness) or never Ready (readiness). This happens when the probe was edited on the "
                 f"pod after injection or copied from another pod.",
-                f"# Write the probe in its original form in the pod template (container {c.name}) and let the "
-                f"injector rewrite it again:\nspec:\n  containers:\n  - name: {c.name}\n    {pr.kind}:\n"
-                f"      httpGet:\n        path: /healthz\n        port: <an app port: {_declared(c)}>\n"
-                f"# then: kubectl rollout restart deployment/<owner> -n {pv.namespace}",
+                render((Fix(
+                    "probe-original-form", f"write the {pr.kind} of {c.name} in its original form in the pod "
+                                           f"template and let the injector rewrite it again",
+                    "the whole mesh; pilot-agent forwards the kubelet's probe to the app again",
+                    f"the pods are recreated to apply it (kubectl rollout restart deployment/<owner> -n "
+                    f"{pv.namespace})",
+                    yaml=f"# pod template (spec.template of the Deployment), container {c.name}:\nspec:\n"
+                         f"  containers:\n  - name: {c.name}\n    {pr.kind}:\n      httpGet:\n"
+                         f"        path: /healthz\n        port: <an app port: {_declared(c)}>"),),
+                       note=RECREATE_NOTE.format(ns=pv.namespace)),
                 container=c.name, probe=pr.kind))
             continue
         if pr.port is None or _port_matches(c, pr.port):
@@ -153,18 +162,29 @@ def probe_port(pv: PodView) -> list[Finding]:
             handler_yaml += f"        path: {(pr.body.get('httpGet') or {}).get('path', '/')}\n"
         if first is not None:
             fix_port = first.get("name") if named and first.get("name") else first.get("containerPort")
-            handler_yaml += f"        port: {fix_port}   # was {pr.port}; declared: {_declared(c)}\n"
+            handler_yaml += f"        port: {fix_port}   # was {pr.port}; declared: {_declared(c)}"
         else:
-            handler_yaml += "        port: <the port the app serves>\n"
+            fix_port = "<the port the app serves>"
+            handler_yaml += f"        port: {fix_port}"
         decl_name = pr.port if named else f"probe-{pr.port}"
         decl_num = "<port number>" if named else pr.port
-        remediation = (
-            f"# Either point the probe at a declared port (pod template, original probe form; Istio rewrites it "
-            f"again at injection):\nspec:\n  containers:\n  - name: {c.name}\n    {pr.kind}:\n{handler_yaml}"
-            f"# or declare the port the app really serves the probe on:\nspec:\n  containers:\n  - name: {c.name}\n"
-            f"    ports:\n    - containerPort: {decl_num}\n      name: {decl_name}\n      protocol: TCP")
+        template = f"# pod template (spec.template of the Deployment), container {c.name}:\nspec:\n  containers:\n"
+        fixes = (
+            Fix("probe-declared-port", f"point the {pr.kind} of {c.name} at a port it declares ({fix_port})",
+                "the whole mesh; the probe is in its original form, which Istio rewrites again at injection",
+                "nothing, if the app serves the probe on that port; the pods are recreated to apply it",
+                yaml=template + f"  - name: {c.name}\n    {pr.kind}:\n{handler_yaml}"),
+            Fix("declare-probe-port", f"declare the port the app really serves the probe on ({decl_num})",
+                "the whole mesh",
+                "a declared port is captured by the sidecar too (under REDIRECT it shares the inbound listener: "
+                "see redirect-exposure); the pods are recreated to apply it",
+                yaml=template + f"  - name: {c.name}\n    ports:\n    - containerPort: {decl_num}\n"
+                                f"      name: {decl_name}\n      protocol: TCP"),
+        )
+        remediation = render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace))
         out.append(pv.finding("probe-port", Severity.ERROR, title, pr.port if not named else None, ev, pr.path,
-                              explanation, remediation, container=c.name, probe=pr.kind, port=pr.port))
+                              explanation, remediation, fixes=fixes, container=c.name, probe=pr.kind,
+                              port=pr.port))
     return out
 
 
@@ -194,7 +214,8 @@ def restart_loop(pv: PodView) -> list[Finding]:
             explanation = (f"The kernel OOM killer ended {name} at its memory limit (reason OOMKilled, exit code 137 "
                            f"= 128+SIGKILL). That is memory, not probes: raising probe timeouts will not help. "
                            f"Limits: {json.dumps((c.spec.get('resources') or {}).get('limits', {})) if c else '?'}.")
-            remediation = (f"spec:\n  containers:\n  - name: {name}\n    resources:\n      limits:\n"
+            remediation = (f"{NOT_PROVEN}# If the working set needs more, in the pod template:\n"
+                           f"spec:\n  containers:\n  - name: {name}\n    resources:\n      limits:\n"
                            f"        memory: <above the working set seen in `kubectl top pod {pv.name} "
                            f"--containers`>")
         elif liveness and code in (137, 143) and reason != "Completed":
@@ -209,7 +230,8 @@ def restart_loop(pv: PodView) -> list[Finding]:
                            f"and confirm with `kubectl get events -n {pv.namespace} --field-selector "
                            f"involvedObject.name={pv.name}` ('Liveness probe failed'). Pod spec and status alone "
                            f"cannot prove the event.")
-            remediation = (f"# Give the app time to start and slack under load (pod template, original probe form):\n"
+            remediation = (f"{NOT_PROVEN}# If the events show 'Liveness probe failed', give the app time to start and "
+                           f"slack under load\n# (pod template, original probe form):\n"
                            f"spec:\n  containers:\n  - name: {name}\n    startupProbe:   # same handler as the "
                            f"livenessProbe\n      failureThreshold: 30\n      periodSeconds: 2\n    livenessProbe:\n"
                            f"      timeoutSeconds: 3\n      failureThreshold: 5")
@@ -222,8 +244,9 @@ def restart_loop(pv: PodView) -> list[Finding]:
                            f"app exiting on its own often means a start-up call failed: with a classic sidecar "
                            f"the app can start before Envoy is ready (see hold-application). Read "
                            f"`kubectl logs {pv.name} -c {name} --previous -n {pv.namespace}`.")
-            remediation = (f"kubectl logs {pv.name} -c {name} --previous -n {pv.namespace}\n"
-                           f"# if it fails calling out at start-up, hold it until the sidecar is ready:\n"
+            remediation = (f"{NOT_PROVEN}kubectl logs {pv.name} -c {name} --previous -n {pv.namespace}\n"
+                           f"# if it fails calling out at start-up, hold it until the sidecar is ready "
+                           f"(hold-application):\n"
                            f"metadata:\n  annotations:\n    {ANN_PROXY_CONFIG}: |\n"
                            f"      holdApplicationUntilProxyStarts: true")
         out.append(pv.finding("restart-loop", sev, title, None, ev, path, explanation, remediation,
@@ -263,7 +286,11 @@ def probe_not_rewritten(pv: PodView) -> list[Finding]:
             f"rewritten to pilot-agent's /app-health/{pr.container.name}/... on {pv.status_port}: {effect}. Istio "
             f"rewrites probes by default (sidecar.istio.io/rewriteAppHTTPProbers, istio/istio "
             f"pkg/kube/inject/app_probe.go); it was off when this pod was injected, or the probe was changed after.",
-            f"metadata:\n  annotations:\n    {ANN_REWRITE}: \"true\"\n"
-            f"# then recreate the pods: kubectl rollout restart deployment/<owner> -n {pv.namespace}",
-            container=pr.container.name, probe=pr.kind, port=num))
+            render(fixes := (Fix(
+                "rewrite-probes", f"let the injector rewrite the probe to pilot-agent on {pv.status_port}",
+                "the whole mesh; the kubelet's probe reaches the app through pilot-agent, around Envoy, and says "
+                "whether the app is up",
+                "the pods are recreated to apply it",
+                annotations=((ANN_REWRITE, "true"),)),), note=RECREATE_NOTE.format(ns=pv.namespace)),
+            fixes=fixes, container=pr.container.name, probe=pr.kind, port=num))
     return out

@@ -6,8 +6,9 @@ from __future__ import annotations
 import yaml
 
 from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_STATUS, SIDECAR, PodView, _indent, _q, rule
+from .podview import ANN_PROXY_CONFIG, ANN_STATUS, RECREATE_NOTE, SIDECAR, PodView, _indent, _q, rule
 
 
 @rule("no-sidecar", "error")
@@ -40,10 +41,15 @@ def no_sidecar(pv: PodView) -> list[Finding]:
         f"No container named {SIDECAR} in spec.containers (classic layout) and no init container {SIDECAR} with "
         f"restartPolicy: Always (native sidecar, Istio >= 1.28 on Kubernetes >= 1.33; pod_istio_sample.yaml). "
         f"Without it the pod is outside the mesh: no mTLS, no policy, nothing for meshdoctor to capture. {why}",
-        f"kubectl label namespace {pv.namespace} istio-injection=enabled\n"
-        f"# or per workload (pod template):\nmetadata:\n  labels:\n    sidecar.istio.io/inject: \"true\"\n"
-        f"# then recreate the pods: kubectl rollout restart deployment/<owner> -n {pv.namespace}",
-        containers=[c.name for c in pv.containers])]
+        render(fixes := (Fix(
+            "inject-sidecar", "have the injector add the sidecar to the workload's pods",
+            "nothing is lost: the pod joins the mesh (mTLS, policy, telemetry)",
+            "the pods are recreated to get it; a pod in a namespace with STRICT mTLS peers must have it to be "
+            "reached at all",
+            yaml=f"# Per workload (pod template), or for the whole namespace: kubectl label namespace "
+                 f"{pv.namespace} istio-injection=enabled\nmetadata:\n  labels:\n"
+                 f"    sidecar.istio.io/inject: \"true\""),), note=RECREATE_NOTE.format(ns=pv.namespace)),
+        fixes=fixes, containers=[c.name for c in pv.containers])]
 
 
 @rule("sidecar-not-ready", "error")
@@ -71,7 +77,8 @@ def sidecar_not_ready(pv: PodView) -> list[Finding]:
         f"While it is not ready every captured inbound and outbound connection of the pod fails or hangs "
         f"(iptables still REDIRECTs to 15006/15001), and the pod is out of its Services' endpoints. Common causes: "
         f"istiod unreachable (port 15012), a rejected config (LDS/CDS NACK), certificate issues.",
-        f"kubectl logs {pv.name} -c {SIDECAR} -n {pv.namespace} --tail=100\n"
+        f"# Not a fix the spec proves: why the proxy is not ready is in its log and in istiod's view of it; read "
+        f"them first.\nkubectl logs {pv.name} -c {SIDECAR} -n {pv.namespace} --tail=100\n"
         f"istioctl proxy-status {pv.name}.{pv.namespace}\n"
         f"kubectl exec {pv.name} -c {SIDECAR} -n {pv.namespace} -- pilot-agent request GET /healthz/ready",
         ready=ready, native=pv.native)]
@@ -112,7 +119,6 @@ def hold_application(pv: PodView) -> list[Finding]:
           f"no postStart pilot-agent wait)"]
     asked = cfg.get("holdApplicationUntilProxyStarts") is True
     cfg = {**cfg, "holdApplicationUntilProxyStarts": True}
-    block = _indent(yaml.safe_dump(cfg, default_flow_style=False, sort_keys=False).rstrip(), 6)
     title = (f"pod {pv.name} asks for holdApplicationUntilProxyStarts but was injected without it" if asked else
              f"app containers of pod {pv.name} can start before the {SIDECAR} sidecar is ready")
     explanation = (
@@ -126,9 +132,15 @@ def hold_application(pv: PodView) -> list[Finding]:
     if asked:
         explanation += (" The annotation already asks for it but the pod was injected before it was set (or the "
                         "injector ignored it): the spec shows no hold. Recreate the pod.")
-    remediation = (f"# pod template annotation (or mesh-wide: "
-                   f"meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true), then recreate the pods:\n"
-                   f"metadata:\n  annotations:\n    {ANN_PROXY_CONFIG}: |\n{block}\n"
-                   f"# kubectl rollout restart deployment/<owner> -n {pv.namespace}")
-    return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation, remediation,
+    value = yaml.safe_dump(cfg, default_flow_style=False, sort_keys=False).rstrip("\n")
+    fixes = (Fix(
+        "hold-application", f"start the app only once {SIDECAR} is ready",
+        "the whole mesh",
+        "the app starts a second or two later (once Envoy has its configuration); the pods are recreated to "
+        "apply it (mesh-wide instead: meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true)",
+        yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
+             f"    {ANN_PROXY_CONFIG}: |-\n{_indent(value, 6)}",  # |-: the value as the lab applies it
+        annotations=((ANN_PROXY_CONFIG, value),)),)
+    return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation,
+                       render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace)), fixes=fixes,
                        annotation_asks=asked)]

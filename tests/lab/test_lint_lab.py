@@ -4,13 +4,16 @@ that does not. The breaking specs are RFC 6902 patches the test API server appli
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from kubectl_meshdoctor.lab import lab
+from kubectl_meshdoctor.lab.fixes import EXCLUDE_INBOUND_PORTS, LabFix
 
 pytestmark = pytest.mark.lab
 
@@ -51,7 +54,9 @@ PATCHES = {
         {"op": "replace", "path": "/status/containerStatuses/1/ready", "value": False},
     ],
 }
-PODS = ["plain=healthy", *(f"{name}=healthy" for name in PATCHES)]
+# A port left out of capture the way the lab renders a printed fix (the annotation, and istio-init's -d).
+EXCLUDED = {"excluded": LabFix("exclude-port", ((EXCLUDE_INBOUND_PORTS, "5002"),))}
+PODS = ["plain=healthy", *(f"{name}=healthy" for name in [*PATCHES, *EXCLUDED])]
 
 # rule -> (the pod that breaks it, its severity, a pod that does not)
 BROKEN_BY = {
@@ -63,22 +68,46 @@ BROKEN_BY = {
     "sidecar-not-ready": ("unready", "error", "fine"),
     # a probe Istio did not rewrite, on a captured port; and a port left out of capture (the fine pod's 5002)
     "probe-not-rewritten": ("probe", "warning", "plain"),
-    "excluded-port-exposed": ("fine", "info", "plain"),
+    "excluded-port-exposed": ("excluded", "info", "plain"),
 }
 
 
+def lint_lab(state) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "lint", "-l", "version=v1",
+                           "--kubeconfig", str(state.kubeconfig), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
+def broken(tmp_path_factory) -> tuple[dict, dict[str, dict]]:
+    """The lint report of the lab's broken pods, and their Pod objects as the API server returns them."""
     name = f"mdtest-i{secrets.token_hex(2)}"
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, drivers=False, spec_patches=PATCHES)
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, drivers=False, spec_patches=PATCHES,
+                   fixes=EXCLUDED)
     try:
-        proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "lint", "-l", "version=v1",
-                               "--kubeconfig", str(state.kubeconfig), "-o", "json"],
-                              capture_output=True, text=True, timeout=120)
+        report = lint_lab(state)
+        pods = subprocess.run([sys.executable, "-c", GET_PODS, str(state.kubeconfig)], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
     finally:
         lab.down(state.state_dir)
-    assert proc.returncode == 1, proc.stderr  # error findings among them
-    return json.loads(proc.stdout)
+    return report, {p["metadata"]["name"]: p for p in json.loads(pods)}
+
+
+# The Pod objects through the official client, as lint reads them (kubectl is not needed for this part).
+GET_PODS = """
+import json, sys
+from kubernetes import client, config
+api = client.CoreV1Api(config.new_client_from_config(sys.argv[1]))
+pods = api.list_namespaced_pod(config.list_kube_config_contexts(sys.argv[1])[1]["context"]["namespace"])
+print(json.dumps([api.api_client.sanitize_for_serialization(p) for p in pods.items]))
+"""
+
+
+@pytest.fixture(scope="module")
+def report(broken) -> dict:
+    return broken[0]
 
 
 def rules_of(report: dict, pod: str) -> dict[str, str]:
@@ -100,3 +129,90 @@ def test_every_lint_rule_is_covered_here():
 
 def test_the_fine_pod_has_no_warning_or_error(report):
     assert {r: s for r, s in rules_of(report, "fine").items() if s != "info"} == {}
+    assert lint_lab_rc(report) == 1  # error findings among the broken pods
+
+
+def lint_lab_rc(report: dict) -> int:
+    return 1 if any(f["severity"] == "error" for f in report["findings"]) else 0
+
+
+# ------------------------------------------------------------------ every printed lint fix, applied and linted again
+
+# Rules that print where to look, not a fix: their cause is not in the spec (restarts, an unready proxy).
+NO_FIX = {"restart-loop", "sidecar-not-ready"}
+# A fix that acts only when the injector runs again at pod creation, which the lab does not model for it.
+UNPROVEN = {"inject-sidecar"}
+
+
+def printed(report: dict) -> list[tuple[str, str, dict]]:
+    """(rule, broken pod, fix) for every fix the broken pods' findings print."""
+    out = []
+    for rule, (pod, _, _) in sorted(BROKEN_BY.items()):
+        for finding in (f for f in report["findings"] if f["pod"] == pod and f["detector"] == rule):
+            out += [(rule, pod, fix) for fix in finding.get("fixes", ())]
+    return out
+
+
+def fixed_name(pod: str, fix: dict) -> str:
+    return f"{pod}-{fix['name']}"
+
+
+@pytest.fixture(scope="module")
+def injected(broken, tmp_path_factory) -> tuple[dict, object]:
+    """The fixes that act through the injector (pod annotations), each on a copy of its broken pod: the lab
+    renders them as the injector does. The lint report of those pods, and the lab's state."""
+    cases = [(rule, pod, fix) for rule, pod, fix in printed(broken[0]) if fix.get("annotations")]
+    pods = [f"{fixed_name(pod, fix)}=healthy" for _, pod, fix in cases]
+    patches = {fixed_name(pod, fix): PATCHES[pod] for _, pod, fix in cases if pod in PATCHES}
+    fixes = {fixed_name(pod, fix): LabFix(fix["name"], tuple(fix["annotations"].items())) for _, pod, fix in cases}
+    name = f"mdtest-j{secrets.token_hex(2)}"
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, pods, drivers=False, spec_patches=patches,
+                   fixes=fixes)
+    try:
+        return lint_lab(state), state
+    finally:
+        lab.down(state.state_dir)
+
+
+def test_every_rule_prints_a_fix_but_those_that_say_where_to_look(report):
+    rules = {rule for rule, _, _ in printed(report)}
+    assert rules == set(BROKEN_BY) - NO_FIX
+    for rule in NO_FIX:
+        pod = BROKEN_BY[rule][0]
+        (finding,) = [f for f in report["findings"] if f["pod"] == pod and f["detector"] == rule]
+        assert "Not a fix the spec proves" in finding["remediation"] and not finding.get("fixes")
+
+
+def test_each_annotation_fix_is_gone_once_the_injector_renders_it(broken, injected):
+    report, state = injected
+    cases = [(rule, pod, fix) for rule, pod, fix in printed(broken[0]) if fix.get("annotations")]
+    assert {fix["name"] for _, _, fix in cases} >= {"tproxy", "exclude-port", "hold-application", "rewrite-probes",
+                                                    "capture-port"}
+    for rule, pod, fix in cases:
+        assert rule in rules_of(broken[0], pod)
+        assert rule not in rules_of(report, fixed_name(pod, fix)), (fix["name"], rules_of(report, fixed_name(pod, fix)))
+    # Held: the lab started Envoy before the app, as pilot-agent wait makes the kubelet do.
+    held = fixed_name("plain", next(f for r, _, f in cases if r == "hold-application"))
+    assert state.started[f"{held}/sidecar"] < state.started[f"{held}/app-http"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_each_spec_fix_merged_as_kubectl_merges_it_leaves_no_finding(broken, tmp_path):
+    """A fix of the pod's own spec, merged into the broken Pod by kubectl itself (strategic merge, as `kubectl
+    apply` and `patch` do), then linted from the file: `lint -f`."""
+    report, pods = broken
+    cases = [(rule, pod, fix) for rule, pod, fix in printed(report) if not fix.get("annotations")
+             and not fix.get("settings")]
+    assert {fix["name"] for _, _, fix in cases} == {"probe-declared-port", "declare-probe-port", "inject-sidecar"}
+    for rule, pod, fix in cases:
+        path = tmp_path / f"{pod}.json"
+        path.write_text(json.dumps(pods[pod]))
+        merged = subprocess.run(["kubectl", "patch", "--local", "-f", str(path), "--type", "strategic", "-p",
+                                 fix["text"], "-o", "json"], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "KUBECONFIG": os.devnull})
+        assert merged.returncode == 0, merged.stderr
+        proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "lint", "-f", "-", "-o", "json"],
+                              input=merged.stdout, capture_output=True, text=True, timeout=60)
+        assert proc.returncode in (0, 1), proc.stderr
+        left = {f["detector"] for f in json.loads(proc.stdout)["findings"]}
+        assert (rule in left) == (fix["name"] in UNPROVEN), (fix["name"], left)

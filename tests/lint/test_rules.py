@@ -134,6 +134,20 @@ def test_finding_shape_for_static_rules():
         json.dumps(f.to_dict())
 
 
+def test_every_printed_lint_fix_is_yaml_to_paste_and_its_annotations_are_what_it_prints():
+    """Shell commands go in comments or the note: a fix's text parses as YAML, and the annotations the lab
+    applies are the ones in that YAML."""
+    findings = lint_pods(pod(n) for n in sorted(EXPECTED))
+    fixed = {f.detector for f in findings if f.fixes}
+    assert fixed == set(RULES) - {"restart-loop", "sidecar-not-ready"}  # those two print where to look, no fix
+    for f in findings:
+        for fix in f.fixes:
+            docs = yaml_docs(fix.text)
+            assert len(docs) == 1 and isinstance(docs[0], dict), (f.detector, fix.text)
+            if fix.annotations:
+                assert docs[0]["metadata"]["annotations"] == dict(fix.annotations), fix.text
+
+
 # ---------------------------------------------------------------------------------------------------- redirect-exposure
 
 
@@ -340,7 +354,9 @@ def test_excluded_port_exposed():
     f = only(lint_pod(pod("classic-fixed")), "excluded-port-exposed")
     assert f.severity is I and f.details["port"] == 5002
     assert "spec.initContainers[0].args" in whats(f)[1]
-    assert "remove the traffic.sidecar.istio.io/excludeInboundPorts annotation" in f.remediation
+    (fix,) = f.fixes  # an empty list: istio-iptables -d "" excludes nothing, as no annotation does
+    assert fix.name == "capture-port" and fix.annotations == (("traffic.sidecar.istio.io/excludeInboundPorts", ""),)
+    assert 'traffic.sidecar.istio.io/excludeInboundPorts: ""' in f.remediation and "NetworkPolicy" in f.remediation
     none_of(lint_pod(pod("classic")), "excluded-port-exposed")
 
 

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .injection import inject
 from .objects import LabConfig, PodSpecIn, deployment_json, pod_json
 from .patch import apply_json_patch
 
@@ -111,7 +112,8 @@ class Store:
                     for c in record.ephemeral if c["name"] in record.ephemeral_state]
         obj = pod_json(record.spec, self.namespace, record.created, record.resource_version,
                        record.ephemeral, statuses)
-        return apply_json_patch(obj, record.spec.spec_patch) if record.spec.spec_patch else obj
+        # The patch stands for the user's pod template (a lint test's broken spec); injection comes after it.
+        return inject(apply_json_patch(obj, record.spec.spec_patch) if record.spec.spec_patch else obj)
 
     def deployment_json(self, record: PodRecord) -> dict[str, Any]:
         return deployment_json(record.spec, self.namespace, record.created, record.resource_version)
