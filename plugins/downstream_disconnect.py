@@ -83,16 +83,20 @@ class DownstreamDisconnect(Detector):
                 flow.notes[_NOTE] = ev  # waiting for its response
             elif not from_client:
                 flow.notes.pop(_NOTE, None)  # answered
-            return ()
+            if not (from_client and ev.http.is_request and (ev.is_fin or ev.is_rst)):
+                return ()
+            # else the request and the caller's FIN in one segment (a corked or coalesced send): a half-close
         request = flow.notes.get(_NOTE)
         if request is None or not from_client or not (ev.is_fin or ev.is_rst):
             return ()
         del flow.notes[_NOTE]
         waited_ms = int(round((ev.ts - request.ts) * 1000))
         what = "FIN" if ev.is_fin else "RST"
-        return (self._finding(FlowRef.of(flow), (Evidence.of(request, "request from the caller"),
-                                                  Evidence.of(ev, f"{what} from the caller {waited_ms} ms later, "
-                                                                  f"no response yet")),
+        evidence = ((Evidence.of(ev, f"request from the caller with its {what} in the same segment"),)
+                    if ev is request else
+                    (Evidence.of(request, "request from the caller"),
+                     Evidence.of(ev, f"{what} from the caller {waited_ms} ms later, no response yet")))
+        return (self._finding(FlowRef.of(flow), evidence,
                               request.http.start_line.rsplit(" ", 1)[0], waited_ms, 0, None, ev.ts),)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:

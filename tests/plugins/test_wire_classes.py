@@ -92,6 +92,16 @@ def test_a_caller_that_half_closes_right_after_its_request_is_told_so_and_given_
     assert [x.name for x in f.fixes] == ["caller-no-half-close"] and "timeout:" not in f.remediation
 
 
+def test_a_request_and_its_fin_in_one_segment_is_a_half_close():
+    """A corked or coalesced send puts the caller's FIN on its request's own segment (seen in the lab)."""
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, F | P | A, 1001, 5001, http=GET)  # frame 4
+    (f,) = run(w.events, only=["downstream-disconnect"])
+    assert [e.frame for e in f.evidence] == [4] and "in the same segment" in f.evidence[0].what
+    assert [x.name for x in f.fixes] == ["caller-no-half-close"] and "after 0 ms" in f.title
+
+
 def test_a_short_caller_timeout_gets_no_route_timeout_below_it():
     (f,) = run(exchange(GET, None, 0.4, close_first=True).events, only=["downstream-disconnect"])
     assert [x.name for x in f.fixes] == ["caller-timeout"]
