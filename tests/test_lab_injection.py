@@ -59,3 +59,27 @@ def test_the_probe_rewrite_keeps_the_original_where_lint_reads_it():
     (probers,) = [json.loads(e["value"]) for e in proxy["env"] if e["name"] == "ISTIO_KUBE_APP_PROBERS"]
     assert probers == {f"/app-health/{app['name']}/readyz": {"tcpSocket": {"port": 5000}, "timeoutSeconds": 1}}
     assert "probe-not-rewritten" not in rules(pod) and "probe-port" not in rules(pod)
+
+
+def test_the_rewrite_follows_istio_s_app_probe_go():
+    """httpGet keeps its host and headers (HTTPS becomes HTTP), a named port is stored as its number, a name no
+    port has is not stored, ParseBool's spellings count, the status port annotation moves the target."""
+    pod = lab_like({"sidecar.istio.io/rewriteAppHTTPProbers": "True", "status.sidecar.istio.io/port": "15099"})
+    app = pod["spec"]["containers"][0]
+    named = app["ports"][0]
+    app["readinessProbe"] = {"httpGet": {"path": "/ready", "port": named["name"], "scheme": "HTTPS",
+                                         "host": "localhost", "httpHeaders": [{"name": "x", "value": "y"}]}}
+    app["livenessProbe"] = {"tcpSocket": {"port": "no-such-port"}}
+    app["lifecycle"] = {"preStop": {"httpGet": {"path": "/drain", "port": named["containerPort"]}}}
+    out = inject(pod)["spec"]["containers"][0]
+    assert out["readinessProbe"]["httpGet"] == {"path": f"/app-health/{app['name']}/readyz", "port": 15099,
+                                                "scheme": "HTTP", "host": "localhost",
+                                                "httpHeaders": [{"name": "x", "value": "y"}]}
+    assert out["lifecycle"]["preStop"]["httpGet"]["path"] == f"/app-lifecycle/{app['name']}/prestopz"
+    proxy = inject(pod)["spec"]["containers"][1]
+    (probers,) = [json.loads(e["value"]) for e in proxy["env"] if e["name"] == "ISTIO_KUBE_APP_PROBERS"]
+    assert probers[f"/app-health/{app['name']}/readyz"]["httpGet"]["port"] == named["containerPort"]
+    assert f"/app-health/{app['name']}/livez" not in probers  # rewritten, but nothing to forward it to
+    assert f"/app-lifecycle/{app['name']}/prestopz" in probers
+    assert inject(lab_like({"sidecar.istio.io/rewriteAppHTTPProbers": "false"}))["spec"]["containers"][0][
+        "readinessProbe"] == {"tcpSocket": {"port": 5000}, "periodSeconds": 5}
