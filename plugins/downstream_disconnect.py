@@ -40,34 +40,42 @@ HALF_CLOSE_FIX = Fix(
          "request.")
 
 
-def fixes(waited_ms: int) -> tuple[Fix, ...]:
-    """The fix of a caller that closed ``waited_ms`` after its request: a half-close below HALF_CLOSE_MS, else
-    its timeout."""
-    if waited_ms < HALF_CLOSE_MS:
-        return (HALF_CLOSE_FIX,)
-    return (Fix(
+def fixes(waited_ms: int, kind: str = "") -> tuple[Fix, ...]:
+    """The fixes of a caller that closed ``waited_ms`` after its request began. ``kind`` (see KINDS; by default
+    from the time alone, as for an access-log line): a half-close gets the half-close fix, a caller that gave
+    up the timeout fix, an upload closed at an unknown point both; a request never whole, none."""
+    kind = kind or ("half-close" if waited_ms < HALF_CLOSE_MS else "gave-up")
+    timeout = Fix(
         "caller-timeout", f"let the caller wait longer than the app takes (it gave up after {waited_ms} ms here)",
         "the whole mesh; the app's answer reaches the caller instead of being thrown away",
         "the caller waits longer for a slow app; how long the app takes for this request is not on the wire "
         "(Envoy reset it when the caller left): take its slowest answer, and keep the caller's timeout above the "
         "route's so that the mesh answers first, with a 504 UT, when the app is stuck",
-        yaml="# In the caller: its HTTP client's request timeout, above the app's slowest answer. A caller in the "
-             "mesh\n# whose own sidecar gave up has the route's timeout there (in the caller's namespace):\n"
-             + virtual_service_timeout("<longer than the app's slowest answer>")),)
+        yaml="# In the caller: its HTTP client's request timeout (its code or its configuration), above the app's "
+             "slowest\n# answer.")
+    return {"half-close": (HALF_CLOSE_FIX,), "gave-up": (timeout,), "upload": (timeout, HALF_CLOSE_FIX),
+            "incomplete": ()}[kind]
 
 
-def note(waited_ms: int) -> str:
-    """What the finding says after its fixes: a route timeout below a long caller timeout makes the mesh answer
+def note(waited_ms: int, kind: str = "") -> str:
+    """What the finding says after its fixes. A route timeout below a long caller timeout makes the mesh answer
     first (a 504 UT instead of a silent DC): the failure stays, so it is a note, not a fix."""
-    if waited_ms < HALF_CLOSE_MS:
+    kind = kind or ("half-close" if waited_ms < HALF_CLOSE_MS else "gave-up")
+    if kind == "half-close":
         return ""
+    if kind == "incomplete":
+        return ("# No fix to print: the caller closed before its request was whole (the line has no method or "
+                "path): a TCP\n# health check, a port scan, or a client that gave up while sending. If it "
+                "recurs, capture eth0 to see which.")
+    mesh = ("# A caller in the mesh whose own sidecar gave up has the route's timeout there (a VirtualService "
+            "http.timeout\n# in the caller's namespace): raise that one above the app's slowest answer.")
     if waited_ms < MIN_ROUTE_TIMEOUT_MS:
-        return "# A route timeout below a caller's timeout that short would cut ordinary requests short."
-    return ("# Or let the route answer first with a clear 504 (UT) instead of a silent DC, by giving it a timeout "
-            "shorter\n# than the caller's (the request still fails, but the caller and the app's sidecar both "
-            "log why):\n" + virtual_service_timeout(f"{waited_ms * 4 // 5}ms", comment=f"below the caller's own "
-                                                                                      f"timeout ({waited_ms} ms "
-                                                                                      f"here)"))
+        return mesh + "\n# A route timeout below a caller's timeout that short would cut ordinary requests short."
+    return (mesh + "\n# Or let the route answer first with a clear 504 (UT) instead of a silent DC, by giving it a "
+            "timeout shorter\n# than the caller's (the request still fails, but the caller and the app's sidecar "
+            "both log why):\n" + virtual_service_timeout(f"{waited_ms * 4 // 5}ms", comment=f"below the caller's "
+                                                                                        f"own timeout ({waited_ms} "
+                                                                                        f"ms here)"))
 
 
 class DownstreamDisconnect(Detector):
@@ -92,47 +100,70 @@ class DownstreamDisconnect(Detector):
         del flow.notes[_NOTE]
         waited_ms = int(round((ev.ts - request.ts) * 1000))
         what = "FIN" if ev.is_fin else "RST"
+        # Bytes the caller sent after the request's first segment (a body): their segments are not read here,
+        # so when the FIN came after the last of them is not known.
+        sent_after = (ev.seq - request.seq - request.payload_len) % 2**32 if ev is not request else 0
+        if ev.is_rst:
+            kind = "gave-up"  # an abort (its timeout, SO_LINGER 0, a killed process), never a half-close
+        elif waited_ms < HALF_CLOSE_MS:
+            kind = "half-close"
+        else:
+            kind = "upload" if 0 < sent_after < 2**31 else "gave-up"
         evidence = ((Evidence.of(ev, f"request from the caller with its {what} in the same segment"),)
                     if ev is request else
                     (Evidence.of(request, "request from the caller"),
                      Evidence.of(ev, f"{what} from the caller {waited_ms} ms later, no response yet")))
-        return (self._finding(FlowRef.of(flow), evidence,
-                              request.http.start_line.rsplit(" ", 1)[0], waited_ms, 0, None, ev.ts),)
+        return (self._finding(FlowRef.of(flow), evidence, request.http.start_line.rsplit(" ", 1)[0], waited_ms, 0,
+                              None, ev.ts, kind=kind, sent_after=sent_after),)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if "DC" not in entry.flags and entry.details != DETAILS:
             return None
-        request = f"{entry.method} {entry.path}" if entry.method else "a connection"
+        request = f"{entry.method} {entry.path}" if entry.method else "a request not yet whole"
+        kind = "" if entry.method else "incomplete"
         return self._finding(access_log_flow(entry), (evidence,), request, entry.duration_ms, entry.code,
-                             entry.upstream_service_time, entry.ts, entry.details or DETAILS)
+                             entry.upstream_service_time, entry.ts, entry.details or DETAILS, kind=kind)
 
     def _finding(self, flow: FlowRef, evidence: tuple[Evidence, ...], request: str, waited_ms: int, code: int,
-                 service_time: int | None, ts: float, details: str = DETAILS) -> Finding:
+                 service_time: int | None, ts: float, details: str = DETAILS, kind: str = "",
+                 sent_after: int = 0) -> Finding:
+        kind = kind or ("half-close" if waited_ms < HALF_CLOSE_MS else "gave-up")
         waited = (f"the app had answered after {service_time} ms but the response was not yet sent"
                   if service_time is not None else "the app had not answered yet")
-        if waited_ms < HALF_CLOSE_MS:
-            why = (f"The caller closed its side {waited_ms} ms after sending: not a timeout but a half-close, which "
-                   f"Envoy's HTTP connection manager does not keep open for the response.")
-        else:
-            why = ("The caller gave up first: its own timeout is shorter than the app takes. The caller saw a "
-                   "timeout or a closed connection, not an HTTP status, so nothing in the caller's sidecar log "
-                   "explains it but a matching DC or UC there.")
+        why = {
+            "half-close": f"The caller closed its side {waited_ms} ms after sending: not a timeout but a half-close, "
+                          f"which Envoy's HTTP connection manager does not keep open for the response.",
+            "gave-up": "The caller gave up first: its own timeout is shorter than the app takes. The caller saw a "
+                       "timeout or a closed connection, not an HTTP status, so nothing in the caller's sidecar log "
+                       "explains it but a matching DC or UC there.",
+            "upload": f"The caller sent {sent_after} bytes more after the request's first segment (a body); the "
+                      f"time counts from that segment, and when the FIN came after the body's end is not known "
+                      f"here: a caller that gave up, or one that half-closed once its upload was out.",
+            "incomplete": "Envoy had no whole request yet (no method or path in its line).",
+        }[kind]
+        title, variant = {
+            "half-close": (f"The caller {flow.client} half-closed its connection with {request}, before "
+                           f"{flow.server} answered (0 DC)", "caller half-closed after its request"),
+            "incomplete": (f"The caller {flow.client} closed its connection to {flow.server} before its request "
+                           f"was whole (0 DC)", "caller closed before its request was whole"),
+        }.get(kind, (f"The caller {flow.client} gave up on {request} after {waited_ms} ms, before {flow.server} "
+                     f"answered (0 DC)", "caller gave up before the answer"))
+        chosen = fixes(waited_ms, kind)
         return Finding(
             detector=self.id,
             severity=Severity.WARNING,
-            title=f"The caller {flow.client} gave up on {request} after {waited_ms} ms, before "
-                  f"{flow.server} answered (0 DC)",
+            title=title,
             flow=flow,
             evidence=evidence,
             envoy_flags=("DC",),
-            variant="caller gave up before the answer",
+            variant=variant,
             response_code_details=details,
             explanation=(
                 f"The caller ({flow.client}) closed its connection {waited_ms} ms into {request}; "
                 f"{waited}. Envoy logs response code {code} with flag DC ({details}) and "
                 f"reset the request to the app. {why}"),
-            remediation=render(fixes(waited_ms), note(waited_ms)),
-            fixes=fixes(waited_ms),
+            remediation=render(chosen, note(waited_ms, kind)),
+            fixes=chosen,
             pod=self.ctx.pod,
             ts=ts,
         )

@@ -188,7 +188,7 @@ def test_the_timeout_and_the_impatient_caller_are_timed_as_envoy_timed_them(call
     assert [x["name"] for x in dc["fixes"]] == ["caller-timeout"]
     # The half-closing caller: its FIN follows its request at once, and it is told to keep its side open.
     half = dcs[f"GET {SLOW_HALF_CLOSED} HTTP/1.1"]
-    assert int(half["title"].split(" after ")[1].split(" ms")[0]) < 50
+    assert "half-closed its connection" in half["title"] and half["evidence"][0]["iface"] == "eth0"
     assert [x["name"] for x in half["fixes"]] == ["caller-no-half-close"] and "half-close" in half["explanation"]
     assert ut["response_code_details"] == "response_timeout" and ut["envoy_flags"] == ["UT"]
     assert ut["counters"]["cluster.inbound|5000||.upstream_rq_timeout"] >= 1  # what real Envoy counts for it

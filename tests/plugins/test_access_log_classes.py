@@ -108,6 +108,17 @@ def test_each_class_is_found_from_its_access_log_line_alone(detector, shape):
     assert f.remediation and f.explanation
 
 
+def test_a_dc_line_without_a_request_prints_no_fix():
+    """A caller that closed before its request was whole: no method, no path; neither fix would be grounded."""
+    (f,) = findings_of(text(line(method="-", path="-", code=0, flags="DC", details="downstream_remote_disconnect",
+                                 duration=0, service_time="-", upstream_host="-", upstream_local="-")))
+    assert f.detector == "downstream-disconnect" and f.fixes == ()
+    assert "No fix to print" in f.remediation and "before its request was whole" in f.title
+    (g,) = findings_of(text(line(code=0, flags="DC", details="downstream_remote_disconnect", duration=0,
+                                 service_time="-")))
+    assert [x.name for x in g.fixes] == ["caller-no-half-close"]  # a whole request, closed at once
+
+
 def test_the_timeout_fix_gives_the_route_more_time_than_envoy_waited():
     (f,) = findings_of(text(CLASSES["upstream-timeout"][0]))
     assert "timeout: 2s" in f.remediation and "1001 ms" in f.explanation

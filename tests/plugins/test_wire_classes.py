@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..helpers import A, F, P, Wire, run
+from ..helpers import A, F, P, R, Wire, run
 
 CALLER, POD = "198.18.6.1:40500", "198.18.6.2:5000"
 ENVOY_504 = (b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 24\r\ncontent-type: text/plain\r\n"
@@ -99,13 +99,34 @@ def test_a_request_and_its_fin_in_one_segment_is_a_half_close():
     w.pkt(CALLER, POD, F | P | A, 1001, 5001, http=GET)  # frame 4
     (f,) = run(w.events, only=["downstream-disconnect"])
     assert [e.frame for e in f.evidence] == [4] and "in the same segment" in f.evidence[0].what
-    assert [x.name for x in f.fixes] == ["caller-no-half-close"] and "after 0 ms" in f.title
+    assert [x.name for x in f.fixes] == ["caller-no-half-close"] and "half-closed its connection" in f.title
+    assert f.variant == "caller half-closed after its request"
+
+
+def test_an_rst_soon_after_the_request_is_an_abort_not_a_half_close():
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w.pkt(CALLER, POD, R | A, 1001 + len(GET), 5001, dt=0.01)
+    (f,) = run(w.events, only=["downstream-disconnect"])
+    assert [x.name for x in f.fixes] == ["caller-timeout"] and "gave up" in f.title
+
+
+def test_an_upload_closed_after_its_body_may_be_either_and_gets_both_fixes():
+    """The body's segments are not read (only a request's first is), so the FIN's time after it is unknown."""
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w.pkt(CALLER, POD, F | A, 1001 + len(GET) + 100000, 5001, dt=1.0)  # 100 kB more were sent before it
+    (f,) = run(w.events, only=["downstream-disconnect"])
+    assert [x.name for x in f.fixes] == ["caller-timeout", "caller-no-half-close"]
+    assert "100000 bytes more" in f.explanation
 
 
 def test_a_short_caller_timeout_gets_no_route_timeout_below_it():
     (f,) = run(exchange(GET, None, 0.4, close_first=True).events, only=["downstream-disconnect"])
     assert [x.name for x in f.fixes] == ["caller-timeout"]
-    assert "timeout: <longer" in f.remediation and "ms  # below the caller" not in f.remediation
+    assert "VirtualService http.timeout" in f.remediation and "ms  # below the caller" not in f.remediation
     assert "cut ordinary requests short" in f.remediation
     (g,) = run(exchange(GET, None, 5.0, close_first=True).events, only=["downstream-disconnect"])
     assert "timeout: 4000ms" in g.remediation
