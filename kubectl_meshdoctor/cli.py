@@ -103,8 +103,9 @@ examples:
   kubectl meshdoctor lint -l app=reviews -o json
   kubectl meshdoctor lint -A                     # every pod you can list
   kubectl meshdoctor lint -f pod.yaml            # a saved Pod (kubectl get pod X -o yaml), no cluster needed
-  # check a printed fix before you apply it: merge it into the pod as kubectl does, and lint the result
-  kubectl get pod X -o json | kubectl patch --local -f - --type strategic -p "$(cat fix.yaml)" -o json \
+  # check a printed fix of the pod's own spec (a probe, a port) before you apply it: merge it into the pod as
+  # kubectl does and lint the result; a fix by annotation acts when the injector recreates the pod: lint that pod
+  kubectl get pod X -o json | kubectl patch --local -f - --type strategic -p "$(cat fix.yaml)" -o json \\
     | kubectl meshdoctor lint -f -
 
 rules: redirect-exposure, probe-port, restart-loop, no-sidecar, sidecar-not-ready, hold-application,
@@ -305,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
             lp.add_argument("--fix", action="append", metavar="[POD=]NAME",
                             help="apply this printed fix (a finding's fixes[].name; README's detector table "
                                  "names each class's first) as Istio would render it, to see the failure gone: "
-                                 "NAME for every pod in --pods (each must print it), POD=NAME for one; repeatable "
+                                 "NAME for every pod in --pods (each must print it), POD=NAME for one (it overrides "
+                                 "NAME there); one fix a pod; repeatable "
                                  "(e.g. --pods collision,fixed=collision --fix fixed=tproxy)")
     return p
 

@@ -303,3 +303,10 @@ def test_a_refused_lab_up_says_only_why(tmp_path):
     proc = meshdoctor("lab", "up", "--name", "mdnoscenario", "--pods", "nosuch", "--state-dir", str(tmp_path / "s"))
     assert_one_line_error(proc, "nosuch")
     assert "creating lab" not in proc.stderr
+
+
+def test_two_fixes_for_one_lab_pod_are_refused_before_anything_is_made(tmp_path):
+    proc = meshdoctor("lab", "up", "--name", "mdtwofix", "--state-dir", str(tmp_path / "s"), "--pods", "slow-app",
+                      "--fix", "slow-app=caller-no-half-close", "--fix", "slow-app=caller-timeout")
+    assert_one_line_error(proc, "pod slow-app is given two fixes (caller-no-half-close, caller-timeout)")
+    assert not (tmp_path / "s").exists()

@@ -127,10 +127,14 @@ def test_lab_up_fix_takes_a_name_for_every_pod_or_pod_equals_name_for_one():
     assert _fixes(lab, pods, []) is None
     one = _fixes(lab, pods, ["fixed=tproxy"])
     assert one == {"fixed": lab_fix("collision", "tproxy")}
-    both = _fixes(lab, ["collision", "fixed=collision"], ["exclude-port", "fixed=tproxy"])  # the later one wins
+    both = _fixes(lab, ["collision", "fixed=collision"], ["exclude-port", "fixed=tproxy"])  # its own overrides
     assert {p: f.name for p, f in both.items()} == {"collision": "exclude-port", "fixed": "tproxy"}
     with pytest.raises(KeyError, match="no pod other"):
         _fixes(lab, pods, ["other=tproxy"])
     with pytest.raises(KeyError, match="scenario healthy has no fix 'tproxy'"):
         _fixes(lab, pods, ["tproxy"])  # every pod: healthy has none
     assert _fixes(lab, ["nosuch"], ["tproxy"]) == {}  # lab.up names the unknown pod
+    with pytest.raises(KeyError, match="pod fixed is given two fixes"):
+        _fixes(lab, pods, ["fixed=tproxy", "fixed=exclude-port"])
+    with pytest.raises(KeyError, match="a lab pod takes one fix"):
+        _fixes(lab, pods, ["tproxy", "exclude-port"])

@@ -67,15 +67,23 @@ def _fixes(lab, pods: list[str], given: list[str]) -> dict | None:
     from kubectl_meshdoctor.lab.scenarios import SCENARIOS
 
     scenario_of = dict(map(lab.pod_spec, pods))
-    chosen: dict[str, str] = {}
+    every = {v for v in given if "=" not in v}
+    if len(every) > 1:
+        raise KeyError(f"--fix {' and --fix '.join(sorted(every))}: a lab pod takes one fix; give a pod its own "
+                       f"with --fix POD=NAME")
+    chosen: dict[str, str] = dict.fromkeys(scenario_of, next(iter(every))) if every else {}
+    own: dict[str, str] = {}
     for value in given:
         pod, sep, name = value.partition("=")
         if not sep:
-            chosen.update({p: value for p in scenario_of})
-        elif pod not in scenario_of:
+            continue
+        if pod not in scenario_of:
             raise KeyError(f"--fix {value}: no pod {pod} in --pods ({', '.join(scenario_of)})")
-        else:
-            chosen[pod] = name
+        if own.get(pod, name) != name:  # one fix a pod, as one change is proven at a time
+            raise KeyError(f"pod {pod} is given two fixes ({own[pod]}, {name}): a lab pod takes one; run another "
+                           f"pod of its scenario for the other (--pods {pod},{pod}-2={scenario_of[pod]} --fix "
+                           f"{pod}-2={name})")
+        own[pod] = chosen[pod] = name  # a pod's own fix overrides the one for every pod
     # An unknown scenario is lab.up's to name; its fixes are not looked up.
     return {pod: lab_fix(scenario_of[pod], name) for pod, name in chosen.items() if scenario_of[pod] in SCENARIOS}
 

@@ -3,44 +3,16 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-import yaml
 from kubernetes.client import ApiClient
 
 from kubectl_meshdoctor.commands.console import error
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, api_call, connect
+from kubectl_meshdoctor.kube.manifests import pods_of_file
 from kubectl_meshdoctor.kube.target import Target, resolve_pods
 from kubectl_meshdoctor.lint import lint_pods
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
-
-
-def pods_of_file(path: str) -> list[dict]:
-    """The Pods in a YAML or JSON file (``-``: stdin): one or more documents, each a Pod or a List of them (as
-    ``kubectl get pods -o yaml`` writes). Raises ValueError naming the file for anything else."""
-    where = "stdin" if path == "-" else path
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {where}: {getattr(e, 'strerror', None) or e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"{where} is not YAML or JSON{at}") from None
-    pods = []
-    for doc in docs:
-        items = doc.get("items") if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") else [doc]
-        for item in items or ():
-            kind = item.get("kind") if isinstance(item, dict) else type(item).__name__
-            if kind != "Pod":
-                raise ValueError(f"{where}: lint reads Pods, not {kind or 'an object without a kind'} (a "
-                                 f"Deployment's template is not injected yet: lint its pods)")
-            pods.append(item)
-    if not pods:
-        raise ValueError(f"{where} holds no Pod")
-    return pods
 
 
 def _lint_file(args) -> int:
@@ -50,7 +22,14 @@ def _lint_file(args) -> int:
         return error(str(e))
     names = [f"{(p.get('metadata') or {}).get('namespace', 'default')}/{(p.get('metadata') or {}).get('name', '?')}"
              for p in pods]
-    report = Report({"kind": "lint", "pods": names}, PipelineStats(), lint_pods(pods))
+    findings = []
+    for name, pod in zip(names, pods):
+        try:
+            findings += lint_pods([pod])
+        except (TypeError, AttributeError, ValueError, KeyError) as e:  # a shape kube/manifests.py lets through
+            where = "stdin" if args.filename == "-" else args.filename
+            return error(f"{where}: pod {name} is not a Pod the API server would accept ({type(e).__name__}: {e})")
+    report = Report({"kind": "lint", "pods": names}, PipelineStats(), findings)
     sys.stdout.write(RENDERERS[args.output](report))
     return report.exit_code()
 

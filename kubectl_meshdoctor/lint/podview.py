@@ -140,6 +140,12 @@ def rule(rule_id: str, severities: str) -> Callable[[Rule], Rule]:
     return mark
 
 
+def placeholder(what: str) -> str:
+    """A value for the user to fill in, as YAML: quoted, so the fix still parses, and a string where a number
+    belongs, so that one left in is refused (by the API server, and by lint) rather than taken for a value."""
+    return json.dumps(f"<{what}>")
+
+
 def _indent(text: str, n: int) -> str:
     pad = " " * n
     return "\n".join(pad + line if line else line for line in text.splitlines())

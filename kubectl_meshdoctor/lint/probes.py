@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, RECREATE_NOTE, Container, PodView, _q, rule
+from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, RECREATE_NOTE, Container, PodView, _q, placeholder, rule
 
 RESTART_THRESHOLD = 3  # restartCount at or above which restart-loop reports
 PROBE_KINDS = (("livenessProbe", "livez"), ("readinessProbe", "readyz"), ("startupProbe", "startupz"))
@@ -91,10 +91,15 @@ def probes(pv: PodView) -> list[Probe]:
 
 
 def _port_matches(c: Container, port) -> bool:
+    """Whether ``port`` (a number or a name) is one the container declares; a declaration whose containerPort
+    is not a number (a fix's placeholder left in) declares nothing."""
     for p in c.spec.get("ports") or []:
-        if isinstance(port, int) and p.get("containerPort") == port:
+        number = p.get("containerPort")
+        if not isinstance(number, int) or isinstance(number, bool):
+            continue
+        if isinstance(port, int) and number == port:
             return True
-        if isinstance(port, str) and (p.get("name") == port or str(p.get("containerPort")) == port):
+        if isinstance(port, str) and (p.get("name") == port or str(number) == port):
             return True
     return False
 
@@ -123,17 +128,19 @@ def probe_port(pv: PodView) -> list[Finding]:
                 f"pilot-agent has nothing to forward the kubelet's probe to and the probe fails: the container is "
                 f"restarted (liveness) or never Ready (readiness). This happens when the probe was edited on the "
                 f"pod after injection or copied from another pod.",
-                render((Fix(
+                render(fixes := (Fix(
                     "probe-original-form", f"write the {pr.kind} of {c.name} in its original form in the pod "
                                            f"template and let the injector rewrite it again",
                     "the whole mesh; pilot-agent forwards the kubelet's probe to the app again",
-                    f"the pods are recreated to apply it (kubectl rollout restart deployment/<owner> -n "
-                    f"{pv.namespace})",
+                    "the probe's original handler, path and port are not in the pod any more: the quoted "
+                    "placeholders are yours to fill in (left in, the API server refuses the port); the pods are "
+                    "recreated to apply it",
                     yaml=f"# pod template (spec.template of the Deployment), container {c.name}:\nspec:\n"
                          f"  containers:\n  - name: {c.name}\n    {pr.kind}:\n      httpGet:\n"
-                         f"        path: /healthz\n        port: <an app port: {_declared(c)}>"),),
+                         f"        path: {placeholder('the path the app answers the probe on')}\n"
+                         f"        port: {placeholder('an app port: ' + _declared(c))}"),),
                        note=RECREATE_NOTE.format(ns=pv.namespace)),
-                container=c.name, probe=pr.kind))
+                fixes=fixes,                 container=c.name, probe=pr.kind))
             continue
         if pr.port is None or _port_matches(c, pr.port):
             continue
@@ -164,10 +171,10 @@ def probe_port(pv: PodView) -> list[Finding]:
             fix_port = first.get("name") if named and first.get("name") else first.get("containerPort")
             handler_yaml += f"        port: {fix_port}   # was {pr.port}; declared: {_declared(c)}"
         else:
-            fix_port = "<the port the app serves>"
+            fix_port = placeholder("the port the app serves the probe on")
             handler_yaml += f"        port: {fix_port}"
         decl_name = pr.port if named else f"probe-{pr.port}"
-        decl_num = "<port number>" if named else pr.port
+        decl_num = placeholder(f"the number of port {pr.port}") if named else pr.port
         template = f"# pod template (spec.template of the Deployment), container {c.name}:\nspec:\n  containers:\n"
         fixes = (
             Fix("probe-declared-port", f"point the {pr.kind} of {c.name} at a port it declares ({fix_port})",

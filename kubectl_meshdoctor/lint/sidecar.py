@@ -104,14 +104,14 @@ def hold_application(pv: PodView) -> list[Finding]:
     if effective:
         return []
     raw = pv.annotations.get(ANN_PROXY_CONFIG)
-    cfg = {}
+    cfg, invalid = {}, False
     if raw:
         try:
-            cfg = yaml.safe_load(raw) or {}
+            cfg = yaml.safe_load(str(raw)) or {}
         except yaml.YAMLError:
-            cfg = {}
+            cfg, invalid = {}, True
         if not isinstance(cfg, dict):
-            cfg = {}
+            cfg, invalid = {}, True
     ann_path = f"metadata.annotations[{_q(ANN_PROXY_CONFIG)}]"
     idx = next(i for i, c in enumerate(pv.containers) if c.name == SIDECAR)
     ev = [f"{ann_path} = {raw.strip() if raw else '(absent)'}",
@@ -132,15 +132,20 @@ def hold_application(pv: PodView) -> list[Finding]:
     if asked:
         explanation += (" The annotation already asks for it but the pod was injected before it was set (or the "
                         "injector ignored it): the spec shows no hold. Recreate the pod.")
+    if invalid:
+        explanation += (f" Its {ANN_PROXY_CONFIG} annotation is not a ProxyConfig mapping in YAML, which Istio's "
+                        f"injector refuses (ApplyProxyConfig), so the pod was injected before it was set.")
     value = yaml.safe_dump(cfg, default_flow_style=False, sort_keys=False).rstrip("\n")
     fixes = (Fix(
         "hold-application", f"start the app only once {SIDECAR} is ready",
         "the whole mesh",
         "the app starts a second or two later (once Envoy has its configuration); the pods are recreated to "
-        "apply it (mesh-wide instead: meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true)",
+        "apply it (mesh-wide instead: meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true)"
+        + ("; the annotation's current value is not a ProxyConfig mapping (the injector refuses such a pod), so "
+           "this replaces it: write back what it meant" if invalid else ""),
         yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
              f"    {ANN_PROXY_CONFIG}: |-\n{_indent(value, 6)}",  # |-: the value as the lab applies it
         annotations=((ANN_PROXY_CONFIG, value),)),)
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation,
                        render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace)), fixes=fixes,
-                       annotation_asks=asked)]
+                       annotation_asks=asked, annotation_invalid=invalid)]

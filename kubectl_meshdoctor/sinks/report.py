@@ -222,7 +222,8 @@ def _fix_lines(f: Finding) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    """``text`` as one table cell: a pipe escaped, line breaks as <br> (a YAML annotation quoted as evidence)."""
+    return text.replace("|", "\\|").replace("\n", "<br>")
 
 
 def render_markdown(report: Report) -> str:

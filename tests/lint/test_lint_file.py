@@ -45,15 +45,42 @@ def test_an_error_finding_in_the_file_exits_1():
 
 
 @pytest.mark.parametrize(("text", "says"), [
-    ("a: [", "stdin is not YAML or JSON at line 1"),
+    ("a: [", "stdin is not YAML or JSON at line"),
     ("kind: Deployment\n", "lint reads Pods, not Deployment"),
     ("", "stdin holds no Pod"),
-    ("- 1\n", "lint reads Pods, not list"),
+    ("- 1\n", "lint reads Pods, not a list"),
+    ("[1, 2]", "lint reads Pods, not a list"),
+    # What the API server refuses, named by its field instead of failing deep in a rule:
+    ("kind: Pod\nmetadata:\n  name: p\n  annotations:\n    proxy.istio.io/config: {holdApplicationUntilProxyStarts: "
+     "true}\n", 'pod p: metadata.annotations["proxy.istio.io/config"] must be a string'),
+    ("kind: Pod\nmetadata: 5\n", "pod ?: metadata must be a mapping"),
+    ("kind: List\nitems: 5\n", "document 1: items must be a list"),
+    ("kind: Pod\nmetadata: {annotations: [a]}\n", "metadata.annotations must be a mapping"),
+    ("kind: Pod\nspec: {containers: 3}\n", "spec.containers must be a list of mappings"),
+    ("kind: Pod\nspec: {containers: [{name: a, ports: x}]}\n", "spec.containers[0].ports must be a list"),
+    ("kind: Pod\nstatus: {containerStatuses: [{name: a, restartCount: '7'}]}\n",
+     "status.containerStatuses[0].restartCount must be a number"),
+    ("kind: Pod\nstatus: up\n", "status must be a mapping"),
 ])
 def test_what_is_not_a_pod_is_one_line_and_exit_2(text, says):
     proc = lint("-f", "-", stdin=text)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+
+
+def test_concatenated_json_objects_are_read_as_kubectl_reads_them():
+    classic = (DATA / "classic.yaml").read_text()
+    one = json.dumps(yaml.safe_load(classic))
+    proc = lint("-f", "-", "-o", "json", stdin=one + "\n" + one)
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["source"]["pods"]) == 2
+
+
+def test_a_binary_file_is_said_to_be_no_manifest(tmp_path):
+    path = tmp_path / "capture.pcap"
+    path.write_bytes(b"\xd4\xc3\xb2\xa1\x02\x00\x04\x00\xff\xfe")
+    proc = lint("-f", str(path))
+    assert proc.returncode == 2 and "is not text (UTF-8)" in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_a_missing_file_or_a_second_target_is_one_line_and_exit_2(tmp_path):

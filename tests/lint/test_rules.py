@@ -222,6 +222,33 @@ def test_probe_port_named_port_missing():
     assert "name: admin" in f.remediation
 
 
+def test_a_placeholder_left_in_a_probe_fix_is_still_a_probe_port_error():
+    """declare-probe-port for a named port cannot know the number: its placeholder is a quoted string, which
+    declares nothing, so a fix pasted with it left in is not taken for a fix."""
+    broken = pod("native-probe-named")
+    f = only(lint_pod(broken), "probe-port")
+    declare = next(x for x in f.fixes if x.name == "declare-probe-port")
+    (doc,) = yaml_docs(declare.text)
+    (added,) = doc["spec"]["containers"][0]["ports"]
+    assert isinstance(added["containerPort"], str) and added["containerPort"].startswith("<")
+    broken["spec"]["containers"][0]["ports"].append(added)  # what a strategic merge by name gives
+    only(lint_pod(broken), "probe-port")
+
+
+def test_a_rewritten_probe_with_no_original_prints_a_fix_with_quoted_placeholders():
+    rewritten = pod("native-probe-port")
+    proxy = next(c for c in rewritten["spec"]["initContainers"] if c["name"] == "istio-proxy")
+    proxy["env"] = [e for e in proxy["env"] if e["name"] != "ISTIO_KUBE_APP_PROBERS"]
+    found = [f for f in lint_pod(rewritten) if f.detector == "probe-port"]
+    assert len(found) == 2  # the liveness and the readiness probe
+    for f in found:
+        (fix,) = f.fixes
+        assert fix.name == "probe-original-form"
+        (doc,) = yaml_docs(fix.text)
+        probe = doc["spec"]["containers"][0][f.details["probe"]]["httpGet"]
+        assert probe["port"].startswith("<an app port: ") and probe["path"].startswith("<")
+
+
 def test_probe_port_fine_on_the_reference_pods():
     # The rewritten probes resolve to 5002 (livez) and 5000 (readyz), both declared by orders.
     for name in ("classic", "native", "classic-fixed", "native-probe-not-rewritten"):

@@ -59,7 +59,10 @@ def test_a_multi_line_evidence_value_stays_indented_under_its_line():
 
     pod = yaml.safe_load((Path(__file__).parents[1] / "lint" / "data" / "classic.yaml").read_text())
     pod["metadata"]["annotations"]["proxy.istio.io/config"] = "proxyStatsMatcher:\n  inclusionPrefixes:\n  - x\n"
-    text = render_text(Report({"kind": "lint", "pods": ["shop/p"]}, PipelineStats(), lint_pod(pod)))
+    report = Report({"kind": "lint", "pods": ["shop/p"]}, PipelineStats(), lint_pod(pod))
+    row = next(line for line in render_markdown(report).splitlines() if "proxyStatsMatcher:" in line)
+    assert row.startswith("| ") and row.endswith(" |") and "<br>  inclusionPrefixes:<br>" in row  # one table row
+    text = render_text(report)
     at = text.index("proxyStatsMatcher:")
     following = text[at:].splitlines()[1:3]
     assert following == [" " * 16 + "  inclusionPrefixes:", " " * 16 + "  - x"], following
