@@ -13,7 +13,12 @@ from collections.abc import Callable
 from kubectl_meshdoctor.core.fixes import Fix, named
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.fixes import LabFix
-from kubectl_meshdoctor.lab.scenarios.table import SLOW_CALLER_GIVES_UP, SLOW_ROUTE_TIMEOUT, STALE_IDLE_TIMEOUT
+from kubectl_meshdoctor.lab.scenarios.table import (
+    SLOW_CALLER_GIVES_UP,
+    SLOW_ROUTE_TIMEOUT,
+    STALE_IDLE_TIMEOUT,
+)
+from kubectl_meshdoctor.lint.sidecar import inject_fix
 from kubectl_meshdoctor_plugins import (
     downstream_disconnect,
     downstream_protocol_error,
@@ -45,6 +50,8 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "goaway": lambda: upstream_goaway.FIXES,
     # three failures in one round, each with its own fixes
     "http10": lambda: tuple(f for fixes in downstream_protocol_error.FIXES.values() for f in fixes),
+    # lint's no-sidecar: the pod opts out of injection (tests/lab/test_lint_lab.py proves its fix)
+    "no-sidecar": lambda: (inject_fix("<namespace>"),),
 }
 
 
@@ -65,4 +72,4 @@ def lab_fix(scenario: str, name: str) -> LabFix:
     except KeyError:
         raise KeyError(f"scenario {scenario} has no fix {name!r} (its fixes: "
                        f"{', '.join(f.name for f in fixes)})") from None
-    return LabFix(fix.name, fix.annotations, fix.settings)
+    return LabFix(fix.name, fix.annotations, fix.settings, fix.labels)

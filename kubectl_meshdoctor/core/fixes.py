@@ -18,8 +18,9 @@ class Fix:
 
     ``title`` says what to do (one line); ``keeps`` what of the mesh stays (mTLS, policy, telemetry ...) and
     ``costs`` what it gives up or needs; ``yaml`` is what to apply (YAML or commands to paste, ``<service>`` and
-    ``<namespace>`` for the user to fill in). ``annotations`` are the pod template annotations the fix sets, as
-    (name, value): when given, they are the YAML (so the lab applies exactly what is printed). ``settings`` are
+    ``<namespace>`` for the user to fill in). ``annotations`` and ``labels`` are the pod template annotations and
+    labels the fix sets, as (name, value): when given, they are the YAML (so the lab applies exactly what is
+    printed). ``settings`` are
     the Istio fields the YAML sets, as (``Kind.path.to.field``, value), e.g.
     ``("DestinationRule.trafficPolicy.connectionPool.http.idleTimeout", "0.8s")``: what the lab applies."""
 
@@ -30,20 +31,23 @@ class Fix:
     yaml: str = ""
     annotations: tuple[tuple[str, str], ...] = ()
     settings: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").isalnum() or self.name != self.name.lower():
             raise ValueError(f"fix name {self.name!r}: lower-case words joined by '-'")
-        if not self.yaml and not self.annotations:
-            raise ValueError(f"fix {self.name}: nothing to apply (no yaml, no annotations)")
+        if not self.yaml and not self.annotations and not self.labels:
+            raise ValueError(f"fix {self.name}: nothing to apply (no yaml, no annotations, no labels)")
 
     @property
     def text(self) -> str:
         """What to apply: ``yaml``, or the pod template annotations."""
         if self.yaml:
             return self.yaml
-        lines = ["# pod template (spec.template.metadata of the Deployment):", "metadata:", "  annotations:"]
-        lines += [f'    {k}: "{v}"' for k, v in self.annotations]
+        lines = ["# pod template (spec.template.metadata of the Deployment):", "metadata:"]
+        for key, pairs in (("annotations", self.annotations), ("labels", self.labels)):
+            if pairs:
+                lines += [f"  {key}:", *(f'    {k}: "{v}"' for k, v in pairs)]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -53,6 +57,8 @@ class Fix:
             out["annotations"] = dict(self.annotations)
         if self.settings:
             out["settings"] = dict(self.settings)
+        if self.labels:
+            out["labels"] = dict(self.labels)
         return out
 
 

@@ -33,6 +33,14 @@ EXCLUDE_INBOUND_PORTS = "traffic.sidecar.istio.io/excludeInboundPorts"
 PROXY_CONFIG = "proxy.istio.io/config"  # its holdApplicationUntilProxyStarts: apiserver/injection.py, lab.py
 REWRITE_PROBES = "sidecar.istio.io/rewriteAppHTTPProbers"  # apiserver/injection.py
 ANNOTATIONS_APPLIED = (INTERCEPTION_MODE, EXCLUDE_INBOUND_PORTS, PROXY_CONFIG, REWRITE_PROBES)
+INJECT = "sidecar.istio.io/inject"  # the pod label the injector reads first (pkg/kube/inject webhook.go)
+LABELS_APPLIED = (INJECT,)
+
+
+def injected(labels: tuple[tuple[str, str], ...]) -> bool:
+    """Whether Istio's injector adds the sidecar to a pod with these template labels, in the lab's namespace
+    (labelled istio-injection=enabled): unless the pod opts out with ``sidecar.istio.io/inject: "false"``."""
+    return dict(labels).get(INJECT, "").lower() != "false"
 
 
 def holds_application(proxy_config: str) -> bool:
@@ -125,6 +133,7 @@ class LabFix:
     name: str
     annotations: tuple[tuple[str, str], ...] = ()
     settings: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,7 @@ class PodFix:
     interception: str = "REDIRECT"
     excluded_ports: tuple[int, ...] = ()
     settings: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def holds_application(self) -> bool:
@@ -149,6 +159,8 @@ class PodFix:
         setup = change(setup) if change else setup
         for path, value in self.settings:
             setup = SETTINGS_APPLIED[path](setup, value)
+        if self.labels:  # the fix's labels over the scenario's own
+            setup = replace(setup, labels=tuple({**dict(setup.labels), **dict(self.labels)}.items()))
         return setup
 
 
@@ -156,7 +168,7 @@ NO_FIX = PodFix("")
 
 
 def pod_fix(name: str, annotations: tuple[tuple[str, str], ...] = (),
-            settings: tuple[tuple[str, str], ...] = ()) -> PodFix:
+            settings: tuple[tuple[str, str], ...] = (), labels: tuple[tuple[str, str], ...] = ()) -> PodFix:
     """How the fix ``name`` with ``annotations`` and ``settings`` changes a lab pod (NO_FIX for ""). Raises
     LabError for a fix the lab has no way to apply (an annotation or a field it does not render, or nothing to
     apply and no change of that name)."""
@@ -166,6 +178,9 @@ def pod_fix(name: str, annotations: tuple[tuple[str, str], ...] = (),
     unknown = sorted(set(ann) - set(ANNOTATIONS_APPLIED))
     if unknown:
         raise LabError(f"fix {name}: the lab does not render the annotation {unknown[0]}")
+    unknown = sorted(set(dict(labels)) - set(LABELS_APPLIED))
+    if unknown:
+        raise LabError(f"fix {name}: the lab does not render the label {unknown[0]}")
     fields = sorted({path for path, _ in settings} - set(SETTINGS_APPLIED))
     if fields:
         raise LabError(f"fix {name}: the lab does not render {fields[0]}")
@@ -174,10 +189,10 @@ def pod_fix(name: str, annotations: tuple[tuple[str, str], ...] = (),
             SETTINGS_APPLIED[path](PodSetup(), value)  # a value the lab cannot read is refused now
         except ValueError as e:
             raise LabError(f"fix {name}: {path} = {value!r}: {e}") from None
-    if not ann and not settings and name not in SETUP_CHANGES and name not in CLIENT_FIXES:
+    if not ann and not settings and not labels and name not in SETUP_CHANGES and name not in CLIENT_FIXES:
         raise LabError(f"fix {name}: the lab has no way to apply it")
     mode = ann.get(INTERCEPTION_MODE, "REDIRECT").upper()
     if mode not in ("REDIRECT", "TPROXY"):
         raise LabError(f"fix {name}: interception mode {mode} is not one the lab runs")
     excluded = tuple(int(p) for p in ann.get(EXCLUDE_INBOUND_PORTS, "").split(",") if p.strip().isdigit())
-    return PodFix(name, tuple(annotations), mode, excluded, tuple(settings))
+    return PodFix(name, tuple(annotations), mode, excluded, tuple(settings), tuple(labels))

@@ -282,7 +282,7 @@ def _refuse_tproxy_to_localhost(state: LabState) -> None:
 
 def _pod_setup(pod: LabPod, state: LabState) -> tuple[lab_fixes.PodFix, PodSetup]:
     """The pod's fix and its scenario's setup with that fix and the mesh-wide settings applied."""
-    fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings)
+    fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
     setup = fix.setup(SETUPS[pod.scenario])
     sidecar = replace(setup.sidecar, access_log_encoding=state.mesh.access_log_encoding,
                       legacy_inbound=state.mesh.legacy_inbound or setup.sidecar.legacy_inbound,
@@ -291,11 +291,12 @@ def _pod_setup(pod: LabPod, state: LabState) -> tuple[lab_fixes.PodFix, PodSetup
 
 
 def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
-    """``pod`` with ``fix`` applied. Raises LabError for a fix the lab cannot apply."""
-    if fix is None:
-        return pod
-    applied = lab_fixes.pod_fix(fix.name, fix.annotations, fix.settings)
-    return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings)
+    """``pod`` with ``fix`` applied, and its template labels (its scenario's, the fix's over them). Raises
+    LabError for a fix the lab cannot apply."""
+    fix = fix or lab_fixes.LabFix("")
+    applied = lab_fixes.pod_fix(fix.name, fix.annotations, fix.settings, fix.labels)
+    labels = applied.setup(SETUPS[pod.scenario]).labels
+    return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings, labels=labels)
 
 
 def _all_netns(state: LabState) -> list[str]:
@@ -309,8 +310,10 @@ def _bring_up(
     roles_of: dict[str, list[str]] = {}
     for pod in state.pods:
         fix, setup = _pod_setup(pod, state)
+        # A pod the injector leaves alone has no istio-init: no capture rules (NONE), and no sidecar below.
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip,
-                                 local_ports=setup.local_ports, interception=fix.interception,
+                                 local_ports=setup.local_ports,
+                                 interception=fix.interception if lab_fixes.injected(setup.labels) else "NONE",
                                  excluded_ports=fix.excluded_ports)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
@@ -323,7 +326,7 @@ def _bring_up(
                           watch=[f"{pod.name}/sidecar"])
     for pod in state.pods:
         roles = roles_of[pod.name]
-        wanted = ({ECHO_PORT, INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT}
+        wanted = ({ECHO_PORT} | ({INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT} if "sidecar" in roles else set())
                   | ({HTTP_PORT} if "app-http" in roles else set()))
         _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
                   lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
@@ -363,6 +366,8 @@ def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, 
     processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
     config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
                                          tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
+    if not lab_fixes.injected(setup.labels):
+        return processes
     sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"))
     return [sidecar_process, *processes] if fix.holds_application else [*processes, sidecar_process]
 

@@ -152,7 +152,8 @@ def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: st
                        local_ports: tuple[int, int] | None = None, interception: str = "REDIRECT",
                        excluded_ports: Sequence[int] = ()) -> None:
     """Create the pod and client namespaces, the eth0 veth pair, addresses, and Istio's rules for
-    ``interception`` with ``excluded_ports`` out of inbound capture (istio_rules); ``local_ports`` narrows the
+    ``interception`` with ``excluded_ports`` out of inbound capture (istio_rules; none for NONE, a pod without a
+    sidecar); ``local_ports`` narrows the
     pod namespace's ip_local_port_range (the ports its sidecar dials the app from).
 
     Raises LabError (leaving whatever was created for delete_netns to remove) when a step fails.
@@ -171,6 +172,8 @@ def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: st
     run(in_netns(client_netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={lo} {hi}"))
     if local_ports is not None:
         run(in_netns(netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={local_ports[0]} {local_ports[1]}"))
+    if interception == "NONE":  # a pod without a sidecar: no istio-init, so no rules
+        return
     run(in_netns(netns, "iptables-restore"), input_text=istio_rules(interception, excluded_ports))
     if interception == "TPROXY":  # istio-iptables' policy routing: marked packets are delivered locally
         run(in_netns(netns, "ip", "-f", "inet", "rule", "add", "fwmark", str(TPROXY_MARK), "lookup",

@@ -48,6 +48,8 @@ class LabPod:
     fix: str = ""  # the printed fix applied to it (lab/fixes.py), "" for none
     annotations: tuple[tuple[str, str], ...] = ()  # the pod template annotations that fix set
     settings: tuple[tuple[str, str], ...] = ()  # the Istio fields it set (Kind.path, value)
+    # The pod template's labels the injector reads (the scenario's, then the fix's): the API server renders them
+    labels: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +64,7 @@ class LabPod:
             **({"spec_patch": list(self.spec_patch)} if self.spec_patch else {}),
             **({"fix": self.fix} if self.fix else {}),
             **({"settings": dict(self.settings)} if self.settings else {}),
+            **({"labels": dict(self.labels)} if self.labels else {}),
             # What the test API server renders into the Pod: the annotations, and istio-init's -d additions.
             **({"annotations": dict(self.annotations),
                 "exclude_inbound_ports": [p.strip() for k, v in self.annotations
@@ -84,6 +87,7 @@ class LabPod:
             fix=str(data.get("fix", "")),
             annotations=tuple((str(k), str(v)) for k, v in (data.get("annotations") or {}).items()),
             settings=tuple((str(k), str(v)) for k, v in (data.get("settings") or {}).items()),
+            labels=tuple((str(k), str(v)) for k, v in (data.get("labels") or {}).items()),
         )
 
 

@@ -10,6 +10,21 @@ from kubectl_meshdoctor.core.fixes import Fix, render
 
 from .podview import ANN_PROXY_CONFIG, ANN_STATUS, RECREATE_NOTE, SIDECAR, PodView, _indent, _q, rule
 
+ANN_INJECT = "sidecar.istio.io/inject"  # a label (the annotation of that name is its deprecated form)
+
+
+def inject_fix(namespace: str) -> Fix:
+    """no-sidecar's fix: the pod template label the injector reads first (istio/istio pkg/kube/inject
+    webhook.go injectRequired), which also undoes a pod's own opt-out."""
+    return Fix(
+        "inject-sidecar", "have the injector add the sidecar to the workload's pods",
+        "nothing is lost: the pod joins the mesh (mTLS, policy, telemetry)",
+        "the pods are recreated to get it; a pod in a namespace with STRICT mTLS peers must have it to be "
+        "reached at all",
+        yaml=f"# Per workload (pod template), or for the whole namespace: kubectl label namespace {namespace} "
+             f"istio-injection=enabled\nmetadata:\n  labels:\n    {ANN_INJECT}: \"true\"",
+        labels=((ANN_INJECT, "true"),))
+
 
 @rule("no-sidecar", "error")
 def no_sidecar(pv: PodView) -> list[Finding]:
@@ -21,9 +36,9 @@ def no_sidecar(pv: PodView) -> list[Finding]:
     status = pv.annotations.get(ANN_STATUS)
     ev = [f"spec.containers[*].name = {names}", f"spec.initContainers[*].name = {inits}",
           f"metadata.annotations[{_q(ANN_STATUS)}] = {status if status is not None else '(absent)'}"]
-    opt_out = [f"{where}[{_q('sidecar.istio.io/inject')}] = {d['sidecar.istio.io/inject']}"
+    opt_out = [f"{where}[{_q(ANN_INJECT)}] = {d[ANN_INJECT]}"
                for where, d in (("metadata.labels", pv.labels), ("metadata.annotations", pv.annotations))
-               if "sidecar.istio.io/inject" in d]
+               if ANN_INJECT in d]
     ev += opt_out
     why = ("The pod opts out of injection (" + "; ".join(opt_out) + ").") if opt_out else (
         "Injection happens only at pod creation by the istio-sidecar-injector webhook, when the namespace has "
@@ -41,14 +56,7 @@ def no_sidecar(pv: PodView) -> list[Finding]:
         f"No container named {SIDECAR} in spec.containers (classic layout) and no init container {SIDECAR} with "
         f"restartPolicy: Always (native sidecar, Istio >= 1.28 on Kubernetes >= 1.33; pod_istio_sample.yaml). "
         f"Without it the pod is outside the mesh: no mTLS, no policy, nothing for meshdoctor to capture. {why}",
-        render(fixes := (Fix(
-            "inject-sidecar", "have the injector add the sidecar to the workload's pods",
-            "nothing is lost: the pod joins the mesh (mTLS, policy, telemetry)",
-            "the pods are recreated to get it; a pod in a namespace with STRICT mTLS peers must have it to be "
-            "reached at all",
-            yaml=f"# Per workload (pod template), or for the whole namespace: kubectl label namespace "
-                 f"{pv.namespace} istio-injection=enabled\nmetadata:\n  labels:\n"
-                 f"    sidecar.istio.io/inject: \"true\""),), note=RECREATE_NOTE.format(ns=pv.namespace)),
+        render(fixes := (inject_fix(pv.namespace),), note=RECREATE_NOTE.format(ns=pv.namespace)),
         fixes=fixes, containers=[c.name for c in pv.containers])]
 
 

@@ -43,12 +43,6 @@ PATCHES = {
         {"op": "add", "path": "/spec/containers/0/livenessProbe",
          "value": {"httpGet": {"path": "/healthz", "port": 5000}, "periodSeconds": 5}},
     ],
-    "nosidecar": [
-        {"op": "test", "path": "/spec/containers/1/name", "value": "istio-proxy"},
-        {"op": "remove", "path": "/spec/containers/1"},
-        {"op": "test", "path": "/status/containerStatuses/1/name", "value": "istio-proxy"},
-        {"op": "remove", "path": "/status/containerStatuses/1"},
-    ],
     "unready": [
         {"op": "test", "path": "/status/containerStatuses/1/name", "value": "istio-proxy"},
         {"op": "replace", "path": "/status/containerStatuses/1/ready", "value": False},
@@ -56,7 +50,10 @@ PATCHES = {
 }
 # A port left out of capture the way the lab renders a printed fix (the annotation, and istio-init's -d).
 EXCLUDED = {"excluded": LabFix("exclude-port", ((EXCLUDE_INBOUND_PORTS, "5002"),))}
-PODS = ["plain=healthy", *(f"{name}=healthy" for name in [*PATCHES, *EXCLUDED])]
+# A pod whose template opts out of injection: the lab runs it with no sidecar and no rules, as Istio would.
+SCENARIO_OF = {"nosidecar": "no-sidecar"}
+PODS = ["plain=healthy", *(f"{name}={SCENARIO_OF.get(name, 'healthy')}"
+                           for name in [*PATCHES, *EXCLUDED, *SCENARIO_OF])]
 
 # rule -> (the pod that breaks it, its severity, a pod that does not)
 BROKEN_BY = {
@@ -87,6 +84,7 @@ def broken(tmp_path_factory) -> tuple[dict, dict[str, dict]]:
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, drivers=False, spec_patches=PATCHES,
                    fixes=EXCLUDED)
     try:
+        assert "nosidecar/app-http" in state.pids and "nosidecar/sidecar" not in state.pids  # no Envoy at all
         report = lint_lab(state)
         pods = subprocess.run([sys.executable, "-c", GET_PODS, str(state.kubeconfig)], capture_output=True,
                               text=True, timeout=60, check=True).stdout
@@ -140,8 +138,6 @@ def lint_lab_rc(report: dict) -> int:
 
 # Rules that print where to look, not a fix: their cause is not in the spec (restarts, an unready proxy).
 NO_FIX = {"restart-loop", "sidecar-not-ready"}
-# A fix that acts only when the injector runs again at pod creation, which the lab does not model for it.
-UNPROVEN = {"inject-sidecar"}
 
 
 def printed(report: dict) -> list[tuple[str, str, dict]]:
@@ -153,18 +149,24 @@ def printed(report: dict) -> list[tuple[str, str, dict]]:
     return out
 
 
+def by_injector(fix: dict) -> bool:
+    """A fix that acts when the injector renders the pod: it sets pod template annotations or labels."""
+    return bool(fix.get("annotations") or fix.get("labels"))
+
+
 def fixed_name(pod: str, fix: dict) -> str:
     return f"{pod}-{fix['name']}"
 
 
 @pytest.fixture(scope="module")
 def injected(broken, tmp_path_factory) -> tuple[dict, object]:
-    """The fixes that act through the injector (pod annotations), each on a copy of its broken pod: the lab
-    renders them as the injector does. The lint report of those pods, and the lab's state."""
-    cases = [(rule, pod, fix) for rule, pod, fix in printed(broken[0]) if fix.get("annotations")]
-    pods = [f"{fixed_name(pod, fix)}=healthy" for _, pod, fix in cases]
+    """The fixes that act through the injector (pod annotations and labels), each on a copy of its broken pod:
+    the lab renders them as the injector does. The lint report of those pods, and the lab's state."""
+    cases = [(rule, pod, fix) for rule, pod, fix in printed(broken[0]) if by_injector(fix)]
+    pods = [f"{fixed_name(pod, fix)}={SCENARIO_OF.get(pod, 'healthy')}" for _, pod, fix in cases]
     patches = {fixed_name(pod, fix): PATCHES[pod] for _, pod, fix in cases if pod in PATCHES}
-    fixes = {fixed_name(pod, fix): LabFix(fix["name"], tuple(fix["annotations"].items())) for _, pod, fix in cases}
+    fixes = {fixed_name(pod, fix): LabFix(fix["name"], tuple(fix.get("annotations", {}).items()),
+                                          labels=tuple(fix.get("labels", {}).items())) for _, pod, fix in cases}
     name = f"mdtest-j{secrets.token_hex(2)}"
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, pods, drivers=False, spec_patches=patches,
                    fixes=fixes)
@@ -183,14 +185,16 @@ def test_every_rule_prints_a_fix_but_those_that_say_where_to_look(report):
         assert "Not a fix the spec proves" in finding["remediation"] and not finding.get("fixes")
 
 
-def test_each_annotation_fix_is_gone_once_the_injector_renders_it(broken, injected):
+def test_each_fix_by_annotation_or_label_is_gone_once_the_injector_renders_it(broken, injected):
     report, state = injected
-    cases = [(rule, pod, fix) for rule, pod, fix in printed(broken[0]) if fix.get("annotations")]
+    cases = [(rule, pod, fix) for rule, pod, fix in printed(broken[0]) if by_injector(fix)]
     assert {fix["name"] for _, _, fix in cases} >= {"tproxy", "exclude-port", "hold-application", "rewrite-probes",
-                                                    "capture-port"}
+                                                    "capture-port", "inject-sidecar"}
     for rule, pod, fix in cases:
         assert rule in rules_of(broken[0], pod)
         assert rule not in rules_of(report, fixed_name(pod, fix)), (fix["name"], rules_of(report, fixed_name(pod, fix)))
+    injected_pod = fixed_name("nosidecar", next(f for r, _, f in cases if r == "no-sidecar"))
+    assert f"{injected_pod}/sidecar" in state.pids  # the label let the injector in: Envoy runs
     # Held: the lab started Envoy before the app, as pilot-agent wait makes the kubelet do.
     held = fixed_name("plain", next(f for r, _, f in cases if r == "hold-application"))
     assert state.started[f"{held}/sidecar"] < state.started[f"{held}/app-http"]
@@ -201,9 +205,9 @@ def test_each_spec_fix_merged_as_kubectl_merges_it_leaves_no_finding(broken, tmp
     """A fix of the pod's own spec, merged into the broken Pod by kubectl itself (strategic merge, as `kubectl
     apply` and `patch` do), then linted from the file: `lint -f`."""
     report, pods = broken
-    cases = [(rule, pod, fix) for rule, pod, fix in printed(report) if not fix.get("annotations")
+    cases = [(rule, pod, fix) for rule, pod, fix in printed(report) if not by_injector(fix)
              and not fix.get("settings")]
-    assert {fix["name"] for _, _, fix in cases} == {"probe-declared-port", "declare-probe-port", "inject-sidecar"}
+    assert {fix["name"] for _, _, fix in cases} == {"probe-declared-port", "declare-probe-port"}
     for rule, pod, fix in cases:
         path = tmp_path / f"{pod}.json"
         path.write_text(json.dumps(pods[pod]))
@@ -215,4 +219,4 @@ def test_each_spec_fix_merged_as_kubectl_merges_it_leaves_no_finding(broken, tmp
                               input=merged.stdout, capture_output=True, text=True, timeout=60)
         assert proc.returncode in (0, 1), proc.stderr
         left = {f["detector"] for f in json.loads(proc.stdout)["findings"]}
-        assert (rule in left) == (fix["name"] in UNPROVEN), (fix["name"], left)
+        assert rule not in left, (fix["name"], left)

@@ -146,6 +146,8 @@ def test_every_printed_lint_fix_is_yaml_to_paste_and_its_annotations_are_what_it
             assert len(docs) == 1 and isinstance(docs[0], dict), (f.detector, fix.text)
             if fix.annotations:
                 assert docs[0]["metadata"]["annotations"] == dict(fix.annotations), fix.text
+            if fix.labels:
+                assert docs[0]["metadata"]["labels"] == dict(fix.labels), fix.text
 
 
 # ---------------------------------------------------------------------------------------------------- redirect-exposure

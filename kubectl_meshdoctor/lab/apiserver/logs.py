@@ -69,14 +69,16 @@ def _tail_offset(path: Path, lines: int) -> int:
 async def serve_log(request: web.Request, store: Store, record: PodRecord) -> web.StreamResponse:
     """The log of one container; 400 Status for a missing/ambiguous container or one that never started."""
     pod = record.spec.name
-    names = ["app", "istio-proxy"]
+    names = [n for n in record.container_names() if n != "istio-init"]
+    inits = [n for n in record.container_names() if n == "istio-init"]
     ephemeral = [c["name"] for c in record.ephemeral]
     container = request.query.get("container", "")
-    if not container:
+    if not container and len(names) > 1:
         return _error(400, f"a container name must be specified for pod {pod}, choose one of: [{' '.join(names)}]"
-                           f" or one of the init containers: [istio-init]"
+                           + (f" or one of the init containers: [{' '.join(inits)}]" if inits else "")
                            + (f" or one of the ephemeral containers: [{' '.join(ephemeral)}]" if ephemeral else ""))
-    if container not in names and container not in ephemeral and container != "istio-init":
+    container = container or names[0]
+    if container not in names and container not in ephemeral and container not in inits:
         return _error(400, f"container {container} is not valid for pod {pod}")
     if request.query.get("previous", "").lower() == "true":
         return _error(400, f'previous terminated container "{container}" in pod "{pod}" not found')

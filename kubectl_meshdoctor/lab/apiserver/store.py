@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubectl_meshdoctor.lab.fixes import injected
+
 from .injection import inject
 from .objects import LabConfig, PodSpecIn, deployment_json, pod_json
 from .patch import apply_json_patch
@@ -73,7 +75,8 @@ class PodRecord:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def container_names(self) -> list[str]:
-        return ["app", "istio-proxy", "istio-init"]
+        """The names in spec.containers and spec.initContainers (none of Istio's for a pod not injected)."""
+        return ["app", "istio-proxy", "istio-init"] if injected(self.spec.labels) else ["app"]
 
 
 class Store:

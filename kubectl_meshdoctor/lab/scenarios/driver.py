@@ -55,6 +55,7 @@ _ROUNDS: dict[str, Callable[[LabPod, "_Tally"], None]] = {
     "downstream-idle": _downstream_idle_round,
     "goaway": _h2_round,
     "healthy-h2": _h2_round,
+    "no-sidecar": _healthy_round,  # the app answers itself: nothing of Istio in the way
 }
 
 

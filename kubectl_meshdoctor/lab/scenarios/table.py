@@ -9,6 +9,7 @@ from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
     "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
+    "no-sidecar",
 )
 # seconds: the stale-keepalive app closes idle keep-alive connections after this, and says so in each response
 # (`Keep-Alive: timeout=1`, whole seconds as the header has them): what its printed idle-timeout fix is made from
@@ -70,6 +71,8 @@ class PodSetup:
     sidecar: SidecarSettings = SidecarSettings()
     # The pod namespace's net.ipv4.ip_local_port_range (lowest, highest): the source ports its sidecar dials from.
     local_ports: tuple[int, int] | None = None
+    # Pod template labels the injector reads (lab/fixes.py injected): sidecar.istio.io/inject "false" opts out.
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 SETUPS: dict[str, PodSetup] = {
@@ -94,4 +97,6 @@ SETUPS: dict[str, PodSetup] = {
     "downstream-idle": PodSetup(sidecar=SidecarSettings(hcm_idle_timeout_s=DOWNSTREAM_IDLE_TIMEOUT)),
     "port-exhaustion": PodSetup(sidecar=SidecarSettings(upstream_max_requests_per_connection=1),
                                 local_ports=EXHAUSTION_PORTS),
+    # A pod that opts out of injection: no istio-proxy, no istio-init rules, the app reached directly.
+    "no-sidecar": PodSetup(labels=(("sidecar.istio.io/inject", "false"),)),
 }
