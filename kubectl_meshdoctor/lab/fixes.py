@@ -1,12 +1,14 @@
 """A printed fix, applied to a lab pod as Istio would render it (``lab up --pods collision --fix tproxy``).
 
-The lab is given the fix as data (its name, the pod annotations and the Istio fields it sets: a finding's
-``fixes[]``), never the detector, so the annotations and values a lab test applies are the ones a user pastes. The
-annotations go on the lab's Pod object and from there where Istio's injector takes them:
+The lab is given the fix as data (its name, the pod annotations and labels and the Istio fields it sets: a
+finding's ``fixes[]``), never the detector, so the annotations and values a lab test applies are the ones a user
+pastes. The annotations go on the lab's Pod object and from there where Istio's injector takes them:
 ``sidecar.istio.io/interceptionMode`` into istio-init's ``-m`` (the TPROXY rules, policy routing, a transparent
-Envoy listener, istio-proxy run as root) and ``traffic.sidecar.istio.io/excludeInboundPorts`` into its ``-d`` list
-(a RETURN rule). A fix in the app, in Envoy's configuration or in the client is applied by its name (SETUP_CHANGES,
-CLIENT_FIXES).
+Envoy listener, istio-proxy run as root), ``traffic.sidecar.istio.io/excludeInboundPorts`` into its ``-d`` list
+(a RETURN rule), ``proxy.istio.io/config``'s holdApplicationUntilProxyStarts and
+``sidecar.istio.io/rewriteAppHTTPProbers`` into the containers (apiserver/injection.py); the label
+``sidecar.istio.io/inject`` decides whether the pod is injected at all (``injected``). A fix in the app, in
+Envoy's configuration or in the client is applied by its name (SETUP_CHANGES, CLIENT_FIXES).
 """
 
 from __future__ import annotations
