@@ -95,8 +95,8 @@ class DownstreamDisconnect(Detector):
         if ev.http is not None:
             if ev.http.is_request and from_client:
                 flow.notes[_NOTE] = ev  # waiting for its response
-            elif not from_client:
-                flow.notes.pop(_NOTE, None)  # answered
+            elif not from_client and not (ev.http.status is not None and 100 <= ev.http.status < 200):
+                flow.notes.pop(_NOTE, None)  # answered (a 100 Continue or 103 is not the answer)
             if not (from_client and ev.http.is_request and (ev.is_fin or ev.is_rst)):
                 return ()
             # else the request and the caller's FIN in one segment (a corked or coalesced send): a half-close
@@ -111,7 +111,7 @@ class DownstreamDisconnect(Detector):
         sent_after = (ev.seq - request.seq - request.payload_len) % 2**32 if ev is not request else 0
         if ev.is_rst:
             kind = "gave-up"  # an abort (its timeout, SO_LINGER 0, a killed process), never a half-close
-        elif waited_ms < HALF_CLOSE_MS:
+        elif waited_ms < HALF_CLOSE_MS or ev.payload_len:  # a FIN on the request's last bytes: sent with them
             kind = "half-close"
         else:
             kind = "upload" if 0 < sent_after < 2**31 else "gave-up"
@@ -137,7 +137,8 @@ class DownstreamDisconnect(Detector):
         waited = (f"the app had answered after {service_time} ms but the response was not yet sent"
                   if service_time is not None else "the app had not answered yet")
         why = {
-            "half-close": f"The caller closed its side {waited_ms} ms after sending: not a timeout but a half-close, "
+            "half-close": f"The caller closed its side as soon as its request was out (its FIN within "
+                          f"{HALF_CLOSE_MS} ms of it, or on its last segment): not a timeout but a half-close, "
                           f"which Envoy's HTTP connection manager does not keep open for the response.",
             "gave-up": "The caller gave up first: its own timeout is shorter than the app takes. The caller saw a "
                        "timeout or a closed connection, not an HTTP status, so nothing in the caller's sidecar log "
@@ -152,6 +153,9 @@ class DownstreamDisconnect(Detector):
                            f"{flow.server} answered (0 DC)", "caller half-closed after its request"),
             "incomplete": (f"The caller {flow.client} closed its connection to {flow.server} before its request "
                            f"was whole (0 DC)", "caller closed before its request was whole"),
+            "upload": (f"The caller {flow.client} closed its connection {waited_ms} ms into {request}, after "
+                       f"{sent_after} bytes more of it, before {flow.server} answered (0 DC)",
+                       "caller closed after its upload, before the answer"),
         }.get(kind, (f"The caller {flow.client} gave up on {request} after {waited_ms} ms, before {flow.server} "
                      f"answered (0 DC)", "caller gave up before the answer"))
         chosen = fixes(waited_ms, kind)

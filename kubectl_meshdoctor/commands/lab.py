@@ -16,6 +16,7 @@ def run(args) -> int:
     install, exit 2."""
     try:
         from kubectl_meshdoctor.lab import lab
+        from kubectl_meshdoctor.lab.fixes import injected as lab_injected
         from kubectl_meshdoctor.lab.state import LabError
     except ModuleNotFoundError as e:  # the lab's own dependencies (psutil, aiohttp) come with its extra
         return error(f"the lab needs the lab extra (no module {e.name}): "
@@ -38,7 +39,9 @@ def run(args) -> int:
             print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
                   f"{state.namespace}")
             print(f"kubeconfig: {state.kubeconfig}")
-            print(f"try:  {_ourselves()} watch pod/{state.pods[0].name} --kubeconfig {state.kubeconfig}")
+            meshed = [p.name for p in state.pods if lab_injected(p.labels)]
+            hint = f"watch pod/{meshed[0]}" if meshed else f"lint pod/{state.pods[0].name}"  # watch needs a sidecar
+            print(f"try:  {_ourselves()} {hint} --kubeconfig {state.kubeconfig}")
         elif args.lab_command == "down":
             if not (Path(state_dir) / "state.json").exists():  # idempotent, as kubectl delete --ignore-not-found
                 print(f"no lab in {state_dir}: nothing to take down")
@@ -80,8 +83,9 @@ def _fixes(lab, pods: list[str], given: list[str]) -> dict | None:
         if pod not in scenario_of:
             raise KeyError(f"--fix {value}: no pod {pod} in --pods ({', '.join(scenario_of)})")
         if own.get(pod, name) != name:  # one fix a pod, as one change is proven at a time
+            spec = pod if scenario_of[pod] == pod else f"{pod}={scenario_of[pod]}"
             raise KeyError(f"pod {pod} is given two fixes ({own[pod]}, {name}): a lab pod takes one; run another "
-                           f"pod of its scenario for the other (--pods {pod},{pod}-2={scenario_of[pod]} --fix "
+                           f"pod of its scenario for the other (--pods {spec},{pod}-2={scenario_of[pod]} --fix "
                            f"{pod}-2={name})")
         own[pod] = chosen[pod] = name  # a pod's own fix overrides the one for every pod
     # An unknown scenario is lab.up's to name; its fixes are not looked up.

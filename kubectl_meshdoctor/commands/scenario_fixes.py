@@ -51,7 +51,7 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     # three failures in one round, each with its own fixes
     "http10": lambda: tuple(f for fixes in downstream_protocol_error.FIXES.values() for f in fixes),
     # lint's no-sidecar: the pod opts out of injection (tests/lab/test_lint_lab.py proves its fix)
-    "no-sidecar": lambda: (inject_fix("<namespace>"),),
+    "no-sidecar": lambda: (inject_fix("<namespace>", opted_out=True),),
 }
 
 

@@ -9,6 +9,7 @@ them, so a malformed Pod is one line naming its field, not a crash deep in a rul
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,19 @@ from typing import Any
 import yaml
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's loader when built with it: ~4x faster
+
+
+# YAML aliases a file may use: a Kubernetes manifest has few or none, and a few thousand, each expanded where it
+# is used, can build gigabytes from kilobytes (a "billion laughs"); kubectl's reader refuses such aliasing too.
+MAX_ALIASES = 1000
+_ALIAS = re.compile(r"(?:^|[\s\[{,:-])\*[^\s,\]}]")
+
+
+def _aliases(text: str) -> int:
+    """How many alias uses the YAML in ``text`` has (its events parsed, nothing built)."""
+    if not _ALIAS.search(text):
+        return 0
+    return sum(isinstance(ev, yaml.AliasEvent) for ev in yaml.parse(text, Loader=_LOADER))
 
 
 def _documents(text: str, where: str) -> list[Any]:
@@ -26,10 +40,20 @@ def _documents(text: str, where: str) -> list[Any]:
                 doc, at = decoder.raw_decode(text, at)
                 docs.append(doc)
             return docs
+        except RecursionError:
+            raise ValueError(f"{where} nests too deeply for a Pod (over {sys.getrecursionlimit()} levels)") from None
         except ValueError:
             pass  # YAML's flow style starts so too
     try:
+        if (n := _aliases(text)) > MAX_ALIASES:
+            raise ValueError(f"{where} uses {n} YAML aliases (at most {MAX_ALIASES}): not a manifest lint reads")
         return [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
+    except ValueError as e:
+        if str(e).startswith(where):
+            raise
+        raise ValueError(f"{where} holds a value no Pod can have ({str(e).split(':')[0]})") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests too deeply for a Pod (over {sys.getrecursionlimit()} levels)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
@@ -72,16 +96,37 @@ def _problem(pod: dict) -> str | None:
             checks.append(items(spec.get(key), f"spec.{key}"))
             for i, c in enumerate(spec.get(key) if isinstance(spec.get(key), list) else []):
                 if isinstance(c, dict):
-                    checks += [items(c.get(f), f"spec.{key}[{i}].{f}") for f in ("ports", "env")]
-                    checks += [mapping(c.get(f), f"spec.{key}[{i}].{f}") for f in
-                               ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle")]
+                    checks += _container_problems(c, f"spec.{key}[{i}]", mapping, items)
     if isinstance(status, dict):
         for key in ("containerStatuses", "initContainerStatuses"):
             checks.append(items(status.get(key), f"status.{key}"))
             for i, st in enumerate(status.get(key) if isinstance(status.get(key), list) else []):
-                if isinstance(st, dict) and not isinstance(st.get("restartCount", 0), int):
-                    checks.append(f"status.{key}[{i}].restartCount must be a number")
+                if not isinstance(st, dict):
+                    continue
+                where = f"status.{key}[{i}]"
+                if not isinstance(st.get("restartCount", 0), int):
+                    checks.append(f"{where}.restartCount must be a number")
+                for f in ("state", "lastState"):
+                    checks.append(mapping(st.get(f), f"{where}.{f}"))
+                    for inner, value in (st.get(f) or {}).items() if isinstance(st.get(f), dict) else ():
+                        checks.append(mapping(value, f"{where}.{f}.{inner}"))
     return next((c for c in checks if c), None)
+
+
+def _container_problems(c: dict, path: str, mapping, items) -> list[str | None]:
+    out = [items(c.get(f), f"{path}.{f}") for f in ("ports", "env")]
+    out += [mapping(c.get(f), f"{path}.{f}") for f in
+            ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "resources", "securityContext")]
+    for f in ("args", "command"):
+        if c.get(f) is not None and not (isinstance(c[f], list) and all(isinstance(a, str) for a in c[f])):
+            out.append(f"{path}.{f} must be a list of strings")
+    for j, port in enumerate(c.get("ports") if isinstance(c.get("ports"), list) else []):
+        number = port.get("containerPort") if isinstance(port, dict) else None
+        if number is not None and isinstance(number, int) and not 0 < number < 65536:
+            out.append(f"{path}.ports[{j}].containerPort must be between 1 and 65535")
+    hooks = c.get("lifecycle") if isinstance(c.get("lifecycle"), dict) else {}
+    out += [mapping(hooks.get(h), f"{path}.lifecycle.{h}") for h in ("postStart", "preStop")]
+    return out
 
 
 def pods_of_file(path: str) -> list[dict]:

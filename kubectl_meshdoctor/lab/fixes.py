@@ -42,7 +42,7 @@ LABELS_APPLIED = (INJECT,)
 def injected(labels: tuple[tuple[str, str], ...]) -> bool:
     """Whether Istio's injector adds the sidecar to a pod with these template labels, in the lab's namespace
     (labelled istio-injection=enabled): unless the pod opts out with ``sidecar.istio.io/inject: "false"``."""
-    return dict(labels).get(INJECT, "").lower() != "false"
+    return dict(labels).get(INJECT, "") != "false"  # injectRequired takes only "true" and "false", as written
 
 
 def holds_application(proxy_config: str) -> bool:

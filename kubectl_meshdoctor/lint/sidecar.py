@@ -13,17 +13,29 @@ from .podview import ANN_PROXY_CONFIG, ANN_STATUS, RECREATE_NOTE, SIDECAR, PodVi
 ANN_INJECT = "sidecar.istio.io/inject"  # a label (the annotation of that name is its deprecated form)
 
 
-def inject_fix(namespace: str) -> Fix:
+def inject_fix(namespace: str, opted_out: bool = False) -> Fix:
     """no-sidecar's fix: the pod template label the injector reads first (istio/istio pkg/kube/inject
-    webhook.go injectRequired), which also undoes a pod's own opt-out."""
+    inject.go injectRequired: the label over the annotation, "true" or "false" over the namespace's policy), so
+    it also undoes a pod's own opt-out, which no namespace label does."""
+    where = ("# Pod template: its own sidecar.istio.io/inject \"false\" wins over any namespace label, so turn it "
+             "round:" if opted_out else
+             f"# Per workload (pod template), or for the whole namespace: kubectl label namespace {namespace} "
+             f"istio-injection=enabled")
     return Fix(
         "inject-sidecar", "have the injector add the sidecar to the workload's pods",
         "nothing is lost: the pod joins the mesh (mTLS, policy, telemetry)",
         "the pods are recreated to get it; a pod in a namespace with STRICT mTLS peers must have it to be "
         "reached at all",
-        yaml=f"# Per workload (pod template), or for the whole namespace: kubectl label namespace {namespace} "
-             f"istio-injection=enabled\nmetadata:\n  labels:\n    {ANN_INJECT}: \"true\"",
+        yaml=f"{where}\nmetadata:\n  labels:\n    {ANN_INJECT}: \"true\"",
         labels=((ANN_INJECT, "true"),))
+
+
+# A pod that asks for the sidecar and has none was not seen by the injector: where to look, no fix to apply.
+ASKED_NOTE = ("# Not a fix the spec proves: the pod asks for the sidecar, so the injector did not see it. Recreate "
+              "it\n# (kubectl rollout restart deployment/<owner> -n {ns}); if it comes back without one, the "
+              "webhook is not called\n# for it: kubectl get mutatingwebhookconfiguration -l app=sidecar-injector "
+              "-o yaml (its namespaceSelector\n# and objectSelector; a namespace on istio.io/rev needs that "
+              "revision's webhook), and istiod's log.")
 
 
 @rule("no-sidecar", "error")
@@ -36,19 +48,34 @@ def no_sidecar(pv: PodView) -> list[Finding]:
     status = pv.annotations.get(ANN_STATUS)
     ev = [f"spec.containers[*].name = {names}", f"spec.initContainers[*].name = {inits}",
           f"metadata.annotations[{_q(ANN_STATUS)}] = {status if status is not None else '(absent)'}"]
-    opt_out = [f"{where}[{_q(ANN_INJECT)}] = {d[ANN_INJECT]}"
-               for where, d in (("metadata.labels", pv.labels), ("metadata.annotations", pv.annotations))
-               if ANN_INJECT in d]
-    ev += opt_out
-    why = ("The pod opts out of injection (" + "; ".join(opt_out) + ").") if opt_out else (
-        "Injection happens only at pod creation by the istio-sidecar-injector webhook, when the namespace has "
-        "istio-injection=enabled or istio.io/rev, or the pod has sidecar.istio.io/inject: \"true\"; a pod created "
-        "before that, or in a namespace without the label, has none.")
+    said = [(where, str(d[ANN_INJECT])) for where, d in (("metadata.labels", pv.labels),
+                                                        ("metadata.annotations", pv.annotations)) if ANN_INJECT in d]
+    ev += [f"{where}[{_q(ANN_INJECT)}] = {value}" for where, value in said]
+    # The injector reads the label, else the annotation, and takes only "true" and "false" (injectRequired).
+    selector = said[0][1] if said else ""
+    if selector == "false":
+        why = f"The pod opts out of injection ({said[0][0]}[{_q(ANN_INJECT)}] = false)."
+    elif selector == "true":
+        why = (f"The pod asks for injection ({said[0][0]}[{_q(ANN_INJECT)}] = true) and has no sidecar: the "
+               f"injector did not see it (created before the injector ran or while it was down, or a webhook "
+               f"that does not select it).")
+    else:
+        why = ("Injection happens only at pod creation by the istio-sidecar-injector webhook, when the namespace "
+               "has istio-injection=enabled or istio.io/rev, or the pod has sidecar.istio.io/inject: \"true\"; a "
+               "pod created before that, or in a namespace without the label, has none.")
+        if selector:
+            why += f" Its {ANN_INJECT} value {selector!r} is neither true nor false, which Istio ignores."
     if status is not None:
         why += f" The {ANN_STATUS} annotation says it was injected, so the container was removed afterwards."
     ambient = pv.annotations.get("ambient.istio.io/redirection") == "enabled"
     if ambient:
         why += " The pod is in ambient mode (ambient.istio.io/redirection: enabled): no sidecar by design."
+    if selector == "true":
+        fixes: tuple[Fix, ...] = ()
+        remediation = ASKED_NOTE.format(ns=pv.namespace)
+    else:
+        fixes = (inject_fix(pv.namespace, opted_out=selector == "false"),)
+        remediation = render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace))
     return [pv.finding(
         "no-sidecar", Severity.INFO if ambient else Severity.ERROR,
         f"pod {pv.name} has no {SIDECAR} sidecar (neither a container nor a native-sidecar init container)",
@@ -56,8 +83,7 @@ def no_sidecar(pv: PodView) -> list[Finding]:
         f"No container named {SIDECAR} in spec.containers (classic layout) and no init container {SIDECAR} with "
         f"restartPolicy: Always (native sidecar, Istio >= 1.28 on Kubernetes >= 1.33; pod_istio_sample.yaml). "
         f"Without it the pod is outside the mesh: no mTLS, no policy, nothing for meshdoctor to capture. {why}",
-        render(fixes := (inject_fix(pv.namespace),), note=RECREATE_NOTE.format(ns=pv.namespace)),
-        fixes=fixes, containers=[c.name for c in pv.containers])]
+        remediation, fixes=fixes, containers=[c.name for c in pv.containers])]
 
 
 @rule("sidecar-not-ready", "error")

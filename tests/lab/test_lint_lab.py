@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -34,6 +35,9 @@ PATCHES = {
     "fine": EXCLUDE_5002 + HOLD,
     "probe": [{"op": "add", "path": "/spec/containers/0/readinessProbe",
                "value": {"tcpSocket": {"port": 5999}, "periodSeconds": 5}}],
+    # Rewritten to pilot-agent with no original kept (ISTIO_KUBE_APP_PROBERS): the probe edited after injection.
+    "rewritten": [{"op": "add", "path": "/spec/containers/0/readinessProbe",
+                   "value": {"httpGet": {"path": "/app-health/app/readyz", "port": 15020, "scheme": "HTTP"}}}],
     "restarts": [
         {"op": "test", "path": "/status/containerStatuses/0/name", "value": "app"},
         {"op": "replace", "path": "/status/containerStatuses/0/restartCount", "value": 7},
@@ -140,10 +144,25 @@ def lint_lab_rc(report: dict) -> int:
 NO_FIX = {"restart-loop", "sidecar-not-ready"}
 
 
+# More pods that break a rule another way, each with fixes of its own.
+ALSO_BROKEN = (("probe-port", "rewritten"),)
+# What the user fills a fix's placeholders with ("<...>", quoted), by how the placeholder begins.
+FILLED = {"the path the app answers the probe on": "/healthz", "an app port": "5000"}
+
+
+def filled(text: str) -> str:
+    """``text`` with its placeholders filled in (FILLED); AssertionError for one the test does not know."""
+    def value(m: re.Match) -> str:
+        known = [v for k, v in FILLED.items() if m.group(1).startswith(k)]
+        assert known, f"no value for the placeholder {m.group(0)}"
+        return known[0]
+    return re.sub(r'"<([^">]*)>"', value, text)
+
+
 def printed(report: dict) -> list[tuple[str, str, dict]]:
     """(rule, broken pod, fix) for every fix the broken pods' findings print."""
     out = []
-    for rule, (pod, _, _) in sorted(BROKEN_BY.items()):
+    for rule, pod in sorted([(rule, pod) for rule, (pod, _, _) in BROKEN_BY.items()] + list(ALSO_BROKEN)):
         for finding in (f for f in report["findings"] if f["pod"] == pod and f["detector"] == rule):
             out += [(rule, pod, fix) for fix in finding.get("fixes", ())]
     return out
@@ -207,16 +226,23 @@ def test_each_spec_fix_merged_as_kubectl_merges_it_leaves_no_finding(broken, tmp
     report, pods = broken
     cases = [(rule, pod, fix) for rule, pod, fix in printed(report) if not by_injector(fix)
              and not fix.get("settings")]
-    assert {fix["name"] for _, _, fix in cases} == {"probe-declared-port", "declare-probe-port"}
-    for rule, pod, fix in cases:
+    assert {fix["name"] for _, _, fix in cases} == {"probe-declared-port", "declare-probe-port",
+                                                    "probe-original-form"}
+
+    def lint_merged(pod: str, text: str) -> set[str]:
         path = tmp_path / f"{pod}.json"
         path.write_text(json.dumps(pods[pod]))
         merged = subprocess.run(["kubectl", "patch", "--local", "-f", str(path), "--type", "strategic", "-p",
-                                 fix["text"], "-o", "json"], capture_output=True, text=True, timeout=60,
+                                 text, "-o", "json"], capture_output=True, text=True, timeout=60,
                                 env={**os.environ, "KUBECONFIG": os.devnull})
         assert merged.returncode == 0, merged.stderr
         proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "lint", "-f", "-", "-o", "json"],
                               input=merged.stdout, capture_output=True, text=True, timeout=60)
         assert proc.returncode in (0, 1), proc.stderr
-        left = {f["detector"] for f in json.loads(proc.stdout)["findings"]}
+        return {f["detector"] for f in json.loads(proc.stdout)["findings"]}
+
+    for rule, pod, fix in cases:
+        if filled(fix["text"]) != fix["text"]:  # left in, a placeholder is refused: no false all-clear
+            assert rule in lint_merged(pod, fix["text"]), fix["name"]
+        left = lint_merged(pod, filled(fix["text"]))
         assert rule not in left, (fix["name"], left)

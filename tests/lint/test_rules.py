@@ -308,7 +308,23 @@ def test_no_sidecar():
     assert f.severity is E and f.details["path"] == "spec.containers[*].name"
     assert 'metadata.labels["sidecar.istio.io/inject"] = false' in whats(f)
     assert "sidecar.istio.io/inject: \"true\"" in f.remediation
-    assert "istio-injection=enabled" in f.remediation
+    # The pod's own "false" wins over any namespace label: the fix says so and offers no namespace label.
+    assert "wins over any namespace label" in f.remediation and "kubectl label namespace" not in f.remediation
+
+
+def test_no_sidecar_for_a_pod_that_asks_for_one_or_says_nothing():
+    asks = pod("no-sidecar")
+    asks["metadata"]["labels"]["sidecar.istio.io/inject"] = "true"
+    f = only(lint_pod(asks), "no-sidecar")
+    assert "asks for injection" in f.explanation and "opts out" not in f.explanation
+    assert f.fixes == () and "mutatingwebhookconfiguration" in f.remediation  # the label is there: nothing to set
+    silent = pod("no-sidecar")
+    del silent["metadata"]["labels"]["sidecar.istio.io/inject"]
+    g = only(lint_pod(silent), "no-sidecar")
+    assert [x.name for x in g.fixes] == ["inject-sidecar"] and "kubectl label namespace shop" in g.remediation
+    odd = pod("no-sidecar")
+    odd["metadata"]["labels"]["sidecar.istio.io/inject"] = "yes"
+    assert "neither true nor false" in only(lint_pod(odd), "no-sidecar").explanation
 
 
 def test_no_sidecar_fine_for_classic_and_native():

@@ -112,6 +112,25 @@ def test_an_rst_soon_after_the_request_is_an_abort_not_a_half_close():
     assert [x.name for x in f.fixes] == ["caller-timeout"] and "gave up" in f.title
 
 
+def test_a_fin_on_the_body_s_last_segment_is_a_half_close_however_long_the_upload_took():
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w.pkt(CALLER, POD, F | P | A, 1001 + len(GET) + 5000, 5001, dt=1.0, payload_len=100)
+    (f,) = run(w.events, only=["downstream-disconnect"])
+    assert [x.name for x in f.fixes] == ["caller-no-half-close"] and "half-closed" in f.title
+
+
+def test_a_100_continue_is_not_the_answer():
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w.pkt(POD, CALLER, P | A, 5001, 1001 + len(GET), dt=0.01, http=b"HTTP/1.1 100 Continue\r\n\r\n")
+    w.pkt(CALLER, POD, F | A, 1001 + len(GET), 5001 + 25, dt=0.5)
+    (f,) = run(w.events, only=["downstream-disconnect"])
+    assert "gave up" in f.title and "510 ms" in f.title  # from the request, not from the 100 Continue
+
+
 def test_an_upload_closed_after_its_body_may_be_either_and_gets_both_fixes():
     """The body's segments are not read (only a request's first is), so the FIN's time after it is unknown."""
     w = Wire(iface="eth0")
@@ -120,7 +139,8 @@ def test_an_upload_closed_after_its_body_may_be_either_and_gets_both_fixes():
     w.pkt(CALLER, POD, F | A, 1001 + len(GET) + 100000, 5001, dt=1.0)  # 100 kB more were sent before it
     (f,) = run(w.events, only=["downstream-disconnect"])
     assert [x.name for x in f.fixes] == ["caller-timeout", "caller-no-half-close"]
-    assert "100000 bytes more" in f.explanation
+    assert "100000 bytes more" in f.explanation and "after 100000 bytes more" in f.title
+    assert f.variant == "caller closed after its upload, before the answer"
 
 
 def test_a_short_caller_timeout_gets_no_route_timeout_below_it():

@@ -301,6 +301,7 @@ def pod_json(
     if not sidecar:  # the injector left the pod alone: none of its annotations
         annotations = {}
     annotations.update(dict(pod.annotations))
+    metadata_annotations = {"annotations": annotations} if annotations else {}  # the API server omits an empty map
     rs_name = f"{pod.name}-{template_hash(pod.name)}"
     spec: dict[str, Any] = {
         "containers": [_app_container(pod), *([_proxy_container(pod, namespace)] if sidecar else [])],
@@ -380,7 +381,7 @@ def pod_json(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "annotations": annotations,
+            **metadata_annotations,
             # No generateName: a lab pod keeps the name the lab gave it (pod/collision), which a ReplicaSet's
             # generated name (<rs>-<5 random>) would contradict. Its ReplicaSet owns it as it adopts a matching
             # pod that was created by name.
@@ -410,7 +411,8 @@ def list_json(kind: str, api_version: str, items: list[dict[str, Any]], resource
 def deployment_json(pod: PodSpecIn, namespace: str, created: float, resource_version: int) -> dict[str, Any]:
     """The Deployment that owns a lab pod: same name, one replica, selector `app: <pod name>`."""
     labels = {"app": pod.name, "version": "v1"}
-    template_labels = {"app": pod.name, "version": "v1"}
+    # The template holds what the user wrote: its labels, and the annotations a fix set (the injector adds the rest).
+    template_labels = {"app": pod.name, "version": "v1", **dict(pod.labels)}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -431,7 +433,8 @@ def deployment_json(pod: PodSpecIn, namespace: str, created: float, resource_ver
             "selector": {"matchLabels": {"app": pod.name}},
             "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}, "type": "RollingUpdate"},
             "template": {
-                "metadata": {"creationTimestamp": None, "labels": template_labels},
+                "metadata": {"creationTimestamp": None, "labels": template_labels,
+                             **({"annotations": dict(pod.annotations)} if pod.annotations else {})},
                 "spec": {
                     "containers": [_app_container(pod)],
                     "dnsPolicy": "ClusterFirst",
