@@ -103,28 +103,30 @@ def test_a_request_and_its_fin_in_one_segment_is_a_half_close():
     assert f.variant == "caller half-closed after its request"
 
 
-def test_an_rst_soon_after_the_request_is_an_abort_not_a_half_close():
+def requested() -> Wire:
+    """A caller's connection on eth0 with its GET sent (frame 4), waiting for an answer."""
     w = Wire(iface="eth0")
     w.handshake(CALLER, POD)
     w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    return w
+
+
+def test_an_rst_soon_after_the_request_is_an_abort_not_a_half_close():
+    w = requested()
     w.pkt(CALLER, POD, R | A, 1001 + len(GET), 5001, dt=0.01)
     (f,) = run(w.events, only=["downstream-disconnect"])
     assert [x.name for x in f.fixes] == ["caller-timeout"] and "gave up" in f.title
 
 
 def test_a_fin_on_the_body_s_last_segment_is_a_half_close_however_long_the_upload_took():
-    w = Wire(iface="eth0")
-    w.handshake(CALLER, POD)
-    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w = requested()
     w.pkt(CALLER, POD, F | P | A, 1001 + len(GET) + 5000, 5001, dt=1.0, payload_len=100)
     (f,) = run(w.events, only=["downstream-disconnect"])
     assert [x.name for x in f.fixes] == ["caller-no-half-close"] and "half-closed" in f.title
 
 
 def test_a_100_continue_is_not_the_answer():
-    w = Wire(iface="eth0")
-    w.handshake(CALLER, POD)
-    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w = requested()
     w.pkt(POD, CALLER, P | A, 5001, 1001 + len(GET), dt=0.01, http=b"HTTP/1.1 100 Continue\r\n\r\n")
     w.pkt(CALLER, POD, F | A, 1001 + len(GET), 5001 + 25, dt=0.5)
     (f,) = run(w.events, only=["downstream-disconnect"])
@@ -133,9 +135,7 @@ def test_a_100_continue_is_not_the_answer():
 
 def test_an_upload_closed_after_its_body_may_be_either_and_gets_both_fixes():
     """The body's segments are not read (only a request's first is), so the FIN's time after it is unknown."""
-    w = Wire(iface="eth0")
-    w.handshake(CALLER, POD)
-    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w = requested()
     w.pkt(CALLER, POD, F | A, 1001 + len(GET) + 100000, 5001, dt=1.0)  # 100 kB more were sent before it
     (f,) = run(w.events, only=["downstream-disconnect"])
     assert [x.name for x in f.fixes] == ["caller-timeout", "caller-no-half-close"]
