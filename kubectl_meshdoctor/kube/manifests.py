@@ -66,67 +66,67 @@ def _kind(obj: Any) -> str:
     return {list: "a list", str: "a string"}.get(type(obj), f"a {type(obj).__name__}")
 
 
-def _problem(pod: dict) -> str | None:
-    """The first field of ``pod`` whose type the API server would refuse, among those lint reads."""
-    def mapping(value: Any, path: str, of_strings: bool = False) -> str | None:
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            return f"{path} must be a mapping"
-        if of_strings:
-            bad = next((k for k, v in value.items() if not isinstance(v, str)), None)
-            if bad is not None:
-                return f"{path}[{json.dumps(str(bad))}] must be a string (a YAML block: key: |)"
+def _mapping(value: Any, path: str, of_strings: bool = False) -> str | None:
+    """What is wrong with ``value`` at ``path`` as a mapping (of strings), None when nothing (or it is absent)."""
+    if value is None:
         return None
+    if not isinstance(value, dict):
+        return f"{path} must be a mapping"
+    bad = next((k for k, v in value.items() if not isinstance(v, str)), None) if of_strings else None
+    return None if bad is None else f"{path}[{json.dumps(str(bad))}] must be a string (a YAML block: key: |)"
 
-    def items(value: Any, path: str) -> str | None:
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-            return f"{path} must be a list of mappings"
+
+def _items(value: Any, path: str) -> str | None:
+    if value is None or (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
         return None
-
-    meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
-    checks = [mapping(meta, "metadata"), mapping(spec, "spec"), mapping(status, "status")]
-    if isinstance(meta, dict):
-        checks += [mapping(meta.get("annotations"), "metadata.annotations", True),
-                   mapping(meta.get("labels"), "metadata.labels", True)]
-    if isinstance(spec, dict):
-        for key in ("containers", "initContainers"):
-            checks.append(items(spec.get(key), f"spec.{key}"))
-            for i, c in enumerate(spec.get(key) if isinstance(spec.get(key), list) else []):
-                if isinstance(c, dict):
-                    checks += _container_problems(c, f"spec.{key}[{i}]", mapping, items)
-    if isinstance(status, dict):
-        for key in ("containerStatuses", "initContainerStatuses"):
-            checks.append(items(status.get(key), f"status.{key}"))
-            for i, st in enumerate(status.get(key) if isinstance(status.get(key), list) else []):
-                if not isinstance(st, dict):
-                    continue
-                where = f"status.{key}[{i}]"
-                if not isinstance(st.get("restartCount", 0), int):
-                    checks.append(f"{where}.restartCount must be a number")
-                for f in ("state", "lastState"):
-                    checks.append(mapping(st.get(f), f"{where}.{f}"))
-                    for inner, value in (st.get(f) or {}).items() if isinstance(st.get(f), dict) else ():
-                        checks.append(mapping(value, f"{where}.{f}.{inner}"))
-    return next((c for c in checks if c), None)
+    return f"{path} must be a list of mappings"
 
 
-def _container_problems(c: dict, path: str, mapping, items) -> list[str | None]:
-    out = [items(c.get(f), f"{path}.{f}") for f in ("ports", "env")]
-    out += [mapping(c.get(f), f"{path}.{f}") for f in
+def _listed(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _container_problems(c: dict, path: str) -> list[str | None]:
+    out = [_items(c.get(f), f"{path}.{f}") for f in ("ports", "env")]
+    out += [_mapping(c.get(f), f"{path}.{f}") for f in
             ("livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "resources", "securityContext")]
     for f in ("args", "command"):
         if c.get(f) is not None and not (isinstance(c[f], list) and all(isinstance(a, str) for a in c[f])):
             out.append(f"{path}.{f} must be a list of strings")
-    for j, port in enumerate(c.get("ports") if isinstance(c.get("ports"), list) else []):
+    for j, port in enumerate(_listed(c.get("ports"))):
         number = port.get("containerPort") if isinstance(port, dict) else None
-        if number is not None and isinstance(number, int) and not 0 < number < 65536:
+        if isinstance(number, int) and not 0 < number < 65536:
             out.append(f"{path}.ports[{j}].containerPort must be between 1 and 65535")
     hooks = c.get("lifecycle") if isinstance(c.get("lifecycle"), dict) else {}
-    out += [mapping(hooks.get(h), f"{path}.lifecycle.{h}") for h in ("postStart", "preStop")]
+    out += [_mapping(hooks.get(h), f"{path}.lifecycle.{h}") for h in ("postStart", "preStop")]
     return out
+
+
+def _status_problems(st: dict, path: str) -> list[str | None]:
+    out = [] if isinstance(st.get("restartCount", 0), int) else [f"{path}.restartCount must be a number"]
+    for f in ("state", "lastState"):
+        out.append(_mapping(st.get(f), f"{path}.{f}"))
+        inner = st.get(f) if isinstance(st.get(f), dict) else {}
+        out += [_mapping(value, f"{path}.{f}.{name}") for name, value in inner.items()]
+    return out
+
+
+def _problem(pod: dict) -> str | None:
+    """The first field of ``pod`` whose type the API server would refuse, among those lint reads."""
+    meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+    checks = [_mapping(meta, "metadata"), _mapping(spec, "spec"), _mapping(status, "status")]
+    if isinstance(meta, dict):
+        checks += [_mapping(meta.get("annotations"), "metadata.annotations", True),
+                   _mapping(meta.get("labels"), "metadata.labels", True)]
+    for key in ("containers", "initContainers") if isinstance(spec, dict) else ():
+        checks.append(_items(spec.get(key), f"spec.{key}"))
+        checks += [p for i, c in enumerate(_listed(spec.get(key))) if isinstance(c, dict)
+                   for p in _container_problems(c, f"spec.{key}[{i}]")]
+    for key in ("containerStatuses", "initContainerStatuses") if isinstance(status, dict) else ():
+        checks.append(_items(status.get(key), f"status.{key}"))
+        checks += [p for i, st in enumerate(_listed(status.get(key))) if isinstance(st, dict)
+                   for p in _status_problems(st, f"status.{key}[{i}]")]
+    return next((c for c in checks if c), None)
 
 
 def pods_of_file(path: str) -> list[dict]:
