@@ -364,10 +364,10 @@ def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, 
     if setup.app_http is not None:
         processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http]))
     processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
-    config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
-                                         tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
     if not lab_fixes.injected(setup.labels):
         return processes
+    config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
+                                         tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
     sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"))
     return [sidecar_process, *processes] if fix.holds_application else [*processes, sidecar_process]
 
