@@ -140,7 +140,7 @@ def probe_port(pv: PodView) -> list[Finding]:
                          f"        path: {placeholder('the path the app answers the probe on')}\n"
                          f"        port: {placeholder('an app port: ' + _declared(c))}"),),
                        note=RECREATE_NOTE.format(ns=pv.namespace)),
-                fixes=fixes,                 container=c.name, probe=pr.kind))
+                fixes=fixes, container=c.name, probe=pr.kind))
             continue
         if pr.port is None or _port_matches(c, pr.port):
             continue
