@@ -49,3 +49,46 @@ def test_why_tcpdump_failed_names_its_complaint_or_its_signal():
     assert _ended(124, listening + "12 packets captured\n12 packets received by filter\n0 packets dropped by kernel\n") \
         == "stopped by its time limit of 70 s (exit 124)"
     assert _ended(2, "") == "exit code 2"
+
+
+def _frame(opcode: int, data: bytes) -> bytes:
+    from websocket import ABNF
+
+    return ABNF(1, 0, 0, 0, opcode, 0, data).format()  # as a server sends it: unmasked
+
+
+def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once():
+    """Frames already waiting are read back to back and handed on together, in order; a frame that comes
+    alone is handed on without waiting for more; what came before the close is handed on before the end.
+    The websocket is websocket-client's own over a real socket pair (the exec stream's framing, channel 1)."""
+    import socket
+    import threading
+    import types
+
+    from websocket import ABNF, WebSocket
+
+    from tests.waiting import wait_until
+
+    server, client = socket.socketpair()
+    ws = WebSocket(skip_utf8_validation=True)
+    ws.sock, ws.connected = client, True
+    pieces: list[bytes] = []
+    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, on_data=pieces.append)
+    burst = [b"\x01" + b"r%03d" % i for i in range(50)]
+    server.sendall(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in burst))
+    result: list = []
+    pump = threading.Thread(target=lambda: result.append(cap._pump(types.SimpleNamespace(sock=ws), None)))
+    pump.start()
+    try:
+        wait_until("the burst handed on", 10, lambda: b"".join(pieces) == b"".join(f[1:] for f in burst))
+        assert len(pieces) < len(burst)  # gathered: not one write a frame
+        server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01alone"))
+        # Nothing else is sent: it was not held back for company.
+        wait_until("the lone frame handed on", 10, lambda: pieces[-1] == b"alone")
+        server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01last") + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
+        pump.join(10)
+        assert not pump.is_alive() and result[0] == (None, "ran")
+        assert pieces[-1] == b"last"
+    finally:
+        server.close()
+        client.close()
