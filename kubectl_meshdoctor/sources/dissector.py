@@ -255,7 +255,8 @@ class _Lines:
         for line in batch.decode("latin-1").split("\n"):
             if not line or line[0] in "|=":  # the io,stat table after the last packet
                 continue
-            number, _, rest = line.partition("\t")
+            cut = line.find("\t")
+            number = line if cut < 0 else line[:cut]
             if not number.isdigit():
                 continue
             if number == "1":
@@ -266,7 +267,7 @@ class _Lines:
                 continue  # cannot be: the copier notes a block before tshark can read it
             s = self.streams[where[0]]
             try:
-                ev = packet_from_fields(f"{where[1]}\t{rest}", s.source, s.iface, force_iface=True)
+                ev = packet_from_fields(line, s.source, s.iface, force_iface=True, frame=where[1])
             except Undissectable as e:
                 s.undissectable += 1
                 if len(s.undissectable_frames) < MAX_NAMED:

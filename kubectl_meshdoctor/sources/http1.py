@@ -15,16 +15,16 @@ _METHODS = (b"GET ", b"POST ", b"PUT ", b"DELETE ", b"HEAD ", b"OPTIONS ", b"PAT
 # The first four bytes of every message start parse_http_start accepts: what capture filters look for.
 START_PREFIXES = tuple(sorted({m[:4] for m in _METHODS} | {b"HTTP"}))
 _MAX_HEADER_BYTES = 16_384
-# A field line whose name is a token of visible ASCII (RFC 9110 section 5.1), nothing around it, then a colon.
-_FIELD = re.compile(r"([!-9;-~]+):(.*)", re.S)
+# A field line: a name that is a token of visible ASCII (RFC 9110 section 5.1), nothing around it, then a colon.
+_NAME = re.compile(r"[!-9;-~]+")
 
 
 _CACHED_LINE_CHARS = 160  # a few MB of cache at most; long lines (tokens, cookies) are rarely repeated
 
 
 def _field_line(text: str) -> tuple[str, str] | None:
-    m = _FIELD.fullmatch(text)
-    return (m.group(1), m.group(2).strip(" \t")) if m else None
+    name, colon, value = text.partition(":")  # a name holds no colon: the first one ends it
+    return (name, value.strip(" \t")) if colon and _NAME.fullmatch(name) else None
 
 
 # A pod's messages repeat most of their header lines (Server, Content-Type, Connection: keep-alive), so equal

@@ -250,14 +250,15 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
         for line in batch.decode("latin-1").split("\n"):
             if not line or line[0] in "|=":
                 continue
-            number, _, rest = line.partition("\t")
+            cut = line.find("\t")
+            number = line if cut < 0 else line[:cut]
             if not number.isdigit():
                 continue
             i, frame = ledger.at(base + int(number) - 1)
             if i == REPLAY:
                 continue
             try:
-                ev = packet_from_fields(f"{frame}\t{rest}", sources[i], ifaces[i], forced[i])
+                ev = packet_from_fields(line, sources[i], ifaces[i], forced[i], frame=frame)
             except Undissectable as e:
                 bad[i] += 1
                 if len(named[i]) < MAX_NAMED:

@@ -50,6 +50,17 @@ def test_kernel_breakers_are_skipped_not_raised():
 
 
 @FUZZ
+@given(st.text(alphabet=st.characters(max_codepoint=255), max_size=40)
+       | st.sampled_from(["Host: a", "X-Bad : 1", ":x", "a:", " folded", "k:\tv \t", "n\x7f: v", "a:b:c"]))
+def test_a_field_line_is_a_token_then_a_colon(text):
+    """RFC 9110 section 5.1 as one pattern says it, against the faster partition the parser uses."""
+    from kubectl_meshdoctor.sources.http1 import _field_line
+
+    m = re.fullmatch(r"([!-9;-~]+):(.*)", text, re.S)
+    assert _field_line(text) == ((m.group(1), m.group(2).strip(" \t")) if m else None)
+
+
+@FUZZ
 @given(st.binary() | st.sampled_from([b"GET / HTTP/1.1\r\n", b"HTTP/1.1 200 OK\r\n"]).flatmap(
     lambda start: st.binary().map(lambda rest: start + rest)))
 def test_http_start_returns_a_value(payload):
