@@ -121,8 +121,10 @@ class StaleKeepalive(Detector):
             return ()
         from_server = (ev.src, ev.sport) == flow.server
         # Per-flow notes live and die with the flow in the bounded flow table.
-        note = flow.notes.setdefault(_NOTE, {"fin": None, "last_request": None, "last_response": None,
-                                             "last_head": None, "reported": False})
+        note = flow.notes.get(_NOTE)
+        if note is None:  # not setdefault: that builds the empty note for every packet
+            note = flow.notes[_NOTE] = {"fin": None, "last_request": None, "last_response": None,
+                                        "last_head": None, "reported": False}
         if note["reported"]:
             return ()
         if from_server:

@@ -80,6 +80,8 @@ class FlowTable:
         self._by_client: dict[tuple[str, Endpoint], set[FlowKey]] = {}
         self._since_sweep = 0
         self.expired = 0
+        self.created = 0  # flows ever inserted
+        self._peers_memo: tuple | None = None  # (event, redirect map, its redirect peers) until the next observe
 
     def __len__(self) -> int:
         return len(self._flows)
@@ -90,35 +92,43 @@ class FlowTable:
 
     def observe(self, ev: PacketEvent) -> Flow:
         """Update the table with one packet and return its flow (new or existing)."""
+        self._peers_memo = None
         a, b = (ev.src, ev.sport), (ev.dst, ev.dport)
-        flow = self._flows.get((ev.iface, a, b)) or self._flows.get((ev.iface, b, a))
+        flags = ev.flags._value_  # plain int tests: this runs once a packet (see PacketEvent.is_syn)
+        syn = flags & 0x12 == 0x02
+        key = (ev.iface, a, b)
+        flow = self._flows.get(key)
+        if flow is None:
+            key = (ev.iface, b, a)
+            flow = self._flows.get(key)
         reused = False
-        if flow is not None and ev.is_syn and not flow.state.live:
+        if flow is not None and syn and not flow.state.live:
             # A new connection reusing the four-tuple after close (TIME_WAIT reuse): a new flow.
-            self._remove(flow.key)
+            self._remove(key)
             flow, reused = None, True
         if flow is None:
             client, server = _guess_client(ev)
-            state = FlowState.SYN_SENT if ev.is_syn else FlowState.ESTABLISHED
-            flow = Flow(ev.iface, client, server, ev.ts, ev.ts, state, syn_seen=ev.is_syn,
+            state = FlowState.SYN_SENT if syn else FlowState.ESTABLISHED
+            flow = Flow(ev.iface, client, server, ev.ts, ev.ts, state, syn_seen=syn,
                         first_frame=ev.frame, source=ev.source, reused_closed=reused)
             self._insert(flow)
         else:
-            self._flows.move_to_end(flow.key)
-        flow.last_ts = max(flow.last_ts, ev.ts)
+            self._flows.move_to_end(key)
+        if ev.ts > flow.last_ts:
+            flow.last_ts = ev.ts
         flow.packets += 1
-        from_client = (ev.src, ev.sport) == flow.client
-        if ev.is_rst:
+        from_client = a == flow.client
+        if flags & 0x04:  # RST
             flow.state = FlowState.RESET
-        elif ev.is_syn_ack and flow.state is FlowState.SYN_SENT:
+        elif flags & 0x12 == 0x12 and flow.state is FlowState.SYN_SENT:  # SYN-ACK
             flow.state = FlowState.ESTABLISHED
-        elif ev.is_fin:
+        elif flags & 0x01:  # FIN
             if from_client:
                 flow.client_fin = True
             else:
                 flow.server_fin = True
             flow.state = FlowState.CLOSED if flow.client_fin and flow.server_fin else FlowState.CLOSING
-        elif flow.state is FlowState.SYN_SENT and not ev.is_syn and from_client and ev.flags._value_ & 0x10:
+        elif flow.state is FlowState.SYN_SENT and not syn and from_client and flags & 0x10:
             flow.state = FlowState.ESTABLISHED
         self._since_sweep += 1
         if self._since_sweep >= 1024 or len(self._flows) > self.max_flows:
@@ -136,14 +146,17 @@ class FlowTable:
         These are the connections a new SYN collides with after Istio's REDIRECT: both map to
         (pod, listener port, client ip, client port), one four-tuple for two connections.
         """
+        memo = self._peers_memo  # two detectors ask for every SYN, with nothing observed in between
+        if memo is not None and memo[0] is ev and memo[1] is redirect_map:
+            return list(memo[2])
         listener = redirect_map.listener_for(ev.dport)
-        if listener is None:
-            return []
-        return [
+        peers = [] if listener is None else [
             f
             for f in self.live_flows_of_client(ev.iface, (ev.src, ev.sport))
             if f.server[0] == ev.dst and f.server[1] != ev.dport and redirect_map.listener_for(f.server[1]) == listener
         ]
+        self._peers_memo = (ev, redirect_map, peers)
+        return list(peers)
 
     def sweep(self, now: float) -> int:
         """Drop idle flows (packet time ``now``, seconds) and enforce the size cap; returns how many went."""
@@ -165,6 +178,7 @@ class FlowTable:
         return len(gone)
 
     def _insert(self, flow: Flow) -> None:
+        self.created += 1
         self._flows[flow.key] = flow
         self._by_client.setdefault((flow.iface, flow.client), set()).add(flow.key)
 

@@ -59,7 +59,6 @@ class Pipeline:
         self._on_finding = on_finding
         self.correlator = Correlator(ctx.pod)
         self._next_tick: float | None = None
-        self._flow_keys_seen = 0
         self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
         self._envoy_moved: dict[str, dict[str, int]] = {}
         # The detectors that read access-log lines on their own (those that override from_access_log).
@@ -81,19 +80,21 @@ class Pipeline:
 
     def feed(self, ev: PacketEvent) -> None:
         """One packet through the flow table and the detectors."""
-        st = self.stats.by_iface.get(ev.iface)
+        # Once a packet, ~30% of analyze's Python time: attribute lookups hoisted, nothing done that is not needed.
+        stats = self.stats
+        st = stats.by_iface.get(ev.iface)
         if st is None:
-            st = self.stats.by_iface[ev.iface] = IfaceStats()
+            st = stats.by_iface[ev.iface] = IfaceStats()
         st.packets += 1
         if st.first_ts is None:
             st.first_ts = ev.ts
         st.last_ts = ev.ts
-        self.stats.packets += 1
-        self.recent.append(ev)
-        before = len(self.ctx.flows)
-        flow = self.ctx.flows.observe(ev)
-        if len(self.ctx.flows) > before:
-            self.stats.flows_seen += 1
+        stats.packets += 1
+        if self.recent.maxlen:
+            self.recent.append(ev)
+        flows = self.ctx.flows
+        flow = flows.observe(ev)
+        stats.flows_seen = flows.created
         for det in self.detectors:
             found = det.on_packet(ev, flow)
             if found:  # most packets conclude nothing: () or [] skips the emit (a generator is always tried)
