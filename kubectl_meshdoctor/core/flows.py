@@ -80,7 +80,9 @@ class FlowTable:
         self._by_client: dict[tuple[str, Endpoint], set[FlowKey]] = {}
         self._since_sweep = 0
         self.expired = 0
-        self.created = 0  # flows ever inserted
+        # Flows the table grew by (stats.flows_seen): a four-tuple reused after close replaces its old flow and is
+        # not counted again, nor a flow inserted as a sweep made room.
+        self.counted = 0
         self._peers_memo: tuple | None = None  # (event, redirect map, its redirect peers) until the next observe
 
     def __len__(self) -> int:
@@ -93,6 +95,7 @@ class FlowTable:
     def observe(self, ev: PacketEvent) -> Flow:
         """Update the table with one packet and return its flow (new or existing)."""
         self._peers_memo = None
+        before = len(self._flows)
         a, b = (ev.src, ev.sport), (ev.dst, ev.dport)
         flags = ev.flags._value_  # plain int tests: this runs once a packet (see PacketEvent.is_syn)
         syn = flags & 0x12 == 0x02
@@ -133,6 +136,8 @@ class FlowTable:
         self._since_sweep += 1
         if self._since_sweep >= 1024 or len(self._flows) > self.max_flows:
             self.sweep(ev.ts)
+        if len(self._flows) > before:
+            self.counted += 1
         return flow
 
     def live_flows_of_client(self, iface: str, client: Endpoint) -> list[Flow]:
@@ -178,7 +183,6 @@ class FlowTable:
         return len(gone)
 
     def _insert(self, flow: Flow) -> None:
-        self.created += 1
         self._flows[flow.key] = flow
         self._by_client.setdefault((flow.iface, flow.client), set()).add(flow.key)
 

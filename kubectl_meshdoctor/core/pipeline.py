@@ -94,7 +94,7 @@ class Pipeline:
             self.recent.append(ev)
         flows = self.ctx.flows
         flow = flows.observe(ev)
-        stats.flows_seen = flows.created
+        stats.flows_seen = flows.counted
         for det in self.detectors:
             found = det.on_packet(ev, flow)
             if found:  # most packets conclude nothing: () or [] skips the emit (a generator is always tried)
