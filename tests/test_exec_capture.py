@@ -92,3 +92,40 @@ def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once():
     finally:
         server.close()
         client.close()
+
+
+def test_frames_read_before_a_bad_frame_are_handed_on_before_the_error():
+    """websocket-client raises for a frame the protocol forbids (here a ping longer than 125 bytes, RFC 6455
+    section 5.5): the stdout frames read in the same burst still reach the stream, and the error is raised."""
+    import socket
+    import types
+
+    import pytest
+    from websocket import ABNF, WebSocket, WebSocketProtocolException
+
+    server, client = socket.socketpair()
+    ws = WebSocket(skip_utf8_validation=True)
+    ws.sock, ws.connected = client, True
+    pieces: list[bytes] = []
+    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, on_data=pieces.append)
+    frames = [b"\x01" + b"r%02d" % i for i in range(10)]
+    server.sendall(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in frames) + _frame(ABNF.OPCODE_PING, b"p" * 200))
+    try:
+        with pytest.raises(WebSocketProtocolException):
+            cap._pump(types.SimpleNamespace(sock=ws), None)
+        assert b"".join(pieces) == b"".join(f[1:] for f in frames)
+    finally:
+        server.close()
+        client.close()
+
+
+def test_the_copy_ends_at_its_limit_inside_a_burst(tmp_path):
+    """--write-pcap's spool limit cuts the copy at the limit even when the burst that crosses it is handed on
+    in one piece: the bytes before the limit are kept (the file header among them), none after."""
+    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, tee_limit=10)
+    path = tmp_path / "copy.pcap"
+    with open(path, "wb", buffering=0) as tee:
+        cap._deliver(b"0123456", tee)
+        cap._deliver(b"789abcdef", tee)
+        cap._deliver(b"ghi", tee)
+    assert path.read_bytes() == b"0123456789" and cap.tee_full

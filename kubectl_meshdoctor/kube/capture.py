@@ -188,61 +188,68 @@ class ExecCapture:
         status: bytes | None = None
         ended = "ran"
         held: list[bytes] = []  # stdout payloads read in this burst, handed on together
-        while True:
-            if held and not readable(0):
-                self._deliver(b"".join(held), tee)
-                held.clear()
-                # Let the next burst gather in the socket: its frames are then read back to back and handed on in
-                # one write, instead of a poll, a wake-up and a pipe write for every frame (at 10,000 packets/s
-                # nearly every packet came in a frame of its own; bench/RESULTS.md). A packet waits GATHER_S at
-                # most; one that comes alone is handed on at once.
-                time.sleep(GATHER_S)
-            if self._stop.is_set() and stop_deadline is None:
-                stop_deadline = time.monotonic() + STOP_GRACE_S
-                if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
-                    ended = "closed"
-                    break  # no half-close before v5: closing the stream closes stdin too
-                ws.close_channel(ws_client.STDIN_CHANNEL)  # stdin EOF: the watchdog SIGINTs tcpdump
-            if stop_deadline is not None and time.monotonic() > stop_deadline:
-                self.error = f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; stream closed"
-                ended = "closed"
-                break
-            if not held and not readable(0.2):
-                continue
-            try:
-                opcode, frame = sock.recv_data_frame(True)
-            except (WebSocketConnectionClosedException, OSError):
-                ended = "stopping" if stop_deadline is not None else "ran"
-                break
-            if opcode == ABNF.OPCODE_CLOSE:
-                ended = "stopping" if stop_deadline is not None else "ran"
-                break
-            if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
-                continue
-            data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
-            channel, payload = data[0], data[1:]
-            if channel == ws_client.STDOUT_CHANNEL and payload:
-                held.append(payload)
-                if len(held) >= HELD_FRAMES:
+        try:
+            while True:
+                if held and not readable(0):
                     self._deliver(b"".join(held), tee)
                     held.clear()
-            elif channel == ws_client.STDERR_CHANNEL:
-                err_tail = (err_tail + payload)[-4096:]
-                if b"listening on" in err_tail:
-                    self.heard_listening = True
-                    self.listening.set()
-            elif channel == ws_client.ERROR_CHANNEL:
-                status = payload
-        if held:  # what came before the end is delivered before the end is told
-            self._deliver(b"".join(held), tee)
-        self.stderr = err_tail.decode("utf-8", "replace")
+                    # Let the next burst gather in the socket: its frames are then read back to back and handed on in
+                    # one write, instead of a poll, a wake-up and a pipe write for every frame (at 10,000 packets/s
+                    # nearly every packet came in a frame of its own; bench/RESULTS.md). A packet waits GATHER_S at
+                    # most; one that comes alone is handed on at once.
+                    time.sleep(GATHER_S)
+                if self._stop.is_set() and stop_deadline is None:
+                    stop_deadline = time.monotonic() + STOP_GRACE_S
+                    if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
+                        ended = "closed"
+                        break  # no half-close before v5: closing the stream closes stdin too
+                    ws.close_channel(ws_client.STDIN_CHANNEL)  # stdin EOF: the watchdog SIGINTs tcpdump
+                if stop_deadline is not None and time.monotonic() > stop_deadline:
+                    self.error = f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; stream closed"
+                    ended = "closed"
+                    break
+                if not held and not readable(0.2):
+                    continue
+                try:
+                    opcode, frame = sock.recv_data_frame(True)
+                except (WebSocketConnectionClosedException, OSError):
+                    ended = "stopping" if stop_deadline is not None else "ran"
+                    break
+                if opcode == ABNF.OPCODE_CLOSE:
+                    ended = "stopping" if stop_deadline is not None else "ran"
+                    break
+                if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
+                    continue
+                data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
+                channel, payload = data[0], data[1:]
+                if channel == ws_client.STDOUT_CHANNEL and payload:
+                    held.append(payload)
+                    if len(held) >= HELD_FRAMES:
+                        self._deliver(b"".join(held), tee)
+                        held.clear()
+                elif channel == ws_client.STDERR_CHANNEL:
+                    err_tail = (err_tail + payload)[-4096:]
+                    if b"listening on" in err_tail:
+                        self.heard_listening = True
+                        self.listening.set()
+                elif channel == ws_client.ERROR_CHANNEL:
+                    status = payload
+        finally:
+            # What came before the end (or before an error the websocket raised: a bad frame, a timeout) is
+            # handed on before the end is told.
+            if held:
+                self._deliver(b"".join(held), tee)
+            self.stderr = err_tail.decode("utf-8", "replace")
         return status, ended
 
     def _deliver(self, payload: bytes, tee) -> None:
+        before = self.bytes_received
         self.bytes_received += len(payload)
         if tee is not None and not self.tee_full:
             if self.tee_limit is not None and self.bytes_received > self.tee_limit:
-                self.tee_full = True  # whole records matter more than the last bytes: readers stop at the cut
+                self.tee_full = True  # the copy ends at the limit, in a record cut short: readers stop at the cut
+                if before < self.tee_limit:
+                    tee.write(payload[:self.tee_limit - before])
             else:
                 tee.write(payload)
         if self.on_data is not None:
