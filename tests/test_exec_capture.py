@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
+import types
+
+import pytest
+from websocket import ABNF, WebSocket, WebSocketProtocolException
 
 from kubectl_meshdoctor.kube.capture import ExecCapture, exit_code_of, status_message
+from tests.waiting import wait_until
 
 
 def test_a_copy_that_cannot_be_written_ends_the_stream_and_says_why(tmp_path):
@@ -52,71 +59,53 @@ def test_why_tcpdump_failed_names_its_complaint_or_its_signal():
 
 
 def _frame(opcode: int, data: bytes) -> bytes:
-    from websocket import ABNF
-
     return ABNF(1, 0, 0, 0, opcode, 0, data).format()  # as a server sends it: unmasked
 
 
-def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once():
+@pytest.fixture
+def exec_stream():
+    """(the server's end of a real socket pair, the pump's websocket-client WebSocket over the other end as the
+    exec stream's WSClient holds it, an ExecCapture, the pieces it hands on)."""
+    server, client = socket.socketpair()
+    ws = WebSocket(skip_utf8_validation=True)
+    ws.sock, ws.connected = client, True
+    pieces: list[bytes] = []
+    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, on_data=pieces.append)
+    yield server, types.SimpleNamespace(sock=ws), cap, pieces
+    server.close()
+    client.close()
+
+
+def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once(exec_stream):
     """Frames already waiting are read back to back and handed on together, in order; a frame that comes
     alone is handed on without waiting for more; what came before the close is handed on before the end.
     The websocket is websocket-client's own over a real socket pair (the exec stream's framing, channel 1)."""
-    import socket
-    import threading
-    import types
-
-    from websocket import ABNF, WebSocket
-
-    from tests.waiting import wait_until
-
-    server, client = socket.socketpair()
-    ws = WebSocket(skip_utf8_validation=True)
-    ws.sock, ws.connected = client, True
-    pieces: list[bytes] = []
-    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, on_data=pieces.append)
+    server, ws, cap, pieces = exec_stream
     burst = [b"\x01" + b"r%03d" % i for i in range(50)]
     server.sendall(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in burst))
     result: list = []
-    pump = threading.Thread(target=lambda: result.append(cap._pump(types.SimpleNamespace(sock=ws), None)))
+    pump = threading.Thread(target=lambda: result.append(cap._pump(ws, None)))
     pump.start()
-    try:
-        wait_until("the burst handed on", 10, lambda: b"".join(pieces) == b"".join(f[1:] for f in burst))
-        assert len(pieces) < len(burst)  # gathered: not one write a frame
-        server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01alone"))
-        # Nothing else is sent: it was not held back for company.
-        wait_until("the lone frame handed on", 10, lambda: pieces[-1] == b"alone")
-        server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01last") + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
-        pump.join(10)
-        assert not pump.is_alive() and result[0] == (None, "ran")
-        assert pieces[-1] == b"last"
-    finally:
-        server.close()
-        client.close()
+    wait_until("the burst handed on", 10, lambda: b"".join(pieces) == b"".join(f[1:] for f in burst))
+    assert len(pieces) < len(burst)  # gathered: not one write a frame
+    server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01alone"))
+    # Nothing else is sent: it was not held back for company.
+    wait_until("the lone frame handed on", 10, lambda: pieces[-1] == b"alone")
+    server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01last") + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
+    pump.join(10)
+    assert not pump.is_alive() and result[0] == (None, "ran")
+    assert pieces[-1] == b"last"
 
 
-def test_frames_read_before_a_bad_frame_are_handed_on_before_the_error():
+def test_frames_read_before_a_bad_frame_are_handed_on_before_the_error(exec_stream):
     """websocket-client raises for a frame the protocol forbids (here a ping longer than 125 bytes, RFC 6455
     section 5.5): the stdout frames read in the same burst still reach the stream, and the error is raised."""
-    import socket
-    import types
-
-    import pytest
-    from websocket import ABNF, WebSocket, WebSocketProtocolException
-
-    server, client = socket.socketpair()
-    ws = WebSocket(skip_utf8_validation=True)
-    ws.sock, ws.connected = client, True
-    pieces: list[bytes] = []
-    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, on_data=pieces.append)
+    server, ws, cap, pieces = exec_stream
     frames = [b"\x01" + b"r%02d" % i for i in range(10)]
     server.sendall(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in frames) + _frame(ABNF.OPCODE_PING, b"p" * 200))
-    try:
-        with pytest.raises(WebSocketProtocolException):
-            cap._pump(types.SimpleNamespace(sock=ws), None)
-        assert b"".join(pieces) == b"".join(f[1:] for f in frames)
-    finally:
-        server.close()
-        client.close()
+    with pytest.raises(WebSocketProtocolException):
+        cap._pump(ws, None)
+    assert b"".join(pieces) == b"".join(f[1:] for f in frames)
 
 
 def test_the_copy_ends_at_its_limit_inside_a_burst(tmp_path):
