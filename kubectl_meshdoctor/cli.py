@@ -313,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-GC_THRESHOLDS = (50_000, 20, 50)  # gc.set_threshold: objects allocated a young collection, then 20 and 50 of those
+# gc.set_threshold: allocations a young collection, young collections a middle one, middle ones a full one.
+GC_THRESHOLDS = (50_000, 20, 50)
 
 
 def _tune_gc() -> None:

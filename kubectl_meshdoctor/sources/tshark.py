@@ -253,7 +253,7 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
         http = parse_http_start(bytes.fromhex((payload if end < 0 else payload[:end + 11]).replace(":", "")))
     if frame is None:
         frame = int(number) + frame_offset if frame_map is None else _frame(int(number) + frame_offset, frame_map)
-    # Positional, in PacketEvent's field order: keywords cost a fifth of the call, once a packet.
+    # Positional, in PacketEvent's field order: cheaper than thirteen keywords, once a packet.
     return PacketEvent(float(ts), default_iface if force_iface else _iface_of(name, hatype, ifindex, default_iface),
                        source, frame, src, int(sport), dst, int(dport), _FLAGS[int(flags, 16) & 0x3F], int(seq),
                        int(ack), payload_len, http)
