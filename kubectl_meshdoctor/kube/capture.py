@@ -188,11 +188,15 @@ class ExecCapture:
         status: bytes | None = None
         ended = "ran"
         held: list[bytes] = []  # stdout payloads read in this burst, handed on together
+
+        def hand_on() -> None:
+            self._deliver(b"".join(held), tee)
+            held.clear()
+
         try:
             while True:
                 if held and not readable(0):
-                    self._deliver(b"".join(held), tee)
-                    held.clear()
+                    hand_on()
                     # Let the next burst gather in the socket: its frames are then read back to back and handed on in
                     # one write, instead of a poll, a wake-up and a pipe write for every frame (at 10,000 packets/s
                     # nearly every packet came in a frame of its own; bench/RESULTS.md). A packet waits GATHER_S at
@@ -225,8 +229,7 @@ class ExecCapture:
                 if channel == ws_client.STDOUT_CHANNEL and payload:
                     held.append(payload)
                     if len(held) >= HELD_FRAMES:
-                        self._deliver(b"".join(held), tee)
-                        held.clear()
+                        hand_on()
                 elif channel == ws_client.STDERR_CHANNEL:
                     err_tail = (err_tail + payload)[-4096:]
                     if b"listening on" in err_tail:
@@ -238,7 +241,7 @@ class ExecCapture:
             # What came before the end (or before an error the websocket raised: a bad frame, a timeout) is
             # handed on before the end is told.
             if held:
-                self._deliver(b"".join(held), tee)
+                hand_on()
             self.stderr = err_tail.decode("utf-8", "replace")
         return status, ended
 
