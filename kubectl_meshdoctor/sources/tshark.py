@@ -230,7 +230,18 @@ def packet_from_fields(line: str, source: str, default_iface: str, force_iface: 
                             if number.isascii() and number.isdigit() else 0) from None
 
 
-_HEADER_END = "0d:0a:0d:0a"  # CRLF CRLF in tshark's hex; at a byte boundary wherever it is found (3 chars a byte)
+_HEADER_END = "0d0a0d0a"  # CRLF CRLF in tshark's hex (tshark 4 writes bytes fields without separators)
+
+
+def _header_block(payload: str) -> bytes:
+    """The bytes of tshark's hex ``payload`` up to its first CRLF CRLF at a byte boundary (the parser reads no
+    further), or all of them."""
+    if payload[2:3] == ":":  # tshark 3 separated the bytes with colons
+        payload = payload.replace(":", "")
+    end = payload.find(_HEADER_END)
+    while end > 0 and end & 1:  # inside a byte: 0xX0 0xD0 0xA0 0xD0 0xAY read as hex text
+        end = payload.find(_HEADER_END, end + 1)
+    return bytes.fromhex(payload if end < 0 else payload[:end + 8])
 
 
 def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame_offset: int,
@@ -249,8 +260,7 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
     payload_len = int(length) if length else 0
     http: HttpStart | None = None
     if payload_len and payload:
-        end = payload.find(_HEADER_END)  # the body is never read: not converted either
-        http = parse_http_start(bytes.fromhex((payload if end < 0 else payload[:end + 11]).replace(":", "")))
+        http = parse_http_start(_header_block(payload))  # the body is never read: not converted either
     if frame is None:
         frame = int(number) + frame_offset if frame_map is None else _frame(int(number) + frame_offset, frame_map)
     # Positional, in PacketEvent's field order: cheaper than thirteen keywords, once a packet.

@@ -14,6 +14,7 @@ from kubectl_meshdoctor.kube.logs import LogFollower
 from kubectl_meshdoctor.sources.http1 import parse_http_start
 from kubectl_meshdoctor.sources.kernel import parse_counters, parse_listeners
 from kubectl_meshdoctor.sources.sidecar import line_handler
+from kubectl_meshdoctor.sources.tshark import _header_block
 from kubectl_meshdoctor_plugins.http_framing import framing_violations
 from tests.envoy.conftest import access_log_lines
 from tests.test_kernel import PROC_NET_TCP, SAMPLE
@@ -112,3 +113,19 @@ def test_unreadable_access_log_lines_of_a_file_are_counted_by_line_not_quoted(tm
     (problem,) = [p for p in report["problems"] if "could not be read" in p["what"]]
     assert problem["what"].startswith("2 line(s)") and problem["what"].endswith("the first is line 3"), problem
     assert secret not in proc.stdout + proc.stderr
+
+
+_PIECES = st.sampled_from([b"\r\n", b"\r\n\r\n", b"\r", b"\n", b"\x0d\x0a\x0d", b"\xd0\xa0\xd0\xa0", b"\x00", b"a"])
+
+
+@FUZZ
+@given(st.sampled_from([b"GET / HTTP/1.1\r\n", b"HTTP/1.1 200 OK\r\n", b""]),
+       st.lists(st.binary(max_size=8) | _PIECES, max_size=12).map(b"".join), st.booleans())
+def test_only_the_header_block_of_tsharks_hex_is_parsed_and_it_parses_as_the_whole(start, rest, colons):
+    """tshark's hex of a payload is cut after its first CRLF CRLF at a byte boundary (never inside a byte, as
+    in 0xD0 0xA0), in tshark 4's format and tshark 3's colon-separated one; the parse is that of the whole."""
+    payload = start + rest
+    text = payload.hex(":") if colons else payload.hex()
+    end = payload.find(b"\r\n\r\n")
+    assert _header_block(text) == (payload if end < 0 else payload[:end + 4])
+    assert parse_http_start(_header_block(text)) == parse_http_start(payload)
