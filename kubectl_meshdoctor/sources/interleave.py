@@ -1,5 +1,6 @@
 """Several capture files through one tshark: the pre-pass's kept records of every file, merged in capture-time
-order into one pcap stream on a pipe, copied byte for byte under one file header.
+order into one pcap stream on a pipe, copied as the pre-pass gives them (byte for byte, an HTTP/1 start cut after
+its header block) under one file header.
 
 Read one after the other in chunks, two files cost a tshark start a chunk (~0.2 s, 30 of them at 1M packets),
 and the time merge held a chunk of one file while the other waited for the one tshark. Here the pre-pass of each
@@ -149,7 +150,7 @@ class _Ledger:
         with self.lock:
             at = index - self.base
             where = self.files[at], self.frames[at]
-            if at > 1 << 20:
+            if at > 1 << 16:  # a memmove of what is left, at most what tshark has not read yet: small
                 del self.files[:at]
                 del self.frames[:at]
                 self.base += at

@@ -18,9 +18,14 @@ A file it cannot follow (gzip, a link type of no use, a pcapng section of its ow
 know, a record length that cannot be) gives None: the caller reads the file as without the pass.
 
 The kept records are copied with the original file header (pcap) or the original section header and interface
-blocks (pcapng), so no capture is re-encoded. Sources: the pcap format (draft-ietf-opsawg-pcap), the pcapng
-format (draft-ietf-opsawg-pcapng: SHB, IDB, EPB, SPB, the obsolete Packet Block, NRB, ISB, DSB), IPv4 (RFC 791),
-IPv6 (RFC 8200), TCP's header (RFC 9293 section 3.1), Linux cooked headers (LINKTYPE_LINUX_SLL, _SLL2).
+blocks (pcapng), so no capture is re-encoded. One exception, in pcap files: a segment that starts an HTTP/1
+message is cut after its header block (CRLF CRLF, RFC 9112 section 2.1), its record's captured length set to
+what is left and its original length kept: the parser (sources/http1.py) reads no further, TCP's length comes
+from the IP header, and tshark's fields of the cut record are those of the whole one but for the body's bytes.
+
+Sources: the pcap format (draft-ietf-opsawg-pcap), the pcapng format (draft-ietf-opsawg-pcapng: SHB, IDB, EPB,
+SPB, the obsolete Packet Block, NRB, ISB, DSB), IPv4 (RFC 791), IPv6 (RFC 8200), TCP's header (RFC 9293
+section 3.1), Linux cooked headers (LINKTYPE_LINUX_SLL, _SLL2), HTTP/1's message format (RFC 9112).
 """
 
 from __future__ import annotations
@@ -88,8 +93,9 @@ class _Conversations:
         return pure and (self.overflow or key in self.pending)
 
 
-def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _Conversations) -> bool:
-    """KEEP or SKIP the frame of ``caplen`` bytes at ``buf[o:]`` (``wirelen`` on the wire) of link type ``link``."""
+def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _Conversations) -> bool | int:
+    """KEEP or SKIP the frame of ``caplen`` bytes at ``buf[o:]`` (``wirelen`` on the wire) of link type ``link``,
+    or keep only its first N bytes (an int, less than ``caplen``: an HTTP/1 start up to its header block's end)."""
     end = o + caplen
     if link == ETHERNET:
         if caplen < 14:
@@ -170,7 +176,13 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
         start = tcp + doff
         if payload < 4 or end - start < 4:
             return KEEP  # too little sent or captured to tell
-        return buf[start:start + 4] in _STARTS
+        if buf[start:start + 4] not in _STARTS:
+            return SKIP
+        # The parser reads an HTTP/1 start up to its header block's end, never the body: the bytes after it
+        # need not cross to tshark, nor tshark's hex of them back (an HTTP/1 start with its first body bytes in
+        # one full-size segment was most of the stream's bytes on bench/gen's traffic).
+        head_end = buf.find(b"\r\n\r\n", start, min(end, tcp + seg))
+        return KEEP if head_end < 0 or head_end + 4 >= end else head_end + 4 - o
     return conv.update_and_want_ack(a, b, flags, True)
 
 
@@ -254,6 +266,7 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None, block: int =
     link = network & 0xFFFF
     out.preamble[:] = head
     rec = struct.Struct(order + "8xII").unpack_from
+    pack_lengths = struct.Struct(order + "II").pack
     conv = _Conversations()
     classify, out_record = _classify, out.record  # locals for the loop
     buf = fh.read(block)
@@ -268,8 +281,13 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None, block: int =
             if end > n:
                 break
             frame += 1
-            if classify(buf, pos + 16, caplen, wirelen, link, conv) or frame == 1:
+            verdict = classify(buf, pos + 16, caplen, wirelen, link, conv)
+            if verdict is KEEP or (frame == 1 and verdict is SKIP):
                 out_record(memoryview(buf)[pos:end], frame)
+                kept += 1
+            elif verdict:  # its first bytes only: the record's captured length says so (its wire length stays)
+                out_record(buf[pos:pos + 8] + pack_lengths(verdict, wirelen) + buf[pos + 16:pos + 16 + verdict],
+                           frame)
                 kept += 1
             pos = end
         nxt = _refill(fh, buf, pos, stop, block)

@@ -17,6 +17,7 @@ from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.sources import files, prepass, tshark
 from kubectl_meshdoctor.sources.files import CaptureArg
+from kubectl_meshdoctor.sources.http1 import START_PREFIXES
 from tests.sources.test_undissectable import bad_header_length, captured_short, with_bad_frames
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
@@ -38,6 +39,15 @@ def _yielded(path: Path | str) -> list[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
 
 
+def _as_cut(line: str) -> str:
+    """``line`` as the pre-pass's copy of a pcap record gives it: an HTTP/1 start's payload up to its header
+    block's end (CRLF CRLF included)."""
+    *fields, payload = line.split("\t")
+    if bytes.fromhex(payload[:8]) not in START_PREFIXES:
+        return line
+    return "\t".join([*fields, payload[:len(tshark._header_block(payload)) * 2]])
+
+
 @pytest.mark.parametrize("name", CAPTURES)
 def test_tshark_yields_the_same_lines_from_the_kept_records(tmp_path, name):
     kept = prepass.prepass(str(DATA / name), str(tmp_path), 10**9)
@@ -47,7 +57,11 @@ def test_tshark_yields_the_same_lines_from_the_kept_records(tmp_path, name):
         for line in _yielded(chunk.path):
             number, rest = line.split("\t", 1)
             lines.append(f"{chunk.frames[int(number) - 1]}\t{rest}")
-    assert lines == _yielded(DATA / name)
+    whole = _yielded(DATA / name)
+    # pcap records of HTTP/1 starts are cut after their header block; pcapng ones are copied whole
+    assert lines == ([_as_cut(line) for line in whole] if name.endswith(".pcap") else whole)
+    if name.endswith(".pcap") and any(line != _as_cut(line) for line in whole):
+        assert sum(map(len, lines)) < sum(map(len, whole))
 
 
 def run(paths, monkeypatch, on: bool):
@@ -154,3 +168,38 @@ def test_a_second_pcapng_section_is_left_to_tshark(monkeypatch, tmp_path):
     path.write_bytes(data + data)
     assert prepass.prepass(str(path), str(tmp_path), 100) is None
     same_report([path], monkeypatch)
+
+
+def _records(data: bytes) -> list[bytes]:
+    """The records of a little-endian pcap file, header included, in order."""
+    out, pos = [], 24
+    while pos + 16 <= len(data):
+        end = pos + 16 + struct.unpack_from("<I", data, pos + 8)[0]
+        out.append(data[pos:end])
+        pos = end
+    return out
+
+
+def test_an_http_start_is_cut_after_its_header_block_and_the_rest_is_copied_whole(tmp_path):
+    """Record level: a kept record is the original, or the original's first bytes up to an HTTP/1 start's CRLF
+    CRLF with its captured length saying so and its original length kept."""
+    original = (DATA / "lab-framing-mixed-lo.pcap").read_bytes()
+    kept = prepass.prepass(str(DATA / "lab-framing-mixed-lo.pcap"), str(tmp_path), 10**9)
+    records = _records(original)
+    cut = 0
+    for chunk in kept.chunks:
+        data = Path(chunk.path).read_bytes()
+        assert data[:24] == original[:24]
+        for frame, rec in zip(chunk.frames, _records(data), strict=True):
+            whole = records[frame - 1]
+            if rec == whole:
+                continue
+            cut += 1
+            caplen, wirelen = struct.unpack_from("<II", rec, 8)
+            assert rec[:8] == whole[:8] and wirelen == struct.unpack_from("<I", whole, 12)[0]
+            assert caplen == len(rec) - 16 < len(whole) - 16 and whole.startswith(rec[16:], 16)
+            head = rec[16:]
+            assert head.endswith(b"\r\n\r\n") and head.count(b"\r\n\r\n") == 1
+            assert any(p in head for p in START_PREFIXES)
+    # as many as tshark's lines of the whole file show HTTP/1 starts with bytes after their header block (75)
+    assert cut == sum(line != _as_cut(line) for line in _yielded(DATA / "lab-framing-mixed-lo.pcap")) > 0
