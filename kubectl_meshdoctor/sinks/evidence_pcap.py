@@ -13,12 +13,13 @@ import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import dpkt
-from dpkt import pcapng
+from typing import TYPE_CHECKING
 
 from kubectl_meshdoctor.core.events import split_endpoint
 from kubectl_meshdoctor.core.findings import Finding
+
+if TYPE_CHECKING:
+    from dpkt import pcapng
 
 CONTEXT_BEFORE_S = 300.0  # the flow table's idle limit: a peer connection older than this is not part of it
 CONTEXT_AFTER_S = 5.0
@@ -59,6 +60,9 @@ def _frames(path: str, display_filter: str) -> list[int]:
 
 def _records(path: str):
     """(linktype, iterator of (ts seconds, bytes)) of a pcap or pcapng file, in frame order."""
+    import dpkt  # here, not at the top: 3.5 MB that every analyze and watch would carry for a key press
+    from dpkt import pcapng
+
     fh = open(path, "rb")
     magic = fh.read(4)
     fh.seek(0)
@@ -76,6 +80,8 @@ def _records(path: str):
 
 
 def _idb(name: str, linktype: int) -> pcapng.InterfaceDescriptionBlockLE:
+    from dpkt import pcapng
+
     return pcapng.InterfaceDescriptionBlockLE(
         linktype=linktype, snaplen=262144,
         opts=[pcapng.PcapngOptionLE(code=pcapng.PCAPNG_OPT_IF_NAME, data=name.encode()),
@@ -113,6 +119,8 @@ def save_evidence(f: Finding, sources: Mapping[str, str], path: str, overwrite: 
     if not picked:
         raise SaveError("the capture files no longer hold this finding's packets")
     picked.sort(key=lambda p: p[0])
+    from dpkt import pcapng
+
     tmp = f"{path}.part"
     try:
         with open(tmp, "wb") as out:
