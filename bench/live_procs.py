@@ -55,7 +55,8 @@ class Child:
 
 
 def spawn(name: str, argv: list[str], children: list[Child], **kw) -> Child:
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, start_new_session=True, **kw)
     child = Child(name, proc)
     children.append(child)
     return child

@@ -12,7 +12,8 @@ over the first N pods (a label the lab's API server puts on them). Once watch sa
 each pod gets a driver in its client network namespace (``many.py _pod``): keep-alive GETs at --rate packets/s
 for --seconds (kubectl_meshdoctor.lab.scenarios.run_load, through the sidecar and straight to the app; bounded
 by time and count, lab addresses only) and one planted failure at its own moment (pods alternate: upstream
-refused on lo, four-tuple collision with its challenge ACK on eth0; see bench/live_client.py).
+refused on lo, four-tuple collision with its challenge ACK on eth0; see bench/live_client.py). The drivers start
+together once every one has started: fifty Python starts (~0.3 s of CPU each) are not in the measured window.
 
 Measured, side by side for each N: the peak summed RSS of watch and every child (tshark, dumpcap; psutil every
 0.5 s), the CPU watch's tree used over the load, every planted failure found or not (detector and flow in the
@@ -134,8 +135,6 @@ def run_one(args, state, n: int, children: list[Child]) -> dict[str, Any]:
                 raise BenchError(f"watch over {n} pods captured {len(capturing)} (exit {watch.proc.poll()}): "
                                  + " | ".join(line.text for line in tty.lines[-3:]))
             time.sleep(0.2)
-        log(f"watch captures all {n} pods; driving each at {args.rate:g} packets/s for {args.seconds:g} s")
-        cpu0, t0 = _tree_cpu(watch.proc.pid), time.monotonic()
         drivers = []
         for i, pod in enumerate(pods):
             at = 6.0 + (args.seconds - 10.0) * i / max(n, 1)  # plants spread over the window
@@ -144,8 +143,21 @@ def run_one(args, state, n: int, children: list[Child]) -> dict[str, Any]:
                 "ip", "netns", "exec", pod.client_netns, sys.executable, str(HERE / "many.py"), "_pod",
                 "--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns,
                 "--rate", f"{args.rate:g}", "--seconds", f"{args.seconds:g}", "--plant-at", f"{at:.2f}",
-                "--kind", kind], children, stdout=subprocess.PIPE))
+                "--kind", kind], children, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
             drivers[-1].follow_lines()
+        # Each driver's Python start (~0.3 s of CPU) comes before the window, not in it: fifty at once held both
+        # cores for seconds, and the packets of the first plants waited for the CPU, not for watch.
+        deadline = time.monotonic() + 60 + n
+        while not all(any(e.get("event") == "ready" for e in d.events()) for d in drivers):
+            if time.monotonic() > deadline or any(d.proc.poll() is not None for d in drivers):
+                raise BenchError("a pod's driver did not get ready: "
+                                 + " | ".join(line.text for d in drivers for line in d.lines[-1:])[:500])
+            time.sleep(0.2)
+        log(f"watch captures all {n} pods; driving each at {args.rate:g} packets/s for {args.seconds:g} s")
+        cpu0, t0 = _tree_cpu(watch.proc.pid), time.monotonic()
+        for d in drivers:
+            d.proc.stdin.write(b"go\n")
+            d.proc.stdin.close()
         for d in drivers:
             try:
                 d.proc.wait(args.seconds + 60)
@@ -293,6 +305,9 @@ def cmd_pod(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pod = LabPod(name="load", scenario="load", netns=args.pod_netns, client_netns="", pod_ip=args.pod_ip,
                  client_ip=args.client_ip, ports=(), uid="")
+    _emit({"event": "ready"})
+    if not sys.stdin.readline():  # the benchmark's go, once every pod's driver is ready; EOF: it is gone
+        return 1
     start = time.time()
 
     def plant() -> None:
