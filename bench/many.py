@@ -156,8 +156,11 @@ def run_one(args, state, n: int, children: list[Child]) -> dict[str, Any]:
         log(f"watch captures all {n} pods; driving each at {args.rate:g} packets/s for {args.seconds:g} s")
         cpu0, t0 = _tree_cpu(watch.proc.pid), time.monotonic()
         for d in drivers:
-            d.proc.stdin.write(b"go\n")
-            d.proc.stdin.close()
+            try:
+                d.proc.stdin.write(b"go\n")
+                d.proc.stdin.close()
+            except BrokenPipeError:
+                raise BenchError(f"{d.name} ended before its go") from None
         for d in drivers:
             try:
                 d.proc.wait(args.seconds + 60)

@@ -346,5 +346,5 @@ async def _read_kept(kept: PrepassResult, read) -> ReadResult:
         error = r.error or error
         skipped += r.undissectable
         named = (named + r.undissectable_frames)[:MAX_NAMED]
-    # The pass copied whole records only: a cut is its finding, not tshark's.
+    # The pass wrote no record cut off by the file's end: such a cut is its finding, not tshark's.
     return ReadResult(packets, last, kept.cut_short, error, kept.records, None, skipped, named)

@@ -1,5 +1,6 @@
-"""A record-level pre-pass over a capture file: the records PREFILTER (sources/tshark.py) may keep, copied byte
-for byte into chunk files, with the original frame number of each, so that tshark dissects only those.
+"""A record-level pre-pass over a capture file: the records PREFILTER (sources/tshark.py) may keep, copied into
+chunk files (byte for byte but for an HTTP/1 start's body, below), with the original frame number of each, so
+that tshark dissects only those.
 
 tshark dissects every packet of a file before its display filter hides most of them; on bench/gen's traffic two
 thirds of its work is for packets no detector acts on (bulk segments and their ACKs). This pass reads each
@@ -18,7 +19,7 @@ A file it cannot follow (gzip, a link type of no use, a pcapng section of its ow
 know, a record length that cannot be) gives None: the caller reads the file as without the pass.
 
 The kept records are copied with the original file header (pcap) or the original section header and interface
-blocks (pcapng), so no capture is re-encoded. One exception, in pcap files: a segment that starts an HTTP/1
+blocks (pcapng), so no packet is re-encoded. One exception, in pcap files: a segment that starts an HTTP/1
 message is cut after its header block (CRLF CRLF, RFC 9112 section 2.1), its record's captured length set to
 what is left and its original length kept: the parser (sources/http1.py) reads no further, TCP's length comes
 from the IP header, and tshark's fields of the cut record are those of the whole one but for the body's bytes.

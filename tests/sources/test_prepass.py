@@ -41,9 +41,9 @@ def _yielded(path: Path | str) -> list[str]:
 
 def _as_cut(line: str) -> str:
     """``line`` as the pre-pass's copy of a pcap record gives it: an HTTP/1 start's payload up to its header
-    block's end (CRLF CRLF included)."""
+    block's end (CRLF CRLF included), unless the segment has SYN, FIN or RST (kept whole)."""
     *fields, payload = line.split("\t")
-    if bytes.fromhex(payload[:8]) not in START_PREFIXES:
+    if bytes.fromhex(payload[:8]) not in START_PREFIXES or int(fields[tshark.FIELDS.index("tcp.flags")], 16) & 0x07:
         return line
     return "\t".join([*fields, payload[:len(tshark._header_block(payload)) * 2]])
 
