@@ -93,7 +93,7 @@ def run_bench(args) -> dict[str, Any]:
         pod = state.pod(POD)
         watch_argv = [str(args.watch_exe), "watch", f"pod/{POD}", "--kubeconfig",
                       str(state.kubeconfig), "--no-tui", "-v", "--duration", f"{args.seconds + args.margin:g}",
-                      "-o", "json", *(["--full-capture"] if args.full_capture else [])]
+                      "-o", "json", *(["--full-capture"] if args.full_capture else []), "--dissect", args.dissect]
         result["watch_argv"] = watch_argv
         tty = StderrTTY()
         watch = spawn("watch", watch_argv, children, stdout=subprocess.PIPE, stderr=tty.slave)
@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=10.0, help="watch's --duration is --seconds plus this")
     parser.add_argument("--ready-timeout", type=float, default=120.0, help="seconds for watch to start capturing")
     parser.add_argument("--full-capture", action="store_true", help="pass --full-capture to watch")
+    parser.add_argument("--dissect", choices=("local", "pod"), default="local",
+                        help="pass --dissect to watch: pod runs tshark in the debug container; its CPU is then "
+                             "reported apart, as the relay's is (default local)")
     parser.add_argument("--watch-exe", type=Path, default=VENV_BIN / "kubectl-meshdoctor",
                         help="the kubectl-meshdoctor executable to run (default: the venv's)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON to FILE")

@@ -149,14 +149,19 @@ def process_groups(state, watch_pid: int) -> dict[str, list[int]]:
 
     pod = state.pod(POD)
     groups: dict[str, list[int]] = {"watch (python)": [watch_pid]}
-    tcpdumps = []
+    tcpdumps, tsharks = [], []
     for pid in netns.netns_pids(pod.netns):
         try:
-            if psutil.Process(pid).name() == "tcpdump":
-                tcpdumps.append(pid)
+            name = psutil.Process(pid).name()
         except psutil.Error:
-            pass
+            continue
+        if name == "tcpdump":
+            tcpdumps.append(pid)
+        elif "tshark" in name:  # watch --dissect pod: the debug container's, not the plugin's
+            tsharks.append(pid)
     groups["tcpdump x2"] = tcpdumps
+    if tsharks:
+        groups["tshark in the pod"] = tsharks
     groups["lab API server"] = [state.pids["apiserver"]]
     groups["sidecar (Envoy)"] = [state.pids[f"{POD}/sidecar"]]
     groups["app (fast)"] = [state.pids[f"{POD}/app-http"]]

@@ -89,9 +89,11 @@ def summarise(args, done: dict, plants: list[dict], report: dict, lines: list[Li
     cores = cpu.get("cores", {})
     plugin_s = (cores.get("tshark", 0.0) + cores.get("watch (python)", 0.0)) * cpu.get("wall_s", 0.0)
     relay_s = cores.get("lab API server", 0.0) * cpu.get("wall_s", 0.0)
+    pod_tshark_s = cores.get("tshark in the pod", 0.0) * cpu.get("wall_s", 0.0)
     per_packet = {"crossing_packets": crossed,
                   "plugin_us": round(plugin_s / crossed * 1e6, 1) if crossed else None,
-                  "relay_us": round(relay_s / crossed * 1e6, 1) if crossed else None}
+                  "relay_us": round(relay_s / crossed * 1e6, 1) if crossed else None,
+                  "pod_tshark_us": round(pod_tshark_s / crossed * 1e6, 1) if crossed and pod_tshark_s else None}
     goals = {
         "rate": achieved is not None and achieved >= GOAL_RATE_FRACTION * args.rate,
         "plugin_cpu": per_packet["plugin_us"] is not None and per_packet["plugin_us"] <= GOAL_PLUGIN_US,
@@ -174,7 +176,9 @@ def print_table(res: dict[str, Any]) -> None:
     pp = res["per_crossing_packet"]
     out.append(f"  per crossing packet ({pp['crossing_packets']}): plugin side (tshark + watch) "
                f"{_fmt(pp['plugin_us'])} us (goal at most {GOAL_PLUGIN_US:g} us)   [{mark[goals['plugin_cpu']]}]; "
-               f"the lab API server's relay, apart: {_fmt(pp['relay_us'])} us")
+               f"the lab API server's relay, apart: {_fmt(pp['relay_us'])} us"
+               + (f"; tshark in the pod (--dissect pod), apart: {_fmt(pp['pod_tshark_us'])} us"
+                  if pp.get("pod_tshark_us") is not None else ""))
     for name, met in goals.items():
         out.append(f"  {'PASS' if met else 'FAIL'}: {name}")
     out.append(f"  watch exit {res.get('watch_exit')}; result: {'all goals met' if res['ok'] else 'GOAL MISSED'}")

@@ -69,6 +69,7 @@ bounded sleep (--ttl), and the tcpdumps end when watch ends.
 examples:
   kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
   kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60 -o text
+  kubectl meshdoctor watch pod/busy-gateway --dissect pod   # tshark in the debug container, not here
   kubectl meshdoctor watch pod/collision --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
 
 """ + EXIT_CODES_HELP
@@ -228,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
                    help="also save the lo and eth0 captures in DIR, as captured (add --full-capture for every "
                    "TCP packet; they carry secrets: only on request)")
+    w.add_argument("--dissect", choices=("local", "pod"), default="local",
+                   help="where tshark runs: local = here, one for every pod (default); pod = in each debug "
+                   "container, beside its tcpdump (needs tshark in --image, as netshoot has; ~160 MB of the pod's "
+                   "memory an interface), so only the fields of the packets detectors read cross the API: less "
+                   "CPU here on a busy pod, but no pcap bytes (no --write-pcap, no saving a finding's packets)")
     w.add_argument("--full-capture", action="store_true",
                    help="capture every TCP packet; by default tcpdump in the pod keeps what a detector reads "
                    "(SYN/FIN/RST, HTTP/1 message starts on lo, pure ACKs on eth0), which keeps up with busier pods")

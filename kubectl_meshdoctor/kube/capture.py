@@ -32,6 +32,25 @@ CAPTURE_SCRIPT = (
     '( cat <&3 >/dev/null 2>&1; kill -INT $$ 2>/dev/null ) >/dev/null 2>&1 & '
     'exec timeout -s INT "$1" tcpdump -i "$2" -p -n -s 262144 -B 32768 --immediate-mode -U -w - "$3"'
 )
+# --dissect pod: tcpdump's pcap goes through a pipe into tshark (its arguments: those after the first three) and
+# only tshark's lines come out. A pipe, not a fifo: tshark reads to the end and exits when tcpdump has ended,
+# even one that failed at once. The watchdog SIGINTs tcpdump's `timeout` (which passes it on) by the pid the
+# pipeline's first part wrote down, and that part writes down tcpdump's exit status too: the script exits with
+# it, or with tshark's, said on stderr in a "tshark:" line that ExecCapture reports.
+DISSECT_SCRIPT = (
+    'exec 3<&0; '
+    'command -v tshark >/dev/null 2>&1 || { echo "tshark: not found in the debug container; --dissect pod needs an '
+    'image with tshark (netshoot has it)" >&2; exit 127; }; '
+    'max=$1 iface=$2 bpf=$3; shift 3; '
+    'd=$(mktemp -d) || { echo "tshark: cannot make a directory in the debug container" >&2; exit 1; }; '
+    '{ timeout -s INT "$max" tcpdump -i "$iface" -p -n -s 262144 -B 32768 --immediate-mode -U -w - "$bpf" '
+    '</dev/null & echo $! >"$d/pid"; wait $!; echo $? >"$d/rc"; } 3<&- | tshark "$@" -r - 3<&- & t=$!; '
+    '( cat <&3 >/dev/null 2>&1; while [ -d "$d" ] && [ ! -s "$d/pid" ]; do sleep 0.1; done; '
+    'kill -INT "$(cat "$d/pid" 2>/dev/null)" 2>/dev/null ) >/dev/null 2>&1 & '
+    'wait $t; trc=$?; rc=$(cat "$d/rc" 2>/dev/null) || rc=1; rm -rf "$d"; '
+    'if [ "$trc" -ne 0 ]; then echo "tshark: exited $trc in the debug container" >&2; '
+    '[ "$rc" -eq 0 ] && rc=$trc; fi; exit $rc'
+)
 # -B 32768 (KiB): with --immediate-mode libpcap gives each ring slot the snaplen (capped near 64 KiB), so the
 # default 2 MiB ring held ~32 packets and dropped bursts even at 5k packets/s (lo sees every packet twice).
 STOP_GRACE_S = 10.0  # how long tcpdump may take to flush and exit after we asked it to stop
@@ -39,8 +58,11 @@ GATHER_S = 0.005  # seconds a burst of capture frames may gather before it is re
 HELD_FRAMES = 256  # frames read in one burst before they are handed on regardless
 
 
-def capture_command(iface: str, max_seconds: int, bpf: str) -> list[str]:
-    """argv for the exec: tcpdump on ``iface`` for at most ``max_seconds``, pcap on stdout."""
+def capture_command(iface: str, max_seconds: int, bpf: str, tshark_args: list[str] | None = None) -> list[str]:
+    """argv for the exec: tcpdump on ``iface`` for at most ``max_seconds``, pcap on stdout; with ``tshark_args``
+    (all but ``-r``), the output of a tshark in the pod that reads tcpdump's pcap, instead."""
+    if tshark_args:
+        return ["sh", "-c", DISSECT_SCRIPT, "meshdoctor-capture", str(int(max_seconds)), iface, bpf, *tshark_args]
     return ["sh", "-c", CAPTURE_SCRIPT, "meshdoctor-capture", str(int(max_seconds)), iface, bpf]
 
 
@@ -64,6 +86,7 @@ class ExecCapture:
     tee_path: str | None = None
     tee_limit: int | None = None  # bytes: past this the copy stops (a spool must not fill the disk)
     bpf: str = "tcp"  # the BPF filter tcpdump captures with (sources/capture_filter.py writes the lean one)
+    tshark_args: list[str] | None = None  # set: tshark runs in the pod and its lines are the stream (pod_fields.py)
     tee_full: bool = False
     bytes_received: int = 0
     returncode: int | None = None
@@ -120,9 +143,10 @@ class ExecCapture:
                 except OSError as e:
                     self.error = f"cannot write {self.tee_path}: {e.strerror or e}"
                     return
+            command = capture_command(self.iface, self.max_seconds, self.bpf, self.tshark_args)
             ws = k8s_stream(
                 self.kube.streaming_core().connect_get_namespaced_pod_exec, self.pod, self.namespace,
-                container=self.container, command=capture_command(self.iface, self.max_seconds, self.bpf),
+                container=self.container, command=command,
                 stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True,
             )
             self.started.set()
@@ -138,7 +162,8 @@ class ExecCapture:
                 # A Failure without an exit code: the exec itself failed (container gone, no tcpdump in the image).
                 self.error = f"capture stream on {self.iface}: {status_message(status)}"
             elif self.returncode not in (None, 0) and not self._stop.is_set():
-                self.error = f"tcpdump on {self.iface} failed: {self._why_tcpdump_failed()}"
+                what = "the capture (tcpdump, tshark)" if self.tshark_args else "tcpdump"
+                self.error = f"{what} on {self.iface} failed: {self._why_tcpdump_failed()}"
             elif self.returncode == 0 and not self._stop.is_set():
                 # Ended by itself (kill -TERM/-INT in the pod): the report must not look like a whole capture.
                 self.error = (f"tcpdump on {self.iface} ended before the capture was stopped (exit 0); "
@@ -168,7 +193,7 @@ class ExecCapture:
         lines = [line.strip() for line in self.stderr.splitlines() if line.strip()
                  and not line.startswith("listening on") and "tcpdump: listening on" not in line
                  and not re.match(r"\d+ packets? (captured|received by filter|dropped by kernel)", line)]
-        own = [line for line in lines if line.startswith("tcpdump:")]
+        own = [line for line in lines if line.startswith(("tcpdump:", "tshark:"))]
         if own or lines:
             return (own or lines)[-1]
         return f"killed by signal {code - 128} (exit {code})" if code > 128 else f"exit code {code}"

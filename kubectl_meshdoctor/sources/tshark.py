@@ -33,6 +33,7 @@ from .http1 import START_PREFIXES, parse_http_start
 FIELDS = ("frame.number", "frame.time_epoch", "frame.interface_name", "sll.hatype", "sll.ifindex",
           "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport", "tcp.flags",
           "tcp.seq_raw", "tcp.ack_raw", "tcp.len", "tcp.payload")
+FIELD_ARGS = ("-n", "-T", "fields", *(a for f in FIELDS for a in ("-e", f)))  # tshark's output, in FIELDS' order
 
 
 def _hex(prefix: bytes) -> str:
@@ -124,11 +125,9 @@ class _FieldsPipeCapture(PipeCapture):
 
     async def _get_tshark_process(self, packet_count=None):
         # As pyshark's own, with our output type; ``-l`` (flush per packet) only where latency matters (live).
-        params = [self._get_tshark_path(), "-n", "-T", "fields"]
+        params = [self._get_tshark_path(), *FIELD_ARGS]
         if self._line_buffered:
             params.append("-l")
-        for f in FIELDS:
-            params += ["-e", f]
         params += self.get_parameters(packet_count=packet_count)
         process = await asyncio.create_subprocess_exec(*params, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                        stdin=self._pipe)

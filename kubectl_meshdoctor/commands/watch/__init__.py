@@ -35,7 +35,7 @@ def _watch_options(args, kube):
                         namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
                         write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
-                        full_capture=args.full_capture,
+                        full_capture=args.full_capture, dissect=args.dissect,
                         ifaces=_ifaces(args.iface), profile=args.profile, start_timeout_s=args.start_timeout)
 
 
@@ -51,6 +51,8 @@ def run(args) -> int:
         opts = _watch_options(args, kube)
     except (ValueError, KubeError) as e:
         return error(str(e))
+    if opts.dissect == "pod" and opts.write_pcap_dir is not None:
+        return error("--write-pcap needs the packets here; with --dissect pod only tshark's fields leave the pod")
     if args.dry_run:
         return _watch_dry_run(kube, opts)
     remove_stale_private_dirs()  # a killed watch's spool: capture bytes nobody asked to keep

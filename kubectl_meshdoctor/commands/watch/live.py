@@ -35,6 +35,7 @@ from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, without_admin
 from kubectl_meshdoctor.sources.dissector import SharedDissector, Stream
 from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_kernel
+from kubectl_meshdoctor.sources.pod_fields import PodFieldStream, pod_tshark_args
 from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, open_proxy
 
 IFACES = ("lo", "eth0")
@@ -69,6 +70,10 @@ class WatchOptions:
     spool_dir: Path | None = None
     spool_limit: int = 1 << 30
     full_capture: bool = False  # every TCP packet (the pcap files are for Wireshark), not only what detectors read
+    # "local": tcpdump's pcap crosses the exec stream into one tshark here (sources/dissector.py); "pod": each
+    # stream's tshark runs in the debug container and only its lines cross (sources/pod_fields.py): no pcap
+    # bytes here, so neither write_pcap_dir nor spool_dir.
+    dissect: str = "local"
 
 
 @dataclass(slots=True)
@@ -192,7 +197,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
 
     try:
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
-        streams: list[Stream] = []
+        streams: list[Stream | PodFieldStream] = []
         readers: list[asyncio.Future] = []  # each stream's ReadResult
         ended: list[asyncio.Future] = []  # each stream over: its pump has ended
 
@@ -247,9 +252,14 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             # tcpdump flushes, the streams end, each tshark reads to the end. One that stopped reading (stalled)
             # would hold the report up for ever, and its full pipe the capture thread: it is killed instead.
             # The watch's tshark may also read other pods' streams, still capturing: what counts is that it reads.
-            late = set() if await shared.settle(streams, READ_GRACE_S) else {r for r in readers if not r.done()}
-            if late:
-                shared.abandon()
+            if opts.dissect == "pod":  # each result comes when its pump has ended (in STOP_GRACE_S at most)
+                if readers:
+                    await asyncio.wait(readers, timeout=READ_GRACE_S)
+                late = {r for r in readers if not r.done()}
+            else:
+                late = set() if await shared.settle(streams, READ_GRACE_S) else {r for r in readers if not r.done()}
+                if late:
+                    shared.abandon()
             for cap, reader in zip(state.captures, readers):
                 if reader in late or (shared.abandoned and reader.cancelled()):
                     why = (f"tshark still reading {READ_GRACE_S:.0f} s after the capture was stopped: killed; the "
@@ -299,7 +309,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     findings = pipeline.finish()
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
               "container_reused": dbg.reused, "interfaces": list(opts.ifaces), "captures": captures,
-              "capture_filter": "full" if opts.full_capture else "lean"}
+              "capture_filter": "full" if opts.full_capture else "lean", "dissect": opts.dissect}
     if state.pcap_files:
         source["files"] = dict(state.pcap_files)
     envoy = {"version": proxy.version, "counters_moved": moved,
@@ -335,17 +345,23 @@ def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool, us
 
 
 def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, state: WatchState,
-                    pipeline: Pipeline, ended: list, shared: SharedDissector) -> list[Stream]:
-    """One tcpdump exec stream per interface, each pumped into a Stream of ``shared`` -> the streams; a future
-    per stream is appended to ``ended``, done when its pump has ended."""
+                    pipeline: Pipeline, ended: list, shared: SharedDissector) -> list[Stream | PodFieldStream]:
+    """One tcpdump exec stream per interface, each pumped into a Stream of ``shared`` (or, with ``opts.dissect``
+    "pod", a PodFieldStream of its tshark's lines) -> the streams; a future per stream is appended to ``ended``,
+    done when its pump has ended."""
     pod_name = pod.metadata.name
     loop = asyncio.get_running_loop()
-    out: list[Stream] = []
+    in_pod = opts.dissect == "pod"
+    out: list[Stream | PodFieldStream] = []
     for iface in opts.ifaces:
-        stream = shared.stream(f"{pod_name}/{iface}", iface, pipeline.feed)
+        source = f"{pod_name}/{iface}"
+        stream = (PodFieldStream(source, iface, pipeline.feed, loop) if in_pod
+                  else shared.stream(source, iface, pipeline.feed))
         out.append(stream)
         tee, limit = None, None
-        if opts.write_pcap_dir is not None:
+        if in_pod:
+            pass  # no pcap bytes come: nothing to keep
+        elif opts.write_pcap_dir is not None:
             opts.write_pcap_dir.mkdir(parents=True, exist_ok=True)
             tee = str(opts.write_pcap_dir / f"{pod_name}-{iface}.pcap")
             state.pcap_files[iface] = tee
@@ -356,7 +372,7 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
         if iface == "lo":
             bpf = without_admin(bpf, opts.admin_port)
         cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, -1, tee, limit,
-                          bpf=bpf)
+                          bpf=bpf, tshark_args=pod_tshark_args() if in_pod else None)
         done = loop.create_future()
         ended.append(done)
         cap.on_data = stream.wrote
@@ -366,7 +382,7 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
     return out
 
 
-def _pump_ended(stream: Stream, loop: asyncio.AbstractEventLoop, fut: asyncio.Future) -> None:
+def _pump_ended(stream: Stream | PodFieldStream, loop: asyncio.AbstractEventLoop, fut: asyncio.Future) -> None:
     """From a pump's thread: its stream is over; mark ``fut`` done on ``loop`` (nothing if the loop has closed)."""
     stream.ended()
     try:

@@ -54,6 +54,7 @@ class LiveSession(Session):
         self.kube = kube
         self.opts = opts
         self.redact = redact
+        self.saves_evidence = opts.dissect == "local"  # --dissect pod: the packets stay in the pod
         self.exit_when_done = opts.duration_s is not None
         target = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
         # The pod first: a narrow terminal cuts the header's end, and the pod is what the user must not lose.
@@ -119,7 +120,7 @@ def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) ->
     """``watch`` in the TUI. Without --write-pcap the capture bytes go to a private spool (owner-only, capped)
     so `s` can save a finding's packets; it is deleted when the screen closes."""
     spool = None
-    if opts.write_pcap_dir is None:
+    if opts.write_pcap_dir is None and opts.dissect == "local":  # --dissect pod: no pcap bytes come to keep
         spool = Path(tempfile.mkdtemp(prefix=private_dir_prefix("spool")))  # mode 0700
         opts = replace(opts, spool_dir=spool)
 

@@ -399,7 +399,8 @@ class MeshDoctorApp(App[Report | None]):
             self.notify("select a finding first", severity="warning")
             return
         if not self.session.saves_evidence:
-            self.notify("this session keeps no capture bytes to save", severity="error")
+            self.notify("this session keeps no capture bytes to save (watch --dissect pod leaves them in the pod)"
+                        if self.session.live else "this session keeps no capture bytes to save", severity="error")
             return
         from .screens import PathPrompt
 
