@@ -118,7 +118,7 @@ def run_one(args, state, n: int, children: list[Child]) -> dict[str, Any]:
     """watch over the first ``n`` pods of the lab under load, one planted failure each -> the measurements."""
     pods = state.pods[:n]
     argv = [str(args.watch_exe), "watch", "-l", f"{GROUP_LABEL}-g{n}=yes", "--kubeconfig", str(state.kubeconfig),
-            "--no-tui", "-v", "--duration", f"{args.seconds + args.margin:g}", "-o", "json"]
+            "--no-tui", "-v", "--duration", f"{args.seconds + args.margin:g}", "-o", "json", "--dissect", args.dissect]
     tty = StderrTTY()
     watch = spawn(f"watch-{n}", argv, children, stdout=subprocess.PIPE, stderr=tty.slave)
     tty.start()
@@ -341,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="packets/s of load a pod (default 40)")
     parser.add_argument("--margin", type=float, default=15.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--dissect", choices=("local", "pod"), default="local",
+                        help="pass --dissect to watch (pod: a tshark an interface in each pod, not in watch's tree, "
+                             "so not in the RSS and CPU measured here; default local)")
     parser.add_argument("--watch-exe", type=Path, default=VENV_BIN / "kubectl-meshdoctor")
     args = parser.parse_args(argv)
     if args.cmd == "_pod":
