@@ -105,3 +105,22 @@ async def test_many_pods_get_one_row_each():
         assert [str(c) for c in pods.get_row("web-2")][:4] == ["web-2", "3", "4", "1"]
         assert "2 pods: 37 pkts" in screen_text(app, "#status")
         await pilot.press("q")
+
+async def test_a_timer_tick_while_the_panes_are_torn_down_is_no_fault():
+    """The refresh timers keep ticking while the app exits; a tick after the panes were removed refreshes
+    nothing (under load one came then and failed the exit with NoMatches), and one while they are there and a
+    pane is missing is still a fault."""
+    import pytest
+    from textual.css.query import NoMatches
+
+    app = MeshDoctorApp(replay_session("lab-collision-eth0.pcap:eth0", "lab-collision-lo.pcap:lo"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await wait_for(pilot, lambda: "pkts" in screen_text(app, "#status"))
+        await app.query_one("#packets", DataTable).remove()
+        app._packets_key = None  # as if new packets had come: the pane is redrawn
+        with pytest.raises(NoMatches):
+            app._on_timer(app._refresh_packets)  # #status is there: the missing pane is a real fault
+        await app.query_one("#status", Static).remove()
+        app._on_timer(app._refresh)  # the teardown: nothing to refresh, nothing raised
+        app._on_timer(app._refresh_packets)
+        app.exit()  # not q: quitting refreshes the status line itself, which this test took away
