@@ -34,15 +34,13 @@ from kubectl_meshdoctor.core.events import PacketEvent
 
 from .prepass import MAX_FRAME
 from .tshark import (
-    MAX_NAMED,
     PREFILTER,
     SESSION_PACKETS,
     TSHARK_ARGS,
     ReadResult,
-    Undissectable,
     _FieldsPipeCapture,
     _tshark_version,
-    packet_from_fields,
+    counted_event,
     tshark_complaint,
 )
 
@@ -266,16 +264,8 @@ class _Lines:
             if where is None:
                 continue  # cannot be: the copier notes a block before tshark can read it
             s = self.streams[where[0]]
-            try:
-                ev = packet_from_fields(line, s.source, s.iface, force_iface=True, frame=where[1])
-            except Undissectable as e:
-                s.undissectable += 1
-                if len(s.undissectable_frames) < MAX_NAMED:
-                    s.undissectable_frames.append(e.frame)
-                continue
+            ev = counted_event(s, line, where[1])
             if ev is not None:
-                s.packets += 1
-                s.last_frame = ev.frame
                 s.on_event(ev)
 
 

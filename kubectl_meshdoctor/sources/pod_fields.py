@@ -22,13 +22,11 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from .tshark import (
     _IO_STAT_ROW,
     FIELD_ARGS,
-    MAX_NAMED,
     PREFILTER,
     SESSION_PACKETS,
     TSHARK_ARGS,
     ReadResult,
-    Undissectable,
-    packet_from_fields,
+    counted_event,
 )
 
 # Events handed to the event loop and not yet fed: past this the pump waits (and with it tcpdump, whose kernel
@@ -102,17 +100,8 @@ class PodFieldStream:
             if number == "1":  # PREFILTER yields every session's first frame: the numbering restarted
                 self._sessions += self._seen_any
                 self._seen_any = True
-            frame = self._sessions * SESSION_PACKETS + int(number)
-            try:
-                ev = packet_from_fields(line, self.source, self.iface, force_iface=True, frame=frame)
-            except Undissectable as e:
-                self.undissectable += 1
-                if len(self.undissectable_frames) < MAX_NAMED:
-                    self.undissectable_frames.append(e.frame)
-                continue
+            ev = counted_event(self, line, self._sessions * SESSION_PACKETS + int(number))
             if ev is not None:
-                self.packets += 1
-                self.last_frame = frame
                 events.append(ev)
         return events
 

@@ -229,6 +229,24 @@ def packet_from_fields(line: str, source: str, default_iface: str, force_iface: 
                             if number.isascii() and number.isdigit() else 0) from None
 
 
+def counted_event(stream, line: str, frame: int) -> PacketEvent | None:
+    """A live stream's tshark line as its PacketEvent at ``frame``, counted in ``stream`` (anything with
+    ``source``, ``iface``, ``packets``, ``last_frame``, ``undissectable`` and ``undissectable_frames``, the
+    first MAX_NAMED of them named); None for a line that is no packet event, or a frame tshark could not
+    dissect (counted as such)."""
+    try:
+        ev = packet_from_fields(line, stream.source, stream.iface, force_iface=True, frame=frame)
+    except Undissectable as e:
+        stream.undissectable += 1
+        if len(stream.undissectable_frames) < MAX_NAMED:
+            stream.undissectable_frames.append(e.frame)
+        return None
+    if ev is not None:
+        stream.packets += 1
+        stream.last_frame = frame
+    return ev
+
+
 _HEADER_END = "0d0a0d0a"  # CRLF CRLF in tshark's hex (tshark 4 writes bytes fields without separators)
 
 
