@@ -4,10 +4,8 @@ numbers included, that the local dissector gives for the same capture; the captu
 from __future__ import annotations
 
 import asyncio
-import random
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from kubectl_meshdoctor.kube.capture import DISSECT_SCRIPT, capture_command
 from kubectl_meshdoctor.sources import pod_fields
 from kubectl_meshdoctor.sources.pod_fields import PodFieldStream, pod_tshark_args
 
-from .test_dissector import STREAMS, alone, records
+from .test_dissector import STREAMS, alone, records, writer
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="runs tshark")
 
@@ -33,23 +31,10 @@ def through_stream(output: bytes, source: str, iface: str, seed: int, cut: int =
     """``output`` written into a PodFieldStream in random pieces by a thread, as a capture pump does, then
     ended; ``cut`` drops that many bytes from the end -> (the stream, its events)."""
     events: list = []
-    data = output[:len(output) - cut] if cut else output
-    rnd = random.Random(seed)
 
     async def main() -> PodFieldStream:
         stream = PodFieldStream(source, iface, events.append, asyncio.get_running_loop())
-
-        def run() -> None:
-            pos = 0
-            try:
-                while pos < len(data):
-                    n = rnd.choice((1, 9, 80, 700, 8192))
-                    stream.wrote(data[pos:pos + n])
-                    pos += n
-            finally:
-                stream.ended()
-
-        t = threading.Thread(target=run, daemon=True)
+        t = writer(stream, [output], seed, cut_at=cut or None)
         t.start()
         await asyncio.wait_for(stream.result, 60)
         t.join(5)
