@@ -73,7 +73,8 @@ def test_an_access_log_alone_gives_findings_named_by_file_and_line(tmp_path):
     # The line is quoted once (access_log); the evidence says what it is.
     assert f["evidence"] == [{"source": str(log), "iface": "", "frame": 3, "ts": f["evidence"][0]["ts"],
                               "what": "access log: 504 UT response_timeout", "src": "", "dst": "", "flags": "",
-                              "payload_len": 0}]
+                              "payload_len": 0, "kind": "access-log"}]
+    assert f["stands_on"] == ["access-log"]
     assert report["source"] == {"kind": "files", "files": [str(log)], "kinds": {str(log): "access-log"}}
     assert report["envoy"]["access_log_lines"] == 1
 

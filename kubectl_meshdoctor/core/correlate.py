@@ -1,21 +1,26 @@
-"""Links between what the wire shows and what Envoy says: access-log lines and moved cluster counters.
+"""Links between what the wire shows and what Envoy says: access-log lines, the stories of Envoy's debug log,
+and moved cluster counters.
 
-A packet finding explains the access-log lines that carry one of its response flags, name its server as their
-upstream host, and started around the same time. A line with a failure flag that no packet finding explains
-becomes an ``access-log`` finding of its own after a grace period, with the flag's meaning and what to
-capture next (Envoy access-log docs, %RESPONSE_FLAGS%).
+A packet finding explains the access-log lines (and debug-log stories) that carry one of its response flags,
+name its server as their upstream host, and started around the same time. A request Envoy logged with a failure
+flag that no packet finding explains goes to the detectors that read Envoy's logs, else becomes an
+``access-log`` finding of its own after a grace period, with the flag's meaning and what to capture next
+(Envoy access-log docs, %RESPONSE_FLAGS%). The access-log line and the debug-log story of one request are one
+request: joined by x-request-id, they are decided together and quoted together.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import flag
+from kubectl_meshdoctor.envoy.story import StreamStory
 
-from .findings import Evidence, Finding, FlowRef, Severity
+from .findings import ACCESS_LOG, ENVOY_LOG, Evidence, Finding, FlowRef, Severity
 
 FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR", "DC"})
 WINDOW_S = 3.0  # how far a line's request may start before, or end after, the packet that decided
@@ -65,80 +70,169 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
     return _server_of(entry) in (f.flow.server, None)
 
 
-# A detector's reading of an access-log line no packet finding explains (Detector.from_access_log): the
-# line, and the evidence that names it. None when the line is not that detector's.
-Claim = Callable[[AccessLogEntry, Evidence], "Finding | None"]
-
+# A detector's reading of a request Envoy logged that no packet finding explains: the access-log line (or, for a
+# request only Envoy's debug log tells of, the line Envoy would have written), its debug-log story (None when
+# there is none), and the evidence that names the first of their lines. None when the request is not that
+# detector's (Detector.from_access_log, Detector.from_envoy_log).
+Claim = Callable[[AccessLogEntry, "StreamStory | None", Evidence], "Finding | None"]
+JOIN_S = 1.0  # a story and an access-log line with no x-request-id to join them: their ends this close in time
+JOIN_SCAN = 256  # records looked back over for such a join
 
 
 def log_line_summary(entry: AccessLogEntry) -> str:
     """What an access-log line says, in short, for evidence: ``access log: 503 UF,URX upstream_reset...``."""
     return f"access log: {entry.code} {','.join(entry.flags) or '-'} {entry.details or ''}".rstrip()
 
+
+def story_evidence(story: StreamStory) -> tuple[Evidence, ...]:
+    """The debug-log lines a story rests on, as evidence (kind ENVOY_LOG, ``frame`` the line number)."""
+    return tuple(Evidence(r.source, "", r.line, r.ts or 0.0, f"envoy log: {r.text}", kind=ENVOY_LOG)
+                 for r in story.refs)
+
+
+@dataclass(slots=True, eq=False)
+class _Record:
+    """One request as Envoy logged it: an access-log line (``story`` None) or a debug-log story (``raw`` empty).
+    ``partner``: the other record of the same request, when both were read; ``decided``: explained, claimed or
+    reported already (for both of a pair at once)."""
+
+    n: int
+    entry: AccessLogEntry
+    source: str
+    story: StreamStory | None = None
+    partner: "_Record | None" = None
+    decided: bool = False
+
+    @property
+    def end(self) -> float:
+        return self.entry.ts + self.entry.duration_ms / 1000.0
+
+
 class Correlator:
-    """Keeps the recent access-log lines (bounded) and matches them to findings. Each line is decided once:
-    explained by a finding, claimed by a detector that reads it, or reported on its own; the decision lives
-    and goes with the line."""
+    """Keeps the recent requests Envoy logged (bounded), access-log lines and debug-log stories, joins the two of
+    one request (x-request-id, else time and details), and matches them to findings. Each request is decided
+    once: explained by a finding, claimed by a detector that reads it, or reported on its own."""
 
     def __init__(self, pod: str | None = None, source: str = "istio-proxy log") -> None:
         self.pod = pod
         self.source = source
-        self._lines: deque[list] = deque(maxlen=MAX_LINES)  # [line number, entry, decided, source]
+        self._lines: deque[_Record] = deque(maxlen=MAX_LINES)
+        self._by_request: dict[str, _Record] = {}
         self._next_line = 1
 
     def add(self, entry: AccessLogEntry, source: str | None = None, line: int = 0) -> None:
-        """Keep ``entry``; ``source`` and ``line`` (1-based) name where it was read (a file offline); by
-        default the followed log and the order lines came in."""
-        self._lines.append([line or self._next_line, entry, False, source or self.source])
+        """Keep access-log line ``entry``; ``source`` and ``line`` (1-based) name where it was read (a file
+        offline); by default the followed log and the order lines came in."""
+        self._keep(_Record(line or self._next_line, entry, source or self.source))
         self._next_line += 1
 
+    def add_story(self, story: StreamStory) -> None:
+        """Keep a request Envoy's debug log tells of; only a failed one can need explaining."""
+        if story.failed:
+            first = story.refs[0].line if story.refs else 0
+            self._keep(_Record(first, story.entry(), story.source, story))
+
+    def _keep(self, rec: _Record) -> None:
+        if len(self._lines) == self._lines.maxlen:
+            old = self._lines[0]
+            if self._by_request.get(old.entry.request_id or "") is old:
+                del self._by_request[old.entry.request_id or ""]
+        self._join(rec)
+        self._lines.append(rec)
+
+    def _join(self, rec: _Record) -> None:
+        """Pair ``rec`` with the record of the same request of the other kind, if one was kept: by x-request-id,
+        else, among the last JOIN_SCAN records, by details, time and caller."""
+        rid = rec.entry.request_id
+        other = self._by_request.get(rid) if rid else None
+        if other is not None and (other.partner is not None or (other.story is None) == (rec.story is None)):
+            other = None
+        if other is None:
+            recent = list(itertools.islice(reversed(self._lines), JOIN_SCAN))
+            other = next((o for o in recent if self._same_request(rec, o)), None)
+        if other is not None:
+            rec.partner, other.partner = other, rec
+            rec.decided = other.decided
+        elif rid and rid not in self._by_request:
+            self._by_request[rid] = rec
+
+    @staticmethod
+    def _same_request(a: _Record, b: _Record) -> bool:
+        """Records of the other kind, not paired yet, with no request id to go by: the same details, ends within
+        JOIN_S, the same caller where both name one."""
+        if b.partner is not None or (a.story is None) == (b.story is None):
+            return False
+        if a.entry.request_id and b.entry.request_id:
+            return False  # both have an id, and they differ (the same one was looked up first)
+        if (a.entry.details or "") != (b.entry.details or "") or abs(a.end - b.end) > JOIN_S:
+            return False
+        ra, rb = a.entry.downstream_remote, b.entry.downstream_remote
+        return ra is None or rb is None or ra == rb
+
     def entries(self) -> list[AccessLogEntry]:
-        """The lines kept (the newest MAX_LINES), in log order."""
-        return [line[1] for line in self._lines]
+        """The access-log lines kept (the newest MAX_LINES), in log order."""
+        return [r.entry for r in self._lines if r.story is None]
 
     def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
         """The access-log lines ``f`` explains, in log order."""
         if not f.envoy_flags and not f.response_code_details:
             return []
-        return [(line[0], line[1]) for line in self._lines if explains(f, line[1])]
+        return [(r.n, r.entry) for r in self._lines if r.story is None and explains(f, r.entry)]
 
     def attach(self, f: Finding) -> Finding:
-        """``f`` with the raw lines it explains (marked, so they are not reported again on their own)."""
+        """``f`` with the raw access-log lines and the debug-log lines of the requests it explains (marked, so
+        they are not reported again on their own)."""
         if not f.envoy_flags and not f.response_code_details:
             return f
-        matched = [line for line in self._lines if explains(f, line[1])]
+        matched = [r for r in self._lines if explains(f, r.entry)]
         if not matched:
             return f
-        for line in matched:
-            line[2] = True
-        return replace(f, access_log=tuple(line[1].raw for line in matched))
+        pairs = list(dict.fromkeys(x for r in matched for x in (r, r.partner) if x is not None))
+        for r in pairs:
+            r.decided = True
+        lines = tuple(r.entry.raw for r in pairs if r.story is None)
+        debug = tuple(ref.raw or ref.text for r in pairs if r.story is not None for ref in r.story.refs)
+        return replace(f, access_log=f.access_log + tuple(x for x in lines if x not in f.access_log),
+                       envoy_log=f.envoy_log + tuple(x for x in debug if x not in f.envoy_log))
 
     def unexplained(self, now: float | None, findings: list[Finding], claims: Sequence[Claim] = ()) -> list[Finding]:
-        """Findings for the lines older than GRACE_S (all, when ``now`` is None) that no finding in ``findings``
-        explains: the first of ``claims`` (the detectors that read access-log lines) that makes one of the
-        line, else, for a line with a failure flag, an ``access-log`` finding. Only lines not yet decided are
-        checked against the findings, so a tick costs a scan of the kept lines, not findings x lines."""
+        """Findings for the requests older than GRACE_S (all, when ``now`` is None) that no finding in
+        ``findings`` explains: the first of ``claims`` (the detectors that read Envoy's logs) that makes one of
+        the request, else, for a request with a failure flag, an ``access-log`` finding. A request read from both
+        logs is decided once, on the access-log line, with the debug-log lines as further evidence. Only
+        requests not yet decided are checked, so a tick costs a scan of the kept ones, not findings x lines."""
         out = []
         # A line without a failure flag can only be explained by its details (explains): those findings alone
         # are worth checking it against, and a busy pod's log is mostly such lines.
         by_details = [f for f in findings if not f.envoy_flags and f.response_code_details] if claims else []
-        for line in self._lines:
-            n, entry, decided, source = line
-            if decided or (now is not None and now - entry.ts < GRACE_S):
+        for rec in self._lines:
+            if rec.decided or (now is not None and now - rec.entry.ts < GRACE_S):
                 continue
-            failing = bool(set(entry.flags) & FAILURE_FLAGS)
+            line = rec if rec.story is None else rec.partner
+            story = rec.story if rec.story is not None else (rec.partner.story if rec.partner else None)
+            entry = line.entry if line is not None else rec.entry
+            failing = bool(set(entry.flags) & FAILURE_FLAGS) or (story is not None and story.failed)
             if not failing and not claims:
                 continue
-            line[2] = True
+            rec.decided = True
+            if rec.partner is not None:
+                rec.partner.decided = True
             if any(explains(f, entry) for f in (findings if failing else by_details)):
                 continue  # a finding of the wire (or of an earlier line) speaks of it already
-            # The line itself goes to access_log, once; the evidence names it by what it says.
-            evidence = Evidence(source, "", n, entry.ts, log_line_summary(entry))
-            claimed = next((f for f in (claim(entry, evidence) for claim in claims) if f is not None), None)
-            if claimed is not None:
-                out.append(replace(claimed, access_log=claimed.access_log or (entry.raw,)))
-            elif failing:
-                out.append(self._finding(evidence, entry))
+            evidence = ((Evidence(line.source, "", line.n, entry.ts, log_line_summary(entry), kind=ACCESS_LOG),)
+                        if line is not None else ()) + (story_evidence(story) if story is not None else ())
+            if not evidence:
+                continue
+            claimed = next((f for f in (claim(entry, story, evidence[0]) for claim in claims) if f is not None),
+                           None)
+            found = claimed if claimed is not None else self._finding(evidence[0], entry) if failing else None
+            if found is None:
+                continue
+            more = tuple(e for e in evidence if e not in found.evidence)
+            out.append(replace(
+                found, evidence=found.evidence + more,
+                access_log=found.access_log or ((entry.raw,) if line is not None else ()),
+                envoy_log=found.envoy_log or tuple(r.raw or r.text for r in (story.refs if story else ()))))
         return out
 
     def _finding(self, evidence: Evidence, entry: AccessLogEntry) -> Finding:
@@ -149,22 +243,25 @@ class Correlator:
         flow = access_log_flow(entry)
         server = flow.server
         request = f"{entry.method} {entry.path}" if entry.method else "a TCP connection"
+        said = "Envoy's debug log tells of" if evidence.kind == ENVOY_LOG else "Envoy logged"
+        shown = ",".join(entry.flags) or entry.details or "a failure"
         return Finding(
             detector="access-log",
             severity=Severity.ERROR if entry.code >= 500 or entry.code == 0 else Severity.WARNING,
-            title=f"Envoy logged {','.join(entry.flags)} ({entry.code}) for {server} with no packet evidence",
+            title=f"{said} {shown} ({entry.code}) for {server} with no packet evidence",
             flow=flow,
             evidence=(evidence,),
             envoy_flags=tuple(entry.flags),
-            variant=f"{','.join(entry.flags)} ({entry.code}) without packet evidence",
+            variant=f"{shown} ({entry.code}) without packet evidence",
             response_code_details=entry.details or "",
-            explanation=(f"The sidecar answered {request} with {entry.code} and response flags "
-                         f"{','.join(entry.flags)}: {meanings}. No packet in the capture explains it (the failure "
-                         f"may lie outside the captured interfaces or before the capture started)."),
+            explanation=(f"The sidecar answered {request} with {entry.code}"
+                         + (f" and response flags {','.join(entry.flags)}: {meanings}" if flags else "")
+                         + ". No packet in the capture explains it (the failure may lie outside the captured "
+                           "interfaces or before the capture started)."),
             remediation=f"# What to capture next: {nxt}.",
             pod=self.pod,
             ts=entry.ts,
-            access_log=(entry.raw,),
+            access_log=(entry.raw,) if entry.raw else (),
         )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .events import ContextEvent, PacketEvent, RedirectMap
 from .findings import Evidence, Finding
@@ -45,6 +46,9 @@ class Detector:
     # The kernel counters (nstat names, read from the pod's network namespace) that count this failure; the
     # report attaches those that moved during the run.
     kernel_counters: ClassVar[tuple[str, ...]] = ()
+    # The Envoy loggers whose debug lines this detector reads (from_envoy_log's stories are made of them):
+    # `watch --envoy-debug` raises exactly the union of these, for the run only.
+    envoy_loggers: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx
@@ -71,6 +75,15 @@ class Detector:
         after the line, in core/correlate.py), or None when the line is not its class. ``evidence`` names the
         line. Lets a class Envoy logs clearly be found from the log alone."""
         return None
+
+    def from_envoy_log(self, story: StreamStory, evidence: Evidence,
+                       entry: AccessLogEntry | None) -> Finding | None:
+        """This detector's finding of a request Envoy's own (debug) log tells of (``story``, envoy/story.py) that
+        no packet finding explains, or None when it is not its class. ``entry`` is the access-log line of the
+        same request when one was read (joined by x-request-id, else by time and details); ``evidence`` names
+        the first of their lines. By default the story is read as the access-log line Envoy would have written
+        for it (``from_access_log``), so a class named from the access log is named from the debug log too."""
+        return self.from_access_log(entry if entry is not None else story.entry(), evidence)
 
 
 class PendingSyns:

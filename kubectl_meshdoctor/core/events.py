@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import IntFlag
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.component_facts import Fact
+from kubectl_meshdoctor.envoy.story import LogRef
 
 
 class TcpFlags(IntFlag):
@@ -170,6 +172,17 @@ class AccessLogEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class EnvoyLogEvent:
+    """One fact of Envoy's own (component, debug) log (envoy/component_facts.py) and the line it came from.
+    ``ts``: the line's time (seconds since the epoch), else when it was read. ``ref.source`` names the Envoy: one
+    file offline, one pod's istio-proxy log live; connection ids are that Envoy's own."""
+
+    ts: float
+    fact: Fact
+    ref: LogRef
+
+
+@dataclass(frozen=True, slots=True)
 class EnvoyCountersEvent:
     """The sidecar's cluster stats that moved during the run: cluster -> stat (after ``cluster.<name>.``) ->
     delta. A finding is backed by those its detector declares (Detector.envoy_counters)."""
@@ -207,4 +220,5 @@ class PodEvent:
 
 
 # Something known about the pod that is not a packet. One dataclass per kind, so a consumer matches on the type.
-ContextEvent = RedirectMapEvent | AccessLogEvent | EnvoyCountersEvent | KernelCountersEvent | ListenersEvent | PodEvent
+ContextEvent = (RedirectMapEvent | AccessLogEvent | EnvoyLogEvent | EnvoyCountersEvent | KernelCountersEvent
+                | ListenersEvent | PodEvent)

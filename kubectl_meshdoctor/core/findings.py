@@ -19,12 +19,18 @@ class Severity(str, Enum):
         return {"info": 0, "warning": 1, "error": 2}[self.value]
 
 
+# What a piece of evidence is (Evidence.kind), and the kinds a finding may stand on (Finding.stands_on).
+PACKET, ACCESS_LOG, ENVOY_LOG, COUNTER, SPEC = "packet", "access-log", "envoy-log", "counter", "spec"
+
+
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """One packet (or log line) that a finding rests on. ``frame`` is the frame number in ``source``.
+    """One packet, log line, counter or spec field that a finding rests on; ``kind`` says which (PACKET,
+    ACCESS_LOG, ENVOY_LOG, COUNTER, SPEC). ``frame`` is the packet's frame number in ``source``, or the log
+    line's 1-based line number there; 0 for a counter or a spec field.
 
     For a packet, ``src``/``dst`` are its ``ip:port`` endpoints and ``flags`` its tcpdump-style flags (``S``,
-    ``R.``); they are empty for log lines and spec fields, which the ladder diagram shows as notes."""
+    ``R.``); they are empty for the other kinds, which the ladder diagram shows as notes."""
 
     source: str
     iface: str
@@ -35,6 +41,7 @@ class Evidence:
     dst: str = ""
     flags: str = ""
     payload_len: int = 0  # bytes
+    kind: str = PACKET
 
     @classmethod
     def of(cls, ev: PacketEvent, what: str) -> "Evidence":
@@ -88,6 +95,17 @@ class Finding:
     counters: dict = field(default_factory=dict, hash=False, compare=False)
     # The fixes, in the order printed (core/fixes.py); ``remediation`` is their text when not given.
     fixes: tuple[Fix, ...] = ()
+    envoy_log: tuple[str, ...] = ()  # the lines of Envoy's own (debug) log this finding rests on, as logged
+
+    @property
+    def stands_on(self) -> tuple[str, ...]:
+        """The kinds of evidence this finding rests on, in a fixed order: "packets", "access-log", "envoy-log",
+        "counters", "spec" (the report's ``stands_on``)."""
+        kinds = {e.kind for e in self.evidence}
+        return tuple(name for name, there in (
+            ("packets", PACKET in kinds), ("access-log", ACCESS_LOG in kinds or bool(self.access_log)),
+            ("envoy-log", ENVOY_LOG in kinds or bool(self.envoy_log)),
+            ("counters", COUNTER in kinds or bool(self.counters)), ("spec", SPEC in kinds)) if there)
 
     def __post_init__(self) -> None:
         if self.fixes and not self.remediation:
@@ -98,13 +116,14 @@ class Finding:
         d["severity"] = self.severity.value
         d["envoy_flags"] = list(self.envoy_flags)
         d["evidence"] = [asdict(e) for e in self.evidence]
+        d["stands_on"] = list(self.stands_on)
         if self.pod is None:
             d.pop("pod")
-        for optional in ("details", "access_log", "counters", "variant", "fixes"):
+        for optional in ("details", "access_log", "envoy_log", "counters", "variant", "fixes"):
             if not d[optional]:
                 d.pop(optional)
-            elif optional == "access_log":
-                d[optional] = list(self.access_log)
+            elif optional in ("access_log", "envoy_log"):
+                d[optional] = list(getattr(self, optional))
             elif optional == "fixes":
                 d[optional] = [fix.to_dict() for fix in self.fixes]
         return d

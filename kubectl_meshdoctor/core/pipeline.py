@@ -6,10 +6,21 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .correlate import Correlator, attach_counters, attach_kernel_counters
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.story import StoryBuilder, StreamStory
+
+from .correlate import Claim, Correlator, attach_counters, attach_kernel_counters
 from .detector import Detector, DetectorContext
-from .events import AccessLogEvent, ContextEvent, EnvoyCountersEvent, KernelCountersEvent, PacketEvent, RedirectMapEvent
-from .findings import Finding
+from .events import (
+    AccessLogEvent,
+    ContextEvent,
+    EnvoyCountersEvent,
+    EnvoyLogEvent,
+    KernelCountersEvent,
+    PacketEvent,
+    RedirectMapEvent,
+)
+from .findings import Evidence, Finding
 from .flows import FlowTable
 from .redact import redact_finding
 from .registry import load_detectors
@@ -61,10 +72,13 @@ class Pipeline:
         self._next_tick: float | None = None
         self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
         self._envoy_moved: dict[str, dict[str, int]] = {}
-        # The detectors that read access-log lines on their own (those that override from_access_log).
-        self._claims = [d.from_access_log for d in self.detectors
-                        if type(d).from_access_log is not Detector.from_access_log]
+        # The detectors that read Envoy's logs on their own (those that override from_access_log or
+        # from_envoy_log): a request of the debug log goes to from_envoy_log, a line alone to from_access_log.
+        self._claims = [_claim(d) for d in self.detectors
+                        if type(d).from_access_log is not Detector.from_access_log
+                        or type(d).from_envoy_log is not Detector.from_envoy_log]
         self._kernel_moved: dict[str, int] = {}
+        self._stories: dict[str, StoryBuilder] = {}  # per Envoy (the source its debug log was read from)
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -112,6 +126,13 @@ class Pipeline:
             case AccessLogEvent():
                 self.correlator.pod = self.ctx.pod
                 self.correlator.add(ev.entry, ev.source, ev.line)
+            case EnvoyLogEvent():
+                self.correlator.pod = self.ctx.pod
+                builder = self._stories.get(ev.ref.source)
+                if builder is None:
+                    builder = self._stories[ev.ref.source] = StoryBuilder(ev.ref.source)
+                for story in builder.add(ev.fact, ev.ref):
+                    self.correlator.add_story(story)
             case EnvoyCountersEvent():
                 self._envoy_moved = {k: dict(v) for k, v in ev.moved.items()}
             case KernelCountersEvent():
@@ -126,6 +147,9 @@ class Pipeline:
     def tick(self, now: float) -> None:
         for det in self.detectors:
             self._emit(det.on_tick(now))
+        for builder in self._stories.values():
+            for story in builder.expire(now):
+                self.correlator.add_story(story)
         self._emit(self.correlator.unexplained(now, self.findings, self._claims))
 
     def finish(self) -> list[Finding]:
@@ -134,6 +158,9 @@ class Pipeline:
         seen); return every finding kept."""
         for det in self.detectors:
             self._emit(det.finish())
+        for builder in self._stories.values():
+            for story in builder.finish():
+                self.correlator.add_story(story)
         self.findings = [self._redacted(self.correlator.attach(f)) for f in self.findings]
         self._emit(self.correlator.unexplained(None, self.findings, self._claims))
         by_id = {d.id: d for d in self.detectors}
@@ -162,3 +189,15 @@ class Pipeline:
                 self.stats.findings_dropped += 1
             if self._on_finding is not None:
                 self._on_finding(f)
+
+
+def _claim(det: Detector) -> Claim:
+    """The correlator's way into one detector: a request the debug log tells of through from_envoy_log (with the
+    access-log line of the same request, when there is one), a line alone through from_access_log."""
+
+    def claim(entry: AccessLogEntry, story: StreamStory | None, evidence: Evidence) -> Finding | None:
+        if story is not None:
+            return det.from_envoy_log(story, evidence, entry if entry.raw else None)
+        return det.from_access_log(entry, evidence)
+
+    return claim

@@ -267,3 +267,36 @@ def parse_reset_details(details: str | None) -> ResetDetails | None:
 
 # The name the brief and callers know it by.
 parse_response_code_details = parse_reset_details
+
+
+# `%RESPONSE_CODE_DETAILS%` values of Envoy's own replies -> the flag its access log sets with them
+# (response_flags.md section 3; docs/root/configuration/http/http_conn_man/response_code_details.rst). Envoy's
+# debug log names the details of a local reply ("Sending local reply with details X") but not the flags.
+_DETAILS_FLAGS: dict[str, str] = {
+    "response_timeout": "UT", "upstream_response_timeout": "UT", "upstream_per_try_timeout": "UT",
+    "upstream_per_try_idle_timeout": "UT", "no_healthy_upstream": "UH", "cluster_not_found": "NC",
+    "route_not_found": "NR", "filter_chain_not_found": "NR", "downstream_remote_disconnect": "DC",
+    "stream_idle_timeout": "SI", "duration_timeout": "DT", "overload": "OM", "maintenance_mode": "UO",
+    "request_headers_failed_strict_check": "IH", "upstream_max_stream_duration_reached": "UMSDR",
+    "low_version": "DPE", "ext_authz_denied": "UAEX", "ext_authz_error": "UAEX", "fault_filter_abort": "FI",
+    "fault_filter_delay": "DI", "http2.remote_reset": "DR", "http2.remote_refuse": "DR",
+}
+
+
+def flags_of_details(details: str | None) -> tuple[str, ...]:
+    """The response flags Envoy's access log sets with ``details`` (short names; () when it sets none or the
+    details are not Envoy's own): an upstream reset by its reason (UF, UC, UPE, UO, ...), a codec error of the
+    downstream request (``http1.*``, most ``http2.*``) DPE, the others by the table above."""
+    if not details:
+        return ()
+    reset = parse_reset_details(details)
+    if reset is not None:
+        return (reset.flag,) if reset.flag else ()
+    head = details.split("{", 1)[0].split("(", 1)[0].strip()
+    if head in _DETAILS_FLAGS:
+        return (_DETAILS_FLAGS[head],)
+    if head.startswith(("http1.", "http2.")) and head not in ("http2.remote_reset", "http2.remote_refuse"):
+        return ("DPE",)
+    if head.startswith("downstream_local_disconnect"):
+        return ("DC",)
+    return ()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 # lint's only imports from the rest of the product; the rule modules take Finding and Severity from here.
-from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.findings import SPEC, Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.istio.redirect import PodCapture, capture_from_pod
 
 SIDECAR = "istio-proxy"
@@ -123,7 +123,7 @@ class PodView:
         return Finding(
             detector=rule, severity=severity, title=title,
             flow=FlowRef(client="-", server=f"{self.ip}:{server_port if server_port is not None else '-'}", iface=""),
-            evidence=tuple(Evidence(self.source, "", 0, 0.0, w) for w in evidence),
+            evidence=tuple(Evidence(self.source, "", 0, 0.0, w, kind=SPEC) for w in evidence),
             explanation=explanation, remediation=remediation, pod=self.name,
             details={"path": path, **details}, fixes=fixes,
         )

@@ -1,9 +1,10 @@
-"""What people already hold of a sidecar, read offline: its access log (`kubectl logs POD -c istio-proxy`, with or
-without `--timestamps`; Istio's TEXT or JSON encoding) and admin dumps (`/stats`, `/clusters` in text or JSON).
+"""What people already hold of a sidecar, read offline: its log (`kubectl logs POD -c istio-proxy`: the access
+log in any of its shapes and Envoy's own component log, at debug or not, in any of its shapes) and admin dumps
+(`/stats`, `/clusters` in text or JSON).
 
-The access log becomes the same AccessLogEvents `watch` makes from the followed log, so the detectors and the
-correlator see one shape from both; `/stats` dumps become the counters that moved, in `watch`'s shape (cluster
--> stat -> delta).
+The log becomes the same AccessLogEvents and EnvoyLogEvents `watch` makes from the followed log, so the
+detectors and the correlator see one shape from both; `/stats` dumps become the counters that moved, in
+`watch`'s shape (cluster -> stat -> delta).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubectl_meshdoctor.core.events import AccessLogEvent
+from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyLogEvent
 from kubectl_meshdoctor.envoy.access_log import looks_like_access_log, parse_line
 from kubectl_meshdoctor.envoy.clusters import Cluster, parse_clusters
+from kubectl_meshdoctor.envoy.component_facts import fact_of
+from kubectl_meshdoctor.envoy.component_log import ComponentLine, ComponentLogReader, is_continuation, parse_component_line
+from kubectl_meshdoctor.envoy.story import log_ref
 from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, delta, parse_stats
 
 from .merge import Gate
@@ -26,16 +30,25 @@ BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log
 
 @dataclass(slots=True)
 class LogRead:
-    """What reading one access log gave: ``lines`` read, ``entries`` among them that are access-log lines (the
-    rest are pilot-agent's and Envoy's own log lines, which share the container log), ``unreadable`` lines that
-    start as access-log lines do but give no entry (damaged, or written by no Envoy), the first of them at line
-    ``first_unreadable``."""
+    """What reading one log gave: ``lines`` read; ``entries`` among them that are access-log lines;
+    ``component`` entries of Envoy's own log (a multi-line entry counts once), ``facts`` among them that a
+    detector reads; ``unreadable`` lines that start as access-log lines do but give no entry (damaged, or
+    written by no Envoy), the first of them at line ``first_unreadable``; ``other`` lines of no known kind
+    (pilot-agent's, an app's, another program's), counted and skipped."""
 
     lines: int = 0
     entries: int = 0
+    component: int = 0
+    facts: int = 0
     unreadable: int = 0
     first_unreadable: int | None = None
+    other: int = 0
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def readable(self) -> bool:
+        """Whether anything in the file was Envoy's: an access-log line or a component-log entry."""
+        return bool(self.entries or self.component)
 
 
 def open_text(path: str):
@@ -50,11 +63,34 @@ def event_of(entry, path: str, line: int) -> AccessLogEvent:
     return AccessLogEvent(entry.ts + entry.duration_ms / 1000.0, entry, path, line)
 
 
-async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gate: Gate) -> LogRead:
-    """Push an AccessLogEvent for every access-log line of ``path``, in file order, awaiting ``gate`` between
-    batches (sources/merge.py: a log that runs ahead of the captures waits for them). Raises OSError when the
-    file cannot be read."""
+class _ComponentPusher:
+    """Component-log entries of one file to EnvoyLogEvents; a line without a time takes the last time seen,
+    so the events stay in the order the merge with the captures expects."""
+
+    def __init__(self, path: str, push: Callable, result: LogRead) -> None:
+        self.path, self.push, self.result = path, push, result
+        self.reader = ComponentLogReader()
+        self.last_ts = 0.0
+
+    def take(self, done: list[tuple[int, ComponentLine]]) -> None:
+        for number, entry in done:
+            self.result.component += 1
+            if entry.ts is not None:
+                self.last_ts = entry.ts
+            fact = fact_of(entry)
+            if fact is not None:
+                self.result.facts += 1
+                self.push(EnvoyLogEvent(entry.ts or self.last_ts, fact, log_ref(self.path, number, entry,
+                                                                                    fact.kind)))
+
+
+async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEvent], None], gate: Gate) -> LogRead:
+    """Push an AccessLogEvent for every access-log line of ``path`` and an EnvoyLogEvent for every fact of
+    Envoy's component log in it, in file order, awaiting ``gate`` between batches (sources/merge.py: a log that
+    runs ahead of the captures waits for them). Lines of no known kind are counted and skipped. Raises OSError
+    when the file cannot be read."""
     result = LogRead()
+    component = _ComponentPusher(path, push, result)
     with open_text(path) as fh:
         while True:
             await gate()
@@ -67,20 +103,35 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gat
                 break
             for line in batch:
                 result.lines += 1
-                entry = parse_line(line.rstrip("\r\n"))
+                text = line.rstrip("\r\n")
+                entry = parse_line(text)
                 if entry is not None:
+                    component.take(component.reader.flush())
                     result.entries += 1
                     push(event_of(entry, path, result.lines))
-                elif looks_like_access_log(line):
+                    continue
+                head = parse_component_line(text)
+                if head is not None or (component.reader.open and is_continuation(text)):
+                    component.take(component.reader.feed(text, result.lines, head))
+                    continue
+                component.take(component.reader.flush())
+                if looks_like_access_log(text):
                     result.unreadable += 1
                     result.first_unreadable = result.first_unreadable or result.lines
+                elif text.strip():
+                    result.other += 1
+    component.take(component.reader.flush())
     if result.unreadable:
         # The count and where, never the text: a hostile line is the user's to open, not ours to print.
         result.problems.append(f"{result.unreadable} line(s) that start as access-log lines could not be read "
                                f"and were skipped; the first is line {result.first_unreadable}")
-    if result.entries == 0:
-        result.problems.append("no access-log line in it (Istio's TEXT or JSON format); is access logging on "
-                               "(meshConfig.accessLogFile)?")
+    if not result.readable:
+        result.problems.append(f"nothing of Envoy's in its {result.lines} line(s): no access-log line (Istio's "
+                               f"TEXT or JSON format, or --log-format) and no line of Envoy's own log")
+    elif result.entries == 0 and result.facts == 0:
+        result.problems.append("Envoy's own log at its default levels and no access-log line: raise the levels "
+                               "the detectors read (kubectl meshdoctor log-level POD --level "
+                               "connection:debug,pool:debug,router:debug,http:debug) and capture the log again")
     return result
 
 

@@ -30,7 +30,10 @@ def test_json_follows_the_design_contract(report):
     assert set(f) >= {"detector", "severity", "title", "envoy_flags", "flow", "evidence", "explanation",
                       "remediation", "response_code_details"}
     assert set(f["flow"]) == {"client", "server", "iface"}
-    assert set(f["evidence"][0]) == {"source", "iface", "frame", "ts", "what", "src", "dst", "flags", "payload_len"}
+    assert set(f["evidence"][0]) == {"source", "iface", "frame", "ts", "what", "src", "dst", "flags", "payload_len",
+                                     "kind"}
+    assert f["evidence"][0]["kind"] in ("packet", "access-log", "envoy-log", "counter", "spec")
+    assert f["stands_on"] and set(f["stands_on"]) <= {"packets", "access-log", "envoy-log", "counters", "spec"}
     assert (f["evidence"][0]["flags"], f["evidence"][1]["flags"]) == ("S", ".")  # SYN, challenge ACK
     assert isinstance(f["evidence"][0]["frame"], int) and isinstance(f["evidence"][0]["ts"], float)
     assert report.exit_code() == 1

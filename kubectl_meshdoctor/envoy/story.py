@@ -1,0 +1,362 @@
+"""Envoy's component log as a timeline per connection and per stream: the story of each request in Envoy's words.
+
+Facts (envoy/component_facts.py) arrive in log order. A stream's story holds what its downstream connection, its
+stream id and the upstream connection the pool gave it say: the pool's decision (a new connection, or a pooled
+one and how long it sat idle), the connect and its errno, closes on the upstream connection while the request was
+in flight, the reset and its reason, codec errors, timeouts, GOAWAY, the local reply's details, the status sent
+and the request's id. A story ends with the stream (``Codec completed encoding stream``), else when its
+connection goes quiet for STALE_S, else at ``finish``. A connection refused before any stream (no filter chain,
+a TLS handshake that failed) is a story of its own, with no stream id.
+
+The joins follow Envoy's own words: ``Attached upstream connection [C11] to downstream connection [C12]`` (and the
+``pool ready`` of the stream waiting on it); a connect that failed before any attach goes to the stream whose
+reset names the same transport failure. Everything is bounded: MAX_OPEN connections and streams, MAX_REFS lines
+of evidence a story.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from . import component_facts as k
+from .access_log import AccessLogEntry
+from .component_facts import Fact
+from .component_log import ComponentLine
+from .flags import flags_of_details
+
+MAX_OPEN = 20_000  # connections and streams followed at once; the oldest goes first
+MAX_REFS = 24  # evidence lines kept a story
+STALE_S = 60.0  # a stream with no fact for this long is told as it stands
+# The facts a finding quotes as evidence: decisions and failures, not every state change.
+EVIDENCE_KINDS = frozenset({
+    k.POOL_NEW, k.POOL_REUSE, k.CONNECTING, k.CONNECT_ERROR, k.CONNECT_TIMEOUT, k.REMOTE_CLOSE, k.PENDING_RESET,
+    k.UPSTREAM_RESET, k.CODEC_ERROR, k.TIMEOUT, k.GOAWAY, k.OVERFLOW, k.NO_HEALTHY, k.NO_ROUTE,
+    k.FILTER_CHAIN_NOT_FOUND, k.TLS_ERROR, k.LOCAL_REPLY, k.RESPONSE, k.ATTACH, k.NEW_DOWNSTREAM,
+})
+
+
+@dataclass(frozen=True, slots=True)
+class LogRef:
+    """One line of Envoy's log that a story rests on: where (``source``, 1-based ``line``), when (``ts``, seconds
+    since the epoch, None when the line had no time), its ``kind`` (a fact kind) and ``text`` (the line as read,
+    its first physical line)."""
+
+    source: str
+    line: int
+    ts: float | None
+    kind: str
+    text: str  # the message's first line, with its connection id: "[C11] using existing connection"
+    raw: str = ""  # the line as logged (its first physical line)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStory:
+    """What Envoy's log tells of one request (or of one connection refused before any request).
+
+    Times are seconds since the epoch. ``upstream_idle_s``: how long the pooled connection sat idle before this
+    stream was put on it (None for a new connection). ``upstream_closed_after_s``: seconds from the request going
+    out to the upstream connection's close (remote close, or the disconnect that reset this stream).
+    """
+
+    source: str
+    connection: int | None
+    stream: int | None
+    start: float | None
+    end: float | None
+    method: str | None = None
+    path: str | None = None
+    authority: str | None = None
+    request_id: str | None = None
+    status: int | None = None
+    details: str | None = None
+    reset_reason: str | None = None
+    transport_failure: str | None = None
+    errno: int | None = None
+    cluster: str | None = None
+    upstream_connection: int | None = None
+    upstream_address: str | None = None
+    upstream_reused: bool | None = None
+    upstream_idle_s: float | None = None
+    upstream_remote_close: bool = False
+    upstream_closed: bool = False  # the upstream connection went away with this request on it
+    upstream_closed_after_s: float | None = None
+    codec_error: str | None = None
+    timeout: str | None = None
+    goaway: bool = False
+    overflow: bool = False
+    no_healthy: bool = False
+    no_route: bool = False
+    filter_chain_not_found: bool = False
+    tls_error: str | None = None
+    downstream_remote: str | None = None
+    refs: tuple[LogRef, ...] = ()
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The response flags Envoy's access log would carry for this request, as far as the log tells them."""
+        flags = flags_of_details(self.details)
+        if not flags and self.reset_reason:
+            flags = flags_of_details("upstream_reset_before_response_started{%s}" % self.reset_reason.replace(" ", "_"))
+        if not flags and self.filter_chain_not_found:
+            flags = ("NR",)
+        return flags
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.flags) or (self.status or 0) >= 500 or self.filter_chain_not_found or bool(self.tls_error)
+
+    def entry(self) -> AccessLogEntry:
+        """The access-log line Envoy would have written for this request, from what the log tells (fields it does
+        not tell are None): how detectors that read access-log lines read a story."""
+        details = self.details or ("filter_chain_not_found" if self.filter_chain_not_found else None)
+        duration = round(1000 * (self.end - self.start)) if self.end and self.start else 0
+        return AccessLogEntry(
+            ts=self.start or self.end or 0.0, method=self.method, path=self.path, protocol=None,
+            code=self.status or 0, flags=self.flags, details=details, termination_details=None,
+            upstream_failure=self.transport_failure, bytes_received=0, bytes_sent=0, duration_ms=max(duration, 0),
+            upstream_host=self.upstream_address, upstream_cluster=self.cluster, upstream_local=None,
+            downstream_local=None, downstream_remote=self.downstream_remote, request_id=self.request_id,
+            authority=self.authority, raw="")
+
+
+@dataclass(slots=True)
+class _Conn:
+    address: str | None = None  # upstream: what it dials; downstream: the peer it came from
+    downstream: bool = False
+    stream: int | None = None  # the downstream stream it serves now (upstream) / its latest stream (downstream)
+    streams: int = 0
+    last_done: float | None = None  # when its previous stream ended (upstream: the pool's idle start)
+    new: bool = False
+    remote_close: float | None = None
+    errno: int | None = None
+    refs: list[LogRef] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Stream:
+    connection: int
+    stream: int
+    start: float | None
+    last: float | None
+    facts: dict = field(default_factory=dict)
+    refs: list[LogRef] = field(default_factory=list)
+    sent_at: float | None = None
+
+
+class StoryBuilder:
+    """Facts in, finished stories out: ``add`` returns the stories the fact ends; ``expire(now)`` those gone quiet;
+    ``finish`` the rest. One builder per Envoy (connection ids are an Envoy process's own)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._conns: OrderedDict[int, _Conn] = OrderedDict()
+        self._streams: OrderedDict[tuple[int, int], _Stream] = OrderedDict()
+        self._failed_connects: list[tuple[int, float | None]] = []  # upstream connections whose connect failed
+        self._told: OrderedDict[tuple[int, int], None] = OrderedDict()  # streams already told: later lines of
+        # theirs (a reset after the local reply) must not start a story of their own
+
+    def _conn(self, cid: int) -> _Conn:
+        conn = self._conns.get(cid)
+        if conn is None:
+            conn = self._conns[cid] = _Conn()
+            if len(self._conns) > MAX_OPEN:
+                self._conns.popitem(last=False)
+        return conn
+
+    def _stream(self, cid: int, sid: int, ts: float | None) -> _Stream:
+        st = self._streams.get((cid, sid))
+        if st is None:
+            st = self._streams[(cid, sid)] = _Stream(cid, sid, ts, ts)
+            if len(self._streams) > MAX_OPEN:
+                self._streams.popitem(last=False)
+            conn = self._conn(cid)
+            conn.downstream, conn.stream = True, sid
+        st.last = ts if ts is not None else st.last
+        return st
+
+    def add(self, fact: Fact, ref: LogRef) -> list[StreamStory]:
+        """Take one fact (with the line it came from); return the stories it ends."""
+        cid, sid = fact.connection, fact.stream
+        if fact.kind == k.ATTACH and cid is not None and fact.peer is not None:
+            return self._attach(fact, ref)
+        if cid is not None and sid is not None:
+            if (cid, sid) in self._told:
+                return []
+            return self._on_stream(self._stream(cid, sid, fact.ts), fact, ref)
+        if fact.kind == k.FILTER_CHAIN_NOT_FOUND:  # no connection id: the listener closed it before any
+            conn = self._conns.get(cid) if cid is not None else None
+            return [StreamStory(self.source, cid, None, fact.ts, fact.ts, details="filter_chain_not_found",
+                                filter_chain_not_found=True,
+                                downstream_remote=fact.address or (conn.address if conn else None),
+                                refs=tuple((conn.refs if conn else [])[-4:]) + (ref,))]
+        if cid is None:
+            return []
+        conn = self._conn(cid)
+        if fact.kind in EVIDENCE_KINDS and len(conn.refs) < MAX_REFS:
+            conn.refs.append(ref)
+        match fact.kind:
+            case k.NEW_DOWNSTREAM:
+                conn.downstream, conn.address = True, fact.address
+            case k.CONNECTING:
+                conn.address, conn.new = fact.address, True
+            case k.POOL_REUSE:
+                conn.new = False
+            case k.CONNECT_ERROR | k.CONNECT_TIMEOUT:
+                conn.errno = fact.errno
+                self._failed_connects = [*self._failed_connects[-15:], (cid, fact.ts)]
+            case k.REMOTE_CLOSE:
+                conn.remote_close = fact.ts
+                return self._connection_event(cid, fact, ref)
+            case k.PENDING_RESET | k.CODEC_ERROR | k.GOAWAY | k.TLS_ERROR:
+                return self._connection_event(cid, fact, ref)
+        return []
+
+    def _attach(self, fact: Fact, ref: LogRef) -> list[StreamStory]:
+        up, down = self._conn(fact.connection), self._conn(fact.peer)
+        sid = down.stream
+        if sid is None:
+            return []
+        st = self._stream(fact.peer, sid, fact.ts)
+        st.facts["upstream"] = fact.connection
+        st.facts["reused"] = not up.new and up.streams > 0 or (not up.new and up.address is None)
+        if up.last_done is not None and fact.ts is not None and st.facts["reused"]:
+            st.facts["idle"] = fact.ts - up.last_done
+        up.new = False
+        up.streams += 1
+        up.stream = sid
+        st.sent_at = fact.ts
+        if len(st.refs) < MAX_REFS:
+            st.refs.extend(r for r in up.refs[-4:] if r not in st.refs)
+            st.refs.append(ref)
+        up.refs.clear()  # what the pool said before this stream is this stream's; what comes later the next's
+        return []
+
+    def _connection_event(self, cid: int, fact: Fact, ref: LogRef) -> list[StreamStory]:
+        """A close, reset, codec error or GOAWAY on a connection: it belongs to the open stream the connection
+        serves upstream, else to the connection's own open stream (a downstream connection)."""
+        streams = list(reversed(self._streams.values()))
+        owner = next((st for st in streams if st.facts.get("upstream") == cid), None)
+        upstream = owner is not None
+        owner = owner or next((st for st in streams if st.connection == cid), None)
+        if owner is None:
+            return []
+        if len(owner.refs) < MAX_REFS and ref not in owner.refs:
+            owner.refs.append(ref)
+        if fact.kind == k.REMOTE_CLOSE:
+            owner.facts.setdefault("remote_close" if upstream else "downstream_close", fact.ts)
+        elif fact.kind == k.PENDING_RESET and (fact.count or 0) > 0 and upstream:
+            owner.facts.setdefault("closed_at", fact.ts)
+        elif fact.kind == k.CODEC_ERROR:
+            owner.facts.setdefault("codec", fact.detail)
+        elif fact.kind == k.GOAWAY:
+            owner.facts["goaway"] = True
+        elif fact.kind == k.TLS_ERROR:
+            owner.facts.setdefault("tls", fact.detail)
+        return []
+
+    def _on_stream(self, st: _Stream, fact: Fact, ref: LogRef) -> list[StreamStory]:
+        if fact.kind in EVIDENCE_KINDS and len(st.refs) < MAX_REFS:
+            st.refs.append(ref)
+        f = st.facts
+        match fact.kind:
+            case k.REQUEST:
+                headers = dict(fact.headers)
+                for name, key in ((":method", "method"), (":path", "path"), (":authority", "authority"),
+                                  ("x-request-id", "request_id"), ("host", "authority")):
+                    if headers.get(name):
+                        f.setdefault(key, headers[name])
+            case k.RESPONSE:
+                status = dict(fact.headers).get(":status", "")
+                if status.isdigit() and len(status) == 3:
+                    f["status"] = int(status)
+            case k.UPSTREAM_RESET:
+                f.setdefault("reset", fact.detail)
+                f.setdefault("transport", fact.transport or None)
+                f.setdefault("errno", fact.errno)
+                if fact.transport and "upstream" not in f:
+                    self._link_failed_connect(st, fact)
+            case k.LOCAL_REPLY:
+                f.setdefault("details", fact.detail)
+            case k.TIMEOUT:
+                f.setdefault("timeout", fact.detail)
+            case k.ROUTE:
+                f.setdefault("cluster", fact.detail)
+            case k.NO_ROUTE:
+                f["no_route"] = True
+            case k.OVERFLOW:
+                f["overflow"] = True
+            case k.NO_HEALTHY:
+                f["no_healthy"] = True
+            case k.CODEC_ERROR:
+                f.setdefault("codec", fact.detail)
+            case k.STREAM_DONE:
+                return [self._tell(st)]
+            case k.STREAM_RESET:
+                # The downstream stream ends without a response: when its caller closed first, Envoy logs it
+                # 0 DC downstream_remote_disconnect (the reset reason reads "connection termination").
+                if fact.transport:
+                    f.setdefault("details", fact.transport)  # Envoy >= 1.26 names the response details
+                if "downstream_close" in f and "status" not in f:
+                    f.setdefault("details", "downstream_remote_disconnect")
+                    f["status"] = 0
+                f.setdefault("stream_reset", fact.detail)
+                return [self._tell(st)]
+        return []
+
+    def _link_failed_connect(self, st: _Stream, fact: Fact) -> None:
+        """A connect that failed before any attach: the newest failed upstream connection is this stream's."""
+        if not self._failed_connects:
+            return
+        cid, _ = self._failed_connects.pop()
+        conn = self._conns.get(cid)
+        if conn is None:
+            return
+        st.facts["upstream"] = cid
+        st.facts["reused"] = False
+        for r in conn.refs[-6:]:
+            if len(st.refs) < MAX_REFS and r not in st.refs:
+                st.refs.append(r)
+
+    def _tell(self, st: _Stream) -> StreamStory:
+        self._streams.pop((st.connection, st.stream), None)
+        self._told[(st.connection, st.stream)] = None
+        if len(self._told) > MAX_OPEN:
+            self._told.popitem(last=False)
+        f = st.facts
+        up_id = f.get("upstream")
+        up = self._conns.get(up_id) if up_id is not None else None
+        if up is not None:
+            up.last_done = st.last
+            up.stream = None
+        closed = f.get("remote_close") if f.get("remote_close") is not None else f.get("closed_at")
+        down = self._conns.get(st.connection)
+        refs = sorted(st.refs, key=lambda r: (r.ts or 0.0, r.line))
+        return StreamStory(
+            self.source, st.connection, st.stream, st.start, st.last, method=f.get("method"), path=f.get("path"),
+            authority=f.get("authority"), request_id=f.get("request_id"), status=f.get("status"),
+            details=f.get("details"), reset_reason=f.get("reset"), transport_failure=f.get("transport"),
+            errno=f.get("errno") if f.get("errno") is not None else (up.errno if up else None),
+            cluster=f.get("cluster"), upstream_connection=up_id, upstream_address=up.address if up else None,
+            upstream_reused=f.get("reused") if up_id is not None else None, upstream_idle_s=f.get("idle"),
+            upstream_remote_close="remote_close" in f, upstream_closed="remote_close" in f or "closed_at" in f,
+            upstream_closed_after_s=(closed - st.sent_at) if closed is not None and st.sent_at is not None else None,
+            codec_error=f.get("codec"), timeout=f.get("timeout"), goaway=bool(f.get("goaway")),
+            overflow=bool(f.get("overflow")), no_healthy=bool(f.get("no_healthy")), no_route=bool(f.get("no_route")),
+            tls_error=f.get("tls"), downstream_remote=down.address if down else None, refs=tuple(refs))
+
+    def expire(self, now: float) -> list[StreamStory]:
+        """The stories of streams with no fact for STALE_S before ``now`` (seconds since the epoch)."""
+        quiet = [st for st in self._streams.values() if st.last is not None and now - st.last > STALE_S]
+        return [self._tell(st) for st in quiet]
+
+    def finish(self) -> list[StreamStory]:
+        """The stories of every stream still open, as they stand."""
+        return [self._tell(st) for st in list(self._streams.values())]
+
+
+def log_ref(source: str, number: int, line: ComponentLine, kind: str) -> LogRef:
+    """The reference to component-log entry ``line`` (its head at 1-based line ``number`` of ``source``)."""
+    first = line.message.split("\n", 1)[0]
+    ids = f"[C{line.connection}] " if line.connection is not None else ""
+    return LogRef(source, number, line.ts, kind, (ids + first)[:500], line.raw[:2000])
