@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
-from kubectl_meshdoctor.envoy.story import StoryBuilder, StreamStory
+from kubectl_meshdoctor.envoy.story import STORY_LOGGERS, StoryBuilder, StreamStory
 
 from .correlate import Claim, Correlator, attach_counters, attach_kernel_counters
 from .detector import Detector, DetectorContext
@@ -87,6 +87,15 @@ class Pipeline:
         """A pipeline with a fresh flow table and the detectors found by the registry (all, or ``only``)."""
         ctx = DetectorContext(flows=FlowTable(), pod=pod, redact=redact)
         return cls(load_detectors(ctx, only), ctx, on_finding, keep_recent)
+
+    def envoy_loggers(self) -> tuple[str, ...]:
+        """The Envoy loggers whose debug lines this pipeline's detectors read: those each declares
+        (Detector.envoy_loggers), and, when any detector reads Envoy's requests (a claim), those a request's
+        story is made of (envoy/story.py STORY_LOGGERS). `watch --envoy-debug` raises exactly these."""
+        names = [n for d in self.detectors for n in d.envoy_loggers]
+        if self._claims:
+            names += STORY_LOGGERS
+        return tuple(dict.fromkeys(names))
 
     @property
     def flows(self) -> FlowTable:

@@ -25,6 +25,12 @@ from .component_facts import Fact
 from .component_log import ComponentLine
 from .flags import flags_of_details
 
+# The Envoy loggers whose debug lines a story is made of (docs/envoy-component-log.md names each message's):
+# conn_handler (accepts, filter chains), connection (connects, closes, TLS), client (codec client resets and
+# errors), pool (reuse, new connections, overflow, GOAWAY), router (routes, resets, timeouts, the attach line),
+# http (header dumps, local replies, downstream codec errors), http2 (HTTP/2 codec errors), upstream (no
+# healthy host).
+STORY_LOGGERS = ("conn_handler", "connection", "client", "pool", "router", "http", "http2", "upstream")
 MAX_OPEN = 20_000  # connections and streams followed at once; the oldest goes first
 MAX_REFS = 24  # evidence lines kept a story
 STALE_S = 60.0  # a stream with no fact for this long is told as it stands
