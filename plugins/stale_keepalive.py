@@ -14,6 +14,13 @@ Envoy answers the caller 503 with response flag UC and details
 ``upstream_reset_before_response_started{connection_termination}``; the inbound cluster's
 ``upstream_cx_destroy_remote_with_active_rq`` moves.
 
+Without a capture, Envoy's logs tell it too. Its debug log says it outright (docs/envoy-component-log.md): the
+pool gives the request an idle pooled connection (``using existing [fully connected] connection``), and within
+the request that connection goes away (``remote close``, or ``disconnect. resetting 1 pending requests`` when
+the app's RST came with no FIN), then ``upstream reset: reset reason: connection termination``. The access log
+alone says 503 UC ``{connection_termination}``: the race is then the likely cause, not a proven one (an app
+that crashes or closes mid-request logs the same), and the finding says so.
+
 The same race on the downstream hop, on ``eth0``: this pod's sidecar closes an idle downstream connection on its
 own idle timeout (the HCM's ``idle_timeout``; a Sidecar's ``inboundConnectionPool``), and the caller (a gateway,
 another sidecar) writes its next request on it after the FIN: this pod's kernel answers RST, and the caller's
@@ -25,12 +32,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.flags import parse_reset_details
+from kubectl_meshdoctor.envoy.story import StreamStory
 
 RACE_WINDOW_S = 0.05  # a request this much before the FIN crossed it on the wire: the same race
 # A request this long after the connection's last response found it idle in Envoy's pool: pipelined or
@@ -86,13 +97,16 @@ def below(seconds: float) -> str:
     return f"{max(1, math.floor(value * 1000))}ms"
 
 
-def fixes(keepalive_s: float | None) -> tuple[Fix, ...]:
+def fixes(keepalive_s: float | None, seen_idle: bool = False) -> tuple[Fix, ...]:
     """The fix of the upstream race for an app whose keep-alive timeout is ``keepalive_s`` seconds (None: not
-    known from the capture, a placeholder to fill in)."""
+    known from the capture, a placeholder to fill in); ``seen_idle``: the figure is how long the connection sat
+    idle before the app closed it (Envoy's debug log), not a timeout the app announced."""
     if keepalive_s is None:
         value, comment, settings = "<below the app's keep-alive timeout>", "e.g. app 60 s -> 48s", ()
     else:
-        value, comment = below(keepalive_s), f"below the app's keep-alive timeout, {keepalive_s:g} s"
+        value = below(keepalive_s)
+        comment = (f"below the {keepalive_s:.3g} s the app let it sit idle before closing it" if seen_idle
+                   else f"below the app's keep-alive timeout, {keepalive_s:g} s")
         settings = ((IDLE_TIMEOUT_FIELD, value),)
     return (Fix(
         "idle-timeout", "let Envoy close idle pooled connections to the app before the app does",
@@ -109,10 +123,19 @@ def _relative_to_fin(req: PacketEvent, fin: PacketEvent) -> tuple[float, str]:
     return gap_ms, f"{gap_ms:.1f} ms after" if gap_ms >= 0 else f"{-gap_ms:.1f} ms before (crossing)"
 
 
+def _connection_termination(entry: AccessLogEntry) -> bool:
+    """A 503 UC whose details (when the format has them) say the upstream connection went away under it."""
+    if "UC" not in entry.flags:
+        return False
+    reset = parse_reset_details(entry.details)
+    return entry.details is None or (reset is not None and reset.flag == "UC")
+
+
 class StaleKeepalive(Detector):
     id = "stale-keepalive"
     # What real Envoy moves for this class (the inbound cluster of the app port).
     envoy_counters = ("upstream_cx_destroy_remote_with_active_rq",)
+    envoy_loggers = ("pool", "connection", "client", "router", "http")
     # TcpExtTCPAbortOnClose: a close() with unread data, answered by RST: the app's side of the race.
     kernel_counters = ("TcpEstabResets", "TcpOutRsts", "TcpExtTCPAbortOnClose")
 
@@ -214,6 +237,64 @@ class StaleKeepalive(Detector):
                 f"wire.)"),
             details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)},
             fixes=fixes(keepalive_timeout(note["last_head"])))
+
+    def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        if not _connection_termination(entry):
+            return None
+        return self._from_logs(entry, None, evidence)
+
+    def from_envoy_log(self, story: StreamStory, evidence: Evidence,
+                       entry: AccessLogEntry | None) -> Finding | None:
+        said = entry if entry is not None else story.entry()
+        if not _connection_termination(said) or story.upstream_reused is False:
+            return None  # a connection opened for this very request and closed under it is no pooled reuse
+        return self._from_logs(said, story, evidence)
+
+    def _from_logs(self, entry: AccessLogEntry, story: StreamStory | None, evidence: Evidence) -> Finding:
+        flow = access_log_flow(entry)
+        outbound = (entry.upstream_cluster or "").startswith("outbound|")
+        request = f"{entry.method} {entry.path}" if entry.method else "a request"
+        proven = story is not None and story.upstream_reused and story.upstream_closed
+        idle = story.upstream_idle_s if story is not None else None
+        who = "the upstream (another sidecar, or an app outside the mesh)" if outbound else "the app"
+        if proven:
+            idle_text = f" after {idle:.3f} s idle" if idle is not None else ""
+            closed = (f" {1000 * story.upstream_closed_after_s:.1f} ms after the request went out"
+                      if story.upstream_closed_after_s is not None else " while the request was on it")
+            how = ("a remote close (its FIN)" if story.upstream_remote_close
+                   else "a reset with no FIN (the request was never read)")
+            why = (f"Envoy's debug log shows the pool giving {request} a pooled connection (C"
+                   f"{story.upstream_connection}) it had held{idle_text}, and {who} closing that connection"
+                   f"{closed}: {how}. Envoy then reset the request: upstream reset, connection termination. That "
+                   f"is the keep-alive race: {who} closes idle connections sooner than Envoy's pool lets go of them.")
+        else:
+            why = (f"Envoy's access log says the connection to {who} went away while {request} was on it (503 UC, "
+                   f"{entry.details or 'connection termination'}). Most often that is the keep-alive race: Envoy "
+                   f"reused a pooled connection {who} was closing for idleness. An app that crashes or closes "
+                   f"mid-request logs the same; to tell, raise the sidecar's pool and connection loggers "
+                   f"(kubectl meshdoctor watch --envoy-debug) or capture lo (the app's FIN or RST under the request).")
+        keepalive = idle if proven and idle is not None and idle > 0 else None
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=(f"Envoy reused an idle pooled connection to {flow.server} that {who.split(' (')[0]} was closing "
+                   f"(503 UC)" if proven else
+                   f"{flow.server}'s connection closed under {request} (503 UC): likely a stale keep-alive"),
+            variant="request on a connection the app was closing" if not outbound
+            else "request on a connection the upstream was closing",
+            flow=flow,
+            evidence=(evidence,),
+            envoy_flags=("UC",),
+            response_code_details=entry.details or _DETAILS,
+            explanation=why + (" The caller's sidecar retries such 503s by default (Istio's retry on reset): the "
+                               "user sees them when the retries are spent." if outbound else ""),
+            fixes=fixes(keepalive, seen_idle=True),
+            remediation=render(fixes(keepalive, seen_idle=True), RETRY_NOTE),
+            pod=self.ctx.pod,
+            ts=entry.ts,
+            details={"from": "envoy-log" if story is not None else "access-log", "proven": bool(proven),
+                     **({"idle_before_reuse_s": round(idle, 6)} if idle is not None else {})},
+        )
 
     def _finding(self, rst: PacketEvent, flow: Flow, note: dict, *, evidence: tuple[Evidence, ...],
                  explanation: str, details: dict, remediation: str = "", title: str | None = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.sources.files import ACCESS_LOG, CAPTURE, CLUSTERS, STATS, InputError, input_kind
+from kubectl_meshdoctor.sources.files import ENVOY_LOG, CAPTURE, CLUSTERS, STATS, InputError, input_kind
 
 from .plugins.test_access_log_classes import CLASSES, text
 
@@ -46,8 +46,8 @@ def test_kinds_are_told_by_content_not_by_name(tmp_path):
     for name, body in cases.items():
         (tmp_path / name).write_bytes(body)
     kinds = {name: input_kind(str(tmp_path / name)) for name in cases}
-    assert kinds == {"a.log": CAPTURE, "b.pcap": ACCESS_LOG, "c.txt": CAPTURE, "d": ACCESS_LOG, "e": ACCESS_LOG,
-                     "f": STATS, "g": CLUSTERS, "h": CLUSTERS, "i": ACCESS_LOG}
+    assert kinds == {"a.log": CAPTURE, "b.pcap": ENVOY_LOG, "c.txt": CAPTURE, "d": ENVOY_LOG, "e": ENVOY_LOG,
+                     "f": STATS, "g": CLUSTERS, "h": CLUSTERS, "i": ENVOY_LOG}
 
 
 @pytest.mark.parametrize("body", [b"", b"hello\nworld\n", b"\x00\x01binary", b"{\"not\": \"envoy\"}\n"])
@@ -75,17 +75,41 @@ def test_an_access_log_alone_gives_findings_named_by_file_and_line(tmp_path):
                               "what": "access log: 504 UT response_timeout", "src": "", "dst": "", "flags": "",
                               "payload_len": 0, "kind": "access-log"}]
     assert f["stands_on"] == ["access-log"]
-    assert report["source"] == {"kind": "files", "files": [str(log)], "kinds": {str(log): "access-log"}}
+    assert report["source"] == {"kind": "files", "files": [str(log)], "kinds": {str(log): "envoy-log"}}
     assert report["envoy"]["access_log_lines"] == 1
 
 
-def test_a_log_without_access_log_lines_says_so(tmp_path):
+def test_a_log_with_nothing_of_envoys_says_so_and_never_exits_0(tmp_path):
     log = tmp_path / "istio-proxy.log"
     log.write_text(PILOT_AGENT)
     code, report, _ = analyze(str(log))
-    assert code == 0 and report["findings"] == []
+    assert code == 2 and report["findings"] == []  # nothing was read: no script may take it for "all is well"
     (p,) = report["problems"]
-    assert p["where"] == str(log) and "no access-log line" in p["what"]
+    assert p["where"] == str(log) and "no access-log line" in p["what"] and "Envoy's own log" in p["what"]
+
+
+def test_a_file_of_no_known_kind_beside_one_with_the_answer_does_not_hide_it(tmp_path):
+    nginx = tmp_path / "nginx.log"
+    nginx.write_text('10.0.0.1 - - [01/Dec/2026:10:00:00 +0000] "GET / HTTP/1.1" 502 157 "-" "curl/8.5.0"\n')
+    js = tmp_path / "stats.json"
+    js.write_text('{"stats": [{"name": "cluster.a.upstream_rq_total", "value": 1}]}\n')
+    log = tmp_path / "istio-proxy.log"
+    log.write_text(PILOT_AGENT + text(CLASSES["upstream-timeout"][0]) + "\n")
+    code, report, _ = analyze(str(nginx), str(js), str(log), str(tmp_path / "missing.log"))
+    assert code == 1, report["problems"]
+    assert [f["detector"] for f in report["findings"]] == ["upstream-timeout"]
+    where = {p["where"] for p in report["problems"]}
+    assert {str(nginx), str(js), str(tmp_path / "missing.log")} <= where
+
+
+def test_no_readable_input_at_all_is_one_line_and_exit_2(tmp_path):
+    nginx = tmp_path / "nginx.log"
+    nginx.write_text("not an envoy line\n")
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(nginx),
+                           str(tmp_path / "gone.log")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert "none of the 2 inputs can be read" in line and str(nginx) in line and "Traceback" not in line
 
 
 def test_stats_dumps_give_the_counters_that_moved(tmp_path):

@@ -4,7 +4,6 @@ dumps) through the same pipeline as a live capture, offline."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import signal
@@ -34,17 +33,20 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     (sources.files.input_kind): captures are read by at most ``jobs`` tshark processes at once (None:
     sources.files.JOBS), access logs alongside them in capture-time order, so the correlator and the detectors
     see lines and packets as `watch` does; `/stats` dumps give the counters that moved, `/clusters` dumps the
-    hosts Envoy would not route to. Raises InputError for unreadable input or a file of no known kind,
-    ValueError for ``jobs`` < 1."""
+    hosts Envoy would not route to. A file that cannot be read or is of no known kind is a problem of the
+    report, and the others are read; InputError (one line) only when no input can be read at all. The report
+    says ``captured_nothing`` when nothing in any input was read (its exit code is then 2). ValueError for
+    ``jobs`` < 1."""
     jobs = files.JOBS if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
-    kinds = {a.path: files.input_kind(a.path) for a in args}
-    args, problems = _distinct(args, kinds)
+    kinds, refused = _kinds(args)
+    args, problems = _distinct([a for a in args if a.path in kinds], kinds)
+    problems = refused + problems
     for parent in dict.fromkeys(os.path.dirname(os.path.abspath(a.path)) for a in args):
         files.remove_stale_private_dirs(parent)
     captures = [a for a in args if kinds[a.path] == files.CAPTURE]
-    logs = [a for a in args if kinds[a.path] == files.ACCESS_LOG]
+    logs = [a for a in args if kinds[a.path] == files.ENVOY_LOG]
     slots = asyncio.Semaphore(jobs)
     shared = jobs < len(captures)
     # Captures that can share one stream go through one tshark, in capture-time order (sources/interleave.py).
@@ -91,14 +93,37 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         problems.append(Problem(source, f"{n} packet(s) also in {first} (the same capture in another form?): "
                                         f"counted once"))
     envoy: dict | None = None
+    read_dumps = 0
     if logs or any(k in (files.STATS, files.CLUSTERS) for k in kinds.values()):
-        envoy = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)
+        envoy, read_dumps = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)
     findings = pipeline.finish()
     only_captures = all(k == files.CAPTURE for k in kinds.values())
     source = {"kind": "pcap" if only_captures else "files", "files": [a.path for a in args]}
     if not only_captures:
         source["kinds"] = dict(kinds)
-    return Report(source, pipeline.stats, findings, problems, envoy=envoy)
+    read_captures = sum(1 for r in results[:len(captures)] if not r.error or r.cut_short)
+    read_logs = sum(1 for r in results[len(captures):] if r.readable)
+    return Report(source, pipeline.stats, findings, problems, envoy=envoy,
+                  captured_nothing=not (read_captures or read_logs or read_dumps))
+
+
+def _kinds(args: list[CaptureArg]) -> tuple[dict[str, str], list[Problem]]:
+    """Each input's kind, and a problem for each one that cannot be read or is of no known kind: one refused
+    file must not end the run, when the file beside it holds the answer. InputError (one line) when no input
+    can be read at all."""
+    kinds: dict[str, str] = {}
+    refused: list[Problem] = []
+    for a in args:
+        try:
+            kinds[a.path] = files.input_kind(a.path)
+        except InputError as e:
+            refused.append(Problem(a.path, str(e).removeprefix(f"{a.path}: ")))
+    if not kinds:
+        if len(refused) == 1:
+            raise InputError(refused[0].line())
+        raise InputError(f"none of the {len(refused)} inputs can be read: "
+                         + "; ".join(p.line() for p in refused))
+    return kinds, refused
 
 
 async def _interleaved(captures: list[CaptureArg], header: bytes, push, gate) -> list:
@@ -142,37 +167,43 @@ def _distinct(args: list[CaptureArg], kinds: dict[str, str]) -> tuple[list[Captu
     return out, problems
 
 
-@contextlib.contextmanager
-def _as_input_error(where: str):
-    try:
-        yield
-    except (FormatError, OSError, EOFError, zlib.error) as e:  # looked like a dump at its head, broken further on
-        raise InputError(f"{where}: {str(e).splitlines()[0]}") from None
+_DUMP_ERRORS = (FormatError, OSError, EOFError, zlib.error)  # looked like a dump at its head, broken further on
 
 
 def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[CaptureArg], reads: list,
-                pipeline: Pipeline, problems: list[Problem]) -> dict:
-    """The report's ``envoy`` section of an offline run, after feeding the counters of the `/stats` dumps."""
-    envoy: dict = {"access_log_lines": sum(r.entries for r in reads)}
+                pipeline: Pipeline, problems: list[Problem]) -> tuple[dict, int]:
+    """The report's ``envoy`` section of an offline run, after feeding the counters of the `/stats` dumps; and
+    how many dumps were read. A dump that cannot be read is a problem, and the rest is read."""
+    envoy: dict = {"access_log_lines": sum(r.entries for r in reads),
+                   "envoy_log_entries": sum(r.component for r in reads),
+                   "other_lines": sum(r.other for r in reads)}
     for a, r in zip(logs, reads):
         problems += [Problem(a.path, what) for what in r.problems]
         if a.explicit:
-            problems.append(Problem(a.path, f"an access log has no interface: :{a.iface} ignored"))
+            problems.append(Problem(a.path, f"a log has no interface: :{a.iface} ignored"))
+    read = 0
     stats = [a.path for a in args if kinds[a.path] == files.STATS]
-    with _as_input_error(", ".join(stats)):
-        if stats:
+    if stats:
+        try:
             moved = counters_moved(stats)
+        except _DUMP_ERRORS as e:
+            problems.append(Problem(", ".join(stats), f"not read: {str(e).splitlines()[0]}"))
+        else:
+            read += len(stats)
             envoy["counters_moved"] = moved
             envoy["counters_since"] = "first dump" if len(stats) > 1 else "Envoy's start"
             pipeline.context(EnvoyCountersEvent(time.time(), moved))
     clusters: dict = {}
     for a in args:
         if kinds[a.path] == files.CLUSTERS:
-            with _as_input_error(a.path):
+            try:
                 clusters.update(clusters_summary(read_clusters(a.path)))
+                read += 1
+            except _DUMP_ERRORS as e:
+                problems.append(Problem(a.path, f"not read: {str(e).splitlines()[0]}"))
     if clusters:
         envoy["clusters"] = clusters
-    return envoy
+    return envoy, read
 
 
 class FileSession(Session):

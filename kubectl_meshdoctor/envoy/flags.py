@@ -203,7 +203,8 @@ class ResetDetails:
 
     @property
     def reset(self) -> ResetReason | None:
-        return RESET_BY_TOKEN.get(self.reason)
+        # Envoy of early 2021 wrote the reason with its spaces (`{connection termination}`).
+        return RESET_BY_TOKEN.get(self.reason.strip().replace(" ", "_"))
 
     @property
     def flag(self) -> str | None:

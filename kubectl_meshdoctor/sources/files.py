@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.envoy.component_log import parse_component_line
 from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
 from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
@@ -58,7 +59,8 @@ def iface_from_name(path: str) -> str:
 
 
 # What a file given to analyze holds, told by its content (its name may say anything).
-CAPTURE, ACCESS_LOG, STATS, CLUSTERS = "capture", "access-log", "stats", "clusters"
+# ENVOY_LOG: an istio-proxy or Envoy log, its access-log lines, Envoy's own (component) lines, or both.
+CAPTURE, ENVOY_LOG, STATS, CLUSTERS = "capture", "envoy-log", "stats", "clusters"
 SNIFF_BYTES = 1 << 20  # an istio-proxy log starts with pilot-agent's lines; its first access-log line is near
 # Lines of pilot-agent or Envoy itself (`2026-12-01T10:00:00.1Z\tinfo\t...`, `[2026-12-01 10:00:00.1][15][info]`):
 # an istio-proxy container log, even one with no access-log line in its head.
@@ -93,10 +95,11 @@ def _head(path: str) -> bytes:
 
 
 def input_kind(path: str) -> str:
-    """What ``path`` holds, by its content: CAPTURE (pcap or pcapng, also gzipped), ACCESS_LOG (an Envoy
-    access log in Istio's TEXT or JSON format, or an istio-proxy container log, with or without
-    `kubectl logs --timestamps`), STATS (admin `/stats` text) or CLUSTERS (admin `/clusters`, text or JSON).
-    Raises InputError (one line) when it cannot be read or is none of them."""
+    """What ``path`` holds, by its content: CAPTURE (pcap or pcapng, also gzipped), ENVOY_LOG (an Envoy
+    access log in Istio's TEXT or JSON format, Envoy's own component log in any of its shapes, or an
+    istio-proxy container log holding either, with or without `kubectl logs --timestamps`), STATS (admin
+    `/stats` text) or CLUSTERS (admin `/clusters`, text or JSON). Raises InputError (one line) when it cannot
+    be read or is none of them."""
     head = _head(path)
     if head[:4] in _MAGICS:
         return CAPTURE
@@ -105,8 +108,8 @@ def input_kind(path: str) -> str:
     if len(head) == SNIFF_BYTES and lines:
         lines = lines[:-1]  # cut at SNIFF_BYTES: the last line may be a piece
     lines = [line for line in lines if line.strip()]
-    if any(parse_line(line) is not None for line in lines):
-        return ACCESS_LOG
+    if any(parse_line(line) is not None or parse_component_line(line) is not None for line in lines):
+        return ENVOY_LOG
     first = lines[0].strip() if lines else ""
     if first.startswith("{") and '"cluster_statuses"' in text:
         return CLUSTERS
@@ -119,7 +122,7 @@ def input_kind(path: str) -> str:
     if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2:
         return STATS
     if any(_PROXY_LOG_LINE.match(line) for line in lines[:50]):
-        return ACCESS_LOG
+        return ENVOY_LOG
     raise InputError(f"{path}: not a capture (pcap, pcapng), an Envoy access log or an admin dump (/stats, "
                      f"/clusters)")
 
