@@ -8,19 +8,52 @@ not reset) and answers the caller 502 with response flag UPE and details
 ``upstream_reset_before_response_started{protocol_error}``; the inbound cluster's ``upstream_cx_protocol_error``
 moves. The downstream connection stays open. Header names compare case-insensitively, so
 ``Transfer-Encoding: chunked`` plus ``transfer-encoding: Chunked`` is two fields.
+
+Without a capture, Envoy's logs name it: 502 UPE ``{protocol_error}`` in the access log, and, in the debug log,
+the codec client's ``Error dispatching received data: http/1.1 protocol error: X`` on the upstream connection,
+whose X names the rule (CODEC_RULES: Envoy's own checks, the http-parser HPE_* names and Balsa's, as
+docs/envoy-component-log.md lists them with their sources).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import HttpStart, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.redact import header_line, raw_line
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.flags import parse_reset_details
+from kubectl_meshdoctor.envoy.story import StreamStory
 
+# What Envoy's HTTP/1 codec says (after `http/1.1 protocol error: `) -> the framing rule it names. Balsa (Envoy's
+# parser from 1.30 on) and http-parser (before) word the same rule differently; both are here.
+CODEC_RULES: tuple[tuple[str, str], ...] = (
+    ("both 'content-length' and 'transfer-encoding' are set", "Transfer-Encoding together with Content-Length"),
+    ("unsupported transfer encoding", "a Transfer-Encoding Envoy does not accept (more than one, or chunked "
+                                      "not the final coding)"),
+    ("hpe_invalid_transfer_encoding", "a Transfer-Encoding Envoy does not accept"),
+    ("hpe_unexpected_content_length", "conflicting Content-Length values (or Content-Length with "
+                                      "Transfer-Encoding)"),
+    ("invalid_header_name_character", "invalid header name bytes"),
+    ("hpe_invalid_header_token", "invalid header name bytes"),
+    ("header value contains invalid chars", "invalid header value bytes"),
+    ("hpe_invalid_chunk_size", "an invalid chunk size"),
+    ("headers size exceeds limit", "response headers over Envoy's size limit"),
+    ("count exceeds limit", "more headers than Envoy's limit"),
+    ("hpe_invalid_version", "an invalid HTTP version"),
+    ("hpe_invalid_status", "an invalid status line"),
+)
+
+
+def codec_rule(error: str | None) -> str | None:
+    """The framing rule an Envoy codec error names, or None when the text is none it knows."""
+    text = (error or "").lower()
+    return next((rule for needle, rule in CODEC_RULES if needle in text), None)
 
 def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
     """What in ``msg``'s header block breaks RFC 9112 framing, one sentence each (empty when it is fine)."""
@@ -65,6 +98,50 @@ NOTE = ("# Until the app is fixed, retries (a VirtualService with retries.retryO
 class HttpFraming(Detector):
     id = "http-framing"
     envoy_counters = ("upstream_cx_protocol_error",)
+    envoy_loggers = ("client", "router", "http")
+
+    def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        return self._from_logs(entry, None, evidence)
+
+    def from_envoy_log(self, story: StreamStory, evidence: Evidence,
+                       entry: AccessLogEntry | None) -> Finding | None:
+        return self._from_logs(entry if entry is not None else story.entry(), story, evidence)
+
+    def _from_logs(self, entry: AccessLogEntry, story: StreamStory | None, evidence: Evidence) -> Finding | None:
+        reset = parse_reset_details(entry.details)
+        if "UPE" not in entry.flags and not (reset is not None and reset.flag == "UPE"):
+            return None
+        error = story.codec_error if story is not None else None
+        rule = codec_rule(error)
+        flow = access_log_flow(entry)
+        request = f"{entry.method} {entry.path}" if entry.method else "a request"
+        said = (f"Envoy's HTTP/1 codec rejected the response of {flow.server} to {request}: {error!r}, that is "
+                f"{rule}." if rule else
+                f"Envoy's HTTP/1 codec rejected the response of {flow.server} to {request}"
+                + (f": {error!r}." if error else "."))
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"{flow.server} answered with framing Envoy rejects: {rule or 'a protocol error'} (502 UPE)",
+            variant=rule or "a response Envoy's codec rejects",
+            flow=flow,
+            evidence=(evidence,),
+            envoy_flags=("UPE",),
+            explanation=(
+                f"{said} Envoy closed the upstream connection and answered the caller {entry.code or 502} with "
+                f"response flag UPE (upstream_reset_before_response_started{{protocol_error}}), counting "
+                f"upstream_cx_protocol_error. RFC 9112 section 6 makes a message whose body length is ambiguous "
+                f"an error, because two parsers can disagree on where it ends (request smuggling)."
+                + ("" if rule else " Which header breaks the rule: raise the sidecar's client logger to debug "
+                   "(kubectl meshdoctor watch --envoy-debug) or capture lo, where the response shows it.")),
+            remediation=render(FIXES, NOTE),
+            fixes=FIXES,
+            pod=self.ctx.pod,
+            ts=entry.ts,
+            response_code_details="upstream_reset_before_response_started{protocol_error}",
+            details={"from": "envoy-log" if story is not None else "access-log",
+                     **({"codec_error": error} if error else {})},
+        )
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         msg = ev.http

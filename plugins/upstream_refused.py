@@ -12,6 +12,11 @@ When the pod's listening sockets are known (``watch`` reads /proc/net/tcp when i
 the finding says which cause fits: a socket on 127.0.0.1 only (or ::1) but none on every address or the pod
 IP is an app bound to localhost; no socket on the port at all is an app not listening: restarting when the
 pod's status counts restarts of its app containers (a PodEvent), else down or listening on another port.
+
+Without a capture, Envoy's logs name it: a 503 UF line whose details or transport failure reason carry the
+connect errno ECONNREFUSED (``delayed_connect_error:_Connection_refused``, older ``..._111``), and, in the
+debug log, ``connecting to IP:PORT`` then ``delayed connect error: Connection refused`` (older ``delayed
+connection error: 111``) on the upstream connection.
 """
 
 from __future__ import annotations
@@ -19,12 +24,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
 from kubectl_meshdoctor.core.events import ContextEvent, ListenersEvent, PacketEvent, PodEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import sidecar_ingress
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.flags import parse_reset_details, transport_errno
+from kubectl_meshdoctor.envoy.story import StreamStory
+
+ECONNREFUSED = 111
 
 
 def _listen_fix(port: int) -> Fix:
@@ -114,10 +125,69 @@ _CAUSE_TEXT = {
 DETAILS = "upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}"
 
 
+def refused_errno(entry: AccessLogEntry, story: StreamStory | None = None) -> bool:
+    """Whether Envoy's line (or the debug log's story) says the upstream connect was refused (ECONNREFUSED)."""
+    if story is not None and story.errno == ECONNREFUSED:
+        return True
+    if "UF" not in entry.flags:
+        return False
+    reset = parse_reset_details(entry.details)
+    return ECONNREFUSED in ((reset.errno if reset else None), transport_errno(entry.upstream_failure))
+
+
 class UpstreamRefused(Detector):
     id = "upstream-refused"
     envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
+    envoy_loggers = ("connection", "pool", "router")
+
+    def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        return self._from_logs(entry, None, evidence) if refused_errno(entry) else None
+
+    def from_envoy_log(self, story: StreamStory, evidence: Evidence,
+                       entry: AccessLogEntry | None) -> Finding | None:
+        said = entry if entry is not None else story.entry()
+        return self._from_logs(said, story, evidence) if refused_errno(said, story) else None
+
+    def _from_logs(self, entry: AccessLogEntry, story: StreamStory | None, evidence: Evidence) -> Finding:
+        flow = access_log_flow(entry)
+        outbound = (entry.upstream_cluster or "").startswith("outbound|")
+        ip, _, port_text = flow.server.rpartition(":")
+        port = int(port_text) if port_text.isdigit() else 0
+        cause = _cause(self._listening, ip.strip("[]"), port, self._restarts) if not outbound else "unknown"
+        request = f"{entry.method} {entry.path}" if entry.method else "a connection"
+        who = ("the endpoint (the upstream pod's sidecar, or its app when it has none)" if outbound
+               else "the app")
+        said = ("Envoy's debug log shows the connect to it refused (delayed connect error: Connection refused)"
+                if story is not None else
+                f"Envoy's access log says the connect was refused ({entry.details or entry.upstream_failure})")
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"Nothing listens on {flow.server}: the sidecar's connection to {who.split(' (')[0]} was refused "
+                  f"({entry.code} {','.join(entry.flags)})",
+            flow=flow,
+            evidence=(evidence,),
+            envoy_flags=tuple(f for f in ("UF", "URX") if f in entry.flags) or ("UF",),
+            explanation=(
+                f"The sidecar could not connect to {who} at {flow.server} for {request}: {said}. The kernel there "
+                f"answered the SYN with RST (RFC 9293 section 3.10.7.1: no socket listens). Envoy answered "
+                f"{entry.code or 503} with response flag UF and counted upstream_cx_connect_fail. "
+                + (("From the caller's side this is an endpoint that is gone or not ready: a pod terminating "
+                    "(its sidecar drained first), or one whose sidecar is not up yet; the caller's retries "
+                    "(URX when spent) hide some of them.") if outbound else
+                   _CAUSE_TEXT[cause].format(port=port, restarts=self._restarts))),
+            fixes=fixes(port, cause) if not outbound else (),
+            remediation="" if not outbound else (
+                "# On the upstream pod: keep its sidecar until the app has drained (terminationDrainDuration,\n"
+                "# EXIT_ON_ZERO_ACTIVE_CONNECTIONS), and its app ready only once it listens (readinessProbe)."),
+            pod=self.ctx.pod,
+            ts=entry.ts,
+            response_code_details=entry.details or DETAILS,
+            details={"cause": cause, "restarts": self._restarts,
+                     "from": "envoy-log" if story is not None else "access-log"},
+            variant=f"connection refused ({cause})",
+        )
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -301,3 +301,26 @@ def flags_of_details(details: str | None) -> tuple[str, ...]:
     if head.startswith("downstream_local_disconnect"):
         return ("DC",)
     return ()
+
+
+_DETAILS_STATUS: dict[str, int] = {
+    "response_timeout": 504, "upstream_response_timeout": 504, "upstream_per_try_timeout": 504,
+    "upstream_per_try_idle_timeout": 504, "no_healthy_upstream": 503, "cluster_not_found": 503,
+    "maintenance_mode": 503, "overload": 503, "route_not_found": 404, "filter_chain_not_found": 0,
+    "downstream_remote_disconnect": 0, "low_version": 426, "upgrade_failed": 403, "stream_idle_timeout": 504,
+    "request_overall_timeout": 408,
+}
+
+
+def status_of_details(details: str | None) -> int | None:
+    """The status Envoy's own reply with ``details`` carries (response_flags.md sections 2 and 3), None when the
+    details do not say (``via_upstream``: the upstream's own status)."""
+    if not details:
+        return None
+    reset = parse_reset_details(details)
+    if reset is not None:
+        return reset.reset.status if reset.reset and reset.phase == BEFORE_RESPONSE else None
+    head = details.split("{", 1)[0].split("(", 1)[0].strip()
+    if head in _DETAILS_STATUS:
+        return _DETAILS_STATUS[head]
+    return 400 if head.startswith("http1.") else None

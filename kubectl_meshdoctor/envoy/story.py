@@ -23,7 +23,7 @@ from . import component_facts as k
 from .access_log import AccessLogEntry
 from .component_facts import Fact
 from .component_log import ComponentLine
-from .flags import flags_of_details
+from .flags import flags_of_details, status_of_details
 
 # The Envoy loggers whose debug lines a story is made of (docs/envoy-component-log.md names each message's):
 # conn_handler (accepts, filter chains), connection (connects, closes, TLS), client (codec client resets and
@@ -119,7 +119,8 @@ class StreamStory:
         duration = round(1000 * (self.end - self.start)) if self.end and self.start else 0
         return AccessLogEntry(
             ts=self.start or self.end or 0.0, method=self.method, path=self.path, protocol=None,
-            code=self.status or 0, flags=self.flags, details=details, termination_details=None,
+            code=self.status if self.status is not None else (status_of_details(details) or 0),
+            flags=self.flags, details=details, termination_details=None,
             upstream_failure=self.transport_failure, bytes_received=0, bytes_sent=0, duration_ms=max(duration, 0),
             upstream_host=self.upstream_address, upstream_cluster=self.cluster, upstream_local=None,
             downstream_local=None, downstream_remote=self.downstream_remote, request_id=self.request_id,

@@ -146,11 +146,20 @@ def test_the_http10_fix_is_the_proxy_metadata_istio_reads():
     line(),  # a healthy request
     line(duration=900, service_time="899"),  # slow but in time
     line(code=404, details="via_upstream"),  # the app's own answer, whatever it is
-    line(code=503, flags="UF", details="upstream_reset_before_response_started{remote_connection_failure|"
-                                       "delayed_connect_error:_Connection_refused}"),  # refused: not exhaustion
     line(code=503, flags="UR", details="upstream_reset_before_response_started{remote_reset}"),  # not a GOAWAY
-], ids=["ok", "slow-in-time", "app-404", "refused", "remote-reset"])
+], ids=["ok", "slow-in-time", "app-404", "remote-reset"])
 def test_lines_of_other_classes_are_not_claimed(fields):
     found = findings_of(text(fields))
     assert all(f.detector == "access-log" for f in found)
     assert len(found) == (1 if fields["flags"] != "-" else 0)
+
+
+@pytest.mark.parametrize("details", [
+    "upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}",
+    "upstream_reset_before_response_started{remote_connection_failure,delayed_connect_error:_111}",  # 2023-24
+    "upstream_reset_before_response_started{connection_failure,delayed_connect_error:_111}",  # early 2023
+], ids=["1.33+", "2024", "2023"])
+def test_a_refused_connect_is_upstream_refused_not_port_exhaustion(details):
+    (f,) = findings_of(text(line(code=503, flags="UF", details=details, upstream_local="-")))
+    assert f.detector == "upstream-refused" and f.envoy_flags == ("UF",) and f.flow.server == APP
+    assert f.details["cause"] == "unknown" and f.details["from"] == "access-log"
