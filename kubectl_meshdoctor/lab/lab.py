@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from kubectl_meshdoctor.lab import fixes as lab_fixes
-from kubectl_meshdoctor.lab import istio_proxy, netns, processes
+from kubectl_meshdoctor.lab import istio_proxy, netns, pki, processes
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.bootstrap import (
     ADMIN_PORT,
@@ -31,6 +31,7 @@ from kubectl_meshdoctor.lab.bootstrap import (
     bootstrap_text,
 )
 from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
+from kubectl_meshdoctor.lab.outbound import service_host, spiffe_id
 from kubectl_meshdoctor.lab.scenarios import (
     DEFAULT_PERIOD,
     DEFAULT_ROUNDS,
@@ -112,12 +113,14 @@ def up(
         state_dir=state_dir,
         kubeconfig=state_dir / "kubeconfig",
         netns_prefix=prefix,
-        pods=tuple(_with_fix(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ()))),
-                             (fixes or {}).get(pod.name))
+        pods=tuple(_with_certs(_with_fix(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ()))),
+                                         (fixes or {}).get(pod.name)), state_dir)
                    for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
         mesh=mesh,
     )
     _refuse_tproxy_to_localhost(state)
+    if any(pod.certs for pod in state.pods) and shutil.which("openssl") is None:
+        raise LabError("the lab needs openssl for the certificates of its mTLS pods")
     taken = [ns for ns in _all_netns(state) if netns.netns_exists(ns)]
     if taken:
         # Refuse before writing any state: the cleanup below deletes every namespace the state names.
@@ -291,6 +294,18 @@ def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
     return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings, labels=labels)
 
 
+def _with_certs(pod: LabPod, state_dir: Path) -> LabPod:
+    """``pod`` with the directory of its certificates when its sidecar speaks mTLS (a PeerAuthentication mode, a
+    DestinationRule's ISTIO_MUTUAL, with its fix applied)."""
+    fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
+    setup = fix.setup(SETUPS[pod.scenario])
+    sidecar = setup.sidecar
+    mtls = sidecar.mtls_mode is not None or sidecar.upstream_tls_mode == "ISTIO_MUTUAL"
+    if not (mtls and lab_fixes.injected(setup.labels)):
+        return pod
+    return replace(pod, certs=str(state_dir / pod.name / "certs"))
+
+
 def _all_netns(state: LabState) -> list[str]:
     return [ns for pod in state.pods for ns in (pod.netns, pod.client_netns)]
 
@@ -309,20 +324,26 @@ def _bring_up(
                                  excluded_ports=fix.excluded_ports)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(processes.log_path(state, f"{pod.name}/sidecar"))
-        for role, argv in _pod_processes(pod, state, envoy):
-            state = processes.spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv))
+        if pod.certs:
+            pki.pod_certificates(state.state_dir / "pki", Path(pod.certs), spiffe_id(state.namespace))
+            # the SNI its callers' sidecars send (an ISTIO_MUTUAL cluster's), which the scenario's mTLS caller sends
+            (Path(pod.certs) / "server-name").write_text(
+                f"outbound_.{HTTP_PORT}_._.{service_host(pod.name, state.namespace)}")
+        for role, argv, env in _pod_processes(pod, state, envoy):
+            state = processes.spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv), env=env)
             roles_of.setdefault(pod.name, []).append(role)
             if role == "sidecar" and fix.holds_application:  # pilot-agent wait: the apps after Envoy's listeners
                 processes.wait_for(state, f"pod {pod.name}'s sidecar", ready_timeout,
-                          lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT} <= netns.listening_ports(pod.netns),
-                          watch=[f"{pod.name}/sidecar"])
+                                   lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT}
+                                   <= netns.listening_ports(pod.netns),
+                                   watch=[f"{pod.name}/sidecar"])
     for pod in state.pods:
         roles = roles_of[pod.name]
         wanted = ({ECHO_PORT} | ({INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT} if "sidecar" in roles else set())
                   | ({HTTP_PORT} if "app-http" in roles else set()))
         processes.wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
-                  lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
-                  watch=[f"{pod.name}/{role}" for role in roles])
+                           lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
+                           watch=[f"{pod.name}/{role}" for role in roles])
     if drivers:
         for pod in state.pods:
             argv = netns.in_netns(pod.client_netns, *_driver_args(pod, pod.scenario, rounds=rounds,
@@ -335,7 +356,7 @@ def _bring_up(
             "--host", "127.0.0.1", "--port", "0",
         ])
         processes.wait_for(state, "test API server (kubeconfig)", ready_timeout, state.kubeconfig.exists,
-                  watch=["apiserver"])
+                           watch=["apiserver"])
     return state
 
 
@@ -346,21 +367,25 @@ def port_kind(name: str) -> str:
     return "http" if prefix in ("http", "http2", "grpc") else "tcp"
 
 
-def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, list[str]]]:
-    """(role, argv) of the processes in a scenario's pod namespace; SETUPS holds the knobs, state.mesh the
-    mesh-wide settings."""
+def _pod_processes(pod: LabPod, state: LabState,
+                   envoy: str) -> list[tuple[str, list[str], dict[str, str] | None]]:
+    """(role, argv, environment to add) of the processes in a scenario's pod namespace; SETUPS holds the knobs,
+    state.mesh the mesh-wide settings. Envoy's environment holds its private key, when it has one."""
     fix, setup = _pod_setup(pod, state)
     sidecar = setup.sidecar
     apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
-    app_processes = []
+    app_processes: list[tuple[str, list[str], dict[str, str] | None]] = []
     if setup.app_http is not None:
-        app_processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http]))
-    app_processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
+        app_processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http], None))
+    app_processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)], None))
     if not lab_fixes.injected(setup.labels):
         return app_processes
+    issued = pki.workload(Path(pod.certs), spiffe_id(state.namespace)) if pod.certs else None
     config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
-                                         tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
-    sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"))
+                                         tuple((p.port, port_kind(p.name)) for p in pod.ports),
+                                         issued.identity() if issued else None), sidecar)
+    sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"),
+                       {pki.KEY_ENV: issued.key.read_text()} if issued else None)
     return ([sidecar_process, *app_processes] if fix.holds_application
             else [*app_processes, sidecar_process])
 
@@ -371,6 +396,7 @@ def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, per
         "--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns, "--pod-name", pod.name,
         "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
         *(["--fix", pod.fix] if pod.fix else []),
+        *(["--certs", pod.certs] if pod.certs else []),
     ]
 
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import psutil
 
@@ -20,12 +20,14 @@ _STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
 _START_TIME_SLACK = 1.0  # seconds; psutil's create_time is rounded to clock ticks
 
 
-def spawn(state: LabState, key: str, argv: list[str]) -> LabState:
-    """Start argv detached (own session, output to state_dir/<key>.log), record it, rewrite the state file."""
+def spawn(state: LabState, key: str, argv: list[str], env: Mapping[str, str] | None = None) -> LabState:
+    """Start argv detached (own session, output to state_dir/<key>.log, ``env`` added to this process's
+    environment), record it, rewrite the state file."""
     with open(log_path(state, key), "ab") as log:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
+                                    start_new_session=True, close_fds=True,
+                                    env={**os.environ, **env} if env else None)
         except OSError as exc:
             raise LabError(f"cannot start {key}: {exc.strerror or exc}") from None
     try:
