@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lab
 FAILING = ("overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext")
 CASES = [(scenario, fix.name) for scenario in FAILING for fix in LAB_FIXES[scenario]]
 _SIDECAR = "127.0.0.6"
-_SYN, _ACK = 0x02, 0x10
+_FIN, _SYN, _RST, _ACK = 0x01, 0x02, 0x04, 0x10
 _BODY = "upstream connect error or disconnect/reset before headers. reset reason: "
 TLS_ERROR = "TLS_error:|268435703:SSL_routines:OPENSSL_internal:WRONG_VERSION_NUMBER:TLS_error_end"
 
@@ -147,9 +147,9 @@ def test_a_path_outside_the_virtualservice_matches_no_route(policy_lab):
     assert moved(r.before, r.after, "inbound_0.0.0.0_5000;.no_route") == 1
 
 
-def test_a_plaintext_caller_at_a_strict_port_finds_no_filter_chain(policy_lab):
+def test_a_plaintext_caller_at_a_strict_port_finds_no_filter_chain(policy_lab, tmp_path):
     pod = policy_lab.pod("mtls-strict")
-    r = Round(policy_lab, "mtls-strict", 2)
+    r = Round(policy_lab, "mtls-strict", 2, tmp_path)
     assert [e.split(":")[0] for e in r.result.errors] == ["GET /plaintext"], r.result  # closed on it
     assert r.result.http == (("/mtls (mTLS)", 200, ""),), r.result  # the mesh caller is served
     line = r.line(" filter_chain_not_found ")
@@ -161,6 +161,11 @@ def test_a_plaintext_caller_at_a_strict_port_finds_no_filter_chain(policy_lab):
     assert f" outbound_.5000_._.mtls-strict.{policy_lab.namespace}.svc.cluster.local " in mtls  # the SNI
     assert moved(r.before, r.after, "listener.0.0.0.0_15006.no_filter_chain_match") == 1
     assert moved(r.before, r.after, "listener.0.0.0.0_15006.ssl.handshake") == 1
+    # on eth0: the plaintext request, then the pod's RST (the tls_inspector only peeked at it: closed unread)
+    eth0 = _frames(r.pcaps["eth0"])
+    request = next(f for f in eth0 if f.payload.startswith(b"GET /plaintext "))
+    back = [f for f in eth0 if f.number > request.number and f.is_((pod.pod_ip, 5000), (request.src, request.sport))]
+    assert [f for f in back if f.flags & _RST] and not [f for f in back if f.payload or f.flags & _FIN], _show(eth0)
 
 
 def test_mtls_to_a_plaintext_app_fails_its_tls_handshake(policy_lab, tmp_path):
@@ -179,6 +184,11 @@ def test_mtls_to_a_plaintext_app_fails_its_tls_handshake(policy_lab, tmp_path):
     hello = [f for f in lo if f.src == _SIDECAR and f.payload[:1] == b"\x16"]
     answer = [f for f in lo if (f.src, f.sport) == (pod.pod_ip, 5000) and f.payload.startswith(b"HTTP/1.1 400 ")]
     assert len(hello) == 1 and len(answer) == 1 and hello[0].number < answer[0].number, _show(lo)
+    # ... and the sidecar gives up on it with a fatal protocol_version alert (70); the connection then ends, by
+    # FIN and RST in whichever order the app's close and the alert cross
+    sidecar = [f for f in lo if f.number > answer[0].number and (f.dst, f.dport) == (pod.pod_ip, 5000)]
+    assert [f.payload for f in sidecar if f.payload] == [bytes.fromhex("15030100020246")], _show(lo)
+    assert [f for f in lo if f.number > answer[0].number and f.flags & (_FIN | _RST)], _show(lo)
 
 
 def _served(result) -> bool:
