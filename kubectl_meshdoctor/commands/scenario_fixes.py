@@ -61,6 +61,11 @@ def printed_fixes(scenario: str) -> tuple[Fix, ...]:
     return make() if make else ()
 
 
+def fix_names(scenario: str) -> tuple[str, ...]:
+    """The names ``lab up --fix`` takes for ``scenario``: its finding's fixes, else the lab's own (LAB_FIXES)."""
+    return tuple(f.name for f in printed_fixes(scenario)) or tuple(f.name for f in LAB_FIXES.get(scenario, ()))
+
+
 def lab_fix(scenario: str, name: str) -> LabFix:
     """The fix ``name`` of ``scenario``, as the lab is given it. Raises KeyError naming the scenario's fixes.
 
