@@ -95,9 +95,12 @@ def up(
     name to the printed fix applied to it, as Istio would render it (lab/fixes.py; an unknown one: LabError).
     `on_start` is called once every check has passed, before the slow part (namespaces, processes).
 
-    Raises LabError when not root, a tool or the lab extra (Envoy, aiohttp) is missing, a pod name is unknown or
-    repeated, state_dir is not empty, a lab already uses state_dir or its namespaces, or a process does not
-    become ready. On any failure everything already created is removed again.
+    A pod whose sidecar speaks mTLS (its scenario's PeerAuthentication or DestinationRule) gets certificates from
+    a lab CA (pki.py) in state_dir/POD/certs.
+
+    Raises LabError when not root, a tool (openssl, for an mTLS pod) or the lab extra (Envoy, aiohttp) is
+    missing, a pod name is unknown or repeated, state_dir is not empty, a lab already uses state_dir or its
+    namespaces, or a process does not become ready. On any failure everything already created is removed again.
     """
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
     envoy = _preflight(pods, mesh)
