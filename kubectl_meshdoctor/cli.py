@@ -131,14 +131,15 @@ class _Parser(argparse.ArgumentParser):
 def _scenarios_help() -> str:
     """`lab up --help`'s list of scenarios and the fixes each prints (what --pods and --fix take)."""
     try:
-        from kubectl_meshdoctor.commands.scenario_fixes import printed_fixes
+        from kubectl_meshdoctor.commands.scenario_fixes import fix_names
         from kubectl_meshdoctor.lab.scenarios.table import SCENARIOS
     except ImportError:  # the lab extra is not installed: lab up says so when run
         return ""
-    lines = ["scenarios (--pods NAME or POD=NAME) and the fixes their findings print (--fix NAME):"]
+    lines = ["scenarios (--pods NAME or POD=NAME) and the fixes their findings print, or the lab's own where no "
+             "finding prints one yet (--fix NAME):"]
     width = max(map(len, SCENARIOS))
     for scenario in SCENARIOS:
-        names = ", ".join(fix.name for fix in printed_fixes(scenario)) or "-"
+        names = ", ".join(fix_names(scenario)) or "-"
         lines.append(f"  {scenario:<{width}}  {names}")
     return "\n".join(lines) + "\n"
 

@@ -138,3 +138,28 @@ def test_lab_up_fix_takes_a_name_for_every_pod_or_pod_equals_name_for_one():
         _fixes(lab, pods, ["fixed=tproxy", "fixed=exclude-port"])
     with pytest.raises(KeyError, match="a lab pod takes one fix"):
         _fixes(lab, pods, ["tproxy", "exclude-port"])
+
+
+def test_the_policy_classes_lab_fixes_become_the_istio_settings_they_name():
+    from kubectl_meshdoctor.lab.scenarios.table import SETUPS
+
+    def sidecar(scenario: str, name: str):
+        fix = lab_fix(scenario, name)  # no detector prints these yet: the lab's own (lab/fixes.py LAB_FIXES)
+        return pod_fix(fix.name, fix.annotations, fix.settings, fix.labels).setup(SETUPS[scenario]).sidecar
+
+    pool = sidecar("overflow", "pool-limits")
+    assert (pool.pool_max_connections, pool.pool_max_pending_requests) == (100, 100)
+    panic = sidecar("outlier", "min-health-percent")
+    assert panic.outlier_min_health_percent == 50 and panic.outlier_max_ejection_percent == 100
+    assert sidecar("outlier", "max-ejection-percent").outlier_max_ejection_percent == 50
+    assert sidecar("no-route", "default-route").vs_catch_all is True
+    permissive = sidecar("mtls-strict", "permissive-mtls")
+    assert permissive.mtls_mode == "STRICT" and permissive.port_mode(5000) == "PERMISSIVE"
+    assert permissive.port_mode(5002) == "STRICT"
+    assert sidecar("tls-to-plaintext", "tls-disable").upstream_tls_mode == "DISABLE"
+    with pytest.raises(KeyError, match="its fixes: pool-limits"):
+        lab_fix("overflow", "tproxy")
+    with pytest.raises(LabError, match="not one the lab renders"):
+        pod_fix("x", settings=(("DestinationRule.trafficPolicy.tls.mode", "SIMPLE"),))
+    with pytest.raises(LabError, match="does not render"):
+        pod_fix("x", settings=(("PeerAuthentication.portLevelMtls[http].mode", "PERMISSIVE"),))

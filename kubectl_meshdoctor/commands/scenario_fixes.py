@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from kubectl_meshdoctor.core.fixes import Fix, named
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-from kubectl_meshdoctor.lab.fixes import LabFix
+from kubectl_meshdoctor.lab.fixes import LAB_FIXES, LabFix
 from kubectl_meshdoctor.lab.scenarios.table import (
     SLOW_CALLER_GIVES_UP,
     SLOW_ROUTE_TIMEOUT,
@@ -61,9 +61,22 @@ def printed_fixes(scenario: str) -> tuple[Fix, ...]:
     return make() if make else ()
 
 
+def fix_names(scenario: str) -> tuple[str, ...]:
+    """The names ``lab up --fix`` takes for ``scenario``: its finding's fixes, else the lab's own (LAB_FIXES)."""
+    return tuple(f.name for f in printed_fixes(scenario)) or tuple(f.name for f in LAB_FIXES.get(scenario, ()))
+
+
 def lab_fix(scenario: str, name: str) -> LabFix:
-    """The fix ``name`` of ``scenario``, as the lab is given it. Raises KeyError naming the scenario's fixes."""
+    """The fix ``name`` of ``scenario``, as the lab is given it. Raises KeyError naming the scenario's fixes.
+
+    A scenario whose class no detector prints fixes for yet has the lab's own (lab/fixes.py LAB_FIXES), which
+    the lab tests prove; once its finding prints fixes, those are the ones."""
     fixes = printed_fixes(scenario)
+    own = {fix.name: fix for fix in LAB_FIXES.get(scenario, ())}
+    if not fixes and own:
+        if name not in own:
+            raise KeyError(f"scenario {scenario} has no fix {name!r} (its fixes: {', '.join(own)})")
+        return own[name]
     if not fixes:
         raise KeyError(f"scenario {scenario} has no fix {name!r} (nothing there prints a fix); fix one pod "
                        f"only with --fix POD={name}")

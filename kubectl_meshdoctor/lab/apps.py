@@ -4,7 +4,9 @@ Written on raw asyncio streams on purpose: knobs make the HTTP app emit framing 
 keep-alives, or listen on 127.0.0.1 only.
 
 HTTP paths (every app): `/chunked` answers with a valid chunked body, `/close` answers with Content-Length and
-`Connection: close` and then closes (FIN), anything else answers 200 with Content-Length only. With
+`Connection: close` and then closes (FIN), `/status/CODE` answers that status, `/slow/SECONDS` answers after that
+long, anything else answers 200 with Content-Length only. A request whose first byte cannot start a method (a TLS
+ClientHello) is answered 400 and closed at once. With
 `--broken-framing` the paths in FRAMING_VARIANTS answer with that broken framing, and every other path rotates
 through them. Each response (status line, fields and body) is written with one send(), so the whole header
 block is in the first TCP segment. Events (idle closes, broken responses) are logged to stdout.
@@ -44,6 +46,10 @@ FRAMING_VARIANTS: dict[str, tuple[str, ...]] = {
     "/bad-header-name": ("X-Bad : 1", f"Content-Length: {len(_BROKEN_BODY)}"),
 }
 CHUNKED_BODY = b"hello from a chunked body\n"
+_BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+# RFC 9110 section 5.6.2: the characters of a token, a method's among them
+_TCHAR = frozenset(bytes([c]) for c in b"!#$%&'*+-.^_`|~0123456789"
+                   b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 def _log(message: str) -> None:
@@ -105,6 +111,16 @@ class HttpAppConfig:
 
 
 MAX_SLOW_S = 30.0
+_REASONS = {200: "OK", 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+            504: "Gateway Timeout"}
+
+
+def _status_of(path: str) -> int | None:
+    """The status ``/status/CODE`` asks for (200 to 599), else None."""
+    if not path.startswith("/status/"):
+        return None
+    code = path[len("/status/"):]
+    return int(code) if code.isdigit() and 200 <= int(code) <= 599 else None
 
 
 def slow_delay(target: str) -> float:
@@ -138,7 +154,7 @@ class HttpApp:
         try:
             while True:
                 try:
-                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._config.idle_timeout)
+                    first = await asyncio.wait_for(reader.readexactly(1), self._config.idle_timeout)
                 except asyncio.IncompleteReadError:
                     break  # downstream closed between requests
                 except asyncio.TimeoutError:
@@ -149,11 +165,19 @@ class HttpApp:
                         writer.transport.pause_reading()
                         await asyncio.sleep(self._config.close_delay)
                     break
+                if first not in _TCHAR:
+                    # Not a method's first byte (a TLS ClientHello starts 0x16): answered at once, as llhttp (Node)
+                    # and nginx answer it, instead of waiting for a header block that never comes.
+                    _log(f"not HTTP from {peer[0]}:{peer[1]}: first byte {first!r}")
+                    writer.write(_BAD_REQUEST)
+                    await writer.drain()
+                    break
                 try:
+                    head = first + await reader.readuntil(b"\r\n\r\n")
                     request = parse_head(head)
                     await _discard_body(reader, request)
                 except BadRequest:
-                    writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    writer.write(_BAD_REQUEST)
                     await writer.drain()
                     break
                 delay = slow_delay(request.target)
@@ -180,6 +204,10 @@ class HttpApp:
             size = f"{len(CHUNKED_BODY):x}".encode()
             body = size + b"\r\n" + CHUNKED_BODY + b"\r\n0\r\n\r\n"
             return self._head(request, ("Transfer-Encoding: chunked",)) + body, True
+        status = _status_of(path)
+        if status is not None:  # /status/CODE: what a failing app answers (the outlier scenario's burst)
+            body = f"status {status}\n".encode()
+            return self._head(request, (f"Content-Length: {len(body)}",), status) + body, True
         close = path == "/close"
         body = b"" if request.method == "HEAD" else self._config.body
         fields = (f"Content-Length: {len(self._config.body)}",) + (("Connection: close",) if close else ())
@@ -189,10 +217,10 @@ class HttpApp:
         return self._head(request, fields) + body, not close
 
     @staticmethod
-    def _head(request: HttpRequest, fields: tuple[str, ...]) -> bytes:
+    def _head(request: HttpRequest, fields: tuple[str, ...], status: int = 200) -> bytes:
         if not request.keep_alive and "Connection: close" not in fields:
             fields += ("Connection: close",)
-        lines = ("HTTP/1.1 200 OK", "Content-Type: text/plain", *fields)
+        lines = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}", "Content-Type: text/plain", *fields)
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     @staticmethod

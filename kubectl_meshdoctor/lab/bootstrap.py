@@ -28,6 +28,9 @@ from typing import Any
 from kubectl_meshdoctor.lab.netns import INBOUND_CAPTURE_PORT as INBOUND_PORT
 from kubectl_meshdoctor.lab.netns import INBOUND_PASSTHROUGH_SOURCE as INBOUND_SOURCE
 from kubectl_meshdoctor.lab.netns import TPROXY_MARK  # original_src's mark: routed back to Envoy (table 133)
+from kubectl_meshdoctor.lab.mesh_tls import MeshIdentity, inbound_chains, inspectors, static_secrets
+from kubectl_meshdoctor.lab.outbound import circuit_breakers, outbound_cluster_name, standin_cluster, vs_routes
+from kubectl_meshdoctor.lab.sidecar_settings import SidecarSettings
 
 ADMIN_ADDRESS = "127.0.0.1"
 ADMIN_PORT = 15000
@@ -72,15 +75,14 @@ ISTIO_JSON_FORMAT: dict[str, str] = {
     "requested_server_name": "%REQUESTED_SERVER_NAME%",
     "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
 }
-ACCESS_LOG_ENCODINGS = ("TEXT", "JSON")
-INTERCEPTION_MODES = ("REDIRECT", "TPROXY")
 # Envoy's own log lines (what `kubectl logs -c istio-proxy` shows besides the access log): the format Istio's
 # bootstrap sets in application_log_config (older pilot-agents passed it as --log-format).
 ENVOY_LOG_FORMAT = "%Y-%m-%dT%T.%fZ\t%l\tenvoy %n %g:%#\t%v\tthread=%t"
 
 # What the lab pods add to Istio's stats inclusion list (proxyStatsMatcher.inclusionPrefixes), and the
 # prefixes Istio's bootstrap always includes (pkg/bootstrap/config.go).
-PROXY_STATS_PREFIXES = ("cluster.inbound", "http.inbound", "cluster.outbound", "http.outbound")
+PROXY_STATS_PREFIXES = ("cluster.inbound", "http.inbound", "cluster.outbound", "http.outbound",
+                        "listener.0.0.0.0_15006")
 ISTIO_DEFAULT_STATS_PREFIXES = ("reporter=", "cluster_manager", "listener_manager", "server", "cluster.xds-grpc",
                                 "wasm", "component", "istio")
 
@@ -91,68 +93,16 @@ _HTTP_OPTIONS = _T + "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 
 @dataclass(frozen=True)
-class SidecarSettings:
-    """The Istio settings a lab scenario may turn, as Envoy sees them. Durations in seconds; None = Istio's
-    default.
-
-    - ``legacy_inbound``: dial the app on 127.0.0.1 (Istio < 1.10) instead of the pod IP from 127.0.0.6.
-    - ``hcm_idle_timeout_s``: the inbound HCM's ``common_http_protocol_options.idle_timeout`` (Istio default
-      1 h; a Sidecar's ``inboundConnectionPool.http.idleTimeout``).
-    - ``upstream_idle_timeout_s``: the inbound cluster's idle timeout for pooled upstream connections
-      (DestinationRule ``connectionPool.http.idleTimeout``; Envoy default 1 h).
-    - ``upstream_max_requests_per_connection``: requests on one pooled connection to the app before Envoy closes
-      it (DestinationRule ``connectionPool.http.maxRequestsPerConnection``; 1 disables keep-alive).
-    - ``route_timeout_s``: a VirtualService ``timeout``, on the inbound route standing in for the caller's
-      (Istio renders ``timeout`` and ``max_grpc_timeout``, and no ``max_stream_duration``, which would make
-      Envoy ignore ``timeout``).
-    - ``accept_http_10``: ``ISTIO_META_HTTP10=1``.
-    - ``h2_upstream``: talk HTTP/2 to the app (``appProtocol: http2`` / DestinationRule ``h2UpgradePolicy``).
-    - ``access_log_encoding``: ``TEXT`` or ``JSON`` (meshConfig.accessLogEncoding).
-    - ``route_retry_on``, ``route_retries``: a VirtualService's ``retries.retryOn`` and ``retries.attempts``
-      (Envoy's ``retry_policy``). istiod puts a VirtualService's timeout and retries on the callers' outbound
-      routes; the lab has no caller sidecar, so this pod's inbound route stands in for the caller's hop (as
-      ``route_timeout_s`` does).
-    - ``interception_mode``: ``REDIRECT`` or ``TPROXY`` (``sidecar.istio.io/interceptionMode``): under TPROXY
-      the capture listeners are transparent and virtualInbound copies the client's address to the upstream leg
-      (``original_src`` with mark 1337), as istiod renders them (pilot/pkg/networking/core listener builder).
-    """
-
-    legacy_inbound: bool = False
-    hcm_idle_timeout_s: float | None = None
-    upstream_idle_timeout_s: float | None = None
-    upstream_max_requests_per_connection: int | None = None
-    route_timeout_s: float | None = None
-    accept_http_10: bool = False
-    h2_upstream: bool = False
-    access_log_encoding: str = "TEXT"
-    interception_mode: str = "REDIRECT"
-    route_retry_on: str | None = None
-    route_retries: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.interception_mode not in INTERCEPTION_MODES:
-            raise ValueError(f"interception mode {self.interception_mode!r} is not one of "
-                             f"{', '.join(INTERCEPTION_MODES)}")
-        if self.access_log_encoding not in ACCESS_LOG_ENCODINGS:
-            raise ValueError(f"access log encoding {self.access_log_encoding!r} is not one of "
-                             f"{', '.join(ACCESS_LOG_ENCODINGS)}")
-        for name in ("hcm_idle_timeout_s", "upstream_idle_timeout_s", "route_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
-        n = self.upstream_max_requests_per_connection
-        if n is not None and not (isinstance(n, int) and n >= 1):
-            raise ValueError(f"upstream_max_requests_per_connection must be a whole number from 1, not {n!r}")
-
-
-@dataclass(frozen=True)
 class BootstrapPod:
-    """Who the sidecar belongs to: pod name, namespace, IP, and its container ports (port -> "http"|"tcp")."""
+    """Who the sidecar belongs to: pod name, namespace, IP, its container ports (port -> "http"|"tcp") and
+    certificate."""
 
     name: str
     namespace: str
     pod_ip: str
     ports: tuple[tuple[int, str], ...]
+    # Its workload certificate (SDS secrets default and ROOTCA): needed for any mTLS setting, else None
+    identity: MeshIdentity | None = None
 
 
 def _duration(seconds: float) -> str:
@@ -174,13 +124,21 @@ def _access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
     return [file_access_log(settings.access_log_encoding)]
 
 
+def _listener_access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
+    """A listener's own access log (accesslog.go setListenerAccessLog): the mesh's file log, filtered to NR, for
+    connections no filter chain takes, which no filter would log."""
+    return [{**file_access_log(settings.access_log_encoding),
+             "filter": {"response_flag_filter": {"flags": ["NR"]}}}]
+
+
 def _tcp_proxy(stat_prefix: str, cluster: str, settings: SidecarSettings) -> dict[str, Any]:
     return {"name": "envoy.filters.network.tcp_proxy", "typed_config": {
         "@type": _TCP_PROXY, "stat_prefix": stat_prefix, "cluster": cluster, "access_log": _access_log(settings)}}
 
 
 def _inbound_route(pod: BootstrapPod, port: int, settings: SidecarSettings) -> dict[str, Any]:
-    cluster = f"inbound|{port}||"
+    name = f"inbound|{port}||"
+    cluster = outbound_cluster_name(pod.name, pod.namespace, port) if settings.outbound_standin else name
     route: dict[str, Any] = {"cluster": cluster}
     if settings.route_timeout_s is None:
         # Istio's default inbound route: no timeout, and a zero max_stream_duration.
@@ -192,27 +150,23 @@ def _inbound_route(pod: BootstrapPod, port: int, settings: SidecarSettings) -> d
         route["retry_policy"] = {"retry_on": settings.route_retry_on, "num_retries": settings.route_retries or 2}
         if "retriable-status-codes" in settings.route_retry_on:
             route["retry_policy"]["retriable_status_codes"] = [503]  # Istio's default list
+    operation = f"{pod.name}.{pod.namespace}.svc.cluster.local:{port}/*"
+    if settings.vs_prefixes:
+        routes = vs_routes(cluster, route, operation, settings)
+    else:
+        routes = [{"name": "default", "match": {"prefix": "/"}, "route": route, "decorator": {"operation": operation}}]
     return {
-        "name": cluster,
+        "name": name,
         "validate_clusters": False,
-        "virtual_hosts": [{
-            "name": f"inbound|http|{port}",
-            "domains": ["*"],
-            "routes": [{
-                "name": "default",
-                "match": {"prefix": "/"},
-                "route": route,
-                "decorator": {"operation": f"{pod.name}.{pod.namespace}.svc.cluster.local:{port}/*"},
-            }],
-        }],
+        "virtual_hosts": [{"name": f"inbound|http|{port}", "domains": ["*"], "routes": routes}],
     }
 
 
-def _http_chain(pod: BootstrapPod, port: int, settings: SidecarSettings) -> dict[str, Any]:
+def _hcm(stat_prefix: str, route_config: dict[str, Any], settings: SidecarSettings) -> dict[str, Any]:
     hcm: dict[str, Any] = {
         "@type": _HCM,
-        "stat_prefix": f"inbound_0.0.0.0_{port};",
-        "route_config": _inbound_route(pod, port, settings),
+        "stat_prefix": stat_prefix,
+        "route_config": route_config,
         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
             "@type": _T + "envoy.extensions.filters.http.router.v3.Router"}}],
         "server_name": "istio-envoy",
@@ -231,17 +185,33 @@ def _http_chain(pod: BootstrapPod, port: int, settings: SidecarSettings) -> dict
         hcm["common_http_protocol_options"] = {"idle_timeout": _duration(settings.hcm_idle_timeout_s)}
     if settings.accept_http_10:
         hcm["http_protocol_options"] = {"accept_http_10": True}
-    return {
-        "name": f"0.0.0.0_{port}",
-        "filter_chain_match": {"destination_port": port},
-        "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}],
-    }
+    return {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
 
 
-def _tcp_chain(port: int, settings: SidecarSettings) -> dict[str, Any]:
+def _port_filters(pod: BootstrapPod, settings: SidecarSettings, port: int, kind: str) -> list[dict[str, Any]]:
+    """The network filters of a pod port's inbound chain: an HCM for an HTTP port, a tcp_proxy for a TCP one."""
+    if kind == "http":
+        return [_hcm(f"inbound_0.0.0.0_{port};", _inbound_route(pod, port, settings), settings)]
     cluster = f"inbound|{port}||"
+    return [_tcp_proxy(cluster, cluster, settings)]
+
+
+def _passthrough_filters(settings: SidecarSettings, protocol: str) -> list[dict[str, Any]]:
+    """The network filters of a passthrough chain (ports the pod does not declare) to InboundPassthroughCluster."""
+    cluster = "InboundPassthroughCluster"
+    if protocol == "tcp":
+        return [_tcp_proxy(cluster, cluster, settings)]
+    route = {"name": cluster, "validate_clusters": False, "virtual_hosts": [{
+        "name": "inbound|http|0", "domains": ["*"], "routes": [{
+            "name": "default", "match": {"prefix": "/"},
+            "route": {"cluster": cluster, "timeout": "0s",
+                      "max_stream_duration": {"max_stream_duration": "0s", "grpc_timeout_header_max": "0s"}}}]}]}
+    return [_hcm(f"{cluster};", route, settings)]
+
+
+def _plain_chain(pod: BootstrapPod, settings: SidecarSettings, port: int, kind: str) -> dict[str, Any]:
     return {"name": f"0.0.0.0_{port}", "filter_chain_match": {"destination_port": port},
-            "filters": [_tcp_proxy(cluster, cluster, settings)]}
+            "filters": _port_filters(pod, settings, port, kind)}
 
 
 def _inbound_cluster(port: int, kind: str, settings: SidecarSettings) -> dict[str, Any]:
@@ -250,9 +220,7 @@ def _inbound_cluster(port: int, kind: str, settings: SidecarSettings) -> dict[st
         "name": name,
         "alt_stat_name": f"{name};",  # Istio >= 1.23 delimits the cluster name in stat names with ';'
         "connect_timeout": "10s",
-        "circuit_breakers": {"thresholds": [{
-            "max_connections": 4294967295, "max_pending_requests": 4294967295, "max_requests": 4294967295,
-            "max_retries": 4294967295, "track_remaining": True}]},
+        "circuit_breakers": circuit_breakers(settings),
     }
     if settings.legacy_inbound:
         cluster.update(type="STATIC", load_assignment={"cluster_name": name, "endpoints": [{"lb_endpoints": [
@@ -261,21 +229,27 @@ def _inbound_cluster(port: int, kind: str, settings: SidecarSettings) -> dict[st
         cluster.update(type="ORIGINAL_DST", lb_policy="CLUSTER_PROVIDED", cleanup_interval="60s",
                        upstream_bind_config={"source_address": {"address": INBOUND_SOURCE, "port_value": 0}})
     if kind == "http":
-        options: dict[str, Any] = {"@type": _HTTP_OPTIONS}
-        common: dict[str, Any] = {}
-        if settings.upstream_idle_timeout_s is not None:
-            common["idle_timeout"] = _duration(settings.upstream_idle_timeout_s)
-        if settings.upstream_max_requests_per_connection is not None:
-            common["max_requests_per_connection"] = settings.upstream_max_requests_per_connection
-        if common:
-            options["common_http_protocol_options"] = common
-        if settings.h2_upstream:
-            options["explicit_http_config"] = {"http2_protocol_options": {}}
-        else:
-            options["use_downstream_protocol_config"] = {"http_protocol_options": {}, "http2_protocol_options": {}}
         cluster["typed_extension_protocol_options"] = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions":
-                                                       options}
+                                                       _http_options(settings)}
     return cluster
+
+
+def _http_options(settings: SidecarSettings) -> dict[str, Any]:
+    """An HTTP cluster's HttpProtocolOptions: a DestinationRule's idle timeout and requests per connection, and
+    the protocol to the app."""
+    options: dict[str, Any] = {"@type": _HTTP_OPTIONS}
+    common: dict[str, Any] = {}
+    if settings.upstream_idle_timeout_s is not None:
+        common["idle_timeout"] = _duration(settings.upstream_idle_timeout_s)
+    if settings.upstream_max_requests_per_connection is not None:
+        common["max_requests_per_connection"] = settings.upstream_max_requests_per_connection
+    if common:
+        options["common_http_protocol_options"] = common
+    if settings.h2_upstream:
+        options["explicit_http_config"] = {"http2_protocol_options": {}}
+    else:
+        options["use_downstream_protocol_config"] = {"http_protocol_options": {}, "http2_protocol_options": {}}
+    return options
 
 
 def _listener_address(port: int) -> dict[str, Any]:
@@ -285,13 +259,14 @@ def _listener_address(port: int) -> dict[str, Any]:
 def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) -> dict[str, Any]:
     """The bootstrap (a JSON-ready dict, Envoy's v3 API) for `pod`'s istio-proxy.
 
-    Raises ValueError when a port's kind is neither "http" nor "tcp".
+    Raises ValueError when a port's kind is neither "http" nor "tcp", or an mTLS setting has no identity.
     """
     bad = [kind for _, kind in pod.ports if kind not in ("http", "tcp")]
     if bad:
         raise ValueError(f"port kind {bad[0]!r} is neither http nor tcp")
-    chains = [_http_chain(pod, port, settings) if kind == "http" else _tcp_chain(port, settings)
-              for port, kind in pod.ports]
+    needs_identity = settings.mtls_mode is not None or settings.upstream_tls_mode == "ISTIO_MUTUAL"
+    if needs_identity and pod.identity is None:
+        raise ValueError("an mTLS setting needs the pod's workload certificate (BootstrapPod.identity)")
     passthrough = {"name": "InboundPassthroughCluster", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
                    "connect_timeout": "10s", "cleanup_interval": "60s",
                    "upstream_bind_config": {"source_address": {"address": INBOUND_SOURCE, "port_value": 0}}}
@@ -301,27 +276,33 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
     if tproxy:
         inbound_filters.append({"name": "envoy.filters.listener.original_src", "typed_config": {
             "@type": _T + "envoy.extensions.filters.listener.original_src.v3.OriginalSrc", "mark": TPROXY_MARK}})
+    blackhole = {"name": "virtualInbound-blackhole", "filter_chain_match": {"destination_port": INBOUND_PORT},
+                 "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]}
+    inbound: dict[str, Any] = {
+        "name": "virtualInbound",
+        "address": _listener_address(INBOUND_PORT),
+        "traffic_direction": "INBOUND",
+        **({"transparent": True} if tproxy else {}),
+        "access_log": _listener_access_log(settings),
+    }
+    if settings.mtls_mode is None:
+        chains = [_plain_chain(pod, settings, port, kind) for port, kind in pod.ports]
+        inbound.update(listener_filters=inbound_filters, filter_chains=[blackhole, *chains], default_filter_chain={
+            "name": "InboundPassthroughFilterChain", "filters": _passthrough_filters(settings, "tcp")})
+    else:  # istiod's chains for the PeerAuthentication, the passthrough ones among them: no default chain
+        chains = [blackhole, *inbound_chains(pod.ports, settings, lambda p, k: _port_filters(pod, settings, p, k),
+                                             lambda protocol: _passthrough_filters(settings, protocol))]
+        inbound.update(listener_filters=inbound_filters + inspectors(chains), filter_chains=chains,
+                       listener_filters_timeout="0s", continue_on_listener_filters_timeout=True)
     listeners = [
-        {
-            "name": "virtualInbound",
-            "address": _listener_address(INBOUND_PORT),
-            "traffic_direction": "INBOUND",
-            **({"transparent": True} if tproxy else {}),
-            "listener_filters": inbound_filters,
-            "filter_chains": [
-                {"name": "virtualInbound-blackhole", "filter_chain_match": {"destination_port": INBOUND_PORT},
-                 "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]},
-                *chains,
-            ],
-            "default_filter_chain": {"name": "InboundPassthroughFilterChain", "filters": [
-                _tcp_proxy("InboundPassthroughCluster", "InboundPassthroughCluster", settings)]},
-        },
+        inbound,
         {
             "name": "virtualOutbound",
             "address": _listener_address(OUTBOUND_PORT),
             "traffic_direction": "OUTBOUND",
             **({"transparent": True} if tproxy else {}),
             "use_original_dst": True,
+            "access_log": _listener_access_log(settings),
             "filter_chains": [
                 {"name": "virtualOutbound-blackhole", "filter_chain_match": {"destination_port": OUTBOUND_PORT},
                  "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]},
@@ -332,6 +313,8 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
     ]
     clusters = [
         *(_inbound_cluster(port, kind, settings) for port, kind in pod.ports),
+        *(standin_cluster(pod.name, pod.namespace, pod.pod_ip, port, settings, _http_options(settings))
+          for port, kind in pod.ports if kind == "http" and settings.outbound_standin),
         passthrough,
         {"name": "PassthroughCluster", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
          "connect_timeout": "10s", "cleanup_interval": "60s"},
@@ -352,7 +335,8 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
             "use_all_default_tags": False,
             "stats_matcher": {"inclusion_list": {"patterns": [{"prefix": p} for p in stats_prefixes]}},
         },
-        "static_resources": {"listeners": listeners, "clusters": clusters},
+        "static_resources": {"listeners": listeners, "clusters": clusters,
+                             **({"secrets": static_secrets(pod.identity)} if pod.identity else {})},
         # Istio sets no limit on downstream connections; saying so keeps Envoy's start-up warning out of the log.
         "overload_manager": {"resource_monitors": [{
             "name": "envoy.resource_monitors.global_downstream_max_connections",

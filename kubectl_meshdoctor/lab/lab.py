@@ -14,19 +14,14 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import psutil
-
 from kubectl_meshdoctor.lab import fixes as lab_fixes
-from kubectl_meshdoctor.lab import istio_proxy, netns
+from kubectl_meshdoctor.lab import istio_proxy, netns, pki, processes
 from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
 from kubectl_meshdoctor.lab.bootstrap import (
     ADMIN_PORT,
@@ -36,6 +31,7 @@ from kubectl_meshdoctor.lab.bootstrap import (
     bootstrap_text,
 )
 from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
+from kubectl_meshdoctor.lab.outbound import service_host, spiffe_id
 from kubectl_meshdoctor.lab.scenarios import (
     DEFAULT_PERIOD,
     DEFAULT_ROUNDS,
@@ -64,9 +60,6 @@ __all__ = [
 
 STATE_ROOT = Path("/run/kubectl-meshdoctor")
 DEFAULT_PODS = ("collision", "healthy")
-_POLL = 0.05  # seconds between readiness checks
-_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
-_START_TIME_SLACK = 1.0  # seconds; psutil's create_time is rounded to clock ticks
 
 
 def default_state_dir(name: str = DEFAULT_LAB_NAME) -> Path:
@@ -102,9 +95,12 @@ def up(
     name to the printed fix applied to it, as Istio would render it (lab/fixes.py; an unknown one: LabError).
     `on_start` is called once every check has passed, before the slow part (namespaces, processes).
 
-    Raises LabError when not root, a tool or the lab extra (Envoy, aiohttp) is missing, a pod name is unknown or
-    repeated, state_dir is not empty, a lab already uses state_dir or its namespaces, or a process does not
-    become ready. On any failure everything already created is removed again.
+    A pod whose sidecar speaks mTLS (its scenario's PeerAuthentication or DestinationRule) gets certificates from
+    a lab CA (pki.py) in state_dir/POD/certs.
+
+    Raises LabError when not root, a tool (openssl, for an mTLS pod) or the lab extra (Envoy, aiohttp) is
+    missing, a pod name is unknown or repeated, state_dir is not empty, a lab already uses state_dir or its
+    namespaces, or a process does not become ready. On any failure everything already created is removed again.
     """
     state_dir = Path(state_dir) if state_dir is not None else default_state_dir(name)
     envoy = _preflight(pods, mesh)
@@ -120,12 +116,14 @@ def up(
         state_dir=state_dir,
         kubeconfig=state_dir / "kubeconfig",
         netns_prefix=prefix,
-        pods=tuple(_with_fix(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ()))),
-                             (fixes or {}).get(pod.name))
+        pods=tuple(_with_certs(_with_fix(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ()))),
+                                         (fixes or {}).get(pod.name)), state_dir)
                    for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
         mesh=mesh,
     )
     _refuse_tproxy_to_localhost(state)
+    if any(pod.certs for pod in state.pods) and shutil.which("openssl") is None:
+        raise LabError("the lab needs openssl for the certificates of its mTLS pods")
     taken = [ns for ns in _all_netns(state) if netns.netns_exists(ns)]
     if taken:
         # Refuse before writing any state: the cleanup below deletes every namespace the state names.
@@ -161,12 +159,12 @@ def down(state_dir: Path) -> None:
         return  # nothing of ours here (and a directory without our state file is not ours to remove)
     leftovers: list[str] = []
     for key, pid in state.pids.items():
-        if not _stop(pid, state.started.get(key)):
+        if not processes.stop(pid, state.started.get(key)):
             leftovers.append(f"process {key} (pid {pid})")
     for ns in _all_netns(state):
         # Anything still inside our namespaces was started there by us or by a test (e.g. tcpdump).
         for pid in netns.netns_pids(ns):
-            if not _stop(pid, None):
+            if not processes.stop(pid, None):
                 leftovers.append(f"process {pid} in {ns}")
         try:
             netns.delete_netns(ns)
@@ -188,7 +186,7 @@ def status(state_dir: Path) -> LabState | None:
         raise LabError(f"{state_dir}/state.json is not a lab state ({exc})") from None
     if state is None:
         return None
-    running = tuple(k for k, pid in state.pids.items() if _live_process(pid, state.started.get(k)) is not None)
+    running = tuple(k for k, pid in state.pids.items() if processes.live_process(pid, state.started.get(k)) is not None)
     all_ns = _all_netns(state)
     present = tuple(ns for ns in all_ns if netns.netns_exists(ns))
     observed = LabObservation(
@@ -299,6 +297,18 @@ def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
     return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings, labels=labels)
 
 
+def _with_certs(pod: LabPod, state_dir: Path) -> LabPod:
+    """``pod`` with the directory of its certificates when its sidecar speaks mTLS (a PeerAuthentication mode, a
+    DestinationRule's ISTIO_MUTUAL, with its fix applied)."""
+    fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
+    setup = fix.setup(SETUPS[pod.scenario])
+    sidecar = setup.sidecar
+    mtls = sidecar.mtls_mode is not None or sidecar.upstream_tls_mode == "ISTIO_MUTUAL"
+    if not (mtls and lab_fixes.injected(setup.labels)):
+        return pod
+    return replace(pod, certs=str(state_dir / pod.name / "certs"))
+
+
 def _all_netns(state: LabState) -> list[str]:
     return [ns for pod in state.pods for ns in (pod.netns, pod.client_netns)]
 
@@ -316,34 +326,40 @@ def _bring_up(
                                  interception=fix.interception if lab_fixes.injected(setup.labels) else "NONE",
                                  excluded_ports=fix.excluded_ports)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
-        istio_proxy.prepare_container_log(_log_path(state, f"{pod.name}/sidecar"))
-        for role, argv in _pod_processes(pod, state, envoy):
-            state = _spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv))
+        istio_proxy.prepare_container_log(processes.log_path(state, f"{pod.name}/sidecar"))
+        if pod.certs:
+            pki.pod_certificates(state.state_dir / "pki", Path(pod.certs), spiffe_id(state.namespace))
+            # the SNI its callers' sidecars send (an ISTIO_MUTUAL cluster's), which the scenario's mTLS caller sends
+            (Path(pod.certs) / "server-name").write_text(
+                f"outbound_.{HTTP_PORT}_._.{service_host(pod.name, state.namespace)}")
+        for role, argv, env in _pod_processes(pod, state, envoy):
+            state = processes.spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv), env=env)
             roles_of.setdefault(pod.name, []).append(role)
             if role == "sidecar" and fix.holds_application:  # pilot-agent wait: the apps after Envoy's listeners
-                _wait_for(state, f"pod {pod.name}'s sidecar", ready_timeout,
-                          lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT} <= netns.listening_ports(pod.netns),
-                          watch=[f"{pod.name}/sidecar"])
+                processes.wait_for(state, f"pod {pod.name}'s sidecar", ready_timeout,
+                                   lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT}
+                                   <= netns.listening_ports(pod.netns),
+                                   watch=[f"{pod.name}/sidecar"])
     for pod in state.pods:
         roles = roles_of[pod.name]
         wanted = ({ECHO_PORT} | ({INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT} if "sidecar" in roles else set())
                   | ({HTTP_PORT} if "app-http" in roles else set()))
-        _wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
-                  lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
-                  watch=[f"{pod.name}/{role}" for role in roles])
+        processes.wait_for(state, f"pod {pod.name} (ports {sorted(wanted)})", ready_timeout,
+                           lambda pod=pod, wanted=wanted: wanted <= netns.listening_ports(pod.netns),
+                           watch=[f"{pod.name}/{role}" for role in roles])
     if drivers:
         for pod in state.pods:
             argv = netns.in_netns(pod.client_netns, *_driver_args(pod, pod.scenario, rounds=rounds,
                                                                   seconds=seconds, period=period))
-            state = _spawn(state, f"{pod.name}/scenario", argv)
+            state = processes.spawn(state, f"{pod.name}/scenario", argv)
     if apiserver:
-        state = _spawn(state, "apiserver", [
+        state = processes.spawn(state, "apiserver", [
             sys.executable, "-m", "kubectl_meshdoctor.lab.apiserver",
             "--state", str(state.state_dir / "state.json"), "--kubeconfig", str(state.kubeconfig),
             "--host", "127.0.0.1", "--port", "0",
         ])
-        _wait_for(state, "test API server (kubeconfig)", ready_timeout, state.kubeconfig.exists,
-                  watch=["apiserver"])
+        processes.wait_for(state, "test API server (kubeconfig)", ready_timeout, state.kubeconfig.exists,
+                           watch=["apiserver"])
     return state
 
 
@@ -354,22 +370,27 @@ def port_kind(name: str) -> str:
     return "http" if prefix in ("http", "http2", "grpc") else "tcp"
 
 
-def _pod_processes(pod: LabPod, state: LabState, envoy: str) -> list[tuple[str, list[str]]]:
-    """(role, argv) of the processes in a scenario's pod namespace; SETUPS holds the knobs, state.mesh the
-    mesh-wide settings."""
+def _pod_processes(pod: LabPod, state: LabState,
+                   envoy: str) -> list[tuple[str, list[str], dict[str, str] | None]]:
+    """(role, argv, environment to add) of the processes in a scenario's pod namespace; SETUPS holds the knobs,
+    state.mesh the mesh-wide settings. Envoy's environment holds its private key, when it has one."""
     fix, setup = _pod_setup(pod, state)
     sidecar = setup.sidecar
     apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
-    processes = []
+    app_processes: list[tuple[str, list[str], dict[str, str] | None]] = []
     if setup.app_http is not None:
-        processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http]))
-    processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)]))
+        app_processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http], None))
+    app_processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)], None))
     if not lab_fixes.injected(setup.labels):
-        return processes
+        return app_processes
+    issued = pki.workload(Path(pod.certs), spiffe_id(state.namespace)) if pod.certs else None
     config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
-                                         tuple((p.port, port_kind(p.name)) for p in pod.ports)), sidecar)
-    sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"))
-    return [sidecar_process, *processes] if fix.holds_application else [*processes, sidecar_process]
+                                         tuple((p.port, port_kind(p.name)) for p in pod.ports),
+                                         issued.identity() if issued else None), sidecar)
+    sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"),
+                       {pki.KEY_ENV: issued.key.read_text()} if issued else None)
+    return ([sidecar_process, *app_processes] if fix.holds_application
+            else [*app_processes, sidecar_process])
 
 
 def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, period: float) -> list[str]:
@@ -378,38 +399,8 @@ def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, per
         "--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns, "--pod-name", pod.name,
         "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
         *(["--fix", pod.fix] if pod.fix else []),
+        *(["--certs", pod.certs] if pod.certs else []),
     ]
-
-
-def _spawn(state: LabState, key: str, argv: list[str]) -> LabState:
-    """Start argv detached (own session, output to state_dir/<key>.log), record it, rewrite the state file."""
-    log_path = _log_path(state, key)
-    with open(log_path, "ab") as log:
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
-        except OSError as exc:
-            raise LabError(f"cannot start {key}: {exc.strerror or exc}") from None
-    try:
-        started = psutil.Process(proc.pid).create_time()
-    except psutil.NoSuchProcess:
-        started = time.time()
-    state = replace(state, pids={**state.pids, key: proc.pid}, started={**state.started, key: started})
-    write_state(state)
-    return state
-
-
-# Pod processes log where the test API server's log endpoint reads a container's log
-# (apiserver/containers.py log_path: state_dir/<pod>/<container>.log): the apps are container `app`, Envoy
-# (its own log on stderr, its access log on /dev/stdout) is `istio-proxy`.
-_CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy"}
-
-
-def _log_path(state: LabState, key: str) -> Path:
-    pod, _, role = key.partition("/")
-    if role in _CONTAINER_OF_ROLE:
-        return state.state_dir / pod / f"{_CONTAINER_OF_ROLE[role]}.log"
-    return state.state_dir / (key.replace("/", "-") + ".log")
 
 
 def access_log_path(state: LabState, pod: str) -> Path:
@@ -417,66 +408,3 @@ def access_log_path(state: LabState, pod: str) -> Path:
     return state.state_dir / pod / "istio-proxy.log"
 
 
-def _wait_for(
-    state: LabState, what: str, timeout: float, ready: Callable[[], bool], *, watch: Sequence[str]
-) -> None:
-    """Poll `ready` until true; raise LabError when `timeout` seconds pass or a `watch`ed process has died."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        for key in watch:
-            if _live_process(state.pids[key], state.started.get(key)) is None:
-                raise LabError(f"{key} exited during lab up: {_last_line(_log_path(state, key))}")
-        if time.monotonic() > deadline:
-            raise LabError(f"{what} not ready after {timeout:g} s (logs in {state.state_dir})")
-        time.sleep(_POLL)
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return "no log"
-    return lines[-1].strip() if lines else "no output"
-
-
-def _live_process(pid: int, started: float | None) -> psutil.Process | None:
-    """The process `pid` if it runs and (when `started` is known) is the one we started, else None."""
-    try:
-        proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - started) > _START_TIME_SLACK:
-            return None  # the pid was recycled: not ours
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            _reap(pid)
-            return None
-        return proc
-    except psutil.NoSuchProcess:
-        return None
-
-
-def _reap(pid: int) -> None:
-    # Our own children (when `up` ran in this process, as in tests) linger as zombies until waited for.
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def _stop(pid: int, started: float | None) -> bool:
-    """SIGTERM the process group of a lab process, SIGKILL after _STOP_GRACE seconds. True when it is gone."""
-    if _live_process(pid, started) is None:
-        return True
-    for sig, grace in ((signal.SIGTERM, _STOP_GRACE), (signal.SIGKILL, _STOP_GRACE)):
-        try:
-            # Lab processes lead their own session, so the group holds exactly what they spawned.
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, sig)
-            else:
-                os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if _live_process(pid, started) is None:
-                return True
-            time.sleep(_POLL)
-    return _live_process(pid, started) is None

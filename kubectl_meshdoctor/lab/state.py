@@ -50,6 +50,9 @@ class LabPod:
     settings: tuple[tuple[str, str], ...] = ()  # the Istio fields it set (Kind.path, value)
     # The pod template's labels the injector reads (the scenario's, then the fix's): the API server renders them
     labels: tuple[tuple[str, str], ...] = ()
+    # Where the lab keeps the certificates of a pod whose sidecar speaks mTLS (lab/pki.py), "" for none: the
+    # scenario driver reads its callers' certificate there
+    certs: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class LabPod:
             **({"fix": self.fix} if self.fix else {}),
             **({"settings": dict(self.settings)} if self.settings else {}),
             **({"labels": dict(self.labels)} if self.labels else {}),
+            **({"certs": self.certs} if self.certs else {}),
             # What the test API server renders into the Pod: the annotations, and istio-init's -d additions.
             **({"annotations": dict(self.annotations),
                 "exclude_inbound_ports": [p.strip() for k, v in self.annotations
@@ -88,6 +92,7 @@ class LabPod:
             annotations=tuple((str(k), str(v)) for k, v in (data.get("annotations") or {}).items()),
             settings=tuple((str(k), str(v)) for k, v in (data.get("settings") or {}).items()),
             labels=tuple((str(k), str(v)) for k, v in (data.get("labels") or {}).items()),
+            certs=str(data.get("certs", "")),
         )
 
 

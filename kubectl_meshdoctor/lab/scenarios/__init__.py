@@ -38,6 +38,17 @@ Scenarios:
              rest straight to the app, on eth0 to :15020 (istio-iptables excludes it from REDIRECT) and on lo
              from 127.0.0.6 (the sidecar's upstream leg, without Envoy's CPU per request). The app
              is a canned responder (apps http --fast). 200s only; no RST, no detector finding.
+  overflow   a connectionPool of one connection and one pending request: a slow request holds the connection, a
+             second queues (waited for on the pod's admin port), a third gets 503 UO {overflow}, never dialled.
+  outlier    five GETs of /status/500 (the app's 500s) eject the only endpoint of an outlierDetection that may eject
+             all of them, with panic routing off; the next requests get 503 UH no_healthy_upstream. A round first
+             waits (bounded) for a former round's ejection to end.
+  no-route   /v1/ok matches the VirtualService's /v1 prefix, /other no route: 404 NR route_not_found.
+  mtls-strict
+             a plaintext GET at the STRICT port (reset: 0 NR filter_chain_not_found), then an mTLS GET with the
+             lab CA's certificate and Istio's ALPN (served).
+  tls-to-plaintext
+             one GET; the sidecar's ISTIO_MUTUAL ClientHello meets the plaintext app: 503 UF TLS_error.
 """
 
 from .driver import DEFAULT_PERIOD, DEFAULT_ROUNDS, DEFAULT_SECONDS, challenge_ack_count, drive, run_round

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period", type=float, default=DEFAULT_PERIOD, help="seconds between round starts")
     parser.add_argument("--fix", default="", help="the printed fix applied to the pod (a client-side one changes "
                                                   "the round: lab/fixes.py CLIENT_FIXES)")
+    parser.add_argument("--certs", default="", help="the pod's certificates (lab/pki.py): its callers' mTLS one")
     args = parser.parse_args(argv)
     pod = LabPod(
         name=args.pod_name or args.scenario,
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),
         uid="",
         fix=args.fix,
+        certs=args.certs,
     )
     # `lab down` sends SIGTERM: unwind (finally blocks remove e.g. the syn-drop rule) instead of dying mid-round.
     signal.signal(signal.SIGTERM, _interrupt)

@@ -14,6 +14,13 @@ from kubectl_meshdoctor.lab.state import LabPod
 from .caller_rounds import _downstream_idle_round, _h2_round, _http10_round, _port_exhaustion_round, _slow_app_round
 from .http_rounds import _framing_round, _healthy_http_round, _refused_round, _stale_keepalive_round
 from .load import _load_round
+from .policy_rounds import (
+    _mtls_strict_round,
+    _no_route_round,
+    _outlier_round,
+    _overflow_round,
+    _tls_origination_round,
+)
 from .port_reuse import _port_reuse_round
 from .rounds import _IO_TIMEOUT, RoundResult, _Tally
 from .table import SCENARIOS
@@ -56,13 +63,19 @@ _ROUNDS: dict[str, Callable[[LabPod, "_Tally"], None]] = {
     "goaway": _h2_round,
     "healthy-h2": _h2_round,
     "no-sidecar": _healthy_round,  # the app answers itself: nothing of Istio in the way
+    "overflow": _overflow_round,
+    "outlier": _outlier_round,
+    "no-route": _no_route_round,
+    "mtls-strict": _mtls_strict_round,
+    "tls-to-plaintext": _tls_origination_round,
 }
 
 
 def run_round(pod: LabPod, scenario: str, *, used_ports: set[int] | None = None) -> RoundResult:
     """Run one round of `scenario` against `pod`. Must run inside pod.client_netns.
 
-    Takes about 1-3 seconds. Never raises for network failures (they land in RoundResult.errors); raises
+    Takes about 1-3 seconds (an outlier round up to OUTLIER_RECOVERY_WITHIN more, while a former ejection
+    ends). Never raises for network failures (they land in RoundResult.errors); raises
     ValueError for an unknown scenario.
     """
     if scenario not in SCENARIOS:

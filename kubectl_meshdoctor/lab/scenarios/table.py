@@ -9,7 +9,7 @@ from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
     "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
-    "no-sidecar",
+    "no-sidecar", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext",
 )
 # seconds: the stale-keepalive app closes idle keep-alive connections after this, and says so in each response
 # (`Keep-Alive: timeout=1`, whole seconds as the header has them): what its printed idle-timeout fix is made from
@@ -59,6 +59,38 @@ CALLER_IDLE_TIMEOUT = 0.3
 CALLER_HTTP11_FIX = "caller-http11"
 CALLER_NO_UPGRADE_FIX = "caller-no-upgrade"
 CALLER_VALID_REQUEST_FIX = "caller-valid-request"
+# overflow: a DestinationRule connectionPool of one connection and one pending request, which istiod also puts on
+# the pod's inbound cluster. The round holds the connection with a slow request, queues a second behind it, and
+# a third overflows the pending queue: Envoy answers it 503 UO without dialling the app.
+OVERFLOW_MAX_CONNECTIONS = 1
+OVERFLOW_MAX_PENDING = 1
+OVERFLOW_SLOW = 1.0  # seconds the app takes for each of the two requests that hold and queue for the connection
+POOL_LIMITS_FIX = "pool-limits"
+POOL_LIMITS_SETTINGS = (("DestinationRule.trafficPolicy.connectionPool.tcp.maxConnections", "100"),
+                        ("DestinationRule.trafficPolicy.connectionPool.http.http1MaxPendingRequests", "100"))
+# outlier: a DestinationRule outlierDetection that may eject every endpoint (maxEjectionPercent 100) with panic
+# routing off (no minHealthPercent). The app answers a burst of 500s (/status/500), the only endpoint is ejected,
+# and the requests after it get 503 UH until the ejection ends (OUTLIER_BASE_EJECTION, longer each time).
+OUTLIER_CONSECUTIVE_5XX = 5
+OUTLIER_INTERVAL = 1.0  # seconds between Envoy's outlier sweeps (which also end ejections)
+OUTLIER_BASE_EJECTION = 2.0  # seconds
+OUTLIER_AFTER = 2  # requests the round sends once the endpoint is ejected
+OUTLIER_RECOVERY_WITHIN = 30.0  # seconds a round waits for a former ejection to end before its burst
+MIN_HEALTH_FIX = "min-health-percent"  # below 50 % healthy endpoints Envoy routes to all of them (panic)
+MIN_HEALTH_SETTINGS = (("DestinationRule.trafficPolicy.outlierDetection.minHealthPercent", "50"),)
+MAX_EJECTION_FIX = "max-ejection-percent"  # at most half the endpoints ejected: never the only one
+MAX_EJECTION_SETTINGS = (("DestinationRule.trafficPolicy.outlierDetection.maxEjectionPercent", "50"),)
+# no-route: a VirtualService whose http routes match these URI prefixes only; its fix adds a route without match.
+NO_ROUTE_PREFIXES = ("/v1",)
+DEFAULT_ROUTE_FIX = "default-route"
+# mtls-strict: a PeerAuthentication mtls STRICT on the pod; the round's plaintext caller finds no filter chain,
+# its mesh caller (the lab CA's certificate, Istio's ALPN) is served. The fix: PERMISSIVE on the app's port.
+PERMISSIVE_MTLS_FIX = "permissive-mtls"
+PERMISSIVE_MTLS_SETTINGS = (("PeerAuthentication.portLevelMtls[5000].mode", "PERMISSIVE"),)
+# tls-to-plaintext: a DestinationRule tls.mode ISTIO_MUTUAL towards an app with no sidecar: the sidecar's
+# ClientHello is answered by the app's plaintext 400. The fix: tls.mode DISABLE.
+TLS_DISABLE_FIX = "tls-disable"
+TLS_DISABLE_SETTINGS = (("DestinationRule.trafficPolicy.tls.mode", "DISABLE"),)
 
 
 @dataclass(frozen=True)
@@ -99,4 +131,12 @@ SETUPS: dict[str, PodSetup] = {
                                 local_ports=EXHAUSTION_PORTS),
     # A pod that opts out of injection: no istio-proxy, no istio-init rules, the app reached directly.
     "no-sidecar": PodSetup(labels=(("sidecar.istio.io/inject", "false"),)),
+    "overflow": PodSetup(sidecar=SidecarSettings(pool_max_connections=OVERFLOW_MAX_CONNECTIONS,
+                                                 pool_max_pending_requests=OVERFLOW_MAX_PENDING)),
+    "outlier": PodSetup(sidecar=SidecarSettings(
+        outlier_consecutive_5xx=OUTLIER_CONSECUTIVE_5XX, outlier_interval_s=OUTLIER_INTERVAL,
+        outlier_base_ejection_s=OUTLIER_BASE_EJECTION, outlier_max_ejection_percent=100)),
+    "no-route": PodSetup(sidecar=SidecarSettings(vs_prefixes=NO_ROUTE_PREFIXES)),
+    "mtls-strict": PodSetup(sidecar=SidecarSettings(mtls_mode="STRICT")),
+    "tls-to-plaintext": PodSetup(sidecar=SidecarSettings(upstream_tls_mode="ISTIO_MUTUAL")),
 }

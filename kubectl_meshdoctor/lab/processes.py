@@ -1,0 +1,117 @@
+"""The lab's processes: started detached with their output in the container log files the test API server
+serves, recorded in the state file, waited on for readiness, and stopped by the process group they lead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import psutil
+
+from kubectl_meshdoctor.lab.state import LabError, LabState, write_state
+
+_POLL = 0.05  # seconds between readiness checks
+_STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
+_START_TIME_SLACK = 1.0  # seconds; psutil's create_time is rounded to clock ticks
+
+
+def spawn(state: LabState, key: str, argv: list[str], env: Mapping[str, str] | None = None) -> LabState:
+    """Start argv detached (own session, output to state_dir/<key>.log, ``env`` added to this process's
+    environment), record it, rewrite the state file."""
+    with open(log_path(state, key), "ab") as log:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True,
+                                    env={**os.environ, **env} if env else None)
+        except OSError as exc:
+            raise LabError(f"cannot start {key}: {exc.strerror or exc}") from None
+    try:
+        started = psutil.Process(proc.pid).create_time()
+    except psutil.NoSuchProcess:
+        started = time.time()
+    state = replace(state, pids={**state.pids, key: proc.pid}, started={**state.started, key: started})
+    write_state(state)
+    return state
+
+
+# Pod processes log where the test API server's log endpoint reads a container's log
+# (apiserver/containers.py log_path: state_dir/<pod>/<container>.log): the apps are container `app`, Envoy
+# (its own log on stderr, its access log on /dev/stdout) is `istio-proxy`.
+_CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy"}
+
+
+def log_path(state: LabState, key: str) -> Path:
+    pod, _, role = key.partition("/")
+    if role in _CONTAINER_OF_ROLE:
+        return state.state_dir / pod / f"{_CONTAINER_OF_ROLE[role]}.log"
+    return state.state_dir / (key.replace("/", "-") + ".log")
+
+
+def wait_for(
+    state: LabState, what: str, timeout: float, ready: Callable[[], bool], *, watch: Sequence[str]
+) -> None:
+    """Poll `ready` until true; raise LabError when `timeout` seconds pass or a `watch`ed process has died."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        for key in watch:
+            if live_process(state.pids[key], state.started.get(key)) is None:
+                raise LabError(f"{key} exited during lab up: {_last_line(log_path(state, key))}")
+        if time.monotonic() > deadline:
+            raise LabError(f"{what} not ready after {timeout:g} s (logs in {state.state_dir})")
+        time.sleep(_POLL)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1].strip() if lines else "no output"
+
+
+def live_process(pid: int, started: float | None) -> psutil.Process | None:
+    """The process `pid` if it runs and (when `started` is known) is the one we started, else None."""
+    try:
+        proc = psutil.Process(pid)
+        if started is not None and abs(proc.create_time() - started) > _START_TIME_SLACK:
+            return None  # the pid was recycled: not ours
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            _reap(pid)
+            return None
+        return proc
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _reap(pid: int) -> None:
+    # Our own children (when `up` ran in this process, as in tests) linger as zombies until waited for.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop(pid: int, started: float | None) -> bool:
+    """SIGTERM the process group of a lab process, SIGKILL after _STOP_GRACE seconds. True when it is gone."""
+    if live_process(pid, started) is None:
+        return True
+    for sig, grace in ((signal.SIGTERM, _STOP_GRACE), (signal.SIGKILL, _STOP_GRACE)):
+        try:
+            # Lab processes lead their own session, so the group holds exactly what they spawned.
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if live_process(pid, started) is None:
+                return True
+            time.sleep(_POLL)
+    return live_process(pid, started) is None
