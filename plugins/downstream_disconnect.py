@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
@@ -121,6 +122,16 @@ class DownstreamDisconnect(Detector):
                      Evidence.of(ev, f"{what} from the caller {waited_ms} ms later, no response yet")))
         return (self._finding(FlowRef.of(flow), evidence, request.http.start_line.rsplit(" ", 1)[0], waited_ms, 0,
                               None, ev.ts, kind=kind, sent_after=sent_after),)
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        return counter_findings(
+            self.id, counters, (CounterSignal("http", "downstream_cx_destroy_remote_active_rq",
+                                              "caller connections closed with a request in flight"),),
+            what="Callers gave up before the response (0 DC)",
+            explanation=("Callers closed their connection while their request was in flight: their own timeout "
+                         "is shorter than the app takes, or they half-close after sending. Envoy logs 0 DC "
+                         "(downstream_remote_disconnect); the access log's durations tell which."),
+            envoy_flags=("DC",), details=DETAILS, severity=Severity.WARNING, pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if "DC" not in entry.flags and entry.details != DETAILS:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
@@ -121,6 +122,16 @@ class DownstreamProtocolError(Detector):
                                Evidence.of(ev, f"the sidecar's own answer: {ev.http.start_line!r}")),
                               request.http.start_line, status, _DETAILS[kind],
                               ("DPE",) if kind != "upgrade" else (), ev.ts),)
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        return counter_findings(
+            self.id, counters, (CounterSignal("http", "downstream_cx_protocol_error",
+                                              "caller connections the sidecar's codec refused"),),
+            what="Callers' requests refused by the sidecar's codec (DPE)",
+            explanation=("Callers sent requests the sidecar's HTTP codec refuses: HTTP/1.0 without "
+                         "ISTIO_META_HTTP10 (426), malformed requests or headers (400), refused upgrades (403). "
+                         "Envoy answers them itself with DPE; the access log's details say which."),
+            envoy_flags=("DPE",), fixes=FIXES["http10"] + FIXES["codec"], pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         kind = _kind(entry)

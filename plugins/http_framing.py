@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import HttpStart, PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, HttpStart, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
@@ -99,6 +100,18 @@ class HttpFraming(Detector):
     id = "http-framing"
     envoy_counters = ("upstream_cx_protocol_error",)
     envoy_loggers = ("client", "router", "http")
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        return counter_findings(
+            self.id, counters, (CounterSignal("cluster", "upstream_cx_protocol_error",
+                                              "upstream connections Envoy's codec closed on a protocol error"),),
+            what="HTTP framing errors: responses Envoy's codec rejects (502 UPE)",
+            explanation=("The upstream's responses broke HTTP/1 framing rules Envoy enforces (RFC 9112 section 6: "
+                         "Transfer-Encoding with Content-Length, chunked not last, conflicting lengths, invalid "
+                         "header bytes): Envoy closed each connection and answered 502 UPE. Which rule: the "
+                         "sidecar's client logger at debug names it, and lo shows the response."),
+            envoy_flags=("UPE",), details="upstream_reset_before_response_started{protocol_error}",
+            fixes=FIXES, remediation=render(FIXES, NOTE), pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         return self._from_logs(entry, None, evidence)

@@ -32,15 +32,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import parse_reset_details
+from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 RACE_WINDOW_S = 0.05  # a request this much before the FIN crossed it on the wire: the same race
@@ -121,6 +123,10 @@ def _relative_to_fin(req: PacketEvent, fin: PacketEvent) -> tuple[float, str]:
     for it: ``3.2 ms after`` or ``0.4 ms before (crossing)``."""
     gap_ms = (req.ts - fin.ts) * 1000
     return gap_ms, f"{gap_ms:.1f} ms after" if gap_ms >= 0 else f"{-gap_ms:.1f} ms before (crossing)"
+
+
+COUNTERS = (CounterSignal("cluster", "upstream_cx_destroy_remote_with_active_rq",
+                          "connections the upstream closed with a request on them"),)
 
 
 def _connection_termination(entry: AccessLogEntry) -> bool:
@@ -237,6 +243,19 @@ class StaleKeepalive(Detector):
                 f"wire.)"),
             details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)},
             fixes=fixes(keepalive_timeout(note["last_head"])))
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        # tcp_proxy clusters count every close of a live TCP connection here (a TCP "request" is the connection
+        # itself): only clusters that spoke HTTP to the upstream are the race.
+        http = {c for stat in ("upstream_cx_http1_total", "upstream_cx_http2_total", "upstream_cx_http3_total")
+                for c in scoped(counters.stats, "cluster", stat)}
+        return [f for f in counter_findings(
+            self.id, counters, COUNTERS, what="Stale keep-alive: pooled connections closed under requests (503 UC)",
+            explanation=("The upstream closed pooled connections while a request was on them: Envoy answers each "
+                         "503 UC (connection_termination). Most often Envoy reused a connection the app was "
+                         "closing for idleness (the app's keep-alive timeout is shorter than Envoy's pool's)."),
+            envoy_flags=("UC",), details=_DETAILS, fixes=fixes(None),
+            remediation=render(fixes(None), RETRY_NOTE), pod=self.ctx.pod) if f.flow.server in http]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if not _connection_termination(entry):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool, virtual_service_retries
@@ -53,6 +54,17 @@ class SynTimeout(Detector):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._pending = PendingSyns(ttl_s=180.0)  # covers the default tcp_syn_retries backoff (~127 s)
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        return counter_findings(
+            self.id, counters, (CounterSignal("cluster", "upstream_cx_connect_timeout",
+                                              "connects that got no answer within the connect timeout"),),
+            what="Upstream connects timed out: SYNs with no answer (503 UF)",
+            explanation=("Envoy's SYNs to the upstream went unanswered until its connect timeout (10 s in Istio by "
+                         "default) fired: something between drops them, or the upstream's accept queue is full. "
+                         "Envoy answers 503 UF (URX when retries are spent)."),
+            envoy_flags=("UF",), details="upstream_reset_before_response_started{connection_timeout}",
+            remediation=_REMEDIATION, pod=self.ctx.pod)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.is_syn:

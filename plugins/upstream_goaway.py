@@ -10,8 +10,12 @@ spent answers 503 with flag UR (with URX) and details
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.remedies import virtual_service_retries
@@ -39,6 +43,17 @@ FIXES = (Fix(
 class UpstreamGoaway(Detector):
     id = "upstream-goaway"
     envoy_counters = ("upstream_cx_close_notify", "upstream_rq_retry", "upstream_rq_retry_limit_exceeded")
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        return counter_findings(
+            self.id, counters, (CounterSignal("cluster", "http2.rx_reset",
+                                              "streams the HTTP/2 upstream reset or refused (RST_STREAM)"),),
+            what="HTTP/2 upstream resetting or refusing streams (503 UR)",
+            explanation=("The HTTP/2 upstream reset streams Envoy opened (RST_STREAM: REFUSED_STREAM at its "
+                         "concurrent stream limit, or streams cut by its GOAWAY when it shuts down or rotates "
+                         "connections). A refused stream was never processed and is safe to retry; Envoy's inbound "
+                         "route does not retry it, so the caller gets 503 UR."),
+            envoy_flags=("UR",), fixes=FIXES, pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         reset = parse_reset_details(entry.details)

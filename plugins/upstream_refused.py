@@ -22,17 +22,19 @@ connection error: 111``) on the upstream connection.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
-from kubectl_meshdoctor.core.events import ContextEvent, ListenersEvent, PacketEvent, PodEvent
+from kubectl_meshdoctor.core.events import ContextEvent, EnvoyCountersEvent, ListenersEvent, PacketEvent, PodEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
-from kubectl_meshdoctor.core.fixes import Fix
+from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import sidecar_ingress
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import parse_reset_details, transport_errno
+from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 ECONNREFUSED = 111
@@ -140,6 +142,28 @@ class UpstreamRefused(Detector):
     envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
     envoy_loggers = ("connection", "pool", "router")
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        # upstream_cx_connect_fail counts every failed connect: the timeouts (syn-timeout's) and the TLS
+        # handshakes (tls-mismatch's) are counted apart too; what is left was refused or unreachable.
+        other = [scoped(counters.stats, "cluster", s) for s in ("upstream_cx_connect_timeout", "ssl.connection_error")]
+        found = counter_findings(
+            self.id, counters, (CounterSignal("cluster", "upstream_cx_connect_fail", "failed connects"),),
+            what="Upstream connects refused or unreachable (503 UF)",
+            explanation=("Envoy could not connect to the upstream: refused (nothing listens: the app is down, "
+                         "restarting, bound to 127.0.0.1, or listens on another port), unreachable, or with no "
+                         "local port left (EADDRNOTAVAIL). Envoy answers 503 UF (URX when retries are spent). The "
+                         "access log's details or the connection logger at debug name the errno."),
+            envoy_flags=("UF",), pod=self.ctx.pod)
+        out = []
+        for f in found:
+            if f.counters[f"cluster.{f.flow.server}.upstream_cx_connect_fail"] <= sum(o.get(f.flow.server, 0)
+                                                                                    for o in other):
+                continue
+            port = f.flow.server.split("|")[1] if f.flow.server.count("|") >= 3 else ""
+            fx = fixes(int(port), "unknown") if port.isdigit() and f.flow.server.startswith("inbound|") else ()
+            out.append(replace(f, fixes=fx, remediation=render(fx)) if fx else f)
+        return out
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         return self._from_logs(entry, None, evidence) if refused_errno(entry) else None

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
@@ -52,6 +53,10 @@ def fixes(waited_ms: int, per_try: bool) -> tuple[Fix, ...]:
         settings=() if per_try else ((ROUTE_TIMEOUT_FIELD, longer),)),)
 
 
+COUNTERS = (CounterSignal("cluster", "upstream_rq_timeout", "requests the route timeout cut off"),
+            CounterSignal("cluster", "upstream_rq_per_try_timeout", "attempts the per-try timeout cut off"))
+
+
 class UpstreamTimeout(Detector):
     id = "upstream-timeout"
     envoy_counters = ("upstream_rq_timeout", "upstream_rq_per_try_timeout")
@@ -71,6 +76,19 @@ class UpstreamTimeout(Detector):
                                                                   f"later (no {SERVICE_TIME})")),
                               request.http.start_line.rsplit(" ", 1)[0], waited_ms, "response_timeout", 504,
                               ev.ts),)
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        return counter_findings(
+            self.id, counters, COUNTERS, what="Upstream timeouts: no response within the route's timeout (504 UT)",
+            explanation=("The upstream did not send its response headers before the route's (or per-try) timeout: "
+                         "Envoy reset the request and answered 504 UT. How long the app took is in the access "
+                         "log's duration, or on lo; the fix gives the route more time than the app's slowest "
+                         "legitimate answer."),
+            envoy_flags=("UT",), details="response_timeout",
+            remediation="# Raise the VirtualService's timeout above the app's slowest legitimate answer:\n"
+                        + virtual_service_timeout("<twice the slowest answer>", None,
+                                                  comment="read the app's latency first"),
+            pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if "UT" not in entry.flags and entry.details not in TIMEOUT_DETAILS:

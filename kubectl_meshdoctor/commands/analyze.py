@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
-from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
+from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -22,7 +22,7 @@ from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources import files
-from kubectl_meshdoctor.sources.envoy_files import clusters_summary, counters_moved, read_access_log, read_clusters
+from kubectl_meshdoctor.sources.envoy_files import clusters_summary, read_access_log, read_clusters, read_counters
 from kubectl_meshdoctor.sources.files import CaptureArg, InputError, complete_frames, read_capture
 from kubectl_meshdoctor.sources.interleave import read_interleaved
 from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, SeenOnce, merge_by_time
@@ -185,14 +185,16 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
     stats = [a.path for a in args if kinds[a.path] == files.STATS]
     if stats:
         try:
-            moved = counters_moved(stats)
+            counters = read_counters(stats, time.time())
         except _DUMP_ERRORS as e:
             problems.append(Problem(", ".join(stats), f"not read: {str(e).splitlines()[0]}"))
         else:
             read += len(stats)
-            envoy["counters_moved"] = moved
+            envoy["counters_moved"] = {k: dict(v) for k, v in counters.moved.items()}
             envoy["counters_since"] = "first dump" if len(stats) > 1 else "Envoy's start"
-            pipeline.context(EnvoyCountersEvent(time.time(), moved))
+            if counters.uptime_s is not None:
+                envoy["uptime_s"] = counters.uptime_s
+            pipeline.context(counters)
     clusters: dict = {}
     for a in args:
         if kinds[a.path] == files.CLUSTERS:

@@ -16,7 +16,7 @@ from typing import ClassVar
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.story import StreamStory
 
-from .events import ContextEvent, PacketEvent, RedirectMap
+from .events import ContextEvent, EnvoyCountersEvent, PacketEvent, RedirectMap
 from .findings import Evidence, Finding
 from .flows import Flow, FlowTable
 
@@ -75,6 +75,12 @@ class Detector:
         after the line, in core/correlate.py), or None when the line is not its class. ``evidence`` names the
         line. Lets a class Envoy logs clearly be found from the log alone."""
         return None
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        """This detector's findings of what Envoy's counters alone show (a `/stats` dump, or what moved during a
+        watch): called once at the end of the run, only when no packet or log line gave a finding of this
+        detector (those are backed by the counters instead). core/counters.py builds such findings."""
+        return ()
 
     def from_envoy_log(self, story: StreamStory, evidence: Evidence,
                        entry: AccessLogEntry | None) -> Finding | None:

@@ -8,7 +8,7 @@ Detectors consume nothing else, so they never depend on pyshark, tshark or the K
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntFlag
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -184,11 +184,19 @@ class EnvoyLogEvent:
 
 @dataclass(frozen=True, slots=True)
 class EnvoyCountersEvent:
-    """The sidecar's cluster stats that moved during the run: cluster -> stat (after ``cluster.<name>.``) ->
-    delta. A finding is backed by those its detector declares (Detector.envoy_counters)."""
+    """The sidecar's stats that moved: ``moved`` its cluster stats (cluster -> stat after ``cluster.<name>.`` ->
+    delta), which back the findings of the detectors that declare them (Detector.envoy_counters); ``stats``
+    every integer stat that moved, by its full name (cluster, HCM ``http.``, ``listener.`` and the rest), which
+    detectors read on their own (Detector.from_counters). ``since`` says from when: "the run" (watch: before
+    and after), "the first dump" (two dumps), "Envoy's start" (one dump: totals, ``uptime_s`` seconds after
+    Envoy started, from its ``server.uptime``). ``source``: where they were read (the dump files, the pod)."""
 
     ts: float
     moved: Mapping[str, Mapping[str, int]]
+    stats: Mapping[str, int] = field(default_factory=dict)
+    since: str = "the run"
+    uptime_s: float | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

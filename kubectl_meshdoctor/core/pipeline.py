@@ -79,6 +79,7 @@ class Pipeline:
                         or type(d).from_envoy_log is not Detector.from_envoy_log]
         self._kernel_moved: dict[str, int] = {}
         self._stories: dict[str, StoryBuilder] = {}  # per Envoy (the source its debug log was read from)
+        self._counters: EnvoyCountersEvent | None = None
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -144,6 +145,7 @@ class Pipeline:
                     self.correlator.add_story(story)
             case EnvoyCountersEvent():
                 self._envoy_moved = {k: dict(v) for k, v in ev.moved.items()}
+                self._counters = ev
             case KernelCountersEvent():
                 self._kernel_moved = dict(ev.moved)
         for det in self.detectors:
@@ -172,6 +174,13 @@ class Pipeline:
                 self.correlator.add_story(story)
         self.findings = [self._redacted(self.correlator.attach(f)) for f in self.findings]
         self._emit(self.correlator.unexplained(None, self.findings, self._claims))
+        if self._counters is not None:
+            # The counters name a class on their own only where nothing else of the run did; elsewhere they
+            # back the findings that did (attach_counters below).
+            named = {f.detector for f in self.findings}
+            for det in self.detectors:
+                if det.id not in named:
+                    self._emit(det.from_counters(self._counters))
         by_id = {d.id: d for d in self.detectors}
 
         def backed(f: Finding) -> bool:

@@ -110,6 +110,33 @@ def split_listener_stat(name: str) -> tuple[str, str] | None:
     return _split(name, "http.", _LISTENER_STAT)
 
 
+_LISTENER_OWN_STAT = re.compile(r"[a-z0-9_]+|ssl\.[a-z0-9_.]+|(server_ssl_socket_factory|tls_inspector|"
+                                r"original_dst|http_inspector)\.[a-z0-9_]+")
+
+
+def split_listener_address_stat(name: str) -> tuple[str, str] | None:
+    """`listener.0.0.0.0_15006.no_filter_chain_match` -> ("0.0.0.0_15006", "no_filter_chain_match"); None for
+    stats that are not a listener's own (`listener_manager.*`, `listener.admin.*` are kept as they come)."""
+    return _split(name, "listener.", _LISTENER_OWN_STAT)
+
+
+def scoped(stats: Mapping[str, StatValue], scope: str, stat: str) -> dict[str, int]:
+    """Who counted ``stat`` and how much: ``scope`` "cluster" (-> cluster name), "http" (-> the HCM's stat
+    prefix, e.g. ``inbound_0.0.0.0_5000``) or "listener" (-> the listener's address, ``0.0.0.0_15006``). Only
+    non-zero integer values; raises ValueError for another scope."""
+    split = {"cluster": split_cluster_stat, "http": split_listener_stat,
+             "listener": split_listener_address_stat}.get(scope)
+    if split is None:
+        raise ValueError(f"no stat scope {scope!r}: cluster, http or listener")
+    out: dict[str, int] = {}
+    for name, value in stats.items():
+        if isinstance(value, int) and value and name.endswith(stat):
+            parts = split(name)
+            if parts is not None and parts[1] == stat:
+                out[parts[0]] = out.get(parts[0], 0) + value
+    return out
+
+
 def by_cluster(stats: Mapping[str, StatValue]) -> dict[str, dict[str, StatValue]]:
     """Every per-cluster stat grouped as {cluster name: {stat: value}}."""
     grouped: dict[str, dict[str, StatValue]] = {}

@@ -92,9 +92,11 @@ def _headline(report: Report) -> str:
     st = report.stats
     envoy = report.envoy or {}
     lines, own = envoy.get("access_log_lines"), envoy.get("envoy_log_entries")
-    if not st.by_iface and (lines or own):  # logs (or dumps) alone: no packet was there to analyse
-        read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else ""]
-        return f"kubectl-meshdoctor {__version__}: no capture; {' and '.join(x for x in read if x)} read"
+    dumps = "counters_since" in envoy
+    if not st.by_iface and (lines or own or dumps):  # logs or dumps alone: no packet was there to analyse
+        read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else "",
+                f"/stats counters (since {envoy['counters_since']})" if dumps else ""]
+        return f"kubectl-meshdoctor {__version__}: no capture; {', '.join(x for x in read if x)} read"
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
     return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")

@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyLogEvent
+from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyCountersEvent, EnvoyLogEvent
 from kubectl_meshdoctor.envoy.access_log import looks_like_access_log, parse_line
 from kubectl_meshdoctor.envoy.clusters import Cluster, parse_clusters
 from kubectl_meshdoctor.envoy.component_facts import fact_of
@@ -144,22 +144,32 @@ def _lines(fh, n: int) -> list[str]:
     return out
 
 
-def counters_moved(stats_paths: list[str]) -> dict[str, dict[str, int]]:
-    """The cluster counters of `/stats` dumps, as `watch` reports them (cluster -> stat -> delta): between the
-    first dump and the last when there are several (in the order given), else every non-zero counter of the
-    one dump that explains failures (envoy.stats.CLUSTER_FAILURE_STATS: what moved since Envoy started).
-    Raises envoy.clusters.FormatError for a body that is not /stats, OSError for an unreadable file."""
+def read_counters(stats_paths: list[str], ts: float) -> EnvoyCountersEvent:
+    """The counters of `/stats` dumps as `watch` hands them on: between the first dump and the last when there
+    are several (in the order given), else every counter of the one dump, which counts since Envoy started
+    (``uptime_s`` from its ``server.uptime``); ``moved`` keeps, per cluster, those that explain failures
+    (envoy.stats.CLUSTER_FAILURE_STATS). Raises envoy.clusters.FormatError for a body that is not /stats,
+    OSError for an unreadable file."""
     dumps = []
     for path in stats_paths:
         with open_text(path) as fh:
             dumps.append(parse_stats(fh.read()))
-    if not dumps:
-        return {}
+    source = ", ".join(stats_paths)
     if len(dumps) > 1:
-        return {cluster: {k: v for k, v in stats.items() if isinstance(v, int)}
-                for cluster, stats in by_cluster(delta(dumps[0], dumps[-1])).items()}
+        flat = delta(dumps[0], dumps[-1])
+        moved = {cluster: {k: v for k, v in stats.items() if isinstance(v, int)}
+                 for cluster, stats in by_cluster(flat).items()}
+        return EnvoyCountersEvent(ts, moved, flat, "the first dump", _uptime(dumps[-1]), source)
+    one = dumps[0] if dumps else {}
+    flat = {k: v for k, v in one.items() if isinstance(v, int) and v}
     # One dump holds totals since Envoy started, gauges among them: only the counters that explain failures.
-    return {cluster: {k: v for k, v in stats.items() if v} for cluster, stats in cluster_failures(dumps[0]).items()}
+    moved = {cluster: {k: v for k, v in stats.items() if v} for cluster, stats in cluster_failures(one).items()}
+    return EnvoyCountersEvent(ts, moved, flat, "Envoy's start", _uptime(one), source)
+
+
+def _uptime(stats: dict) -> float | None:
+    value = stats.get("server.uptime")
+    return float(value) if isinstance(value, int) else None
 
 
 def read_clusters(path: str) -> dict[str, Cluster]:

@@ -1,0 +1,60 @@
+"""A /stats dump alone is evidence: one dump gives counts since Envoy started, two what moved between them.
+Either names the classes its counters show and exits 1 when one is a failure; a healthy proxy's dump exits 0.
+The dumps are real Envoy 1.40's, taken around one round of each lab scenario (tests/data/envoy-1.40/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parent / "data" / "envoy-1.40"
+
+# scenario -> the (detector, severity) its counters show. A capture-only class (the collision, a SYN answered
+# late) or one the pod's sidecar never sees fail (the caller's stale connection) moves no failure counter.
+SHOWN = {
+    "stale-keepalive": {("stale-keepalive", "error")},
+    "refused": {("upstream-refused", "error")},
+    "refused-localhost": {("upstream-refused", "error")},
+    # EADDRNOTAVAIL is a failed connect like any other to the counters: refused or unreachable, they say
+    "port-exhaustion": {("upstream-refused", "error")},
+    "framing": {("http-framing", "error")},
+    "slow-app": {("upstream-timeout", "error"), ("downstream-disconnect", "warning")},
+    "goaway": {("upstream-goaway", "error")},
+    "http10": {("downstream-protocol-error", "error")},
+    "overflow": {("circuit-breaker-overflow", "error")},
+    "outlier": {("no-healthy-upstream", "error")},
+    "no-route": {("no-route", "warning")},
+    "mtls-strict": {("tls-mismatch", "error")},
+    "tls-to-plaintext": {("tls-mismatch", "error")},
+    "healthy-http": set(), "collision": set(), "syn-drop": set(), "downstream-idle": set(),
+}
+
+
+def analyze(*paths: Path) -> tuple[int, dict]:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, paths), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def shown(report: dict) -> set[tuple[str, str]]:
+    return {(f["detector"], f["severity"]) for f in report["findings"] if f["severity"] != "info"}
+
+
+@pytest.mark.parametrize("dumps", ["one", "two"])
+@pytest.mark.parametrize("scenario", sorted(SHOWN))
+def test_a_stats_dump_names_the_classes_its_counters_show(scenario, dumps):
+    after = DATA / scenario / "stats-after.txt"
+    paths = (after,) if dumps == "one" else (DATA / scenario / "stats-before.txt", after)
+    code, report = analyze(*paths)
+    assert shown(report) == SHOWN[scenario], json.dumps(report["findings"], indent=1)[:2000]
+    assert code == (1 if any(sev == "error" for _, sev in SHOWN[scenario]) else 0)
+    assert report["envoy"]["counters_since"] == ("Envoy's start" if dumps == "one" else "first dump")
+    for f in report["findings"]:
+        assert f["stands_on"] == ["counters"] and f["counters"]
+        assert all(e["kind"] == "counter" for e in f["evidence"])
+        assert ("since Envoy's start" if dumps == "one" else "between the first dump and the last") in f["title"]
