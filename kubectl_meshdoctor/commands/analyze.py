@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import ClustersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -205,6 +205,10 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
                 problems.append(Problem(a.path, f"not read: {str(e).splitlines()[0]}"))
     if clusters:
         envoy["clusters"] = clusters
+        pipeline.context(ClustersEvent(time.time(), {name: c["hosts"] for name, c in clusters.items()},
+                                       {name: {h: tuple(flags) for h, flags in c["unhealthy"].items()}
+                                        for name, c in clusters.items()},
+                                       ", ".join(a.path for a in args if kinds[a.path] == files.CLUSTERS)))
     return envoy, read
 
 

@@ -20,11 +20,15 @@ from kubectl_meshdoctor.lab.scenarios.table import (
 )
 from kubectl_meshdoctor.lint.sidecar import inject_fix
 from kubectl_meshdoctor_plugins import (
+    circuit_breaker_overflow,
     downstream_disconnect,
     downstream_protocol_error,
     http_framing,
+    no_healthy_upstream,
+    no_route,
     source_port_exhaustion,
     stale_keepalive,
+    tls_mismatch,
     tuple_collision,
     upstream_goaway,
     upstream_refused,
@@ -50,6 +54,12 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "goaway": lambda: upstream_goaway.FIXES,
     # three failures in one round, each with its own fixes
     "http10": lambda: tuple(f for fixes in downstream_protocol_error.FIXES.values() for f in fixes),
+    "overflow": lambda: circuit_breaker_overflow.FIXES,
+    "outlier": lambda: no_healthy_upstream.FIXES,
+    "no-route": lambda: no_route.FIXES,
+    # the plaintext caller dials the app port, STRICT on the pod; the sidecar originates mTLS to a plain app
+    "mtls-strict": lambda: (tls_mismatch.permissive_fix(HTTP_PORT),),
+    "tls-to-plaintext": lambda: (tls_mismatch.TLS_DISABLE,),
     # lint's no-sidecar: the pod opts out of injection (tests/lab/test_lint_lab.py proves its fix)
     "no-sidecar": lambda: (inject_fix("<namespace>", opted_out=True),),
 }

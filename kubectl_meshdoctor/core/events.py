@@ -200,6 +200,19 @@ class EnvoyCountersEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ClustersEvent:
+    """The sidecar's clusters as its admin `/clusters` shows them: ``hosts`` cluster -> how many endpoints,
+    ``unhealthy`` cluster -> endpoint (``ip:port``) -> the health flags that keep Envoy from routing to it
+    (``failed_outlier_check``: ejected by outlier detection; ``failed_active_hc``: a failed health check).
+    ``source``: where it was read."""
+
+    ts: float
+    hosts: Mapping[str, int]
+    unhealthy: Mapping[str, Mapping[str, tuple[str, ...]]]
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class KernelCountersEvent:
     """The pod network namespace's kernel counters that moved during the run: nstat name -> delta. A finding is
     backed by those its detector declares (Detector.kernel_counters)."""
@@ -228,5 +241,5 @@ class PodEvent:
 
 
 # Something known about the pod that is not a packet. One dataclass per kind, so a consumer matches on the type.
-ContextEvent = (RedirectMapEvent | AccessLogEvent | EnvoyLogEvent | EnvoyCountersEvent | KernelCountersEvent
-                | ListenersEvent | PodEvent)
+ContextEvent = (RedirectMapEvent | AccessLogEvent | EnvoyLogEvent | EnvoyCountersEvent | ClustersEvent
+                | KernelCountersEvent | ListenersEvent | PodEvent)

@@ -13,6 +13,7 @@ from .correlate import Claim, Correlator, attach_counters, attach_kernel_counter
 from .detector import Detector, DetectorContext
 from .events import (
     AccessLogEvent,
+    ClustersEvent,
     ContextEvent,
     EnvoyCountersEvent,
     EnvoyLogEvent,
@@ -146,6 +147,10 @@ class Pipeline:
             case EnvoyCountersEvent():
                 self._envoy_moved = {k: dict(v) for k, v in ev.moved.items()}
                 self._counters = ev
+            case ClustersEvent():
+                # Admin dumps alone are evidence too: a /clusters dump without /stats still gets its say.
+                self._counters = self._counters or EnvoyCountersEvent(ev.ts, {}, since="Envoy's start",
+                                                                      source=ev.source)
             case KernelCountersEvent():
                 self._kernel_moved = dict(ev.moved)
         for det in self.detectors:
@@ -175,8 +180,8 @@ class Pipeline:
         self.findings = [self._redacted(self.correlator.attach(f)) for f in self.findings]
         self._emit(self.correlator.unexplained(None, self.findings, self._claims))
         if self._counters is not None:
-            # The counters name a class on their own only where nothing else of the run did; elsewhere they
-            # back the findings that did (attach_counters below).
+            # The admin dumps (/stats, /clusters) name a class on their own only where nothing else of the run
+            # did; elsewhere they back the findings that did (attach_counters below).
             named = {f.detector for f in self.findings}
             for det in self.detectors:
                 if det.id not in named:

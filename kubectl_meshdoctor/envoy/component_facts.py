@@ -35,6 +35,7 @@ TIMEOUT = "timeout"  # upstream (route) timeout, per-try timeout, idle timeouts,
 GOAWAY = "goaway"  # an HTTP/2 GOAWAY received (remote) or sent (local)
 OVERFLOW = "overflow"  # a circuit breaker refused a request or a connection
 NO_HEALTHY = "no-healthy-host"  # the cluster had no healthy host for the request
+EJECTED = "outlier-ejected"  # host ADDRESS in cluster DETAIL was ejected by the outlier detector
 NO_ROUTE = "no-route"  # no route (or no cluster) matched the request
 ROUTE = "route"  # [C][S] cluster 'X' match for URL 'Y'
 FILTER_CHAIN_NOT_FOUND = "filter-chain-not-found"  # a connection matched no filter chain: closed at once
@@ -116,6 +117,10 @@ def _stream_reset(m: re.Match, line: ComponentLine) -> Fact:
                 transport="" if details in ("", "-") else details)
 
 
+def _ejected(m: re.Match, line: ComponentLine) -> Fact:
+    return Fact(EJECTED, line.ts, line.connection, line.stream, detail=m.group(2), address=m.group(1))
+
+
 def _attach(m: re.Match, line: ComponentLine) -> Fact:
     return Fact(ATTACH, line.ts, int(m.group(1)), line.stream, detail=m.group(0), peer=int(m.group(2)))
 
@@ -159,13 +164,15 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match, ComponentLine], Fact | 
          r"max connection duration reached|Stream max duration time reached)\b.*", _simple(TIMEOUT, 1)),
         (r"^(?:remote goaway|sent goaway code=\d+).*", _simple(GOAWAY)),
         (r"^max (?:pending )?(?:streams|requests) overflow", _simple(OVERFLOW)),
-        (r"^no healthy host for (?:HTTP|TCP) connection pool|^no healthy upstream", _simple(NO_HEALTHY)),
+        (r"^no healthy host(?: for (?:HTTP|TCP) connection pool)?$|^no healthy upstream", _simple(NO_HEALTHY)),
+        (rf"^host {_ADDRESS} in cluster (\S+) was ejected by the outlier detector", _ejected),
         (r"^(?:no cluster match for URL|no route match for URL|unknown cluster) ?'?([^']*)'?", _simple(NO_ROUTE, 0)),
         (r"^cluster '([^']*)' match for URL", _simple(ROUTE, 1)),
         (rf"^closing connection(?: from {_ADDRESS})?: no matching filter chain found",
          _with_address(FILTER_CHAIN_NOT_FOUND)),
-        (r".*(?:TLS error: |TLS_error:|handshake error: |Secret is not supplied by SDS).*", _simple(TLS_ERROR)),
-        (r"^Sending local reply with details (.*)$", _simple(LOCAL_REPLY, 1)),
+        (r"^(?:Sending|Preparing) local reply with details (.*)$", _simple(LOCAL_REPLY, 1)),
+        (r"^tls inspector: parseClientHello failed.*", _simple(TLS_ERROR)),
+        (r".*(?:TLS error: |TLS_error[:|]|handshake error: |Secret is not supplied by SDS).*", _simple(TLS_ERROR)),
         (r"^(?:request headers complete|router decoding headers)", _request),
         (r"^encoding headers via codec", _response),
         (r"^Codec completed encoding stream", _simple(STREAM_DONE)),

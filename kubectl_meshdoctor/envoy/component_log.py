@@ -49,7 +49,14 @@ _EPOCH = re.compile(r"\[Envoy \(Epoch \d+\)\] ")
 _HCLOG = re.compile(rf"({_TIME})(?:\+\d\d:\d\d)? \[([a-z]+)\] +envoy\.([a-z][a-z0-9_]*)\((\d+)\) (.*)$", re.S)
 _TAGS = re.compile(r"\[Tags: ((?:\"[^\"]*\":\"[^\"]*\",?)*)\]\s?")
 _TAG = re.compile(r"\"([^\"]*)\":\"([^\"]*)\"")
-_ATTACHED = re.compile(r"^Attached upstream connection \[C\d+\] to downstream connection \[C\d+\]$")
+# Messages Envoy logs with no connection id that are still unmistakably its own when quoted alone, with no
+# timestamp or level (docs/envoy-component-log.md gives their sources).
+_BARE_MESSAGES = re.compile(
+    r"^(?:Attached upstream connection \[C\d+\] to downstream connection \[C\d+\]"
+    r"|closing connection(?: from \S+)?: no matching filter chain found"
+    r"|host \S+ in cluster \S+ was ejected by the outlier detector"
+    r"|max pending (?:streams|requests) overflow|no healthy host(?: for (?:HTTP|TCP) connection pool)?"
+    r"|tls inspector: parseClientHello failed: .*)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +222,7 @@ def parse_component_line(line: str) -> ComponentLine | None:
             return _bracketed(text)
         except (ValueError, OverflowError):
             return None
-    if _ATTACHED.match(text):
-        # The one message that names its connections inside its text: quoted alone, it is still Envoy's.
+    if _BARE_MESSAGES.match(text):
         return ComponentLine(None, None, None, None, None, None, None, text, BARE, text)
     return None
 

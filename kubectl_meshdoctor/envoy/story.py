@@ -38,8 +38,14 @@ STALE_S = 60.0  # a stream with no fact for this long is told as it stands
 EVIDENCE_KINDS = frozenset({
     k.POOL_NEW, k.POOL_REUSE, k.CONNECTING, k.CONNECT_ERROR, k.CONNECT_TIMEOUT, k.REMOTE_CLOSE, k.PENDING_RESET,
     k.UPSTREAM_RESET, k.CODEC_ERROR, k.TIMEOUT, k.GOAWAY, k.OVERFLOW, k.NO_HEALTHY, k.NO_ROUTE,
-    k.FILTER_CHAIN_NOT_FOUND, k.TLS_ERROR, k.LOCAL_REPLY, k.RESPONSE, k.ATTACH, k.NEW_DOWNSTREAM,
+    k.FILTER_CHAIN_NOT_FOUND, k.TLS_ERROR, k.LOCAL_REPLY, k.RESPONSE, k.ATTACH, k.NEW_DOWNSTREAM, k.EJECTED,
 })
+# Lines that name no connection (the pool's overflow, the cluster manager's ejections and "no healthy host", the
+# TLS inspector's verdict on a ClientHello) belong to the story they explain: kept this long (seconds) for it.
+LOOSE_S = 2.0
+_LOOSE_FOR = {  # a story's mark -> the loose facts that explain it
+    "overflow": (k.OVERFLOW,), "no_healthy": (k.NO_HEALTHY, k.EJECTED), "filter_chain": (k.TLS_ERROR,),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +116,10 @@ class StreamStory:
 
     @property
     def failed(self) -> bool:
-        return bool(self.flags) or (self.status or 0) >= 500 or self.filter_chain_not_found or bool(self.tls_error)
+        """Whether Envoy failed the request (a response flag, or a reply of its own): an upstream's own 5xx,
+        passed on as it came, is the app's answer, not Envoy's failure (its access log says via_upstream)."""
+        return (bool(self.flags) or self.filter_chain_not_found or bool(self.tls_error)
+                or bool(self.details and self.details != "via_upstream"))
 
     def entry(self) -> AccessLogEntry:
         """The access-log line Envoy would have written for this request, from what the log tells (fields it does
@@ -160,6 +169,7 @@ class StoryBuilder:
         self._conns: OrderedDict[int, _Conn] = OrderedDict()
         self._streams: OrderedDict[tuple[int, int], _Stream] = OrderedDict()
         self._failed_connects: list[tuple[int, float | None]] = []  # upstream connections whose connect failed
+        self._loose: list[tuple[Fact, LogRef]] = []  # recent facts with no connection id (LOOSE_S)
         self._told: OrderedDict[tuple[int, int], None] = OrderedDict()  # streams already told: later lines of
         # theirs (a reset after the local reply) must not start a story of their own
 
@@ -193,11 +203,16 @@ class StoryBuilder:
             return self._on_stream(self._stream(cid, sid, fact.ts), fact, ref)
         if fact.kind == k.FILTER_CHAIN_NOT_FOUND:  # no connection id: the listener closed it before any
             conn = self._conns.get(cid) if cid is not None else None
+            tls = next((f for f, _ in reversed(self._loose_for("filter_chain", fact.ts))), None)
             return [StreamStory(self.source, cid, None, fact.ts, fact.ts, details="filter_chain_not_found",
-                                filter_chain_not_found=True,
+                                filter_chain_not_found=True, tls_error=tls.detail if tls else None,
                                 downstream_remote=fact.address or (conn.address if conn else None),
-                                refs=tuple((conn.refs if conn else [])[-4:]) + (ref,))]
+                                refs=tuple(r for _, r in self._loose_for("filter_chain", fact.ts))
+                                + tuple((conn.refs if conn else [])[-4:]) + (ref,))]
         if cid is None:
+            if fact.kind in (k.OVERFLOW, k.NO_HEALTHY, k.EJECTED, k.TLS_ERROR):
+                self._loose = [(f, r) for f, r in self._loose[-31:]
+                               if fact.ts is None or f.ts is None or fact.ts - f.ts <= LOOSE_S] + [(fact, ref)]
             return []
         conn = self._conn(cid)
         if fact.kind in EVIDENCE_KINDS and len(conn.refs) < MAX_REFS:
@@ -311,6 +326,12 @@ class StoryBuilder:
                 return [self._tell(st)]
         return []
 
+    def _loose_for(self, mark: str, ts: float | None) -> list[tuple[Fact, LogRef]]:
+        """The recent loose facts that explain a story marked ``mark`` ending at ``ts``."""
+        kinds = _LOOSE_FOR[mark]
+        return [(f, r) for f, r in self._loose if f.kind in kinds
+                and (ts is None or f.ts is None or -0.1 <= ts - f.ts <= LOOSE_S)]
+
     def _link_failed_connect(self, st: _Stream, fact: Fact) -> None:
         """A connect that failed before any attach: the newest failed upstream connection is this stream's."""
         if not self._failed_connects:
@@ -337,6 +358,14 @@ class StoryBuilder:
             up.last_done = st.last
             up.stream = None
         closed = f.get("remote_close") if f.get("remote_close") is not None else f.get("closed_at")
+        details = f.get("details") or ""
+        marks = [m for m, there in (("overflow", f.get("reset") == "overflow" or "{overflow}" in details),
+                                    ("no_healthy", details == "no_healthy_upstream")) if there]
+        for mark in marks:
+            for fact, ref in self._loose_for(mark, st.last):
+                f["overflow" if mark == "overflow" else "no_healthy"] = True
+                if ref not in st.refs:
+                    st.refs.append(ref)
         down = self._conns.get(st.connection)
         refs = sorted(st.refs, key=lambda r: (r.ts or 0.0, r.line))
         return StreamStory(

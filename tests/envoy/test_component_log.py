@@ -101,7 +101,7 @@ def test_every_shape_reads_back_to_the_same_entries(log, shape, tags):
     lines = log.read_text().splitlines()
     want = entries(lines)
     if shape == "bare":  # pasted alone, only the messages that name their connection are Envoy's to tell
-        want = [e for e in want if e.connection is not None or e.message.startswith("Attached upstream")]
+        want = [e for e in want if e.connection is not None or parse_component_line(e.message) is not None]
     got = entries(render_log(lines, shape, tags))
     assert len(got) == len(want)
     for a, b in zip(want, got):

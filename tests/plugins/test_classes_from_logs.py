@@ -1,6 +1,6 @@
 """Each class Envoy logs is named from its debug log alone and from its access log alone, in every shape the
-debug log is printed in. The lines are real Envoy 1.40's, recorded in the lab (tests/envoy/data/component_log/):
-the same requests, so both logs must name the same class (docs/envoy-component-log.md)."""
+debug log is printed in. The lines are real Envoy 1.40's, one round of each lab scenario
+(tests/data/envoy-1.40/: the same requests in both logs, so both must name the same class)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,30 @@ from pathlib import Path
 
 import pytest
 
+from kubectl_meshdoctor.envoy.access_log import parse_line
+
 from ..envoy.component_shapes import SHAPES, render_log
 
-DATA = Path(__file__).resolve().parent.parent / "envoy" / "data" / "component_log"
+DATA = Path(__file__).resolve().parent.parent / "data" / "envoy-1.40"
 
-# recording -> the (detector, severity) pairs its failing requests are; what Envoy's logs must be read as.
+# scenario -> the (detector, severity) pairs its failing requests are; what Envoy's logs must be read as.
 CLASSES = {
     "stale-keepalive": {("stale-keepalive", "error")},
     "refused": {("upstream-refused", "error")},
+    "refused-localhost": {("upstream-refused", "error")},
     "framing": {("http-framing", "error")},
     "slow-app": {("upstream-timeout", "error"), ("downstream-disconnect", "warning")},
     "goaway": {("upstream-goaway", "error")},
     "port-exhaustion": {("source-port-exhaustion", "error")},
     "http10": {("downstream-protocol-error", "error")},
-    "downstream-idle": set(),  # the caller's retry hits this pod's RST; its sidecar logs nothing that failed
+    "overflow": {("circuit-breaker-overflow", "error")},
+    "outlier": {("no-healthy-upstream", "error")},
+    "no-route": {("no-route", "warning")},
+    "mtls-strict": {("tls-mismatch", "error")},
+    "tls-to-plaintext": {("tls-mismatch", "error")},
+    # Classes only the wire shows: Envoy logs nothing that failed (the caller's stale connection meets this
+    # pod's RST, the challenge ACK and the SYN drops are the kernel's), and healthy traffic.
+    "downstream-idle": set(), "collision": set(), "syn-drop": set(), "healthy-http": set(),
 }
 
 
@@ -44,7 +54,7 @@ def named(report: dict) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("shape", ["as-recorded", *SHAPES])
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_the_debug_log_alone_names_the_class(name, shape, tmp_path):
-    lines = [ln for ln in (DATA / f"{name}.log").read_text().splitlines() if not ln.startswith("[20")]
+    lines = [ln for ln in (DATA / name / "istio-proxy.log").read_text().splitlines() if not ln.startswith("[20")]
     if shape != "as-recorded":
         lines = render_log(lines, shape)
     code, report = analyze(lines, tmp_path)
@@ -57,9 +67,24 @@ def test_the_debug_log_alone_names_the_class(name, shape, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_the_access_log_alone_names_the_class(name, tmp_path):
-    lines = [ln for ln in (DATA / f"{name}.log").read_text().splitlines() if ln.startswith("[20")]
-    _, report = analyze(lines, tmp_path)
-    # every failing request of the excerpt's access log is named (the excerpt may hold fewer kinds than its
-    # debug log: a request cut at its edge)
-    assert named(report) and named(report) <= CLASSES[name] or not CLASSES[name] and not named(report)
+    lines = [ln for ln in (DATA / name / "istio-proxy.log").read_text().splitlines() if ln.startswith("[20")]
+    code, report = analyze(lines, tmp_path)
+    assert named(report) == CLASSES[name], json.dumps(report["findings"], indent=1)[:2000]
+    assert code == (1 if any(sev == "error" for _, sev in CLASSES[name]) else 0)
     assert all(f["stands_on"] == ["access-log"] for f in report["findings"])
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_both_logs_of_a_request_make_one_finding(name, tmp_path):
+    lines = (DATA / name / "istio-proxy.log").read_text().splitlines()
+    code, report = analyze(lines, tmp_path)
+    assert named(report) == CLASSES[name]
+    entries = [e for e in map(parse_line, lines) if e is not None]
+    failing = [e.raw for e in entries if e.flags or (e.details and e.details != "via_upstream")]
+    quoted = [line for f in report["findings"] for line in f.get("access_log", ())]
+    assert sorted(quoted) == sorted(failing)  # each failing line in exactly one finding
+    # where both logs tell of a request, its finding stands on both
+    both = [f for f in report["findings"] if f.get("access_log") and f.get("envoy_log")]
+    assert len(both) == len([f for f in report["findings"] if f.get("envoy_log") and f.get("access_log")])
+    if CLASSES[name]:
+        assert both, "no finding joined a request's access-log line and its debug-log lines"
