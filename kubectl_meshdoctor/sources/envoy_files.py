@@ -1,5 +1,7 @@
-"""What people already hold of a sidecar, read offline: its access log (`kubectl logs POD -c istio-proxy`, with or
-without `--timestamps`; Istio's TEXT or JSON encoding) and admin dumps (`/stats`, `/clusters` in text or JSON).
+"""What people already hold of a sidecar, read offline: its access log (`kubectl logs POD -c istio-proxy`, in any
+default format Istio or Envoy shipped or the mesh's own, TEXT or JSON, and wrapped as tools wrap it: --timestamps,
+--prefix, stern, CRI and Docker files, grep; envoy/access_log.py) and admin dumps (`/stats`, `/clusters` in text
+or JSON).
 
 The access log becomes the same AccessLogEvents `watch` makes from the followed log, so the detectors and the
 correlator see one shape from both; `/stats` dumps become the counters that moved, in `watch`'s shape (cluster
@@ -9,19 +11,23 @@ correlator see one shape from both; `/stats` dumps become the counters that move
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import AccessLogEvent
-from kubectl_meshdoctor.envoy.access_log import looks_like_access_log, parse_line
+from kubectl_meshdoctor.envoy.access_log import PARTIAL, layers_for, looks_like_access_log, read_layers
+from kubectl_meshdoctor.envoy.log_format import LogFormat
+from kubectl_meshdoctor.envoy.wrappers import Unwrapped
 from kubectl_meshdoctor.envoy.clusters import Cluster, parse_clusters
 from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, delta, parse_stats
 
 from .merge import Gate
 
 BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log never sits whole in memory
+MAX_JOINED = 1 << 20  # the pieces of one split line (CRI `P`, Docker's 16 KiB pieces) held at most
 
 
 @dataclass(slots=True)
@@ -29,12 +35,15 @@ class LogRead:
     """What reading one access log gave: ``lines`` read, ``entries`` among them that are access-log lines (the
     rest are pilot-agent's and Envoy's own log lines, which share the container log), ``unreadable`` lines that
     start as access-log lines do but give no entry (damaged, or written by no Envoy), the first of them at line
-    ``first_unreadable``."""
+    ``first_unreadable``; ``partial`` entries read in part (a line of Envoy's shape that no format reads whole),
+    the first at line ``first_partial``."""
 
     lines: int = 0
     entries: int = 0
     unreadable: int = 0
     first_unreadable: int | None = None
+    partial: int = 0
+    first_partial: int | None = None
     problems: list[str] = field(default_factory=list)
 
 
@@ -50,11 +59,16 @@ def event_of(entry, path: str, line: int) -> AccessLogEvent:
     return AccessLogEvent(entry.ts + entry.duration_ms / 1000.0, entry, path, line)
 
 
-async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gate: Gate) -> LogRead:
+async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gate: Gate,
+                          log_format: LogFormat | None = None) -> LogRead:
     """Push an AccessLogEvent for every access-log line of ``path``, in file order, awaiting ``gate`` between
-    batches (sources/merge.py: a log that runs ahead of the captures waits for them). Raises OSError when the
-    file cannot be read."""
+    batches (sources/merge.py: a log that runs ahead of the captures waits for them). ``log_format``: the
+    mesh's own format (analyze --log-format), tried before the known ones. The pieces of a line a container
+    runtime split (CRI `P`, Docker json-file's 16 KiB pieces) are joined, and read as one line at the first
+    piece's line number. Raises OSError when the file cannot be read."""
     result = LogRead()
+    pieces: list[str] = []
+    first_piece = 0
     with open_text(path) as fh:
         while True:
             await gate()
@@ -67,21 +81,57 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent], None], gat
                 break
             for line in batch:
                 result.lines += 1
-                entry = parse_line(line.rstrip("\r\n"))
-                if entry is not None:
-                    result.entries += 1
-                    push(event_of(entry, path, result.lines))
-                elif looks_like_access_log(line):
-                    result.unreadable += 1
-                    result.first_unreadable = result.first_unreadable or result.lines
+                raw = line.rstrip("\r\n")
+                layers = layers_for(raw, log_format)
+                u = layers[-1]
+                if u.partial:
+                    first_piece = first_piece or result.lines
+                    pieces.append(u.text)
+                    if sum(map(len, pieces)) > MAX_JOINED:  # no line of Envoy's is that long
+                        _unreadable(result, first_piece)
+                        pieces, first_piece = [], 0
+                    continue
+                number = result.lines
+                if pieces:
+                    u = dataclasses.replace(u, text="".join(pieces) + u.text)
+                    raw, number, layers = u.text, first_piece, (u,)
+                    pieces, first_piece = [], 0
+                _read_one(result, layers, raw, number, path, push, log_format)
+    if pieces:
+        result.problems.append(f"the log ends in the middle of a line split by the container runtime (from line "
+                               f"{first_piece}); that line was not read")
     if result.unreadable:
         # The count and where, never the text: a hostile line is the user's to open, not ours to print.
         result.problems.append(f"{result.unreadable} line(s) that start as access-log lines could not be read "
                                f"and were skipped; the first is line {result.first_unreadable}")
+    if result.partial:
+        result.problems.append(f"{result.partial} line(s) match no known access-log format whole and were read in "
+                               f"part (time, request, code, flags, details); the first is line "
+                               f"{result.first_partial}: give the mesh's format with --log-format to read them "
+                               f"whole")
     if result.entries == 0:
-        result.problems.append("no access-log line in it (Istio's TEXT or JSON format); is access logging on "
-                               "(meshConfig.accessLogFile)?")
+        result.problems.append("no access-log line in it (Istio's or Envoy's formats, TEXT or JSON, or the one "
+                               "--log-format gives); is access logging on (meshConfig.accessLogFile)?")
     return result
+
+
+def _read_one(result: LogRead, layers: tuple[Unwrapped, ...], raw: str, number: int, path: str,
+              push: Callable[[AccessLogEvent], None], log_format: LogFormat | None) -> None:
+    u = layers[-1]
+    read = read_layers(layers, raw, log_format)
+    if read is not None:
+        result.entries += 1
+        if read.format == PARTIAL:
+            result.partial += 1
+            result.first_partial = result.first_partial or number
+        push(event_of(read.entry, path, number))
+    elif looks_like_access_log(u.text):
+        _unreadable(result, number)
+
+
+def _unreadable(result: LogRead, number: int) -> None:
+    result.unreadable += 1
+    result.first_unreadable = result.first_unreadable or number
 
 
 def _lines(fh, n: int) -> list[str]:
