@@ -145,8 +145,10 @@ class _Peeler:
             if stripped != text:
                 return stripped, "ansi", None, None, None
         head = text[:1]
-        if head == "{":
-            return _docker(text) if text.startswith('{"') else None
+        if head == "{" and text.startswith('{"'):
+            step = _docker(text)
+            if step is not None:
+                return step
         if head == '"':
             return _json_string(text)
         if head == "[":

@@ -105,6 +105,12 @@ def test_each_wrapper_comes_off(wrapped, names):
     assert (u.text, u.wrappers) == (TEXT, names)
 
 
+def test_a_json_line_escaped():
+    for wrapped, names in ((json_escaped(JSON_LINE), ("json-escaped",)), (json_string(JSON_LINE), ("json-string",)),
+                           (grep_n(json_escaped(JSON_LINE)), ("grep-n", "json-escaped"))):
+        assert (unwrap(wrapped).text, unwrap(wrapped).wrappers) == (JSON_LINE, names)
+
+
 def test_what_the_wrappers_carry():
     u = unwrap(grep_n(kubectl_prefix(kubectl_timestamps(TEXT), "ratings-v2-x", "istio-proxy")))
     assert (u.pod, u.container) == ("ratings-v2-x", "istio-proxy") and u.ts == pytest.approx(TS, abs=1e-6)
