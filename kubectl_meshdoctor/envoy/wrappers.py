@@ -54,8 +54,11 @@ _STERN_NAMESPACED = re.compile(rf"({_LABEL}) ({_SUBDOMAIN}) ({_LABEL}) ")
 _GREP_N = re.compile(r"(\d{1,12})([:-])")
 _SEPARATOR = re.compile(r"[:-]")
 # Where a line Envoy wrote, or another wrapper, can start: a bracketed time (access log, Envoy's component log),
-# a JSON object, an RFC 3339 time (Istio's component log, CRI, kubectl), kubectl's prefix, a JSON string.
-_START = re.compile(r'\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\{|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|\[pod/|"\[|"\{')
+# a JSON object, an RFC 3339 time (Istio's component log, CRI, kubectl), kubectl's prefix, a JSON string; and
+# the continuation lines of Envoy's multi-line debug messages: a header of a dumped header map
+# (`'name', 'value'`) and, in Istio's format, the message's end (`<TAB>thread=N`).
+_START = re.compile(r'\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\{|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|\[pod/|"\[|"\{'
+                    r"|'[^']*', '|\tthread=\d+$")
 _DOCKER_KEYS = frozenset({"log", "stream", "time", "attrs"})
 
 

@@ -18,13 +18,16 @@ from .conftest import access_log_lines
 TEXT = access_log_lines()[2]  # Istio's TEXT format, 503 URX,UF
 JSON_LINE = ('{"start_time":"2026-12-03T13:40:08.211Z","response_code":503,"response_flags":"UF",'
              '"user_agent":"curl/8 \\"q\\""}')
-# Envoy's own lines: its default log format, and Istio's (timestamp TAB level TAB ...), pilot-agent's.
+# Envoy's own lines: its default log format, and Istio's (timestamp TAB level TAB ...), pilot-agent's (real
+# Envoy 1.40's debug log has each of these shapes).
 ENVOY_OWN = ("[2026-12-03 13:40:08.211][12][debug][router] [source/common/router/router.cc:1234] [Tags: "
              "\"ConnectionId\":\"11\"] upstream reset",
              "2026-12-03T13:40:08.210633Z\tdebug\tenvoy router external/envoy/source/common/router/router.cc:1234\t"
              "[Tags: \"ConnectionId\":\"11\",\"StreamId\":\"3298\"] upstream reset: reset reason: connection "
              "termination\tthread=24",
-             "2026-12-03T13:40:08.210633Z\tinfo\tpilot-agent\tReadiness succeeded in 1.2s")
+             "2026-12-03T13:40:08.210633Z\tinfo\tpilot-agent\tReadiness succeeded in 1.2s",
+             # The continuation lines of a multi-line debug message (a header map dumped, Istio's message end).
+             "':status', '503'", "'content-type', 'text/plain; charset=UTF-8'", "\tthread=24")
 KUBELET_TS = "2026-12-03T13:40:08.212345678Z"
 TS = datetime(2026, 12, 3, 13, 40, 8, tzinfo=timezone.utc).timestamp() + 0.212345678
 
