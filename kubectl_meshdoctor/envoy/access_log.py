@@ -134,7 +134,10 @@ def read_layers(layers: tuple[Unwrapped, ...], raw: str, log_format: LogFormat |
     what the format reads whole is not taken for a wrapper. Never raises."""
     if log_format is not None and len(layers) > 1:
         for u in layers:
-            read = _read(log_format, u.text.strip(), raw, u)
+            try:
+                read = _read(log_format, u.text.strip(), raw, u)
+            except (ValueError, TypeError, OverflowError):  # a count no Envoy writes: not this stage's line
+                continue
             if read is not None:
                 return read
     return read_unwrapped(layers[-1], raw, log_format)

@@ -151,6 +151,16 @@ class _Slot:
     rank: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """A key of a JSON format (its path through nested objects) and how its value is read: one operator (and
+    its START_TIME reader), or a TEXT format of the value's several operators."""
+
+    path: tuple[str, ...]
+    reader: "Operator | LogFormat"
+    time: TimeSpec | None = None
+
+
 @dataclass(frozen=True)
 class LogFormat:
     """A compiled access-log format. ``name`` names it (``custom`` for the user's, ``istio-1.9`` ... for the
@@ -164,7 +174,7 @@ class LogFormat:
     dated: bool
     regex: re.Pattern[str] | None = field(default=None, repr=False)
     slots: tuple[_Slot, ...] = field(default=(), repr=False)
-    keys: tuple[tuple[tuple[str, ...], "LogFormat | Operator"], ...] = field(default=(), repr=False)
+    keys: tuple[_Key, ...] = field(default=(), repr=False)
     required: frozenset[str] = frozenset()  # JSON: top-level keys a line must have; none: most of the keys
     head: re.Pattern[str] | None = field(default=None, repr=False)  # how its lines start, when that has a shape
 
@@ -207,21 +217,23 @@ class LogFormat:
             return None
         ranked: dict[str, tuple[int, Any]] = {}
         found = 0
-        for path, reader in self.keys:
+        for key in self.keys:
             value: Any = doc
-            for key in path:
-                if not isinstance(value, dict) or key not in value:
+            for part in key.path:
+                if not isinstance(value, dict) or part not in value:
                     break
-                value = value[key]
+                value = value[part]
             else:
                 found += 1
-                if isinstance(reader, Operator):
-                    if reader.kind == "time" and isinstance(value, str):
-                        value = compile_time(reader.arg).parse(value)
-                    _keep(ranked, reader, value)
-                elif isinstance(value, str):
-                    for name, v in (reader.values(value) or {}).items():
+                if isinstance(key.reader, LogFormat):
+                    for name, v in ((key.reader.values(value) if isinstance(value, str) else None) or {}).items():
                         ranked.setdefault(name, (0, v))
+                    continue
+                if key.time is not None and isinstance(value, str) and value != MISSING:
+                    value = key.time.parse(value)
+                    if value is None and key.time.dated:
+                        return None  # a time of the spec's shape that names no instant: not a line of ours
+                _keep(ranked, key.reader, value)
         # A line of this format holds most of its keys (or the ones it must have); a JSON line that shares a key
         # or two is another log's.
         enough = self.required <= doc.keys() if self.required else found * 2 >= len(self.keys)
@@ -289,7 +301,7 @@ def _compile_text(fmt: str, name: str, whole: bool = True) -> LogFormat:
         if len(slots) == 1 and head is None and token.kind in ("time", "number", "flags", "token"):
             head = "".join(parts[:-1]) + f"(?:{pattern.removesuffix('|-')})"  # a value, not `-`
     if whole:  # a JSON value of several operators needs none of them in particular
-        _check_readable(fmt, [s.operator for s in slots])
+        _check_readable([s.operator for s in slots])
     return LogFormat(name, fmt, "TEXT", _fields(s.operator for s in slots),
                      any(s.time is not None and s.time.dated for s in slots), re.compile("".join(parts), re.S),
                      tuple(slots), head=re.compile(head) if head else None)
@@ -324,7 +336,7 @@ def _fields(ops) -> frozenset[str]:
     return frozenset(t[0] for t in (op.target for op in ops) if t is not None)
 
 
-def _check_readable(fmt: str, ops: list[Operator]) -> None:
+def _check_readable(ops: list[Operator]) -> None:
     if not {"code", "flags"} & _fields(ops):
         raise LogFormatError("the format has neither %RESPONSE_CODE% nor %RESPONSE_FLAGS%: nothing in its lines "
                              "tells a failure from a success")
@@ -337,7 +349,7 @@ def _compile_json(fmt: str, name: str, required: frozenset[str]) -> LogFormat:
         raise LogFormatError(f"not a JSON object of keys to operators: {e}") from None
     if not isinstance(doc, dict) or not doc:
         raise LogFormatError('a JSON format is an object of keys to operators, e.g. {"code": "%RESPONSE_CODE%"}')
-    keys: list[tuple[tuple[str, ...], LogFormat | Operator]] = []
+    keys: list[_Key] = []
     ops: list[Operator] = []
     for path, value in _leaves(doc, ()):
         tokens = tokenize(value)
@@ -346,17 +358,18 @@ def _compile_json(fmt: str, name: str, required: frozenset[str]) -> LogFormat:
             continue  # a constant: Envoy writes it as it is
         ops += operators
         if len(tokens) == 1:
+            time = None
             if operators[0].kind == "time":
                 try:
-                    compile_time(operators[0].arg)
+                    time = compile_time(operators[0].arg)
                 except TimeSpecError as e:
                     raise LogFormatError(f"{operators[0].text}: {e}") from None
-            keys.append((path, operators[0]))
+            keys.append(_Key(path, operators[0], time))
         else:
-            keys.append((path, _compile_text(value, f"{name}:{'.'.join(path)}", whole=False)))
-    _check_readable(fmt, ops)
-    dated = any(isinstance(r, Operator) and r.kind == "time" and compile_time(r.arg).dated
-                or isinstance(r, LogFormat) and r.dated for _, r in keys)
+            keys.append(_Key(path, _compile_text(value, f"{name}:{'.'.join(path)}", whole=False)))
+    _check_readable(ops)
+    dated = any(k.time is not None and k.time.dated or isinstance(k.reader, LogFormat) and k.reader.dated
+                for k in keys)
     return LogFormat(name, fmt, "JSON", _fields(ops), dated, keys=tuple(keys), required=required)
 
 

@@ -209,6 +209,12 @@ def test_random_input_never_raises(text, fmt):
     assert entry is None or isinstance(entry.code, int)
 
 
+def test_a_count_no_envoy_writes_is_no_line_wrapped_or_not():
+    fmt = compile_format("%START_TIME% %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_SENT%")
+    line = "2026-12-03T13:40:08.211Z 503 UF " + "9" * 30  # more digits than a uint64 holds
+    assert parse_line(line, fmt) is None and parse_line(kubectl_timestamps(line), fmt) is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(st.sampled_from('%()?:ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789 "{}[]-'), max_size=60))
 def test_random_format_strings_compile_or_say_why(fmt):
