@@ -60,6 +60,13 @@ def test_wrapped_and_old_format_logs_are_access_logs(tmp_path, shape):
     assert result.problems == []
 
 
+@pytest.mark.parametrize("wrap", [lambda s: kubectl_prefix(kubectl_timestamps(s)), stern, cri, grep_hn])
+def test_a_wrapped_proxy_log_without_access_log_lines_is_still_one(tmp_path, wrap):
+    log = tmp_path / "proxy.log"
+    log.write_text(wrap("2026-12-01T09:59:58.101882Z\tinfo\tEnvoy proxy is ready") + "\n")
+    assert input_kind(str(log)) == ACCESS_LOG
+
+
 def test_a_log_of_the_meshs_own_format_needs_it(tmp_path):
     log = tmp_path / "proxy.log"
     log.write_text(render_text(CUSTOM, ENTRY) + "\n")
