@@ -18,7 +18,7 @@ from kubectl_meshdoctor.envoy.access_log import read_line
 from kubectl_meshdoctor.envoy.istio_formats import ENVOY_DEFAULT, JSON_FORMATS, TEXT_FORMATS
 from kubectl_meshdoctor.envoy.log_format import compile_format
 
-from ..local_envoy import CLUSTER, LocalEnvoy, free_port, local_envoy
+from ..local_envoy import CLUSTER, free_port, local_envoy
 from .test_wrappers import (cri, docker_json, grep_h, grep_hn, grep_n, json_escaped, json_string, kubectl_prefix,
                             kubectl_timestamps, stern, stern_timestamps)
 
