@@ -84,6 +84,11 @@ examples:
   kubectl meshdoctor analyze lo.pcap eth0.pcap
   kubectl meshdoctor analyze capture.pcapng:eth0 -o json
   kubectl meshdoctor analyze lo.pcap eth0.pcap --tui    # browse findings, ladder diagrams and packets
+  kubectl logs -l app=reviews -c istio-proxy --prefix --timestamps > proxy.log
+  kubectl meshdoctor analyze proxy.log lo.pcap          # access logs as kubectl, stern, grep or a node wrote them
+  kubectl meshdoctor analyze proxy.log --log-format \\
+      '[%START_TIME%] "%REQ(:METHOD)% %REQ(:PATH)% %PROTOCOL%" %RESPONSE_CODE% %RESPONSE_FLAGS% "%UPSTREAM_HOST%"'
+  kubectl meshdoctor analyze proxy.json --log-format '{"at": "%START_TIME%", "code": "%RESPONSE_CODE%"}'
 """
 
 
@@ -280,6 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "read from the contents")
     a.add_argument("--tui", action="store_true", help="open the findings in the TUI (ladder diagrams, packets "
                    "pane, s saves a finding's packets); the report is printed when you quit")
+    a.add_argument("--log-format", metavar="FORMAT",
+                   help="the sidecars' access-log format, when the mesh sets its own (meshConfig.accessLogFormat; "
+                        "every default Istio and Envoy have shipped is read without it): a TEXT format string of "
+                        "Envoy command operators, or for the JSON encoding an object of keys to operators; it must "
+                        "hold %%RESPONSE_CODE%% or %%RESPONSE_FLAGS%% (examples below)")
     a.add_argument("-j", "--jobs", type=_count, default=None, metavar="N",
                    help="tshark processes at once (default 1: each holds ~160 MB; 2 reads two files ~10%% faster "
                    "on two cores)")

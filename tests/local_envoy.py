@@ -4,7 +4,8 @@ access log but no pod lab: no root, no namespaces.
 Admin and one HTTP listener on ephemeral 127.0.0.1 ports; the listener routes everything to the cluster
 ``inbound|5000||`` (Istio's name and stat prefix), a STATIC cluster pointing at the upstream port the test gives
 (a closed port makes every request a real 503 UF). Every request is logged twice, in Istio's TEXT format
-(``access.log``) and in its JSON encoding (``access.json.log``).
+(``access.log``) and in its JSON encoding (``access.json.log``), and once more in every extra log the test asks
+for (``logs``: name -> Envoy ``log_format``, None for Envoy's own default format), to ``extra-NAME.log``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from kubectl_meshdoctor.lab.bootstrap import ENVOY_LOG_FORMAT, file_access_log
 from kubectl_meshdoctor.lab.istio_proxy import envoy_binary
@@ -35,7 +36,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bootstrap(upstream_port: int, text_log: Path, json_log: Path) -> dict:
+def _file_log(path: Path, log_format: dict[str, Any] | None) -> dict[str, Any]:
+    """An Envoy file access logger; no ``log_format`` is Envoy's default format."""
+    config: dict[str, Any] = {"@type": _T + "envoy.extensions.access_loggers.file.v3.FileAccessLog", "path": str(path)}
+    if log_format is not None:
+        config["log_format"] = log_format
+    return {"name": "envoy.access_loggers.file", "typed_config": config}
+
+
+def _bootstrap(upstream_port: int, text_log: Path, json_log: Path,
+               extra: Mapping[Path, dict[str, Any] | None] = {}) -> dict:
     hcm = {
         "@type": _T + "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "inbound_0.0.0.0_5000;",
@@ -45,7 +55,8 @@ def _bootstrap(upstream_port: int, text_log: Path, json_log: Path) -> dict:
                                                                            "route": {"cluster": CLUSTER}}]}]},
         "http_filters": [{"name": "envoy.filters.http.router",
                           "typed_config": {"@type": _T + "envoy.extensions.filters.http.router.v3.Router"}}],
-        "access_log": [file_access_log("TEXT", str(text_log)), file_access_log("JSON", str(json_log))],
+        "access_log": [file_access_log("TEXT", str(text_log)), file_access_log("JSON", str(json_log)),
+                       *(_file_log(path, fmt) for path, fmt in extra.items())],
     }
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
@@ -70,6 +81,7 @@ class LocalEnvoy:
     listener_port: int
     access_log: Path  # TEXT
     access_log_json: Path
+    logs: dict[str, Path]  # the extra logs by name
 
     def admin_socket(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.admin_port), timeout=5)
@@ -94,24 +106,28 @@ class LocalEnvoy:
             return exc.code
 
     def _log_text(self, encoding: str) -> str:
-        path = self.access_log_json if encoding == "JSON" else self.access_log
-        return path.read_text() if path.exists() else ""
+        path = {"JSON": self.access_log_json, "TEXT": self.access_log}.get(encoding) or self.logs[encoding]
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def log_line(self, needle: str, encoding: str = "TEXT", timeout: float = 10.0) -> str:
-        """The first access-log line (TEXT or JSON) holding `needle` (e.g. a request id), once it is written
-        (Envoy flushes every 100 ms here)."""
+        """The first access-log line (TEXT, JSON, or the extra log of that name) holding `needle` (e.g. a request
+        id), once it is written (Envoy flushes every 100 ms here)."""
         return wait_until(f"an access-log line with {needle!r}", timeout, lambda: next(
             (line for line in self._log_text(encoding).splitlines() if needle in line), None))
 
 
 @contextlib.contextmanager
-def local_envoy(workdir: Path, upstream_port: int) -> Iterator[LocalEnvoy]:
-    """Start Envoy, wait (at most 30 s) until its admin API and listener answer, stop it (SIGTERM) on exit."""
+def local_envoy(workdir: Path, upstream_port: int,
+                logs: Mapping[str, dict[str, Any] | None] = {}) -> Iterator[LocalEnvoy]:
+    """Start Envoy, wait (at most 30 s) until its admin API and listener answer, stop it (SIGTERM) on exit.
+    ``logs``: extra access logs, name -> Envoy ``log_format`` (None: Envoy's default format)."""
     workdir.mkdir(parents=True, exist_ok=True)
     address_file, text_log, json_log = workdir / "admin-address", workdir / "access.log", workdir / "access.json.log"
+    extra = {name: workdir / f"extra-{name}.log" for name in logs}
     stderr = open(workdir / "envoy.log", "wb")
     proc = subprocess.Popen(
-        [envoy_binary(), "--config-yaml", json.dumps(_bootstrap(upstream_port, text_log, json_log)),
+        [envoy_binary(), "--config-yaml", json.dumps(_bootstrap(upstream_port, text_log, json_log,
+                                                        {extra[name]: fmt for name, fmt in logs.items()})),
          "--admin-address-path", str(address_file), "--concurrency", "1", "--disable-hot-restart",
          "--file-flush-interval-msec", "100", "-l", "warning", "--component-log-level", "misc:error",
          "--log-format", ENVOY_LOG_FORMAT],
@@ -123,7 +139,7 @@ def local_envoy(workdir: Path, upstream_port: int) -> Iterator[LocalEnvoy]:
             return address_file.read_text().strip() if address_file.exists() else None
 
         admin_port = int(wait_until("Envoy's admin address", 30, address).rsplit(":", 1)[1])
-        envoy = LocalEnvoy(proc, admin_port, 0, text_log, json_log)
+        envoy = LocalEnvoy(proc, admin_port, 0, text_log, json_log, extra)
 
         def listener_port() -> int | None:
             status, body = envoy.admin("/listeners?format=json")

@@ -19,6 +19,7 @@ from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_pro
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import FormatError
+from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compile_format
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources import files
@@ -28,19 +29,20 @@ from kubectl_meshdoctor.sources.interleave import read_interleaved
 from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, SeenOnce, merge_by_time
 
 
-async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None) -> Report:
+async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None,
+                  log_format: LogFormat | None = None) -> Report:
     """Run every input through ``pipeline`` and build the report. Each file's kind comes from its content
     (sources.files.input_kind): captures are read by at most ``jobs`` tshark processes at once (None:
     sources.files.JOBS), access logs alongside them in capture-time order, so the correlator and the detectors
     see lines and packets as `watch` does; `/stats` dumps give the counters that moved, `/clusters` dumps the
-    hosts Envoy would not route to. A file that cannot be read or is of no known kind is a problem of the
-    report, and the others are read; InputError (one line) only when no input can be read at all. The report
-    says ``captured_nothing`` when nothing in any input was read (its exit code is then 2). ValueError for
-    ``jobs`` < 1."""
+    hosts Envoy would not route to. ``log_format``: the mesh's own access-log format (--log-format). A file
+    that cannot be read or is of no known kind is a problem of the report, and the others are read; InputError
+    (one line) only when no input can be read at all. The report says ``captured_nothing`` when nothing in any
+    input was read (its exit code is then 2). ValueError for ``jobs`` < 1."""
     jobs = files.JOBS if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
-    kinds, refused = _kinds(args)
+    kinds, refused = _kinds(args, log_format)
     args, problems = _distinct([a for a in args if a.path in kinds], kinds)
     problems = refused + problems
     for parent in dict.fromkeys(os.path.dirname(os.path.abspath(a.path)) for a in args):
@@ -55,7 +57,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         readers = [functools.partial(_interleaved, captures, header)]
     else:
         readers = [functools.partial(read_capture, a, slots, shared) for a in captures]
-    readers += [functools.partial(read_access_log, a.path) for a in logs]
+    readers += [functools.partial(read_access_log, a.path, log_format=log_format) for a in logs]
     # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
     # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
     held = len(captures) * (files.CHUNK_PACKETS + HIGH_WATER) if shared else 0
@@ -107,7 +109,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
                   captured_nothing=not (read_captures or read_logs or read_dumps))
 
 
-def _kinds(args: list[CaptureArg]) -> tuple[dict[str, str], list[Problem]]:
+def _kinds(args: list[CaptureArg], log_format: LogFormat | None = None) -> tuple[dict[str, str], list[Problem]]:
     """Each input's kind, and a problem for each one that cannot be read or is of no known kind: one refused
     file must not end the run, when the file beside it holds the answer. InputError (one line) when no input
     can be read at all."""
@@ -115,7 +117,7 @@ def _kinds(args: list[CaptureArg]) -> tuple[dict[str, str], list[Problem]]:
     refused: list[Problem] = []
     for a in args:
         try:
-            kinds[a.path] = files.input_kind(a.path)
+            kinds[a.path] = files.input_kind(a.path, log_format)
         except InputError as e:
             refused.append(Problem(a.path, str(e).removeprefix(f"{a.path}: ")))
     if not kinds:
@@ -218,8 +220,10 @@ class FileSession(Session):
 
     saves_evidence = True
 
-    def __init__(self, captures: list[CaptureArg], redact: bool = True, jobs: int | None = None) -> None:
+    def __init__(self, captures: list[CaptureArg], redact: bool = True, jobs: int | None = None,
+                 log_format: LogFormat | None = None) -> None:
         self.captures = captures
+        self.log_format = log_format
         self.redact = redact
         self.jobs = jobs
         self.describe = f"files: {' '.join(c.path for c in captures)}"
@@ -230,7 +234,7 @@ class FileSession(Session):
         self._pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=self.redact,
                                                  keep_recent=KEEP_RECENT)
         hooks.progress(f"reading {', '.join(c.path for c in self.captures)}")
-        report = await analyze(self.captures, self._pipeline, jobs=self.jobs)
+        report = await analyze(self.captures, self._pipeline, jobs=self.jobs, log_format=self.log_format)
         hooks.progress(f"files read: {report.stats.packets} packets analysed; q quits")
         await hooks.stop.wait()
         return report
@@ -252,17 +256,21 @@ class FileSession(Session):
 def run(args) -> int:
     """`kubectl meshdoctor analyze FILE...`: the report of the captures, or the TUI with --tui."""
     captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
+    try:
+        log_format = compile_format(args.log_format) if getattr(args, "log_format", None) else None
+    except LogFormatError as e:
+        return error(f"--log-format: {e}")
     if args.tui:
         from kubectl_meshdoctor.commands.tui import run_session
 
         try:
             for c in captures:
-                files.input_kind(c.path)
+                files.input_kind(c.path, log_format)
         except InputError as e:
             return error(str(e))
         if not (sys.stdout.isatty() and sys.stdin.isatty()):
             return error("--tui needs a terminal (drop --tui to print the report)")
-        return run_session(FileSession(captures, args.redact, args.jobs), args.output)
+        return run_session(FileSession(captures, args.redact, args.jobs, log_format), args.output)
 
     stopped_by: list[int] = []
 
@@ -282,7 +290,7 @@ def run(args) -> int:
         pipeline = Pipeline.with_detectors(redact=args.redact)
         ticker = asyncio.create_task(progress_line(pipeline, "analyzing"))
         try:
-            return await analyze(captures, pipeline, jobs=args.jobs)
+            return await analyze(captures, pipeline, jobs=args.jobs, log_format=log_format)
         finally:
             ticker.cancel()
             # Removed while the loop runs: asyncio.run closes the loop's wakeup pipe before it removes them, and a

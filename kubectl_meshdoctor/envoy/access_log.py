@@ -1,31 +1,34 @@
-"""Istio's default Envoy access-log lines (TEXT and JSON encodings) parsed into AccessLogEntry.
+"""Envoy access-log lines parsed into AccessLogEntry: every default format Istio has shipped and Envoy's own
+(TEXT and JSON, istio_formats.py), a user's ``meshConfig.accessLogFormat`` compiled by log_format.py, a line of
+Envoy's shape no format reads whole (partial_line.py), and whatever a tool wrapped around the line
+(wrappers.py: kubectl --timestamps and --prefix, stern, CRI, Docker json-file, grep, JSON escaping).
 
-Sources (the samples in tests/envoy/data/istio_access_log.txt; the lab's Envoy writes the same formats):
-- istio/istio `pilot/pkg/model/telemetry_logging.go`: `EnvoyTextLogFormat` (field order; Istio >= 1.24 uses
-  `%UPSTREAM_CLUSTER_RAW%`, 1.9 - 1.23 `%UPSTREAM_CLUSTER%` in the same place) and `EnvoyJSONLogFormatIstio`
-  (JSON key names);
-- envoyproxy/envoy `docs/root/configuration/observability/access_log/usage.rst` (operators, `-` for a
-  missing value, START_TIME default rendering `%Y-%m-%dT%H:%M:%E3SZ`).
+Sources: docs/access-log-formats.md (each format with its Istio versions and repo:path@tag);
+envoyproxy/envoy ``docs/root/configuration/observability/access_log/usage.rst`` (operators, ``-`` for a
+missing value, START_TIME's default rendering ``%Y-%m-%dT%H:%M:%E3SZ``).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from .flags import ResponseFlag, decode_flags
+from .istio_formats import JSON_FORMATS, TEXT_FORMATS
+from .log_format import MISSING, LogFormat, compile_format
 from .numbers import ascii_int
+from .partial_line import read_partial, request_line
+from .start_time import compile_time
+from .wrappers import Unwrapped, unwrap, unwrap_layers
 
-MISSING = "-"
-
-# One token of a TEXT line: the bracketed start time, a quoted field (may hold spaces), or a bare word.
-_TOKEN = re.compile(r'\[([^\]]*)\]|"([^"]*)"|(\S+)')
-_FIELDS = 22  # positions listed in istio_access_log.txt
-# `kubectl logs --timestamps` puts the kubelet's RFC 3339 time before each line.
-_KUBECTL_TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d) (?=[\[{])")
+PARTIAL = "partial"  # the format name of a line read in part (partial_line.py)
+_JSON_REQUIRED = frozenset({"start_time", "response_code"})
+KNOWN_TEXT: tuple[LogFormat, ...] = tuple(compile_format(f.format, f.name) for f in TEXT_FORMATS)
+KNOWN_JSON: tuple[LogFormat, ...] = tuple(compile_format(f.format, f.name, _JSON_REQUIRED) for f in JSON_FORMATS)
+_DEFAULT_TIME = compile_time(None)
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # The start of what only an access-log line has: TEXT's `[START_TIME] "REQUEST"` (Envoy's own log lines are
 # `[2025-06-12 08:14:01.207][15][info]`: a space in the time, no quote), JSON's start_time and response_code.
 _TEXT_START = re.compile(r'\[\d{4}-\d\d-\d\dT[^\]]*\] "')
@@ -33,7 +36,8 @@ _TEXT_START = re.compile(r'\[\d{4}-\d\d-\d\dT[^\]]*\] "')
 
 @dataclass(frozen=True)
 class AccessLogEntry:
-    """One access-log line. Fields Envoy printed as `-` (JSON: null) are None; `code` 0 = nothing sent."""
+    """One access-log line. Fields Envoy printed as `-` (JSON: null), or that the line's format does not carry,
+    are None; `code` 0 = nothing sent (or no %RESPONSE_CODE% in the format)."""
 
     ts: float  # START_TIME, seconds since the epoch
     method: str | None
@@ -59,7 +63,8 @@ class AccessLogEntry:
     authority: str | None = None
     requested_server_name: str | None = None
     route_name: str | None = None
-    raw: str = field(default="", compare=False)  # the line as read
+    raw: str = field(default="", compare=False)  # the line as read, wrappers and all
+    pod: str | None = None  # the pod whose sidecar wrote it, when a wrapper names it (kubectl --prefix, stern)
 
     @property
     def response_flags(self) -> tuple[ResponseFlag, ...]:
@@ -75,8 +80,19 @@ class AccessLogEntry:
         return (self.upstream_cluster or "").startswith("inbound|")
 
 
-def _opt(value: str | None) -> str | None:
-    return None if value is None or value == MISSING else value
+@dataclass(frozen=True, slots=True)
+class ReadLine:
+    """A line read: its ``entry``, the ``format`` that read it (a KnownFormat's name, ``custom``, or
+    ``partial``), and the line without its wrappers (``unwrapped``: the text, the wrappers' time, pod,
+    container and names)."""
+
+    entry: AccessLogEntry
+    format: str
+    unwrapped: Unwrapped
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None or value == MISSING or value == "" else str(value)
 
 
 def _int(value: Any, default: int | None = 0) -> int | None:
@@ -99,88 +115,125 @@ def parse_start_time(text: str) -> float:
     return when.timestamp()
 
 
-def parse_line(line: str) -> AccessLogEntry | None:
-    """A TEXT or JSON access-log line -> AccessLogEntry; None for anything else (Envoy's own log lines, blank
-    lines, other formats). Never raises."""
-    text = _KUBECTL_TS.sub("", line.strip(), count=1)
+def read_line(line: str, log_format: LogFormat | None = None) -> ReadLine | None:
+    """``line`` (as read: wrappers and all) -> ReadLine, or None when it is no access-log line (Envoy's own
+    log lines, blank lines, a line of another format). ``log_format``: the user's compiled format, tried before
+    the known ones. Never raises."""
+    return read_layers(layers_for(line, log_format), line.rstrip("\r\n"), log_format)
+
+
+def layers_for(line: str, log_format: LogFormat | None = None) -> tuple[Unwrapped, ...]:
+    """``line``'s unwrapping stages (wrappers.unwrap_layers), wrappers coming off before a line of
+    ``log_format``'s own start too."""
+    return unwrap_layers(line, log_format.head if log_format is not None else None)
+
+
+def read_layers(layers: tuple[Unwrapped, ...], raw: str, log_format: LogFormat | None = None) -> ReadLine | None:
+    """``read_unwrapped`` of the innermost stage; with ``log_format``, of the outermost stage that format reads
+    whole, if any: a line of the user's format may start as a wrapper does (with an RFC 3339 time, a word), and
+    what the format reads whole is not taken for a wrapper. Never raises."""
+    if log_format is not None and len(layers) > 1:
+        for u in layers:
+            try:
+                read = _read(log_format, u.text.strip(), raw, u)
+            except (ValueError, TypeError, OverflowError):  # a count no Envoy writes: not this stage's line
+                continue
+            if read is not None:
+                return read
+    return read_unwrapped(layers[-1], raw, log_format)
+
+
+def read_unwrapped(u: Unwrapped, raw: str, log_format: LogFormat | None = None) -> ReadLine | None:
+    """``read_line`` of a line already unwrapped (a reader that joined the pieces of a split line); ``raw`` is
+    the line as read. Never raises."""
+    text = u.text.strip()
     try:
+        if log_format is not None:
+            read = _read(log_format, text, raw, u)
+            if read is not None:
+                return read
         if text.startswith("{"):
-            return _parse_json(text, line)
+            return next((r for r in (_read(f, text, raw, u) for f in KNOWN_JSON) if r is not None), None)
         if text.startswith("["):
-            return _parse_text(text, line)
+            found = next((r for r in (_read(f, text, raw, u) for f in KNOWN_TEXT) if r is not None), None)
+            return found if found is not None else _read_partial(text, raw, u)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None  # a line of another shape, or one no Envoy wrote ("duration": 1e400, nesting 1000 deep)
     return None
 
 
+def parse_line(line: str, log_format: LogFormat | None = None) -> AccessLogEntry | None:
+    """A TEXT or JSON access-log line (of a known format, or of ``log_format``), wrapped or not ->
+    AccessLogEntry; None for anything else (Envoy's own log lines, blank lines, other formats). Never raises."""
+    read = read_line(line, log_format)
+    return read.entry if read is not None else None
+
+
 def looks_like_access_log(line: str) -> bool:
     """Whether ``line`` has the start of an access-log line (TEXT or JSON): one that then gives no entry from
     ``parse_line`` is a damaged or hostile line, not one of Envoy's own log lines. Never raises."""
-    text = _KUBECTL_TS.sub("", line.strip(), count=1)
+    text = unwrap(line).text.strip()
     if text.startswith("{"):
         return '"start_time"' in text and '"response_code"' in text
     return bool(_TEXT_START.match(text))
 
 
-def parse_lines(text: str) -> list[AccessLogEntry]:
+def parse_lines(text: str, log_format: LogFormat | None = None) -> list[AccessLogEntry]:
     """Every access-log line of a log (e.g. `kubectl logs -c istio-proxy`), skipping the rest."""
-    return [e for e in map(parse_line, text.splitlines()) if e is not None]
+    return [e for e in (parse_line(line, log_format) for line in text.splitlines()) if e is not None]
 
 
-def _parse_text(text: str, raw: str) -> AccessLogEntry | None:
-    tokens = [m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3)
-              for m in _TOKEN.finditer(text)]
-    # The first token must be the bracketed time and the second the quoted request line: checking the
-    # shape, not just the count, keeps other bracketed log lines out.
-    if len(tokens) != _FIELDS or not text.startswith("[") or not re.match(r'\[[^\]]*\] "', text):
+def _read(fmt: LogFormat, text: str, raw: str, u: Unwrapped) -> ReadLine | None:
+    values = fmt.values(text)
+    if values is None:
         return None
-    (start, request, code, flags, details, term, failure, rx, tx, duration, service_time, xff, agent,
-     request_id, authority, upstream_host, cluster, upstream_local, downstream_local, downstream_remote,
-     sni, route) = tokens
-    method, path, protocol = _request_line(request)
+    entry = entry_of(values, raw, u)
+    return ReadLine(entry, fmt.name, u) if entry is not None else None
+
+
+def _read_partial(text: str, raw: str, u: Unwrapped) -> ReadLine | None:
+    values = read_partial(text)
+    if values is None:
+        return None
+    values["ts"] = _DEFAULT_TIME.parse(values.pop("ts_text"))
+    if values["ts"] is None:
+        return None
+    entry = entry_of(values, raw, u)
+    return ReadLine(entry, PARTIAL, u) if entry is not None else None
+
+
+def entry_of(values: dict[str, Any], raw: str, u: Unwrapped) -> AccessLogEntry | None:
+    """An AccessLogEntry of a line's values by field (LogFormat.values). The time is the line's START_TIME, or,
+    for a format without one, the time a wrapper carried (when the line was written, so when its request ended)
+    less the duration; None when neither is known. Raises ValueError for a count Envoy would not write."""
+    duration = _int(values.get("duration_ms")) or 0
+    ts = values.get("ts")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        if u.ts is None:
+            return None
+        ts = u.ts - duration / 1000.0
+    method = _opt(values.get("method"))
+    if method is not None and not _METHOD.fullmatch(method):
+        method = None  # Istio 1.1.0 - 1.1.2's JSON wrote the start time under "method"
+    flags = values.get("flags")
     return AccessLogEntry(
-        ts=parse_start_time(start), method=method, path=path, protocol=protocol, code=_int(code),
-        flags=tuple(f.short for f in decode_flags(flags)), details=_opt(details),
-        termination_details=_opt(term), upstream_failure=_opt(failure),
-        bytes_received=_int(rx), bytes_sent=_int(tx), duration_ms=_int(duration),
-        upstream_host=_opt(upstream_host), upstream_cluster=_opt(cluster), upstream_local=_opt(upstream_local),
-        downstream_local=_opt(downstream_local), downstream_remote=_opt(downstream_remote),
-        upstream_service_time=_int(service_time, None), x_forwarded_for=_opt(xff), user_agent=_opt(agent),
-        request_id=_opt(request_id), authority=_opt(authority), requested_server_name=_opt(sni),
-        route_name=_opt(route), raw=raw,
+        ts=float(ts), method=method, path=_opt(values.get("path")), protocol=_opt(values.get("protocol")),
+        code=_int(values.get("code")) or 0,
+        flags=tuple(f.short for f in decode_flags(None if flags is None else str(flags))),
+        details=_opt(values.get("details")), termination_details=_opt(values.get("termination_details")),
+        upstream_failure=_opt(values.get("upstream_failure")),
+        bytes_received=_int(values.get("bytes_received")) or 0, bytes_sent=_int(values.get("bytes_sent")) or 0,
+        duration_ms=duration, upstream_host=_opt(values.get("upstream_host")),
+        upstream_cluster=_opt(values.get("upstream_cluster")), upstream_local=_opt(values.get("upstream_local")),
+        downstream_local=_opt(values.get("downstream_local")),
+        downstream_remote=_opt(values.get("downstream_remote")),
+        upstream_service_time=_int(values.get("upstream_service_time"), None),
+        x_forwarded_for=_opt(values.get("x_forwarded_for")), user_agent=_opt(values.get("user_agent")),
+        request_id=_opt(values.get("request_id")), authority=_opt(values.get("authority")),
+        requested_server_name=_opt(values.get("requested_server_name")), route_name=_opt(values.get("route_name")),
+        raw=raw, pod=u.pod,
     )
 
 
-def _request_line(request: str) -> tuple[str | None, str | None, str | None]:
-    parts = request.split(" ")
-    if len(parts) < 3:
-        raise ValueError(f"not a request line: {request!r}")
-    # A path never holds a space on the wire, but keep whatever sits between method and protocol.
-    return _opt(parts[0]), _opt(" ".join(parts[1:-1])), _opt(parts[-1])
-
-
-def _parse_json(text: str, raw: str) -> AccessLogEntry | None:
-    doc = json.loads(text)
-    if not isinstance(doc, dict) or "start_time" not in doc or "response_code" not in doc:
-        return None
-
-    def s(key: str) -> str | None:
-        value = doc.get(key)
-        return None if value is None else _opt(str(value))
-
-    return AccessLogEntry(
-        ts=parse_start_time(str(doc["start_time"])), method=s("method"), path=s("path"), protocol=s("protocol"),
-        code=_int(doc["response_code"]) or 0,
-        flags=tuple(f.short for f in decode_flags(s("response_flags"))), details=s("response_code_details"),
-        termination_details=s("connection_termination_details"),
-        upstream_failure=s("upstream_transport_failure_reason"),
-        bytes_received=_int(doc.get("bytes_received")) or 0, bytes_sent=_int(doc.get("bytes_sent")) or 0,
-        duration_ms=_int(doc.get("duration")) or 0,
-        upstream_host=s("upstream_host"), upstream_cluster=s("upstream_cluster"),
-        upstream_local=s("upstream_local_address"), downstream_local=s("downstream_local_address"),
-        downstream_remote=s("downstream_remote_address"),
-        upstream_service_time=_int(doc.get("upstream_service_time"), None),
-        x_forwarded_for=s("x_forwarded_for"), user_agent=s("user_agent"), request_id=s("request_id"),
-        authority=s("authority"), requested_server_name=s("requested_server_name"), route_name=s("route_name"),
-        raw=raw,
-    )
+__all__ = ["AccessLogEntry", "PARTIAL", "ReadLine", "entry_of", "looks_like_access_log", "parse_line", "parse_lines",
+           "layers_for", "parse_start_time", "read_layers", "read_line", "read_unwrapped", "request_line"]

@@ -1,31 +1,42 @@
-"""What people already hold of a sidecar, read offline: its log (`kubectl logs POD -c istio-proxy`: the access
-log in any of its shapes and Envoy's own component log, at debug or not, in any of its shapes) and admin dumps
-(`/stats`, `/clusters` in text or JSON).
+"""What people already hold of a sidecar, read offline: its log (`kubectl logs POD -c istio-proxy`) and admin
+dumps (`/stats`, `/clusters` in text or JSON). The log holds the access log, in any default format Istio or Envoy
+shipped or the mesh's own, TEXT or JSON (envoy/access_log.py), and Envoy's own component log, at debug or not, in
+any of its shapes (envoy/component_log.py); either wrapped as tools wrap it: --timestamps, --prefix, stern, CRI and
+Docker files, grep (envoy/wrappers.py).
 
 The log becomes the same AccessLogEvents and EnvoyLogEvents `watch` makes from the followed log, so the
 detectors and the correlator see one shape from both; `/stats` dumps become the counters that moved, in
-`watch`'s shape (cluster -> stat -> delta).
+`watch`'s shape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyCountersEvent, EnvoyLogEvent
-from kubectl_meshdoctor.envoy.access_log import looks_like_access_log, parse_line
+from kubectl_meshdoctor.envoy.access_log import PARTIAL, layers_for, looks_like_access_log, read_layers
 from kubectl_meshdoctor.envoy.clusters import Cluster, parse_clusters
 from kubectl_meshdoctor.envoy.component_facts import fact_of
-from kubectl_meshdoctor.envoy.component_log import ComponentLine, ComponentLogReader, is_continuation, parse_component_line
-from kubectl_meshdoctor.envoy.story import log_ref
+from kubectl_meshdoctor.envoy.component_log import (
+    ComponentLine,
+    ComponentLogReader,
+    is_continuation,
+    parse_component_line,
+)
+from kubectl_meshdoctor.envoy.log_format import LogFormat
 from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, delta, parse_stats
+from kubectl_meshdoctor.envoy.story import log_ref
+from kubectl_meshdoctor.envoy.wrappers import Unwrapped
 
 from .merge import Gate
 
 BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log never sits whole in memory
+MAX_JOINED = 1 << 20  # the pieces of one split line (CRI `P`, Docker's 16 KiB pieces) held at most
 
 
 @dataclass(slots=True)
@@ -33,8 +44,9 @@ class LogRead:
     """What reading one log gave: ``lines`` read; ``entries`` among them that are access-log lines;
     ``component`` entries of Envoy's own log (a multi-line entry counts once), ``facts`` among them that a
     detector reads; ``unreadable`` lines that start as access-log lines do but give no entry (damaged, or
-    written by no Envoy), the first of them at line ``first_unreadable``; ``other`` lines of no known kind
-    (pilot-agent's, an app's, another program's), counted and skipped."""
+    written by no Envoy), the first of them at line ``first_unreadable``; ``partial`` entries read in part (a
+    line of Envoy's shape that no format reads whole), the first at line ``first_partial``; ``other`` lines of no
+    known kind (pilot-agent's, an app's, another program's), counted and skipped."""
 
     lines: int = 0
     entries: int = 0
@@ -42,6 +54,8 @@ class LogRead:
     facts: int = 0
     unreadable: int = 0
     first_unreadable: int | None = None
+    partial: int = 0
+    first_partial: int | None = None
     other: int = 0
     problems: list[str] = field(default_factory=list)
 
@@ -84,13 +98,18 @@ class _ComponentPusher:
                                                                                     fact.kind)))
 
 
-async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEvent], None], gate: Gate) -> LogRead:
+async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEvent], None], gate: Gate,
+                          log_format: LogFormat | None = None) -> LogRead:
     """Push an AccessLogEvent for every access-log line of ``path`` and an EnvoyLogEvent for every fact of
     Envoy's component log in it, in file order, awaiting ``gate`` between batches (sources/merge.py: a log that
-    runs ahead of the captures waits for them). Lines of no known kind are counted and skipped. Raises OSError
-    when the file cannot be read."""
+    runs ahead of the captures waits for them). ``log_format``: the mesh's own format (analyze --log-format),
+    tried before the known ones. The pieces of a line a container runtime split (CRI `P`, Docker json-file's
+    16 KiB pieces) are joined, and read as one line at the first piece's line number. Lines of no known kind
+    are counted and skipped. Raises OSError when the file cannot be read."""
     result = LogRead()
     component = _ComponentPusher(path, push, result)
+    pieces: list[str] = []
+    first_piece = 0
     with open_text(path) as fh:
         while True:
             await gate()
@@ -103,36 +122,72 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                 break
             for line in batch:
                 result.lines += 1
-                text = line.rstrip("\r\n")
-                entry = parse_line(text)
-                if entry is not None:
-                    component.take(component.reader.flush())
-                    result.entries += 1
-                    push(event_of(entry, path, result.lines))
+                raw = line.rstrip("\r\n")
+                layers = layers_for(raw, log_format)
+                u = layers[-1]
+                if u.partial:
+                    first_piece = first_piece or result.lines
+                    pieces.append(u.text)
+                    if sum(map(len, pieces)) > MAX_JOINED:  # no line of Envoy's is that long
+                        _unreadable(result, first_piece)
+                        pieces, first_piece = [], 0
                     continue
-                head = parse_component_line(text)
-                if head is not None or (component.reader.open and is_continuation(text)):
-                    component.take(component.reader.feed(text, result.lines, head))
-                    continue
-                component.take(component.reader.flush())
-                if looks_like_access_log(text):
-                    result.unreadable += 1
-                    result.first_unreadable = result.first_unreadable or result.lines
-                elif text.strip():
-                    result.other += 1
+                number = result.lines
+                if pieces:
+                    u = dataclasses.replace(u, text="".join(pieces) + u.text)
+                    raw, number, layers = u.text, first_piece, (u,)
+                    pieces, first_piece = [], 0
+                _read_one(result, layers, raw, number, path, push, log_format, component)
     component.take(component.reader.flush())
+    if pieces:
+        result.problems.append(f"the log ends in the middle of a line split by the container runtime (from line "
+                               f"{first_piece}); that line was not read")
     if result.unreadable:
         # The count and where, never the text: a hostile line is the user's to open, not ours to print.
         result.problems.append(f"{result.unreadable} line(s) that start as access-log lines could not be read "
                                f"and were skipped; the first is line {result.first_unreadable}")
+    if result.partial:
+        result.problems.append(f"{result.partial} line(s) match no known access-log format whole and were read in "
+                               f"part (time, request, code, flags, details); the first is line "
+                               f"{result.first_partial}: give the mesh's format with --log-format to read them "
+                               f"whole")
     if not result.readable:
-        result.problems.append(f"nothing of Envoy's in its {result.lines} line(s): no access-log line (Istio's "
-                               f"TEXT or JSON format, or --log-format) and no line of Envoy's own log")
+        result.problems.append(f"nothing of Envoy's in its {result.lines} line(s): no access-log line (Istio's or "
+                               f"Envoy's formats, TEXT or JSON, or the one --log-format gives; is access logging "
+                               f"on: meshConfig.accessLogFile?) and no line of Envoy's own log")
     elif result.entries == 0 and result.facts == 0:
         result.problems.append("Envoy's own log at its default levels and no access-log line: raise the levels "
-                               "the detectors read (kubectl meshdoctor log-level POD --level "
-                               "connection:debug,pool:debug,router:debug,http:debug) and capture the log again")
+                               "the detectors read (kubectl meshdoctor watch --envoy-debug, or kubectl "
+                               "meshdoctor log-level POD --level connection:debug,pool:debug,router:debug,"
+                               "http:debug) and capture the log again")
     return result
+
+
+def _read_one(result: LogRead, layers: tuple[Unwrapped, ...], raw: str, number: int, path: str,
+              push: Callable[[AccessLogEvent], None], log_format: LogFormat | None,
+              component: _ComponentPusher) -> None:
+    u = layers[-1]
+    head = parse_component_line(u.text)
+    if head is not None or (component.reader.open and is_continuation(u.text)):
+        component.take(component.reader.feed(u.text, number, head))
+        return
+    component.take(component.reader.flush())
+    read = read_layers(layers, raw, log_format)
+    if read is not None:
+        result.entries += 1
+        if read.format == PARTIAL:
+            result.partial += 1
+            result.first_partial = result.first_partial or number
+        push(event_of(read.entry, path, number))
+    elif looks_like_access_log(u.text):
+        _unreadable(result, number)
+    elif u.text.strip():
+        result.other += 1
+
+
+def _unreadable(result: LogRead, number: int) -> None:
+    result.unreadable += 1
+    result.first_unreadable = result.first_unreadable or number
 
 
 def _lines(fh, n: int) -> list[str]:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.component_log import parse_component_line
+from kubectl_meshdoctor.envoy.log_format import LogFormat
+from kubectl_meshdoctor.envoy.wrappers import unwrap
 from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
 from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
@@ -94,10 +96,11 @@ def _head(path: str) -> bytes:
     return head
 
 
-def input_kind(path: str) -> str:
+def input_kind(path: str, log_format: LogFormat | None = None) -> str:
     """What ``path`` holds, by its content: CAPTURE (pcap or pcapng, also gzipped), ENVOY_LOG (an Envoy
-    access log in Istio's TEXT or JSON format, Envoy's own component log in any of its shapes, or an
-    istio-proxy container log holding either, with or without `kubectl logs --timestamps`), STATS (admin
+    access log in any format Istio or Envoy shipped, or ``log_format``, TEXT or JSON; Envoy's own component
+    log in any of its shapes; or an istio-proxy container log holding either; wrapped or not: `kubectl logs
+    --timestamps/--prefix`, stern, CRI or Docker log files, grep output; envoy/wrappers.py), STATS (admin
     `/stats` text) or CLUSTERS (admin `/clusters`, text or JSON). Raises InputError (one line) when it cannot
     be read or is none of them."""
     head = _head(path)
@@ -108,7 +111,8 @@ def input_kind(path: str) -> str:
     if len(head) == SNIFF_BYTES and lines:
         lines = lines[:-1]  # cut at SNIFF_BYTES: the last line may be a piece
     lines = [line for line in lines if line.strip()]
-    if any(parse_line(line) is not None or parse_component_line(line) is not None for line in lines):
+    if any(parse_line(line, log_format) is not None or parse_component_line(unwrap(line).text) is not None
+           for line in lines):
         return ENVOY_LOG
     first = lines[0].strip() if lines else ""
     if first.startswith("{") and '"cluster_statuses"' in text:
@@ -121,7 +125,7 @@ def input_kind(path: str) -> str:
         return CLUSTERS
     if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2:
         return STATS
-    if any(_PROXY_LOG_LINE.match(line) for line in lines[:50]):
+    if any(_PROXY_LOG_LINE.match(unwrap(line).text) for line in lines[:50]):
         return ENVOY_LOG
     raise InputError(f"{path}: not a capture (pcap, pcapng), an Envoy access log or an admin dump (/stats, "
                      f"/clusters)")
