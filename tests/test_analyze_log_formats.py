@@ -14,7 +14,7 @@ import pytest
 from kubectl_meshdoctor.envoy.istio_formats import ENVOY_DEFAULT, TEXT_FORMATS
 from kubectl_meshdoctor.envoy.log_format import compile_format
 from kubectl_meshdoctor.sources.envoy_files import read_access_log
-from kubectl_meshdoctor.sources.files import ACCESS_LOG, InputError, input_kind
+from kubectl_meshdoctor.sources.files import ENVOY_LOG, InputError, input_kind
 
 from .envoy.render import render_text
 from .envoy.test_wrappers import cri, docker_json, grep_hn, kubectl_prefix, kubectl_timestamps, stern
@@ -53,7 +53,7 @@ def test_wrapped_and_old_format_logs_are_access_logs(tmp_path, shape):
             "istio-1.8": old["istio-1.8"], "envoy-default": render_text(ENVOY_DEFAULT.format, ENTRY)}[shape]
     log = tmp_path / "proxy.log"
     log.write_text(body + "\n")
-    assert input_kind(str(log)) == ACCESS_LOG
+    assert input_kind(str(log)) == ENVOY_LOG
     result, (event,) = read(log)
     assert (event.entry.code, event.entry.flags, event.line) == (504, ("UT",), 1)
     assert event.entry.pod == ("reviews-v1-7d9f8" if shape in ("kubectl-prefix", "stern") else None)
@@ -64,7 +64,7 @@ def test_wrapped_and_old_format_logs_are_access_logs(tmp_path, shape):
 def test_a_wrapped_proxy_log_without_access_log_lines_is_still_one(tmp_path, wrap):
     log = tmp_path / "proxy.log"
     log.write_text(wrap("2026-12-01T09:59:58.101882Z\tinfo\tEnvoy proxy is ready") + "\n")
-    assert input_kind(str(log)) == ACCESS_LOG
+    assert input_kind(str(log)) == ENVOY_LOG
 
 
 def test_a_log_of_the_meshs_own_format_needs_it(tmp_path):
@@ -73,7 +73,7 @@ def test_a_log_of_the_meshs_own_format_needs_it(tmp_path):
     with pytest.raises(InputError):
         input_kind(str(log))
     fmt = compile_format(CUSTOM)
-    assert input_kind(str(log), fmt) == ACCESS_LOG
+    assert input_kind(str(log), fmt) == ENVOY_LOG
     _, (event,) = read(log, fmt)
     assert (event.entry.code, event.entry.details, event.entry.upstream_host) == (504, "response_timeout",
                                                                                   "198.18.5.2:5000")

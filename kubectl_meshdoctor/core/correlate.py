@@ -230,7 +230,7 @@ class Correlator:
                 continue
             more = tuple(e for e in evidence if e not in found.evidence)
             out.append(replace(
-                found, evidence=found.evidence + more,
+                found, evidence=found.evidence + more, pod=found.pod or entry.pod,
                 access_log=found.access_log or ((entry.raw,) if line is not None else ()),
                 envoy_log=found.envoy_log or tuple(r.raw or r.text for r in (story.refs if story else ()))))
         return out
