@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kubectl_meshdoctor.core.correlate import access_log_flow
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
@@ -53,6 +53,7 @@ spec:
 COUNTERS = (
     CounterSignal("cluster", "upstream_rq_pending_overflow", "requests refused by the pending-request limit"),
     CounterSignal("cluster", "upstream_rq_retry_overflow", "retries refused by the retry limit"),
+    flag_signal("UO", "requests Envoy answered 503 UO"),
 )
 
 

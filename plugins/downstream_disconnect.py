@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
@@ -126,7 +126,8 @@ class DownstreamDisconnect(Detector):
     def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
         return counter_findings(
             self.id, counters, (CounterSignal("http", "downstream_cx_destroy_remote_active_rq",
-                                              "caller connections closed with a request in flight"),),
+                                              "caller connections closed with a request in flight"),
+                                flag_signal("DC", "requests whose caller went away: 0 DC")),
             what="Callers gave up before the response (0 DC)",
             explanation=("Callers closed their connection while their request was in flight: their own timeout "
                          "is shorter than the app takes, or they half-close after sending. Envoy logs 0 DC "

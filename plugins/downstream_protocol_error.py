@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
@@ -126,7 +126,8 @@ class DownstreamProtocolError(Detector):
     def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
         return counter_findings(
             self.id, counters, (CounterSignal("http", "downstream_cx_protocol_error",
-                                              "caller connections the sidecar's codec refused"),),
+                                              "caller connections the sidecar's codec refused"),
+                                flag_signal("DPE", "requests the sidecar's codec refused: DPE")),
             what="Callers' requests refused by the sidecar's codec (DPE)",
             explanation=("Callers sent requests the sidecar's HTTP codec refuses: HTTP/1.0 without "
                          "ISTIO_META_HTTP10 (426), malformed requests or headers (400), refused upgrades (403). "

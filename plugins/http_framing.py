@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, HttpStart, PacketEvent
@@ -104,7 +104,8 @@ class HttpFraming(Detector):
     def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
         return counter_findings(
             self.id, counters, (CounterSignal("cluster", "upstream_cx_protocol_error",
-                                              "upstream connections Envoy's codec closed on a protocol error"),),
+                                              "upstream connections Envoy's codec closed on a protocol error"),
+                                flag_signal("UPE", "requests Envoy answered 502 UPE")),
             what="HTTP framing errors: responses Envoy's codec rejects (502 UPE)",
             explanation=("The upstream's responses broke HTTP/1 framing rules Envoy enforces (RFC 9112 section 6: "
                          "Transfer-Encoding with Content-Length, chunked not last, conflicting lengths, invalid "

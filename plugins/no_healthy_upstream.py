@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kubectl_meshdoctor.core.correlate import access_log_flow
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import ClustersEvent, ContextEvent, EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import COUNTER, Evidence, Finding, FlowRef, Severity
@@ -61,6 +61,7 @@ COUNTERS = (
     CounterSignal("cluster", "upstream_cx_none_healthy", "requests that found no healthy endpoint"),
     CounterSignal("cluster", "outlier_detection.ejections_enforced_total", "endpoints ejected by outlier "
                                                                            "detection"),
+    flag_signal("UH", "requests Envoy answered 503 UH"),
 )
 
 
@@ -94,7 +95,7 @@ class NoHealthyUpstream(Detector):
                          "(or none were known), and with panic routing off (Istio's default: no "
                          "minHealthPercent) Envoy answered 503 UH itself."),
             envoy_flags=("UH",), details=DETAILS, fixes=FIXES, pod=self.ctx.pod)
-            if any(k.endswith(".upstream_cx_none_healthy") for k in f.counters)]
+            if any(k.endswith(".upstream_cx_none_healthy") or "response_flags=UH" in k for k in f.counters)]
         return found or self._all_out_of_rotation()
 
     def _all_out_of_rotation(self) -> list[Finding]:

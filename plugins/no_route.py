@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kubectl_meshdoctor.core.correlate import access_log_flow
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
@@ -68,7 +68,8 @@ class NoRoute(Detector):
 
     def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
         return counter_findings(
-            self.id, counters, (CounterSignal("http", "no_route", "requests no route matched"),),
+            self.id, counters, (CounterSignal("http", "no_route", "requests no route matched"),
+                                flag_signal("NR", "requests Envoy answered 404 NR")),
             what="Requests that matched no route (404 NR)",
             explanation=("Requests reached the sidecar's HTTP connection manager and matched none of its routes: "
                          "Envoy answered 404 NR (route_not_found) itself. A VirtualService whose routes all carry "

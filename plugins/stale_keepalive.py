@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
@@ -126,7 +126,8 @@ def _relative_to_fin(req: PacketEvent, fin: PacketEvent) -> tuple[float, str]:
 
 
 COUNTERS = (CounterSignal("cluster", "upstream_cx_destroy_remote_with_active_rq",
-                          "connections the upstream closed with a request on them"),)
+                          "connections the upstream closed with a request on them"),
+            flag_signal("UC", "requests the upstream's connection closed under: 503 UC"))
 
 
 def _connection_termination(entry: AccessLogEntry) -> bool:
@@ -255,7 +256,8 @@ class StaleKeepalive(Detector):
                          "503 UC (connection_termination). Most often Envoy reused a connection the app was "
                          "closing for idleness (the app's keep-alive timeout is shorter than Envoy's pool's)."),
             envoy_flags=("UC",), details=_DETAILS, fixes=fixes(None),
-            remediation=render(fixes(None), RETRY_NOTE), pod=self.ctx.pod) if f.flow.server in http]
+            remediation=render(fixes(None), RETRY_NOTE), pod=self.ctx.pod)
+            if f.flow.server in http or f.flow.server == "istio_requests_total"]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if not _connection_termination(entry):

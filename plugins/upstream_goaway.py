@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent
@@ -47,7 +47,8 @@ class UpstreamGoaway(Detector):
     def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
         return counter_findings(
             self.id, counters, (CounterSignal("cluster", "http2.rx_reset",
-                                              "streams the HTTP/2 upstream reset or refused (RST_STREAM)"),),
+                                              "streams the HTTP/2 upstream reset or refused (RST_STREAM)"),
+                                flag_signal("UR", "requests whose upstream stream was reset: 503 UR")),
             what="HTTP/2 upstream resetting or refusing streams (503 UR)",
             explanation=("The HTTP/2 upstream reset streams Envoy opened (RST_STREAM: REFUSED_STREAM at its "
                          "concurrent stream limit, or streams cut by its GOAWAY when it shuts down or rotates "

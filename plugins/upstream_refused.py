@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
 from kubectl_meshdoctor.core.events import ContextEvent, EnvoyCountersEvent, ListenersEvent, PacketEvent, PodEvent
@@ -148,7 +148,8 @@ class UpstreamRefused(Detector):
         # handshakes (tls-mismatch's) are counted apart too; what is left was refused or unreachable.
         other = [scoped(counters.stats, "cluster", s) for s in ("upstream_cx_connect_timeout", "ssl.connection_error")]
         found = counter_findings(
-            self.id, counters, (CounterSignal("cluster", "upstream_cx_connect_fail", "failed connects"),),
+            self.id, counters, (CounterSignal("cluster", "upstream_cx_connect_fail", "failed connects"),
+                                flag_signal("UF", "requests whose upstream connect failed: 503 UF")),
             what="Upstream connects refused or unreachable (503 UF)",
             explanation=("Envoy could not connect to the upstream: refused (nothing listens: the app is down, "
                          "restarting, bound to 127.0.0.1, or listens on another port), unreachable, or with no "
@@ -157,8 +158,8 @@ class UpstreamRefused(Detector):
             envoy_flags=("UF",), pod=self.ctx.pod)
         out = []
         for f in found:
-            if f.counters[f"cluster.{f.flow.server}.upstream_cx_connect_fail"] <= sum(o.get(f.flow.server, 0)
-                                                                                    for o in other):
+            fails = f.counters.get(f"cluster.{f.flow.server}.upstream_cx_connect_fail")
+            if fails is not None and fails <= sum(o.get(f.flow.server, 0) for o in other):
                 continue
             port = f.flow.server.split("|")[1] if f.flow.server.count("|") >= 3 else ""
             fx = fixes(int(port), "unknown") if port.isdigit() and f.flow.server.startswith("inbound|") else ()

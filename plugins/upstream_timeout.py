@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
@@ -54,7 +54,8 @@ def fixes(waited_ms: int, per_try: bool) -> tuple[Fix, ...]:
 
 
 COUNTERS = (CounterSignal("cluster", "upstream_rq_timeout", "requests the route timeout cut off"),
-            CounterSignal("cluster", "upstream_rq_per_try_timeout", "attempts the per-try timeout cut off"))
+            CounterSignal("cluster", "upstream_rq_per_try_timeout", "attempts the per-try timeout cut off"),
+            flag_signal("UT", "requests Envoy answered 504 UT"))
 
 
 class UpstreamTimeout(Detector):

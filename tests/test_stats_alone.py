@@ -58,3 +58,29 @@ def test_a_stats_dump_names_the_classes_its_counters_show(scenario, dumps):
         assert f["stands_on"] == ["counters"] and f["counters"]
         assert all(e["kind"] == "counter" for e in f["evidence"])
         assert ("since Envoy's start" if dumps == "one" else "between the first dump and the last") in f["title"]
+
+
+ENVOY_DATA = Path(__file__).resolve().parent / "envoy" / "data"
+
+
+@pytest.mark.parametrize("sample", ["stats_sample.txt", "stats_sample_legacy.txt"])
+def test_istio_requests_total_names_the_class_of_each_flag(sample, tmp_path):
+    """Istio's standard metric is in its default stats inclusion list, where the cluster stats often are not: its
+    response_flags label alone names the class (both namings Istio has used: istiocustom.* and reporter=.=)."""
+    lines = [ln for ln in (ENVOY_DATA / sample).read_text().splitlines() if "istio_requests_total" in ln]
+    assert lines
+    dump = tmp_path / "stats.txt"
+    dump.write_text("server.uptime: 3600\n" + "\n".join(lines) + "\n")
+    code, report = analyze(dump)
+    by_flag = {"UC": "stale-keepalive", "UF": "upstream-refused", "UT": "upstream-timeout", "UO":
+               "circuit-breaker-overflow", "UH": "no-healthy-upstream", "UPE": "http-framing", "DC":
+               "downstream-disconnect", "NR": "no-route", "DPE": "downstream-protocol-error", "UR": "upstream-goaway"}
+    flags = {part.split("=.=")[-1] if "=.=" in part else part.split(".")[-1]
+             for ln in lines for part in ln.split(";.;") if "response_flags" in part}
+    flags |= {ln.split(".response_flags.")[1].split(".")[0] for ln in lines if ".response_flags." in ln}
+    expected = {by_flag[f] for fl in flags for f in fl.split(",") if f in by_flag}
+    assert expected and {f["detector"] for f in report["findings"]} == expected
+    assert code == 1
+    for f in report["findings"]:
+        assert all("istio_requests_total{reporter=" in k for k in f["counters"])
+        assert "1 h before the dump" in f["title"]

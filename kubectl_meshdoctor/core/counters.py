@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kubectl_meshdoctor.envoy.stats import scoped
+from kubectl_meshdoctor.envoy.stats import istio_requests, scoped
 
 from .events import EnvoyCountersEvent
 from .findings import COUNTER, Evidence, Finding, FlowRef, Severity
@@ -21,10 +21,18 @@ from .fixes import Fix
 _PREFIX = {"cluster": "cluster", "http": "http", "listener": "listener"}
 
 
+def flag_signal(flag: str, means: str) -> CounterSignal:
+    """The istio_requests_total requests Envoy logged with response flag ``flag``."""
+    return CounterSignal("istio", flag, means)
+
+
 @dataclass(frozen=True, slots=True)
 class CounterSignal:
     """A stat that counts a detector's failure: ``scope`` "cluster", "http" (an HCM's stat prefix) or
-    "listener" (a listener's address), the ``stat`` after it, and what one count ``means`` in words."""
+    "listener" (a listener's address), the ``stat`` after it, and what one count ``means`` in words; or scope
+    "istio" with a response flag as ``stat``: Istio's standard metric istio_requests_total, whose
+    response_flags label counts the requests Envoy logged with that flag (in Istio's default stats inclusion
+    list, so in a /stats dump where the cluster stats may not be; istio/istio docs, standard metrics)."""
 
     scope: str
     stat: str
@@ -32,13 +40,28 @@ class CounterSignal:
 
 
 def moved(counters: EnvoyCountersEvent, signals: Sequence[CounterSignal]) -> dict[str, dict[CounterSignal, int]]:
-    """Per owner (cluster, HCM prefix or listener), the signals that counted something, and how much."""
+    """Per owner (cluster, HCM prefix, listener, or istio_requests_total's reporter), the signals that counted
+    something, and how much."""
     out: dict[str, dict[CounterSignal, int]] = {}
+    requests = istio_requests(counters.stats) if any(s.scope == "istio" for s in signals) else {}
     for signal in signals:
-        for owner, n in scoped(counters.stats, signal.scope, signal.stat).items():
+        if signal.scope == "istio":
+            counted: dict[str, int] = {}
+            for (reporter, _code, flags), n in requests.items():
+                if signal.stat in flags.split(","):
+                    counted[reporter or "-"] = counted.get(reporter or "-", 0) + n
+        else:
+            counted = scoped(counters.stats, signal.scope, signal.stat)
+        for owner, n in counted.items():
             if n > 0:
                 out.setdefault(f"{signal.scope} {owner}", {})[signal] = n
     return out
+
+
+def _stat_name(signal: CounterSignal, owner: str) -> str:
+    if signal.scope == "istio":
+        return f"istio_requests_total{{reporter={owner},response_flags={signal.stat}}}"
+    return f"{_PREFIX[signal.scope]}.{owner}.{signal.stat}"
 
 
 def since_text(counters: EnvoyCountersEvent) -> str:
@@ -70,24 +93,24 @@ def counter_findings(detector: str, counters: EnvoyCountersEvent, signals: Seque
     out = []
     for owner, counts in sorted(moved(counters, signals).items()):
         scope, _, name = owner.partition(" ")
-        said = "; ".join(f"{signal.stat} {n} ({signal.means})" for signal, n in counts.items())
+        said = "; ".join(f"{_stat_name(signal, name)} {n} ({signal.means})" for signal, n in counts.items())
+        where = f"istio_requests_total (reporter={name})" if scope == "istio" else f"{scope} {name}"
         when = since_text(counters)
         out.append(Finding(
             detector=detector,
             severity=severity,
-            title=f"{what}: Envoy's counters of {scope} {name} show it {when}",
+            title=f"{what}: Envoy's counters of {where} show it {when}",
             variant=f"{what} (counters)",
-            flow=FlowRef("-", name, ""),
-            evidence=tuple(Evidence(counters.source, "", 0, counters.ts,
-                                    f"{_PREFIX[signal.scope]}.{name}.{signal.stat}: {n} {when}", kind=COUNTER)
-                           for signal, n in counts.items()),
+            flow=FlowRef("-", name if scope != "istio" else "istio_requests_total", ""),
+            evidence=tuple(Evidence(counters.source, "", 0, counters.ts, f"{_stat_name(signal, name)}: {n} {when}",
+                                    kind=COUNTER) for signal, n in counts.items()),
             envoy_flags=envoy_flags,
             response_code_details=details,
-            explanation=f"{explanation} The sidecar's counters of {scope} {name} {when}: {said}.",
+            explanation=f"{explanation} The sidecar's counters of {where} {when}: {said}.",
             fixes=fixes,
             remediation=remediation,
             pod=pod,
             ts=counters.ts,
-            counters={f"{_PREFIX[signal.scope]}.{name}.{signal.stat}": n for signal, n in counts.items()},
+            counters={_stat_name(signal, name): n for signal, n in counts.items()},
         ))
     return out
