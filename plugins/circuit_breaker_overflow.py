@@ -21,6 +21,7 @@ from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix
+from kubectl_meshdoctor.core.remedies import destination_rule
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import parse_reset_details
 from kubectl_meshdoctor.envoy.story import StreamStory
@@ -35,19 +36,12 @@ FIXES = (Fix(
     "the whole mesh; requests wait for a connection instead of being refused",
     "more connections to the upstream at once (and more queued requests): an upstream that cannot take them "
     "slows down instead; size the limits from its capacity, or drop them (Istio's default is unlimited)",
-    yaml=f"""\
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata:
-  name: <service>
-spec:
-  host: <service>.<namespace>.svc.cluster.local
-  trafficPolicy:
+    yaml=destination_rule(f"""\
     connectionPool:
       tcp:
         maxConnections: {LIMIT}          # from the upstream's capacity; unset: unlimited
       http:
-        http1MaxPendingRequests: {LIMIT}  # requests that may wait for a connection""",
+        http1MaxPendingRequests: {LIMIT}  # requests that may wait for a connection"""),
     settings=((MAX_CONNECTIONS_FIELD, LIMIT), (MAX_PENDING_FIELD, LIMIT))),)
 
 COUNTERS = (

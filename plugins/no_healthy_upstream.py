@@ -21,6 +21,7 @@ from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import ClustersEvent, ContextEvent, EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import COUNTER, Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
+from kubectl_meshdoctor.core.remedies import destination_rule
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.story import StreamStory
 
@@ -30,16 +31,7 @@ MAX_EJECTION_FIELD = "DestinationRule.trafficPolicy.outlierDetection.maxEjection
 
 
 def _outlier_rule(field: str, value: str, comment: str) -> str:
-    return f"""\
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata:
-  name: <service>
-spec:
-  host: <service>.<namespace>.svc.cluster.local
-  trafficPolicy:
-    outlierDetection:
-      {field}: {value}          # {comment}"""
+    return destination_rule(f"    outlierDetection:\n      {field}: {value}          # {comment}")
 
 
 FIXES = (

@@ -30,6 +30,7 @@ from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
+from kubectl_meshdoctor.core.remedies import destination_rule
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.story import StreamStory
@@ -74,16 +75,7 @@ TLS_DISABLE = Fix(
     "the callers' sidecars and the rest of the mesh as they are",
     "traffic to that workload is plaintext (no mTLS identity) until it gets a sidecar, which is the lasting fix: "
     "then ISTIO_MUTUAL (or auto mTLS) is right again",
-    yaml="""\
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata:
-  name: <service>
-spec:
-  host: <service>.<namespace>.svc.cluster.local
-  trafficPolicy:
-    tls:
-      mode: DISABLE          # the workload has no sidecar to terminate mTLS""",
+    yaml=destination_rule("    tls:\n      mode: DISABLE          # the workload has no sidecar to terminate mTLS"),
     settings=(("DestinationRule.trafficPolicy.tls.mode", "DISABLE"),))
 
 COUNTERS = (

@@ -63,9 +63,9 @@ def virtual_service_timeout(timeout: str, per_try_timeout: str | None = None, co
     return _VIRTUAL_SERVICE + f"    timeout: {timeout}{note}{retries}"
 
 
-def destination_rule_pool(protocol: str, setting: str, value: str, comment: str = "") -> str:
-    """A DestinationRule setting one connection-pool field, e.g. ("http", "idleTimeout", "50s")."""
-    note = f"          # {comment}" if comment else ""
+def destination_rule(traffic_policy: str) -> str:
+    """A DestinationRule for the service with ``traffic_policy``: the YAML under ``trafficPolicy:``, indented by
+    four spaces."""
     return f"""\
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -74,9 +74,13 @@ metadata:
 spec:
   host: <service>.<namespace>.svc.cluster.local
   trafficPolicy:
-    connectionPool:
-      {protocol}:
-        {setting}: {value}{note}"""
+{traffic_policy}"""
+
+
+def destination_rule_pool(protocol: str, setting: str, value: str, comment: str = "") -> str:
+    """A DestinationRule setting one connection-pool field, e.g. ("http", "idleTimeout", "50s")."""
+    note = f"          # {comment}" if comment else ""
+    return destination_rule(f"    connectionPool:\n      {protocol}:\n        {setting}: {value}{note}")
 
 
 def sidecar_ingress(port: int, protocol: str, default_endpoint: str) -> str:
