@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
+from kubectl_meshdoctor.commands.watch.ticking import QuietTicker
 from kubectl_meshdoctor.core.events import (
     EnvoyCountersEvent,
     KernelCountersEvent,
@@ -36,7 +37,7 @@ from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, 
 from kubectl_meshdoctor.sources.dissector import SharedDissector, Stream
 from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_kernel
 from kubectl_meshdoctor.sources.pod_fields import PodFieldStream, pod_tshark_args
-from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, open_proxy
+from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, log_summary, open_proxy
 
 IFACES = ("lo", "eth0")
 LISTEN_TIMEOUT_S = 30.0
@@ -193,8 +194,12 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems, pipeline)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
-        proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline.context, opts.admin_port)
+        ticker = QuietTicker(pipeline)
+        proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, ticker.wrap(pipeline.context),
+                                 opts.admin_port)
+        ticker.idle = proxy.log.idle if proxy.log else None
 
+    ticking = asyncio.create_task(ticker.run())
     try:
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
         streams: list[Stream | PodFieldStream] = []
@@ -293,11 +298,13 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     except BaseException:
         # Cancelled or failed mid-capture: the port-forward and the log follow must still end, or their
         # threads outlive the event loop (an abort at interpreter exit).
+        ticking.cancel()
         try:
             await close_proxy(proxy)
         except Exception:
             pass
         raise
+    ticking.cancel()
     moved = await close_proxy(proxy)
     problems += proxy.problems
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
@@ -312,8 +319,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
               "capture_filter": "full" if opts.full_capture else "lean", "dissect": opts.dissect}
     if state.pcap_files:
         source["files"] = dict(state.pcap_files)
-    envoy = {"version": proxy.version, "counters_moved": moved,
-             "access_log_lines": proxy.follower.lines if proxy.follower else 0}
+    envoy = {"version": proxy.version, "counters_moved": moved, **log_summary(proxy)}
     # No tcpdump ever said "listening on" (no such device, no tcpdump, every exec refused): nothing was captured.
     # An idle pod, or a stream lost later, still had a capture that ran.
     nothing = not any(cap.heard_listening for cap in state.captures)
