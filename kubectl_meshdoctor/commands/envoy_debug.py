@@ -129,10 +129,12 @@ class EnvoyDebug:
         self._left_behind: LeftBehind | None = None
 
     # -- the run ---------------------------------------------------------------------------------------------
-    def start(self, raise_now: bool) -> None:
-        """At the start of a run: put back a raise an earlier run left behind, then raise if ``raise_now``."""
+    def start(self, raise_now: bool, look_back: bool = True) -> None:
+        """At the start of a run: put back a raise an earlier run left behind (``look_back``: the debug container
+        was there before this run; a new one holds no record), then raise if ``raise_now``."""
         try:
-            found, held, said = restore_left_behind(self.kube, self.pod, self.container, self.admin)
+            found, held, said = (restore_left_behind(self.kube, self.pod, self.container, self.admin) if look_back
+                                 else (None, None, None))
         except KubeError as e:
             found, held, said = None, None, None
             if raise_now:  # without the guard's record there is no safe raise either: raise_levels says why

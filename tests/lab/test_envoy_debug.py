@@ -160,9 +160,10 @@ def test_sigkill_the_guard_in_the_debug_container_puts_them_back(lab_state, kube
         killed = time.monotonic()
         run.proc.wait(timeout=10)
         wait_until("the guard put the levels back", SILENCE_S + 10,
-                   lambda: levels(kube, lab_state, "stale-keepalive") == before)
+                   lambda: levels(kube, lab_state, "stale-keepalive") == before, poll_s=0.5)
     # Its stream ended with the watch: no need to wait for the heartbeat's silence.
-    assert time.monotonic() - killed < SILENCE_S
+    took = time.monotonic() - killed
+    assert took < SILENCE_S, took
     assert record(kube, lab_state, "stale-keepalive") is None
 
 

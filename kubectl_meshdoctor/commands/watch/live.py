@@ -205,7 +205,6 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
         state.debug = EnvoyDebug(kube, pod, dbg.name, proxy.admin, pipeline.envoy_loggers(), opts.admin_port,
                                  time.time() + max_s, progress)
-        await asyncio.to_thread(state.debug.start, opts.envoy_debug)
 
     ticking = asyncio.create_task(ticker.run())
     try:
@@ -245,6 +244,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                     e.add_done_callback(functools.partial(pump_done, cap))
                 progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
                 await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
+                # A raise an earlier run left is put back (only a reused container can hold one), then ours.
+                await asyncio.to_thread(state.debug.start, opts.envoy_debug, dbg.reused)
                 for cap, reader in zip(state.captures, readers):
                     reader.add_done_callback(functools.partial(reader_done, cap))
             # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
