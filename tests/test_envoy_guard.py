@@ -1,6 +1,8 @@
-"""The guard's shell script (kube/envoy_guard.py) run by the local sh against a real Envoy on loopback
-(tests/local_envoy.py), as the debug container runs it against the sidecar: no cluster, no root. Its record, its
-heartbeat, its stand-down, its restore on the end of its stdin and on silence, and what it leaves alone."""
+"""The guard's shell script (kube/envoy_guard.py) run against a real Envoy on loopback (tests/local_envoy.py), as
+the debug container runs it against the sidecar: no cluster, no root; with this host's dash, coreutils and curl,
+and with BusyBox's ash and applets alone (wget, no curl), as an Alpine-based image such as netshoot has them. Its
+record, its heartbeat, its stand-down, its restore on the end of its stdin and on silence, and what it leaves
+alone."""
 
 from __future__ import annotations
 
@@ -22,10 +24,29 @@ from .waiting import wait_until
 RAISED = ("connection", "pool", "router")
 
 
+APPLETS = ("sh", "dd", "timeout", "date", "grep", "sed", "cat", "mv", "rm", "sleep", "printf", "tr", "wget")
+
+
 @pytest.fixture
 def envoy(tmp_path):
     with local_envoy(tmp_path / "envoy", free_port()) as e:
         yield e
+
+
+@pytest.fixture(params=["host", "busybox"])
+def tools_env(request, tmp_path) -> dict | None:
+    """The tools the script runs with: this host's (dash, coreutils, curl), or BusyBox's applets alone (ash,
+    its dd, timeout and wget; no curl), as in an Alpine-based image such as nicolaka/netshoot."""
+    if request.param == "host":
+        return None
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.skip("no busybox here (apt-get install busybox) to try the script with its applets")
+    bin_dir = tmp_path / "busybox-bin"
+    bin_dir.mkdir()
+    for applet in APPLETS:
+        os.symlink(busybox, bin_dir / applet)
+    return {"PATH": str(bin_dir)}
 
 
 def levels(envoy) -> dict[str, str]:
@@ -40,16 +61,18 @@ def set_level(envoy, name: str, level: str) -> None:
 
 def guard(envoy, record: Path, bound: int = 60, quiet: int = 20, env: dict | None = None) -> subprocess.Popen:
     """The guard as the debug container runs it, its stdin a pipe (the exec stream), armed."""
-    proc = subprocess.Popen(["sh", "-c", GUARD_SCRIPT, MARK, str(record), str(envoy.admin_port), str(bound), str(quiet),
+    sh = os.path.join(env["PATH"], "sh") if env else "sh"
+    proc = subprocess.Popen([sh, "-c", GUARD_SCRIPT, MARK, str(record), str(envoy.admin_port), str(bound), str(quiet),
                              "debug", *(f"{n}=warning" for n in RAISED)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "armed", proc.stderr.read()
     return proc
 
 
-def check(record: Path):
-    out = subprocess.run(["sh", "-c", CHECK_SCRIPT, "meshdoctor-check", str(record)], capture_output=True,
-                         text=True, check=True).stdout
+def check(record: Path, env: dict | None = None):
+    sh = os.path.join(env["PATH"], "sh") if env else "sh"
+    out = subprocess.run([sh, "-c", CHECK_SCRIPT, "meshdoctor-check", str(record)], capture_output=True,
+                         text=True, check=True, env=env).stdout
     return parse_record(str(record), out)
 
 
@@ -58,10 +81,10 @@ def raise_all(envoy) -> None:
         set_level(envoy, n, "debug")
 
 
-def test_the_end_of_its_stdin_puts_back_only_what_is_still_raised(envoy, tmp_path):
+def test_the_end_of_its_stdin_puts_back_only_what_is_still_raised(envoy, tmp_path, tools_env):
     record = tmp_path / "rec"
-    proc = guard(envoy, record)
-    held = check(record)
+    proc = guard(envoy, record, env=tools_env)
+    held = check(record, tools_env)
     assert held.alive and held.guard == proc.pid and held.level == "debug"
     assert held.restore == tuple((n, "warning") for n in RAISED)
     raise_all(envoy)
@@ -74,12 +97,12 @@ def test_the_end_of_its_stdin_puts_back_only_what_is_still_raised(envoy, tmp_pat
     assert said == "restored (the watch's stream ended)"
     now = levels(envoy)
     assert (now["connection"], now["pool"], now["router"]) == ("warning", "warning", "trace")
-    assert not record.exists() and check(record) is None
+    assert not record.exists() and check(record, tools_env) is None
 
 
-def test_stand_down_leaves_the_levels_to_the_watch(envoy, tmp_path):
+def test_stand_down_leaves_the_levels_to_the_watch(envoy, tmp_path, tools_env):
     record = tmp_path / "rec"
-    proc = guard(envoy, record)
+    proc = guard(envoy, record, env=tools_env)
     raise_all(envoy)
     proc.stdin.write("hhd")
     proc.stdin.flush()
@@ -88,10 +111,10 @@ def test_stand_down_leaves_the_levels_to_the_watch(envoy, tmp_path):
     assert all(levels(envoy)[n] == "debug" for n in RAISED)  # the watch says it put them back itself
 
 
-def test_silence_and_the_bound_each_put_them_back(envoy, tmp_path):
+def test_silence_and_the_bound_each_put_them_back(envoy, tmp_path, tools_env):
     for bound, quiet, why in ((60, 2, "no heartbeat for 2 s"), (2, 60, "its bound")):
         record = tmp_path / f"rec-{bound}"
-        proc = guard(envoy, record, bound=bound, quiet=quiet)
+        proc = guard(envoy, record, bound=bound, quiet=quiet, env=tools_env)
         raise_all(envoy)
         started = time.monotonic()
         said = proc.stdout.readline().strip()  # stdin stays open and silent
@@ -101,9 +124,9 @@ def test_silence_and_the_bound_each_put_them_back(envoy, tmp_path):
         assert all(levels(envoy)[n] == "warning" for n in RAISED) and not record.exists()
 
 
-def test_sigterm_puts_them_back(envoy, tmp_path):
+def test_sigterm_puts_them_back(envoy, tmp_path, tools_env):
     record = tmp_path / "rec"
-    proc = guard(envoy, record, quiet=2)
+    proc = guard(envoy, record, quiet=2, env=tools_env)
     raise_all(envoy)
     proc.terminate()
     assert proc.stdout.read().strip() == "restored (signalled)" and proc.wait(timeout=20) == 0

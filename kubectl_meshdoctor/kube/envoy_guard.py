@@ -39,9 +39,10 @@ SILENCE_S = 20  # seconds without a heartbeat after which the guard takes the wa
 MARK = "meshdoctor-envoy-guard"  # the guard's $0: how a later run tells its process from a reused pid
 _NAME = re.compile(r"[a-z0-9_]{1,64}")
 
+# BusyBox's wget (1.35) segfaults on -T: `timeout` bounds it instead.
 _POST = (
     'post() { if [ "$via" = curl ]; then curl -s -m 5 -X POST "http://$host:$port/logging$1"; '
-    'else wget -q -T 5 -O - --post-data= "http://$host:$port/logging$1"; fi; }; '
+    'else timeout 10 wget -q -O - --post-data= "http://$host:$port/logging$1"; fi; }; '
 )
 GUARD_SCRIPT = (
     "trap '' PIPE; rec=$1 port=$2 bound=$3 quiet=$4 raised=$5; shift 5; "
