@@ -54,7 +54,8 @@ def read_levels(admin: EnvoyAdmin) -> dict[str, str]:
         raise KubeError(str(e)) from None
 
 
-def put_back(admin: EnvoyAdmin, levels: list[tuple[str, str]], raised: str = RAISED) -> tuple[dict[str, str], list[str]]:
+def put_back(admin: EnvoyAdmin, levels: list[tuple[str, str]],
+             raised: str = RAISED) -> tuple[dict[str, str], list[str]]:
     """POST each (logger, level) whose logger is still at ``raised`` (one someone set to another level meanwhile
     is left as set) -> (the levels the proxy lists afterwards, the loggers still at ``raised``). Raises
     KubeError when the proxy cannot be reached."""
@@ -70,8 +71,8 @@ def _clock(ts: float | None) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(ts)) if ts else "an unknown time"
 
 
-def restore_left_behind(kube: Kube, pod, container: str, admin: EnvoyAdmin) -> tuple[LeftBehind | None, GuardRecord | None,
-                                                                                   str | None]:
+def restore_left_behind(kube: Kube, pod, container: str,
+                        admin: EnvoyAdmin) -> tuple[LeftBehind | None, GuardRecord | None, str | None]:
     """Look in ``container`` (a running meshdoctor-* debug container of ``pod``) for a raise an earlier run left:
     if its guard no longer runs, put its levels back and remove its record. -> (what was found and done, the record
     of a guard that still runs (another run's live raise: left alone), one line saying what happened or None).
@@ -112,6 +113,7 @@ class EnvoyDebug:
         self.problems: list[str] = []
         self._lock = threading.Lock()
         self._asked = False
+        self._closed = False
         self._guard: Guard | None = None
         self._raised: dict[str, str] = {}  # in effect now: logger -> the level it had
         self._changes: dict[str, LoggerRaise] = {}
@@ -165,6 +167,12 @@ class EnvoyDebug:
             self.progress(said)
         return said
 
+    def finish(self) -> str:
+        """The run is over: put back what is raised; no raise after this (a late key press in the TUI)."""
+        with self._lock:
+            self._closed = True
+        return self.restore("watch")
+
     def toggle(self) -> str:
         """Raise when nothing is raised, else put back (the TUI's key) -> one line."""
         with self._lock:
@@ -186,8 +194,8 @@ class EnvoyDebug:
                 return None
             since = self._seconds + (time.time() - self._since if self._since else 0.0)
             return EnvoyDebugReport(
-                self.name, self._asked, self.wanted, tuple(self._changes.values()), self._missing, self._unchanged, self._first,
-                self._restored_at, since, self._restored, self._restored_by, self._left, self._error,
+                self.name, self._asked, self.wanted, tuple(self._changes.values()), self._missing, self._unchanged,
+                self._first, self._restored_at, since, self._restored, self._restored_by, self._left, self._error,
                 self._held_by, self._left_behind)
 
     # -- inside (under the lock) ------------------------------------------------------------------------------
@@ -197,6 +205,8 @@ class EnvoyDebug:
         return f"pod/{self.name}: loggers not raised: {why}"
 
     def _raise(self) -> str:
+        if self._closed:
+            return f"pod/{self.name}: the run is over: nothing raised"
         if self._raised and not self._guard_gone():
             return f"pod/{self.name}: {', '.join(self._raised)} already at {RAISED}"
         if self._held_by:

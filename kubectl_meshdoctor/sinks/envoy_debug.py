@@ -68,7 +68,8 @@ class EnvoyDebugReport:
     left_behind: LeftBehind | None = None
 
     def to_dict(self) -> dict:
-        out = {"pod": self.pod, "asked": self.asked, "wanted": list(self.wanted), "raised": [r.to_dict() for r in self.raised],
+        out = {"pod": self.pod, "asked": self.asked, "wanted": list(self.wanted),
+               "raised": [r.to_dict() for r in self.raised],
                "missing": list(self.missing), "unchanged": list(self.unchanged), "raised_at": self.raised_at,
                "restored_at": self.restored_at, "seconds": round(self.seconds, 3), "restored": self.restored,
                "restored_by": self.restored_by, "left": list(self.left), "error": self.error}

@@ -314,7 +314,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             pass
         raise
     ticking.cancel()
-    await asyncio.to_thread(state.debug.restore)
+    await asyncio.to_thread(state.debug.finish)
     moved = await close_proxy(proxy)
     problems += proxy.problems + [Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", p) for p in state.debug.problems]
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
