@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -32,14 +34,28 @@ pytestmark = pytest.mark.lab
 WANTED = Pipeline.with_detectors().envoy_loggers()  # what the loaded detectors read: what must be raised
 
 
-@pytest.fixture(scope="module")
-def lab_state(tmp_path_factory):
+@contextmanager
+def lab_up(tmp_path_factory, pods: tuple[str, ...]):
+    """A lab of ``pods``; on the way out, after it is down, the guards' records it may hold: a lab's debug containers
+    share this host's /tmp, and a guard the lab's end killed before it could put anything back leaves its record
+    (a failed test's watch still running then)."""
     name = f"mdtest-l{secrets.token_hex(2)}"
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("stale-keepalive", "refused"), period=2.0)
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, pods, period=2.0)
+    records = []
     try:
+        kube = connect(KubeOptions(kubeconfig=str(state.kubeconfig)))
+        records = [record_path(kube.core.read_namespaced_pod(p, state.namespace)) for p in pods]
         yield state
     finally:
         lab.down(state.state_dir)
+        for path in records:
+            Path(path).unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def lab_state(tmp_path_factory):
+    with lab_up(tmp_path_factory, ("stale-keepalive", "refused")) as state:
+        yield state
 
 
 @pytest.fixture(scope="module")

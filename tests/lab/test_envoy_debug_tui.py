@@ -5,7 +5,6 @@ read from the real Envoy's admin API; the screen is 80x24 and 160x45."""
 from __future__ import annotations
 
 import asyncio
-import secrets
 
 import pytest
 from textual.widgets import DataTable, Static
@@ -14,24 +13,19 @@ from kubectl_meshdoctor.commands.watch.live import WatchOptions
 from kubectl_meshdoctor.commands.watch.session import LiveSession
 from kubectl_meshdoctor.kube.client import KubeOptions, connect
 from kubectl_meshdoctor.kube.target import Target
-from kubectl_meshdoctor.lab import lab
 from kubectl_meshdoctor.sinks.envoy_debug import EnvoyDebugReport
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sinks.tui.loggers import LoggersScreen
 
-from .test_envoy_debug import WANTED, levels
+from .test_envoy_debug import WANTED, lab_up, levels
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
-    name = f"mdtest-l{secrets.token_hex(2)}"
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("refused",), period=2.0)
-    try:
+    with lab_up(tmp_path_factory, ("refused",)) as state:
         yield state
-    finally:
-        lab.down(state.state_dir)
 
 
 async def wait_for(pilot, what: str, condition, seconds: float = 60.0) -> None:
@@ -50,7 +44,7 @@ async def test_v_raises_for_the_run_v_puts_back_and_q_puts_back_what_is_raised(l
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
     before = await asyncio.to_thread(levels, kube, lab_state, "refused")
     up = [n for n in WANTED if before[n] not in ("debug", "trace")]
-    assert up, before
+    assert up, (WANTED, before)
     session = LiveSession(kube, WatchOptions(Target("pod", "refused"), kube.namespace))
     app = MeshDoctorApp(session)
 
