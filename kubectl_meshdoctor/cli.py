@@ -70,6 +70,7 @@ examples:
   kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
   kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60 -o text
   kubectl meshdoctor watch pod/busy-gateway --dissect pod   # tshark in the debug container, not here
+  kubectl meshdoctor watch pod/reviews-v1-7d9 --envoy-debug # Envoy's debug lines as evidence, for the run only
   kubectl meshdoctor watch pod/collision --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
 
 """ + EXIT_CODES_HELP
@@ -100,6 +101,8 @@ examples:
   kubectl meshdoctor log-level -l app=reviews -r                         # back to Istio's defaults
 
 A bad level or an unknown logger exits 2 before any proxy is changed and names the valid ones.
+Levels a killed `watch --envoy-debug` left raised (and whose guard in the debug container is gone too) are put
+back first, and said on stderr.
 """
 
 
@@ -240,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "container, beside its tcpdump (needs tshark in --image, as netshoot has; ~160 MB of the pod's "
                    "memory an interface), so only the fields of the packets detectors read cross the API: less "
                    "CPU here on a busy pod, but no pcap bytes (no --write-pcap, no saving a finding's packets)")
+    w.add_argument("--envoy-debug", action="store_true",
+                   help="for this run only, raise the sidecar's Envoy loggers the detectors read (conn_handler, "
+                   "connection, client, pool, router, http, http2, upstream) to debug, so each failing request is "
+                   "also told in Envoy's own words (findings quote those lines); the levels found are put back when "
+                   "watch ends (q, Ctrl-C, SIGTERM, --duration), by a guard in the debug container if watch is "
+                   "killed, else by the next watch or log-level on the pod. In the TUI: l, then v toggles it")
     w.add_argument("--full-capture", action="store_true",
                    help="capture every TCP packet; by default tcpdump in the pod keeps what a detector reads "
                    "(SYN/FIN/RST, HTTP/1 message starts on lo, pure ACKs on eth0), which keeps up with busier pods")

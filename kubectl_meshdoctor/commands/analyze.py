@@ -176,9 +176,9 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
                 pipeline: Pipeline, problems: list[Problem]) -> tuple[dict, int]:
     """The report's ``envoy`` section of an offline run, after feeding the counters of the `/stats` dumps; and
     how many dumps were read. A dump that cannot be read is a problem, and the rest is read."""
-    envoy: dict = {"access_log_lines": sum(r.entries for r in reads),
-                   "envoy_log_entries": sum(r.component for r in reads),
-                   "other_lines": sum(r.other for r in reads)}
+    envoy: dict = {"access_log_lines": sum(r.entries for r in reads), "log_lines": sum(r.lines for r in reads),
+                   "component_log_entries": sum(r.component for r in reads),
+                   "envoy_log_facts": sum(r.facts for r in reads), "other_log_lines": sum(r.other for r in reads)}
     for a, r in zip(logs, reads):
         problems += [Problem(a.path, what) for what in r.problems]
         if a.explicit:

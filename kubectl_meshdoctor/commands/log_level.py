@@ -15,9 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.commands.console import error
+from kubectl_meshdoctor.commands.envoy_debug import restore_left_behind
 from kubectl_meshdoctor.envoy.logging import RESET, log_level_queries, logging_error, parse_logging
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
+from kubectl_meshdoctor.kube.debug import running_debug_container
 from kubectl_meshdoctor.kube.target import Target, check_capturable, pods_by_selector, resolve_pods
 
 MAX_PARALLEL = 8
@@ -110,6 +112,20 @@ class LoggerControl:
         return apply_levels(self.admin, log_level_queries(spec, self._known)).levels
 
 
+def _left_behind(kube, pod, admin: EnvoyAdmin) -> None:
+    """A raise a killed `watch --envoy-debug` left on ``pod`` whose guard is gone too: put back first, and said on
+    stderr (commands/envoy_debug.py). Only a pod with a running meshdoctor-* debug container can hold one."""
+    container = running_debug_container(pod)
+    if container is None:
+        return
+    try:
+        _, _, said = restore_left_behind(kube, pod, container, admin)
+    except KubeError as e:
+        said = f"pod/{pod.metadata.name}: could not look for log levels a watch left raised: {str(e).splitlines()[0]}"
+    if said:
+        sys.stderr.write(said + "\n")
+
+
 def run(args) -> int:
     """`kubectl meshdoctor log-level`: show or set the sidecars' Envoy logger levels."""
     if bool(args.target) == bool(args.selector):
@@ -125,6 +141,8 @@ def run(args) -> int:
             check_capturable(pod)
         admins = [EnvoyAdmin(kube, pod.metadata.namespace, pod.metadata.name, args.proxy_admin_port)
                   for pod in pods]
+        for pod, admin in zip(pods, admins):
+            _left_behind(kube, pod, admin)
         results = set_log_levels(admins, spec)
     except (ValueError, KubeError) as e:  # LevelError is a ValueError; nothing was changed then
         return error(str(e))

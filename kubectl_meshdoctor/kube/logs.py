@@ -1,4 +1,5 @@
-"""Following a container's log through the API (pods/log, follow=true): the sidecar's access log."""
+"""Following a container's log through the API (pods/log, follow=true): the sidecar's access log and Envoy's own
+log."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ class LogFollower:
 
     ``error`` says why the stream ended early (one line), None after a clean stop. A line ``on_line`` raised on
     is dropped and counted in ``dropped`` (``drop_reason``: the first one's exception type), and the stream goes on:
-    one line nobody expected must not end the following of every line after it."""
+    one line nobody expected must not end the following of every line after it. ``on_burst`` (if given) is called
+    after the lines of each piece the API handed over, ``on_end`` once the stream is over (both from the thread),
+    so a consumer can hand lines on in batches."""
 
     kube: Kube
     namespace: str
     pod: str
     container: str
     on_line: Callable[[str], None]
+    on_burst: Callable[[], None] | None = None
+    on_end: Callable[[], None] | None = None
     error: str | None = None
     lines: int = 0
     dropped: int = 0
@@ -65,6 +70,8 @@ class LogFollower:
                     self.drop_reason = type(e).__name__
         if len(self._buf) > MAX_LINE_BYTES:
             self._buf = b""
+        if lines and self.on_burst is not None:
+            self.on_burst()
 
     def _run(self) -> None:
         try:
@@ -86,3 +93,5 @@ class LogFollower:
                     self._resp.close()
                 except Exception:
                     pass
+            if self.on_end is not None:
+                self.on_end()

@@ -14,6 +14,7 @@ from kubectl_meshdoctor.core.fixes import note_of, render
 from kubectl_meshdoctor.core.groups import FindingGroup, group_findings
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 
+from .envoy_debug import debug_reports, jsonable
 from .ladder import render_ladder
 
 EXIT_OK = 0
@@ -30,7 +31,9 @@ class Report:
     stats: PipelineStats
     findings: list[Finding]
     problems: list[Problem] = field(default_factory=list)
-    envoy: dict | None = None  # the sidecar's side: version, counters that moved, access-log lines read
+    # the sidecar's side: version, counters that moved, log lines read, and under "debug" what --envoy-debug did to
+    # its log levels (sinks/envoy_debug.py EnvoyDebugReport; per pod under "per_pod" when several)
+    envoy: dict | None = None
     kernel: dict | None = None  # kernel counters of the pod's namespace that moved (nstat names -> delta)
     # No interface's capture ever ran (no such device, no tcpdump, every exec refused): no packet finding means
     # nothing here, so without an error finding (lint, access log) the run exits 2, its problems saying why.
@@ -56,7 +59,7 @@ class Report:
                 "frames_read": dict(sorted(st.frames_read.items())),
             },
             "problems": [p.to_dict() for p in self.problems],
-            **({"envoy": self.envoy} if self.envoy is not None else {}),
+            **({"envoy": jsonable(self.envoy)} if self.envoy is not None else {}),
             **({"kernel": self.kernel} if self.kernel is not None else {}),
             "findings": [f.to_dict() for f in self.findings],
             "groups": groups_to_dicts(self.findings),
@@ -91,7 +94,7 @@ def _headline(report: Report) -> str:
         return f"kubectl-meshdoctor {__version__} lint: {n} pod{'' if n == 1 else 's'} checked"
     st = report.stats
     envoy = report.envoy or {}
-    lines, own = envoy.get("access_log_lines"), envoy.get("envoy_log_entries")
+    lines, own = envoy.get("access_log_lines"), envoy.get("component_log_entries")
     dumps = "counters_since" in envoy
     if not st.by_iface and (lines or own or dumps):  # logs or dumps alone: no packet was there to analyse
         read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else "",
@@ -167,6 +170,7 @@ def render_text(report: Report) -> str:
     lines = [_headline(report)]
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
+    lines += [d.line() for d in debug_reports(report.envoy)]
     if not report.findings:
         lines.append("no findings")
     for g in group_findings(report.findings):
@@ -236,7 +240,9 @@ def render_markdown(report: Report) -> str:
     out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
     for p in report.problems:
         out.append(f"> **problem** {p.line()}")
-    if report.problems:
+    debug = [d.line() for d in debug_reports(report.envoy)]
+    out += [f"> {line}" for line in debug]
+    if report.problems or debug:
         out.append("")
     groups = group_findings(report.findings)
     if not groups:

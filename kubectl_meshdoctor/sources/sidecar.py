@@ -1,4 +1,5 @@
-"""The sidecar's side of a ``watch``: Envoy admin counters before and after, and the followed access log.
+"""The sidecar's side of a ``watch``: Envoy admin counters before and after, and the followed log (its access-log
+lines and Envoy's own component log, sources/proxy_log.py).
 
 Everything here is best effort: a proxy whose admin port cannot be reached (RBAC on pods/portforward, a
 non-default port) or whose log cannot be followed still gets its packets analysed; the reason goes into the
@@ -8,18 +9,18 @@ report's problems instead.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubectl_meshdoctor.core.events import AccessLogEvent
+from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyLogEvent
 from kubectl_meshdoctor.core.findings import Problem
-from kubectl_meshdoctor.envoy.access_log import looks_like_access_log, parse_line
 from kubectl_meshdoctor.envoy.server_info import envoy_version
 from kubectl_meshdoctor.envoy.stats import by_cluster, delta, parse_stats
 from kubectl_meshdoctor.kube.admin import ADMIN_PORT, EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.kube.logs import LogFollower
+
+from .proxy_log import LogCounts, ProxyLogStream, log_source
 
 SIDECAR_CONTAINER = "istio-proxy"
 
@@ -30,6 +31,7 @@ class ProxyLink:
 
     admin: EnvoyAdmin
     follower: LogFollower | None = None
+    log: ProxyLogStream | None = None
     version: str | None = None
     stats_before: dict = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
@@ -45,26 +47,13 @@ def _snapshot(admin: EnvoyAdmin) -> dict:
     return parse_stats(resp.body)
 
 
-def line_handler(loop: asyncio.AbstractEventLoop,
-                 on_event: Callable[[AccessLogEvent], None]) -> Callable[[str], None]:
-    """The follower's ``on_line``: each access-log line as an AccessLogEvent handed to ``on_event`` on ``loop``.
-    Raises ValueError for a line that starts as an access-log line but cannot be read: the follower drops and
-    counts it (kube/logs.py), and the report's problems say how many."""
-
-    def on_line(line: str) -> None:
-        entry = parse_line(line)
-        if entry is not None:
-            loop.call_soon_threadsafe(on_event, AccessLogEvent(time.time(), entry))
-        elif looks_like_access_log(line):  # Envoy's own log lines share the container log; those are not this
-            raise ValueError("a line that starts as an access-log line could not be read")
-
-    return on_line
-
-
-async def open_proxy(kube: Kube, namespace: str, pod: str, on_event: Callable[[AccessLogEvent], None],
+async def open_proxy(kube: Kube, namespace: str, pod: str,
+                     on_event: Callable[[AccessLogEvent | EnvoyLogEvent], None],
                      admin_port: int = ADMIN_PORT) -> ProxyLink:
-    """Read the proxy's version and counters, and start following its access log: each line becomes an
-    AccessLogEvent handed to ``on_event`` on the caller's event loop (the log is followed in a thread)."""
+    """Read the proxy's version and counters, and start following its log: each access-log line becomes an
+    AccessLogEvent and each fact of Envoy's own log an EnvoyLogEvent, handed to ``on_event`` on the caller's event
+    loop in log order (the log is followed and parsed in a thread; ProxyLink.log.idle wants calling now and then
+    from the loop, see sources/proxy_log.py)."""
     link = ProxyLink(EnvoyAdmin(kube, namespace, pod, admin_port))
     try:
         info = await asyncio.to_thread(link.admin.get, "/server_info")
@@ -74,8 +63,9 @@ async def open_proxy(kube: Kube, namespace: str, pod: str, on_event: Callable[[A
         link.stats_before = await asyncio.to_thread(_snapshot, link.admin)
     except (KubeError, ValueError) as e:
         link._problem(f"Envoy admin not reachable, no counters: {str(e).splitlines()[0]}")
-    link.follower = LogFollower(kube, namespace, pod, SIDECAR_CONTAINER,
-                                line_handler(asyncio.get_running_loop(), on_event))
+    link.log = ProxyLogStream(log_source(pod, SIDECAR_CONTAINER), asyncio.get_running_loop(), on_event)
+    link.follower = LogFollower(kube, namespace, pod, SIDECAR_CONTAINER, link.log.line, link.log.burst,
+                                link.log.ended)
     link.follower.start()
     return link
 
@@ -98,5 +88,16 @@ async def close_proxy(link: ProxyLink) -> dict[str, dict[str, int]]:
         except (KubeError, ValueError) as e:
             link._problem(f"Envoy admin not reachable at the end, no counter deltas: {str(e).splitlines()[0]}")
     await asyncio.to_thread(link.admin.close)
+    if link.log is not None:
+        link.log.close()
     return moved
+
+
+def log_summary(link: ProxyLink) -> dict[str, int]:
+    """What the followed log held, for the report's ``envoy`` section: ``access_log_lines`` (access-log lines read),
+    ``log_lines`` (every line), ``component_log_entries`` (entries of Envoy's own log), ``envoy_log_facts`` (those a
+    detector reads) and ``other_log_lines`` (lines of no known kind); zeros when the log was not followed."""
+    c = link.log.counts if link.log is not None else LogCounts()
+    return {"access_log_lines": c.access_log, "log_lines": c.lines, "component_log_entries": c.component,
+            "envoy_log_facts": c.facts, "other_log_lines": c.other}
 

@@ -133,7 +133,7 @@ def test_live_and_offline_name_the_class_of_each_envoy_line(caller_lab, pod, tmp
     for detector, severity, client, server in live_lines.values():
         assert client.startswith(lab_pod.client_ip + ":") and server == f"{lab_pod.pod_ip}:5000"
     for f in found:  # what the wire shows is named from the packets, the rest from Envoy's line
-        assert f["evidence"][0]["source"] == (f"{pod}/eth0" if pod in WIRE_PODS else "istio-proxy log")
+        assert f["evidence"][0]["source"] == (f"{pod}/eth0" if pod in WIRE_PODS else f"pod/{pod} istio-proxy")
         assert f["remediation"]
     live_keys = sorted((f["detector"], f["access_log"][0]) for f in found)
     if pod == "port-exhaustion":

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kubectl_meshdoctor.kube.logs import LogFollower
 from kubectl_meshdoctor.sources.http1 import parse_http_start
 from kubectl_meshdoctor.sources.kernel import parse_counters, parse_listeners
-from kubectl_meshdoctor.sources.sidecar import line_handler
+from kubectl_meshdoctor.sources.proxy_log import ProxyLogStream
 from kubectl_meshdoctor.sources.tshark import _header_block
 from kubectl_meshdoctor_plugins.http_framing import framing_violations
 from tests.envoy.conftest import access_log_lines
@@ -78,7 +78,8 @@ def test_a_bad_access_log_line_mid_stream_drops_that_line_alone():
     stream = b"\n".join([good[0].encode(), *(b.encode() for b in bad), b"\xff\xfe not utf-8", good[1].encode(), b""])
     loop = asyncio.new_event_loop()
     events = []
-    follower = LogFollower(None, "ns", "pod", "istio-proxy", line_handler(loop, events.append))
+    log = ProxyLogStream("pod/pod istio-proxy", loop, events.append)
+    follower = LogFollower(None, "ns", "pod", "istio-proxy", log.line, log.burst)
     for i in range(0, len(stream), 4096):  # as the API hands the stream over, lines cut across chunks
         follower.feed(stream[i:i + 4096])
     loop.run_until_complete(asyncio.sleep(0))

@@ -7,6 +7,7 @@ import asyncio
 import io
 from contextlib import asynccontextmanager
 
+import pytest
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
@@ -113,3 +114,20 @@ async def test_every_key_of_the_loggers_screen_is_on_an_80x24_screen(tmp_path):
         for b in LoggersScreen.BINDINGS:
             keys = "/".join("esc" if k == "escape" else k for k in b.key.split(","))
             assert f"{keys} {b.description}" in shown, (b.key, b.description, lines)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_v_without_a_watch_says_so_and_changes_nothing(tmp_path, size):
+    """v raises the detectors' loggers for a watch's run (tests/lab/test_envoy_debug_tui.py); a control with no run
+    behind it (log levels of a proxy alone) has nothing to raise for: the pane says so, the proxy is untouched."""
+    async with loggers_open(tmp_path, size) as (envoy, app, pilot, table):
+        before = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
+        await pilot.press("v")
+        await wait_for(pilot, lambda: "only a live watch" in str(app.screen.query_one("#loggers-status",
+                                                                                      Static).render()))
+        proxy_view = EnvoyAdmin(None, "shop", "reviews", open_socket=envoy.admin_socket)
+        try:
+            reported = await asyncio.to_thread(current_levels, proxy_view)
+        finally:
+            proxy_view.close()
+        assert list(reported.values()) == before

@@ -35,7 +35,7 @@ def _watch_options(args, kube):
                         namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
                         write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
-                        full_capture=args.full_capture, dissect=args.dissect,
+                        full_capture=args.full_capture, dissect=args.dissect, envoy_debug=args.envoy_debug,
                         ifaces=_ifaces(args.iface), profile=args.profile, start_timeout_s=args.start_timeout)
 
 
@@ -104,6 +104,11 @@ def _watch_dry_run(kube, opts) -> int:
               f"{opts.namespace} (PATCH pods/ephemeralcontainers){unless}:")
         spec = container_spec(new_container_name(), opts.image, opts.ttl_s, opts.profile)
         print(json.dumps({"spec": {"ephemeralContainers": [spec]}}, indent=2))
+    if opts.envoy_debug:
+        loggers = ", ".join(Pipeline.with_detectors().envoy_loggers())
+        print(f"# --envoy-debug: it would raise these Envoy loggers of each sidecar to debug for the run (those not at "
+              f"debug or trace already): {loggers}; a guard in the debug container (sh, and curl or wget) records the "
+              f"levels found and puts them back if watch dies")
     print("# and it needs these permissions (portforward and log are optional: Envoy counters and access log):")
     print(role_yaml(opts.namespace, WATCH_PERMISSIONS))
     return 0

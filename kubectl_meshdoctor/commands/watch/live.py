@@ -15,6 +15,8 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
+from kubectl_meshdoctor.commands.envoy_debug import EnvoyDebug
+from kubectl_meshdoctor.commands.watch.ticking import QuietTicker
 from kubectl_meshdoctor.core.events import (
     EnvoyCountersEvent,
     KernelCountersEvent,
@@ -36,7 +38,7 @@ from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, 
 from kubectl_meshdoctor.sources.dissector import SharedDissector, Stream
 from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_kernel
 from kubectl_meshdoctor.sources.pod_fields import PodFieldStream, pod_tshark_args
-from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, open_proxy
+from kubectl_meshdoctor.sources.sidecar import SIDECAR_CONTAINER, close_proxy, log_summary, open_proxy
 
 IFACES = ("lo", "eth0")
 LISTEN_TIMEOUT_S = 30.0
@@ -74,6 +76,8 @@ class WatchOptions:
     # stream's tshark runs in the debug container and only its lines cross (sources/pod_fields.py): no pcap
     # bytes here, so neither write_pcap_dir nor spool_dir.
     dissect: str = "local"
+    # Raise the loggers the detectors read to debug on each sidecar for the run (commands/envoy_debug.py).
+    envoy_debug: bool = False
 
 
 @dataclass(slots=True)
@@ -90,6 +94,7 @@ class WatchState:
     # "iface: why" for each stream or tshark that went wrong, in the order they ended (shown while the run goes on)
     stream_problems: list[str] = field(default_factory=list)
     pods: list["WatchState"] = field(default_factory=list)  # one per pod when watching many
+    debug: EnvoyDebug | None = None  # the pod's Envoy log levels for the run (--envoy-debug, the TUI's v)
 
 
 PipelineFactory = Callable[[str], Pipeline]
@@ -193,10 +198,16 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems, pipeline)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
-        proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, pipeline.context, opts.admin_port)
-
-    try:
+        ticker = QuietTicker(pipeline)
+        proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, ticker.wrap(pipeline.context),
+                                 opts.admin_port)
+        ticker.idle = proxy.log.idle if proxy.log else None
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
+        state.debug = EnvoyDebug(kube, pod, dbg.name, proxy.admin, pipeline.envoy_loggers(), opts.admin_port,
+                                 time.time() + max_s, progress)
+
+    ticking = asyncio.create_task(ticker.run())
+    try:
         streams: list[Stream | PodFieldStream] = []
         readers: list[asyncio.Future] = []  # each stream's ReadResult
         ended: list[asyncio.Future] = []  # each stream over: its pump has ended
@@ -233,6 +244,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                     e.add_done_callback(functools.partial(pump_done, cap))
                 progress(f"waiting for tcpdump on {', '.join(opts.ifaces)} in pod/{pod_name} ({dbg.name})")
                 await asyncio.to_thread(_wait_listening, state.captures, LISTEN_TIMEOUT_S)
+                # A raise an earlier run left is put back (only a reused container can hold one), then ours.
+                await asyncio.to_thread(state.debug.start, opts.envoy_debug, dbg.reused)
                 for cap, reader in zip(state.captures, readers):
                     reader.add_done_callback(functools.partial(reader_done, cap))
             # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
@@ -292,14 +305,18 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                 problems.append(undissectable_problem(where, res.undissectable, res.undissectable_frames))
     except BaseException:
         # Cancelled or failed mid-capture: the port-forward and the log follow must still end, or their
-        # threads outlive the event loop (an abort at interpreter exit).
+        # threads outlive the event loop (an abort at interpreter exit); a raise comes down in the pod.
+        ticking.cancel()
+        state.debug.abandon()
         try:
             await close_proxy(proxy)
         except Exception:
             pass
         raise
+    ticking.cancel()
+    await asyncio.to_thread(state.debug.finish)
     moved = await close_proxy(proxy)
-    problems += proxy.problems
+    problems += proxy.problems + [Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", p) for p in state.debug.problems]
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
     # The run-wide list plus whatever a loaded detector declares, so an outside detector's counters back it too.
     watched = dict.fromkeys([*WATCHED, *(n for d in pipeline.detectors for n in d.kernel_counters)])
@@ -312,8 +329,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
               "capture_filter": "full" if opts.full_capture else "lean", "dissect": opts.dissect}
     if state.pcap_files:
         source["files"] = dict(state.pcap_files)
-    envoy = {"version": proxy.version, "counters_moved": moved,
-             "access_log_lines": proxy.follower.lines if proxy.follower else 0}
+    envoy = {"version": proxy.version, "counters_moved": moved, **log_summary(proxy)}
+    if (debug := state.debug.report()) is not None:
+        envoy["debug"] = debug
     # No tcpdump ever said "listening on" (no such device, no tcpdump, every exec refused): nothing was captured.
     # An idle pod, or a stream lost later, still had a capture that ran.
     nothing = not any(cap.heard_listening for cap in state.captures)

@@ -18,7 +18,7 @@ from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
-from kubectl_meshdoctor.kube.client import Kube
+from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources.files import private_dir_prefix
@@ -41,6 +41,23 @@ def _recent(pipelines: list[Pipeline]) -> list:
     if len(pipelines) == 1:
         return list(pipelines[0].recent)
     return list(heapq.merge(*(list(p.recent) for p in pipelines), key=lambda ev: ev.ts))
+
+
+class RunLoggerControl(LoggerControl):
+    """The loggers pane's control during a watch: also raises the loggers the run's detectors read to debug for the
+    run, or puts them back (the pane's v; commands/envoy_debug.py)."""
+
+    def __init__(self, admin: EnvoyAdmin, state: WatchState) -> None:
+        super().__init__(admin)
+        self._state = state
+
+    def toggle_run_debug(self) -> tuple[dict[str, str], str]:
+        """Blocks. -> (the levels the proxy lists afterwards, one line saying what was done). Raises KubeError."""
+        debug = self._state.debug
+        if debug is None:
+            raise KubeError("the watch has not reached the proxy yet")
+        said = debug.toggle()
+        return self.levels(), said
 
 
 class LiveSession(Session):
@@ -85,8 +102,9 @@ class LiveSession(Session):
         if pod is None:
             return None
         if pod not in self._controls:
-            self._controls[pod] = LoggerControl(EnvoyAdmin(self.kube, self.opts.namespace, pod,
-                                                           self.opts.admin_port))
+            state = next((st for st in self._states() if st.pod == pod), self.state)
+            self._controls[pod] = RunLoggerControl(EnvoyAdmin(self.kube, self.opts.namespace, pod,
+                                                              self.opts.admin_port), state)
         return self._controls[pod]
 
     def clusters(self) -> Callable[[], dict] | None:

@@ -1,4 +1,5 @@
-"""The loggers pane: the sidecar's Envoy log levels, changed with a key and shown only once the proxy confirms."""
+"""The loggers pane: the sidecar's Envoy log levels, changed with a key and shown only once the proxy confirms; in a
+watch, ``v`` raises the loggers the detectors read to debug for the run (and puts them back)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ def keys_help(bindings: list[Binding]) -> str:
 
 
 class LoggersScreen(Screen):
-    """``control`` has ``levels()`` and ``apply(spec)`` (commands.log_level.LoggerControl); both block, so they run in
-    worker threads and the table is redrawn from what the proxy answers."""
+    """``control`` has ``levels()`` and ``apply(spec)`` (commands.log_level.LoggerControl), and in a watch
+    ``toggle_run_debug()`` -> (levels, what was done) (commands.watch.session.RunLoggerControl); they block, so they
+    run in worker threads and the table is redrawn from what the proxy answers."""
 
     BINDINGS = [
         *(Binding(key, f"set_level('{level}')", f"{level}", show=key in "dwe") for key, level in LEVEL_KEYS.items()),
         Binding("D", "set_all('debug')", "all debug"),
         Binding("r", "set_all('reset')", "reset to Istio defaults"),
+        Binding("v", "run_debug", "detectors' loggers: debug for this run / back"),
         Binding("escape,l", "app.pop_screen", "back"),
     ]
     CSS = """
@@ -109,3 +112,21 @@ class LoggersScreen(Screen):
     def action_set_all(self, spec: str) -> None:
         self._set_status(f"setting every logger: {spec} ...")
         self._apply(spec, "every logger: " + ("Istio defaults" if spec == "reset" else spec))
+
+    def action_run_debug(self) -> None:
+        toggle = getattr(self.control, "toggle_run_debug", None)
+        if toggle is None:
+            self._set_status("only a live watch raises the loggers its detectors read, for its run")
+            return
+        self._set_status("the detectors' loggers: asking the proxy ...")
+        self._toggle(toggle)
+
+    @work(thread=True, exclusive=True, group="loggers")
+    def _toggle(self, toggle) -> None:
+        try:
+            levels, said = toggle()
+        except Exception as e:
+            self.app.call_from_thread(self._set_status, f"not changed: {str(e).splitlines()[0]}")
+            return
+        self.app.call_from_thread(self._show, levels)
+        self.app.call_from_thread(self._set_status, said.split(": ", 1)[-1] if said else "nothing to do")

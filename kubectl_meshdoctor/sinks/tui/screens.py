@@ -28,6 +28,7 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("loggers", "t d i w e o", "set the selected logger to trace, debug, info, warning, error, off"),
     ("loggers", "D", "set every logger to debug"),
     ("loggers", "r", "reset the loggers to Istio's defaults"),
+    ("loggers", "v", "watch: the loggers the detectors read at debug for this run; again: put back (also at q)"),
     ("access log", "/", "filter lines (a response flag such as UF, a status, any text)"),
     ("any pane", "Esc", "back"),
 )
