@@ -116,3 +116,22 @@ def test_an_access_log_finding_is_backed_by_the_counters_of_its_flag():
     moved = {"inbound|5002||": {"upstream_cx_connect_fail": 1, "upstream_cx_destroy_remote_with_active_rq": 3}}
     (g,) = attach_counters([f], moved, {})
     assert g.counters == {"cluster.inbound|5002||.upstream_cx_connect_fail": 1}
+
+
+def test_a_story_joined_to_its_line_is_matched_by_the_line_not_by_the_story():
+    """A debug-log story knows no upstream local address; its access-log line does. A packet finding on lo must
+    take the story of its own connection's request, and not a neighbour's story with the neighbour's line."""
+    from kubectl_meshdoctor.envoy.story import LogRef, StreamStory
+
+    c = Correlator("orders")
+    mine = parse_line(UPE)
+    other = parse_line(UPE.replace("127.0.0.6:44336", "127.0.0.6:50000").replace("3b7caa0b", "aaaaaaaa"))
+    for entry in (mine, other):
+        c.add(entry, "proxy.log", 1)
+        c.add_story(StreamStory("proxy.log", 7, 9, entry.ts, entry.ts + 0.003, request_id=entry.request_id,
+                                status=502, details=entry.details, upstream_address=entry.upstream_host,
+                                downstream_remote=entry.downstream_remote,
+                                refs=(LogRef("proxy.log", 3, entry.ts, "upstream-reset", "[C7] upstream reset"),)))
+    f = c.attach(framing_finding(mine.ts))
+    assert f.access_log == (mine.raw,)
+    assert len(f.envoy_log) == 1

@@ -184,7 +184,10 @@ class Correlator:
         they are not reported again on their own)."""
         if not f.envoy_flags and not f.response_code_details:
             return f
-        matched = [r for r in self._lines if explains(f, r.entry)]
+        # A story joined to its access-log line is matched by the line, which names more (the upstream connection's
+        # local address, that a story lacks): a neighbour's story must not bring its line in by the back door.
+        matched = [r for r in self._lines
+                   if explains(f, r.partner.entry if r.story is not None and r.partner is not None else r.entry)]
         if not matched:
             return f
         pairs = list(dict.fromkeys(x for r in matched for x in (r, r.partner) if x is not None))
