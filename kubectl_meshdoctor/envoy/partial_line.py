@@ -16,7 +16,9 @@ import re
 from typing import Any
 
 _HEAD = re.compile(r'\[(?P<ts>\d{4}-\d\d-\d\dT[^\]\s]{8,30})\] "(?P<request>[^"]*)" (?P<code>\d{1,3}) '
-                   r"(?P<flags>[A-Za-z0-9_]+(?:,[A-Za-z0-9_]+)*|-)(?= |$)")
+                   # short (UF) or long (UpstreamConnectionFailure) flag names: upper-case first, as Envoy
+                   # and extensions register them (envoy/flags.py)
+                   r"(?P<flags>[A-Z][A-Za-z0-9]*(?:,[A-Z][A-Za-z0-9]*)*|-)(?= |$)")
 _DETAILS = re.compile(r"[a-z0-9]+(?:[_.][a-z0-9]+)+(?:\{[^{}\s]*\}|\[[^\[\]\s]*\])?")
 _CLUSTER = re.compile(r"(?:inbound|outbound)\|\d*\|[^|\s\"]*\|[^|\s\"]*"
                       r"|(?:InboundPassthroughCluster(?:Ipv[46])?|PassthroughCluster|BlackHoleCluster)")
