@@ -77,9 +77,11 @@ def run_scenario(state, pod: str, out: Path) -> tuple[dict, object]:
         return run.stop(), result
 
 
-def analyze_files(out: Path, pod: str) -> dict:
+def analyze_files(out: Path, pod: str, *more: Path) -> dict:
+    """analyze on the pod's saved captures, and ``more`` files (the sidecar's log)."""
     proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(out / f"{pod}-lo.pcap"),
-                           str(out / f"{pod}-eth0.pcap"), "-o", "json"], capture_output=True, text=True, timeout=120)
+                           str(out / f"{pod}-eth0.pcap"), *map(str, more), "-o", "json"], capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
 
