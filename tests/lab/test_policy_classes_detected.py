@@ -42,6 +42,12 @@ SAID = {
     "mtls-strict": '"- - -" 0 NR filter_chain_not_found ',
     "tls-to-plaintext": " 503 UF upstream_reset_before_response_started{remote_connection_failure|TLS_error:",
 }
+# The cluster stat real Envoy 1.40 moves for the failure (docs/lab-envoy.md), on the cluster the line names: the
+# pod's inbound cluster, or the callers' outbound one where the DestinationRule acts. watch backs each finding with
+# it. (mtls-strict's no_filter_chain_match is a listener's stat, no-route's no_route an HCM's: no cluster's.)
+BACKED_BY = {"overflow": ("inbound|5000||", "upstream_rq_pending_overflow"),
+             "outlier": ("outbound|5000||{pod}.{ns}.svc.cluster.local", "upstream_cx_none_healthy"),
+             "tls-to-plaintext": ("outbound|5000||{pod}.{ns}.svc.cluster.local", "ssl.connection_error")}
 # What tells the variant of the class (its finding's details.kind), where the class has several.
 KIND = {"mtls-strict": "plaintext-to-mtls", "tls-to-plaintext": "tls-to-plaintext"}
 
@@ -118,6 +124,10 @@ def test_watch_and_analyze_name_the_policy_class(policy_lab, pod, tmp_path):
         assert f["fixes"] and f["remediation"], f
         if pod in KIND:
             assert f["details"]["kind"] == KIND[pod], f["details"]
+        if pod in BACKED_BY:
+            cluster, stat = BACKED_BY[pod]
+            name = f"cluster.{cluster.format(pod=pod, ns=policy_lab.namespace)}.{stat}"
+            assert f.get("counters", {}).get(name, 0) >= 1, (name, f.get("counters"))
     assert [f for f in live["findings"] if f["detector"] == "access-log"] == []  # every line was claimed
 
     code, offline = analyze(tmp_path / f"{pod}-lo.pcap", tmp_path / f"{pod}-eth0.pcap", log)
