@@ -135,3 +135,24 @@ def test_a_story_joined_to_its_line_is_matched_by_the_line_not_by_the_story():
     f = c.attach(framing_finding(mine.ts))
     assert f.access_log == (mine.raw,)
     assert len(f.envoy_log) == 1
+
+
+def test_counters_on_the_cluster_the_line_names_back_its_finding():
+    """A DestinationRule's outlier detection and TLS act on the caller's outbound cluster, and real Envoy 1.40
+    counts their failures there (upstream_cx_none_healthy, ssl.connection_error on `outbound|5000||HOST`), not
+    on the inbound cluster of the port: the line's %UPSTREAM_CLUSTER% says which."""
+    from dataclasses import replace
+
+    cluster = "outbound|5000||outlier.shop.svc.cluster.local"
+    line = (f'[2026-12-03T14:47:10.675Z] "GET /after-burst/0 HTTP/1.1" 503 UH no_healthy_upstream - "-" 0 19 0 - '
+            f'"-" "curl" "e3794df4-b888-4cbc-b7e9-7e1418c74544" "10.0.0.2:5000" "-" {cluster} - 10.0.0.2:5000 '
+            f'10.0.0.1:33766 - default')
+    assert parse_line(line).upstream_cluster == cluster
+    f = replace(framing_finding(1.0), detector="no-healthy-upstream", access_log=(line,))
+    moved = {cluster: {"upstream_cx_none_healthy": 2, "upstream_cx_total": 1},
+             "inbound|5000||": {"upstream_cx_none_healthy": 0, "upstream_rq_503": 2},
+             "outbound|5000||other.shop.svc.cluster.local": {"upstream_cx_none_healthy": 7}}
+    (g,) = attach_counters([f], moved, {"no-healthy-upstream": ("upstream_cx_none_healthy",)})
+    assert g.counters == {f"cluster.{cluster}.upstream_cx_none_healthy": 2}
+    (h,) = attach_counters([replace(f, access_log=())], moved, {"no-healthy-upstream": ("upstream_cx_none_healthy",)})
+    assert h.counters == {}  # no line names the outbound cluster: only the port's inbound one is looked at

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
 from kubectl_meshdoctor.envoy.flags import flag
 from kubectl_meshdoctor.envoy.story import StreamStory
 
@@ -280,24 +280,34 @@ FLAG_COUNTERS: dict[str, tuple[str, ...]] = {
 def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
                     backs: dict[str, tuple[str, ...]],
                     backed: Callable[[Finding], bool] = lambda f: True) -> list[Finding]:
-    """Each finding with the Envoy cluster counters that back it and moved during the run on the inbound cluster
-    of its server port (``inbound|<port>||``). ``moved`` is cluster -> stat -> delta; ``backs`` is detector id ->
-    the stats that back its findings (Detector.envoy_counters); an ``access-log`` finding is backed by the
-    stats of its flags (FLAG_COUNTERS). A finding ``backed`` says no to (its detector's ``backed_by_counters``:
-    a warning that no failure happened yet, such as tuple-collision's exposure) gets none. Counters that moved for other reasons stay in the report's
-    run-wide ``envoy.counters_moved``."""
+    """Each finding with the Envoy cluster counters that back it and moved during the run: on the inbound cluster
+    of its server port (``inbound|<port>||``) and on the clusters its access-log lines name (%UPSTREAM_CLUSTER%:
+    a caller's ``outbound|<port>||<host>``, where a DestinationRule's outlier detection and TLS act, and where
+    real Envoy counts their failures). ``moved`` is cluster -> stat -> delta; ``backs`` is detector id -> the
+    stats that back its findings (Detector.envoy_counters); an ``access-log`` finding is backed by the stats of
+    its flags (FLAG_COUNTERS). A finding ``backed`` says no to (its detector's ``backed_by_counters``: a warning
+    that no failure happened yet, such as tuple-collision's exposure) gets none. Counters that moved for other
+    reasons stay in the report's run-wide ``envoy.counters_moved``."""
     out = []
     for f in findings:
         if not backed(f):  # a warning of no failure (an exposure): a failure's counters would belie it
             out.append(f)
             continue
-        port = f.flow.server.rsplit(":", 1)[-1]
-        counters = moved.get(f"inbound|{port}||", {}) if port.isdigit() else {}
         names = backs.get(f.detector, ()) if f.detector != "access-log" else tuple(
             n for flag_name in f.envoy_flags for n in FLAG_COUNTERS.get(flag_name, ()))
-        backing = {f"cluster.inbound|{port}||.{n}": counters[n] for n in names if counters.get(n)}
+        backing = {f"cluster.{cluster}.{n}": moved[cluster][n]
+                   for cluster in _clusters_of(f) if cluster in moved for n in names if moved[cluster].get(n)}
         out.append(replace(f, counters={**f.counters, **backing}) if backing else f)
     return out
+
+
+def _clusters_of(f: Finding) -> list[str]:
+    """The clusters finding ``f`` speaks of: its server port's inbound cluster, then those its lines name."""
+    port = f.flow.server.rsplit(":", 1)[-1]
+    named = [entry.upstream_cluster for entry in map(parse_line, f.access_log)
+             if entry is not None and entry.upstream_cluster]
+    inbound = [f"inbound|{port}||"] if port.isdigit() else []
+    return list(dict.fromkeys(inbound + named))
 
 
 def attach_kernel_counters(findings: list[Finding], deltas: dict[str, int], backs: dict[str, tuple[str, ...]],

@@ -16,6 +16,8 @@ from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.lab import lab
 from kubectl_meshdoctor.lab.scenarios.table import SLOW_ABANDONED, SLOW_HALF_CLOSED, SLOW_TOO_LONG
 
+from .test_policy_classes_detected import EXPECTED as POLICY
+from .test_policy_classes_detected import watch_round
 from .test_scenarios_detected import analyze_files, judged, run_scenario
 
 pytestmark = pytest.mark.lab
@@ -25,16 +27,25 @@ FAILING = {"collision": ("tuple-collision",), "refused": ("upstream-refused",),
            "refused-localhost": ("upstream-refused",), "framing": ("http-framing",),
            "stale-keepalive": ("stale-keepalive",), "port-exhaustion": ("source-port-exhaustion",),
            "downstream-idle": ("stale-keepalive",), "http10": ("downstream-protocol-error",),
-           "slow-app": ("upstream-timeout", "downstream-disconnect"), "goaway": ("upstream-goaway",)}
+           "slow-app": ("upstream-timeout", "downstream-disconnect"), "goaway": ("upstream-goaway",),
+           "overflow": ("circuit-breaker-overflow",), "outlier": ("no-healthy-upstream",), "no-route": ("no-route",),
+           "mtls-strict": ("tls-mismatch",), "tls-to-plaintext": ("tls-mismatch",)}
+# the classes whose findings are warnings (the others' are errors)
+WARNINGS = ("downstream-disconnect", "no-route")
 # scenario -> the fix printed first: the one that keeps the most of the mesh
 FIRST = {"collision": "tproxy", "refused": "app-listens", "refused-localhost": "bind-all", "framing": "app-framing",
          "stale-keepalive": "idle-timeout", "port-exhaustion": "reuse-connections",
          "downstream-idle": "caller-idle-timeout", "http10": "caller-http11",
-         "slow-app": "route-timeout", "goaway": "retry-refused-stream"}
+         "slow-app": "route-timeout", "goaway": "retry-refused-stream", "overflow": "pool-limits",
+         "outlier": "min-health-percent", "no-route": "default-route", "mtls-strict": "permissive-mtls",
+         "tls-to-plaintext": "tls-disable"}
 # A fix of one of a round's several failures: the request it is about is then served (the others fail still).
 FIXED_REQUEST = {"caller-http11": "/http10", "accept-http10": "GET /http10", "caller-no-upgrade": "/upgrade",
                  "caller-valid-request": "/malformed", "route-timeout": f"/slow/{SLOW_TOO_LONG}",
                  "caller-timeout": f"/slow/{SLOW_ABANDONED}", "caller-no-half-close": SLOW_HALF_CLOSED}
+# Requests the round's app answers with an error of its own (outlier's burst of 500s, which trips the ejection):
+# what the app said, not a failure of the mesh.
+APP_ERRORS = ("/status/500",)
 # The lint finding of the same class, read from the Pod at watch's start: gone once the spec is fixed.
 LINT_GONE = {("collision", "tproxy"): "redirect-exposure", ("collision", "exclude-port"): "redirect-exposure"}
 CASES = [(scenario, fix.name) for scenario in FAILING for fix in fixes_for(scenario)]
@@ -70,15 +81,26 @@ def failed(result, request: str = "") -> bool:
     the request labelled ``request...``, when given)."""
     if request:
         return not any(label.startswith(request) and status == 200 for label, status, _ in result.http)
-    return bool(result.errors or result.live_reset or any(status != 200 for _, status, _ in result.http))
+    return bool(result.errors or result.live_reset
+                or any(status != 200 and not label.startswith(APP_ERRORS) for label, status, _ in result.http))
 
 
 def printing(report: dict, scenario: str, fix: str | None = None) -> list[dict]:
-    """The findings of the scenario's classes (downstream-disconnect's are warnings, the others' errors) that
-    print ``fix``, when given."""
+    """The findings of the scenario's classes (WARNINGS' are warnings, the others' errors) that print ``fix``,
+    when given."""
     return [f for f in judged(report) if f["detector"] in FAILING[scenario]
-            and (f["severity"] == "error" or f["detector"] == "downstream-disconnect")
+            and (f["severity"] == "error" or f["detector"] in WARNINGS)
             and (fix is None or fix in [x["name"] for x in f.get("fixes", ())])]
+
+
+def watch(state, scenario: str, pod: str, out) -> tuple[dict, object, tuple]:
+    """watch one round of ``pod`` (of ``scenario``): its report, the round, and the saved sidecar log where the
+    class is one only Envoy's log shows (the watch waits for the round's lines, and analyze reads them)."""
+    if scenario in POLICY:
+        live, result, log = watch_round(state, pod, out, POLICY[scenario][1])
+        return live, result, (log,)
+    live, result = run_scenario(state, pod, out)
+    return live, result, ()
 
 
 def test_every_scenario_with_fixes_is_tested():
@@ -88,7 +110,7 @@ def test_every_scenario_with_fixes_is_tested():
 
 @pytest.mark.parametrize("scenario", list(FAILING))
 def test_the_failing_pod_prints_the_fixes_the_lab_applies(fix_lab, scenario, tmp_path):
-    live, result = run_scenario(fix_lab, scenario, tmp_path)
+    live, result, _ = watch(fix_lab, scenario, scenario, tmp_path)
     assert failed(result), result  # the failure happened
     found = printing(live, scenario)
     assert found, json.dumps(judged(live))[:2000]
@@ -109,8 +131,8 @@ def test_the_failing_pod_prints_the_fixes_the_lab_applies(fix_lab, scenario, tmp
 def test_each_printed_fix_removes_the_failure(fix_lab, scenario, fix, tmp_path):
     pod = fixed_pod(scenario, fix)
     log_at = lab.access_log_path(fix_lab, pod).stat().st_size
-    live, result = run_scenario(fix_lab, pod, tmp_path)
-    offline = analyze_files(tmp_path, pod)
+    live, result, logs = watch(fix_lab, scenario, pod, tmp_path)
+    offline = analyze_files(tmp_path, pod, *logs)
     assert not failed(result, FIXED_REQUEST.get(fix, "")) and result.http_ok > 0, result  # served
     if scenario == "collision":
         assert result.http_ok == 6 and result.echo_ok == 1, result  # the live connection outlived the second

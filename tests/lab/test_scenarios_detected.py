@@ -77,9 +77,11 @@ def run_scenario(state, pod: str, out: Path) -> tuple[dict, object]:
         return run.stop(), result
 
 
-def analyze_files(out: Path, pod: str) -> dict:
+def analyze_files(out: Path, pod: str, *more: Path) -> dict:
+    """analyze on the pod's saved captures, and ``more`` files (the sidecar's log)."""
     proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(out / f"{pod}-lo.pcap"),
-                           str(out / f"{pod}-eth0.pcap"), "-o", "json"], capture_output=True, text=True, timeout=120)
+                           str(out / f"{pod}-eth0.pcap"), *map(str, more), "-o", "json"], capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
 
@@ -268,16 +270,21 @@ def test_uf_lines_are_linked_to_the_refused_connections(quiet_lab):
     assert [f for f in report["findings"] if f["detector"] == "access-log"] == []
 
 
-def test_failing_access_log_line_without_packet_evidence_becomes_its_own_finding(quiet_lab):
-    """Without lo in the capture nothing on the wire explains the UF lines: each stands as an access-log finding
-    with the flag's meaning and what to capture next."""
+def test_a_refusal_without_lo_in_the_capture_is_named_from_envoys_line(quiet_lab):
+    """Without lo in the capture nothing on the wire explains the UF lines, but Envoy's own words do (its details
+    say the connect was refused): upstream-refused claims each line, with the cause the pod's listening sockets
+    give, and none is left as a bare access-log finding (a line no detector reads is: tests/test_correlate.py)."""
     report = watch_refused_round(quiet_lab, "--iface", "eth0")
-    assert [f for f in report["findings"] if f["detector"] == "upstream-refused"] == []
-    alone = [f for f in report["findings"] if f["detector"] == "access-log"]
-    assert alone and all(f["envoy_flags"] == ["UF"] and f["severity"] == "error" for f in alone)
-    assert "UpstreamConnectionFailure" in alone[0]["explanation"]
-    assert "capture lo" in alone[0]["remediation"]
-    assert alone[0]["flow"]["server"] == f"{quiet_lab.pod('refused').pod_ip}:5000"
+    pod = quiet_lab.pod("refused")
+    refused = [f for f in report["findings"] if f["detector"] == "upstream-refused"]
+    assert refused, json.dumps(report["findings"], indent=1)[:3000]
+    for f in refused:
+        (line,) = f["access_log"]
+        assert " 503 UF " in line and "delayed_connect_error:_Connection_refused" in line, line
+        assert "access-log" in f["stands_on"] and "packets" not in f["stands_on"], f["stands_on"]
+        assert f["evidence"][0]["source"] == "istio-proxy log" and f["severity"] == "error"
+        assert f["details"]["cause"] == "not-listening" and f["flow"]["server"] == f"{pod.pod_ip}:5000"
+    assert [f for f in report["findings"] if f["detector"] == "access-log"] == []
 
 
 def test_a_caller_reusing_a_connection_the_sidecar_closed_is_named_on_eth0(quiet_lab, tmp_path):
