@@ -56,6 +56,7 @@ def no_route(entry: AccessLogEntry) -> bool:
 
 class NoRoute(Detector):
     id = "no-route"
+    envoy_counters = ("http.no_route",)
     envoy_loggers = ("router", "http")
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:

@@ -106,7 +106,7 @@ def _port(endpoint: str) -> int | None:
 
 class TlsMismatch(Detector):
     id = "tls-mismatch"
-    envoy_counters = ("ssl.connection_error", "upstream_cx_connect_fail")
+    envoy_counters = ("ssl.connection_error", "upstream_cx_connect_fail", "listener.no_filter_chain_match")
     envoy_loggers = ("conn_handler", "connection", "filter", "router", "http")
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
 from kubectl_meshdoctor.envoy.flags import flag
+from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .findings import ACCESS_LOG, ENVOY_LOG, Evidence, Finding, FlowRef, Severity
@@ -279,7 +280,8 @@ FLAG_COUNTERS: dict[str, tuple[str, ...]] = {
 
 def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
                     backs: dict[str, tuple[str, ...]],
-                    backed: Callable[[Finding], bool] = lambda f: True) -> list[Finding]:
+                    backed: Callable[[Finding], bool] = lambda f: True,
+                    stats: Mapping[str, int] | None = None) -> list[Finding]:
     """Each finding with the Envoy cluster counters that back it and moved during the run: on the inbound cluster
     of its server port (``inbound|<port>||``) and on the clusters its access-log lines name (%UPSTREAM_CLUSTER%:
     a caller's ``outbound|<port>||<host>``, where a DestinationRule's outlier detection and TLS act, and where
@@ -287,7 +289,9 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
     stats that back its findings (Detector.envoy_counters); an ``access-log`` finding is backed by the stats of
     its flags (FLAG_COUNTERS). A finding ``backed`` says no to (its detector's ``backed_by_counters``: a warning
     that no failure happened yet, such as tuple-collision's exposure) gets none. Counters that moved for other
-    reasons stay in the report's run-wide ``envoy.counters_moved``."""
+    reasons stay in the report's run-wide ``envoy.counters_moved``. A backing stat named ``http.STAT`` or
+    ``listener.STAT`` is looked up in ``stats`` (every stat that moved, by its full name): the HCM's of the
+    finding's server port, any listener's (virtualInbound's ``no_filter_chain_match``)."""
     out = []
     for f in findings:
         if not backed(f):  # a warning of no failure (an exposure): a failure's counters would belie it
@@ -297,6 +301,12 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
             n for flag_name in f.envoy_flags for n in FLAG_COUNTERS.get(flag_name, ()))
         backing = {f"cluster.{cluster}.{n}": moved[cluster][n]
                    for cluster in _clusters_of(f) if cluster in moved for n in names if moved[cluster].get(n)}
+        port = f.flow.server.rsplit(":", 1)[-1]
+        for n in names:
+            scope, _, stat = n.partition(".")
+            if scope in ("http", "listener") and stats:
+                backing.update({f"{scope}.{owner}.{stat}": v for owner, v in scoped(stats, scope, stat).items()
+                                if scope == "listener" or owner.endswith(f"_{port}")})
         out.append(replace(f, counters={**f.counters, **backing}) if backing else f)
     return out
 

@@ -42,7 +42,8 @@ class Detector:
     id: ClassVar[str] = ""
     # The cluster stats (names after `cluster.<name>.`) that real Envoy moves on the inbound cluster of the
     # finding's server port, or on the cluster its access-log line names (a caller's outbound cluster), when this
-    # failure happens; the report attaches those that moved during the run.
+    # failure happens; ``http.STAT`` and ``listener.STAT`` for the HCM's (of the server port) and the listeners'
+    # stats. The report attaches those that moved during the run.
     envoy_counters: ClassVar[tuple[str, ...]] = ()
     # The kernel counters (nstat names, read from the pod's network namespace) that count this failure; the
     # report attaches those that moved during the run.

@@ -191,9 +191,10 @@ class Pipeline:
         def backed(f: Finding) -> bool:
             return f.detector not in by_id or by_id[f.detector].backed_by_counters(f)
 
-        if self._envoy_moved:
+        if self._envoy_moved or (self._counters is not None and self._counters.stats):
             self.findings = attach_counters(self.findings, self._envoy_moved,
-                                            {d.id: d.envoy_counters for d in self.detectors}, backed)
+                                            {d.id: d.envoy_counters for d in self.detectors}, backed,
+                                            self._counters.stats if self._counters is not None else None)
         if self._kernel_moved:
             self.findings = attach_kernel_counters(self.findings, self._kernel_moved,
                                                    {d.id: d.kernel_counters for d in self.detectors}, backed)

@@ -9,10 +9,11 @@ report's problems instead.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyLogEvent
+from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyCountersEvent, EnvoyLogEvent
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.envoy.server_info import envoy_version
 from kubectl_meshdoctor.envoy.stats import by_cluster, delta, parse_stats
@@ -70,10 +71,12 @@ async def open_proxy(kube: Kube, namespace: str, pod: str,
     return link
 
 
-async def close_proxy(link: ProxyLink) -> dict[str, dict[str, int]]:
-    """Stop following the log; return the cluster counters that moved since ``open_proxy`` (cluster -> stat ->
-    delta), empty when the admin API was not reachable."""
+async def close_proxy(link: ProxyLink) -> EnvoyCountersEvent:
+    """Stop following the log; return the counters that moved since ``open_proxy``: per cluster (cluster ->
+    stat -> delta) and every stat by its full name (the HCM's and the listeners' too, which detectors read),
+    empty when the admin API was not reachable."""
     moved: dict[str, dict[str, int]] = {}
+    flat: dict[str, int] = {}
     if link.follower is not None:
         await asyncio.to_thread(link.follower.stop)
         if link.follower.error:
@@ -84,13 +87,15 @@ async def close_proxy(link: ProxyLink) -> dict[str, dict[str, int]]:
     if link.stats_before:
         try:
             after = await asyncio.to_thread(_snapshot, link.admin)
-            moved = {cluster: dict(stats) for cluster, stats in by_cluster(delta(link.stats_before, after)).items()}
+            flat = delta(link.stats_before, after)
+            moved = {cluster: dict(stats) for cluster, stats in by_cluster(flat).items()}
         except (KubeError, ValueError) as e:
             link._problem(f"Envoy admin not reachable at the end, no counter deltas: {str(e).splitlines()[0]}")
     await asyncio.to_thread(link.admin.close)
     if link.log is not None:
         link.log.close()
-    return moved
+    return EnvoyCountersEvent(time.time(), moved, flat, "the run", None,
+                              f"pod/{link.admin.pod} {SIDECAR_CONTAINER} /stats")
 
 
 def log_summary(link: ProxyLink) -> dict[str, int]:

@@ -43,10 +43,13 @@ def records(data: bytes) -> list[bytes]:
     return out
 
 
-def writer(stream: Stream, parts: list[bytes], seed: int, cut_at: int | None = None) -> threading.Thread:
+def writer(stream: Stream, parts: list[bytes], seed: int, cut_at: int | None = None,
+           started: threading.Barrier | None = None) -> threading.Thread:
     """A thread that writes ``parts`` into ``stream`` as a capture pump does, in random slices with random
     pauses (the streams of several pods interleave as they come), then ends it; ``cut_at`` ends it that many
-    bytes early (mid-record)."""
+    bytes early (mid-record). ``started``: met once the header is written, so that every stream is live before
+    any ends (a watch's streams run for its whole length; a short one here could end its group first, and a
+    busy machine made that happen)."""
     data = b"".join(parts)
     if cut_at is not None:
         data = data[:len(data) - cut_at]
@@ -57,8 +60,12 @@ def writer(stream: Stream, parts: list[bytes], seed: int, cut_at: int | None = N
         try:
             while pos < len(data):
                 n = rnd.choice((1, 7, 60, 500, 4096))
+                if started is not None and pos < len(parts[0]) <= pos + n:
+                    n = len(parts[0]) - pos
                 stream.wrote(data[pos:pos + n])
                 pos += n
+                if started is not None and pos == len(parts[0]):
+                    started.wait(30)
                 if rnd.random() < 0.05:
                     threading.Event().wait(0.002)
         finally:
@@ -75,7 +82,8 @@ def shared(specs, cut: dict[int, int] | None = None, seed: int = 1) -> tuple[lis
         d = SharedDissector()
         streams = [d.stream(f"{pod}/{iface}", iface, events.append)
                    for (pod, iface, _), events in zip(specs, got)]
-        threads = [writer(s, records((DATA / name).read_bytes()), seed + i, (cut or {}).get(i))
+        started = threading.Barrier(len(specs))
+        threads = [writer(s, records((DATA / name).read_bytes()), seed + i, (cut or {}).get(i), started)
                    for i, (s, (_, _, name)) in enumerate(zip(streams, specs))]
         for t in threads:
             t.start()

@@ -18,7 +18,6 @@ from kubernetes.client import ApiClient
 from kubectl_meshdoctor.commands.envoy_debug import EnvoyDebug
 from kubectl_meshdoctor.commands.watch.ticking import QuietTicker
 from kubectl_meshdoctor.core.events import (
-    EnvoyCountersEvent,
     KernelCountersEvent,
     ListenersEvent,
     PodEvent,
@@ -315,13 +314,13 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         raise
     ticking.cancel()
     await asyncio.to_thread(state.debug.finish)
-    moved = await close_proxy(proxy)
+    counters = await close_proxy(proxy)
     problems += proxy.problems + [Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", p) for p in state.debug.problems]
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
     # The run-wide list plus whatever a loaded detector declares, so an outside detector's counters back it too.
     watched = dict.fromkeys([*WATCHED, *(n for d in pipeline.detectors for n in d.kernel_counters)])
     kernel = counter_deltas(kernel_before, kernel_after, tuple(watched)) if kernel_after else {}
-    pipeline.context(EnvoyCountersEvent(time.time(), moved))
+    pipeline.context(counters)
     pipeline.context(KernelCountersEvent(time.time(), kernel))
     findings = pipeline.finish()
     source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
@@ -329,7 +328,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
               "capture_filter": "full" if opts.full_capture else "lean", "dissect": opts.dissect}
     if state.pcap_files:
         source["files"] = dict(state.pcap_files)
-    envoy = {"version": proxy.version, "counters_moved": moved, **log_summary(proxy)}
+    envoy = {"version": proxy.version, "counters_moved": {k: dict(v) for k, v in counters.moved.items()},
+             **log_summary(proxy)}
     if (debug := state.debug.report()) is not None:
         envoy["debug"] = debug
     # No tcpdump ever said "listening on" (no such device, no tcpdump, every exec refused): nothing was captured.
