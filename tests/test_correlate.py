@@ -1,5 +1,7 @@
 """Packet findings linked to the access-log lines they explain; unexplained failing lines reported alone."""
 
+from pathlib import Path
+
 from kubectl_meshdoctor.core.correlate import GRACE_S, Correlator, attach_counters
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.envoy.access_log import parse_line
@@ -156,3 +158,28 @@ def test_counters_on_the_cluster_the_line_names_back_its_finding():
     assert g.counters == {f"cluster.{cluster}.upstream_cx_none_healthy": 2}
     (h,) = attach_counters([replace(f, access_log=())], moved, {"no-healthy-upstream": ("upstream_cx_none_healthy",)})
     assert h.counters == {}  # no line names the outbound cluster: only the port's inbound one is looked at
+
+
+def test_no_failure_is_lost_when_a_long_log_runs_past_the_window(tmp_path):
+    """A log read with no packet to tick on decides its requests at the end; the window holds MAX_LINES, so the
+    requests that leave it undecided are decided then: 50 failures before 15,000 good lines are 50 findings."""
+    import asyncio
+    import re
+
+    from kubectl_meshdoctor.core.correlate import MAX_LINES
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+    from kubectl_meshdoctor.sources.envoy_files import read_access_log
+
+    async def gate() -> None:
+        return None
+
+    real = (Path(__file__).parent / "data" / "envoy-1.40" / "stale-keepalive" / "istio-proxy.log").read_text()
+    uc = next(ln for ln in real.splitlines() if '" 503 UC ' in ln)
+    ok = next(ln for ln in real.splitlines() if '" 200 ' in ln)
+    failures = [re.sub(r'"[0-9a-f]{8}-', f'"{i:08x}-', uc) for i in range(50)]
+    log = tmp_path / "proxy.log"
+    log.write_text("\n".join(failures + [ok] * (MAX_LINES + 5000)) + "\n")
+    pipeline = Pipeline.with_detectors()
+    asyncio.run(read_access_log(str(log), pipeline.context, gate))
+    found = [f for f in pipeline.finish() if f.detector == "stale-keepalive"]
+    assert sorted(line for f in found for line in f.access_log) == sorted(failures)

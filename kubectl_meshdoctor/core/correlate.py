@@ -21,7 +21,7 @@ from kubectl_meshdoctor.envoy.flags import flag
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
-from .findings import ACCESS_LOG, ENVOY_LOG, Evidence, Finding, FlowRef, Severity
+from .findings import ACCESS_LOG, ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
 
 FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR", "DC"})
 WINDOW_S = 3.0  # how far a line's request may start before, or end after, the packet that decided
@@ -80,6 +80,12 @@ JOIN_S = 1.0  # a story and an access-log line with no x-request-id to join them
 JOIN_SCAN = 256  # records looked back over for such a join
 
 
+def _of_the_wire(f: Finding) -> bool:
+    """A finding that rests on packets: the one kind that explains a logged request without being its own; a
+    finding of another line (the same class a second before) does not make this one's line any less its own."""
+    return any(e.kind == PACKET for e in f.evidence)
+
+
 def log_line_summary(entry: AccessLogEntry) -> str:
     """What an access-log line says, in short, for evidence: ``access log: 503 UF,URX upstream_reset...``."""
     return f"access log: {entry.code} {','.join(entry.flags) or '-'} {entry.details or ''}".rstrip()
@@ -119,6 +125,7 @@ class Correlator:
         self.source = source
         self._lines: deque[_Record] = deque(maxlen=MAX_LINES)
         self._by_request: dict[str, _Record] = {}
+        self._evicted: list[_Record] = []  # left the window undecided: the pipeline has them decided at once
         self._next_line = 1
 
     def add(self, entry: AccessLogEntry, source: str | None = None, line: int = 0) -> None:
@@ -138,6 +145,8 @@ class Correlator:
             old = self._lines[0]
             if self._by_request.get(old.entry.request_id or "") is old:
                 del self._by_request[old.entry.request_id or ""]
+            if not old.decided:
+                self._evicted.append(old)
         self._join(rec)
         self._lines.append(rec)
 
@@ -205,39 +214,57 @@ class Correlator:
         the request, else, for a request with a failure flag, an ``access-log`` finding. A request read from both
         logs is decided once, on the access-log line, with the debug-log lines as further evidence. Only
         requests not yet decided are checked, so a tick costs a scan of the kept ones, not findings x lines."""
-        out = []
+        by_details = self._by_details(findings, claims)
+        decided = (self._decide(rec, findings, claims, by_details) for rec in self._lines
+                   if not rec.decided and (now is None or now - rec.entry.ts >= GRACE_S))
+        return [f for f in decided if f is not None]
+
+    @property
+    def evicted(self) -> bool:
+        """Whether requests left the bounded window before they were decided (decide_evicted takes them)."""
+        return bool(self._evicted)
+
+    def decide_evicted(self, findings: list[Finding], claims: Sequence[Claim] = ()) -> list[Finding]:
+        """Decide now the requests the window let go undecided, as ``unexplained`` would have: a log longer than
+        MAX_LINES read with no packet to tick on must lose none of its failures."""
+        by_details = self._by_details(findings, claims)
+        out = [f for f in (self._decide(rec, findings, claims, by_details) for rec in self._evicted
+                           if not rec.decided) if f is not None]
+        self._evicted.clear()
+        return out
+
+    @staticmethod
+    def _by_details(findings: list[Finding], claims: Sequence[Claim]) -> list[Finding]:
         # A line without a failure flag can only be explained by its details (explains): those findings alone
         # are worth checking it against, and a busy pod's log is mostly such lines.
-        by_details = [f for f in findings if not f.envoy_flags and f.response_code_details] if claims else []
-        for rec in self._lines:
-            if rec.decided or (now is not None and now - rec.entry.ts < GRACE_S):
-                continue
-            line = rec if rec.story is None else rec.partner
-            story = rec.story if rec.story is not None else (rec.partner.story if rec.partner else None)
-            entry = line.entry if line is not None else rec.entry
-            failing = bool(set(entry.flags) & FAILURE_FLAGS) or (story is not None and story.failed)
-            if not failing and not claims:
-                continue
-            rec.decided = True
-            if rec.partner is not None:
-                rec.partner.decided = True
-            if any(explains(f, entry) for f in (findings if failing else by_details)):
-                continue  # a finding of the wire (or of an earlier line) speaks of it already
-            evidence = ((Evidence(line.source, "", line.n, entry.ts, log_line_summary(entry), kind=ACCESS_LOG),)
-                        if line is not None else ()) + (story_evidence(story) if story is not None else ())
-            if not evidence:
-                continue
-            claimed = next((f for f in (claim(entry, story, evidence[0]) for claim in claims) if f is not None),
-                           None)
-            found = claimed if claimed is not None else self._finding(evidence[0], entry) if failing else None
-            if found is None:
-                continue
-            more = tuple(e for e in evidence if e not in found.evidence)
-            out.append(replace(
-                found, evidence=found.evidence + more, pod=found.pod or entry.pod,
-                access_log=found.access_log or ((entry.raw,) if line is not None else ()),
-                envoy_log=found.envoy_log or tuple(r.raw or r.text for r in (story.refs if story else ()))))
-        return out
+        return [f for f in findings if not f.envoy_flags and f.response_code_details] if claims else []
+
+    def _decide(self, rec: _Record, findings: list[Finding], claims: Sequence[Claim],
+                by_details: list[Finding]) -> Finding | None:
+        """The finding of one request not decided yet, or None (explained already, or no failure)."""
+        line = rec if rec.story is None else rec.partner
+        story = rec.story if rec.story is not None else (rec.partner.story if rec.partner else None)
+        entry = line.entry if line is not None else rec.entry
+        failing = bool(set(entry.flags) & FAILURE_FLAGS) or (story is not None and story.failed)
+        if not failing and not claims:
+            return None
+        rec.decided = True
+        if rec.partner is not None:
+            rec.partner.decided = True
+        if any(explains(f, entry) for f in (findings if failing else by_details) if _of_the_wire(f)):
+            return None  # a finding of the wire speaks of it already (and quotes it: attach)
+        evidence = ((Evidence(line.source, "", line.n, entry.ts, log_line_summary(entry), kind=ACCESS_LOG),)
+                    if line is not None else ()) + (story_evidence(story) if story is not None else ())
+        if not evidence:
+            return None
+        claimed = next((f for f in (claim(entry, story, evidence[0]) for claim in claims) if f is not None), None)
+        found = claimed if claimed is not None else self._finding(evidence[0], entry) if failing else None
+        if found is None:
+            return None
+        more = tuple(e for e in evidence if e not in found.evidence)
+        return replace(found, evidence=found.evidence + more, pod=found.pod or entry.pod,
+                       access_log=found.access_log or ((entry.raw,) if line is not None else ()),
+                       envoy_log=found.envoy_log or tuple(r.raw or r.text for r in (story.refs if story else ())))
 
     def _finding(self, evidence: Evidence, entry: AccessLogEntry) -> Finding:
         flags = [flag(s) for s in entry.flags]

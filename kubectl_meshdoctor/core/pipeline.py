@@ -153,6 +153,8 @@ class Pipeline:
                                                                       source=ev.source)
             case KernelCountersEvent():
                 self._kernel_moved = dict(ev.moved)
+        if self.correlator.evicted:
+            self._emit(self.correlator.decide_evicted(self.findings, self._claims))
         for det in self.detectors:
             self._emit(det.on_context(ev))
 
