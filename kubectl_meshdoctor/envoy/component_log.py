@@ -36,9 +36,12 @@ _TIME_RE = re.compile(_TIME)
 _BRACKET = re.compile(r"\[([^\[\]]{0,300})\]")
 _LOCATION = re.compile(r"(?:[\w.\-]*/)*[\w.\-]+\.(?:cc|h|cpp|c|hpp):\d+")
 _LOGGER = re.compile(r"[a-z][a-z0-9_]{0,30}")
+# Istio's TAB-separated shape; pasted into GitHub, Jira or Slack its TABs come back as runs of spaces, so any
+# run of blanks separates its fields (a source location has none; the message is what follows it).
 _ISTIO_TEXT = re.compile(
-    rf"({_TIME})\t([a-z]+)\tenvoy ([a-z][a-z0-9_]*)(?: ([^\t]*))?\t(.*?)(?:\tthread=(\d+))?$", re.S)
-_THREAD_END = re.compile(r"(.*?)\tthread=(\d+)$", re.S)
+    rf"({_TIME})[\t ]+([a-z]+)[\t ]+envoy ([a-z][a-z0-9_]*)(?: ((?:[\w.\-]*/)*[\w.\-]+\.(?:cc|h|cpp|c|hpp):\d+))?"
+    rf"(?:[\t ]+(.*?))??(?:[\t ]+thread=(\d+))?$", re.S)
+_THREAD_END = re.compile(r"(.*?)[\t ]+thread=(\d+)$", re.S)
 # `[C12]`, `[C12][S34]`, `[Tags: "ConnectionId":"12","StreamId":"34"]` at the head of a message.
 _CONN_IDS = re.compile(r"\[C(\d+)\](?:\[S(\d+)\])?\s?")
 # Envoy <= 1.15 put `[file:line] ` at the head of the message itself (LOG_PREFIX), so Istio 1.6's `%v` has it.
@@ -210,7 +213,7 @@ def parse_component_line(line: str) -> ComponentLine | None:
         when, level, logger, location, message, thread = m.groups()
         if level.lower() not in LEVELS:
             return None
-        conn, stream, message = _ids(message)
+        conn, stream, message = _ids(message or "")
         return ComponentLine(parse_time(when), level.lower(), logger, location or None,
                              int(thread) if thread else None, conn, stream, message, ISTIO_TEXT, text)
     if first == "[":
@@ -225,6 +228,13 @@ def parse_component_line(line: str) -> ComponentLine | None:
     if _BARE_MESSAGES.match(text):
         return ComponentLine(None, None, None, None, None, None, None, text, BARE, text)
     return None
+
+
+def parse_component_stages(texts: Iterable[str]) -> ComponentLine | None:
+    """The head of a component-log entry in the first of ``texts`` that is one: the stages of a line a wrapper
+    may have come off, innermost first (envoy/wrappers.py unwrap_layers, reversed). The line itself is the
+    last resort: Istio's TAB shape pasted with spaces starts as `kubectl logs --timestamps` output does."""
+    return next((head for head in map(parse_component_line, texts) if head is not None), None)
 
 
 class ComponentLogReader:

@@ -99,7 +99,9 @@ def _headline(report: Report) -> str:
     if not st.by_iface and (lines or own or dumps):  # logs or dumps alone: no packet was there to analyse
         read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else "",
                 f"/stats counters (since {envoy['counters_since']})" if dumps else ""]
-        return f"kubectl-meshdoctor {__version__}: no capture; {', '.join(x for x in read if x)} read"
+        skipped = envoy.get("other_log_lines") or 0
+        return (f"kubectl-meshdoctor {__version__}: no capture; {', '.join(x for x in read if x)} read"
+                + (f"; {skipped} line(s) of no known kind skipped" if skipped else ""))
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
     return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")

@@ -26,7 +26,7 @@ from kubectl_meshdoctor.envoy.component_log import (
     ComponentLine,
     ComponentLogReader,
     is_continuation,
-    parse_component_line,
+    parse_component_stages,
 )
 from kubectl_meshdoctor.envoy.log_format import LogFormat
 from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, delta, parse_stats
@@ -167,7 +167,7 @@ def _read_one(result: LogRead, layers: tuple[Unwrapped, ...], raw: str, number: 
               push: Callable[[AccessLogEvent], None], log_format: LogFormat | None,
               component: _ComponentPusher) -> None:
     u = layers[-1]
-    head = parse_component_line(u.text)
+    head = parse_component_stages(x.text for x in reversed(layers))
     if head is not None or (component.reader.open and is_continuation(u.text)):
         component.take(component.reader.feed(u.text, number, head))
         return

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.envoy.component_log import parse_component_line
+from kubectl_meshdoctor.envoy.component_log import parse_component_stages
 from kubectl_meshdoctor.envoy.log_format import LogFormat
-from kubectl_meshdoctor.envoy.wrappers import unwrap
+from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
 from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
 from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
@@ -111,8 +111,8 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
     if len(head) == SNIFF_BYTES and lines:
         lines = lines[:-1]  # cut at SNIFF_BYTES: the last line may be a piece
     lines = [line for line in lines if line.strip()]
-    if any(parse_line(line, log_format) is not None or parse_component_line(unwrap(line).text) is not None
-           for line in lines):
+    if any(parse_line(line, log_format) is not None
+           or parse_component_stages(u.text for u in reversed(unwrap_layers(line))) is not None for line in lines):
         return ENVOY_LOG
     first = lines[0].strip() if lines else ""
     if first.startswith("{") and '"cluster_statuses"' in text:

@@ -10,6 +10,8 @@ sources are in docs/envoy-component-log.md:
 - ``istio-1.9``: Istio 1.7 - 1.16 ``%Y-%m-%dT%T.%fZ\\t%l\\tenvoy %n\\t%v`` (an empty line ends a dump);
 - ``istio-json``: Istio 1.17 - 1.21 ``log_as_json`` (``%j``: tags inside msg, thread a number);
 - ``istio-json-1.22``: Istio >= 1.22 ``json_format`` (tags lifted into keys, msg without them, thread a string);
+- ``istio-pasted``: Istio >= 1.17's shape as GitHub, Jira and Slack show it, each TAB a run of spaces
+  (istio/istio#43238 and others);
 - ``bare``: no timestamp, as people paste the message alone (``[C12][S34] upstream reset: ...``);
 and each with the connection ids as Envoy >= 1.27 tags them or as ``[C12][S34]`` before.
 """
@@ -21,7 +23,7 @@ import time
 
 from kubectl_meshdoctor.envoy.component_log import ComponentLine
 
-SHAPES = ("envoy", "envoy-1.15", "istio", "istio-1.9", "istio-json", "istio-json-1.22", "bare")
+SHAPES = ("envoy", "envoy-1.15", "istio", "istio-1.9", "istio-pasted", "istio-json", "istio-json-1.22", "bare")
 
 
 def _ids(e: ComponentLine, tags: bool) -> str:
@@ -57,6 +59,8 @@ def render(e: ComponentLine, shape: str, tags: bool = True) -> list[str]:
     if shape == "istio":
         head = f"{_when(ts, 'T', 6)}Z\t{level}\tenvoy {logger} {location}\t{_ids(e, tags)}{first}"
         return [head, *dump, f"\tthread={thread}"] if dump else [f"{head}\tthread={thread}"]
+    if shape == "istio-pasted":
+        return [line.replace("\t", " " * (4 + len(line) % 5)) for line in render(e, "istio", tags)]
     if shape == "istio-1.9":
         return [f"{_when(ts, 'T', 6)}Z\t{level}\tenvoy {logger}\t{_ids(e, tags)}{first}", *dump] + \
             ([""] if dump else [])
