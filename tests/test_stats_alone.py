@@ -84,3 +84,28 @@ def test_istio_requests_total_names_the_class_of_each_flag(sample, tmp_path):
     for f in report["findings"]:
         assert all("istio_requests_total{reporter=" in k for k in f["counters"])
         assert "1 h before the dump" in f["title"]
+
+
+def test_two_dumps_are_read_in_the_order_of_their_uptime():
+    """`analyze stats-*.txt`: the shell's glob puts stats-after before stats-before; server.uptime orders them."""
+    before, after = DATA / "stale-keepalive" / "stats-before.txt", DATA / "stale-keepalive" / "stats-after.txt"
+    code_a, given = analyze(before, after)
+    code_b, globbed = analyze(after, before)
+    assert (code_a, code_b) == (1, 1)
+    assert [f["counters"] for f in globbed["findings"]] == [f["counters"] for f in given["findings"]]
+    assert globbed["problems"] == []
+
+
+def test_dumps_of_two_envoys_are_not_differenced(tmp_path):
+    """A counter that went back between two dumps: another pod's Envoy, or this one restarted. The newest is
+    read alone, since its start, and the report says why; no negative count reaches it."""
+    refused = (DATA / "refused" / "stats-after.txt").read_text()
+    other = tmp_path / "pod-a.txt"  # up longer, yet it counted fewer connections: not the same Envoy
+    other.write_text(refused.replace("server.uptime: 20", "server.uptime: 920")
+                     .replace("inbound|5000||;.upstream_cx_total: 1", "inbound|5000||;.upstream_cx_total: 0"))
+    code, report = analyze(DATA / "refused" / "stats-after.txt", other)
+    assert code == 1 and shown(report) == SHOWN["refused"]
+    assert report["envoy"]["counters_since"] == "Envoy's start"
+    (p,) = report["problems"]
+    assert "went back" in p["what"] and "pod-a.txt is read" in p["what"]
+    assert all(v >= 0 for c in report["envoy"]["counters_moved"].values() for v in c.values())

@@ -187,13 +187,14 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
     stats = [a.path for a in args if kinds[a.path] == files.STATS]
     if stats:
         try:
-            counters = read_counters(stats, time.time())
+            counters, notes = read_counters(stats, time.time())
+            problems += [Problem(", ".join(stats), note) for note in notes]
         except _DUMP_ERRORS as e:
             problems.append(Problem(", ".join(stats), f"not read: {str(e).splitlines()[0]}"))
         else:
             read += len(stats)
             envoy["counters_moved"] = {k: dict(v) for k, v in counters.moved.items()}
-            envoy["counters_since"] = "first dump" if len(stats) > 1 else "Envoy's start"
+            envoy["counters_since"] = "first dump" if counters.since == "the first dump" else "Envoy's start"
             if counters.uptime_s is not None:
                 envoy["uptime_s"] = counters.uptime_s
             pipeline.context(counters)

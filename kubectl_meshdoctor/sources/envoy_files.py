@@ -199,27 +199,39 @@ def _lines(fh, n: int) -> list[str]:
     return out
 
 
-def read_counters(stats_paths: list[str], ts: float) -> EnvoyCountersEvent:
-    """The counters of `/stats` dumps as `watch` hands them on: between the first dump and the last when there
-    are several (in the order given), else every counter of the one dump, which counts since Envoy started
-    (``uptime_s`` from its ``server.uptime``); ``moved`` keeps, per cluster, those that explain failures
-    (envoy.stats.CLUSTER_FAILURE_STATS). Raises envoy.clusters.FormatError for a body that is not /stats,
-    OSError for an unreadable file."""
+def read_counters(stats_paths: list[str], ts: float) -> tuple[EnvoyCountersEvent, list[str]]:
+    """The counters of `/stats` dumps as `watch` hands them on, and what the reader had to decide about them
+    (one line each): between the earliest dump and the latest when there are several, else every counter of
+    the one dump, which counts since Envoy started (``uptime_s`` from its ``server.uptime``); ``moved`` keeps,
+    per cluster, those that explain failures (envoy.stats.CLUSTER_FAILURE_STATS). Dumps are ordered by their
+    ``server.uptime`` (a shell's glob puts stats-after before stats-before); when a counter went back between
+    them (another Envoy, or this one restarted) only the latest is read, since its start. Raises
+    envoy.clusters.FormatError for a body that is not /stats, OSError for an unreadable file."""
     dumps = []
     for path in stats_paths:
         with open_text(path) as fh:
-            dumps.append(parse_stats(fh.read()))
-    source = ", ".join(stats_paths)
+            dumps.append((path, parse_stats(fh.read())))
+    notes: list[str] = []
+    if len(dumps) > 1 and all(_uptime(d) is not None for _, d in dumps):
+        dumps = sorted(dumps, key=lambda pd: _uptime(pd[1]) or 0.0)
     if len(dumps) > 1:
-        flat = delta(dumps[0], dumps[-1])
-        moved = {cluster: {k: v for k, v in stats.items() if isinstance(v, int)}
-                 for cluster, stats in by_cluster(flat).items()}
-        return EnvoyCountersEvent(ts, moved, flat, "the first dump", _uptime(dumps[-1]), source)
-    one = dumps[0] if dumps else {}
+        flat = delta(dumps[0][1], dumps[-1][1])
+        went_back = sorted(k for k, v in flat.items() if v < 0 and k.endswith("_total"))
+        if not went_back:
+            flat = {k: v for k, v in flat.items() if v > 0}  # gauges that fell are no failure of the run
+            moved = {cluster: {k: v for k, v in stats.items() if isinstance(v, int)}
+                     for cluster, stats in by_cluster(flat).items()}
+            return (EnvoyCountersEvent(ts, moved, flat, "the first dump", _uptime(dumps[-1][1]),
+                                       ", ".join(p for p, _ in dumps)), notes)
+        notes.append(f"counters went back between the dumps ({went_back[0]}, and {len(went_back) - 1} more): "
+                     f"another Envoy, or one that restarted; only {dumps[-1][0]} is read, since its start")
+        dumps = dumps[-1:]
+    source = ", ".join(p for p, _ in dumps)
+    one = dumps[0][1] if dumps else {}
     flat = {k: v for k, v in one.items() if isinstance(v, int) and v}
     # One dump holds totals since Envoy started, gauges among them: only the counters that explain failures.
     moved = {cluster: {k: v for k, v in stats.items() if v} for cluster, stats in cluster_failures(one).items()}
-    return EnvoyCountersEvent(ts, moved, flat, "Envoy's start", _uptime(one), source)
+    return EnvoyCountersEvent(ts, moved, flat, "Envoy's start", _uptime(one), source), notes
 
 
 def _uptime(stats: dict) -> float | None:
