@@ -100,3 +100,68 @@ def test_a_bare_lf_in_a_header_block_hides_what_follows(tmp_path, output):
     assert "http-framing" in out
     assert cookie not in out and bearer not in out, out
     assert cookie in analyze([str(tmp_path / "app-lo.pcap")], output, "--no-redact")
+
+
+# Issue 28: the logs people paste carry credentials where the detectors quote them.
+AUTH, COOKIE, KEY, SET_COOKIE = "Bearer AuthS3cretLog", "sid=CookieS3cretLog", "ApiKeyS3cretLog", "SetCookieS3cretLog"
+SECRETS = (AUTH, COOKIE, KEY, SET_COOKIE)
+UC_DETAILS = "upstream_reset_before_response_started{connection_termination}"
+CUSTOM = ('[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE% '
+          '%RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% "%REQ(AUTHORIZATION)%" "%REQ(COOKIE)%" "%REQ(X-API-KEY)%" '
+          '"%UPSTREAM_HOST%" %UPSTREAM_CLUSTER_RAW%')
+
+
+def analyze_all_formats(*args: str) -> dict[str, str]:
+    out = {}
+    for fmt in ("text", "json", "markdown"):
+        proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *args, "-o", fmt],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        out[fmt] = proc.stdout
+    return out
+
+
+def test_a_custom_format_that_logs_credentials_is_quoted_without_them(tmp_path):
+    log = tmp_path / "access.log"
+    log.write_text(f'[2026-12-03T13:40:07.412Z] "GET /x HTTP/1.1" 503 UC {UC_DETAILS} "{AUTH}" "{COOKIE}" "{KEY}" '
+                   f'"10.0.0.2:5000" inbound|5000||\n')
+    for fmt, out in analyze_all_formats(str(log), "--log-format", CUSTOM).items():
+        assert "stale-keepalive" in out and not any(s in out for s in SECRETS), fmt
+    shown = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "--log-format", CUSTOM,
+                            "--no-redact", "-o", "json"], capture_output=True, text=True, timeout=60).stdout
+    assert AUTH in shown and COOKIE in shown
+
+
+def test_credentials_a_mesh_adds_to_istios_json_format_are_hidden(tmp_path):
+    import json
+
+    log = tmp_path / "access.json.log"
+    log.write_text(json.dumps({
+        "start_time": "2026-12-03T13:40:07.412Z", "method": "GET", "path": "/x", "protocol": "HTTP/1.1",
+        "response_code": 503, "response_flags": "UC", "response_code_details": UC_DETAILS, "duration": 1,
+        "bytes_sent": 95, "bytes_received": 0, "upstream_host": "10.0.0.2:5000", "upstream_cluster": "inbound|5000||",
+        "Authorization": AUTH, "headers": {"cookie": COOKIE, "x-api-key": KEY}}) + "\n")
+    for fmt, out in analyze_all_formats(str(log)).items():
+        assert "stale-keepalive" in out and not any(s in out for s in SECRETS), fmt
+
+
+@pytest.mark.parametrize("shape", ["istio", "istio-json-1.22"])
+def test_header_dumps_of_envoys_own_log_are_quoted_without_credentials(tmp_path, shape):
+    """A debug log quotes the request's and response's header dumps (`'authorization', '...'`), in Istio's
+    >= 1.22 logAsJson inside one line's msg."""
+    from pathlib import Path
+
+    from tests.envoy.component_shapes import render_log
+
+    real = Path(__file__).parent / "envoy" / "data" / "component_log" / "stale-keepalive.log"
+    lines = []
+    for ln in real.read_text().splitlines():
+        lines.append(ln)
+        if ln.startswith("':authority'"):
+            lines += [f"'authorization', '{AUTH}'", f"'cookie', '{COOKIE}'"]
+        if ln.startswith("':status'"):
+            lines.append(f"'set-cookie', '{SET_COOKIE}'")
+    log = tmp_path / "envoy.log"
+    log.write_text("\n".join(render_log(lines, shape)) + "\n")
+    for fmt, out in analyze_all_formats(str(log)).items():
+        assert "stale-keepalive" in out and "envoy log" in out and not any(s in out for s in SECRETS), fmt

@@ -120,8 +120,9 @@ class Correlator:
     one request (x-request-id, else time and details), and matches them to findings. Each request is decided
     once: explained by a finding, claimed by a detector that reads it, or reported on its own."""
 
-    def __init__(self, pod: str | None = None, source: str = "istio-proxy log") -> None:
+    def __init__(self, pod: str | None = None, source: str = "istio-proxy log", redact: bool = True) -> None:
         self.pod = pod
+        self.redact = redact  # hide the credentials a line carries where it is quoted (--no-redact: show them)
         self.source = source
         self._lines: deque[_Record] = deque(maxlen=MAX_LINES)
         self._by_request: dict[str, _Record] = {}
@@ -203,7 +204,7 @@ class Correlator:
         pairs = list(dict.fromkeys(x for r in matched for x in (r, r.partner) if x is not None))
         for r in pairs:
             r.decided = True
-        lines = tuple(r.entry.raw for r in pairs if r.story is None)
+        lines = tuple(r.entry.quoted(self.redact) for r in pairs if r.story is None)
         debug = tuple(ref.raw or ref.text for r in pairs if r.story is not None for ref in r.story.refs)
         return replace(f, access_log=f.access_log + tuple(x for x in lines if x not in f.access_log),
                        envoy_log=f.envoy_log + tuple(x for x in debug if x not in f.envoy_log))
@@ -263,7 +264,7 @@ class Correlator:
             return None
         more = tuple(e for e in evidence if e not in found.evidence)
         return replace(found, evidence=found.evidence + more, pod=found.pod or entry.pod,
-                       access_log=found.access_log or ((entry.raw,) if line is not None else ()),
+                       access_log=found.access_log or ((entry.quoted(self.redact),) if line is not None else ()),
                        envoy_log=found.envoy_log or tuple(r.raw or r.text for r in (story.refs if story else ())))
 
     def _finding(self, evidence: Evidence, entry: AccessLogEntry) -> Finding:
@@ -292,7 +293,7 @@ class Correlator:
             remediation=f"# What to capture next: {nxt}.",
             pod=self.pod,
             ts=entry.ts,
-            access_log=(entry.raw,) if entry.raw else (),
+            access_log=(entry.quoted(self.redact),) if entry.raw else (),
         )
 
 

@@ -69,7 +69,7 @@ class Pipeline:
         self.findings: list[Finding] = []
         self.stats = PipelineStats()
         self._on_finding = on_finding
-        self.correlator = Correlator(ctx.pod)
+        self.correlator = Correlator(ctx.pod, redact=ctx.redact)
         self._next_tick: float | None = None
         self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
         self._envoy_moved: dict[str, dict[str, int]] = {}

@@ -15,10 +15,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
+from kubectl_meshdoctor.envoy.log_format import SENSITIVE_HEADERS
+
 if TYPE_CHECKING:
     from .findings import Finding
 
-SENSITIVE_HEADERS = frozenset({"authorization", "cookie", "set-cookie", "proxy-authorization", "x-api-key"})
 SENSITIVE_QUERY_PARAMS = frozenset({"token", "access_token", "code", "id_token", "refresh_token", "password",
                                     "api_key", "apikey", "key", "secret", "signature", "sig"})
 REDACTED = "<redacted>"
@@ -122,6 +123,19 @@ def _scrub(value: Any) -> Any:
     return value
 
 
+# A header of Envoy's dumps (HeaderMapImpl::dumpState: `'name', 'value'`), in a debug line as logged, also inside
+# a JSON line's msg (Istio's logAsJson keeps the dump in one line).
+_DUMPED_HEADER = re.compile(r"'([^'\n]*)', '([^'\n]*)'")
+
+
+def redact_dump(line: str) -> str:
+    """A line of Envoy's own log with the values of sensitive headers in its header dumps hidden."""
+    if "', '" not in line:
+        return line
+    return _DUMPED_HEADER.sub(lambda m: f"'{m.group(1)}', '{REDACTED}'" if sensitive_name(m.group(1))
+                              else m.group(0), line)
+
+
 def redact_finding(f: "Finding") -> "Finding":
     """``f`` with request-target tokens hidden in every text it carries. Done once where findings leave the
     pipeline, so a detector that quotes a path or an access-log line cannot forget it."""
@@ -129,4 +143,6 @@ def redact_finding(f: "Finding") -> "Finding":
     return replace(f, title=redact_target(f.title), evidence=evidence, explanation=redact_target(f.explanation),
                    remediation=redact_target(f.remediation),
                    response_code_details=redact_target(f.response_code_details),
-                   access_log=tuple(redact_target(line) for line in f.access_log), details=_scrub(f.details))
+                   access_log=tuple(redact_target(line) for line in f.access_log),
+                   envoy_log=tuple(redact_target(redact_dump(line)) for line in f.envoy_log),
+                   details=_scrub(f.details))

@@ -65,6 +65,17 @@ class AccessLogEntry:
     route_name: str | None = None
     raw: str = field(default="", compare=False)  # the line as read, wrappers and all
     pod: str | None = None  # the pod whose sidecar wrote it, when a wrapper names it (kubectl --prefix, stern)
+    # Values in the line that are credentials (a format that logs %REQ(AUTHORIZATION)%, a JSON "cookie" key):
+    # hidden wherever the line is quoted (quoted()), unless redaction is off.
+    secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def quoted(self, redact: bool = True) -> str:
+        """The line as read, its credentials hidden unless ``redact`` is False."""
+        text = self.raw
+        if redact:
+            for value in sorted(self.secrets, key=len, reverse=True):
+                text = text.replace(value, "<redacted>")
+        return text
 
     @property
     def response_flags(self) -> tuple[ResponseFlag, ...]:
@@ -231,7 +242,7 @@ def entry_of(values: dict[str, Any], raw: str, u: Unwrapped) -> AccessLogEntry |
         x_forwarded_for=_opt(values.get("x_forwarded_for")), user_agent=_opt(values.get("user_agent")),
         request_id=_opt(values.get("request_id")), authority=_opt(values.get("authority")),
         requested_server_name=_opt(values.get("requested_server_name")), route_name=_opt(values.get("route_name")),
-        raw=raw, pod=u.pod,
+        raw=raw, pod=u.pod, secrets=tuple(values.get("secrets") or ()),
     )
 
 

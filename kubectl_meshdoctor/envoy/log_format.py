@@ -27,6 +27,9 @@ from .start_time import TimeSpec, TimeSpecError, compile_time
 MISSING = "-"
 _COMMAND = re.compile(r"%([A-Z0-9_]+)(?:\(([^)]*)\))?(?::([0-9]+))?%")
 _HEADER_COMMANDS = ("REQ", "RESP", "TRAILER")
+# Headers whose values are credentials (docs/DESIGN.md, privacy): a format that logs them (%REQ(AUTHORIZATION)%,
+# a JSON key "cookie") hands their values on apart, so the line can be quoted with them hidden.
+SENSITIVE_HEADERS = frozenset({"authorization", "cookie", "set-cookie", "proxy-authorization", "x-api-key"})
 
 # Request headers (lower case, as Envoy matches them) -> the entry field; rank 1 is a stand-in used only when
 # the format has no operator of rank 0 for that field.
@@ -87,6 +90,12 @@ class Operator:
             names = (self.arg or "").lower().split("?")
             return next((table[n] for n in names if n in table), None)
         return _COMMANDS.get(self.command)
+
+    @property
+    def secret(self) -> bool:
+        """Whether it logs a header whose value is a credential (SENSITIVE_HEADERS)."""
+        return self.command in _HEADER_COMMANDS and any(
+            n.strip() in SENSITIVE_HEADERS for n in (self.arg or "").lower().split("?"))
 
     @property
     def kind(self) -> str:
@@ -194,6 +203,9 @@ class LogFormat:
             return None
         ranked: dict[str, tuple[int, Any]] = {}
         groups = m.groups()
+        secrets = tuple(g for slot, g in zip(self.slots, groups) if slot.operator.secret and g and g != MISSING)
+        if secrets:
+            ranked["secrets"] = (0, secrets)
         for i, slot in enumerate(self.slots):
             if slot.field is None:
                 continue
@@ -216,6 +228,10 @@ class LogFormat:
         if not isinstance(doc, dict):
             return None
         ranked: dict[str, tuple[int, Any]] = {}
+        secrets = _secret_values(doc, {key.path for key in self.keys
+                                       if isinstance(key.reader, Operator) and key.reader.secret})
+        if secrets:
+            ranked["secrets"] = (0, secrets)
         found = 0
         for key in self.keys:
             value: Any = doc
@@ -379,3 +395,20 @@ def _leaves(doc: Mapping[str, Any], path: tuple[str, ...]):
             yield (*path, key), value
         elif isinstance(value, dict):
             yield from _leaves(value, (*path, key))
+
+
+def _secret_values(doc: dict, paths: set[tuple[str, ...]]) -> tuple[str, ...]:
+    """The values of a JSON line that are credentials: under a key named for a sensitive header (any case, at
+    any depth: a mesh adds such keys to Istio's format), or under a key whose operator logs one."""
+    out: list[str] = []
+
+    def walk(value: Any, path: tuple[str, ...]) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, (*path, str(k)))
+        elif isinstance(value, str) and value and value != MISSING and path and (
+                path[-1].lower() in SENSITIVE_HEADERS or path in paths):
+            out.append(value)
+
+    walk(doc, ())
+    return tuple(out)
