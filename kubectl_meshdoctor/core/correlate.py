@@ -47,8 +47,9 @@ def _server_of(entry: AccessLogEntry) -> str | None:
 
 def access_log_flow(entry: AccessLogEntry) -> FlowRef:
     """The connection an access-log line speaks of: the caller (%DOWNSTREAM_REMOTE_ADDRESS%) and the app it
-    was for (%UPSTREAM_HOST%, else %DOWNSTREAM_LOCAL_ADDRESS%); no interface (it was not seen on one)."""
-    return FlowRef(entry.downstream_remote or "-", _server_of(entry) or "-", "")
+    was for (%UPSTREAM_HOST%, else %DOWNSTREAM_LOCAL_ADDRESS%, else the cluster it was routed to, as Envoy's
+    debug log may name no address); no interface (it was not seen on one)."""
+    return FlowRef(entry.downstream_remote or "-", _server_of(entry) or entry.upstream_cluster or "-", "")
 
 
 def explains(f: Finding, entry: AccessLogEntry) -> bool:

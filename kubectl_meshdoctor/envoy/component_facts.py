@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .component_log import ComponentLine
 from .flags import transport_errno
@@ -43,6 +43,8 @@ TLS_ERROR = "tls-error"  # a TLS handshake or record failed
 LOCAL_REPLY = "local-reply"  # [C][S] Sending local reply with details D
 REQUEST = "request"  # [C][S] request headers (dump): method, path, authority, x-request-id
 RESPONSE = "response"  # [C][S] encoding headers via codec (dump): the status sent downstream
+POOL_ATTACHING = "pool-attaching"  # [C] attaching to next stream (a new connection, connected, gets its stream)
+POOL_READY = "pool-ready"  # [C][S] pool ready: the stream got its upstream connection
 STREAM_DONE = "stream-done"  # [C][S] Codec completed encoding stream.
 STREAM_RESET = "stream-reset"  # [C][S] stream reset: reset reason: R, response details: D (``transport``)
 
@@ -65,6 +67,7 @@ class Fact:
     errno: int | None = None
     headers: tuple[tuple[str, str], ...] = ()
     transport: str = ""  # UPSTREAM_RESET: the transport failure reason ("delayed connect error: Connection refused")
+    thread: int | None = None  # the Envoy worker that logged it (a pool hands a stream its connection on one)
 
 
 _ADDRESS = r"(\[[0-9a-fA-F:.]+\]:\d+|[0-9.]+:\d+|[\w.\-]+:\d+)"
@@ -148,6 +151,8 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match, ComponentLine], Fact | 
         (r"^using existing (?:fully connected |early data ready )?connection", _simple(POOL_REUSE)),
         (r"^queueing (?:stream|request) due to no available connections", _simple(POOL_QUEUED)),
         (rf"^connecting to {_ADDRESS}", _with_address(CONNECTING)),
+        (r"^attaching to next (?:stream|request)", _simple(POOL_ATTACHING)),
+        (r"^pool ready", _simple(POOL_READY)),
         (r"^connected$", _simple(CONNECTED)),
         (r"^(?:delayed|immediate) connect(?:ion)? error:.*", _connect_error),
         (r"^connect timeout", _simple(CONNECT_TIMEOUT)),
@@ -187,7 +192,8 @@ def fact_of(line: ComponentLine) -> Fact | None:
         m = pattern.search(first) if pattern.pattern.startswith(".*") else pattern.match(first)
         if m is not None:
             try:
-                return make(m, line)
+                fact = make(m, line)
             except (ValueError, IndexError, TypeError):
                 return None
+            return replace(fact, thread=line.thread) if fact is not None and line.thread is not None else fact
     return None

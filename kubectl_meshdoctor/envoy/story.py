@@ -23,7 +23,7 @@ from . import component_facts as k
 from .access_log import AccessLogEntry
 from .component_facts import Fact
 from .component_log import ComponentLine
-from .flags import flags_of_details, status_of_details
+from .flags import RESET_BY_TOKEN, flags_of_details, status_of_details
 
 # The Envoy loggers whose debug lines a story is made of (docs/envoy-component-log.md names each message's):
 # conn_handler (accepts, filter chains), connection (connects, closes, TLS), client (codec client resets and
@@ -33,7 +33,8 @@ from .flags import flags_of_details, status_of_details
 STORY_LOGGERS = ("conn_handler", "connection", "client", "pool", "router", "http", "http2", "upstream")
 MAX_OPEN = 20_000  # connections and streams followed at once; the oldest goes first
 MAX_REFS = 24  # evidence lines kept a story
-STALE_S = 60.0  # a stream with no fact for this long is told as it stands
+STALE_S = 60.0
+POOL_READY_S = 0.05  # a pool decision and the 'pool ready' of the stream it served: this close on one worker  # a stream with no fact for this long is told as it stands
 # The facts a finding quotes as evidence: decisions and failures, not every state change.
 EVIDENCE_KINDS = frozenset({
     k.POOL_NEW, k.POOL_REUSE, k.CONNECTING, k.CONNECT_ERROR, k.CONNECT_TIMEOUT, k.REMOTE_CLOSE, k.PENDING_RESET,
@@ -121,6 +122,11 @@ class StreamStory:
         return (bool(self.flags) or self.filter_chain_not_found or bool(self.tls_error)
                 or bool(self.details and self.details != "via_upstream"))
 
+    def _reset_status(self) -> int:
+        """The status Envoy answers a reset before the response with (its reason's), 0 when not known."""
+        reset = RESET_BY_TOKEN.get((self.reset_reason or "").strip().replace(" ", "_"))
+        return reset.status if reset is not None else 0
+
     def entry(self) -> AccessLogEntry:
         """The access-log line Envoy would have written for this request, from what the log tells (fields it does
         not tell are None): how detectors that read access-log lines read a story."""
@@ -128,7 +134,7 @@ class StreamStory:
         duration = round(1000 * (self.end - self.start)) if self.end and self.start else 0
         return AccessLogEntry(
             ts=self.start or self.end or 0.0, method=self.method, path=self.path, protocol=None,
-            code=self.status if self.status is not None else (status_of_details(details) or 0),
+            code=self.status if self.status is not None else (status_of_details(details) or self._reset_status()),
             flags=self.flags, details=details, termination_details=None,
             upstream_failure=self.transport_failure, bytes_received=0, bytes_sent=0, duration_ms=max(duration, 0),
             upstream_host=self.upstream_address, upstream_cluster=self.cluster, upstream_local=None,
@@ -169,7 +175,8 @@ class StoryBuilder:
         self._conns: OrderedDict[int, _Conn] = OrderedDict()
         self._streams: OrderedDict[tuple[int, int], _Stream] = OrderedDict()
         self._failed_connects: list[tuple[int, float | None]] = []  # upstream connections whose connect failed
-        self._loose: list[tuple[Fact, LogRef]] = []  # recent facts with no connection id (LOOSE_S)
+        self._loose: list[tuple[Fact, LogRef]] = []
+        self._pool_last: dict[int | None, tuple[int, float | None]] = {}  # worker -> its pool's last handed conn  # recent facts with no connection id (LOOSE_S)
         self._told: OrderedDict[tuple[int, int], None] = OrderedDict()  # streams already told: later lines of
         # theirs (a reset after the local reply) must not start a story of their own
 
@@ -222,8 +229,11 @@ class StoryBuilder:
                 conn.downstream, conn.address = True, fact.address
             case k.CONNECTING:
                 conn.address, conn.new = fact.address, True
+            case k.POOL_ATTACHING:
+                self._pool_last[fact.thread] = (cid, fact.ts)
             case k.POOL_REUSE:
                 conn.new = False
+                self._pool_last[fact.thread] = (cid, fact.ts)
             case k.CONNECT_ERROR | k.CONNECT_TIMEOUT:
                 conn.errno = fact.errno
                 self._failed_connects = [*self._failed_connects[-15:], (cid, fact.ts)]
@@ -235,24 +245,45 @@ class StoryBuilder:
         return []
 
     def _attach(self, fact: Fact, ref: LogRef) -> list[StreamStory]:
-        up, down = self._conn(fact.connection), self._conn(fact.peer)
-        sid = down.stream
-        if sid is None:
+        down = self._conn(fact.peer)
+        if down.stream is None:
             return []
-        st = self._stream(fact.peer, sid, fact.ts)
-        st.facts["upstream"] = fact.connection
+        self._bind(self._stream(fact.peer, down.stream, fact.ts), fact.connection, fact.ts, ref)
+        return []
+
+    def _pool_ready(self, st: _Stream, fact: Fact, ref: LogRef) -> None:
+        """Envoy before 1.27 logs no 'Attached ...' line: the pool hands a stream its connection on the worker
+        that logged the connection's pool decision just before, and the stream logs 'pool ready' right after."""
+        last = self._pool_last.get(fact.thread)
+        if "upstream" in st.facts or last is None:
+            return
+        cid, ts = last
+        if fact.ts is not None and ts is not None and fact.ts - ts > POOL_READY_S:
+            return
+        self._bind(st, cid, fact.ts, ref)
+
+    def _bind(self, st: _Stream, upstream: int, ts: float | None, ref: LogRef) -> None:
+        """Stream ``st`` goes out on upstream connection ``upstream``: the pool's reuse (and idle spell) or its new
+        connection is the stream's."""
+        up = self._conn(upstream)
+        if st.facts.get("upstream") == upstream:
+            if ref not in st.refs and len(st.refs) < MAX_REFS:
+                st.refs.append(ref)
+            return
+        sid = st.stream
+        fact_ts = ts
+        st.facts["upstream"] = upstream
         st.facts["reused"] = not up.new and up.streams > 0 or (not up.new and up.address is None)
-        if up.last_done is not None and fact.ts is not None and st.facts["reused"]:
-            st.facts["idle"] = fact.ts - up.last_done
+        if up.last_done is not None and fact_ts is not None and st.facts["reused"]:
+            st.facts["idle"] = fact_ts - up.last_done
         up.new = False
         up.streams += 1
         up.stream = sid
-        st.sent_at = fact.ts
+        st.sent_at = fact_ts
         if len(st.refs) < MAX_REFS:
             st.refs.extend(r for r in up.refs[-4:] if r not in st.refs)
             st.refs.append(ref)
         up.refs.clear()  # what the pool said before this stream is this stream's; what comes later the next's
-        return []
 
     def _connection_event(self, cid: int, fact: Fact, ref: LogRef) -> list[StreamStory]:
         """A close, reset, codec error or GOAWAY on a connection: it belongs to the open stream the connection
@@ -296,7 +327,8 @@ class StoryBuilder:
                 f.setdefault("reset", fact.detail)
                 f.setdefault("transport", fact.transport or None)
                 f.setdefault("errno", fact.errno)
-                if fact.transport and "upstream" not in f:
+                if "upstream" not in f and (fact.transport or "connection failure" in fact.detail
+                                            or "connection timeout" in fact.detail):
                     self._link_failed_connect(st, fact)
             case k.LOCAL_REPLY:
                 f.setdefault("details", fact.detail)
@@ -304,6 +336,8 @@ class StoryBuilder:
                 f.setdefault("timeout", fact.detail)
             case k.ROUTE:
                 f.setdefault("cluster", fact.detail)
+            case k.POOL_READY:
+                self._pool_ready(st, fact, ref)
             case k.NO_ROUTE:
                 f["no_route"] = True
             case k.OVERFLOW:

@@ -61,3 +61,21 @@ def test_both_logs_of_one_request_are_one_finding(tmp_path):
     uc_lines = [ln for ln in LOG.read_text().splitlines() if '" 503 UC ' in ln]
     assert len(found) == len(uc_lines)  # joined by x-request-id: not one finding per log
     assert all(f["stands_on"] == ["access-log", "envoy-log"] and len(f["access_log"]) == 1 for f in found)
+
+
+@pytest.mark.parametrize("shape", ["as-recorded", "envoy-1.15", "istio-1.9", "istio-pasted", "istio-json"])
+def test_envoy_before_1_27_without_the_attach_line_still_proves_it(tmp_path, shape):
+    """Envoy logs 'Attached upstream connection [C11] to downstream connection [C12]' from 1.27 on (PR #27856);
+    before, the pool's 'using existing connection' on a worker and the stream's 'pool ready' right after on
+    the same worker are the link (docs/envoy-component-log.md)."""
+    lines = [ln for ln in LOG.read_text().splitlines()
+             if not ln.startswith("[20") and "Attached upstream connection" not in ln]
+    if shape != "as-recorded":
+        lines = render_log(lines, shape, tags=False)
+    log = tmp_path / "envoy.log"
+    log.write_text("\n".join(lines) + "\n")
+    code, report = analyze(log)
+    found = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1 and found and {f["detector"] for f in found} == {"stale-keepalive"}
+    assert all(f["details"]["proven"] is True for f in found)
+    assert any(f["details"].get("idle_before_reuse_s", 0) > 1.0 for f in found)
