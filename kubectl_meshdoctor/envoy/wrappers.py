@@ -22,6 +22,11 @@ the tool that adds it (docs/access-log-formats.md, "Wrappers"):
   ``grep -A/-B/-C`` (``123-``, ``file-123-``). A file name is never taken for a pod.
 - ``json-string``: the whole line as a JSON string (``"[2026-...] \\"GET / HTTP/1.1\\" 503 ..."``), and
   ``json-escaped``: the same without the outer quotes (a log viewer's copy of a JSON field).
+- What a paste into a ticket, a chat or an e-mail adds: ``bom`` (a UTF-8 byte-order mark, as Windows editors
+  write), ``quote`` (``> ``, nested ``> > ``), ``backticks`` (a line in inline code), ``k9s`` (its log view's
+  ``│ ... │`` borders), ``indent`` (a Markdown code block's four spaces, or a tab), ``bullet`` (``- ``, ``* ``),
+  and ``label`` (one name before the line: ``istio-proxy ``, docker compose's ``app-envoy-1     | ``). Each is
+  taken off only when what remains starts as a line Envoy writes (or another wrapper) does.
 
 Never eats part of Envoy's own lines: an access-log line starts with ``[2026-...]`` or ``{``, Envoy's component
 log with ``[2026-12-03 13:40:08.211][12][debug]`` or (Istio's format) ``2026-12-03T13:40:08.210633Z<TAB>``.
@@ -34,6 +39,7 @@ from __future__ import annotations
 import calendar
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MAX_NAME = 4096  # PATH_MAX: a grep file name is no longer
@@ -58,8 +64,14 @@ _SEPARATOR = re.compile(r"[:-]")
 # the continuation lines of Envoy's multi-line debug messages: a header of a dumped header map
 # (`'name', 'value'`) and, in Istio's format, the message's end (`<TAB>thread=N`).
 _START = re.compile(r'\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\{|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|\[pod/|"\[|"\{'
-                    r"|'[^']*', '|\tthread=\d+$")
+                    r"|'[^']*', '|\tthread=\d+$|\[C\d+\]|\[Tags: |\[Envoy \(Epoch \d+\)\] ")
 _DOCKER_KEYS = frozenset({"log", "stream", "time", "attrs"})
+# What pasting adds around a line (a ticket, a chat, an e-mail's quoting, a terminal's log viewer).
+_QUOTE = re.compile(r"(?:> ?)+")
+_K9S = re.compile(r"│ ?(.*?) *│?\s*$")
+_INDENT = re.compile(r"(?: {2,}|\t+)")
+_BULLET = re.compile(r"[-*•] +")
+_LABEL_PREFIX = re.compile(rf"({_LABEL})(?: +\| ?| +)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +188,43 @@ class _Peeler:
                 return step
         if '\\"' in text and '"' not in text.replace('\\"', ""):
             return _json_escaped(text)
+        return self.pasted(text)
+
+    def pasted(self, text: str) -> Step | None:
+        """What pasting put around the line (the module's docstring), taken off only before a line's start."""
+        if text.startswith("\ufeff"):
+            return text[1:], "bom", None, None, None
+        head = text[:1]
+        if head == ">":
+            rest = text[_QUOTE.match(text).end():]
+            return (rest, "quote", None, None, None) if self.leads(rest) or self.guarded(rest) else None
+        if head == "`" and text.rstrip().endswith("`") and len(text.rstrip()) > 2:
+            rest = text.strip()[1:-1]
+            return (rest, "backticks", None, None, None) if self.leads(rest) else None
+        if head == "│":
+            m = _K9S.match(text)
+            return (m.group(1), "k9s", None, None, None) if m and self.leads(m.group(1)) else None
+        if head in (" ", "\t"):
+            m = _INDENT.match(text)
+            rest = text[m.end():] if m else ""
+            return (rest, "indent", None, None, None) if rest and self.leads(rest) else None
+        if head and head in "-*•":
+            m = _BULLET.match(text)
+            return (text[m.end():], "bullet", None, None, None) if m and self.leads(text[m.end():]) else None
+        m = _LABEL_PREFIX.match(text)
+        if m and self.strict(text[m.end():]):
+            return text[m.end():], "label", None, None, None
         return None
+
+    def leads(self, rest: str, depth: int = 0) -> bool:
+        """Whether ``rest`` starts as a line Envoy writes does, or as another of pasting's wrappers around one
+        (an indented bullet, a quoted code span): a few deep at most."""
+        if self.strict(rest):
+            return True
+        if depth >= 3 or not rest or rest[:1] not in " \t>`│-*•":
+            return False
+        inner = _PEEL_PASTED.get(rest[:1], lambda r: None)(rest)
+        return inner is not None and self.leads(inner, depth + 1)
 
     def strict(self, rest: str) -> bool:
         """Whether ``rest`` starts as a line Envoy writes does, or as a wrapper with a shape of its own."""
@@ -219,6 +267,21 @@ class _Peeler:
                 return rest, "grep-H", None, None, None
         return None
 
+
+def _pasted_inner(pattern: re.Pattern[str]) -> "Callable[[str], str | None]":
+    def inner(text: str) -> str | None:
+        m = pattern.match(text)
+        return text[m.end():] if m else None
+    return inner
+
+
+# What one of pasting's wrappers leaves, by its first character, for Peeler.leads' look ahead.
+_PEEL_PASTED: "dict[str, Callable[[str], str | None]]" = {
+    ">": _pasted_inner(_QUOTE), " ": _pasted_inner(_INDENT), "\t": _pasted_inner(_INDENT),
+    "-": _pasted_inner(_BULLET), "*": _pasted_inner(_BULLET), "•": _pasted_inner(_BULLET),
+    "`": lambda t: t.strip()[1:-1] if t.rstrip().endswith("`") and len(t.strip()) > 2 else None,
+    "│": lambda t: m.group(1) if (m := _K9S.match(t)) else None,
+}
 
 _ENVOY = _Peeler(_START)
 

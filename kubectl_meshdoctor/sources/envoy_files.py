@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gzip
+import json
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from kubectl_meshdoctor.envoy.wrappers import Unwrapped
 from .merge import Gate
 
 BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log never sits whole in memory
+MAX_PRETTY = 300  # lines of one pretty-printed JSON access-log line (Istio's JSON has ~25 keys)
 MAX_JOINED = 1 << 20  # the pieces of one split line (CRI `P`, Docker's 16 KiB pieces) held at most
 
 
@@ -66,10 +68,25 @@ class LogRead:
 
 
 def open_text(path: str):
-    """A text file, gzip-compressed or not (by its magic), as lines; undecodable bytes are replaced."""
+    """A text file, gzip-compressed or not (by its magic), as lines; undecodable bytes are replaced. A
+    byte-order mark says the encoding (UTF-16, as Windows PowerShell's ``>`` writes; UTF-8 with a BOM, as
+    Windows editors save), else UTF-8."""
     with open(path, "rb") as fh:
         gz = fh.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", errors="replace") if gz else open(path, errors="replace")
+    if gz:
+        with gzip.open(path, "rb") as fh:
+            encoding = text_encoding(fh.read(4))
+        return gzip.open(path, "rt", encoding=encoding, errors="replace")
+    with open(path, "rb") as fh:
+        encoding = text_encoding(fh.read(4))
+    return open(path, encoding=encoding, errors="replace")
+
+
+def text_encoding(head: bytes) -> str:
+    """The encoding a file's first bytes' byte-order mark names (utf-8-sig drops a UTF-8 one), UTF-8 without."""
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "utf-16"
+    return "utf-8-sig" if head[:3] == b"\xef\xbb\xbf" else "utf-8"
 
 
 def event_of(entry, path: str, line: int) -> AccessLogEvent:
@@ -108,6 +125,7 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
     are counted and skipped. Raises OSError when the file cannot be read."""
     result = LogRead()
     component = _ComponentPusher(path, push, result)
+    pretty = _PrettyJson()
     pieces: list[str] = []
     first_piece = 0
     with open_text(path) as fh:
@@ -137,7 +155,10 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                     u = dataclasses.replace(u, text="".join(pieces) + u.text)
                     raw, number, layers = u.text, first_piece, (u,)
                     pieces, first_piece = [], 0
-                _read_one(result, layers, raw, number, path, push, log_format, component)
+                for one in pretty.take(layers, raw, number):
+                    _read_one(result, *one, path, push, log_format, component)
+    for one in pretty.flush():
+        _read_one(result, *one, path, push, log_format, component)
     component.take(component.reader.flush())
     if pieces:
         result.problems.append(f"the log ends in the middle of a line split by the container runtime (from line "
@@ -161,6 +182,41 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                                "meshdoctor log-level POD --level connection:debug,pool:debug,router:debug,"
                                "http:debug) and capture the log again")
     return result
+
+
+class _PrettyJson:
+    """A JSON access-log line that `jq` (or a ticket) printed over several lines, joined back into one: from a line
+    that is ``{`` alone to the ``}`` that closes it, at most MAX_PRETTY lines. Anything else passes through."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[tuple[Unwrapped, ...], str, int]] = []
+
+    def take(self, layers: tuple[Unwrapped, ...], raw: str, number: int) -> list:
+        """The lines to read now (each ``(layers, raw, number)``): this one, or a joined object, or none yet."""
+        text = layers[-1].text.strip()
+        if not self._held:
+            if text == "{":
+                self._held.append((layers, raw, number))
+                return []
+            return [(layers, raw, number)]
+        self._held.append((layers, raw, number))
+        if text.startswith("}"):
+            joined = " ".join(held[0][-1].text.strip() for held in self._held).rstrip(",")
+            try:
+                doc = json.loads(joined)
+            except (ValueError, RecursionError):
+                doc = None
+            if isinstance(doc, dict):
+                first = self._held[0]
+                self._held = []
+                one = Unwrapped(json.dumps(doc), *(first[0][-1].ts, first[0][-1].pod, first[0][-1].container),
+                                wrappers=(*first[0][-1].wrappers, "pretty-json"))
+                return [((one,), joined, first[2])]
+        return self.flush() if len(self._held) > MAX_PRETTY else []
+
+    def flush(self) -> list:
+        held, self._held = self._held, []
+        return held
 
 
 def _read_one(result: LogRead, layers: tuple[Unwrapped, ...], raw: str, number: int, path: str,

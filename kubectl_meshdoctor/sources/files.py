@@ -23,6 +23,7 @@ from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.component_log import parse_component_stages
 from kubectl_meshdoctor.envoy.log_format import LogFormat
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
+from kubectl_meshdoctor.sources.envoy_files import text_encoding
 from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
 from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
@@ -106,13 +107,15 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
     head = _head(path)
     if head[:4] in _MAGICS:
         return CAPTURE
-    text = head.decode("utf-8", errors="replace")
+    text = head.decode(text_encoding(head), errors="replace")
     lines = text.splitlines()
     if len(head) == SNIFF_BYTES and lines:
         lines = lines[:-1]  # cut at SNIFF_BYTES: the last line may be a piece
     lines = [line for line in lines if line.strip()]
     if any(parse_line(line, log_format) is not None
            or parse_component_stages(u.text for u in reversed(unwrap_layers(line))) is not None for line in lines):
+        return ENVOY_LOG
+    if any(parse_line(line, log_format) is not None for line in _pretty_objects(lines)):
         return ENVOY_LOG
     first = lines[0].strip() if lines else ""
     if first.startswith("{") and '"cluster_statuses"' in text:
@@ -129,6 +132,22 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
         return ENVOY_LOG
     raise InputError(f"{path}: not a capture (pcap, pcapng), an Envoy access log or an admin dump (/stats, "
                      f"/clusters)")
+
+
+def _pretty_objects(lines: list[str]) -> list[str]:
+    """The JSON objects `jq` printed over several lines (``{`` alone to ``}``), each joined into one line: a
+    JSON access log in a ticket often comes so (sources/envoy_files.py joins them the same way)."""
+    out, held = [], []
+    for line in lines:
+        text = unwrap(line).text.strip()
+        if text == "{" and not held:
+            held = [text]
+        elif held:
+            held.append(text)
+            if text.startswith("}") or len(held) > 300:
+                out.append(" ".join(held).rstrip(","))
+                held = []
+    return out
 
 
 def check_capture(path: str) -> None:
