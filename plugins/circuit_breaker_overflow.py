@@ -77,7 +77,7 @@ class CircuitBreakerOverflow(Detector):
                          "requests: every allowed connection was busy and the pending queue full, so Envoy "
                          "answered 503 UO without dialling the upstream (upstream_cx_overflow counts the "
                          "connections the limit held back)."),
-            envoy_flags=("UO",), details=DETAILS, fixes=FIXES, pod=self.ctx.pod)
+            envoy_flags=("UO",), fixes=FIXES, pod=self.ctx.pod)
 
     def _finding(self, entry: AccessLogEntry, story: StreamStory | None, evidence: Evidence) -> Finding:
         flow = access_log_flow(entry)
@@ -92,7 +92,7 @@ class CircuitBreakerOverflow(Detector):
             flow=flow,
             evidence=(evidence,),
             envoy_flags=("UO",),
-            response_code_details=entry.details or DETAILS,
+            response_code_details=entry.details or "",
             explanation=(
                 f"Envoy refused {request} itself: every connection {cluster}'s connection pool allows was busy "
                 f"and its queue of pending requests was full, so the request got no connection and no SYN left "

@@ -132,7 +132,7 @@ class DownstreamDisconnect(Detector):
             explanation=("Callers closed their connection while their request was in flight: their own timeout "
                          "is shorter than the app takes, or they half-close after sending. Envoy logs 0 DC "
                          "(downstream_remote_disconnect); the access log's durations tell which."),
-            envoy_flags=("DC",), details=DETAILS, severity=Severity.WARNING, pod=self.ctx.pod)
+            envoy_flags=("DC",), severity=Severity.WARNING, pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if "DC" not in entry.flags and entry.details != DETAILS:

@@ -28,7 +28,7 @@ from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.redact import header_line, raw_line
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
-from kubectl_meshdoctor.envoy.flags import parse_reset_details
+from kubectl_meshdoctor.envoy.flags import AFTER_RESPONSE, parse_reset_details
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 # What Envoy's HTTP/1 codec says (after `http/1.1 protocol error: `) -> the framing rule it names. Balsa (Envoy's
@@ -111,7 +111,7 @@ class HttpFraming(Detector):
                          "Transfer-Encoding with Content-Length, chunked not last, conflicting lengths, invalid "
                          "header bytes): Envoy closed each connection and answered 502 UPE. Which rule: the "
                          "sidecar's client logger at debug names it, and lo shows the response."),
-            envoy_flags=("UPE",), details="upstream_reset_before_response_started{protocol_error}",
+            envoy_flags=("UPE",), 
             fixes=FIXES, remediation=render(FIXES, NOTE), pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
@@ -136,15 +136,20 @@ class HttpFraming(Detector):
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
-            title=f"{flow.server} answered with framing Envoy rejects: {rule or 'a protocol error'} (502 UPE)",
+            title=f"{flow.server} answered with framing Envoy rejects: {rule or 'a protocol error'} "
+                  f"({entry.code or 502} UPE)",
             variant=rule or "a response Envoy's codec rejects",
             flow=flow,
             evidence=(evidence,),
             envoy_flags=("UPE",),
             explanation=(
-                f"{said} Envoy closed the upstream connection and answered the caller {entry.code or 502} with "
-                f"response flag UPE (upstream_reset_before_response_started{{protocol_error}}), counting "
-                f"upstream_cx_protocol_error. RFC 9112 section 6 makes a message whose body length is ambiguous "
+                f"{said} "
+                + (f"The response had started ({entry.code} went out to the caller), so Envoy reset the stream in "
+                   f"the middle of the body (upstream_reset_after_response_started{{protocol_error}}): the caller "
+                   f"saw a response cut short. " if reset is not None and reset.phase == AFTER_RESPONSE else
+                   f"Envoy closed the upstream connection and answered the caller {entry.code or 502} with "
+                   f"response flag UPE ({entry.details or 'protocol_error'}). ")
+                + f"It counts upstream_cx_protocol_error. RFC 9112 section 6 makes a message whose body length is ambiguous "
                 f"an error, because two parsers can disagree on where it ends (request smuggling)."
                 + ("" if rule else " Which header breaks the rule: raise the sidecar's client logger to debug "
                    "(kubectl meshdoctor watch --envoy-debug) or capture lo, where the response shows it.")),
@@ -152,7 +157,7 @@ class HttpFraming(Detector):
             fixes=FIXES,
             pod=self.ctx.pod,
             ts=entry.ts,
-            response_code_details="upstream_reset_before_response_started{protocol_error}",
+            response_code_details=entry.details or "",
             details={"from": "envoy-log" if story is not None else "access-log",
                      **({"codec_error": error} if error else {})},
         )

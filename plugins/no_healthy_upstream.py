@@ -86,7 +86,7 @@ class NoHealthyUpstream(Detector):
             explanation=("Requests found no endpoint Envoy would route to: outlier detection had ejected them "
                          "(or none were known), and with panic routing off (Istio's default: no "
                          "minHealthPercent) Envoy answered 503 UH itself."),
-            envoy_flags=("UH",), details=DETAILS, fixes=FIXES, pod=self.ctx.pod)
+            envoy_flags=("UH",), fixes=FIXES, pod=self.ctx.pod)
             if any(k.endswith(".upstream_cx_none_healthy") or "response_flags=UH" in k for k in f.counters)]
         return found or self._all_out_of_rotation()
 
@@ -146,7 +146,7 @@ class NoHealthyUpstream(Detector):
             flow=flow,
             evidence=(evidence, *more),
             envoy_flags=("UH",),
-            response_code_details=DETAILS,
+            response_code_details=entry.details or "",
             explanation=(
                 f"Envoy found no endpoint of {cluster or 'the cluster'} it would route {request} to and answered "
                 f"{entry.code or 503} with response flag UH ({DETAILS}) without dialling anything."

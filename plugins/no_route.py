@@ -75,7 +75,7 @@ class NoRoute(Detector):
             explanation=("Requests reached the sidecar's HTTP connection manager and matched none of its routes: "
                          "Envoy answered 404 NR (route_not_found) itself. A VirtualService whose routes all carry "
                          "match conditions leaves the other requests nothing to match."),
-            envoy_flags=("NR",), details=DETAILS, fixes=FIXES, severity=Severity.WARNING, pod=self.ctx.pod)
+            envoy_flags=("NR",), fixes=FIXES, severity=Severity.WARNING, pod=self.ctx.pod)
 
     def _finding(self, entry: AccessLogEntry, story: StreamStory | None, evidence: Evidence) -> Finding:
         flow = access_log_flow(entry)
@@ -90,7 +90,7 @@ class NoRoute(Detector):
             flow=flow,
             evidence=(evidence,),
             envoy_flags=("NR",),
-            response_code_details=DETAILS,
+            response_code_details=entry.details or "",
             explanation=(
                 f"{request}{host} matched none of the sidecar's routes, so Envoy answered 404 with response flag "
                 f"NR (route_not_found) and the request never reached the app. The routes come from the "

@@ -255,7 +255,7 @@ class StaleKeepalive(Detector):
             explanation=("The upstream closed pooled connections while a request was on them: Envoy answers each "
                          "503 UC (connection_termination). Most often Envoy reused a connection the app was "
                          "closing for idleness (the app's keep-alive timeout is shorter than Envoy's pool's)."),
-            envoy_flags=("UC",), details=_DETAILS, fixes=fixes(None),
+            envoy_flags=("UC",), fixes=fixes(None),
             remediation=render(fixes(None), RETRY_NOTE), pod=self.ctx.pod)
             if f.flow.server in http or f.flow.server == "istio_requests_total"]
 
@@ -306,7 +306,7 @@ class StaleKeepalive(Detector):
             flow=flow,
             evidence=(evidence,),
             envoy_flags=("UC",),
-            response_code_details=entry.details or _DETAILS,
+            response_code_details=entry.details or "",
             explanation=why + (" The caller's sidecar retries such 503s by default (Istio's retry on reset): the "
                                "user sees them when the retries are spent." if outbound else ""),
             fixes=fixes(keepalive, seen_idle=True),

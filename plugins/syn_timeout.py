@@ -63,7 +63,7 @@ class SynTimeout(Detector):
             explanation=("Envoy's SYNs to the upstream went unanswered until its connect timeout (10 s in Istio by "
                          "default) fired: something between drops them, or the upstream's accept queue is full. "
                          "Envoy answers 503 UF (URX when retries are spent)."),
-            envoy_flags=("UF",), details="upstream_reset_before_response_started{connection_timeout}",
+            envoy_flags=("UF",), 
             remediation=_REMEDIATION, pod=self.ctx.pod)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:

@@ -208,7 +208,7 @@ class UpstreamRefused(Detector):
                 "# EXIT_ON_ZERO_ACTIVE_CONNECTIONS), and its app ready only once it listens (readinessProbe)."),
             pod=self.ctx.pod,
             ts=entry.ts,
-            response_code_details=entry.details or DETAILS,
+            response_code_details=entry.details or "",
             details={"cause": cause, "restarts": self._restarts,
                      "from": "envoy-log" if story is not None else "access-log"},
             variant=f"connection refused ({cause})",

@@ -85,7 +85,7 @@ class UpstreamTimeout(Detector):
                          "Envoy reset the request and answered 504 UT. How long the app took is in the access "
                          "log's duration, or on lo; the fix gives the route more time than the app's slowest "
                          "legitimate answer."),
-            envoy_flags=("UT",), details="response_timeout",
+            envoy_flags=("UT",), 
             remediation="# Raise the VirtualService's timeout above the app's slowest legitimate answer:\n"
                         + virtual_service_timeout("<twice the slowest answer>", None,
                                                   comment="read the app's latency first"),
@@ -96,7 +96,7 @@ class UpstreamTimeout(Detector):
             return None
         request = f"{entry.method} {entry.path}" if entry.method else "the request"
         return self._finding(access_log_flow(entry), (evidence,), request, entry.duration_ms,
-                             entry.details or "response_timeout", entry.code or 504, entry.ts)
+                             entry.details or "", entry.code or 504, entry.ts)
 
     def _finding(self, flow: FlowRef, evidence: tuple[Evidence, ...], request: str, waited_ms: int, details: str,
                  code: int, ts: float) -> Finding:
@@ -115,7 +115,7 @@ class UpstreamTimeout(Detector):
             explanation=(
                 f"The sidecar sent {request} to the app at {flow.server} and waited {waited_ms} ms for "
                 f"its response headers; then its {which} fired. Envoy reset the upstream request, answered the "
-                f"caller {code} with response flag UT ({details}) and "
+                f"caller {code} with response flag UT{f' ({details})' if details else ''} and "
                 f"counted upstream_rq_{'per_try_' if per_try else ''}timeout. The app was slower than the route "
                 f"allows: either it is overloaded or stuck (check its latency and its own dependencies), or the "
                 f"timeout is shorter than the slowest answer it legitimately gives."),

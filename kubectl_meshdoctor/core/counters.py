@@ -84,7 +84,7 @@ def _duration(seconds: float) -> str:
 
 
 def counter_findings(detector: str, counters: EnvoyCountersEvent, signals: Sequence[CounterSignal], *,
-                     what: str, explanation: str, envoy_flags: tuple[str, ...] = (), details: str = "",
+                     what: str, explanation: str, envoy_flags: tuple[str, ...] = (),
                      fixes: tuple[Fix, ...] = (), remediation: str = "", severity: Severity = Severity.ERROR,
                      pod: str | None = None) -> list[Finding]:
     """One finding per cluster (listener, HCM) whose ``signals`` counted something: titled ``what`` (the class
@@ -105,7 +105,6 @@ def counter_findings(detector: str, counters: EnvoyCountersEvent, signals: Seque
             evidence=tuple(Evidence(counters.source, "", 0, counters.ts, f"{_stat_name(signal, name)}: {n} {when}",
                                     kind=COUNTER) for signal, n in counts.items()),
             envoy_flags=envoy_flags,
-            response_code_details=details,
             explanation=f"{explanation} The sidecar's counters of {where} {when}: {said}.",
             fixes=fixes,
             remediation=remediation,

@@ -112,7 +112,7 @@ def _flow_text(f: Finding) -> str:
     if f.flow.of_spec:
         return f"where: {f.flow.server}"
     if not f.flow.iface:  # from an access-log line: Envoy's addresses, no interface seen
-        return f"flow: {f.flow.client} -> {f.flow.server} (from the access log)"
+        return f"flow: {f.flow.client} -> {f.flow.server} (from Envoy's logs)"
     return f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"
 
 
