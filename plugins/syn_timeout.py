@@ -4,6 +4,11 @@ Linux retransmits an unanswered SYN after 1 s, then 3 s, 7 s, ... (``tcp_syn_ret
 ``tcp_syn_linear_timeouts`` (default 4), the first four after 1 s each; each retransmission is a stall the caller
 sees. Envoy logs UF once its connect timeout fires, URX when retries run out. SYNs that share
 a client port with a redirected connection belong to ``tuple-collision`` and are left to it.
+
+Without a capture, Envoy's logs name it: a UF whose reset reason is ``connection_timeout`` (Envoy's connect
+timeout fired: 10 s in Istio by default) or whose connect errno is ETIMEDOUT (110, ``Connection timed out``) or
+EHOSTUNREACH (113, ``No route to host``: an ICMP or a firewall's reject where no SYN-ACK comes), and the debug
+log's ``connect timeout`` on the upstream connection.
 """
 
 from __future__ import annotations
@@ -12,11 +17,32 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
+from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool, virtual_service_retries
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.flags import parse_reset_details, transport_errno
+from kubectl_meshdoctor.envoy.story import StreamStory
+
+ETIMEDOUT, EHOSTUNREACH = 110, 113
+_UNANSWERED = {ETIMEDOUT: "the connect timed out (ETIMEDOUT)", EHOSTUNREACH: "no route to the host (EHOSTUNREACH)"}
+
+
+def unanswered(entry: AccessLogEntry, story: StreamStory | None = None) -> str | None:
+    """Why Envoy's line (or story) says the upstream connect got no answer, in words; None when it does not."""
+    if story is not None and story.timeout == "connect timeout":
+        return "Envoy's connect timeout fired"
+    if "UF" not in entry.flags:
+        return None
+    reset = parse_reset_details(entry.details)
+    if reset is not None and reset.reason.replace(" ", "_") == "connection_timeout":
+        return "Envoy's connect timeout fired"
+    errno = next((e for e in ((reset.errno if reset else None), transport_errno(entry.upstream_failure),
+                              story.errno if story else None) if e is not None), None)
+    return _UNANSWERED.get(errno) if errno is not None else None
 
 ERROR_AFTER_RETRANSMITS = 3
 
@@ -65,6 +91,41 @@ class SynTimeout(Detector):
                          "Envoy answers 503 UF (URX when retries are spent)."),
             envoy_flags=("UF",), 
             remediation=_REMEDIATION, pod=self.ctx.pod)
+
+    def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        why = unanswered(entry)
+        return self._from_logs(entry, why, evidence, False) if why else None
+
+    def from_envoy_log(self, story: StreamStory, evidence: Evidence,
+                       entry: AccessLogEntry | None) -> Finding | None:
+        said = entry if entry is not None else story.entry()
+        why = unanswered(said, story)
+        return self._from_logs(said, why, evidence, True) if why else None
+
+    def _from_logs(self, entry: AccessLogEntry, why: str, evidence: Evidence, debug: bool) -> Finding:
+        flow = access_log_flow(entry)
+        request = f"{entry.method} {entry.path}" if entry.method else "a connection"
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"The sidecar's connect to {flow.server} got no answer: {why} ({entry.code or 'UF'} "
+                  f"{','.join(entry.flags)})",
+            flow=flow,
+            evidence=(evidence,),
+            envoy_flags=tuple(f for f in ("UF", "URX") if f in entry.flags) or ("UF",),
+            variant="connect got no answer",
+            response_code_details=entry.details or "",
+            explanation=(
+                f"The sidecar tried to connect to {flow.server} for {request} and {why}: its SYNs got no SYN-ACK "
+                f"and no RST. Something between drops them (a NetworkPolicy, a firewall, a node's conntrack "
+                f"table), the endpoint is gone from the network (a stale endpoint), or its accept queue is full. "
+                f"Envoy answered UF (URX once retries are spent). Capture eth0 (and lo for the app's own port) "
+                f"while it happens to see where the SYNs stop."),
+            remediation=_REMEDIATION,
+            pod=self.ctx.pod,
+            ts=entry.ts,
+            details={"from": "envoy-log" if debug else "access-log", "why": why},
+        )
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.is_syn:

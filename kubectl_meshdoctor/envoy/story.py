@@ -235,7 +235,8 @@ class StoryBuilder:
                 conn.new = False
                 self._pool_last[fact.thread] = (cid, fact.ts)
             case k.CONNECT_ERROR | k.CONNECT_TIMEOUT:
-                conn.errno = fact.errno
+                # Envoy's own connect timeout is no errno of the kernel's, but means what ETIMEDOUT does.
+                conn.errno = fact.errno if fact.kind == k.CONNECT_ERROR else 110
                 self._failed_connects = [*self._failed_connects[-15:], (cid, fact.ts)]
             case k.REMOTE_CLOSE:
                 conn.remote_close = fact.ts

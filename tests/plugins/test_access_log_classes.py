@@ -163,3 +163,16 @@ def test_a_refused_connect_is_upstream_refused_not_port_exhaustion(details):
     (f,) = findings_of(text(line(code=503, flags="UF", details=details, upstream_local="-")))
     assert f.detector == "upstream-refused" and f.envoy_flags == ("UF",) and f.flow.server == APP
     assert f.details["cause"] == "unknown" and f.details["from"] == "access-log"
+
+
+@pytest.mark.parametrize("details,failure", [
+    ("upstream_reset_before_response_started{connection_timeout}", "-"),  # Envoy's connect timeout
+    ("upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_timed_out}",
+     "delayed_connect_error:_Connection_timed_out"),
+    ("upstream_reset_before_response_started{remote_connection_failure,delayed_connect_error:_113}",
+     "delayed_connect_error:_113"),  # EHOSTUNREACH, 2023-24 spelling (istio/istio#46431)
+], ids=["connect-timeout", "etimedout", "ehostunreach"])
+def test_a_connect_that_got_no_answer_is_syn_timeout(details, failure):
+    (f,) = findings_of(text(line(code=503, flags="UF,URX", details=details, failure=failure, upstream_local="-")))
+    assert f.detector == "syn-timeout" and set(f.envoy_flags) == {"UF", "URX"} and f.flow.server == APP
+    assert f.response_code_details == details and f.details["from"] == "access-log"
