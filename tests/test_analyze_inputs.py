@@ -211,3 +211,24 @@ def test_a_json_stats_dump_says_what_to_save_instead(tmp_path):
     f.write_text('{"stats": [{"name": "cluster.inbound|5000||.upstream_cx_total", "value": 3}]}')
     code, _, err = analyze(str(f))
     assert code == 2 and "a /stats dump in JSON" in err and err.count("\n") == 1
+
+
+@tshark
+def test_a_capture_with_no_frame_is_nothing_read(tmp_path):
+    """A pcap header alone (tcpdump stopped before its first packet) is no evidence: a problem naming it, and
+    exit 2 when nothing else was read."""
+    empty = tmp_path / "lo.pcap"
+    empty.write_bytes((DATA / "lab-collision-lo.pcap").read_bytes()[:24])
+    code, report, _ = analyze(str(empty))
+    assert code == 2 and report["findings"] == []
+    assert [p["where"] for p in report["problems"]] == [str(empty)] and "no frame" in report["problems"][0]["what"]
+
+
+def test_a_gz_whose_data_is_not_deflate_is_one_line(tmp_path):
+    bad = tmp_path / "proxy.log.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + bytes(range(256)) * 4)
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(bad)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert str(bad) in line and "cannot read" in line

@@ -103,7 +103,12 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     source = {"kind": "pcap" if only_captures else "files", "files": [a.path for a in args]}
     if not only_captures:
         source["kinds"] = dict(kinds)
-    read_captures = sum(1 for r in results[:len(captures)] if not r.error or r.cut_short)
+    # A capture read is one that held a frame: a pcap header alone is nothing read.
+    empty = {a.path for a, r in zip(captures, results) if not r.error and not r.packets
+             and (r.frames_read == 0 or r.frames_read is None and complete_frames(a.path) == 0)}
+    problems += [Problem(path, "no frame in it (a capture's header alone)") for path in sorted(empty)]
+    read_captures = sum(1 for a, r in zip(captures, results)
+                        if (not r.error or r.cut_short) and a.path not in empty)
     read_logs = sum(1 for r in results[len(captures):] if r.readable)
     return Report(source, pipeline.stats, findings, problems, envoy=envoy,
                   captured_nothing=not (read_captures or read_logs or read_dumps))

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import zlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,7 @@ def _head(path: str) -> bytes:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, not a file") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:  # zlib: a .gz whose data is not deflate
         raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     return head
 
