@@ -132,7 +132,10 @@ INSTANCES_TABLE = 10  # rows of a group's instances table in markdown
 def _clock(ts: float) -> str:
     """``HH:MM:SS.mmm`` UTC; a time no clock can show (a capture's timestamps in the wrong unit) as seconds."""
     try:
-        return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+        # Rounded to the millisecond as Envoy prints it (its %START_TIME% is whole milliseconds): a float's
+        # .768 must not read .767, or the printed time is not found in the log it came from.
+        ms = round(ts * 1000)
+        return time.strftime("%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}"
     except (OverflowError, OSError, ValueError):
         return f"{ts:.3f} s"
 

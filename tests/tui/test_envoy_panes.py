@@ -185,3 +185,21 @@ async def test_the_clusters_status_counts_what_the_table_shows():
         assert str(status.render()).startswith("10 hosts of 11 clusters (3 clusters have no hosts); 0 counters "
                                                "moved since the last refresh")
         await pilot.press("escape", "q")
+
+
+async def test_a_path_from_the_traffic_is_shown_as_text_never_as_markup():
+    """A request target is the traffic's: `[/]`, `[bold]` or `[@click=app.quit]` in it is shown as written, at
+    80x24 and 160x45, and neither crashes the pane nor acts (Textual reads a str cell as markup)."""
+    hostile = ["/q?sort[/]", "/a[bold]b[/bold]", "/x[@click=app.quit]y"]
+    entries = [parse_line(UF.replace("/admin/health", path)) for path in hostile]
+    for size in ((80, 24), (160, 45)):
+        app = MeshDoctorApp(EnvoySession(entries=entries))
+        async with app.run_test(size=size) as pilot:
+            await pilot.press("a")
+            table = app.screen.query_one("#access-log", DataTable)
+            await wait_for(pilot, lambda: table.row_count == 3)
+            shown = {str(table.get_row_at(i)[-1]) for i in range(3)}
+            assert shown == {f"GET {path}" for path in hostile}, size
+            await pilot.press("escape")
+            assert app.is_running
+            await pilot.press("q")

@@ -39,11 +39,12 @@ def flags_text(flags: tuple[str, ...]) -> Text:
 def access_log_cells(e: AccessLogEntry, redact: bool = True) -> tuple[str | Text, ...]:
     """The cells of ``e``'s access-log row, as the pane shows them: what the pane draws and what its filter
     matches are this one rendering."""
-    millis = f".{int(e.ts * 1000) % 1000:03d}"
+    ms = round(e.ts * 1000)  # as Envoy printed it: .768 must not read .767
     request = redact_target(f"{e.method} {e.path}", redact) if e.method else "TCP"
-    return (time.strftime("%H:%M:%S", time.localtime(e.ts)) + millis,
+    # Text, never a str: a DataTable reads a str cell as markup, and a path from the traffic may hold `[/]`.
+    return (Text(time.strftime("%H:%M:%S", time.localtime(ms // 1000)) + f".{ms % 1000:03d}"),
             Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
-            flags_text(e.flags), e.details or "-", e.upstream_host or "-", request)
+            flags_text(e.flags), Text(e.details or "-"), Text(e.upstream_host or "-"), Text(request))
 
 
 def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
