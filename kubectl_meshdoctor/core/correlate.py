@@ -23,7 +23,10 @@ from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .findings import ACCESS_LOG, ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
 
-FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR", "DC"})
+# The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
+# is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
+FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR", "DC", "RL", "UAEX",
+                           "RLSE", "SI", "NC", "OM", "DT", "UMSDR", "IH", "LH", "UDO", "DF", "DR"})
 WINDOW_S = 3.0  # how far a line's request may start before, or end after, the packet that decided
 GRACE_S = 5.0  # how long a failing line waits for a packet finding before it is reported on its own
 MAX_LINES = 10_000
@@ -280,7 +283,9 @@ class Correlator:
         shown = ",".join(entry.flags) or entry.details or "a failure"
         return Finding(
             detector="access-log",
-            severity=Severity.ERROR if entry.code >= 500 or entry.code == 0 else Severity.WARNING,
+            # The caller going away (DC, DR) is the caller's doing, as a 4xx is: a warning.
+            severity=(Severity.ERROR if (entry.code >= 500 or entry.code == 0)
+                      and not set(entry.flags) <= {"DC", "DR"} else Severity.WARNING),
             title=f"{said} {shown} ({entry.code}) for {server} with no packet evidence",
             flow=flow,
             evidence=(evidence,),

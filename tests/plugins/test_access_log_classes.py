@@ -176,3 +176,15 @@ def test_a_connect_that_got_no_answer_is_syn_timeout(details, failure):
     (f,) = findings_of(text(line(code=503, flags="UF,URX", details=details, failure=failure, upstream_local="-")))
     assert f.detector == "syn-timeout" and set(f.envoy_flags) == {"UF", "URX"} and f.flow.server == APP
     assert f.response_code_details == details and f.details["from"] == "access-log"
+
+
+@pytest.mark.parametrize("code,flags,details,severity", [
+    (429, "RL", "local_rate_limited", "warning"),
+    (403, "UAEX", "ext_authz_denied", "warning"),
+    (503, "NC", "cluster_not_found", "error"),
+    (0, "DR", "http2.remote_reset", "warning"),
+])
+def test_other_failure_flags_are_reported_as_envoy_logged_them(code, flags, details, severity):
+    """A flag no detector reads is still a failure Envoy logged: an access-log finding with its meaning."""
+    (f,) = findings_of(text(line(code=code, flags=flags, details=details)))
+    assert f.detector == "access-log" and f.envoy_flags == (flags,) and f.severity.value == severity
