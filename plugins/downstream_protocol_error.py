@@ -73,7 +73,9 @@ def _kind(entry: AccessLogEntry) -> str | None:
         return "http10"
     if details == "upgrade_failed":
         return "upgrade"
-    if "DPE" in entry.flags or details.startswith(("http1.", "http2.")):
+    # http2.remote_reset / http2.remote_refuse are the caller resetting its own stream (DR): no codec error.
+    if "DPE" in entry.flags or (details.startswith(("http1.", "http2."))
+                                and details not in ("http2.remote_reset", "http2.remote_refuse")):
         return "codec"
     return None
 
