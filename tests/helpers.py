@@ -61,3 +61,16 @@ def prefiltered(*paths) -> int:
     return sum(len(subprocess.run(["tshark", "-r", str(p), "-n", "-Y", FILE_PREFILTER, "-T", "fields", "-e",
                                    "frame.number"], capture_output=True, text=True, check=True).stdout.split())
                for p in paths)
+
+
+def analyze_json(*args) -> tuple[int, dict]:
+    """`kubectl meshdoctor analyze ARGS -o json` in a process of its own: (exit code, report). The run must end
+    with a report (0, 1, or 2 for nothing read), never a traceback."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, args), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 1, 2) and proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)

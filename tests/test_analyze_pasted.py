@@ -5,13 +5,13 @@ lines of the lab's stale-keepalive round (Envoy 1.40) are pasted each way, and e
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kubectl_meshdoctor.envoy.wrappers import unwrap
+
+from .helpers import analyze_json
 
 LOG = Path(__file__).resolve().parent / "data" / "envoy-1.40" / "stale-keepalive" / "istio-proxy.log"
 LINES = LOG.read_text().splitlines()
@@ -29,11 +29,7 @@ PASTES = {
 }
 
 
-def analyze(path: Path) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(path), "-o", "json"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+analyze = analyze_json
 
 
 @pytest.mark.parametrize("paste", sorted(PASTES))

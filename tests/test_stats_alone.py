@@ -5,11 +5,11 @@ The dumps are real Envoy 1.40's, taken around one round of each lab scenario (te
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from .helpers import analyze_json
 
 DATA = Path(__file__).resolve().parent / "data" / "envoy-1.40"
 
@@ -34,11 +34,7 @@ SHOWN = {
 }
 
 
-def analyze(*paths: Path) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, paths), "-o", "json"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+analyze = analyze_json
 
 
 def shown(report: dict) -> set[tuple[str, str]]:

@@ -5,8 +5,6 @@ debug log is printed in. The lines are real Envoy 1.40's, one round of each lab 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from kubectl_meshdoctor.envoy.access_log import parse_line
 
 from ..envoy.component_shapes import SHAPES, render_log
+from ..helpers import analyze_json
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "envoy-1.40"
 
@@ -41,10 +40,7 @@ CLASSES = {
 def analyze(lines: list[str], tmp_path: Path) -> tuple[int, dict]:
     log = tmp_path / "istio-proxy.log"
     log.write_text("\n".join(lines) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "-o", "json"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode in (0, 1), proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    return analyze_json(log)
 
 
 def named(report: dict) -> set[tuple[str, str]]:

@@ -4,22 +4,17 @@ The lines are real Envoy 1.40's, recorded in the lab (tests/envoy/data/component
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ..envoy.component_shapes import SHAPES, render_log
+from ..helpers import analyze_json
 
 LOG = Path(__file__).resolve().parent.parent / "envoy" / "data" / "component_log" / "stale-keepalive.log"
 
 
-def analyze(path: Path) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(path), "-o", "json"],
-                          capture_output=True, text=True, timeout=120)
-    return proc.returncode, json.loads(proc.stdout)
+analyze = analyze_json
 
 
 @pytest.mark.parametrize("shape", ["as-recorded", *SHAPES])
