@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from .clusters import FormatError
 from .numbers import ascii_int
+from .stats_prometheus import looks_like_prometheus, parse_prometheus
 
 StatValue = int | str  # counters and gauges are ints; text readouts and histograms stay text
 
@@ -33,10 +34,13 @@ def parse_stats(body: str) -> dict[str, StatValue]:
 
     Counters and gauges become ints; text readouts (`name: "text"`) become their unquoted text; histograms
     (`P0(nan,2) P25(...) ...` or `No recorded values`) are kept as their raw text. Lines without `: ` are
-    skipped; a non-empty body where no line parses raises FormatError.
+    skipped; a non-empty body where no line parses raises FormatError. A `/stats/prometheus` body is read too,
+    its names given back in this shape (envoy/stats_prometheus.py).
     """
     stats: dict[str, StatValue] = {}
     lines = [line.rstrip("\r") for line in body.splitlines() if line.strip()]
+    if looks_like_prometheus(lines):
+        return dict(parse_prometheus(body))
     for line in lines:
         # Names contain `:` (spiffe://...) but not `: `; text readouts may contain `: `, so split at the first.
         name, sep, value = line.partition(": ")

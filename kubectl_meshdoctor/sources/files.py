@@ -23,6 +23,7 @@ from pathlib import Path
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.component_log import parse_component_stages
 from kubectl_meshdoctor.envoy.log_format import LogFormat
+from kubectl_meshdoctor.envoy.stats_prometheus import looks_like_prometheus
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
 from kubectl_meshdoctor.sources.envoy_files import text_encoding
 from kubectl_meshdoctor.sources.interleave import interleavable
@@ -129,6 +130,8 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
         return CLUSTERS
     if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2:
         return STATS
+    if looks_like_prometheus(lines):
+        return STATS  # /stats/prometheus, a scrape of :15090
     if any(_PROXY_LOG_LINE.match(unwrap(line).text) for line in lines[:50]):
         return ENVOY_LOG
     raise InputError(f"{path}: not a capture (pcap, pcapng), an Envoy access log or an admin dump (/stats, "

@@ -137,3 +137,39 @@ def test_whatever_a_client_sends_parses_back_from_both_encodings(serving, path, 
     assert (t.path, t.user_agent, t.x_forwarded_for, t.code, t.flags) == (path, agent, forwarded, 200, ())
     assert t.details == "via_upstream" and t.upstream_host.startswith("127.0.0.1:")
     assert {k: v for k, v in t.__dict__.items() if k != "raw"} == {k: v for k, v in j.__dict__.items() if k != "raw"}
+
+
+def test_a_prometheus_scrape_reads_as_the_stats_dump_does(refusing, tmp_path):
+    """/stats/prometheus (a scrape of the sidecar, as many tickets hold it) names the same counters /stats does,
+    by their /stats names, and analyze names the same class from it."""
+    from kubectl_meshdoctor.envoy.stats import parse_stats
+
+    from ..helpers import analyze_json
+
+    _, text = refusing.admin("/stats")
+    _, prom = refusing.admin("/stats/prometheus")
+    a, b = parse_stats(text), parse_stats(prom)
+    name = f"cluster.{CLUSTER};.upstream_cx_connect_fail"
+    assert a[name] == b[name] >= 1
+    assert abs(b["server.uptime"] - a["server.uptime"]) <= 1  # two requests a moment apart
+    found = {}
+    for kind, body in (("text", text), ("prometheus", prom)):
+        path = tmp_path / f"stats.{kind}"
+        path.write_text(body)
+        code, report = analyze_json(path)
+        assert code == 1
+        found[kind] = {(f["detector"], tuple(sorted(f["counters"].items()))) for f in report["findings"]}
+    assert found["prometheus"] == found["text"] and found["text"]
+
+
+def test_istio_standard_metrics_in_prometheus_form_name_their_flags():
+    """Istio's istio_requests_total as Prometheus shows it (its standard metrics' labels): the response_flags
+    label reads as the /stats form does."""
+    from kubectl_meshdoctor.envoy.stats import istio_requests, parse_stats
+
+    body = ('# TYPE istio_requests_total counter\n'
+            'istio_requests_total{reporter="destination",source_workload="orders",destination_workload="payments",'
+            'request_protocol="http",response_code="503",grpc_response_status="",response_flags="UC",'
+            'connection_security_policy="mutual_tls"} 41\n'
+            'istio_requests_total{reporter="destination",response_code="200",response_flags="-"} 9000\n')
+    assert istio_requests(parse_stats(body)) == {("destination", 503, "UC"): 41, ("destination", 200, "-"): 9000}
