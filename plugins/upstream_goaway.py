@@ -21,6 +21,7 @@ from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.remedies import virtual_service_retries
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import parse_reset_details
+from kubectl_meshdoctor.envoy.stats import scoped
 
 REFUSED = "remote_refused_stream_reset"
 
@@ -45,7 +46,10 @@ class UpstreamGoaway(Detector):
     envoy_counters = ("upstream_cx_close_notify", "upstream_rq_retry", "upstream_rq_retry_limit_exceeded")
 
     def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
-        return counter_findings(
+        # A reset stream a retry rescued failed nobody: only resets beyond the retries that succeeded on the
+        # cluster are failures the callers met (with retry-refused-stream applied, the lab's resets all are).
+        rescued = scoped(counters.stats, "cluster", "upstream_rq_retry_success")
+        found = counter_findings(
             self.id, counters, (CounterSignal("cluster", "http2.rx_reset",
                                               "streams the HTTP/2 upstream reset or refused (RST_STREAM)"),
                                 flag_signal("UR", "requests whose upstream stream was reset: 503 UR")),
@@ -55,6 +59,8 @@ class UpstreamGoaway(Detector):
                          "connections). A refused stream was never processed and is safe to retry; Envoy's inbound "
                          "route does not retry it, so the caller gets 503 UR."),
             envoy_flags=("UR",), fixes=FIXES, pod=self.ctx.pod)
+        return [f for f in found if f.counters.get(f"cluster.{f.flow.server}.http2.rx_reset", 1)
+                > rescued.get(f.flow.server, 0)]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         reset = parse_reset_details(entry.details)

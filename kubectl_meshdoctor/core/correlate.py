@@ -334,7 +334,7 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
         names = backs.get(f.detector, ()) if f.detector != "access-log" else tuple(
             n for flag_name in f.envoy_flags for n in FLAG_COUNTERS.get(flag_name, ()))
         backing = {f"cluster.{cluster}.{n}": moved[cluster][n]
-                   for cluster in _clusters_of(f) if cluster in moved for n in names if moved[cluster].get(n)}
+                   for cluster in clusters_of(f) if cluster in moved for n in names if moved[cluster].get(n)}
         port = f.flow.server.rsplit(":", 1)[-1]
         for n in names:
             scope, _, stat = n.partition(".")
@@ -345,7 +345,7 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
     return out
 
 
-def _clusters_of(f: Finding) -> list[str]:
+def clusters_of(f: Finding) -> list[str]:
     """The clusters finding ``f`` speaks of: its server port's inbound cluster, then those its lines name."""
     port = f.flow.server.rsplit(":", 1)[-1]
     named = [entry.upstream_cluster for entry in map(parse_line, f.access_log)

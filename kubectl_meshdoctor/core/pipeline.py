@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.story import STORY_LOGGERS, StoryBuilder, StreamStory
 
-from .correlate import Claim, Correlator, attach_counters, attach_kernel_counters
+from .correlate import Claim, Correlator, attach_counters, attach_kernel_counters, clusters_of
 from .detector import Detector, DetectorContext
 from .events import (
     AccessLogEvent,
@@ -185,9 +185,14 @@ class Pipeline:
             # The admin dumps (/stats, /clusters) name a class on their own only where nothing else of the run
             # did; elsewhere they back the findings that did (attach_counters below).
             named = {f.detector for f in self.findings}
+            covered = {(flag, cluster) for f in self.findings for flag in f.envoy_flags for cluster in
+                       (*clusters_of(f), "istio_requests_total")}
             for det in self.detectors:
                 if det.id not in named:
-                    self._emit(det.from_counters(self._counters))
+                    # A count another class's findings already explain (port exhaustion's connect failures are
+                    # upstream_cx_connect_fail too) is theirs, not a second class's.
+                    self._emit(f for f in det.from_counters(self._counters)
+                               if not any((flag, f.flow.server) in covered for flag in f.envoy_flags))
         by_id = {d.id: d for d in self.detectors}
 
         def backed(f: Finding) -> bool:

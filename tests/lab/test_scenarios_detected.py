@@ -282,7 +282,7 @@ def test_a_refusal_without_lo_in_the_capture_is_named_from_envoys_line(quiet_lab
         (line,) = f["access_log"]
         assert " 503 UF " in line and "delayed_connect_error:_Connection_refused" in line, line
         assert "access-log" in f["stands_on"] and "packets" not in f["stands_on"], f["stands_on"]
-        assert f["evidence"][0]["source"] == "istio-proxy log" and f["severity"] == "error"
+        assert f["evidence"][0]["source"] == f"pod/{pod.name} istio-proxy" and f["severity"] == "error"
         assert f["details"]["cause"] == "not-listening" and f["flow"]["server"] == f"{pod.pod_ip}:5000"
     assert [f for f in report["findings"] if f["detector"] == "access-log"] == []
 
