@@ -90,6 +90,11 @@ examples:
   kubectl meshdoctor analyze proxy.log --log-format \\
       '[%START_TIME%] "%REQ(:METHOD)% %REQ(:PATH)% %PROTOCOL%" %RESPONSE_CODE% %RESPONSE_FLAGS% "%UPSTREAM_HOST%"'
   kubectl meshdoctor analyze proxy.json --log-format '{"at": "%START_TIME%", "code": "%RESPONSE_CODE%"}'
+  kubectl meshdoctor log-level pod/reviews-v1-7d9 --level connection:debug,pool:debug,router:debug,http:debug
+  kubectl logs reviews-v1-7d9 -c istio-proxy > envoy-debug.log # then put the levels back: log-level ... -r
+  kubectl meshdoctor analyze envoy-debug.log            # Envoy's own account: a pooled connection reused, closed
+  kubectl meshdoctor analyze ticket.txt                 # the lines someone pasted into the incident ticket
+  kubectl meshdoctor analyze stats-before.txt stats-after.txt   # /stats alone: what moved between them
 """
 
 
@@ -284,10 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     _kube_flags(li)
     _output_flag(li)
 
-    a = sub.add_parser("analyze", help="run the detectors on captures, Envoy access logs and admin dumps",
-                       description="Run the detectors offline on what you already hold: capture files (tcpdump, "
-                                   "ksniff, Wireshark; pcap or pcapng, also gzipped), the sidecar's access log "
-                                   "(kubectl logs -c istio-proxy), and Envoy admin dumps (/stats, /clusters).",
+    a = sub.add_parser("analyze", help="run the detectors on captures, Envoy's logs and admin dumps",
+                       description="Run the detectors offline on what you already hold, in any mix: capture files "
+                                   "(tcpdump, ksniff, Wireshark; pcap or pcapng, also gzipped), the sidecar's log "
+                                   "(kubectl logs -c istio-proxy: its access log in any format Istio has shipped, "
+                                   "and Envoy's own debug log in any of its shapes), lines pasted from a ticket "
+                                   "(kubectl --prefix/--timestamps, stern, CRI and Docker log files, grep, e-mail "
+                                   "quoting, Markdown), and Envoy admin dumps (/stats or /stats/prometheus, one or "
+                                   "two; /clusters). A file it cannot read is named in the report's problems and "
+                                   "the others are read; exit 2 only when nothing could be read.",
                        epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("files", nargs="+", metavar="FILE[:IFACE]",
                    help="a capture (:IFACE names its interface), an access log or an admin dump; the kind is "

@@ -58,8 +58,8 @@ def test_a_file_of_no_known_kind_is_one_line_and_exit_2(tmp_path, body):
         input_kind(str(f))
     code, _, err = analyze(str(f))
     assert code == 2 and err.count("\n") == 1
-    assert err == (f"kubectl meshdoctor: error: {f}: not a capture (pcap, pcapng), an Envoy access log or an "
-                   f"admin dump (/stats, /clusters)\n")
+    assert err == (f"kubectl meshdoctor: error: {f}: not a capture (pcap, pcapng), an Envoy log or an admin dump "
+                   f"(/stats, /clusters); an access log of the mesh's own format reads with --log-format\n")
 
 
 def test_an_access_log_alone_gives_findings_named_by_file_and_line(tmp_path):

@@ -32,7 +32,7 @@ def test_analyze_missing_file(tmp_path):
 def test_analyze_not_a_capture(tmp_path):
     f = tmp_path / "notes.pcap"
     f.write_text("GET / HTTP/1.1\r\n\r\n")
-    assert_one_line_error(meshdoctor("analyze", str(f)), "not a capture (pcap, pcapng), an Envoy access log or an admin dump")
+    assert_one_line_error(meshdoctor("analyze", str(f)), "not a capture (pcap, pcapng), an Envoy log or an admin dump")
 
 
 @pytest.mark.parametrize("jobs", ["0", "-1", "1_0", "abc", "1.5"])

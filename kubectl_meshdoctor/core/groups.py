@@ -40,6 +40,20 @@ class FindingGroup:
         return self.instances[-1]
 
     @property
+    def shown(self) -> Finding:
+        """The instance a report shows in full: the one that stands on the most kinds of evidence (one Envoy's
+        debug log proves beats one the access log alone makes likely), the newest among those."""
+        return max(reversed(self.instances), key=lambda f: len(f.stands_on))
+
+    def stands_on_counts(self) -> dict[str, int]:
+        """How many instances stand on each kind of evidence (Finding.stands_on), in that order."""
+        counts: dict[str, int] = {}
+        for f in self.instances:
+            for kind in f.stands_on:
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+    @property
     def count(self) -> int:
         return len(self.instances)
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor import __version__
-from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
+from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding, Problem, Severity
 from kubectl_meshdoctor.core.fixes import note_of, render
 from kubectl_meshdoctor.core.groups import FindingGroup, group_findings
 from kubectl_meshdoctor.core.pipeline import PipelineStats
@@ -125,6 +125,7 @@ def _evidence_text(e) -> str:
 
 
 TEXT_WIDTH = 118  # columns the text report wraps its explanations to
+ENVOY_LINES_SHOWN = 8  # lines of Envoy's debug log the text report quotes for a finding; -o json has all
 OTHERS_LISTED = 5  # instances of a group the text report lists besides the newest; -o json has every one
 INSTANCES_TABLE = 10  # rows of a group's instances table in markdown
 
@@ -179,7 +180,7 @@ def render_text(report: Report) -> str:
     if not report.findings:
         lines.append("no findings")
     for g in group_findings(report.findings):
-        f = g.newest
+        f = g.shown
         lines.append("")
         lines.append(_group_head(g))
         if g.first_ts:  # a spec finding (lint) has no time
@@ -193,13 +194,22 @@ def render_text(report: Report) -> str:
         if f.response_code_details:
             lines.append(f"  envoy: {f.response_code_details}")
         several_pods = len(_pods(g)) > 1
-        lines.append(f"  {'newest, ' if g.count > 1 else ''}{'pod/' + f.pod + ' ' if several_pods else ''}"
-                     f"{_flow_text(f)}")
+        if g.count > 1 and len(set(map(len, (i.stands_on for i in g.instances)))) > 1:
+            lines.append("  stands on: " + ", ".join(f"{kind} in {n} of {g.count}"
+                                                     for kind, n in g.stands_on_counts().items()))
+        which = ("newest, " if f is g.newest else "best evidenced, ") if g.count > 1 else ""
+        lines.append(f"  {which}{'pod/' + f.pod + ' ' if several_pods else ''}{_flow_text(f)}")
         for e in f.evidence:  # a multi-line value (a YAML annotation) stays under its own line
             lines.append(f"      evidence: {_evidence_text(e)}".replace("\n", "\n" + " " * 16))
         for line in f.access_log:
             lines.append(f"      access log: {line}")
-        others = g.instances[:-1][-OTHERS_LISTED:]
+        quoted = {e.frame for e in f.evidence if e.kind == ENVOY_LOG}
+        own = [line for line in f.envoy_log][:ENVOY_LINES_SHOWN] if not quoted else []
+        for line in own:  # the lines a packet finding's request left in Envoy's debug log
+            lines.append(f"      envoy log: {line}")
+        if len(f.envoy_log) > len(own) and own:
+            lines.append(f"      envoy log: ... {len(f.envoy_log) - len(own)} more line(s) (-o json has them)")
+        others = [i for i in g.instances if i is not f][-OTHERS_LISTED:]
         if others:
             listed = ", ".join(_where(o, several_pods) + (f" ({_clock(o.ts)})" if o.ts else "")
                                for o in reversed(others))
@@ -263,7 +273,7 @@ def render_markdown(report: Report) -> str:
         out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
                    f"{server} | {_cell(g.label)} | {seen} |")
     for n, g in enumerate(groups, 1):
-        f = g.newest
+        f = g.shown
         out += ["", f"## {n}. {f.severity.value}: {g.label}", "", f"{f.title}, seen {g.span_text()}.", "",
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
@@ -273,10 +283,13 @@ def render_markdown(report: Report) -> str:
             out.append(f"- pod{'s' if len(pods) > 1 else ''}: {', '.join(pods)}")
         for name, value in sorted(g.counters.items()):
             out.append(f"- counter (the run's): `{name}` {value:+}")
-        out += ["", "Evidence of the newest instance:", "", "| source | frame | what |", "|---|---|---|"]
+        out += ["", f"Evidence of the {'newest' if f is g.newest else 'best evidenced'} instance:", "",
+                "| source | frame | what |", "|---|---|---|"]
         out += [f"| {e.source} | {e.frame} | {_cell(e.what)} |" for e in f.evidence]
         for line in f.access_log:
             out += ["", "Access log:", "", "```text", line, "```"]
+        if f.envoy_log:
+            out += ["", "Envoy's own log:", "", "```text", *f.envoy_log, "```"]
         if g.count > 1:
             shown = g.instances[-INSTANCES_TABLE:]
             out += ["", f"Instances ({len(shown)} newest of {g.count}; `-o json` lists every one):", "",

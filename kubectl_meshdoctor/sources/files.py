@@ -134,8 +134,8 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
         return STATS  # /stats/prometheus, a scrape of :15090
     if any(_PROXY_LOG_LINE.match(unwrap(line).text) for line in lines[:50]):
         return ENVOY_LOG
-    raise InputError(f"{path}: not a capture (pcap, pcapng), an Envoy access log or an admin dump (/stats, "
-                     f"/clusters)")
+    raise InputError(f"{path}: not a capture (pcap, pcapng), an Envoy log or an admin dump (/stats, /clusters); "
+                     f"an access log of the mesh's own format reads with --log-format")
 
 
 def _pretty_objects(lines: list[str]) -> list[str]:

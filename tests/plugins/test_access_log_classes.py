@@ -188,3 +188,13 @@ def test_other_failure_flags_are_reported_as_envoy_logged_them(code, flags, deta
     """A flag no detector reads is still a failure Envoy logged: an access-log finding with its meaning."""
     (f,) = findings_of(text(line(code=code, flags=flags, details=details)))
     assert f.detector == "access-log" and f.envoy_flags == (flags,) and f.severity.value == severity
+
+
+def test_a_uc_long_into_its_request_is_no_stale_keepalive():
+    """The keep-alive race kills a request as it goes out; a connection closed 120 s into one was cut by a
+    timeout of the app's or of a proxy between (istio/istio#51619), and an idle timeout would not fix it."""
+    uc = "upstream_reset_before_response_started{connection_termination}"
+    (quick,) = findings_of(text(line(code=503, flags="UC", details=uc, duration=3, service_time="-")))
+    (late,) = findings_of(text(line(code=503, flags="UC", details=uc, duration=120001, service_time="-")))
+    assert quick.detector == "stale-keepalive"
+    assert late.detector == "access-log" and "idle-timeout" not in late.remediation

@@ -74,3 +74,23 @@ def test_envoy_before_1_27_without_the_attach_line_still_proves_it(tmp_path, sha
     assert code == 1 and found and {f["detector"] for f in found} == {"stale-keepalive"}
     assert all(f["details"]["proven"] is True for f in found)
     assert any(f["details"].get("idle_before_reuse_s", 0) > 1.0 for f in found)
+
+
+def test_the_text_report_shows_the_instance_envoys_own_log_proves(tmp_path):
+    """Of a group, the text report shows in full the instance that stands on the most evidence (the debug log's
+    proof over a newer line the access log alone makes likely) and says how many of each there are."""
+    import re
+    import subprocess
+    import sys
+
+    lines = LOG.read_text().splitlines()
+    uc = next(ln for ln in lines if '" 503 UC ' in ln)
+    later = re.sub(r"\[2026-12-03T(\d\d):", r"[2026-12-03T23:", re.sub(r'"[0-9a-f]{8}-', '"ffffffff-', uc), count=1)
+    log = tmp_path / "proxy.log"
+    log.write_text("\n".join([*lines, later]) + "\n")
+    out = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log)], capture_output=True,
+                         text=True, timeout=120).stdout
+    group = out[out.index("stale-keepalive"):]
+    n = sum(1 for ln in lines if '" 503 UC ' in ln) + 1
+    assert "best evidenced, " in group and f"stands on: access-log in {n} of {n}, envoy-log in {n - 1} of {n}" in group
+    assert "evidence: " in group and "envoy log: [C" in group and "using existing" in group
