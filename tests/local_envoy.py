@@ -11,9 +11,11 @@ for (``logs``: name -> Envoy ``log_format``, None for Envoy's own default format
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import socket
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -158,3 +160,35 @@ def local_envoy(workdir: Path, upstream_port: int,
             proc.kill()
             proc.wait(timeout=10)
         stderr.close()
+
+
+class _Ok(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = b"ok\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # Envoy closing an idle pooled connection is not an error of the test
+
+
+@contextlib.contextmanager
+def ok_app() -> Iterator[int]:
+    """An HTTP/1.1 app on loopback that answers 200 to every GET: its port, for Envoy's upstream."""
+    server = _QuietServer(("127.0.0.1", 0), _Ok)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -10,28 +10,15 @@ from pathlib import Path
 import pytest
 
 from .helpers import analyze_json
+from .plugins.test_classes_from_logs import CLASSES
 
 DATA = Path(__file__).resolve().parent / "data" / "envoy-1.40"
 
 # scenario -> the (detector, severity) its counters show. A capture-only class (the collision, a SYN answered
 # late) or one the pod's sidecar never sees fail (the caller's stale connection) moves no failure counter.
-SHOWN = {
-    "stale-keepalive": {("stale-keepalive", "error")},
-    "refused": {("upstream-refused", "error")},
-    "refused-localhost": {("upstream-refused", "error")},
-    # EADDRNOTAVAIL is a failed connect like any other to the counters: refused or unreachable, they say
-    "port-exhaustion": {("upstream-refused", "error")},
-    "framing": {("http-framing", "error")},
-    "slow-app": {("upstream-timeout", "error"), ("downstream-disconnect", "warning")},
-    "goaway": {("upstream-goaway", "error")},
-    "http10": {("downstream-protocol-error", "error")},
-    "overflow": {("circuit-breaker-overflow", "error")},
-    "outlier": {("no-healthy-upstream", "error")},
-    "no-route": {("no-route", "warning")},
-    "mtls-strict": {("tls-mismatch", "error")},
-    "tls-to-plaintext": {("tls-mismatch", "error")},
-    "healthy-http": set(), "collision": set(), "syn-drop": set(), "downstream-idle": set(),
-}
+# The counters name what the logs do (tests/plugins/test_classes_from_logs.py), but for one: EADDRNOTAVAIL is a
+# failed connect like any other to them (refused or unreachable, they say).
+SHOWN = {**CLASSES, "port-exhaustion": {("upstream-refused", "error")}}
 
 
 analyze = analyze_json

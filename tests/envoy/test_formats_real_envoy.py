@@ -6,9 +6,7 @@ Envoy (docs/access-log-formats.md)."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import uuid
 from typing import Iterator
 
@@ -18,7 +16,7 @@ from kubectl_meshdoctor.envoy.access_log import read_line
 from kubectl_meshdoctor.envoy.istio_formats import ENVOY_DEFAULT, JSON_FORMATS, TEXT_FORMATS
 from kubectl_meshdoctor.envoy.log_format import compile_format
 
-from ..local_envoy import CLUSTER, free_port, local_envoy
+from ..local_envoy import CLUSTER, free_port, local_envoy, ok_app
 from .test_wrappers import (cri, docker_json, grep_h, grep_hn, grep_n, json_escaped, json_string, kubectl_prefix,
                             kubectl_timestamps, stern, stern_timestamps)
 
@@ -49,35 +47,10 @@ LOGS = {**{f.name: _log_format(f.format) for f in (*TEXT_FORMATS, *JSON_FORMATS)
         ENVOY_DEFAULT.name: None, **{name: _log_format(fmt) for name, fmt in CUSTOM.items()}}
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        body = b"ok\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class _QuietServer(http.server.ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # Envoy closing an idle pooled connection is not an error of the test
-
-
 @pytest.fixture(scope="module")
 def app() -> Iterator[int]:
-    server = _QuietServer(("127.0.0.1", 0), _Ok)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with ok_app() as port:
+        yield port
 
 
 @pytest.fixture(scope="module")

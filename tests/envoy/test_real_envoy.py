@@ -4,9 +4,7 @@ renderings no Envoy here can produce."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import uuid
 from typing import Iterator
 
@@ -23,41 +21,17 @@ from kubectl_meshdoctor.envoy.stats import cluster_failures, parse_stats, split_
 from kubectl_meshdoctor.lab.bootstrap import ISTIO_JSON_FORMAT
 from kubectl_meshdoctor.lab.istio_proxy import ENVOY_VERSION
 
-from ..local_envoy import CLUSTER, LocalEnvoy, free_port, local_envoy
+from ..local_envoy import CLUSTER, LocalEnvoy, free_port, local_envoy, ok_app
 from .conftest import read
 
 UF_DETAILS = "upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}"
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        body = b"ok\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class _QuietServer(http.server.ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # Envoy closing an idle pooled connection is not an error of the test
-
-
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[int]:
     """An HTTP/1.1 app on loopback that answers 200 to every GET."""
-    _Ok.protocol_version = "HTTP/1.1"
-    server = _QuietServer(("127.0.0.1", 0), _Ok)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with ok_app() as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
