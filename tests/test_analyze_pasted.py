@@ -74,3 +74,25 @@ def test_pasting_wrappers_never_eat_a_line_that_is_not_theirs(line):
     continuation lines and plain prose are left as they are."""
     u = unwrap(line)
     assert u.text == line.rstrip("\r\n")
+
+
+def test_several_sidecars_in_one_prefixed_log_keep_their_own_connections(tmp_path):
+    """`kubectl logs -l app=x -c istio-proxy --prefix`: two sidecars' lines interleaved, their Envoys' connection
+    ids the same numbers (each counts its own). Each pod's requests are told from its own lines."""
+    from itertools import zip_longest
+
+    data = LOG.parent.parent
+    a = [f"[pod/orders-7d9/istio-proxy] {ln}" for ln in (data / "stale-keepalive" / "istio-proxy.log").read_text()
+         .splitlines()]
+    b = [f"[pod/payments-5c4/istio-proxy] {ln}" for ln in (data / "refused" / "istio-proxy.log").read_text()
+         .splitlines()] + [f"[pod/reviews-6f1/istio-proxy] {ln}" for ln in (data / "healthy-http" / "istio-proxy.log")
+                           .read_text().splitlines()]
+    path = tmp_path / "prefixed.log"
+    path.write_text("\n".join(x for pair in zip_longest(a, b) for x in pair if x is not None) + "\n")
+    code, report = analyze(path)
+    by = {(f["detector"], f.get("pod")) for f in report["findings"] if f["severity"] == "error"}
+    assert code == 1 and by == {("stale-keepalive", "orders-7d9"), ("upstream-refused", "payments-5c4")}, by
+    stale = [f for f in report["findings"] if f["detector"] == "stale-keepalive"]
+    # its pool's reuse and idle spell, not the other Envoys' streams on connections of the same numbers
+    assert stale and all(f["details"]["proven"] and f["details"]["idle_before_reuse_s"] > 1.0 for f in stale)
+    assert all(f["stands_on"] == ["access-log", "envoy-log"] for f in report["findings"] if f["severity"] == "error")

@@ -180,6 +180,7 @@ class EnvoyLogEvent:
     ts: float
     fact: Fact
     ref: LogRef
+    pod: str | None = None  # the pod a wrapper named (kubectl logs --prefix): several Envoys in one file
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ class Pipeline:
                         if type(d).from_access_log is not Detector.from_access_log
                         or type(d).from_envoy_log is not Detector.from_envoy_log]
         self._kernel_moved: dict[str, int] = {}
-        self._stories: dict[str, StoryBuilder] = {}  # per Envoy (the source its debug log was read from)
+        self._stories: dict[tuple[str, str | None], StoryBuilder] = {}  # per Envoy: its log's source, its pod
         self._counters: EnvoyCountersEvent | None = None
 
     @classmethod
@@ -139,9 +139,9 @@ class Pipeline:
                 self.correlator.add(ev.entry, ev.source, ev.line)
             case EnvoyLogEvent():
                 self.correlator.pod = self.ctx.pod
-                builder = self._stories.get(ev.ref.source)
+                builder = self._stories.get((ev.ref.source, ev.pod))
                 if builder is None:
-                    builder = self._stories[ev.ref.source] = StoryBuilder(ev.ref.source)
+                    builder = self._stories[(ev.ref.source, ev.pod)] = StoryBuilder(ev.ref.source, ev.pod)
                 for story in builder.add(ev.fact, ev.ref):
                     self.correlator.add_story(story)
             case EnvoyCountersEvent():

@@ -104,6 +104,7 @@ class StreamStory:
     tls_error: str | None = None
     downstream_remote: str | None = None
     refs: tuple[LogRef, ...] = ()
+    pod: str | None = None
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -139,7 +140,7 @@ class StreamStory:
             upstream_failure=self.transport_failure, bytes_received=0, bytes_sent=0, duration_ms=max(duration, 0),
             upstream_host=self.upstream_address, upstream_cluster=self.cluster, upstream_local=None,
             downstream_local=None, downstream_remote=self.downstream_remote, request_id=self.request_id,
-            authority=self.authority, raw="")
+            authority=self.authority, raw="", pod=self.pod)
 
 
 @dataclass(slots=True)
@@ -170,8 +171,9 @@ class StoryBuilder:
     """Facts in, finished stories out: ``add`` returns the stories the fact ends; ``expire(now)`` those gone quiet;
     ``finish`` the rest. One builder per Envoy (connection ids are an Envoy process's own)."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, pod: str | None = None) -> None:
         self.source = source
+        self.pod = pod  # the pod whose sidecar this is, when the log names it (kubectl --prefix)
         self._conns: OrderedDict[int, _Conn] = OrderedDict()
         self._streams: OrderedDict[tuple[int, int], _Stream] = OrderedDict()
         self._failed_connects: list[tuple[int, float | None]] = []  # upstream connections whose connect failed
@@ -215,7 +217,7 @@ class StoryBuilder:
                                 filter_chain_not_found=True, tls_error=tls.detail if tls else None,
                                 downstream_remote=fact.address or (conn.address if conn else None),
                                 refs=tuple(r for _, r in self._loose_for("filter_chain", fact.ts))
-                                + tuple((conn.refs if conn else [])[-4:]) + (ref,))]
+                                + tuple((conn.refs if conn else [])[-4:]) + (ref,), pod=self.pod)]
         if cid is None:
             if fact.kind in (k.OVERFLOW, k.NO_HEALTHY, k.EJECTED, k.TLS_ERROR):
                 self._loose = [(f, r) for f, r in self._loose[-31:]
@@ -414,7 +416,7 @@ class StoryBuilder:
             upstream_closed_after_s=(closed - st.sent_at) if closed is not None and st.sent_at is not None else None,
             codec_error=f.get("codec"), timeout=f.get("timeout"), goaway=bool(f.get("goaway")),
             overflow=bool(f.get("overflow")), no_healthy=bool(f.get("no_healthy")), no_route=bool(f.get("no_route")),
-            tls_error=f.get("tls"), downstream_remote=down.address if down else None, refs=tuple(refs))
+            tls_error=f.get("tls"), downstream_remote=down.address if down else None, refs=tuple(refs), pod=self.pod)
 
     def expire(self, now: float) -> list[StreamStory]:
         """The stories of streams with no fact for STALE_S before ``now`` (seconds since the epoch)."""

@@ -96,14 +96,22 @@ def event_of(entry, path: str, line: int) -> AccessLogEvent:
 
 class _ComponentPusher:
     """Component-log entries of one file to EnvoyLogEvents; a line without a time takes the last time seen,
-    so the events stay in the order the merge with the captures expects."""
+    so the events stay in the order the merge with the captures expects. Each pod a wrapper names (`kubectl logs
+    -l ... --prefix` interleaves several sidecars' lines) has a reader of its own, so its multi-line entries are
+    joined apart, and its events name it: connection ids are each Envoy's own."""
 
     def __init__(self, path: str, push: Callable, result: LogRead) -> None:
         self.path, self.push, self.result = path, push, result
-        self.reader = ComponentLogReader()
+        self.readers: dict[str | None, ComponentLogReader] = {}
         self.last_ts = 0.0
 
-    def take(self, done: list[tuple[int, ComponentLine]]) -> None:
+    def reader(self, pod: str | None) -> ComponentLogReader:
+        reader = self.readers.get(pod)
+        if reader is None:
+            reader = self.readers[pod] = ComponentLogReader()
+        return reader
+
+    def take(self, done: list[tuple[int, ComponentLine]], pod: str | None) -> None:
         for number, entry in done:
             self.result.component += 1
             if entry.ts is not None:
@@ -112,7 +120,11 @@ class _ComponentPusher:
             if fact is not None:
                 self.result.facts += 1
                 self.push(EnvoyLogEvent(entry.ts or self.last_ts, fact, log_ref(self.path, number, entry,
-                                                                                    fact.kind)))
+                                                                                    fact.kind), pod))
+
+    def flush(self) -> None:
+        for pod, reader in self.readers.items():
+            self.take(reader.flush(), pod)
 
 
 async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEvent], None], gate: Gate,
@@ -159,7 +171,7 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                     _read_one(result, *one, path, push, log_format, component)
     for one in pretty.flush():
         _read_one(result, *one, path, push, log_format, component)
-    component.take(component.reader.flush())
+    component.flush()
     if pieces:
         result.problems.append(f"the log ends in the middle of a line split by the container runtime (from line "
                                f"{first_piece}); that line was not read")
@@ -224,10 +236,11 @@ def _read_one(result: LogRead, layers: tuple[Unwrapped, ...], raw: str, number: 
               component: _ComponentPusher) -> None:
     u = layers[-1]
     head = parse_component_stages(x.text for x in reversed(layers))
-    if head is not None or (component.reader.open and is_continuation(u.text)):
-        component.take(component.reader.feed(u.text, number, head))
+    reader = component.reader(u.pod)
+    if head is not None or (reader.open and is_continuation(u.text)):
+        component.take(reader.feed(u.text, number, head), u.pod)
         return
-    component.take(component.reader.flush())
+    component.take(reader.flush(), u.pod)
     read = read_layers(layers, raw, log_format)
     if read is not None:
         result.entries += 1
