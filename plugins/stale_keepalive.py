@@ -276,6 +276,8 @@ class StaleKeepalive(Detector):
         said = entry if entry is not None else story.entry()
         if not _connection_termination(said) or story.upstream_reused is False:
             return None  # a connection opened for this very request and closed under it is no pooled reuse
+        if story.upstream_shared:
+            return None  # other requests were in flight on it (HTTP/2): a busy connection is no idle one closed
         return self._from_logs(said, story, evidence)
 
     def _from_logs(self, entry: AccessLogEntry, story: StreamStory | None, evidence: Evidence) -> Finding:

@@ -192,3 +192,60 @@ def ok_app() -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class EnvoyProcess:
+    """An Envoy started from a whole bootstrap: its process (ours, by PID), admin port and log file (its own
+    log at debug in Istio's proxy format, interleaved with the access log its listeners write to stdout, as
+    ``kubectl logs -c istio-proxy`` shows them)."""
+
+    proc: subprocess.Popen
+    admin_port: int
+    log: Path
+
+    def stat(self, name: str) -> int | None:
+        """The value of counter or gauge ``name`` in /stats, None while Envoy has not made it."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/stats?filter=^{name}$",
+                                        timeout=5) as resp:
+                body = resp.read().decode()
+        except OSError:
+            return None
+        return next((int(v) for k, _, v in (ln.partition(": ") for ln in body.splitlines()) if k == name), None)
+
+
+@contextlib.contextmanager
+def envoy_process(workdir: Path, name: str, bootstrap: dict, level: str = "debug") -> Iterator[EnvoyProcess]:
+    """Start Envoy with ``bootstrap`` (its admin is added on an ephemeral port), wait (at most 30 s) until its
+    admin API answers and every listener is bound, stop it on exit (SIGTERM, then SIGKILL; only if still ours
+    and running)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    address_file, log = workdir / f"{name}.admin", workdir / f"{name}.log"
+    boot = {"admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}}, **bootstrap}
+    # O_APPEND: an access log on /dev/stdout is a file Envoy opens anew, with an offset of its own.
+    out = open(log, "ab")
+    proc = subprocess.Popen(
+        [envoy_binary(), "--config-yaml", json.dumps(boot), "--admin-address-path", str(address_file),
+         "--concurrency", "1", "--disable-hot-restart", "--base-id", str(free_port()),
+         "--file-flush-interval-msec", "50", "-l", level, "--log-format", ENVOY_LOG_FORMAT],
+        stdout=out, stderr=out)
+    try:
+        def address() -> str | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"Envoy {name} exited: {log.read_text(errors='replace')[-2000:]}")
+            return address_file.read_text().strip() if address_file.exists() else None
+
+        envoy = EnvoyProcess(proc, int(wait_until(f"{name}'s admin address", 30, address).rsplit(":", 1)[1]), log)
+        wanted = len(bootstrap.get("static_resources", {}).get("listeners", []))
+        wait_until(f"{name}'s listeners", 30, lambda: envoy.stat("listener_manager.total_listeners_active") == wanted)
+        yield envoy
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        out.close()

@@ -47,6 +47,9 @@ POOL_ATTACHING = "pool-attaching"  # [C] attaching to next stream (a new connect
 POOL_READY = "pool-ready"  # [C][S] pool ready: the stream got its upstream connection
 STREAM_DONE = "stream-done"  # [C][S] Codec completed encoding stream.
 STREAM_RESET = "stream-reset"  # [C][S] stream reset: reset reason: R, response details: D (``transport``)
+POOL_STREAM_DONE = "pool-stream-done"  # [C] destroying stream: N (active) remaining: a stream left the connection
+RETRY = "retry"  # [C][S] performing retry: the router sends the request again (the attempt before it failed)
+UPSTREAM_HEADERS = "upstream-headers"  # [C][S] upstream headers complete: the upstream answered this attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,10 @@ def _pending(m: re.Match, line: ComponentLine) -> Fact:
     return Fact(PENDING_RESET, line.ts, line.connection, line.stream, detail=m.group(0), count=int(m.group(1)))
 
 
+def _stream_left(m: re.Match, line: ComponentLine) -> Fact:
+    return Fact(POOL_STREAM_DONE, line.ts, line.connection, line.stream, detail=m.group(0), count=int(m.group(1)))
+
+
 def _request(m: re.Match, line: ComponentLine) -> Fact:
     return Fact(REQUEST, line.ts, line.connection, line.stream, detail=m.group(0), headers=_headers(line.message))
 
@@ -153,6 +160,7 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match, ComponentLine], Fact | 
         (rf"^connecting to {_ADDRESS}", _with_address(CONNECTING)),
         (r"^attaching to next (?:stream|request)", _simple(POOL_ATTACHING)),
         (r"^pool ready", _simple(POOL_READY)),
+        (r"^destroying stream: (\d+) (?:active )?remaining", _stream_left),
         (r"^connected$", _simple(CONNECTED)),
         (r"^(?:delayed|immediate) connect(?:ion)? error:.*", _connect_error),
         (r"^connect timeout", _simple(CONNECT_TIMEOUT)),
@@ -173,6 +181,8 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match, ComponentLine], Fact | 
         (rf"^host {_ADDRESS} in cluster (\S+) was ejected by the outlier detector", _ejected),
         (r"^(?:no cluster match for URL|no route match for URL|unknown cluster) ?'?([^']*)'?", _simple(NO_ROUTE, 0)),
         (r"^cluster '([^']*)' match for URL", _simple(ROUTE, 1)),
+        (r"^performing retry", _simple(RETRY)),
+        (r"^upstream headers complete", _simple(UPSTREAM_HEADERS)),
         (rf"^closing connection(?: from {_ADDRESS})?: no matching filter chain found",
          _with_address(FILTER_CHAIN_NOT_FOUND)),
         (r"^(?:Sending|Preparing) local reply with details (.*)$", _simple(LOCAL_REPLY, 1)),

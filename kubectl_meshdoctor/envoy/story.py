@@ -40,6 +40,7 @@ EVIDENCE_KINDS = frozenset({
     k.POOL_NEW, k.POOL_REUSE, k.CONNECTING, k.CONNECT_ERROR, k.CONNECT_TIMEOUT, k.REMOTE_CLOSE, k.PENDING_RESET,
     k.UPSTREAM_RESET, k.CODEC_ERROR, k.TIMEOUT, k.GOAWAY, k.OVERFLOW, k.NO_HEALTHY, k.NO_ROUTE,
     k.FILTER_CHAIN_NOT_FOUND, k.TLS_ERROR, k.LOCAL_REPLY, k.RESPONSE, k.ATTACH, k.NEW_DOWNSTREAM, k.EJECTED,
+    k.RETRY,
 })
 # Lines that name no connection (the pool's overflow, the cluster manager's ejections and "no healthy host", the
 # TLS inspector's verdict on a ClientHello) belong to the story they explain: kept this long (seconds) for it.
@@ -105,13 +106,18 @@ class StreamStory:
     downstream_remote: str | None = None
     refs: tuple[LogRef, ...] = ()
     pod: str | None = None
+    upstream_shared: int = 0  # other streams in flight on the upstream connection when it closed (HTTP/2)
+    upstream_answered: bool = False  # the upstream's response headers came (a reset after them is mid-response)
+    retried: tuple[str, ...] = ()  # what failed each attempt the router retried ("performing retry"), in order
 
     @property
     def flags(self) -> tuple[str, ...]:
         """The response flags Envoy's access log would carry for this request, as far as the log tells them."""
         flags = flags_of_details(self.details)
         if not flags and self.reset_reason:
-            flags = flags_of_details("upstream_reset_before_response_started{%s}" % self.reset_reason.replace(" ", "_"))
+            phase = "after" if self.upstream_answered else "before"
+            flags = flags_of_details("upstream_reset_%s_response_started{%s}"
+                                     % (phase, self.reset_reason.replace(" ", "_")))
         if not flags and self.filter_chain_not_found:
             flags = ("NR",)
         return flags
@@ -181,6 +187,12 @@ class StoryBuilder:
         self._pool_last: dict[int | None, tuple[int, float | None]] = {}  # worker -> its pool's last handed conn  # recent facts with no connection id (LOOSE_S)
         self._told: OrderedDict[tuple[int, int], None] = OrderedDict()  # streams already told: later lines of
         # theirs (a reset after the local reply) must not start a story of their own
+        self._pending: list[StreamStory] = []  # stories told because the window let their streams go
+        # The open streams of each connection: an upstream one carries several at once over HTTP/2, a downstream
+        # one receives several at once over HTTP/2; a close or a GOAWAY on it is each one's.
+        self._on_upstream: dict[int, dict[tuple[int, int], None]] = {}
+        self._on_downstream: dict[int, dict[tuple[int, int], None]] = {}
+        self._ready: dict[int | None, tuple[tuple[int, int], float | None]] = {}  # worker -> its last 'pool ready'
 
     def _conn(self, cid: int) -> _Conn:
         conn = self._conns.get(cid)
@@ -194,8 +206,11 @@ class StoryBuilder:
         st = self._streams.get((cid, sid))
         if st is None:
             st = self._streams[(cid, sid)] = _Stream(cid, sid, ts, ts)
+            self._on_downstream.setdefault(cid, {})[(cid, sid)] = None
             if len(self._streams) > MAX_OPEN:
-                self._streams.popitem(last=False)
+                # Told as it stands, not dropped: a log whose streams never end (the http logger left at info)
+                # must lose none of its failures.
+                self._pending.append(self._tell(next(iter(self._streams.values()))))
             conn = self._conn(cid)
             conn.downstream, conn.stream = True, sid
         st.last = ts if ts is not None else st.last
@@ -203,6 +218,12 @@ class StoryBuilder:
 
     def add(self, fact: Fact, ref: LogRef) -> list[StreamStory]:
         """Take one fact (with the line it came from); return the stories it ends."""
+        told = self._add(fact, ref)
+        if self._pending:
+            told, self._pending = self._pending + told, []
+        return told
+
+    def _add(self, fact: Fact, ref: LogRef) -> list[StreamStory]:
         cid, sid = fact.connection, fact.stream
         if fact.kind == k.ATTACH and cid is not None and fact.peer is not None:
             return self._attach(fact, ref)
@@ -240,6 +261,15 @@ class StoryBuilder:
                 # Envoy's own connect timeout is no errno of the kernel's, but means what ETIMEDOUT does.
                 conn.errno = fact.errno if fact.kind == k.CONNECT_ERROR else 110
                 self._failed_connects = [*self._failed_connects[-15:], (cid, fact.ts)]
+            case k.POOL_STREAM_DONE if fact.count == 0:
+                # The connection holds no stream now: what was on it is done with it (over HTTP/1 a stream
+                # whose downstream end the log does not tell, the http logger left at info), and it sits idle
+                # in the pool from here.
+                for key in list(self._on_upstream.get(cid, ())):
+                    st = self._streams.get(key)
+                    if st is not None:
+                        self._unlink(st)
+                conn.last_done = fact.ts
             case k.REMOTE_CLOSE:
                 conn.remote_close = fact.ts
                 return self._connection_event(cid, fact, ref)
@@ -248,6 +278,13 @@ class StoryBuilder:
         return []
 
     def _attach(self, fact: Fact, ref: LogRef) -> list[StreamStory]:
+        """The attach line names the downstream connection, not the stream: over HTTP/2 that connection carries
+        several. Envoy logs it right after the 'pool ready' of its stream, on the same worker."""
+        ready = self._ready.get(fact.thread)
+        if (ready is not None and ready[0][0] == fact.peer and ready[0] in self._streams
+                and (fact.ts is None or ready[1] is None or fact.ts - ready[1] <= POOL_READY_S)):
+            self._bind(self._streams[ready[0]], fact.connection, fact.ts, ref)
+            return []
         down = self._conn(fact.peer)
         if down.stream is None:
             return []
@@ -275,7 +312,9 @@ class StoryBuilder:
             return
         sid = st.stream
         fact_ts = ts
+        self._unlink(st)
         st.facts["upstream"] = upstream
+        self._on_upstream.setdefault(upstream, {})[(st.connection, sid)] = None
         st.facts["reused"] = not up.new and up.streams > 0 or (not up.new and up.address is None)
         if up.last_done is not None and fact_ts is not None and st.facts["reused"]:
             st.facts["idle"] = fact_ts - up.last_done
@@ -289,27 +328,39 @@ class StoryBuilder:
         up.refs.clear()  # what the pool said before this stream is this stream's; what comes later the next's
 
     def _connection_event(self, cid: int, fact: Fact, ref: LogRef) -> list[StreamStory]:
-        """A close, reset, codec error or GOAWAY on a connection: it belongs to the open stream the connection
-        serves upstream, else to the connection's own open stream (a downstream connection)."""
-        streams = list(reversed(self._streams.values()))
-        owner = next((st for st in streams if st.facts.get("upstream") == cid), None)
-        upstream = owner is not None
-        owner = owner or next((st for st in streams if st.connection == cid), None)
-        if owner is None:
-            return []
-        if len(owner.refs) < MAX_REFS and ref not in owner.refs:
-            owner.refs.append(ref)
-        if fact.kind == k.REMOTE_CLOSE:
-            owner.facts.setdefault("remote_close" if upstream else "downstream_close", fact.ts)
-        elif fact.kind == k.PENDING_RESET and (fact.count or 0) > 0 and upstream:
-            owner.facts.setdefault("closed_at", fact.ts)
-        elif fact.kind == k.CODEC_ERROR:
-            owner.facts.setdefault("codec", fact.detail)
-        elif fact.kind == k.GOAWAY:
-            owner.facts["goaway"] = True
-        elif fact.kind == k.TLS_ERROR:
-            owner.facts.setdefault("tls", fact.detail)
+        """A close, reset, codec error or GOAWAY on a connection: it belongs to every open stream the connection
+        serves upstream, else to the connection's own open streams (a downstream connection). Over HTTP/1 that is
+        one stream; over HTTP/2, each stream multiplexed on it."""
+        keys = self._on_upstream.get(cid)
+        upstream = bool(keys)
+        if not keys:
+            keys = self._on_downstream.get(cid)
+        owners = [self._streams[key] for key in (keys or ()) if key in self._streams]
+        for owner in owners:
+            if len(owner.refs) < MAX_REFS and ref not in owner.refs:
+                owner.refs.append(ref)
+            if fact.kind == k.REMOTE_CLOSE:
+                owner.facts.setdefault("remote_close" if upstream else "downstream_close", fact.ts)
+            elif fact.kind == k.PENDING_RESET and (fact.count or 0) > 0 and upstream:
+                owner.facts.setdefault("closed_at", fact.ts)
+            elif fact.kind == k.CODEC_ERROR:
+                owner.facts.setdefault("codec", fact.detail)
+            elif fact.kind == k.GOAWAY:
+                owner.facts["goaway"] = True
+            elif fact.kind == k.TLS_ERROR:
+                owner.facts.setdefault("tls", fact.detail)
+            if upstream and fact.kind in (k.REMOTE_CLOSE, k.PENDING_RESET):
+                owner.facts["shared"] = max(owner.facts.get("shared", 0), len(owners) - 1)
         return []
+
+    def _unlink(self, st: _Stream) -> None:
+        """Forget ``st`` on the upstream connection it had (a retry goes out afresh, a told stream is done)."""
+        up = st.facts.get("upstream")
+        on = self._on_upstream.get(up) if up is not None else None
+        if on is not None:
+            on.pop((st.connection, st.stream), None)
+            if not on:
+                del self._on_upstream[up]
 
     def _on_stream(self, st: _Stream, fact: Fact, ref: LogRef) -> list[StreamStory]:
         if fact.kind in EVIDENCE_KINDS and len(st.refs) < MAX_REFS:
@@ -340,7 +391,19 @@ class StoryBuilder:
             case k.ROUTE:
                 f.setdefault("cluster", fact.detail)
             case k.POOL_READY:
+                self._ready[fact.thread] = ((st.connection, st.stream), fact.ts)
                 self._pool_ready(st, fact, ref)
+            case k.UPSTREAM_HEADERS:
+                f["answered"] = True
+            case k.RETRY:
+                # The attempt before failed and the router tries again, on a connection the pool gives anew:
+                # the story's outcome is the last attempt's (Envoy's access log logs a retried success as
+                # 200 with no flag); what failed before is kept as what was retried.
+                f["retried"] = (*f.get("retried", ()), f.get("reset") or f.get("timeout") or "a failed attempt")
+                self._unlink(st)
+                for key in ("reset", "transport", "errno", "timeout", "codec", "goaway", "answered", "upstream",
+                            "reused", "idle", "remote_close", "closed_at", "shared"):
+                    f.pop(key, None)
             case k.NO_ROUTE:
                 f["no_route"] = True
             case k.OVERFLOW:
@@ -379,12 +442,19 @@ class StoryBuilder:
             return
         st.facts["upstream"] = cid
         st.facts["reused"] = False
+        self._on_upstream.setdefault(cid, {})[(st.connection, st.stream)] = None
         for r in conn.refs[-6:]:
             if len(st.refs) < MAX_REFS and r not in st.refs:
                 st.refs.append(r)
 
     def _tell(self, st: _Stream) -> StreamStory:
         self._streams.pop((st.connection, st.stream), None)
+        self._unlink(st)
+        down_open = self._on_downstream.get(st.connection)
+        if down_open is not None:
+            down_open.pop((st.connection, st.stream), None)
+            if not down_open:
+                del self._on_downstream[st.connection]
         self._told[(st.connection, st.stream)] = None
         if len(self._told) > MAX_OPEN:
             self._told.popitem(last=False)
@@ -416,7 +486,9 @@ class StoryBuilder:
             upstream_closed_after_s=(closed - st.sent_at) if closed is not None and st.sent_at is not None else None,
             codec_error=f.get("codec"), timeout=f.get("timeout"), goaway=bool(f.get("goaway")),
             overflow=bool(f.get("overflow")), no_healthy=bool(f.get("no_healthy")), no_route=bool(f.get("no_route")),
-            tls_error=f.get("tls"), downstream_remote=down.address if down else None, refs=tuple(refs), pod=self.pod)
+            tls_error=f.get("tls"), downstream_remote=down.address if down else None, refs=tuple(refs), pod=self.pod,
+            upstream_shared=f.get("shared", 0), upstream_answered=bool(f.get("answered")),
+            retried=tuple(f.get("retried", ())))
 
     def expire(self, now: float) -> list[StreamStory]:
         """The stories of streams with no fact for STALE_S before ``now`` (seconds since the epoch)."""
