@@ -48,6 +48,8 @@ POOL_READY = "pool-ready"  # [C][S] pool ready: the stream got its upstream conn
 STREAM_DONE = "stream-done"  # [C][S] Codec completed encoding stream.
 STREAM_RESET = "stream-reset"  # [C][S] stream reset: reset reason: R, response details: D (``transport``)
 POOL_STREAM_DONE = "pool-stream-done"  # [C] destroying stream: N (active) remaining: a stream left the connection
+TCP_SESSION = "tcp-session"  # [C] new tcp proxy session: a downstream connection tcp_proxy relays
+TCP_CLUSTER = "tcp-cluster"  # [C] Creating connection to cluster X: tcp_proxy asks the pool for an upstream
 RETRY = "retry"  # [C][S] performing retry: the router sends the request again (the attempt before it failed)
 UPSTREAM_HEADERS = "upstream-headers"  # [C][S] upstream headers complete: the upstream answered this attempt
 
@@ -182,6 +184,8 @@ _RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match, ComponentLine], Fact | 
         (r"^(?:no cluster match for URL|no route match for URL|unknown cluster) ?'?([^']*)'?", _simple(NO_ROUTE, 0)),
         (r"^cluster '([^']*)' match for URL", _simple(ROUTE, 1)),
         (r"^performing retry", _simple(RETRY)),
+        (r"^new tcp proxy session", _simple(TCP_SESSION)),
+        (r"^Creating connection to cluster (\S+)", _simple(TCP_CLUSTER, 1)),
         (r"^upstream headers complete", _simple(UPSTREAM_HEADERS)),
         (rf"^closing connection(?: from {_ADDRESS})?: no matching filter chain found",
          _with_address(FILTER_CHAIN_NOT_FOUND)),

@@ -29,8 +29,8 @@ from .flags import RESET_BY_TOKEN, flags_of_details, status_of_details
 # conn_handler (accepts, filter chains), connection (connects, closes, TLS), client (codec client resets and
 # errors), pool (reuse, new connections, overflow, GOAWAY), router (routes, resets, timeouts, the attach line),
 # http (header dumps, local replies, downstream codec errors), http2 (HTTP/2 codec errors), upstream (no
-# healthy host).
-STORY_LOGGERS = ("conn_handler", "connection", "client", "pool", "router", "http", "http2", "upstream")
+# healthy host), filter (tcp_proxy's sessions, the TLS inspector's verdicts).
+STORY_LOGGERS = ("conn_handler", "connection", "client", "pool", "router", "http", "http2", "upstream", "filter")
 MAX_OPEN = 20_000  # connections and streams followed at once; the oldest goes first
 MAX_REFS = 24  # evidence lines kept a story
 STALE_S = 60.0
@@ -109,6 +109,7 @@ class StreamStory:
     upstream_shared: int = 0  # other streams in flight on the upstream connection when it closed (HTTP/2)
     upstream_answered: bool = False  # the upstream's response headers came (a reset after them is mid-response)
     retried: tuple[str, ...] = ()  # what failed each attempt the router retried ("performing retry"), in order
+    tcp: bool = False  # a tcp_proxy session (no HTTP request): the downstream connection is the request
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -141,7 +142,8 @@ class StreamStory:
         duration = round(1000 * (self.end - self.start)) if self.end and self.start else 0
         return AccessLogEntry(
             ts=self.start or self.end or 0.0, method=self.method, path=self.path, protocol=None,
-            code=self.status if self.status is not None else (status_of_details(details) or self._reset_status()),
+            code=self.status if self.status is not None else 0 if self.tcp else (status_of_details(details)
+                                                                                 or self._reset_status()),
             flags=self.flags, details=details, termination_details=None,
             upstream_failure=self.transport_failure, bytes_received=0, bytes_sent=0, duration_ms=max(duration, 0),
             upstream_host=self.upstream_address, upstream_cluster=self.cluster, upstream_local=None,
@@ -193,6 +195,8 @@ class StoryBuilder:
         self._on_upstream: dict[int, dict[tuple[int, int], None]] = {}
         self._on_downstream: dict[int, dict[tuple[int, int], None]] = {}
         self._ready: dict[int | None, tuple[tuple[int, int], float | None]] = {}  # worker -> its last 'pool ready'
+        self._tcp_wait: dict[int | None, tuple[tuple[int, int], float | None]] = {}  # worker -> its tcp_proxy
+        # session waiting for the upstream connection the pool opens next
 
     def _conn(self, cid: int) -> _Conn:
         conn = self._conns.get(cid)
@@ -239,6 +243,8 @@ class StoryBuilder:
                                 downstream_remote=fact.address or (conn.address if conn else None),
                                 refs=tuple(r for _, r in self._loose_for("filter_chain", fact.ts))
                                 + tuple((conn.refs if conn else [])[-4:]) + (ref,), pod=self.pod)]
+        if cid is not None and fact.kind in (k.TCP_SESSION, k.TCP_CLUSTER):
+            return self._tcp(cid, fact, ref)
         if cid is None:
             if fact.kind in (k.OVERFLOW, k.NO_HEALTHY, k.EJECTED, k.TLS_ERROR):
                 self._loose = [(f, r) for f, r in self._loose[-31:]
@@ -252,6 +258,7 @@ class StoryBuilder:
                 conn.downstream, conn.address = True, fact.address
             case k.CONNECTING:
                 conn.address, conn.new = fact.address, True
+                self._tcp_connecting(cid, fact, ref)
             case k.POOL_ATTACHING:
                 self._pool_last[fact.thread] = (cid, fact.ts)
             case k.POOL_REUSE:
@@ -261,6 +268,22 @@ class StoryBuilder:
                 # Envoy's own connect timeout is no errno of the kernel's, but means what ETIMEDOUT does.
                 conn.errno = fact.errno if fact.kind == k.CONNECT_ERROR else 110
                 self._failed_connects = [*self._failed_connects[-15:], (cid, fact.ts)]
+                for key in self._on_upstream.get(cid, ()):  # a tcp_proxy session's: no router logs its reset
+                    st = self._streams.get(key)
+                    if st is not None and st.facts.get("tcp"):
+                        timeout = fact.kind == k.CONNECT_TIMEOUT
+                        st.facts.setdefault("reset", "connection timeout" if timeout else "remote connection failure")
+                        st.facts.setdefault("transport", None if timeout else fact.detail)
+                        st.facts.setdefault("errno", conn.errno)
+                        if ref not in st.refs and len(st.refs) < MAX_REFS:
+                            st.refs.append(ref)
+            case k.LOCAL_CLOSE | k.REMOTE_CLOSE if (cid, 0) in self._streams and self._streams[(cid, 0)].facts.get("tcp"):
+                # A tcp_proxy session ends with its downstream connection.
+                st = self._streams[(cid, 0)]
+                if len(st.refs) < MAX_REFS:
+                    st.refs.append(ref)
+                st.last = fact.ts if fact.ts is not None else st.last
+                return [self._tell(st)]
             case k.POOL_STREAM_DONE if fact.count == 0:
                 # The connection holds no stream now: what was on it is done with it (over HTTP/1 a stream
                 # whose downstream end the log does not tell, the http logger left at info), and it sits idle
@@ -352,6 +375,28 @@ class StoryBuilder:
             if upstream and fact.kind in (k.REMOTE_CLOSE, k.PENDING_RESET):
                 owner.facts["shared"] = max(owner.facts.get("shared", 0), len(owners) - 1)
         return []
+
+    def _tcp(self, cid: int, fact: Fact, ref: LogRef) -> list[StreamStory]:
+        """tcp_proxy: the downstream connection is the request (its story's stream id is 0); the upstream
+        connection the pool opens next on the same worker is its."""
+        st = self._stream(cid, 0, fact.ts)
+        st.facts["tcp"] = True
+        if fact.kind == k.TCP_CLUSTER:
+            st.facts.setdefault("cluster", fact.detail)
+            self._tcp_wait[fact.thread] = ((cid, 0), fact.ts)
+        if len(st.refs) < MAX_REFS:
+            st.refs.append(ref)
+        return []
+
+    def _tcp_connecting(self, cid: int, fact: Fact, ref: LogRef) -> None:
+        wait = self._tcp_wait.pop(fact.thread, None)
+        if wait is None or wait[0] not in self._streams:
+            return
+        if fact.ts is not None and wait[1] is not None and fact.ts - wait[1] > POOL_READY_S:
+            return
+        st = self._streams[wait[0]]
+        if "upstream" not in st.facts:
+            self._bind(st, cid, fact.ts, ref)
 
     def _unlink(self, st: _Stream) -> None:
         """Forget ``st`` on the upstream connection it had (a retry goes out afresh, a told stream is done)."""
@@ -488,7 +533,7 @@ class StoryBuilder:
             overflow=bool(f.get("overflow")), no_healthy=bool(f.get("no_healthy")), no_route=bool(f.get("no_route")),
             tls_error=f.get("tls"), downstream_remote=down.address if down else None, refs=tuple(refs), pod=self.pod,
             upstream_shared=f.get("shared", 0), upstream_answered=bool(f.get("answered")),
-            retried=tuple(f.get("retried", ())))
+            retried=tuple(f.get("retried", ())), tcp=bool(f.get("tcp")))
 
     def expire(self, now: float) -> list[StreamStory]:
         """The stories of streams with no fact for STALE_S before ``now`` (seconds since the epoch)."""

@@ -286,3 +286,30 @@ def test_destroying_stream_spellings(count):
         line = parse_component_line(f"[2026-01-01 00:00:00.000][12][debug][pool] [source/x.cc:1] {text}")
         fact = fact_of(line)
         assert fact is not None and fact.kind == "pool-stream-done" and fact.count == count and fact.connection == 7
+
+
+def test_a_tcp_proxy_session_refused_upstream_is_a_story(tmp_path):
+    """tcp_proxy logs no router line: its session (the downstream connection) is the request, the connection
+    the pool opens next on the worker its upstream. A refused connect is UF, as Envoy's access log says."""
+    port = free_port()
+    name = "outbound|9003||db.default.svc.cluster.local"
+    tcp = {"name": "envoy.filters.network.tcp_proxy", "typed_config": {
+        "@type": _T + "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "stat_prefix": name,
+        "cluster": name, "access_log": [file_access_log("TEXT", "/dev/stdout")]}}
+    boot = {"static_resources": {"listeners": [listener("0.0.0.0_9003", port, tcp)],
+                                 "clusters": [cluster(name, free_port())]}}
+    with envoy_process(tmp_path, "caller", boot) as caller:
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port), timeout=ROUND_S) as sock:
+                sock.settimeout(ROUND_S)
+                assert sock.recv(1) == b""  # Envoy closes the session: its upstream refused
+        wait_until("3 access-log lines", ROUND_S, lambda: len(access_lines(caller.log)) == 3)
+    assert all(" 0 UF,URX " in ln for ln in access_lines(caller.log)), access_lines(caller.log)
+    told = [s for s in stories_of(caller.log) if s.tcp]
+    assert len(told) == 3 and all(s.failed and s.errno == 111 and s.cluster == name and s.flags == ("UF",)
+                                  for s in told), told
+    debug_only = tmp_path / "debug-only.log"
+    debug_only.write_text("".join(ln + "\n" for ln in caller.log.read_text().splitlines()
+                                  if not ln.startswith("[20")))
+    code, report = analyze_json(debug_only)
+    assert code == 1 and [f["detector"] for f in report["findings"]] == ["upstream-refused"] * 3
