@@ -16,6 +16,7 @@ from kubectl_meshdoctor.core.pipeline import PipelineStats
 
 from .envoy_debug import debug_reports, jsonable
 from .ladder import render_ladder
+from .shown import block
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # at least one finding of severity error
@@ -309,4 +310,13 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
-RENDERERS = {"json": render_json, "text": render_text, "markdown": render_markdown}
+def _shown(render):
+    """A renderer for a terminal or a ticket: the traffic's control bytes escaped (sinks/shown.py). JSON
+    escapes them itself."""
+    def shown(report: Report) -> str:
+        return block(render(report))
+    shown.__doc__ = render.__doc__
+    return shown
+
+
+RENDERERS = {"json": render_json, "text": _shown(render_text), "markdown": _shown(render_markdown)}

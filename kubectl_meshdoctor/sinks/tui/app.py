@@ -30,6 +30,7 @@ from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 from .ending import StopSignals
 from .findings_list import FindingsList
 from .packet_filter import FilterError, PacketFilter, of_finding
+from .plain import PlainStatic, PlainTable
 from .session import Session, SessionHooks
 
 PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match): a redraw stays short
@@ -134,23 +135,23 @@ class MeshDoctorApp(App[Report | None]):
     # -- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
-        yield Static(self._status_text(), id="status", markup=False)
+        yield PlainStatic(self._status_text(), id="status", markup=False)
         with Horizontal(id="main"):
             with Vertical(id="left"):
-                pods = DataTable(id="pods", cursor_type="none", zebra_stripes=True)
+                pods = PlainTable(id="pods", cursor_type="none", zebra_stripes=True)
                 for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
                     pods.add_column(column, key=column)
                 yield pods
-                yield DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+                yield PlainTable(id="findings", cursor_type="row", zebra_stripes=True)
             with ScrollableContainer(id="detail-box"):
-                yield Static("No findings yet.", id="detail", markup=False)
-                yield Static("", id="ladder", markup=False)
-                yield Static("", id="explain", markup=False)
+                yield PlainStatic("No findings yet.", id="detail", markup=False)
+                yield PlainStatic("", id="ladder", markup=False)
+                yield PlainStatic("", id="explain", markup=False)
         with Vertical(id="packets-box"):
             yield Input(placeholder="filter: ip, port, flags (S F R P .), lo/eth0, frame:N - Enter applies, "
                                     "Esc clears", id="filter")
-            yield Static("packets", id="packets-title", markup=False)
-            packets = DataTable(id="packets", cursor_type="row", zebra_stripes=True)
+            yield PlainStatic("packets", id="packets-title", markup=False)
+            packets = PlainTable(id="packets", cursor_type="row", zebra_stripes=True)
             packets.add_columns("frame", "t (s)", "iface", "source", "destination", "flags", "len", "info")
             yield packets
         yield Footer()
@@ -407,11 +408,12 @@ class MeshDoctorApp(App[Report | None]):
     def action_save(self) -> None:
         f = self.selected
         if f is None:
-            self.notify("select a finding first", severity="warning")
+            self.notify("select a finding first", severity="warning", markup=False)
             return
         if not self.session.saves_evidence:
             self.notify("this session keeps no capture bytes to save (watch --dissect pod leaves them in the pod)"
-                        if self.session.live else "this session keeps no capture bytes to save", severity="error")
+                        if self.session.live else "this session keeps no capture bytes to save", severity="error",
+                        markup=False)
             return
         from .screens import PathPrompt
 
@@ -426,9 +428,9 @@ class MeshDoctorApp(App[Report | None]):
         try:
             summary = await asyncio.to_thread(self.session.save_evidence, f, path, overwrite)
         except Exception as e:  # SaveError and OSError: one line on screen
-            self.notify(f"not saved: {e}", severity="error", timeout=8)
+            self.notify(f"not saved: {e}", severity="error", timeout=8, markup=False)
             return
-        self.notify(summary, timeout=8)
+        self.notify(summary, timeout=8, markup=False)
 
     def action_export(self) -> None:
         from .screens import PathPrompt
@@ -453,9 +455,9 @@ class MeshDoctorApp(App[Report | None]):
                 fh.write(RENDERERS[fmt](self.report_now()))
             os.replace(tmp, path)
         except OSError as e:
-            self.notify(f"not exported: {e.strerror or e}", severity="error", timeout=8)
+            self.notify(f"not exported: {e.strerror or e}", severity="error", timeout=8, markup=False)
             return
-        self.notify(f"report ({fmt}, {len(self.findings)} findings) written to {path}", timeout=8)
+        self.notify(f"report ({fmt}, {len(self.findings)} findings) written to {path}", timeout=8, markup=False)
 
     def action_loggers(self) -> None:
         """The sidecar's log levels, changed with a key (only once the run has found the proxy)."""

@@ -19,6 +19,9 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import Cluster
 from kubectl_meshdoctor.envoy.numbers import UINT64_DIGITS, ascii_int
 
+from ..shown import one_line
+from .plain import PlainStatic, PlainTable
+
 HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error", "rq_timeout", "rq_total")
 FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
               "UO": "yellow", "DC": "dim", "NR": "yellow"}
@@ -41,10 +44,12 @@ def access_log_cells(e: AccessLogEntry, redact: bool = True) -> tuple[str | Text
     matches are this one rendering."""
     ms = round(e.ts * 1000)  # as Envoy printed it: .768 must not read .767
     request = redact_target(f"{e.method} {e.path}", redact) if e.method else "TCP"
-    # Text, never a str: a DataTable reads a str cell as markup, and a path from the traffic may hold `[/]`.
+    # Text, never a str: a DataTable reads a str cell as markup, and a path from the traffic may hold `[/]`;
+    # its control bytes escaped before Rich's Text drops some of them (sinks/shown.py).
     return (Text(time.strftime("%H:%M:%S", time.localtime(ms // 1000)) + f".{ms % 1000:03d}"),
             Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
-            flags_text(e.flags), Text(e.details or "-"), Text(e.upstream_host or "-"), Text(request))
+            flags_text(e.flags), Text(one_line(e.details or "-")), Text(one_line(e.upstream_host or "-")),
+            Text(one_line(request)))
 
 
 def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
@@ -69,8 +74,8 @@ class ClustersScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("reading /clusters ...", id="clusters-status", markup=False)
-        table = DataTable(id="clusters", cursor_type="row", zebra_stripes=True)
+        yield PlainStatic("reading /clusters ...", id="clusters-status", markup=False)
+        table = PlainTable(id="clusters", cursor_type="row", zebra_stripes=True)
         table.add_column("cluster", key="cluster")
         table.add_column("host", key="host")
         for name in HOST_COUNTERS:
@@ -158,9 +163,9 @@ class AccessLogScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("", id="log-status", markup=False)
+        yield PlainStatic("", id="log-status", markup=False)
         yield Input(placeholder="filter: a flag (UC) or any text, Enter to apply", id="log-filter")
-        table = DataTable(id="access-log", cursor_type="row", zebra_stripes=True)
+        table = PlainTable(id="access-log", cursor_type="row", zebra_stripes=True)
         for name in ("time", "code", "flags", "details", "upstream host", "request"):
             table.add_column(name, key=name)
         yield table

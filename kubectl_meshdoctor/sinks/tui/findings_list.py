@@ -15,6 +15,8 @@ from textual.widgets import DataTable
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.groups import FindingGroup, Grouper, GroupKey
 
+from ..shown import one_line
+
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _SHORT = {Severity.ERROR: "ERR", Severity.WARNING: "WARN", Severity.INFO: "INFO"}
 _SEV_WIDTH = 5  # the first column: ERR / WARN / INFO over the count (×88)
@@ -88,7 +90,7 @@ class FindingsList:
 
     def _cells(self, g: FindingGroup, width: int) -> tuple[list, int]:
         f = g.newest
-        lines = label_lines(g, width)
+        lines = [one_line(line) for line in label_lines(g, width)]  # the title quotes the traffic
         sev = Text(_SHORT[f.severity], style=SEVERITY_STYLE[f.severity]) + Text(f"\n×{g.count}")
         return [sev, Text(lines[0], style="bold") + Text("\n" + "\n".join(lines[1:]))], max(len(lines), 2)
 

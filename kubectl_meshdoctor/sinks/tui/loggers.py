@@ -9,6 +9,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from .plain import PlainStatic, PlainTable
+
 LEVEL_KEYS = {"t": "trace", "d": "debug", "i": "info", "w": "warning", "e": "error", "o": "off"}
 _KEY_NAMES = {"escape": "esc"}  # as the footer writes them
 
@@ -45,9 +47,9 @@ class LoggersScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(self.status, id="loggers-status", markup=False)
-        yield Static(keys_help(self.BINDINGS), id="loggers-keys", markup=False)
-        table = DataTable(id="loggers", cursor_type="row", zebra_stripes=True)
+        yield PlainStatic(self.status, id="loggers-status", markup=False)
+        yield PlainStatic(keys_help(self.BINDINGS), id="loggers-keys", markup=False)
+        table = PlainTable(id="loggers", cursor_type="row", zebra_stripes=True)
         table.add_column("logger", key="logger")
         table.add_column("level", key="level")
         yield table

@@ -11,6 +11,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from .plain import PlainStatic
+
 # Every key of the app and its panes, in the order a newcomer needs them.
 KEYS: tuple[tuple[str, str, str], ...] = (
     ("main", "↑ ↓ / click", "select a problem (one row per kind of finding): its detail, ladder and packets"),
@@ -56,8 +58,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("kubectl meshdoctor: keys", classes="title")
-            yield Static(help_text(), id="help-keys", markup=False)
+            yield PlainStatic("kubectl meshdoctor: keys", classes="title")
+            yield PlainStatic(help_text(), id="help-keys", markup=False)
 
     def action_dismiss(self, result=None) -> None:
         self.dismiss(None)
@@ -83,9 +85,9 @@ class PathPrompt(ModalScreen[tuple[str, bool] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.title_text, markup=False)
+            yield PlainStatic(self.title_text, markup=False)
             yield Input(self.default, id="prompt-path")
-            yield Static("Enter to save, Esc to cancel", id="prompt-warning", markup=False)
+            yield PlainStatic("Enter to save, Esc to cancel", id="prompt-warning", markup=False)
 
     @on(Input.Submitted, "#prompt-path")
     def _submitted(self, event: Input.Submitted) -> None:

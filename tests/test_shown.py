@@ -1,0 +1,48 @@
+"""Issue 29, item 1, for the reports: the traffic's control bytes never reach a terminal through `-o text` or
+`-o markdown` (a ticket is read in one too); each shows as its escape. sinks/shown.py's rules, as properties."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kubectl_meshdoctor.sinks.shown import block, is_safe, one_line
+
+from .tui.test_hostile_text import HOSTILE, UF, UNSAFE
+
+
+@given(st.text())
+def test_one_line_is_printable_and_one_line(text):
+    shown = one_line(text)
+    assert is_safe(shown) and "\n" not in shown
+    assert not any(ch in shown for ch in UNSAFE)
+
+
+@given(st.text())
+def test_block_keeps_its_lines_and_escapes_the_rest(text):
+    shown = block(text)
+    assert is_safe(shown, lines=True) and shown.count("\n") == text.count("\n")
+
+
+def test_printable_text_is_left_as_it_is():
+    for text in ("GET /p[/x] HTTP/1.1", "ümlaut ✓ 中文", "tab\there"):
+        assert block(text) == text
+
+
+def test_a_long_value_says_how_much_was_cut():
+    assert one_line("x" * 10, limit=4) == "xxxx... (6 more characters)"
+
+
+def test_reports_escape_the_traffics_control_bytes(tmp_path):
+    for i, (path, agent) in enumerate(HOSTILE.items()):
+        log = tmp_path / f"istio-proxy-{i}.log"
+        log.write_text(UF.format(path=path, agent=agent, n=i) + "\n")
+        for fmt in ("text", "markdown"):
+            proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "-o", fmt],
+                                  capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 1, proc.stderr
+            assert not [ch for ch in UNSAFE if ch in proc.stdout + proc.stderr], (path, fmt)
+            assert one_line(path, limit=200)[:200] in proc.stdout, (path, fmt)
