@@ -38,6 +38,19 @@ def test_a_folded_continuation_is_hidden_with_its_field_and_shown_with_others():
     assert sum(SECRET in p for p in framing_violations(msg, redact=False)) == 2
 
 
+@pytest.mark.parametrize("eol", ["\n", "\r", "\r\n"])
+@pytest.mark.parametrize("name", ["Authorization", "Proxy-Authorization", "Cookie"])
+def test_a_folded_line_holding_a_bare_line_end_hides_what_follows_it(eol, name):
+    """Issue 29, item 3: a parser that takes a bare LF (or CR) for a line end reads what follows it in an obs-fold
+    line as the next header: a continuation is cut there, as a plain header line is."""
+    line = f"  and folded{eol}{name}: Bearer {SECRET}"
+    shown = raw_line(line, owner="X-Note")
+    assert SECRET not in shown and shown.startswith("  and folded") and REDACTED in shown
+    msg = parse_http_start(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\nX-Note: long\r\n"
+                           + line.encode() + b"\r\n\r\n")
+    assert all(SECRET not in p for p in framing_violations(msg))
+
+
 def test_a_continuation_with_nothing_above_it_is_hidden():
     assert raw_line(" " + SECRET) == " " + REDACTED and raw_line(" " + SECRET, owner="") == " " + REDACTED
 

@@ -63,7 +63,9 @@ def raw_line(line: str, redact: bool = True, owner: str | None = None) -> str:
         # that drops the leading whitespace (or the NULs in it) would see `` Cookie: ...`` as a Cookie.
         looks_like = _CONTROL.sub("", line.partition(":")[0]).lower()
         if owner is not None and not sensitive_name(owner) and looks_like not in SENSITIVE_HEADERS:
-            return line
+            # Cut at a bare CR or LF, as header_line does: what follows would read as a header of its own.
+            return line if "\n" not in line and "\r" not in line else (
+                line.replace("\r", "\n").split("\n", 1)[0] + f"\\n{REDACTED}")
         return line[:1] + REDACTED
     name, sep, value = line.partition(":")
     if sep and _TOKEN.fullmatch(name):

@@ -20,10 +20,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from . import component_facts as k
-from .access_log import AccessLogEntry
 from .component_facts import Fact
-from .component_log import ComponentLine
-from .flags import RESET_BY_TOKEN, flags_of_details, status_of_details
+from .stream_story import LogRef, StreamStory, log_ref
+
+__all__ = ["STORY_LOGGERS", "LogRef", "StoryBuilder", "StreamStory", "log_ref"]
 
 # The Envoy loggers whose debug lines a story is made of (docs/envoy-component-log.md names each message's):
 # conn_handler (accepts, filter chains), connection (connects, closes, TLS), client (codec client resets and
@@ -33,8 +33,8 @@ from .flags import RESET_BY_TOKEN, flags_of_details, status_of_details
 STORY_LOGGERS = ("conn_handler", "connection", "client", "pool", "router", "http", "http2", "upstream", "filter")
 MAX_OPEN = 20_000  # connections and streams followed at once; the oldest goes first
 MAX_REFS = 24  # evidence lines kept a story
-STALE_S = 60.0
-POOL_READY_S = 0.05  # a pool decision and the 'pool ready' of the stream it served: this close on one worker  # a stream with no fact for this long is told as it stands
+STALE_S = 60.0  # a stream with no fact for this long is told as it stands
+POOL_READY_S = 0.05  # a pool decision and the 'pool ready' of the stream it served: this close on one worker
 # The facts a finding quotes as evidence: decisions and failures, not every state change.
 EVIDENCE_KINDS = frozenset({
     k.POOL_NEW, k.POOL_REUSE, k.CONNECTING, k.CONNECT_ERROR, k.CONNECT_TIMEOUT, k.REMOTE_CLOSE, k.PENDING_RESET,
@@ -48,107 +48,6 @@ LOOSE_S = 2.0
 _LOOSE_FOR = {  # a story's mark -> the loose facts that explain it
     "overflow": (k.OVERFLOW,), "no_healthy": (k.NO_HEALTHY, k.EJECTED), "filter_chain": (k.TLS_ERROR,),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class LogRef:
-    """One line of Envoy's log that a story rests on: where (``source``, 1-based ``line``), when (``ts``, seconds
-    since the epoch, None when the line had no time), its ``kind`` (a fact kind) and ``text`` (the line as read,
-    its first physical line)."""
-
-    source: str
-    line: int
-    ts: float | None
-    kind: str
-    text: str  # the message's first line, with its connection id: "[C11] using existing connection"
-    raw: str = ""  # the line as logged (its first physical line)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamStory:
-    """What Envoy's log tells of one request (or of one connection refused before any request).
-
-    Times are seconds since the epoch. ``upstream_idle_s``: how long the pooled connection sat idle before this
-    stream was put on it (None for a new connection). ``upstream_closed_after_s``: seconds from the request going
-    out to the upstream connection's close (remote close, or the disconnect that reset this stream).
-    """
-
-    source: str
-    connection: int | None
-    stream: int | None
-    start: float | None
-    end: float | None
-    method: str | None = None
-    path: str | None = None
-    authority: str | None = None
-    request_id: str | None = None
-    status: int | None = None
-    details: str | None = None
-    reset_reason: str | None = None
-    transport_failure: str | None = None
-    errno: int | None = None
-    cluster: str | None = None
-    upstream_connection: int | None = None
-    upstream_address: str | None = None
-    upstream_reused: bool | None = None
-    upstream_idle_s: float | None = None
-    upstream_remote_close: bool = False
-    upstream_closed: bool = False  # the upstream connection went away with this request on it
-    upstream_closed_after_s: float | None = None
-    codec_error: str | None = None
-    timeout: str | None = None
-    goaway: bool = False
-    overflow: bool = False
-    no_healthy: bool = False
-    no_route: bool = False
-    filter_chain_not_found: bool = False
-    tls_error: str | None = None
-    downstream_remote: str | None = None
-    refs: tuple[LogRef, ...] = ()
-    pod: str | None = None
-    upstream_shared: int = 0  # other streams in flight on the upstream connection when it closed (HTTP/2)
-    upstream_answered: bool = False  # the upstream's response headers came (a reset after them is mid-response)
-    retried: tuple[str, ...] = ()  # what failed each attempt the router retried ("performing retry"), in order
-    tcp: bool = False  # a tcp_proxy session (no HTTP request): the downstream connection is the request
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        """The response flags Envoy's access log would carry for this request, as far as the log tells them."""
-        flags = flags_of_details(self.details)
-        if not flags and self.reset_reason:
-            phase = "after" if self.upstream_answered else "before"
-            flags = flags_of_details("upstream_reset_%s_response_started{%s}"
-                                     % (phase, self.reset_reason.replace(" ", "_")))
-        if not flags and self.filter_chain_not_found:
-            flags = ("NR",)
-        return flags
-
-    @property
-    def failed(self) -> bool:
-        """Whether Envoy failed the request (a response flag, or a reply of its own): an upstream's own 5xx,
-        passed on as it came, is the app's answer, not Envoy's failure (its access log says via_upstream)."""
-        return (bool(self.flags) or self.filter_chain_not_found or bool(self.tls_error)
-                or bool(self.details and self.details != "via_upstream"))
-
-    def _reset_status(self) -> int:
-        """The status Envoy answers a reset before the response with (its reason's), 0 when not known."""
-        reset = RESET_BY_TOKEN.get((self.reset_reason or "").strip().replace(" ", "_"))
-        return reset.status if reset is not None else 0
-
-    def entry(self) -> AccessLogEntry:
-        """The access-log line Envoy would have written for this request, from what the log tells (fields it does
-        not tell are None): how detectors that read access-log lines read a story."""
-        details = self.details or ("filter_chain_not_found" if self.filter_chain_not_found else None)
-        duration = round(1000 * (self.end - self.start)) if self.end and self.start else 0
-        return AccessLogEntry(
-            ts=self.start or self.end or 0.0, method=self.method, path=self.path, protocol=None,
-            code=self.status if self.status is not None else 0 if self.tcp else (status_of_details(details)
-                                                                                 or self._reset_status()),
-            flags=self.flags, details=details, termination_details=None,
-            upstream_failure=self.transport_failure, bytes_received=0, bytes_sent=0, duration_ms=max(duration, 0),
-            upstream_host=self.upstream_address, upstream_cluster=self.cluster, upstream_local=None,
-            downstream_local=None, downstream_remote=self.downstream_remote, request_id=self.request_id,
-            authority=self.authority, raw="", pod=self.pod)
 
 
 @dataclass(slots=True)
@@ -543,10 +442,3 @@ class StoryBuilder:
     def finish(self) -> list[StreamStory]:
         """The stories of every stream still open, as they stand."""
         return [self._tell(st) for st in list(self._streams.values())]
-
-
-def log_ref(source: str, number: int, line: ComponentLine, kind: str) -> LogRef:
-    """The reference to component-log entry ``line`` (its head at 1-based line ``number`` of ``source``)."""
-    first = line.message.split("\n", 1)[0]
-    ids = f"[C{line.connection}] " if line.connection is not None else ""
-    return LogRef(source, number, line.ts, kind, (ids + first)[:500], line.raw[:2000])
