@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyCountersEvent, EnvoyLogEvent
 from kubectl_meshdoctor.envoy.access_log import PARTIAL, layers_for, looks_like_access_log, read_layers
-from kubectl_meshdoctor.envoy.clusters import Cluster, parse_clusters
+from kubectl_meshdoctor.envoy.clusters import Cluster, FormatError, parse_clusters
 from kubectl_meshdoctor.envoy.component_facts import fact_of
 from kubectl_meshdoctor.envoy.component_log import (
     ComponentLine,
@@ -39,6 +39,8 @@ from .merge import Gate
 BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log never sits whole in memory
 MAX_PRETTY = 300  # lines of one pretty-printed JSON access-log line (Istio's JSON has ~25 keys)
 MAX_JOINED = 1 << 20  # the pieces of one split line (CRI `P`, Docker's 16 KiB pieces) held at most
+MAX_LINE = 1 << 20  # characters of one line held at most: a longer one (a gzip bomb's zeros) is skipped, counted
+MAX_DUMP = 256 << 20  # characters of one /stats or /clusters dump read at most (a 5,000-cluster mesh's: ~100 MB)
 
 
 @dataclass(slots=True)
@@ -57,6 +59,8 @@ class LogRead:
     unreadable: int = 0
     first_unreadable: int | None = None
     partial: int = 0
+    too_long: int = 0  # lines longer than MAX_LINE, skipped unread
+    first_too_long: int | None = None
     first_partial: int | None = None
     other: int = 0
     problems: list[str] = field(default_factory=list)
@@ -143,15 +147,13 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
     with open_text(path) as fh:
         while True:
             await gate()
-            try:
-                batch = await asyncio.to_thread(_lines, fh, BATCH_LINES)
-            except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # a compressed log cut short
-                result.problems.append(f"log cut short after line {result.lines} ({e}); analysed up to there")
-                break
-            if not batch:
-                break
+            batch, cut = await asyncio.to_thread(_lines, fh, BATCH_LINES)
             for line in batch:
                 result.lines += 1
+                if line is None:  # longer than MAX_LINE: skipped, its memory never held
+                    result.too_long += 1
+                    result.first_too_long = result.first_too_long or result.lines
+                    continue
                 raw = line.rstrip("\r\n")
                 layers = layers_for(raw, log_format)
                 u = layers[-1]
@@ -169,6 +171,11 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                     pieces, first_piece = [], 0
                 for one in pretty.take(layers, raw, number):
                     _read_one(result, *one, path, push, log_format, component)
+            if cut is not None:  # a compressed log cut short, or its checksum wrong: every line before it read
+                result.problems.append(f"log cut short after line {result.lines} ({cut}); analysed up to there")
+                break
+            if not batch:
+                break
     for one in pretty.flush():
         _read_one(result, *one, path, push, log_format, component)
     component.flush()
@@ -179,6 +186,9 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
         # The count and where, never the text: a hostile line is the user's to open, not ours to print.
         result.problems.append(f"{result.unreadable} line(s) that start as access-log lines could not be read "
                                f"and were skipped; the first is line {result.first_unreadable}")
+    if result.too_long:
+        result.problems.append(f"{result.too_long} line(s) longer than {MAX_LINE >> 20} MiB were skipped unread "
+                               f"(no line of Envoy's is that long); the first is line {result.first_too_long}")
     if result.partial:
         result.problems.append(f"{result.partial} line(s) match no known access-log format whole and were read in "
                                f"part (time, request, code, flags, details); the first is line "
@@ -259,13 +269,25 @@ def _unreadable(result: LogRead, number: int) -> None:
     result.first_unreadable = result.first_unreadable or number
 
 
-def _lines(fh, n: int) -> list[str]:
-    out = []
-    for line in fh:
-        out.append(line)
-        if len(out) >= n:
-            break
-    return out
+def _lines(fh, n: int) -> tuple[list[str | None], BaseException | None]:
+    """Up to ``n`` lines of ``fh``, and the error that ended a compressed file early (None if none): the lines
+    before it are the caller's all the same. A line longer than MAX_LINE is None, read past in MAX_LINE pieces
+    so that no more than that is ever held."""
+    out: list[str | None] = []
+    try:
+        while len(out) < n:
+            line = fh.readline(MAX_LINE)
+            if not line:
+                break
+            if len(line) >= MAX_LINE and not line.endswith("\n"):
+                while line and not line.endswith("\n"):
+                    line = fh.readline(MAX_LINE)
+                out.append(None)
+                continue
+            out.append(line)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        return out, e
+    return out, None
 
 
 def read_counters(stats_paths: list[str], ts: float) -> tuple[EnvoyCountersEvent, list[str]]:
@@ -277,10 +299,9 @@ def read_counters(stats_paths: list[str], ts: float) -> tuple[EnvoyCountersEvent
     them (another Envoy, or this one restarted) only the latest is read, since its start. Raises
     envoy.clusters.FormatError for a body that is not /stats, OSError for an unreadable file."""
     dumps = []
-    for path in stats_paths:
-        with open_text(path) as fh:
-            dumps.append((path, parse_stats(fh.read())))
     notes: list[str] = []
+    for path in stats_paths:
+        dumps.append((path, parse_stats(_read_dump(path, notes))))
     if len(dumps) > 1 and all(_uptime(d) is not None for _, d in dumps):
         dumps = sorted(dumps, key=lambda pd: _uptime(pd[1]) or 0.0)
     if len(dumps) > 1:
@@ -310,8 +331,21 @@ def _uptime(stats: dict) -> float | None:
 
 def read_clusters(path: str) -> dict[str, Cluster]:
     """A `/clusters` dump (text or JSON). Raises envoy.clusters.FormatError, OSError."""
+    return parse_clusters(_read_dump(path, []))
+
+
+def _read_dump(path: str, notes: list[str]) -> str:
+    """A dump's text, at most MAX_DUMP characters of it (cut at a line end, with a note): a gzip bomb must not
+    take the machine's memory. Raises OSError, and FormatError for a compressed dump cut short."""
     with open_text(path) as fh:
-        return parse_clusters(fh.read())
+        try:
+            text = fh.read(MAX_DUMP + 1)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            raise FormatError(f"{path}: compressed file cut short or damaged ({e})") from None
+    if len(text) > MAX_DUMP:
+        text = text[:MAX_DUMP].rpartition("\n")[0]
+        notes.append(f"{path} is larger than {MAX_DUMP >> 20} MiB: only its first {MAX_DUMP >> 20} MiB were read")
+    return text
 
 
 def clusters_summary(clusters: dict[str, Cluster]) -> dict[str, dict]:
