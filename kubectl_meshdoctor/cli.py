@@ -241,8 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--dry-run", action="store_true",
                    help="print the ephemeral container watch would add and the RBAC it needs; change nothing")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
-                   help="also save the lo and eth0 captures in DIR, as captured (add --full-capture for every "
-                   "TCP packet; they carry secrets: only on request)")
+                   help="also save the lo and eth0 captures in DIR as POD-IFACE.pcap, as captured, owner-only "
+                   "(add --full-capture for every TCP packet; they carry secrets: only on request). A file of "
+                   "that name is refused unless --overwrite; a symbolic link always")
+    w.add_argument("--overwrite", action="store_true",
+                   help="with --write-pcap: replace capture files of the same name in DIR")
     w.add_argument("--dissect", choices=("local", "pod"), default="local",
                    help="where tshark runs: local = here, one for every pod (default); pod = in each debug "
                    "container, beside its tcpdump (needs tshark in --image, as netshoot has; ~160 MB of the pod's "

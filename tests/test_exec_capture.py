@@ -11,7 +11,7 @@ import types
 import pytest
 from websocket import ABNF, WebSocket, WebSocketProtocolException
 
-from kubectl_meshdoctor.kube.capture import ExecCapture, exit_code_of, status_message
+from kubectl_meshdoctor.kube.capture import ExecCapture, copy_refusal, exit_code_of, open_copy, status_message
 from tests.waiting import wait_until
 
 
@@ -118,3 +118,55 @@ def test_the_copy_ends_at_its_limit_inside_a_burst(tmp_path):
         cap._deliver(b"789abcdef", tee)
         cap._deliver(b"ghi", tee)
     assert path.read_bytes() == b"0123456789" and cap.tee_full
+
+
+def test_a_planted_link_is_never_written_through(tmp_path):
+    """Issue 29, item 6: as root, into a directory where someone planted POD-IFACE.pcap -> a file of root's, the
+    copy is refused (even with --overwrite) and the file it points at is untouched."""
+    secret = tmp_path / "secret"
+    secret.write_text("root's own")
+    link = tmp_path / "pod-lo.pcap"
+    link.symlink_to(secret)
+    for replace in (False, True):
+        read_fd, write_fd = os.pipe()
+        cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, write_fd, tee_path=str(link), tee_replace=replace)
+        cap.start()
+        assert cap.join(10)
+        os.close(read_fd)
+        assert cap.error == f"cannot write {link}: it is a symbolic link; refused"
+    assert secret.read_text() == "root's own" and link.is_symlink()
+
+
+def test_a_file_of_the_same_name_is_refused_unless_replaced(tmp_path):
+    old = tmp_path / "pod-eth0.pcap"
+    old.write_bytes(b"earlier capture")
+    os.chmod(old, 0o644)
+    with pytest.raises(FileExistsError):
+        open_copy(str(old))
+    assert old.read_bytes() == b"earlier capture"
+    assert copy_refusal(FileExistsError(17, "File exists"), str(old)) == "it exists (give --overwrite to replace it)"
+    with open_copy(str(old), replace=True) as fh:
+        fh.write(b"new")
+    assert old.read_bytes() == b"new" and old.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_new_copy_is_owner_only(tmp_path):
+    path = tmp_path / "pod-lo.pcap"
+    with open_copy(str(path)) as fh:
+        fh.write(b"x")
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_full_disk_stops_the_copy_not_the_capture():
+    """Issue 29, item 7: ENOSPC (the kernel's, from /dev/full) on the copy: the copy stops with a reason naming
+    it, and every byte still reaches the analysis."""
+    analysed = []
+    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, tee_path="/dev/full")
+    cap.on_data = analysed.append
+    with open("/dev/full", "wb", buffering=0) as tee:
+        cap._deliver(b"header", tee)
+        cap._deliver(b"packet", tee)
+    assert analysed == [b"header", b"packet"]
+    assert cap.tee_full and cap.error is None
+    assert cap.tee_error == ("the copy /dev/full stopped after 0 bytes: No space left on device; the capture and "
+                             "its analysis went on")

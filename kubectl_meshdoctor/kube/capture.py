@@ -7,6 +7,7 @@ kernel then counts drops, which tcpdump reports on exit) rather than unbounded b
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -85,9 +86,11 @@ class ExecCapture:
     write_fd: int
     tee_path: str | None = None
     tee_limit: int | None = None  # bytes: past this the copy stops (a spool must not fill the disk)
+    tee_replace: bool = False  # an existing regular file at tee_path is replaced (else refused)
     bpf: str = "tcp"  # the BPF filter tcpdump captures with (sources/capture_filter.py writes the lean one)
     tshark_args: list[str] | None = None  # set: tshark runs in the pod and its lines are the stream (pod_fields.py)
     tee_full: bool = False
+    tee_error: str | None = None  # why the copy stopped before the capture did (a full disk): the capture goes on
     bytes_received: int = 0
     returncode: int | None = None
     stderr: str = ""
@@ -139,9 +142,9 @@ class ExecCapture:
         try:
             if self.tee_path:
                 try:  # unbuffered: the copy on disk is read while the capture runs (saving a finding from the TUI)
-                    tee = open(self.tee_path, "wb", buffering=0)
+                    tee = open_copy(self.tee_path, self.tee_replace)
                 except OSError as e:
-                    self.error = f"cannot write {self.tee_path}: {e.strerror or e}"
+                    self.error = f"cannot write {self.tee_path}: {copy_refusal(e, self.tee_path)}"
                     return
             command = capture_command(self.iface, self.max_seconds, self.bpf, self.tshark_args)
             ws = k8s_stream(
@@ -274,12 +277,17 @@ class ExecCapture:
         before = self.bytes_received
         self.bytes_received += len(payload)
         if tee is not None and not self.tee_full:
-            if self.tee_limit is not None and self.bytes_received > self.tee_limit:
-                self.tee_full = True  # the copy ends at the limit, in a record cut short: readers stop at the cut
-                if before < self.tee_limit:
-                    tee.write(payload[:self.tee_limit - before])
-            else:
-                tee.write(payload)
+            try:
+                if self.tee_limit is not None and self.bytes_received > self.tee_limit:
+                    self.tee_full = True  # the copy ends at the limit, in a record cut short: readers stop there
+                    if before < self.tee_limit:
+                        tee.write(payload[:self.tee_limit - before])
+                else:
+                    tee.write(payload)
+            except OSError as e:  # ENOSPC, EDQUOT, EIO: the copy stops, the capture and its analysis go on
+                self.tee_full = True
+                self.tee_error = (f"the copy {self.tee_path} stopped after {before} bytes: {e.strerror or e}; "
+                                  f"the capture and its analysis went on")
         if self.on_data is not None:
             self.on_data(payload)  # blocks when tshark lags: back-pressure to tcpdump
         view = memoryview(payload) if self.write_fd >= 0 else b""
@@ -289,6 +297,31 @@ class ExecCapture:
             except BrokenPipeError:  # tshark went away; keep draining so tcpdump is not blocked
                 return
             view = view[n:]
+
+
+def open_copy(path: str, replace: bool = False):
+    """Open ``path`` for a capture's copy, owner-only (0600: it holds the traffic's secrets), unbuffered. A
+    symbolic link there is refused whatever ``replace`` says (O_NOFOLLOW: root must not write through a link
+    someone planted); an existing file is refused unless ``replace`` (O_EXCL). Raises OSError."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_TRUNC if replace else os.O_EXCL)
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a replaced file keeps its old mode otherwise
+        return os.fdopen(fd, "wb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def copy_refusal(e: OSError, path: str) -> str:
+    """Why ``open_copy`` refused ``path``, in one line."""
+    if e.errno == errno.ELOOP or os.path.islink(path):
+        return "it is a symbolic link; refused"
+    if os.path.isdir(path):
+        return os.strerror(errno.EISDIR)
+    if e.errno == errno.EEXIST:
+        return "it exists (give --overwrite to replace it)"
+    return e.strerror or str(e)
 
 
 def exit_code_of(status: bytes) -> int | None:

@@ -4,6 +4,7 @@ lab's API server, real Envoy as the sidecar. Only the API server is a stand-in."
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -184,6 +185,31 @@ def test_unknown_pod_is_one_line_exit_2(lab_state):
                       "--duration", "1")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and 'pod "nope" not found' in proc.stderr
+
+
+def test_write_pcap_refuses_a_planted_link_and_a_file_before_touching_the_pod(lab_state, tmp_path):
+    """Issue 29, item 6: before any pod is touched, a POD-IFACE.pcap already in the directory (a file, or a link
+    someone planted) is one line, exit 2; --overwrite replaces a file (owner-only), never a link."""
+    pod = "healthy"
+    secret = tmp_path / "secret"
+    secret.write_text("root's own")
+    pcaps = tmp_path / "pcaps"
+    pcaps.mkdir()
+    (pcaps / f"{pod}-lo.pcap").symlink_to(secret)
+    (pcaps / f"{pod}-eth0.pcap").write_bytes(b"an earlier capture")
+    for extra in ((), ("--overwrite",)):
+        proc = meshdoctor("watch", f"pod/{pod}", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui",
+                          "--duration", "2", "--write-pcap", str(pcaps), *extra)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+        assert "Traceback" not in proc.stderr and "--write-pcap" in proc.stderr
+    assert secret.read_text() == "root's own"
+    (pcaps / f"{pod}-lo.pcap").unlink()
+    os.chmod(pcaps / f"{pod}-eth0.pcap", 0o644)
+    rc, report, err = watch_json(lab_state, pod, 2, "--write-pcap", str(pcaps), "--overwrite")
+    for iface in ("lo", "eth0"):
+        saved = pcaps / f"{pod}-{iface}.pcap"
+        assert saved.read_bytes()[:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1"), iface
+        assert saved.stat().st_mode & 0o777 == 0o600, iface
 
 
 async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, tmp_path):

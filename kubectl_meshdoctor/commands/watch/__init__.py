@@ -34,7 +34,8 @@ def _watch_options(args, kube):
     return WatchOptions(target=Target.parse(args.target) if args.target else None, selector=args.selector,
                         namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
-                        write_pcap_dir=args.write_pcap, admin_port=args.proxy_admin_port,
+                        write_pcap_dir=args.write_pcap, overwrite_pcap=args.overwrite,
+                        admin_port=args.proxy_admin_port,
                         full_capture=args.full_capture, dissect=args.dissect, envoy_debug=args.envoy_debug,
                         ifaces=_ifaces(args.iface), profile=args.profile, start_timeout_s=args.start_timeout)
 
@@ -53,6 +54,8 @@ def run(args) -> int:
         return error(str(e))
     if opts.dissect == "pod" and opts.write_pcap_dir is not None:
         return error("--write-pcap needs the packets here; with --dissect pod only tshark's fields leave the pod")
+    if opts.overwrite_pcap and opts.write_pcap_dir is None:
+        return error("--overwrite replaces --write-pcap's files: give --write-pcap DIR too")
     if args.dry_run:
         return _watch_dry_run(kube, opts)
     remove_stale_private_dirs()  # a killed watch's spool: capture bytes nobody asked to keep

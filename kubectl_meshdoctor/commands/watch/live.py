@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ class WatchOptions:
     image: str = DEFAULT_IMAGE
     ttl_s: int = DEFAULT_TTL_S
     write_pcap_dir: Path | None = None
+    overwrite_pcap: bool = False  # --overwrite: replace files of the same name in write_pcap_dir (never a link)
     ifaces: tuple[str, ...] = IFACES
     admin_port: int = 15000  # the sidecar's Envoy admin port (--proxy-admin-port)
     profile: str = "least"  # the debug container's capabilities: least (NET_RAW) or netadmin
@@ -112,6 +114,17 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
     progress(f"resolving {what} in namespace {opts.namespace}")
     pods = await asyncio.to_thread(capturable_pods, kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
+    if opts.write_pcap_dir is not None:  # before any pod is touched
+        paths = [pcap_path(opts.write_pcap_dir, pod.metadata.name, iface) for pod in pods for iface in opts.ifaces]
+        links = [path for path in paths if path.is_symlink()]
+        if links:  # root must not write through a link someone planted, --overwrite or not
+            raise KubeError(f"--write-pcap: {links[0]} is a symbolic link; refused (remove it, or give another "
+                            f"directory)")
+        taken = [path for path in paths if os.path.lexists(path)] if not opts.overwrite_pcap else []
+        if taken:
+            more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+            raise KubeError(f"--write-pcap: {taken[0]}{more} exists; give --overwrite to replace "
+                            f"{'them' if more else 'it'}, or another directory")
     factory = pipelines if callable(pipelines) else (lambda _: pipelines)  # a Pipeline itself is not callable
     # One tshark for every stream of every pod (sources/dissector.py): ~160 MB, not ~160 MB a stream.
     shared = SharedDissector()
@@ -288,6 +301,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             where = f"pod/{pod_name} {cap.iface}"
             if cap.error:
                 problems.append(Problem(where, cap.error))
+            if cap.tee_error and cap.tee_path in state.pcap_files.values():  # a spool's is the TUI's to say
+                problems.append(Problem(where, cap.tee_error))
             if cap.iface in state.tshark_errors:
                 problems.append(Problem(where, state.tshark_errors[cap.iface]))
             if cap.dropped_by_kernel:
@@ -362,6 +377,11 @@ def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool, us
     return None if cap.error or stop_asked else f"tshark: {res.error}"
 
 
+def pcap_path(directory: Path, pod: str, iface: str) -> Path:
+    """Where --write-pcap keeps the capture of ``pod``'s ``iface``."""
+    return directory / f"{pod}-{iface}.pcap"
+
+
 def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: int, state: WatchState,
                     pipeline: Pipeline, ended: list, shared: SharedDissector) -> list[Stream | PodFieldStream]:
     """One tcpdump exec stream per interface, each pumped into a Stream of ``shared`` (or, with ``opts.dissect``
@@ -381,7 +401,7 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
             pass  # no pcap bytes come: nothing to keep
         elif opts.write_pcap_dir is not None:
             opts.write_pcap_dir.mkdir(parents=True, exist_ok=True)
-            tee = str(opts.write_pcap_dir / f"{pod_name}-{iface}.pcap")
+            tee = str(pcap_path(opts.write_pcap_dir, pod_name, iface))
             state.pcap_files[iface] = tee
         elif opts.spool_dir is not None:
             tee, limit = str(opts.spool_dir / f"{pod_name}-{iface}.pcap"), opts.spool_limit
@@ -390,6 +410,7 @@ def _start_captures(kube: Kube, opts: WatchOptions, pod, container: str, max_s: 
         if iface == "lo":
             bpf = without_admin(bpf, opts.admin_port)
         cap = ExecCapture(kube, pod.metadata.namespace, pod_name, container, iface, max_s, -1, tee, limit,
+                          tee_replace=opts.overwrite_pcap or opts.write_pcap_dir is None,  # a spool is ours
                           bpf=bpf, tshark_args=pod_tshark_args() if in_pod else None)
         done = loop.create_future()
         ended.append(done)
