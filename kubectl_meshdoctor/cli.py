@@ -15,11 +15,13 @@ import signal
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 import argparse  # noqa: E402
+import atexit  # noqa: E402
 import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -365,6 +367,22 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def _leaving(code: int) -> int:
+    """``code``, once the run is over. A run stopped while it waited on the API server leaves that call's thread
+    behind (commands/watch/stopping.py): a daemon, but one that may write a warning while the interpreter shuts
+    down, which aborts it (SIGABRT, not our exit code). Then the exit handlers run now and the process ends at
+    once."""
+    if any(t.daemon and t.is_alive() and t.name.startswith("api-") for t in threading.enumerate()):
+        atexit._run_exitfuncs()  # the kubeconfig's key copies, our private directories
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
@@ -377,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         # the screen.
         command = importlib.import_module(f"kubectl_meshdoctor.commands.{COMMANDS[args.command]}")
         _tune_gc()
-        return command.run(args)
+        return _leaving(command.run(args))
     except DetectorLoadError as e:  # an installed detector plugin is broken: its name, not our traceback
         return error(str(e))
     except KeyboardInterrupt:

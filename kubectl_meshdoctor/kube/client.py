@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import ssl
+import tempfile
 from dataclasses import dataclass
 
 import urllib3
@@ -13,6 +16,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+
+from kubectl_meshdoctor.private_dirs import private_dir_prefix, remove_stale_private_dirs
 
 
 class KubeError(Exception):
@@ -91,6 +96,24 @@ def _check_kubeconfig(path: str) -> None:
         raise KubeError(f"invalid kubeconfig {path}: not a kubeconfig (a YAML mapping with kind: Config)")
 
 
+def _key_dir() -> str:
+    """A private directory (0700) for the client's copies of the kubeconfig's certificate and key (it hands
+    files to the TLS stack): removed at exit, and by the next run if this one is SIGKILLed. Raises KubeError
+    when there is no writable temporary directory."""
+    remove_stale_private_dirs()
+    try:
+        path = tempfile.mkdtemp(prefix=private_dir_prefix("kube"))
+    except OSError as e:  # FileNotFoundError when no candidate is usable (TMPDIR, /tmp, /var/tmp, the cwd)
+        raise KubeError(no_temp_dir(e)) from None
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def no_temp_dir(e: OSError) -> str:
+    """One line for a temporary directory that cannot be used."""
+    return f"no writable temporary directory ({e.strerror or e}); set TMPDIR to a directory this user can write"
+
+
 def connect(opts: KubeOptions) -> Kube:
     """An API client for the kubeconfig and context kubectl would use, and the namespace to default to.
 
@@ -99,13 +122,18 @@ def connect(opts: KubeOptions) -> Kube:
     path = kubeconfig_path(opts.kubeconfig)
     for one in path.split(os.pathsep):
         _check_kubeconfig(one)
+    keys = _key_dir()
     try:
         contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
         ctx = next((c for c in contexts if c["name"] == opts.context), None) if opts.context else active
         if ctx is None:
             names = ", ".join(c["name"] for c in contexts) or "none"
             raise KubeError(f'context "{opts.context}" not found in {path} (contexts: {names})')
-        api = k8s_config.new_client_from_config(config_file=path, context=ctx["name"])
+        # new_client_from_config, with the certificate and key files in a directory of ours.
+        configuration = type.__call__(k8s.Configuration)
+        k8s_config.load_kube_config(config_file=path, context=ctx["name"], client_configuration=configuration,
+                                    temp_file_path=keys)
+        api = k8s.ApiClient(configuration=configuration)
         namespace = opts.namespace or (ctx.get("context") or {}).get("namespace") or "default"
     except KubeError:
         raise

@@ -25,6 +25,7 @@ from kubectl_meshdoctor.envoy.component_log import parse_component_stages
 from kubectl_meshdoctor.envoy.log_format import LogFormat
 from kubectl_meshdoctor.envoy.stats_prometheus import looks_like_prometheus
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
+from kubectl_meshdoctor.private_dirs import PRIVATE_KINDS, private_dir_prefix, remove_stale_private_dirs  # noqa: F401
 from kubectl_meshdoctor.sources.envoy_files import text_encoding
 from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
@@ -219,8 +220,6 @@ async def _split(path: str, into: str) -> tuple[list[str], str | None]:
     return sorted(glob.glob(os.path.join(into, "chunk_*"))), (lines[-1] if lines else None)
 
 
-# Our private directories (mode 0700) of capture bytes: chunks of a big file, the TUI's spool of a live one.
-PRIVATE_KINDS = ("chunks", "spool")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -237,39 +236,6 @@ def die_with_parent(libc: ctypes.CDLL) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def private_dir_prefix(kind: str) -> str:
-    """The prefix of this process's private directories of ``kind`` (PRIVATE_KINDS): who made one is in its
-    name, so a later run can tell those of a process that is gone."""
-    return f".meshdoctor-{kind}-{os.getpid()}-"
-
-
-def remove_stale_private_dirs(directory: str | None = None) -> list[str]:
-    """Remove the private directories in ``directory`` (and TMPDIR) that a process of ours made and did not
-    live to remove (SIGKILL, a crash): they hold capture bytes nobody asked to keep. Returns what it removed.
-    Another user's, and a live process's, are left alone."""
-    removed = []
-    for parent in dict.fromkeys(d for d in (directory, tempfile.gettempdir()) if d):
-        try:
-            names = os.listdir(parent)
-        except OSError:
-            continue
-        for name in names:
-            m = re.fullmatch(r"\.meshdoctor-(?:" + "|".join(PRIVATE_KINDS) + r")-(\d+)-\w+", name)
-            path = os.path.join(parent, name)
-            if not m or not os.path.isdir(path) or os.stat(path).st_uid != os.getuid():
-                continue
-            try:
-                os.kill(int(m.group(1)), 0)
-                continue  # its maker still runs
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                continue  # a live process of someone else
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
 # The record-level pre-pass (sources/prepass.py): files above PREPASS_ABOVE_BYTES (None: never) are filtered to
 # the records PREFILTER may keep before tshark reads them, in chunks of PREPASS_CHUNK_PACKETS kept records, each
 # record renumbered to its frame of the user's file. Below it the pass saves less than one tshark start costs.
@@ -280,6 +246,17 @@ PREPASS_ABOVE_BYTES: int | None = 4 << 20
 # without the pass) peaked at 277 MB summed RSS at 1M packets, 15k at 242 MB, 12k at 239 MB; each chunk costs
 # ~0.2 s of tshark start (bench/RESULTS.md).
 PREPASS_CHUNK_PACKETS = 12_000
+
+
+def _scratch_usable(parent: str) -> bool:
+    """Whether chunks can be written beside the input (``parent``) or in a temporary directory."""
+    if os.access(parent, os.W_OK):
+        return True
+    try:
+        tempfile.gettempdir()
+    except OSError:
+        return False
+    return True
 
 
 def _prepass_wanted(path: str) -> bool:
@@ -329,9 +306,10 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
             return await read_file(path, a.path, a.iface, on_event, force_iface=a.explicit,
                                    gate=None if shared else gate, frame_offset=offset, frame_map=frame_map)
 
-    # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR.
+    # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR; with
+    # neither, the file is read whole by one tshark (slower on a big file, the same findings).
     parent = os.path.dirname(os.path.abspath(a.path))
-    if _prepass_wanted(a.path):
+    if _prepass_wanted(a.path) and _scratch_usable(parent):
         with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the capture's bytes
                                          dir=parent if os.access(parent, os.W_OK) else None) as tmp:
             kept = await _run_prepass(a.path, tmp)
@@ -339,7 +317,7 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
                 return await _read_kept(kept, read)
         # A file the pre-pass does not follow: read as without it.
     if os.path.getsize(a.path) <= (SHARED_CHUNK_ABOVE_BYTES if shared else CHUNK_ABOVE_BYTES) \
-            or not shutil.which("editcap"):
+            or not shutil.which("editcap") or not _scratch_usable(parent):
         return await read(a.path)
     with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the chunks are the capture
                                      dir=parent if os.access(parent, os.W_OK) else None) as tmp:

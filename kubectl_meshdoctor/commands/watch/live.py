@@ -17,6 +17,7 @@ from pathlib import Path
 from kubernetes.client import ApiClient
 
 from kubectl_meshdoctor.commands.envoy_debug import EnvoyDebug
+from kubectl_meshdoctor.commands.watch.stopping import unless_stopped
 from kubectl_meshdoctor.commands.watch.ticking import QuietTicker
 from kubectl_meshdoctor.core.events import (
     KernelCountersEvent,
@@ -113,7 +114,7 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     state.phase = "resolving"
     what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
     progress(f"resolving {what} in namespace {opts.namespace}")
-    pods = await asyncio.to_thread(capturable_pods, kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
+    pods = await unless_stopped(stop, capturable_pods, kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
     if opts.write_pcap_dir is not None:  # before any pod is touched
         paths = [pcap_path(opts.write_pcap_dir, pod.metadata.name, iface) for pod in pods for iface in opts.ifaces]
         links = [path for path in paths if path.is_symlink()]
@@ -202,10 +203,10 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     async with setup:  # the API-heavy part; the capture itself then runs for every pod at once
         state.phase = "preflight"
         progress(f"checking RBAC in namespace {pod.metadata.namespace}")
-        warnings = await asyncio.to_thread(preflight, kube, pod.metadata.namespace)
+        warnings = await unless_stopped(stop, preflight, kube, pod.metadata.namespace)
         state.phase = "debug-container"
-        dbg = await asyncio.to_thread(ensure_debug_container, kube, pod, opts.image, opts.ttl_s,
-                                      opts.start_timeout_s, progress, opts.profile)
+        dbg = await unless_stopped(stop, ensure_debug_container, kube, pod, opts.image, opts.ttl_s,
+                                   opts.start_timeout_s, progress, opts.profile)
         state.container = dbg.name
         problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems, pipeline)

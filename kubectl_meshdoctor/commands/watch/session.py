@@ -139,8 +139,11 @@ def run_tui(kube: Kube, opts: WatchOptions, output: str, redact: bool = True) ->
     so `s` can save a finding's packets; it is deleted when the screen closes."""
     spool = None
     if opts.write_pcap_dir is None and opts.dissect == "local":  # --dissect pod: no pcap bytes come to keep
-        spool = Path(tempfile.mkdtemp(prefix=private_dir_prefix("spool")))  # mode 0700
-        opts = replace(opts, spool_dir=spool)
+        try:
+            spool = Path(tempfile.mkdtemp(prefix=private_dir_prefix("spool")))  # mode 0700
+            opts = replace(opts, spool_dir=spool)
+        except OSError:  # no usable temporary directory: the capture goes on, `s` says it keeps no bytes
+            spool = None
 
     def remove_spool() -> None:
         if spool is not None:
