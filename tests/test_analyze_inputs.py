@@ -232,3 +232,46 @@ def test_a_gz_whose_data_is_not_deflate_is_one_line(tmp_path):
     assert proc.returncode == 2 and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
     (line,) = proc.stderr.splitlines()
     assert str(bad) in line and "cannot read" in line
+
+
+SNMP = """Ip: Forwarding DefaultTTL InReceives InHdrErrors InAddrErrors ForwDatagrams InUnknownProtos
+Ip: 1 64 849786 0 0 0 0
+Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab
+Tcp: 1 200 120000 -1 2511 1256 8 90 4
+"""
+
+
+@pytest.mark.parametrize("body", [SNMP, "Name: value\nFoo: 12\nBar: x\n", "Subject: hello\nFrom: a@b.c\n",
+                                  "key.with.dots: some text\nother.key: 3 apples\n"])
+def test_name_value_text_of_other_programs_is_no_stats_dump(tmp_path, body):
+    """Issue 29: `Name: value` text (/proc/net/snmp, a mail header) was taken for a /stats dump: no findings,
+    exit 0. It is no input of ours: one line, exit 2."""
+    f = tmp_path / "counters.txt"
+    f.write_text(body)
+    code, report, err = analyze(str(f))
+    assert code == 2 and report == {} and err.strip().count("\n") == 0
+    assert "not a capture (pcap, pcapng), an Envoy log or an admin dump" in err
+
+
+def test_a_stats_dump_without_per_cluster_counters_says_they_are_hidden(tmp_path):
+    """Issue 29: Istio's default stats inclusion list keeps the cluster.inbound|/outbound| counters out of
+    /stats; a dump without them cannot show their failures, and says so."""
+    f = tmp_path / "stats.txt"
+    f.write_text("cluster.xds-grpc.upstream_cx_total: 3\ncluster_manager.active_clusters: 12\n"
+                 "server.uptime: 3600\nlistener.0.0.0.0_15006.downstream_cx_total: 40\n")
+    code, report, err = analyze(str(f))
+    assert code == 0, err
+    assert any("no per-cluster counter" in p["what"] and "proxyStatsMatcher" in p["what"]
+               for p in report["problems"]), report["problems"]
+
+
+def test_a_pcap_header_then_zeros_is_no_capture(tmp_path):
+    """Issue 29: a pcap header followed by megabytes of zeros reads as hundreds of thousands of empty records:
+    no traffic in any, so nothing was read (exit 2), and the problem says what the file is."""
+    f = tmp_path / "capture.pcap"
+    f.write_bytes((DATA / "lab-collision-lo.pcap").read_bytes()[:24] + b"\0" * (2 << 20))
+    code, report, err = analyze(str(f))
+    assert code == 2, err
+    (p,) = report["problems"]
+    assert p["what"].endswith("frames, every one empty (no byte captured): not a capture of traffic (damaged, or "
+                              "no pcap after its header)"), p

@@ -107,6 +107,12 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     empty = {a.path for a, r in zip(captures, results) if not r.error and not r.packets
              and (r.frames_read == 0 or r.frames_read is None and complete_frames(a.path) == 0)}
     problems += [Problem(path, "no frame in it (a capture's header alone)") for path in sorted(empty)]
+    # Frames of no byte each (zeros after a pcap header read so): records, but no traffic in any.
+    hollow = {a.path: r.frames_read or complete_frames(a.path) for a, r in zip(captures, results)
+              if a.path not in empty and not r.error and not r.packets and files.captured_bytes(a.path) == 0}
+    problems += [Problem(path, f"{n} frames, every one empty (no byte captured): not a capture of traffic "
+                               f"(damaged, or no pcap after its header)") for path, n in sorted(hollow.items())]
+    empty |= set(hollow)
     read_captures = sum(1 for a, r in zip(captures, results)
                         if (not r.error or r.cut_short) and a.path not in empty)
     read_logs = sum(1 for r in results[len(captures):] if r.readable)

@@ -95,6 +95,7 @@ class ExecCapture:
     returncode: int | None = None
     stderr: str = ""
     error: str | None = None
+    failed: bool = False  # the stream ended in ``error`` before it was asked to stop (not merely its last bytes)
     started: threading.Event = field(default_factory=threading.Event)
     # Set once tcpdump says "listening on" (its interface is open: packets from now on are captured), or when
     # the stream ends without that, so waiters never hang.
@@ -145,6 +146,7 @@ class ExecCapture:
                     tee = open_copy(self.tee_path, self.tee_replace)
                 except OSError as e:
                     self.error = f"cannot write {self.tee_path}: {copy_refusal(e, self.tee_path)}"
+                    self.failed = True
                     return
             command = capture_command(self.iface, self.max_seconds, self.bpf, self.tshark_args)
             ws = k8s_stream(
@@ -154,6 +156,7 @@ class ExecCapture:
             )
             self.started.set()
             status, ended = self._pump(ws, tee)
+            stopping = self._stop.is_set() or ended == "stopping"
             if status is not None:
                 self.returncode = exit_code_of(status)
             if status is None and ended != "closed" and self.error is None:
@@ -171,8 +174,10 @@ class ExecCapture:
                 # Ended by itself (kill -TERM/-INT in the pod): the report must not look like a whole capture.
                 self.error = (f"tcpdump on {self.iface} ended before the capture was stopped (exit 0); "
                               f"later packets on {self.iface} were not captured")
+            self.failed = self.error is not None and not stopping
         except Exception as e:  # the API refused the exec or the connection broke: report, never lose silently
             self.error = f"capture stream on {self.iface}: {api_error_message(e)}"
+            self.failed = not self._stop.is_set()
         finally:
             self.started.set()
             self.listening.set()

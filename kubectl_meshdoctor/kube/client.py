@@ -200,11 +200,20 @@ def network_reason(e: BaseException, timeout_s: float | None) -> str:
     return text[0] if text else type(cause).__name__
 
 
+# websocket-client's refusal of an upgrade, which the Kubernetes client passes on as its reason:
+# "Handshake status 403 Forbidden -+-+- {response headers} -+-+- {body}".
+_HANDSHAKE = re.compile(r"Handshake status (\d{3}) ?([^\n]*?) -\+-\+- .*? -\+-\+- (.*)\Z", re.S)
+
+
 def api_error_message(e: Exception) -> str:
     """One line from an ApiException: the Status message when the server sent one, else the reason."""
     import json
 
-    body = getattr(e, "body", None)
+    body = getattr(e, "body", None) or getattr(e, "resp_body", None)
+    handshake = _HANDSHAKE.match(str(getattr(e, "reason", None) or e))
+    if handshake:  # a refused exec/port-forward upgrade: the status and the server's Status, not its headers
+        body = body or handshake.group(3)
+        e = type("Refused", (), {"status": int(handshake.group(1)), "reason": handshake.group(2)})()
     if body:
         try:
             msg = json.loads(body).get("message")

@@ -30,7 +30,7 @@ from kubectl_meshdoctor.envoy.component_log import (
     parse_component_stages,
 )
 from kubectl_meshdoctor.envoy.log_format import LogFormat
-from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, delta, parse_stats
+from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, cluster_stats_visible, delta, parse_stats
 from kubectl_meshdoctor.envoy.story import log_ref
 from kubectl_meshdoctor.envoy.wrappers import Unwrapped
 
@@ -302,6 +302,11 @@ def read_counters(stats_paths: list[str], ts: float) -> tuple[EnvoyCountersEvent
     notes: list[str] = []
     for path in stats_paths:
         dumps.append((path, parse_stats(_read_dump(path, notes))))
+    if dumps and not any(cluster_stats_visible(d) for _, d in dumps):
+        notes.append("no per-cluster counter (cluster.inbound|... or cluster.outbound|...) in it: Istio's default "
+                     "stats inclusion list hides them, so their failures cannot show here; include them "
+                     "(proxyStatsMatcher inclusionPrefixes: [\"cluster.\"], then restart the pod) or give the "
+                     "sidecar's access log")
     if len(dumps) > 1 and all(_uptime(d) is not None for _, d in dumps):
         dumps = sorted(dumps, key=lambda pd: _uptime(pd[1]) or 0.0)
     if len(dumps) > 1:

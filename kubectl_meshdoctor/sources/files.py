@@ -73,7 +73,13 @@ SNIFF_BYTES = 1 << 20  # an istio-proxy log starts with pilot-agent's lines; its
 _PROXY_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*\s+(info|warn|warning|error|debug|trace)\s"
                              r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\]\[\d+\]\[\w+\])")
 _CLUSTERS_TEXT_LINE = re.compile(r"^[^\s:]+::[^:]+::")  # cluster::host::stat::value, cluster::setting::value
-_STATS_LINE = re.compile(r'^[^\s"{}<>\[\]]+: \S')
+# A line of Envoy's text /stats: a dotted stat name, then a counter or gauge, a text readout or a histogram.
+_STATS_LINE = re.compile(r'^[^\s"{}<>\[\]]+\.[^\s"{}<>\[\]]+: (?:\d+$|"|P0\(|No recorded values)')
+# What only Envoy's own stats start with (a dump filtered with ?filter= still has one): `Name: value` text of
+# another program's (/proc/net/snmp, a mail header, YAML) is no dump.
+_ENVOY_STAT_ROOT = re.compile(r"^(?:cluster|cluster_manager|listener|listener_manager|http|server|runtime|"
+                              r"tcp|vhost|control_plane|sds|tls_inspector|workers|overload|main_thread|"
+                              r"filesystem|istio|istiocustom|wasm|envoy|http1|http2|dns_cache|udp)\.")
 
 
 def _regular(path: str) -> None:
@@ -129,7 +135,8 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
                          f"request GET stats)")
     if _CLUSTERS_TEXT_LINE.match(first):
         return CLUSTERS
-    if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2:
+    if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2 \
+            and any(_ENVOY_STAT_ROOT.match(line) for line in lines):
         return STATS
     if looks_like_prometheus(lines):
         return STATS  # /stats/prometheus, a scrape of :15090
@@ -169,8 +176,18 @@ def content_digest(path: str) -> str:
 
 def complete_frames(path: str) -> int | None:
     """How many whole frames a capture holds, by capinfos (ships with tshark); None when it cannot tell."""
+    return _capinfos(path, "-c")
+
+
+def captured_bytes(path: str) -> int | None:
+    """How many bytes of packets a capture's frames hold (capinfos's data size); None when it cannot tell. 0 for
+    frames that are all empty: zeros after a pcap header read as records of no byte."""
+    return _capinfos(path, "-d")
+
+
+def _capinfos(path: str, what: str) -> int | None:
     try:
-        out = subprocess.run(["capinfos", "-M", "-c", "-r", "-T", path], capture_output=True, text=True,
+        out = subprocess.run(["capinfos", "-M", what, "-r", "-T", path], capture_output=True, text=True,
                              timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -366,13 +366,29 @@ def test_dropped_capture_stream_is_reported_not_lost(lab_state, faults):
     """The API server cuts every exec stream mid-capture (no status, no close frame): the report says so."""
     # Three execs: the kernel counters, then tcpdump on lo and on eth0; each is cut after 200 bytes.
     faults.set({"exec": {"drop_after_bytes": 200, "times": 3}})
-    rc, report, _ = watch_json(lab_state, "healthy", 3)
+    proc = meshdoctor("watch", "pod/healthy", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui", "--duration",
+                      "3", "-o", "json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 2, proc.stderr  # every stream lost: no capture ran as asked (issue 29)
     lost = [p for p in report["problems"] if "connection lost" in p["what"]]
     assert sorted(p["where"] for p in lost) == ["pod/healthy eth0", "pod/healthy lo"], report["problems"]
     assert any("reading kernel counters" in p["what"] for p in report["problems"])
     # The cut stream closed tcpdump's stdin in the pod: the dead-man's switch ends it.
     netns = lab_state.pod("healthy").netns
     wait_until("tcpdump ended by the dead-man's switch", 15, lambda: not tcpdumps_in(netns))
+
+
+@pytest.mark.parametrize("operation", ["exec", "portforward"])
+def test_a_refused_upgrade_says_the_servers_message_not_its_headers(lab_state, faults, operation):
+    """Issue 29: a refused exec or port-forward upgrade read as websocket-client's text, `Handshake status 403
+    Forbidden -+-+- {response headers} -+-+- {body}`: the report says the Status message the server sent."""
+    faults.set({operation: {"status": 403, "reason": "Forbidden", "message": f"{operation} refused by policy"}})
+    proc = meshdoctor("watch", "pod/healthy", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui", "--duration",
+                      "2", "-o", "json")
+    assert "Traceback" not in proc.stderr
+    said = proc.stderr + proc.stdout
+    assert f"{operation} refused by policy" in said, said[-3000:]
+    assert "-+-+-" not in said and "audit-id" not in said.lower() and "content-type" not in said.lower()
 
 
 def test_one_lost_stream_leaves_the_other_interface_capturing(lab_state, faults, tmp_path):

@@ -349,8 +349,10 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     if (debug := state.debug.report()) is not None:
         envoy["debug"] = debug
     # No tcpdump ever said "listening on" (no such device, no tcpdump, every exec refused): nothing was captured.
-    # An idle pod, or a stream lost later, still had a capture that ran.
-    nothing = not any(cap.heard_listening for cap in state.captures)
+    # Every stream lost on the way (the API server or the network dropped them) is no capture either: scripts
+    # read the exit code, not the problems. An idle pod, or one stream of several lost, still had a capture.
+    nothing = not any(cap.heard_listening for cap in state.captures) or (
+        bool(state.captures) and all(cap.failed for cap in state.captures))
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel, captured_nothing=nothing)
 
 
