@@ -46,3 +46,14 @@ def test_reports_escape_the_traffics_control_bytes(tmp_path):
             assert proc.returncode == 1, proc.stderr
             assert not [ch for ch in UNSAFE if ch in proc.stdout + proc.stderr], (path, fmt)
             assert one_line(path, limit=200)[:200] in proc.stdout, (path, fmt)
+
+
+def test_an_error_line_escapes_a_hostile_file_name(tmp_path):
+    """A file name is the user's, but may come from the traffic (a pod name, a pasted path): the one error line
+    shows it escaped."""
+    hostile = tmp_path / "a\x1b[2Jb\x07.log"
+    hostile.write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(hostile)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "a\\x1b[2Jb\\x07.log" in proc.stderr
+    assert not [ch for ch in UNSAFE if ch in proc.stderr]

@@ -10,13 +10,14 @@ import asyncio
 import sys
 
 from kubectl_meshdoctor.sinks.report import EXIT_USAGE
+from kubectl_meshdoctor.sinks.shown import one_line
 
 PROG = "kubectl meshdoctor"
 
 
 def error(message: str) -> int:
     """Write ``PROG: error: message`` to stderr; return the usage exit code (2)."""
-    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.write(f"{PROG}: error: {one_line(message)}\n")  # a path or a server's message may hold ESC
     return EXIT_USAGE
 
 

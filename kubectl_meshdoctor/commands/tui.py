@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.sinks.evidence_pcap import save_evidence
 from kubectl_meshdoctor.sinks.report import RENDERERS
+from kubectl_meshdoctor.sinks.shown import one_line
 from kubectl_meshdoctor.sinks.tui.session import Session
 
 KEEP_RECENT = 10_000  # packets per pipeline the packets pane can filter (the reader yields only telling ones)
@@ -42,7 +43,7 @@ def run_session(session: Session, output: str, abandon: Callable[[], None] | Non
         if report is None:
             return 0
         for p in report.problems:
-            sys.stderr.write(f"problem: {p.line()}\n")
+            sys.stderr.write(f"problem: {one_line(p.line())}\n")
         sys.stdout.write(RENDERERS[output](report))
         sys.stdout.flush()
     except OSError:  # the terminal is gone (SIGHUP): nobody is left to read it, and that is no error of ours

@@ -19,6 +19,7 @@ from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_con
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
 from kubectl_meshdoctor.kube.target import Target, capturable_pods
 from kubectl_meshdoctor.sinks.report import RENDERERS
+from kubectl_meshdoctor.sinks.shown import one_line
 from kubectl_meshdoctor.sources.files import remove_stale_private_dirs
 
 
@@ -140,8 +141,8 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
 
         def on_finding(f) -> None:
             if live:
-                sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {f.title} ({f.flow.client} -> "
-                                 f"{f.flow.server})\n")
+                sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {one_line(f.title)} "
+                                 f"({f.flow.client} -> {f.flow.server})\n")
 
         pipelines = []
 
@@ -157,7 +158,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
         finally:
             ticker.cancel()
         for p in report.problems:
-            sys.stderr.write(f"problem: {p.line()}\n")
+            sys.stderr.write(f"problem: {one_line(p.line())}\n")
         sys.stdout.write(RENDERERS[output](report))
         return report.exit_code()
 
