@@ -165,3 +165,58 @@ def test_header_dumps_of_envoys_own_log_are_quoted_without_credentials(tmp_path,
     log.write_text("\n".join(render_log(lines, shape)) + "\n")
     for fmt, out in analyze_all_formats(str(log)).items():
         assert "stale-keepalive" in out and "envoy log" in out and not any(s in out for s in SECRETS), fmt
+
+
+# Issue 29, item 2: each header a mesh adds to its JSON access log as a key of its own, in Envoy's lower case.
+KEYED = {"authorization": "Bearer KeyedAuthS3cret", "cookie": "sid=KeyedCookieS3cret",
+         "x-api-key": "KeyedApiKeyS3cret", "proxy-authorization": "Basic KeyedProxyS3cret",
+         "set-cookie": "id=KeyedSetCookieS3cret"}
+
+
+def keyed_log(path) -> None:
+    import json
+
+    path.write_text(json.dumps({
+        "start_time": "2026-12-03T13:40:07.412Z", "method": "GET", "path": "/x?token=KeyedTokenS3cret",
+        "protocol": "HTTP/1.1", "response_code": 503, "response_flags": "UC", "response_code_details": UC_DETAILS,
+        "duration": 1, "bytes_sent": 95, "bytes_received": 0, "upstream_host": "10.0.0.2:5000",
+        "upstream_cluster": "inbound|5000||", **KEYED}) + "\n")
+
+
+def test_every_credential_key_of_a_json_access_log_is_hidden_in_every_report(tmp_path):
+    log = tmp_path / "access.json.log"
+    keyed_log(log)
+    secrets = (*(v.split("=")[-1].split()[-1] for v in KEYED.values()), "KeyedTokenS3cret")
+    for fmt, out in analyze_all_formats(str(log)).items():
+        assert "stale-keepalive" in out and not [s for s in secrets if s in out], fmt
+    shown = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "--no-redact",
+                            "-o", "json"], capture_output=True, text=True, timeout=60).stdout
+    assert all(s in shown for s in secrets)
+
+
+async def test_every_credential_key_of_a_json_access_log_is_hidden_on_the_screen(tmp_path):
+    from textual.widgets import DataTable
+
+    from kubectl_meshdoctor.commands.analyze import FileSession
+    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.sources.files import CaptureArg
+
+    from .tui.test_app import wait_for
+    from .tui.test_hostile_text import screen_output
+
+    log = tmp_path / "access.json.log"
+    keyed_log(log)
+    secrets = (*(v.split("=")[-1].split()[-1] for v in KEYED.values()), "KeyedTokenS3cret")
+    for size in ((80, 24), (160, 45)):
+        app = MeshDoctorApp(FileSession([CaptureArg.parse(str(log))]))
+        async with app.run_test(size=size) as pilot:
+            table = app.query_one("#findings", DataTable)
+            await wait_for(pilot, lambda: table.row_count >= 1)
+            await pilot.pause(0.2)
+            shown = [screen_output(app)]
+            await pilot.press("a")
+            await wait_for(pilot, lambda: app.screen.query("#access-log"))
+            await pilot.pause(0.2)
+            shown.append(screen_output(app))
+            await pilot.press("escape", "q")
+        assert not [s for s in secrets if s in "\n".join(shown)], size
