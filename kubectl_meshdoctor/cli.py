@@ -2,8 +2,8 @@
 (``commands/``), maps what escapes it to exit codes.
 
 Exit codes (docs/DESIGN.md): 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on
-stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal error), or a watch that captured
-nothing on any interface and found no error (its report is printed, its problems say why).
+stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal error), or a run that read nothing
+and found no error (its report is printed, its problems say why).
 """
 
 from __future__ import annotations
