@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 
 from kubectl_meshdoctor.sinks.report import EXIT_USAGE
 from kubectl_meshdoctor.sinks.shown import one_line
@@ -21,14 +22,21 @@ def error(message: str) -> int:
     return EXIT_USAGE
 
 
-async def progress_line(pipelines, label: str, every_s: float = 1.0) -> None:
+async def progress_line(pipelines, label: str, every_s: float = 1.0, waiting: Callable[[], str | None] = None
+                        ) -> None:
     """Rewrite one status line on a terminal's stderr every ``every_s`` seconds until cancelled; ``pipelines``
-    is one Pipeline or a list that may grow (one per pod)."""
+    is one Pipeline or a list that may grow (one per pod). ``waiting`` says what the run waits on before its
+    capture starts (None once it runs): that, not "0 packets analysed", is then the line."""
     if not sys.stderr.isatty():
         return
     try:
         while True:
             await asyncio.sleep(every_s)
+            what = waiting() if waiting is not None else None
+            if what:
+                sys.stderr.write(f"\r\033[K{what} ")
+                sys.stderr.flush()
+                continue
             group = pipelines if isinstance(pipelines, list) else [pipelines]
             packets = sum(p.stats.packets for p in group)
             findings = sum(len(p.findings) for p in group)

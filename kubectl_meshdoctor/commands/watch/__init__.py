@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from kubectl_meshdoctor.commands.console import error, progress_line
-from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, watch
+from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name, running_debug_container
@@ -150,9 +150,14 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
             pipelines.append(Pipeline.with_detectors(on_finding=on_finding, redact=redact, pod=pod))
             return pipelines[-1]
 
-        ticker = asyncio.create_task(progress_line(pipelines, "capturing"))
+        state = WatchState()
+        waits_on = {"starting": "starting", "resolving": "waiting for the API server (resolving the target)",
+                    "preflight": "waiting for the API server (checking RBAC)",
+                    "debug-container": "waiting for the debug container to start"}
+        ticker = asyncio.create_task(progress_line(pipelines, "capturing",
+                                                   waiting=lambda: waits_on.get(state.phase)))
         try:
-            report = await watch(kube, opts, make_pipeline, stop, progress)
+            report = await watch(kube, opts, make_pipeline, stop, progress, state)
         except KubeError as e:
             return error(str(e))
         finally:

@@ -137,6 +137,7 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
         if len(pods) == 1:
             return await one(pods[0], state, None)
         progress(f"capturing {len(pods)} pods: {', '.join(p.metadata.name for p in pods)}")
+        state.phase = "capturing"  # each pod's own phase is in state.pods
         setup = asyncio.Semaphore(MAX_PARALLEL_SETUP)
         states = [WatchState() for _ in pods]
         state.pods = states
