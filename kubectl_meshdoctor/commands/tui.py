@@ -38,7 +38,7 @@ def run_session(session: Session, output: str, abandon: Callable[[], None] | Non
     report = app.run()
     try:
         if app.error:
-            sys.stderr.write(f"kubectl meshdoctor: error: {app.error}\n")
+            sys.stderr.write(f"kubectl meshdoctor: error: {one_line(app.error)}\n")
             return 2
         if report is None:
             return 0
