@@ -15,7 +15,6 @@ import signal
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 import argparse  # noqa: E402
-import atexit  # noqa: E402
 import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
@@ -373,13 +372,9 @@ def _leaving(code: int) -> int:
     down, which aborts it (SIGABRT, not our exit code). Then the exit handlers run now and the process ends at
     once."""
     if any(t.daemon and t.is_alive() and t.name.startswith("api-") for t in threading.enumerate()):
-        atexit._run_exitfuncs()  # the kubeconfig's key copies, our private directories
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        from kubectl_meshdoctor.commands.watch.ending import leave_now
+
+        leave_now(code)
     return code
 
 

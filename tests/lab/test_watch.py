@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ import pytest
 from kubectl_meshdoctor.lab import lab
 
 from ..waiting import wait_until
-from .watching import Faults
+from .watching import Faults, capturing
 
 pytestmark = pytest.mark.lab
 
@@ -389,6 +390,25 @@ def test_a_refused_upgrade_says_the_servers_message_not_its_headers(lab_state, f
     said = proc.stderr + proc.stdout
     assert f"{operation} refused by policy" in said, said[-3000:]
     assert "-+-+-" not in said and "audit-id" not in said.lower() and "content-type" not in said.lower()
+
+
+def test_a_stop_the_api_server_holds_ends_at_once_with_the_findings_so_far(lab_state, faults):
+    """Issue 29, item 9, during the capture: the API server stops answering new requests (the end's exec for the
+    kernel counters, the admin's port-forward), then Ctrl-C. The clean end takes 0.3 s in the lab; this one is
+    held by the server, so after END_GRACE_S the report is what was found so far, said so, exit 2."""
+    from kubectl_meshdoctor.commands.watch.ending import END_GRACE_S
+
+    with capturing(lab_state, "pod/healthy") as run:
+        faults.set({"exec": {"delay_s": 120}, "portforward": {"delay_s": 120}, "log": {"delay_s": 120}})
+        started = time.monotonic()
+        run.proc.send_signal(signal.SIGINT)
+        out, err = run.proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    assert run.proc.returncode == 2 and "Traceback" not in err, err
+    report = json.loads(out)
+    (held,) = [p for p in report["problems"] if "did not answer within" in p["what"]]
+    assert "findings so far" in held["what"] and took < END_GRACE_S + 10, took  # not the server's 120 s
+    assert report["source"]["pods"] == ["healthy"] and report["stats"]["packets"] >= 0
 
 
 def test_one_lost_stream_leaves_the_other_interface_capturing(lab_state, faults, tmp_path):

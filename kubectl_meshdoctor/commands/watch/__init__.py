@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from kubectl_meshdoctor.commands.console import error, progress_line
+from kubectl_meshdoctor.commands.watch.ending import found_so_far, leave_now, within_grace
 from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
@@ -156,8 +157,11 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
                     "debug-container": "waiting for the debug container to start"}
         ticker = asyncio.create_task(progress_line(pipelines, "capturing",
                                                    waiting=lambda: waits_on.get(state.phase)))
+        run = asyncio.ensure_future(watch(kube, opts, make_pipeline, stop, progress, state))
         try:
-            report = await watch(kube, opts, make_pipeline, stop, progress, state)
+            ended = await within_grace(run, stop)
+            report = run.result() if ended else found_so_far(pipelines, [p.ctx.pod for p in pipelines],
+                                                              opts.namespace)
         except KubeError as e:
             return error(str(e))
         finally:
@@ -165,6 +169,8 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
         for p in report.problems:
             sys.stderr.write(f"problem: {one_line(p.line())}\n")
         sys.stdout.write(RENDERERS[output](report))
+        if not ended:
+            leave_now(report.exit_code())  # the threads the API server holds are not waited for
         return report.exit_code()
 
     return asyncio.run(main())
