@@ -48,4 +48,11 @@ def run_session(session: Session, output: str, abandon: Callable[[], None] | Non
         sys.stdout.flush()
     except OSError:  # the terminal is gone (SIGHUP): nobody is left to read it, and that is no error of ours
         pass
-    return 2 if app.error else report.exit_code() if report is not None else 0
+    code = 2 if app.error else report.exit_code() if report is not None else 0
+    if app.held:  # the threads the API server holds are not waited for
+        from kubectl_meshdoctor.commands.watch.ending import leave_now
+
+        if abandon is not None:
+            abandon()
+        leave_now(code)
+    return code

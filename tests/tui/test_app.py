@@ -124,3 +124,49 @@ async def test_a_timer_tick_while_the_panes_are_torn_down_is_no_fault():
         app._on_timer(app._refresh)  # the teardown: nothing to refresh, nothing raised
         app._on_timer(app._refresh_packets)
         app.exit()  # not q: quitting refreshes the status line itself, which this test took away
+
+
+class HeldSession(Session):
+    """A live session whose wind-down the API server holds: after the stop its run never returns (as the end's
+    calls against a server that stopped answering). It found one finding before."""
+
+    describe = "held"
+    live = True
+
+    def __init__(self, finding) -> None:
+        from kubectl_meshdoctor.core.pipeline import Pipeline
+
+        self.pipeline = Pipeline.with_detectors()
+        self.finding = finding
+        self.forever = asyncio.Event()
+
+    async def run(self, hooks: SessionHooks):
+        hooks.on_finding(self.finding)
+        await hooks.stop.wait()
+        await self.forever.wait()  # held: nothing sets it
+
+    def stats(self):
+        return self.pipeline.stats
+
+
+async def test_a_stop_the_session_cannot_wind_down_leaves_with_the_findings_so_far():
+    """Issue 29, item 9, on the screen: q, and the session is still held WIND_DOWN_S later: the app leaves with
+    the findings so far and a problem saying so (exit 2 unless one is an error), not after the client's
+    timeouts."""
+    from kubectl_meshdoctor.core.findings import Finding, FlowRef, Severity
+    from kubectl_meshdoctor.sinks.tui.ending import WIND_DOWN_S
+
+    found = Finding(detector="upstream-refused", severity=Severity.WARNING, title="found before the stop",
+                    flow=FlowRef("198.18.0.1:1", "198.18.0.2:2", "lo"), evidence=())
+    app = MeshDoctorApp(HeldSession(found))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.query_one("#findings", DataTable).row_count == 1)
+        started = asyncio.get_running_loop().time()
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running or app.return_value is not None, WIND_DOWN_S + 10)
+        took = asyncio.get_running_loop().time() - started
+    report = app.return_value
+    assert app.held and report is not None and took >= WIND_DOWN_S
+    assert [f.title for f in report.findings] == ["found before the stop"]
+    assert any("did not wind down" in p.what and "findings so far" in p.what for p in report.problems)
+    assert report.exit_code() == 2

@@ -23,11 +23,11 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
-from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS, SENSITIVE_QUERY_PARAMS, redact_target
-from kubectl_meshdoctor.sinks.ladder import render_ladder
+from kubectl_meshdoctor.core.redact import redact_target
 from kubectl_meshdoctor.sinks.report import RENDERERS, Report
 
-from .ending import StopSignals
+from .detail import finding_detail, finding_explanation, ladder_text
+from .ending import WIND_DOWN_S, StopSignals
 from .findings_list import FindingsList
 from .packet_filter import FilterError, PacketFilter, of_finding
 from .plain import PlainStatic, PlainTable
@@ -37,39 +37,6 @@ PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match)
 NARROW = 110  # below this many columns the panes stack
 # Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
 _WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
-
-
-def finding_detail(f: Finding, redact: bool = True) -> str:
-    """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets): what, where,
-    evidence; then the ladder (``render_ladder``), then ``finding_explanation``."""
-    lines = [f"{f.severity.value.upper()}  {f.detector}  Envoy flags: {', '.join(f.envoy_flags) or '-'}",
-             f.title, "", f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"]
-    if f.response_code_details:
-        lines.append(f"envoy details: {f.response_code_details}")
-    if f.pod:
-        lines.append(f"pod: {f.pod}")
-    lines.append("evidence:")
-    lines += [f"  {e.source} {'frame' if e.iface or not e.frame else 'line'} {e.frame}: {e.what}" for e in f.evidence]
-    lines += [f"  access log: {line}" for line in f.access_log]
-    lines += [f"  counter: {name} {value:+}" for name, value in sorted(f.counters.items())]
-    return "\n".join(lines)
-
-
-def finding_explanation(f: Finding, redact: bool = True) -> str:
-    lines = [f.explanation, "", "fix:", f.remediation, ""]
-    if redact:
-        lines.append(f"privacy: values of {', '.join(sorted(SENSITIVE_HEADERS))}, of header names that are not "
-                     f"tokens, and of the query parameters {', '.join(sorted(SENSITIVE_QUERY_PARAMS))} are shown "
-                     f"as <redacted> (watch --no-redact shows them)")
-    else:
-        lines.append("privacy: redaction is off (--no-redact): header values and request targets are shown as "
-                     "captured")
-    return "\n".join(lines)
-
-
-def ladder_text(f: Finding) -> str:
-    ladder = render_ladder(f)
-    return "\n".join(["packets, ms since the first:", *ladder]) if ladder else ""
 
 
 class MeshDoctorApp(App[Report | None]):
@@ -118,6 +85,7 @@ class MeshDoctorApp(App[Report | None]):
         self.session = session
         self.stop_signals = StopSignals(stop_signals, self._on_stop_signal, abandon)
         self.signalled: int | None = None  # the first stop signal that came
+        self.held = False  # the session did not wind down within WIND_DOWN_S of the stop: left without it
         self.hooks = SessionHooks(on_finding=self._on_finding, progress=self._on_progress)
         self.findings: list[Finding] = []
         self._shown = 0  # findings already in the list; the rest wait for a refresh (or for p)
@@ -491,3 +459,18 @@ class MeshDoctorApp(App[Report | None]):
         self.hooks.stop.set()
         if self.report is not None or self.error is not None:
             self.exit(self.report)
+            return
+        self.set_timer(WIND_DOWN_S, self._held_past_stop)
+
+    def _held_past_stop(self) -> None:
+        """The session is still winding down WIND_DOWN_S after the stop (an API server that does not answer holds
+        its last calls): leave with what was found so far, said so."""
+        if self.report is not None or self.error is not None or not self.is_running:
+            return
+        self.held = True
+        now = self.report_now()
+        self.exit(Report(now.source, now.stats, now.findings, [*now.problems, Problem(
+            "watch", f"stopped, and the session did not wind down within {WIND_DOWN_S:g} s (the API server did "
+                     f"not answer): the counters were not read and the log levels not put back (the debug "
+                     f"container's timer puts them back); these are the findings so far")],
+            captured_nothing=True))

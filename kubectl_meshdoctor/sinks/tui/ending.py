@@ -11,6 +11,10 @@ import threading
 from collections.abc import Callable
 
 HANGUP_GRACE_S = 10.0  # seconds a hung-up screen may take to wind down before we leave without it
+# Seconds a stopped session may take to wind down before the screen leaves with the findings so far: the clean end
+# of a live watch takes 0.3 s in the lab; an API server that stops answering would hold it for the client's
+# timeouts and retries.
+WIND_DOWN_S = 2.0
 
 
 class StopSignals:
