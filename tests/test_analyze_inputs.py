@@ -202,7 +202,7 @@ def test_a_cut_short_gzipped_log_is_read_up_to_the_cut(tmp_path):
     cut.write_bytes(whole[: len(whole) // 2])
     code, report, err = analyze(str(cut))
     assert code == 1, err
-    (p,) = report["problems"]
+    (p,) = [p for p in report["problems"] if p["where"] == str(cut)]
     assert "cut short after line" in p["what"] and 0 < report["envoy"]["access_log_lines"] < 30_000
 
 
@@ -275,3 +275,17 @@ def test_a_pcap_header_then_zeros_is_no_capture(tmp_path):
     (p,) = report["problems"]
     assert p["what"].endswith("frames, every one empty (no byte captured): not a capture of traffic (damaged, or "
                               "no pcap after its header)"), p
+
+
+def test_findings_past_the_kept_ones_are_said_not_lost_silently(tmp_path):
+    """A log with more failing requests than the pipeline keeps (MAX_FINDINGS): the report says how many more
+    there were. (It took minutes before: every kept finding was matched against every kept line.)"""
+    from kubectl_meshdoctor.core.pipeline import MAX_FINDINGS
+
+    f = tmp_path / "access.log"
+    f.write_text("\n".join(text(CLASSES["upstream-timeout"][0]) for _ in range(MAX_FINDINGS + 50)) + "\n")
+    code, report, err = analyze(str(f))
+    assert code == 1, err
+    assert len(report["findings"]) == MAX_FINDINGS
+    (p,) = [p for p in report["problems"] if p["where"] == "findings"]
+    assert p["what"].startswith(f"50 more findings than the {MAX_FINDINGS} kept")

@@ -88,3 +88,22 @@ def test_a_gzipped_log_with_a_wrong_checksum_is_read_whole_and_said(tmp_path):
     assert report["envoy"]["access_log_lines"] == 9_000
     (p,) = report["problems"]
     assert "cut short after line 9000" in p["what"] and "CRC" in p["what"], p
+
+
+def test_a_small_cut_or_damaged_gzip_log_is_read_not_refused(tmp_path):
+    """Found by bench/fuzz: a gzip log smaller than what analyze sniffs to tell its kind (1 MiB) was refused
+    whole when cut short or when its checksum was wrong, though `zcat` reads its lines."""
+    body = "\n".join(text(CLASSES["upstream-timeout"][0]) for _ in range(60)) + "\n"
+    whole = gzip.compress(body.encode())
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(whole[: len(whole) * 9 // 10])
+    bad = bytearray(whole)
+    bad[-8] ^= 0xFF
+    damaged = tmp_path / "bad-crc.log.gz"
+    damaged.write_bytes(bytes(bad))
+    for path, lines in ((cut, _lines_that_decompress(cut.read_bytes())), (damaged, 60)):
+        code, report, err = analyze_limited(str(path))
+        assert code == 1, err
+        assert report["envoy"]["access_log_lines"] >= lines - 1 > 0
+        (p,) = report["problems"]
+        assert f"cut short after line {report['envoy']['access_log_lines']}" in p["what"], p

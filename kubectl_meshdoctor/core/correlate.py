@@ -197,8 +197,8 @@ class Correlator:
     def attach(self, f: Finding) -> Finding:
         """``f`` with the raw access-log lines and the debug-log lines of the requests it explains (marked, so
         they are not reported again on their own)."""
-        if not f.envoy_flags and not f.response_code_details:
-            return f
+        if not f.envoy_flags and not f.response_code_details or not _of_the_wire(f):
+            return f  # a finding of a logged request carries its own lines already, and explains no other's
         # A story joined to its access-log line is matched by the line, which names more (the upstream connection's
         # local address, that a story lacks): a neighbour's story must not bring its line in by the back door.
         matched = [r for r in self._lines

@@ -40,6 +40,14 @@ class Report:
     # nothing here, so without an error finding (lint, access log) the run exits 2, its problems saying why.
     captured_nothing: bool = False
 
+    def __post_init__(self) -> None:
+        # Findings past the pipeline's MAX_FINDINGS are counted, not kept: a report must say that it is cut.
+        dropped = self.stats.findings_dropped
+        if dropped and not any(p.where == "findings" for p in self.problems):
+            what = (f"{dropped} more findings than the {len(self.findings)} kept were concluded and are not listed "
+                    f"(the groups' counts stop there too)")
+            self.problems = [*self.problems, Problem("findings", what)]
+
     def exit_code(self) -> int:
         if any(f.severity is Severity.ERROR for f in self.findings):
             return EXIT_FINDINGS

@@ -38,7 +38,7 @@ def screen_output(app) -> str:
 
 @pytest.fixture
 def hostile_log(tmp_path):
-    log = tmp_path / "istio-proxy.log"
+    log = tmp_path / "istio\x1b]0;owned\x07\x1b[31m-proxy.log"  # the header shows the files' names
     lines = [UF.format(path=p, agent=a, n=i) for i, (p, a) in enumerate(HOSTILE.items())]
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return log

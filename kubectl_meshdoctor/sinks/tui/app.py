@@ -30,6 +30,7 @@ from .detail import finding_detail, finding_explanation, ladder_text
 from .ending import WIND_DOWN_S, StopSignals
 from .findings_list import FindingsList
 from .packet_filter import FilterError, PacketFilter, of_finding
+from ..shown import one_line
 from .plain import PlainStatic, PlainTable
 from .session import Session, SessionHooks
 
@@ -128,7 +129,7 @@ class MeshDoctorApp(App[Report | None]):
         self.stop_signals.install(asyncio.get_running_loop())
         self.list = FindingsList(self.query_one("#findings", DataTable))
         self.query_one("#findings", DataTable).focus()  # the arrow keys move through the findings at once
-        self.sub_title = self.session.describe
+        self.sub_title = one_line(self.session.describe)
         self._apply_width(self.size.width)
         self.set_interval(0.5, lambda: self._on_timer(self._refresh))
         # the costliest pane: once a second is enough to read

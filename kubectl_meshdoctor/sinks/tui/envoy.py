@@ -85,7 +85,7 @@ class ClustersScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"Envoy clusters of pod/{self.pod}"
+        self.sub_title = one_line(f"Envoy clusters of pod/{self.pod}")
         self.action_refresh()
         self.set_interval(REFRESH_S, self.action_refresh)
 
@@ -172,7 +172,7 @@ class AccessLogScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}"
+        self.sub_title = one_line(f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}")
         self.query_one("#access-log", DataTable).focus()  # keys go to the screen; / moves to the filter
         self.refresh_entries()
         self.set_interval(1.0, self.refresh_entries)

@@ -9,6 +9,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from ..shown import one_line
 from .plain import PlainStatic, PlainTable
 
 LEVEL_KEYS = {"t": "trace", "d": "debug", "i": "info", "w": "warning", "e": "error", "o": "off"}
@@ -56,7 +57,7 @@ class LoggersScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"Envoy loggers of pod/{self.control.pod}"
+        self.sub_title = one_line(f"Envoy loggers of pod/{self.control.pod}")
         self._refresh_levels()
 
     def _set_status(self, text: str) -> None:
