@@ -279,7 +279,8 @@ def test_a_pcap_header_then_zeros_is_no_capture(tmp_path):
 
 def test_findings_past_the_kept_ones_are_said_not_lost_silently(tmp_path):
     """A log with more failing requests than the pipeline keeps (MAX_FINDINGS): the report says how many more
-    there were. (It took minutes before: every kept finding was matched against every kept line.)"""
+    there were. (It took minutes before: every kept finding was matched against every kept line, and each
+    request decided against every finding.)"""
     from kubectl_meshdoctor.core.pipeline import MAX_FINDINGS
 
     f = tmp_path / "access.log"

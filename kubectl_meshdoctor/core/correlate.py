@@ -84,7 +84,7 @@ JOIN_S = 1.0  # a story and an access-log line with no x-request-id to join them
 JOIN_SCAN = 256  # records looked back over for such a join
 
 
-def _of_the_wire(f: Finding) -> bool:
+def of_the_wire(f: Finding) -> bool:
     """A finding that rests on packets: the one kind that explains a logged request without being its own; a
     finding of another line (the same class a second before) does not make this one's line any less its own."""
     return any(e.kind == PACKET for e in f.evidence)
@@ -197,7 +197,7 @@ class Correlator:
     def attach(self, f: Finding) -> Finding:
         """``f`` with the raw access-log lines and the debug-log lines of the requests it explains (marked, so
         they are not reported again on their own)."""
-        if not f.envoy_flags and not f.response_code_details or not _of_the_wire(f):
+        if not f.envoy_flags and not f.response_code_details or not of_the_wire(f):
             return f  # a finding of a logged request carries its own lines already, and explains no other's
         # A story joined to its access-log line is matched by the line, which names more (the upstream connection's
         # local address, that a story lacks): a neighbour's story must not bring its line in by the back door.
@@ -219,8 +219,9 @@ class Correlator:
         the request, else, for a request with a failure flag, an ``access-log`` finding. A request read from both
         logs is decided once, on the access-log line, with the debug-log lines as further evidence. Only
         requests not yet decided are checked, so a tick costs a scan of the kept ones, not findings x lines."""
-        by_details = self._by_details(findings, claims)
-        decided = (self._decide(rec, findings, claims, by_details) for rec in self._lines
+        wire = [f for f in findings if of_the_wire(f)]  # the only findings that explain a line not their own
+        by_details = self._by_details(wire, claims)
+        decided = (self._decide(rec, wire, claims, by_details) for rec in self._lines
                    if not rec.decided and (now is None or now - rec.entry.ts >= GRACE_S))
         return [f for f in decided if f is not None]
 
@@ -232,8 +233,9 @@ class Correlator:
     def decide_evicted(self, findings: list[Finding], claims: Sequence[Claim] = ()) -> list[Finding]:
         """Decide now the requests the window let go undecided, as ``unexplained`` would have: a log longer than
         MAX_LINES read with no packet to tick on must lose none of its failures."""
-        by_details = self._by_details(findings, claims)
-        out = [f for f in (self._decide(rec, findings, claims, by_details) for rec in self._evicted
+        wire = [f for f in findings if of_the_wire(f)]
+        by_details = self._by_details(wire, claims)
+        out = [f for f in (self._decide(rec, wire, claims, by_details) for rec in self._evicted
                            if not rec.decided) if f is not None]
         self._evicted.clear()
         return out
@@ -244,7 +246,7 @@ class Correlator:
         # are worth checking it against, and a busy pod's log is mostly such lines.
         return [f for f in findings if not f.envoy_flags and f.response_code_details] if claims else []
 
-    def _decide(self, rec: _Record, findings: list[Finding], claims: Sequence[Claim],
+    def _decide(self, rec: _Record, wire: list[Finding], claims: Sequence[Claim],
                 by_details: list[Finding]) -> Finding | None:
         """The finding of one request not decided yet, or None (explained already, or no failure)."""
         line = rec if rec.story is None else rec.partner
@@ -256,7 +258,7 @@ class Correlator:
         rec.decided = True
         if rec.partner is not None:
             rec.partner.decided = True
-        if any(explains(f, entry) for f in (findings if failing else by_details) if _of_the_wire(f)):
+        if any(explains(f, entry) for f in (wire if failing else by_details)):
             return None  # a finding of the wire speaks of it already (and quotes it: attach)
         evidence = ((Evidence(line.source, "", line.n, entry.ts, log_line_summary(entry), kind=ACCESS_LOG),)
                     if line is not None else ()) + (story_evidence(story) if story is not None else ())
