@@ -170,3 +170,27 @@ def test_a_full_disk_stops_the_copy_not_the_capture():
     assert cap.tee_full and cap.error is None
     assert cap.tee_error == ("the copy /dev/full stopped after 0 bytes: No space left on device; the capture and "
                              "its analysis went on")
+
+
+def test_overwrite_replaces_only_a_regular_file_of_ours(tmp_path):
+    """Found by a break-it review: --overwrite truncated another user's file (which kept its owner, who could
+    read the capture back) and opened a FIFO (a hang, and the capture to whoever reads it)."""
+    fifo = tmp_path / "pod-eth0.pcap"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError) as refused:
+        open_copy(str(fifo), replace=True)
+    assert copy_refusal(refused.value, str(fifo)) == "it is not a regular file; refused"
+    theirs = tmp_path / "pod-lo.pcap"
+    theirs.write_bytes(b"theirs")
+    os.chown(theirs, 65534, 65534)  # nobody's; the tests run as root
+    with pytest.raises(OSError) as refused:
+        open_copy(str(theirs), replace=True)
+    assert copy_refusal(refused.value, str(theirs)) == "it belongs to another user (uid 65534); refused"
+    assert theirs.read_bytes() == b"theirs"
+    ours = tmp_path / "pod-x.pcap"
+    ours.write_bytes(b"ours")
+    os.chmod(ours, 0o644)
+    with open_copy(str(ours), replace=True) as fh:
+        fh.write(b"new")
+    assert ours.read_bytes() == b"new" and ours.stat().st_uid == os.geteuid()
+    assert ours.stat().st_mode & 0o777 == 0o600

@@ -84,8 +84,8 @@ class StoryBuilder:
         self._conns: OrderedDict[int, _Conn] = OrderedDict()
         self._streams: OrderedDict[tuple[int, int], _Stream] = OrderedDict()
         self._failed_connects: list[tuple[int, float | None]] = []  # upstream connections whose connect failed
-        self._loose: list[tuple[Fact, LogRef]] = []
-        self._pool_last: dict[int | None, tuple[int, float | None]] = {}  # worker -> its pool's last handed conn  # recent facts with no connection id (LOOSE_S)
+        self._loose: list[tuple[Fact, LogRef]] = []  # recent facts with no connection id (LOOSE_S)
+        self._pool_last: dict[int | None, tuple[int, float | None]] = {}  # worker -> its pool's last handed conn
         self._told: OrderedDict[tuple[int, int], None] = OrderedDict()  # streams already told: later lines of
         # theirs (a reset after the local reply) must not start a story of their own
         self._pending: list[StreamStory] = []  # stories told because the window let their streams go
@@ -176,7 +176,7 @@ class StoryBuilder:
                         st.facts.setdefault("errno", conn.errno)
                         if ref not in st.refs and len(st.refs) < MAX_REFS:
                             st.refs.append(ref)
-            case k.LOCAL_CLOSE | k.REMOTE_CLOSE if (cid, 0) in self._streams and self._streams[(cid, 0)].facts.get("tcp"):
+            case k.LOCAL_CLOSE | k.REMOTE_CLOSE if self._tcp_session(cid) is not None:
                 # A tcp_proxy session ends with its downstream connection.
                 st = self._streams[(cid, 0)]
                 if len(st.refs) < MAX_REFS:
@@ -286,6 +286,11 @@ class StoryBuilder:
         if len(st.refs) < MAX_REFS:
             st.refs.append(ref)
         return []
+
+    def _tcp_session(self, cid: int) -> _Stream | None:
+        """The open tcp_proxy session whose downstream connection is ``cid``, if any."""
+        st = self._streams.get((cid, 0))
+        return st if st is not None and st.facts.get("tcp") else None
 
     def _tcp_connecting(self, cid: int, fact: Fact, ref: LogRef) -> None:
         wait = self._tcp_wait.pop(fact.thread, None)

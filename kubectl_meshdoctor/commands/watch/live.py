@@ -28,7 +28,7 @@ from kubectl_meshdoctor.core.events import (
 from kubectl_meshdoctor.core.findings import Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
-from kubectl_meshdoctor.kube.capture import ExecCapture
+from kubectl_meshdoctor.kube.capture import ExecCapture, replaceable
 from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from kubectl_meshdoctor.kube.rbac import preflight
@@ -117,10 +117,11 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     pods = await unless_stopped(stop, capturable_pods, kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
     if opts.write_pcap_dir is not None:  # before any pod is touched
         paths = [pcap_path(opts.write_pcap_dir, pod.metadata.name, iface) for pod in pods for iface in opts.ifaces]
-        links = [path for path in paths if path.is_symlink()]
-        if links:  # root must not write through a link someone planted, --overwrite or not
-            raise KubeError(f"--write-pcap: {links[0]} is a symbolic link; refused (remove it, or give another "
-                            f"directory)")
+        for path in paths:  # root must not write through a link someone planted, nor into a FIFO, --overwrite or not
+            try:
+                replaceable(str(path))
+            except OSError as e:
+                raise KubeError(f"--write-pcap: {path}: {e.strerror} (remove it, or give another directory)") from None
         taken = [path for path in paths if os.path.lexists(path)] if not opts.overwrite_pcap else []
         if taken:
             more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
