@@ -57,3 +57,21 @@ def test_an_error_line_escapes_a_hostile_file_name(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "a\\x1b[2Jb\\x07.log" in proc.stderr
     assert not [ch for ch in UNSAFE if ch in proc.stderr]
+
+
+def test_markdown_shows_the_traffics_text_as_written_not_as_markup(tmp_path):
+    """Found by a break-it review: a ticket renders the -o markdown it is given, and a request target is the
+    traffic's: `[login](https://...)` must not become a link, nor `<img onerror=...>` an element. Rendered by
+    markdown-it (CommonMark with tables, as Textual ships it)."""
+    import markdown_it
+
+    path = "/[login](https://evil.example/)<img src=x onerror=alert(1)>*b*_c_"
+    log = tmp_path / "istio-proxy.log"
+    log.write_text(UF.format(path=path, agent="curl", n=1) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(log), "-o", "markdown"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    html = markdown_it.MarkdownIt("commonmark").enable("table").render(proc.stdout)
+    assert 'href="https://evil' not in html and "<img" not in html and "<em>" not in html
+    assert "/[login](https://evil.example/)&lt;img src=x onerror=alert(1)&gt;*b*_c_" in html  # shown as written
+    assert "<code>" in html  # our own code spans are still code

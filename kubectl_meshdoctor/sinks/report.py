@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -254,8 +255,21 @@ def _fix_lines(f: Finding) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    """``text`` as one table cell: a pipe escaped, line breaks as <br> (a YAML annotation quoted as evidence)."""
-    return text.replace("|", "\\|").replace("\n", "<br>")
+    """``text`` as one table cell: prose escaped (``_md``), a pipe escaped, line breaks as <br> (a YAML annotation
+    quoted as evidence)."""
+    return _md(text).replace("|", "\\|").replace("\n", "<br>")
+
+
+_CODE_SPAN = re.compile(r"(`[^`\n]*`)")
+_MD_ACTIVE = re.compile(r"([\\`*_\[\]<>&])")
+
+
+def _md(text: str) -> str:
+    """``text`` as Markdown prose that shows as written: outside its code spans (ours: `kubectl ...`), every
+    character Markdown or HTML would act on is escaped. A request target is the traffic's, and a ticket renders
+    what is pasted: `[login](https://...)` must not become a link, nor `<img onerror=...>` an element."""
+    parts = _CODE_SPAN.split(text)
+    return "".join(part if i % 2 else _MD_ACTIVE.sub(r"\\\1", part) for i, part in enumerate(parts))
 
 
 def render_markdown(report: Report) -> str:
@@ -263,7 +277,7 @@ def render_markdown(report: Report) -> str:
     its newest instance, a table of instances, the run's counters, the explanation and the fix."""
     out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
     for p in report.problems:
-        out.append(f"> **problem** {p.line()}")
+        out.append(f"> **problem** {_md(p.line())}")
     debug = [d.line() for d in debug_reports(report.envoy)]
     out += [f"> {line}" for line in debug]
     if report.problems or debug:
@@ -280,21 +294,21 @@ def render_markdown(report: Report) -> str:
         server = f"{len(pods)} pods" if len(pods) > 1 else f.flow.server
         seen = (f"{_clock(g.first_ts)} | {_clock(g.last_ts)}" if g.first_ts else "- | -")  # a spec has no time
         out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
-                   f"{server} | {_cell(g.label)} | {seen} |")
+                   f"{_cell(server)} | {_cell(g.label)} | {seen} |")
     for n, g in enumerate(groups, 1):
         f = g.shown
-        out += ["", f"## {n}. {f.severity.value}: {g.label}", "", f"{f.title}, seen {g.span_text()}.", "",
+        out += ["", f"## {n}. {f.severity.value}: {_md(g.label)}", "", f"{_md(f.title)}, seen {g.span_text()}.", "",
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
             out.append(f"- response_code_details: `{f.response_code_details}`")
         pods = _pods(g)
         if pods:
-            out.append(f"- pod{'s' if len(pods) > 1 else ''}: {', '.join(pods)}")
+            out.append(f"- pod{'s' if len(pods) > 1 else ''}: {_md(', '.join(pods))}")
         for name, value in sorted(g.counters.items()):
             out.append(f"- counter (the run's): `{name}` {value:+}")
         out += ["", f"Evidence of the {'newest' if f is g.newest else 'best evidenced'} instance:", "",
                 "| source | frame | what |", "|---|---|---|"]
-        out += [f"| {e.source} | {e.frame} | {_cell(e.what)} |" for e in f.evidence]
+        out += [f"| {_cell(e.source)} | {e.frame} | {_cell(e.what)} |" for e in f.evidence]
         for line in f.access_log:
             out += ["", "Access log:", "", "```text", line, "```"]
         if f.envoy_log:
@@ -314,7 +328,7 @@ def render_markdown(report: Report) -> str:
         if ladder:
             out += ["", "Packets of the newest instance (time in ms since its first packet):", "", "```text",
                     *ladder, "```"]
-        out += ["", f.explanation, "", "Fix:", "", "```yaml", f.remediation, "```"]
+        out += ["", _md(f.explanation), "", "Fix:", "", "```yaml", f.remediation, "```"]
     return "\n".join(out) + "\n"
 
 
