@@ -41,7 +41,7 @@ from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import destination_rule_pool
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
-from kubectl_meshdoctor.envoy.flags import parse_reset_details
+from kubectl_meshdoctor.envoy.flags import BEFORE_RESPONSE, parse_reset_details
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
@@ -137,12 +137,16 @@ RACE_WITHIN_MS = 2000
 
 
 def _connection_termination(entry: AccessLogEntry) -> bool:
-    """A 503 UC whose details (when the format has them) say the upstream connection went away under it, soon
-    enough after the request to be the race (RACE_WITHIN_MS)."""
-    if "UC" not in entry.flags or entry.duration_ms > RACE_WITHIN_MS:
+    """A 503 UC whose details (when the format has them) say the upstream connection went away under it before
+    any response, soon enough after the request to be the race (RACE_WITHIN_MS). Not a close after the response
+    began (a websocket's 101, a body cut short: the app had read the request), and not retries spent (URX: every
+    attempt's connection closed under it, the last ones opened for it: an app that resets requests)."""
+    if "UC" not in entry.flags or "URX" in entry.flags or entry.duration_ms > RACE_WITHIN_MS:
+        return False
+    if entry.code not in (0, 503):  # 0: a line that names no code (the debug log's own reading)
         return False
     reset = parse_reset_details(entry.details)
-    return entry.details is None or (reset is not None and reset.flag == "UC")
+    return entry.details is None or (reset is not None and reset.flag == "UC" and reset.phase == BEFORE_RESPONSE)
 
 
 class StaleKeepalive(Detector):

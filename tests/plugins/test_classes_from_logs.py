@@ -84,3 +84,21 @@ def test_both_logs_of_a_request_make_one_finding(name, tmp_path):
     assert len(both) == len([f for f in report["findings"] if f.get("envoy_log") and f.get("access_log")])
     if CLASSES[name]:
         assert both, "no finding joined a request's access-log line and its debug-log lines"
+
+
+@pytest.mark.parametrize("line", [
+    # A websocket whose upstream closed after the 101: the app had read the request (Envoy 1.40, loopback).
+    '[2026-12-03T18:10:02.101Z] "GET /die HTTP/1.1" 101 UC upstream_reset_after_response_started'
+    '{connection_termination} - "-" 0 0 312 - "-" "-" "b0f3c1aa-6d0b-4a8e-9d7e-1f2a3b4c5d6e" "127.0.0.1:37613" '
+    '"127.0.0.1:37613" outbound|80||ws.default.svc.cluster.local 127.0.0.1:50210 127.0.0.1:15001 '
+    '127.0.0.1:50200 - default',
+    # Retries spent: each attempt's connection closed under it (the app resets every request).
+    '[2026-12-03T18:11:02.101Z] "GET /r HTTP/1.1" 503 URX,UC upstream_reset_before_response_started'
+    '{connection_termination} - "-" 0 95 4 - "-" "-" "c0f3c1aa-6d0b-4a8e-9d7e-1f2a3b4c5d6e" "127.0.0.1:37613" '
+    '"127.0.0.1:37613" outbound|80||app.default.svc.cluster.local 127.0.0.1:50212 127.0.0.1:15001 '
+    '127.0.0.1:50202 - default',
+])
+def test_a_close_after_the_response_or_with_retries_spent_is_no_keepalive_race(line, tmp_path):
+    """Found by a break-it review on real Envoy: the access log alone named these stale keep-alive races."""
+    code, report = analyze([line], tmp_path)
+    assert [f["detector"] for f in report["findings"]] == ["access-log"], report["findings"]
