@@ -83,7 +83,8 @@ class StoryBuilder:
         self.pod = pod  # the pod whose sidecar this is, when the log names it (kubectl --prefix)
         self._conns: OrderedDict[int, _Conn] = OrderedDict()
         self._streams: OrderedDict[tuple[int, int], _Stream] = OrderedDict()
-        self._failed_connects: list[tuple[int, float | None]] = []  # upstream connections whose connect failed
+        # Upstream connections whose connect failed: (connection, when, worker).
+        self._failed_connects: list[tuple[int, float | None, int | None]] = []
         self._loose: list[tuple[Fact, LogRef]] = []  # recent facts with no connection id (LOOSE_S)
         self._pool_last: dict[int | None, tuple[int, float | None]] = {}  # worker -> its pool's last handed conn
         self._told: OrderedDict[tuple[int, int], None] = OrderedDict()  # streams already told: later lines of
@@ -166,7 +167,7 @@ class StoryBuilder:
             case k.CONNECT_ERROR | k.CONNECT_TIMEOUT:
                 # Envoy's own connect timeout is no errno of the kernel's, but means what ETIMEDOUT does.
                 conn.errno = fact.errno if fact.kind == k.CONNECT_ERROR else 110
-                self._failed_connects = [*self._failed_connects[-15:], (cid, fact.ts)]
+                self._failed_connects = [*self._failed_connects[-15:], (cid, fact.ts, fact.thread)]
                 for key in self._on_upstream.get(cid, ()):  # a tcp_proxy session's: no router logs its reset
                     st = self._streams.get(key)
                     if st is not None and st.facts.get("tcp"):
@@ -382,10 +383,14 @@ class StoryBuilder:
                 and (ts is None or f.ts is None or -0.1 <= ts - f.ts <= LOOSE_S)]
 
     def _link_failed_connect(self, st: _Stream, fact: Fact) -> None:
-        """A connect that failed before any attach: the newest failed upstream connection is this stream's."""
-        if not self._failed_connects:
+        """A connect that failed before any attach: the newest failed upstream connection of the worker is this
+        stream's. Every stream waiting in the pool for that connection is failed with it, one reset after the
+        other (Envoy 1.40 on loopback: two streams queued on one refused connect), so it is not used up."""
+        cid = next((c for c, ts, thread in reversed(self._failed_connects)
+                    if (fact.thread is None or thread in (None, fact.thread))
+                    and (fact.ts is None or ts is None or 0 <= fact.ts - ts <= LOOSE_S)), None)
+        if cid is None:
             return
-        cid, _ = self._failed_connects.pop()
         conn = self._conns.get(cid)
         if conn is None:
             return

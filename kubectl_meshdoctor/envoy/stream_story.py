@@ -81,6 +81,10 @@ class StreamStory:
                                      % (phase, self.reset_reason.replace(" ", "_")))
         if not flags and self.filter_chain_not_found:
             flags = ("NR",)
+        if self.retried and "URX" not in flags and (self.reset_reason or self.details == "upstream_per_try_timeout"):
+            # The router retried and the last attempt failed as the ones before: its retries were spent (Envoy's
+            # access log says URX first: "URX,UC", "URX,UF", "URX,UT").
+            flags = ("URX", *flags)
         return flags
 
     @property

@@ -248,6 +248,26 @@ def test_a_retried_reset_is_told_as_envoy_logs_it(tmp_path):
     assert (code, report["findings"]) == (0, [])
 
 
+def test_retries_spent_are_told_as_envoy_logs_them(tmp_path):
+    """The app resets every request; the route retries twice on reset: Envoy answers 503 URX,UC. The story of
+    the debug log alone says the same flags (URX was lost before), with the two resets it retried."""
+    port = free_port()
+    name = "outbound|5000||app.default.svc.cluster.local"
+    route = {"cluster": name, "retry_policy": {"retry_on": "reset", "num_retries": 2}}
+    with app(lambda path, headers, sock: abort(sock)) as app_port:
+        boot = {"static_resources": {
+            "listeners": [listener("0.0.0.0_5000", port, hcm(
+                "outbound_0.0.0.0_5000", [{"match": {"prefix": "/"}, "route": route}]))],
+            "clusters": [cluster(name, app_port)]}}
+        with envoy_process(tmp_path, "caller", boot) as caller:
+            assert get(port, "/spent") == 503
+            wait_until("1 access-log line", ROUND_S, lambda: len(access_lines(caller.log)) == 1)
+    (line,) = access_lines(caller.log)
+    assert '" 503 URX,UC upstream_reset_before_response_started{connection_termination}' in line, line
+    (told,) = [s for s in stories_of(caller.log) if s.path == "/spent"]
+    assert told.flags == ("URX", "UC") and told.failed and len(told.retried) == 2, told
+
+
 def test_streams_that_never_end_in_the_log_are_told_not_dropped(tmp_path, monkeypatch):
     """With the http logger at info, no stream's end is logged: the stories wait for the window (MAX_OPEN) to
     let them go, and must then be told, failures included. The pool's 'destroying stream' still tells when the
