@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     p.add_argument("--jobs", type=int, default=2, help="cases at once (default 2: this machine's cores)")
     p.add_argument("--max-rss-mb", type=float, default=1536.0,
-                   help="peak RSS of a case, MB, above which it is bad (default 1536: reading a dump's 256 MiB "
-                        "peaks near 1.1 GB; a 1 GiB bomb read whole could not stay under it)")
+                   help="peak RSS of a case, MB, above which it is bad (default 1536: a dump read to the "
+                        "product's cap stays well under it; a 1 GiB bomb read whole could not)")
     p.add_argument("--tui", type=int, default=0, metavar="N", help="hostile-text TUI cases after (default 0)")
     p.add_argument("--json", type=Path, help="write every case's result here")
     args = p.parse_args(argv)

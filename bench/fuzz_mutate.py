@@ -23,7 +23,7 @@ import struct
 import threading
 import zlib
 
-BOMB_MB = 1024  # expanded: 4x what the product reads of a dump (256 MiB), 1,000 of its 1 MiB lines
+BOMB_MB = 1024  # expanded: 16x what the product reads of a dump (64 MiB), 1,000 of its 1 MiB lines
 HOSTILE = (b"\x1b[2J", b"\x1b]0;owned\x07", b"\x1b[31m", b"\x1bP+q\x1b\\", "\x9b31m".encode(), b"\x9b31m",
            b"[/]", b"[@click=app.quit]", b"[bold]", b"[/x]", b"[link=https://example.invalid]x[/link]",
            "\u202egnp.exe".encode(), "\u2066\u2067\u2068\u2069".encode(), "\u202a\u202b\u202c\u202d".encode(),

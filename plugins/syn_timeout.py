@@ -33,8 +33,8 @@ _UNANSWERED = {ETIMEDOUT: "the connect timed out (ETIMEDOUT)", EHOSTUNREACH: "no
 
 def unanswered(entry: AccessLogEntry, story: StreamStory | None = None) -> str | None:
     """Why Envoy's line (or story) says the upstream connect got no answer, in words; None when it does not."""
-    if story is not None and story.timeout == "connect timeout":
-        return "Envoy's connect timeout fired"
+    if story is not None and (story.timeout == "connect timeout" or story.reset_reason == "connection timeout"):
+        return "Envoy's connect timeout fired"  # its own timer (tcp_proxy's too), not the kernel's ETIMEDOUT
     if "UF" not in entry.flags:
         return None
     reset = parse_reset_details(entry.details)
@@ -108,8 +108,8 @@ class SynTimeout(Detector):
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
-            title=f"The sidecar's connect to {flow.server} got no answer: {why} ({entry.code or 'UF'} "
-                  f"{','.join(entry.flags)})",
+            title=f"The sidecar's connect to {flow.server} got no answer: {why} "
+                  f"({' '.join(x for x in (str(entry.code or ''), ','.join(entry.flags) or 'UF') if x)})",
             flow=flow,
             evidence=(evidence,),
             envoy_flags=tuple(f for f in ("UF", "URX") if f in entry.flags) or ("UF",),

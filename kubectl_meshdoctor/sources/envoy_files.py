@@ -40,7 +40,7 @@ BATCH_LINES = 5_000  # lines read between two turns at the merge's gate: the log
 MAX_PRETTY = 300  # lines of one pretty-printed JSON access-log line (Istio's JSON has ~25 keys)
 MAX_JOINED = 1 << 20  # the pieces of one split line (CRI `P`, Docker's 16 KiB pieces) held at most
 MAX_LINE = 1 << 20  # characters of one line held at most: a longer one (a gzip bomb's zeros) is skipped, counted
-MAX_DUMP = 256 << 20  # characters of one /stats or /clusters dump read at most (a 5,000-cluster mesh's: ~100 MB)
+MAX_DUMP = 64 << 20  # characters of one /stats or /clusters dump read at most: ~1,000 clusters of full stats is ~15 MB
 
 
 @dataclass(slots=True)
