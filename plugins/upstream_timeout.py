@@ -13,6 +13,7 @@ so an app's own 504, or another server's, is not taken for it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
@@ -25,8 +26,10 @@ from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.remedies import virtual_service_timeout
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.local_reply import SERVICE_TIME, is_local_reply
+from kubectl_meshdoctor.envoy.story import StreamStory
 
 TIMEOUT_DETAILS = ("response_timeout", "upstream_per_try_timeout")
+DEFAULT_ATTEMPTS = 3  # Istio's default retry policy: two retries (attempts: 2), so three tries in all
 TIMEOUT_BODY = len("upstream request timeout")  # Envoy's local reply to a route timeout
 _NOTE = "upstream-timeout"
 
@@ -40,16 +43,28 @@ def _seconds(ms: int) -> str:
 ROUTE_TIMEOUT_FIELD = "VirtualService.http.timeout"
 
 
+def _tenths(ms: float) -> str:
+    """``ms`` as a duration Istio reads, rounded up to a tenth of a second ("1.1s")."""
+    return f"{max(1, math.ceil(ms / 100)) / 10:g}s"
+
+
 def fixes(waited_ms: int, per_try: bool) -> tuple[Fix, ...]:
-    """The fix of a route (or per-try) timeout that fired after ``waited_ms``: twice that time for the route."""
-    longer = _seconds(waited_ms)
+    """The fix of a route timeout that fired after ``waited_ms``: twice that time for the route. For a per-try
+    timeout ``waited_ms`` is one try's wait: twice that a try, and the route long enough for every try
+    (virtual_service_timeout's two retries: three tries), else the route's timeout cuts the retries off."""
+    if per_try:
+        each = _tenths(2 * waited_ms)
+        longer, what = _tenths(3 * 2 * waited_ms), "about twice what each try waited, for three tries"
+    else:
+        longer = each = _seconds(waited_ms)
+        what = "about twice what Envoy waited"
     return (Fix(
-        "route-timeout", f"give the route more time than the app's slowest answer ({longer} here: about twice "
-                         f"what Envoy waited; more if the app needs it)",
+        "route-timeout", f"give the route more time than the app's slowest answer ({longer} here: {what}; more if "
+                         f"the app needs it)",
         "the whole mesh; the app's slow answers are served instead of cut off",
         "callers of a stuck app wait longer for the 504, and the caller's own timeout must be longer still (else "
         "it gives up first: DC); if the app is overloaded or stuck, a longer timeout only hides it",
-        yaml=virtual_service_timeout(longer, longer if per_try else None, comment="about twice what Envoy waited"),
+        yaml=virtual_service_timeout(longer, each if per_try else None, comment=what),
         settings=() if per_try else ((ROUTE_TIMEOUT_FIELD, longer),)),)
 
 
@@ -92,16 +107,31 @@ class UpstreamTimeout(Detector):
             pod=self.ctx.pod)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        return self._from_logs(entry, evidence, None)
+
+    def from_envoy_log(self, story: StreamStory, evidence: Evidence,
+                       entry: AccessLogEntry | None) -> Finding | None:
+        return self._from_logs(entry if entry is not None else story.entry(), evidence, len(story.retried) + 1)
+
+    def _from_logs(self, entry: AccessLogEntry, evidence: Evidence, attempts: int | None) -> Finding | None:
+        """``attempts``: how many tries the debug log shows (None when only the access log speaks: then URX
+        says the retries were spent, and Istio's default is two retries)."""
         if "UT" not in entry.flags and entry.details not in TIMEOUT_DETAILS:
             return None
         request = f"{entry.method} {entry.path}" if entry.method else "the request"
+        if attempts is None:
+            attempts = DEFAULT_ATTEMPTS if "URX" in entry.flags else 1
         return self._finding(access_log_flow(entry), (evidence,), request, entry.duration_ms,
-                             entry.details or "", entry.code or 504, entry.ts)
+                             entry.details or "", entry.code or 504, entry.ts, attempts)
 
     def _finding(self, flow: FlowRef, evidence: tuple[Evidence, ...], request: str, waited_ms: int, details: str,
-                 code: int, ts: float) -> Finding:
+                 code: int, ts: float, attempts: int = 1) -> Finding:
         per_try = details == "upstream_per_try_timeout"
         which = "per-try timeout (retries.perTryTimeout)" if per_try else "route timeout (the VirtualService timeout)"
+        # Each try waited its per-try timeout: the fix is sized from one try's wait, not from the whole request's.
+        tries = attempts if per_try and attempts > 1 else 1
+        each_ms = round(waited_ms / tries)
+        over = (f" over {tries} attempts (about {each_ms} ms each: the retries were spent)" if tries > 1 else "")
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
@@ -113,13 +143,13 @@ class UpstreamTimeout(Detector):
             variant=f"no answer within the {'per-try' if per_try else 'route'} timeout",
             response_code_details=details,
             explanation=(
-                f"The sidecar sent {request} to the app at {flow.server} and waited {waited_ms} ms for "
+                f"The sidecar sent {request} to the app at {flow.server} and waited {waited_ms} ms{over} for "
                 f"its response headers; then its {which} fired. Envoy reset the upstream request, answered the "
                 f"caller {code} with response flag UT{f' ({details})' if details else ''} and "
                 f"counted upstream_rq_{'per_try_' if per_try else ''}timeout. The app was slower than the route "
                 f"allows: either it is overloaded or stuck (check its latency and its own dependencies), or the "
                 f"timeout is shorter than the slowest answer it legitimately gives."),
-            fixes=fixes(waited_ms, per_try),
+            fixes=fixes(each_ms, per_try),
             pod=self.ctx.pod,
             ts=ts,
         )

@@ -124,7 +124,14 @@ def test_the_timeout_fix_gives_the_route_more_time_than_envoy_waited():
     assert "timeout: 2s" in f.remediation and "1001 ms" in f.explanation
     per_try = line(code=504, flags="UT", details="upstream_per_try_timeout", duration=2500, service_time="-")
     (g,) = findings_of(text(per_try))
-    assert "perTryTimeout: 6s" in g.remediation and "per-try" in g.title
+    # One try waited 2.5 s: twice that a try, and the route long enough for the three tries the fix sets.
+    assert "perTryTimeout: 5s" in g.remediation and "timeout: 15s" in g.remediation and "per-try" in g.title
+    # Retries spent (URX): the 1.5 s are Istio's default three tries, ~0.5 s each (a break-it review found the
+    # fix sized from the whole request's time).
+    spent = line(code=504, flags="URX,UT", details="upstream_per_try_timeout", duration=1500, service_time="-")
+    (h,) = findings_of(text(spent))
+    assert "perTryTimeout: 1s" in h.remediation and "timeout: 3s" in h.remediation
+    assert "over 3 attempts (about 500 ms each" in h.explanation
 
 
 @pytest.mark.parametrize("code, flags, details, kind, fix", [
