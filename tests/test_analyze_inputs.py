@@ -290,3 +290,31 @@ def test_findings_past_the_kept_ones_are_said_not_lost_silently(tmp_path):
     assert len(report["findings"]) == MAX_FINDINGS
     (p,) = [p for p in report["problems"] if p["where"] == "findings"]
     assert p["what"].startswith(f"50 more findings than the {MAX_FINDINGS} kept")
+
+
+@pytest.mark.parametrize("name, cut", [("lab-collision-lo.pcap", 63), ("lab-collision-lo.pcap", 85),
+                                       ("unnamed-iface-eth0.pcapng", 79)])
+def test_a_capture_cut_before_its_first_frame_is_nothing_read(tmp_path, name, cut):
+    """Found by bench/fuzz (seed 5): a pcap cut inside its first record, or a pcapng cut inside its first blocks
+    (which tshark then reads as one frame of a "mime" file), exited 0 with "no findings"."""
+    f = tmp_path / name
+    f.write_bytes((DATA / name).read_bytes()[:cut])
+    code, report, err = analyze(str(f))
+    assert code == 2, (err, report.get("problems"))
+    assert report["stats"]["packets"] == 0 and report["problems"], report
+
+
+def test_a_huge_line_of_dots_is_told_from_a_stats_dump_at_once(tmp_path):
+    """Found by bench/fuzz (seed 5): telling a /stats dump by a regex that had to find the dot in a name of
+    megabytes backtracked over every split of it (93 s for one 3 MiB line)."""
+    f = tmp_path / "stats.txt"
+    f.write_text("cluster.inbound|5000||.upstream_cx_total: 3\n" + "gnp.exe" * (1 << 16) + "\nserver.uptime: 3\n")
+    code, report, err = analyze_with_deadline(str(f))
+    assert code in (0, 2) and "internal error" not in err
+
+
+def analyze_with_deadline(*files: str) -> tuple[int, dict, str]:
+    """analyze with a deadline of 60 s (the test fails when it is not met)."""
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *files, "-o", "json"],
+                          capture_output=True, text=True, timeout=60)
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout else {}), proc.stderr

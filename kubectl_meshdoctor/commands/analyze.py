@@ -103,10 +103,17 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     source = {"kind": "pcap" if only_captures else "files", "files": [a.path for a in args]}
     if not only_captures:
         source["kinds"] = dict(kinds)
-    # A capture read is one that held a frame: a pcap header alone is nothing read.
-    empty = {a.path for a, r in zip(captures, results) if not r.error and not r.packets
-             and (r.frames_read == 0 or r.frames_read is None and complete_frames(a.path) == 0)}
+    # A capture read is one that held a frame: a pcap header alone is nothing read, nor one cut short before its
+    # first frame ended, nor one whose frames no tool can count (a pcapng cut inside its first blocks).
+    frameless = {a.path for a, r in zip(captures, results) if (not r.error or r.cut_short) and not r.packets
+                 and (r.frames_read == 0 or r.frames_read is None and complete_frames(a.path) in (0, None))}
+    empty = {path for path in frameless if not next(r for a, r in zip(captures, results) if a.path == path).error}
     problems += [Problem(path, "no frame in it (a capture's header alone)") for path in sorted(empty)]
+    other = {a.path for a, r in zip(captures, results) if a.path not in frameless and not r.packets
+             and not files.read_as_capture(a.path)}
+    problems += [Problem(path, "read as no capture: its first blocks are damaged (tshark took it for a file of "
+                               "another kind); nothing in it was read") for path in sorted(other)]
+    empty |= frameless | other
     # Frames of no byte each (zeros after a pcap header read so): records, but no traffic in any.
     hollow = {a.path: r.frames_read or complete_frames(a.path) for a, r in zip(captures, results)
               if a.path not in empty and not r.error and not r.packets and files.captured_bytes(a.path) == 0}

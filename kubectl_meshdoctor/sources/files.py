@@ -74,7 +74,16 @@ _PROXY_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*\s+(info|warn|
                              r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\]\[\d+\]\[\w+\])")
 _CLUSTERS_TEXT_LINE = re.compile(r"^[^\s:]+::[^:]+::")  # cluster::host::stat::value, cluster::setting::value
 # A line of Envoy's text /stats: a dotted stat name, then a counter or gauge, a text readout or a histogram.
-_STATS_LINE = re.compile(r'^[^\s"{}<>\[\]]+\.[^\s"{}<>\[\]]+: (?:\d+$|"|P0\(|No recorded values)')
+_STAT_NAME = re.compile(r'[^\s"{}<>\[\]]+')
+_STAT_VALUE = re.compile(r'\d+$|"|P0\(|No recorded values')
+
+
+def _stats_line(line: str) -> bool:
+    """Whether ``line`` reads as one of Envoy's text /stats: a dotted stat name, ": ", then a counter or gauge, a
+    text readout or a histogram. Split at the first ": " rather than matched whole: a regex that must find the
+    dot in a line of megabytes with no ": " backtracks over every split of it."""
+    name, sep, value = line.partition(": ")
+    return bool(sep) and "." in name and _STAT_NAME.fullmatch(name) is not None and _STAT_VALUE.match(value) is not None
 # What only Envoy's own stats start with (a dump filtered with ?filter= still has one): `Name: value` text of
 # another program's (/proc/net/snmp, a mail header, YAML) is no dump.
 _ENVOY_STAT_ROOT = re.compile(r"^(?:cluster|cluster_manager|listener|listener_manager|http|server|runtime|"
@@ -158,7 +167,7 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
                          f"request GET stats)")
     if _CLUSTERS_TEXT_LINE.match(first):
         return CLUSTERS
-    if _STATS_LINE.match(first) and sum(bool(_STATS_LINE.match(line)) for line in lines) > len(lines) // 2 \
+    if _stats_line(first) and sum(map(_stats_line, lines)) > len(lines) // 2 \
             and any(_ENVOY_STAT_ROOT.match(line) for line in lines):
         return STATS
     if looks_like_prometheus(lines):
@@ -206,6 +215,16 @@ def captured_bytes(path: str) -> int | None:
     """How many bytes of packets a capture's frames hold (capinfos's data size); None when it cannot tell. 0 for
     frames that are all empty: zeros after a pcap header read as records of no byte."""
     return _capinfos(path, "-d")
+
+
+def read_as_capture(path: str) -> bool:
+    """Whether Wireshark's readers take ``path`` for a capture: a pcapng cut inside its first blocks is read as
+    a file of type "mime" (capinfos -t), one frame of the file's own bytes, no traffic in it."""
+    try:
+        out = subprocess.run(["capinfos", "-t", "-M", path], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: as tshark read it
+    return not re.search(r"^File type:\s+mime\b", out, re.M | re.I)
 
 
 def _capinfos(path: str, what: str) -> int | None:
