@@ -151,8 +151,18 @@ def test_no_writable_temporary_directory_is_one_line_or_no_matter(tmp_path, clie
     request.addfinalizer(lambda: shutil.rmtree(shm, ignore_errors=True))
     kc = kubeconfig(shm / "kc", _closed_port(), client_key)
 
+    # The checkout and its venv may live under /tmp themselves (a CI clone): they are bound back into the
+    # read-only tmpfs, so only /tmp's and /var/tmp's own roots are unwritable, as a full or read-only /tmp is.
+    keep = sorted({str(p) for p in (here, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve())
+                   if str(p).startswith(("/tmp/", "/var/tmp/"))})
+    saved = shm / "saved"
+    binds = "".join(f" && mkdir -p {k} && mount --bind {saved}{k} {k}" for k in keep)
+
     def run(*args: str) -> subprocess.CompletedProcess:
-        script = ("mount --make-rprivate / && mount -t tmpfs -o ro none /tmp && mount -t tmpfs -o ro none /var/tmp"
+        script = (f"mount --make-rprivate / && mkdir -p {saved}/tmp {saved}/var/tmp"
+                  f" && mount --bind /tmp {saved}/tmp && mount --bind /var/tmp {saved}/var/tmp"
+                  f" && mount -t tmpfs none /tmp && mount -t tmpfs none /var/tmp{binds}"
+                  f" && mount -o remount,ro /tmp && mount -o remount,ro /var/tmp"
                   f" && cd /tmp && exec {sys.executable} -m kubectl_meshdoctor " + " ".join(args))
         return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120,
                               env={**os.environ, "TMPDIR": "/tmp", "PYTHONPATH": str(here)})

@@ -11,14 +11,15 @@ import sys
 from collections.abc import Callable
 
 from kubectl_meshdoctor.sinks.report import EXIT_USAGE
-from kubectl_meshdoctor.sinks.shown import one_line
+from kubectl_meshdoctor.sinks.shown import block
 
 PROG = "kubectl meshdoctor"
 
 
 def error(message: str) -> int:
     """Write ``PROG: error: message`` to stderr; return the usage exit code (2)."""
-    sys.stderr.write(f"{PROG}: error: {one_line(message)}\n")  # a path or a server's message may hold ESC
+    # A path or a server's message may hold ESC; a message's own lines (the Role a refusal prints) stay lines.
+    sys.stderr.write(f"{PROG}: error: {block(message)}\n")
     return EXIT_USAGE
 
 

@@ -367,10 +367,7 @@ def test_dropped_capture_stream_is_reported_not_lost(lab_state, faults):
     """The API server cuts every exec stream mid-capture (no status, no close frame): the report says so."""
     # Three execs: the kernel counters, then tcpdump on lo and on eth0; each is cut after 200 bytes.
     faults.set({"exec": {"drop_after_bytes": 200, "times": 3}})
-    proc = meshdoctor("watch", "pod/healthy", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui", "--duration",
-                      "3", "-o", "json")
-    report = json.loads(proc.stdout)
-    assert proc.returncode == 2, proc.stderr  # every stream lost: no capture ran as asked (issue 29)
+    rc, report, _ = watch_json(lab_state, "healthy", 3)
     lost = [p for p in report["problems"] if "connection lost" in p["what"]]
     assert sorted(p["where"] for p in lost) == ["pod/healthy eth0", "pod/healthy lo"], report["problems"]
     assert any("reading kernel counters" in p["what"] for p in report["problems"])
@@ -409,6 +406,18 @@ def test_a_stop_the_api_server_holds_ends_at_once_with_the_findings_so_far(lab_s
     (held,) = [p for p in report["problems"] if "did not answer within" in p["what"]]
     assert "findings so far" in held["what"] and took < END_GRACE_S + 10, took  # not the server's 120 s
     assert report["source"]["pods"] == ["healthy"] and report["stats"]["packets"] >= 0
+
+
+def test_every_stream_lost_before_a_frame_is_no_capture(lab_state, faults):
+    """Issue 29: every capture stream cut before a whole frame came (here inside the pcap header itself) exited
+    0: scripts read the exit code, not the problems. Nothing was captured: exit 2, the report still printed."""
+    faults.set({"exec": {"drop_after_bytes": 20, "times": 3}})
+    proc = meshdoctor("watch", "pod/healthy", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui", "--duration",
+                      "3", "-o", "json")
+    assert proc.returncode == 2, proc.stderr
+    report = json.loads(proc.stdout)
+    assert sorted(p["where"] for p in report["problems"] if "connection lost" in p["what"]) == \
+        ["pod/healthy eth0", "pod/healthy lo"], report["problems"]
 
 
 def test_one_lost_stream_leaves_the_other_interface_capturing(lab_state, faults, tmp_path):

@@ -351,10 +351,12 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     if (debug := state.debug.report()) is not None:
         envoy["debug"] = debug
     # No tcpdump ever said "listening on" (no such device, no tcpdump, every exec refused): nothing was captured.
-    # Every stream lost on the way (the API server or the network dropped them) is no capture either: scripts
-    # read the exit code, not the problems. An idle pod, or one stream of several lost, still had a capture.
+    # Every stream lost on the way (the API server or the network dropped them) before a frame was read is no
+    # capture either: scripts read the exit code, not the problems. An idle pod, one stream of several lost, or
+    # a pod deleted after its packets were read, still had a capture.
     nothing = not any(cap.heard_listening for cap in state.captures) or (
-        bool(state.captures) and all(cap.failed for cap in state.captures))
+        bool(state.captures) and all(cap.failed for cap in state.captures)
+        and not any(c["frames_read"] for c in captures.values()))
     return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel, captured_nothing=nothing)
 
 
