@@ -153,13 +153,20 @@ def local_envoy(workdir: Path, upstream_port: int,
         envoy.listener_port = wait_until("Envoy's listener", 30, listener_port)
         yield envoy
     finally:
+        stop(proc)
+        stderr.close()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End an Envoy this module started (by its handle): SIGTERM, then SIGKILL after 10 s; nothing if it has
+    ended already."""
+    if proc.poll() is None:
         proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        stderr.close()
 
 
 class _Ok(http.server.BaseHTTPRequestHandler):
@@ -241,11 +248,5 @@ def envoy_process(workdir: Path, name: str, bootstrap: dict, level: str = "debug
         wait_until(f"{name}'s listeners", 30, lambda: envoy.stat("listener_manager.total_listeners_active") == wanted)
         yield envoy
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop(proc)
         out.close()
