@@ -263,7 +263,11 @@ def test_pod_deleted_mid_run_ends_the_watch_with_the_reason(lab_state):
     with capturing(lab_state, "pod/refused") as run:
         api.delete_namespaced_pod("refused", lab_state.namespace)
         report = json.loads(run.proc.communicate(timeout=60)[0])  # no Ctrl-C: it ends on its own
-    assert run.proc.returncode in (0, 1)
+    # Every stream ended in an error: an error finding exits 1; else a capture that read a frame first exits 0,
+    # and one that read none captured nothing, exit 2 (issue 29: never "nothing wrong" when nothing was read).
+    frames = sum((c.get("frames_read") or 0) for c in report["source"]["captures"].values())
+    errors = any(f["severity"] == "error" for f in report["findings"])
+    assert run.proc.returncode == (1 if errors else 0 if frames else 2), (frames, errors, run.stderr)
     problems = " | ".join(p["what"] for p in report["problems"])
     assert any(what in problems for what in ("tcpdump on lo failed", "ended without an exit status",
                                              "tcpdump on lo ended before the capture was stopped")), problems
