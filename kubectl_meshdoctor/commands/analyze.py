@@ -103,23 +103,27 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     source = {"kind": "pcap" if only_captures else "files", "files": [a.path for a in args]}
     if not only_captures:
         source["kinds"] = dict(kinds)
-    # A capture read is one that held a frame: a pcap header alone is nothing read, nor one cut short before its
-    # first frame ended, nor one whose frames no tool can count (a pcapng cut inside its first blocks).
-    frameless = {a.path for a, r in zip(captures, results) if (not r.error or r.cut_short) and not r.packets
-                 and (r.frames_read == 0 or r.frames_read is None and complete_frames(a.path) in (0, None))}
-    empty = {path for path in frameless if not next(r for a, r in zip(captures, results) if a.path == path).error}
-    problems += [Problem(path, "no frame in it (a capture's header alone)") for path in sorted(empty)]
-    other = {a.path for a, r in zip(captures, results) if a.path not in frameless and not r.packets
-             and not files.read_as_capture(a.path)}
-    problems += [Problem(path, "read as no capture: its first blocks are damaged (tshark took it for a file of "
-                               "another kind); nothing in it was read") for path in sorted(other)]
-    empty |= frameless | other
-    # Frames of no byte each (zeros after a pcap header read so): records, but no traffic in any.
-    hollow = {a.path: r.frames_read or complete_frames(a.path) for a, r in zip(captures, results)
-              if a.path not in empty and not r.error and not r.packets and files.captured_bytes(a.path) == 0}
-    problems += [Problem(path, f"{n} frames, every one empty (no byte captured): not a capture of traffic "
-                               f"(damaged, or no pcap after its header)") for path, n in sorted(hollow.items())]
-    empty |= set(hollow)
+    # A capture read is one that held traffic. Not: a pcap header alone, one cut short before its first frame
+    # ended, one whose frames no tool can count, a pcapng cut inside its first blocks (read as a "mime" file),
+    # frames of no byte each (zeros after a pcap header). One capinfos run tells, for a capture with no packet.
+    empty: set[str] = set()
+    for a, r in zip(captures, results):
+        if r.packets:
+            continue
+        info = files.capture_summary(a.path)
+        frames = r.frames_read if r.frames_read is not None else (info.frames if info is not None else None)
+        if not frames and (not r.error or r.cut_short):
+            if not r.error:
+                problems.append(Problem(a.path, "no frame in it (a capture's header alone)"))
+        elif info is not None and info.file_type == "mime":
+            problems.append(Problem(a.path, "read as no capture: its first blocks are damaged (tshark took it for "
+                                            "a file of another kind); nothing in it was read"))
+        elif info is not None and info.data_bytes == 0 and not r.error:
+            problems.append(Problem(a.path, f"{frames} frames, every one empty (no byte captured): not a capture "
+                                            f"of traffic (damaged, or no pcap after its header)"))
+        else:
+            continue
+        empty.add(a.path)
     read_captures = sum(1 for a, r in zip(captures, results)
                         if (not r.error or r.cut_short) and a.path not in empty)
     read_logs = sum(1 for r in results[len(captures):] if r.readable)

@@ -206,35 +206,35 @@ def content_digest(path: str) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def complete_frames(path: str) -> int | None:
-    """How many whole frames a capture holds, by capinfos (ships with tshark); None when it cannot tell."""
-    return _capinfos(path, "-c")
+@dataclass(frozen=True, slots=True)
+class CaptureSummary:
+    """What capinfos (ships with tshark) tells of a capture file: Wireshark's name of its ``file_type`` ("pcap",
+    "pcapng"; "mime" for a pcapng cut inside its first blocks, read as one frame of the file's own bytes),
+    its whole ``frames``, and the ``data_bytes`` of packets they hold (0 for records of no byte: zeros after a
+    pcap header read so)."""
+
+    file_type: str
+    frames: int
+    data_bytes: int
 
 
-def captured_bytes(path: str) -> int | None:
-    """How many bytes of packets a capture's frames hold (capinfos's data size); None when it cannot tell. 0 for
-    frames that are all empty: zeros after a pcap header read as records of no byte."""
-    return _capinfos(path, "-d")
-
-
-def read_as_capture(path: str) -> bool:
-    """Whether Wireshark's readers take ``path`` for a capture: a pcapng cut inside its first blocks is read as
-    a file of type "mime" (capinfos -t), one frame of the file's own bytes, no traffic in it."""
+def capture_summary(path: str) -> CaptureSummary | None:
+    """One capinfos run over ``path``; None when it cannot tell."""
     try:
-        out = subprocess.run(["capinfos", "-t", "-M", path], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return True  # cannot tell: as tshark read it
-    return not re.search(r"^File type:\s+mime\b", out, re.M | re.I)
-
-
-def _capinfos(path: str, what: str) -> int | None:
-    try:
-        out = subprocess.run(["capinfos", "-M", what, "-r", "-T", path], capture_output=True, text=True,
-                             timeout=60).stdout
+        out = subprocess.run(["capinfos", "-M", "-r", "-T", "-t", "-c", "-d", path], capture_output=True,
+                             text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r"\t(\d+)\s*$", out.strip())
-    return int(m.group(1)) if m else None
+    fields = out.strip().rsplit("\t", 3)  # the path first, which may hold a TAB itself
+    if len(fields) != 4 or not fields[2].isdigit() or not fields[3].isdigit():
+        return None
+    return CaptureSummary(fields[1].lower(), int(fields[2]), int(fields[3]))
+
+
+def complete_frames(path: str) -> int | None:
+    """How many whole frames a capture holds, by capinfos; None when it cannot tell."""
+    summary = capture_summary(path)
+    return summary.frames if summary is not None else None
 
 
 # tshark keeps ~75 bytes of state per frame read (tshark 4.0, our settings) and its -M reset leaks more than it

@@ -34,17 +34,24 @@ async def within_grace(run: asyncio.Future, stop: asyncio.Event) -> bool:
     return run.done()
 
 
+def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
+    """Counts of every pod's pipeline; interfaces as ``pod/iface`` when there is more than one pod."""
+    if len(pipelines) == 1:
+        return pipelines[0].stats
+    out = PipelineStats()
+    for p in pipelines:
+        out.packets += p.stats.packets
+        out.flows_seen += p.stats.flows_seen
+        for iface, st in p.stats.by_iface.items():
+            out.by_iface[f"{p.ctx.pod}/{iface}"] = st
+    return out
+
+
 def found_so_far(pipelines: list[Pipeline], pods: list[str], namespace: str) -> Report:
     """The report of a run the API server held past its stop: every finding emitted so far, the packets counted,
     and a problem saying what was not read. It exits 2 unless a finding is an error: no clean end, no "nothing
     wrong"."""
-    stats = pipelines[0].stats if len(pipelines) == 1 else PipelineStats()
-    if len(pipelines) > 1:
-        for p in pipelines:
-            stats.packets += p.stats.packets
-            stats.flows_seen += p.stats.flows_seen
-            for iface, st in p.stats.by_iface.items():
-                stats.by_iface[f"{p.ctx.pod}/{iface}"] = st
+    stats = merged_stats(pipelines)
     findings = sorted((f for p in pipelines for f in p.findings), key=lambda f: f.ts)
     what = (f"stopped, and the API server did not answer within {END_GRACE_S:g} s while the run wound down: "
             f"tcpdump's counts, the sidecar's and the kernel's counters were not read and the log levels not put "

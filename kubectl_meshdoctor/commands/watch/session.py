@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kubectl_meshdoctor.commands.log_level import LoggerControl
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, run_session
+from kubectl_meshdoctor.commands.watch.ending import merged_stats
 from kubectl_meshdoctor.commands.watch.live import WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
@@ -22,19 +23,6 @@ from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources.files import private_dir_prefix
-
-
-def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
-    """Counts of every pod's pipeline; interfaces as ``pod/iface`` when there is more than one pod."""
-    if len(pipelines) == 1:
-        return pipelines[0].stats
-    out = PipelineStats()
-    for p in pipelines:
-        out.packets += p.stats.packets
-        out.flows_seen += p.stats.flows_seen
-        for iface, st in p.stats.by_iface.items():
-            out.by_iface[f"{p.ctx.pod}/{iface}"] = st
-    return out
 
 
 def _recent(pipelines: list[Pipeline]) -> list:
