@@ -23,8 +23,8 @@ def error(message: str) -> int:
     return EXIT_USAGE
 
 
-async def progress_line(pipelines, label: str, every_s: float = 1.0, waiting: Callable[[], str | None] = None
-                        ) -> None:
+async def progress_line(pipelines, label: str, every_s: float = 1.0,
+                        waiting: Callable[[], str | None] | None = None) -> None:
     """Rewrite one status line on a terminal's stderr every ``every_s`` seconds until cancelled; ``pipelines``
     is one Pipeline or a list that may grow (one per pod). ``waiting`` says what the run waits on before its
     capture starts (None once it runs): that, not "0 packets analysed", is then the line."""
