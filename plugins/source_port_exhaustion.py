@@ -31,6 +31,10 @@ PASSTHROUGH_SOURCE = "127.0.0.6"  # where Istio >= 1.10's sidecar dials the app 
 TIME_WAIT_S = 60.0  # Linux's TCP_TIMEWAIT_LEN: how long a closed connection holds its four-tuple
 MAX_CLOSES = 100_000  # the sidecar's first FINs remembered: a window, not the capture's history
 SHOWN_CLOSES = 3  # of them, how many the finding names as evidence
+# Envoy's default START_TIME and DURATION are whole milliseconds, cut down, not rounded (Envoy's
+# access_log_formatter: %E3S; DURATION in ms): a FIN 0.4 ms after the printed start can still come before the
+# failed connect(). The window ends where the request does, widened by those two cuts.
+LOG_CLOCK_S = 0.002
 
 MAX_REQUESTS_FIELD = "DestinationRule.trafficPolicy.connectionPool.http.maxRequestsPerConnection"
 PORT_RANGE_FIELD = "Pod.spec.securityContext.sysctls[net.ipv4.ip_local_port_range]"
@@ -77,15 +81,17 @@ class SourcePortExhaustion(Detector):
             self._closes.append(ev)
         return ()
 
-    def _closes_before(self, server: str, ts: float) -> list[PacketEvent]:
-        return [ev for ev in self._closes if ev.dst_endpoint == server and ts - TIME_WAIT_S <= ev.ts <= ts]
+    def _closes_before(self, server: str, entry: AccessLogEntry) -> list[PacketEvent]:
+        # connect() failed somewhere between the request's start and its end: the closes up to its end count.
+        end = entry.ts + entry.duration_ms / 1000.0 + LOG_CLOCK_S
+        return [ev for ev in self._closes if ev.dst_endpoint == server and end - TIME_WAIT_S <= ev.ts <= end]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if "UF" not in entry.flags or _errno(entry) != EADDRNOTAVAIL:
             return None
         flow = access_log_flow(entry)
         source = (entry.upstream_local or PASSTHROUGH_SOURCE).rsplit(":", 1)[0]
-        closes = self._closes_before(flow.server, entry.ts)
+        closes = self._closes_before(flow.server, entry)
         seen = (f" The capture shows the sidecar closing {len(closes)} connection{'s' if len(closes) != 1 else ''} "
                 f"to it first in the {TIME_WAIT_S:.0f} s before: each holds its source port in TIME_WAIT."
                 if closes else "")
