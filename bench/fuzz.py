@@ -14,7 +14,7 @@ input, processes left in its session, a planted secret's marker on stdout or std
 LF and TAB, DEL, C1, U+202A-202E, U+2066-2069, or an undecodable byte) on stderr or on the stdout of text and
 markdown, a JSON report that read nothing (no frame, log line, counter or cluster) exiting 0, and a peak RSS
 (the child's getrusage maximum, tshark included) over --max-rss-mb. The run prints the highest peak RSS.
---tui N then drives the TUI over N hostile-text cases in this process (bench/fuzz_tui.py).
+--tui N then drives the TUI over N hostile-text cases, --jobs at once (bench/fuzz_tui.py).
 Exit 0 when nothing went wrong, else 1.
 
     bench/fuzz --count 200 --seed 1 [--kinds capture,log,stats,clusters] [--timeout 60] [--jobs 2]
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tui:
         from fuzz_tui import run as run_tui
 
-        tui = run_tui(args.tui, args.seed)
+        tui = run_tui(args.tui, args.seed, args.jobs)
         failed = failed or bool(tui["bad"])
     if args.json:
         args.json.write_text(json.dumps({"seed": args.seed, "counts": counts, "cases": results, "tui": tui},

@@ -243,16 +243,23 @@ def run_case(case: int, seed: int) -> dict:
     return r
 
 
-def run(count: int, seed: int) -> dict:
-    """N cases; prints the counts, returns them with the bad cases."""
+def run(count: int, seed: int, jobs: int = 1) -> dict:
+    """N cases, ``jobs`` processes at once (each case starts its own app: Textual's rendering of the hostile
+    text, not its start, takes most of a case's seconds); prints the counts, returns them with the bad cases."""
+    from concurrent.futures import ProcessPoolExecutor
+
     started = time.monotonic()
-    results = [run_case(n, seed) for n in range(count)]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(run_case, range(count), [seed] * count))
+    else:
+        results = [run_case(n, seed) for n in range(count)]
     counts = {"cases": count, "exceptions": sum(bool(r["exception"]) for r in results),
               "app not running or no report": sum(bool(r["problems"]) for r in results),
               "control bytes on screen or in a report": sum(bool(r["control_bytes"]) for r in results),
               "secrets shown": sum(bool(r["secrets_shown"]) for r in results)}
     bad = [r for r in results if r["exception"] or r["problems"] or r["control_bytes"] or r["secrets_shown"]]
-    print(f"bench/fuzz --tui seed {seed}: {count} cases in {time.monotonic() - started:.0f} s")
+    print(f"bench/fuzz --tui seed {seed}: {count} cases in {time.monotonic() - started:.0f} s, {jobs} at once")
     for what, n in counts.items():
         print(f"  {what}: {n}")
     for r in bad:
