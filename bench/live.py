@@ -8,7 +8,7 @@ Run as root. It brings up its own pod lab (a unique name, one pod `load`, no sce
     .venv/bin/kubectl-meshdoctor watch pod/load --kubeconfig LAB --no-tui -v --duration SECONDS+MARGIN -o json
 
 and, once its stderr says it is capturing, drives the pod for --seconds at --rate packets/s on lo + eth0
-(kubectl_meshdoctor.lab.scenarios.run_load: keep-alive GETs through the sidecar (real Envoy) and straight to the
+(meshdoctor_lab.scenarios.run_load: keep-alive GETs through the sidecar (real Envoy) and straight to the
 app, paced by a token bucket and steered by the pod's own packet counters; bounded by time and by count,
 lab addresses only), while a planter, every --plant-every seconds, plants one failure and records its
 wall-clock time:
@@ -78,7 +78,7 @@ def _api_port(kubeconfig: Path) -> int:
 
 
 def run_bench(args) -> dict[str, Any]:
-    from kubectl_meshdoctor.lab import lab, netns
+    from meshdoctor_lab import lab, netns
 
     name = f"mdbench-{secrets.token_hex(3)}"
     state_dir = lab.default_state_dir(name)

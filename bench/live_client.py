@@ -23,7 +23,7 @@ REFUSED_BASE_PORT = 5100  # plant i of kind refused dials pod:5100+i; nothing in
 
 
 def _pod_from(args) -> Any:
-    from kubectl_meshdoctor.lab.state import LabPod
+    from meshdoctor_lab.state import LabPod
 
     return LabPod(name=POD, scenario="load", netns=args.pod_netns, client_netns="", pod_ip=args.pod_ip,
                   client_ip=args.client_ip, ports=(), uid="")
@@ -35,7 +35,7 @@ def _emit(event: dict) -> None:
 
 def cmd_generate(args) -> int:
     """Run the load (in the client namespace) and print {"event": "started"} and then the LoadResult."""
-    from kubectl_meshdoctor.lab.scenarios import run_load
+    from meshdoctor_lab.scenarios import run_load
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cpu0 = []
@@ -91,8 +91,8 @@ def _plant_refused(args, i: int) -> dict:
 
 
 def _plant_collision(args, used: set[int]) -> dict:
-    from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-    from kubectl_meshdoctor.lab.netns import CLIENT_FIXED_PORTS, in_netns
+    from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
+    from meshdoctor_lab.netns import CLIENT_FIXED_PORTS, in_netns
 
     port = random.randint(*CLIENT_FIXED_PORTS)
     while port in used:

@@ -145,7 +145,7 @@ class Sampler:
 
 
 def process_groups(state, watch_pid: int) -> dict[str, list[int]]:
-    from kubectl_meshdoctor.lab import netns
+    from meshdoctor_lab import netns
 
     pod = state.pod(POD)
     groups: dict[str, list[int]] = {"watch (python)": [watch_pid]}

@@ -10,7 +10,7 @@ drivers), and for each N in --pods (ascending) runs
 
 over the first N pods (a label the lab's API server puts on them). Once watch says it is capturing every pod,
 each pod gets a driver in its client network namespace (``many.py _pod``): keep-alive GETs at --rate packets/s
-for --seconds (kubectl_meshdoctor.lab.scenarios.run_load, through the sidecar and straight to the app; bounded
+for --seconds (meshdoctor_lab.scenarios.run_load, through the sidecar and straight to the app; bounded
 by time and count, lab addresses only) and one planted failure at its own moment (pods alternate: upstream
 refused on lo, four-tuple collision with its challenge ACK on eth0; see bench/live_client.py). The drivers start
 together once every one has started: fifty Python starts (~0.3 s of CPU each) are not in the measured window.
@@ -252,7 +252,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
 
 
 def run_bench(args) -> list[dict[str, Any]]:
-    from kubectl_meshdoctor.lab import lab, netns
+    from meshdoctor_lab import lab, netns
 
     sizes = sorted(set(args.pods))
     name = f"mdmany-{secrets.token_hex(3)}"
@@ -302,8 +302,8 @@ def cmd_pod(args) -> int:
     """In a pod's client namespace: the load for --seconds, and one planted failure at --plant-at seconds."""
     from live_client import _emit, _plant_collision, _plant_refused
 
-    from kubectl_meshdoctor.lab.scenarios import run_load
-    from kubectl_meshdoctor.lab.state import LabPod
+    from meshdoctor_lab.scenarios import run_load
+    from meshdoctor_lab.state import LabPod
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pod = LabPod(name="load", scenario="load", netns=args.pod_netns, client_netns="", pod_ip=args.pod_ip,

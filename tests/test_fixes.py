@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_meshdoctor.commands.scenario_fixes import lab_fix, printed_fixes
+from meshdoctor_lab.scenario_fixes import lab_fix, printed_fixes
 from kubectl_meshdoctor.core.findings import Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, named, render
 from kubectl_meshdoctor.istio.redirect import capture_from_pod
-from kubectl_meshdoctor.lab.apiserver.objects import PodSpecIn, PortSpec, pod_json
-from kubectl_meshdoctor.lab.fixes import CLIENT_FIXES, LabFix, pod_fix
-from kubectl_meshdoctor.lab.netns import istio_rules
-from kubectl_meshdoctor.lab.state import LabError, LabPod, LabPort
+from meshdoctor_lab.apiserver.objects import PodSpecIn, PortSpec, pod_json
+from meshdoctor_lab.fixes import CLIENT_FIXES, LabFix, pod_fix
+from meshdoctor_lab.netns import istio_rules
+from meshdoctor_lab.state import LabError, LabPod, LabPort
 
 A = Fix("first-way", "do this", "everything", "nothing", annotations=(("example.io/a", "1"),))
 B = Fix("second-way", "or that", "less", "more", yaml="kind: Thing")
@@ -120,8 +120,8 @@ def test_the_pod_object_shows_the_fix_as_the_injector_renders_it():
 
 
 def test_lab_up_fix_takes_a_name_for_every_pod_or_pod_equals_name_for_one():
-    from kubectl_meshdoctor.commands.lab import _fixes
-    from kubectl_meshdoctor.lab import lab
+    from meshdoctor_lab.command import _fixes
+    from meshdoctor_lab import lab
 
     pods = ["collision", "fixed=collision", "healthy"]
     assert _fixes(lab, pods, []) is None
@@ -141,7 +141,7 @@ def test_lab_up_fix_takes_a_name_for_every_pod_or_pod_equals_name_for_one():
 
 
 def test_the_policy_classes_lab_fixes_become_the_istio_settings_they_name():
-    from kubectl_meshdoctor.lab.scenarios.table import SETUPS
+    from meshdoctor_lab.scenarios.table import SETUPS
 
     def sidecar(scenario: str, name: str):
         fix = lab_fix(scenario, name)  # no detector prints these yet: the lab's own (lab/fixes.py LAB_FIXES)

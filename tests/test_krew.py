@@ -355,3 +355,19 @@ def test_the_archive_runs_its_detectors_on_a_capture(installed):
                           capture_output=True, text=True, timeout=300, env={**env, "PATH": os.environ["PATH"]})
     assert proc.returncode == 1, proc.stderr  # 1: an error finding
     assert [f["detector"] for f in json.loads(proc.stdout)["findings"]] == ["tuple-collision"]
+
+
+def test_the_archive_carries_no_lab(installed):
+    """The pod lab is a distribution of its own: the archive krew installs has none of it, so `lab` says where
+    to get it, in one line."""
+    bindir, env = installed
+    probe = ("import importlib.util, importlib.metadata as md, json\n"
+             "print(json.dumps({'module': importlib.util.find_spec('meshdoctor_lab') is not None,\n"
+             "                  'commands': [e.name for e in md.entry_points(group='kubectl_meshdoctor.commands')]}))\n")
+    proc = subprocess.run([str(bindir / "kubectl-meshdoctor"), "-c", probe], capture_output=True, text=True,
+                          timeout=300, env={**env, "PEX_INTERPRETER": "1"})
+    assert proc.returncode == 0, proc
+    assert json.loads(proc.stdout) == {"module": False, "commands": []}
+    proc = subprocess.run([str(bindir / "kubectl-meshdoctor"), "lab", "up"], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "pip install ./lab" in proc.stderr, proc

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from kubectl_meshdoctor.lab.apiserver.injection import inject
+from meshdoctor_lab.apiserver.injection import inject
 from kubectl_meshdoctor.lint import lint_pod
 
 CLASSIC = yaml.safe_load((Path(__file__).parent / "lint" / "data" / "classic.yaml").read_text())

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubectl_meshdoctor.lab.apiserver import k8sproto, spdy
-from kubectl_meshdoctor.lab.apiserver.httpstream import SpdySession
-from kubectl_meshdoctor.lab.apiserver.pfspdy import validate
+from meshdoctor_lab.apiserver import k8sproto, spdy
+from meshdoctor_lab.apiserver.httpstream import SpdySession
+from meshdoctor_lab.apiserver.pfspdy import validate
 
 FRAMES: list[spdy.Frame] = [
     spdy.SynStream(1, (("streamtype", "error"), ("port", "8080"), ("requestid", "0")), priority=3),

@@ -16,9 +16,9 @@ head gets the same 200 with a Content-Length body, on `--port` and on every `--a
 of the HTTP app's CPU per request. It reads no request bodies (the load clients send GETs only).
 
 Run in a pod namespace:
-    python -m kubectl_meshdoctor.lab.apps http [--port 5000] [--bind 0.0.0.0] [--idle-timeout S] [--broken-framing]
-    python -m kubectl_meshdoctor.lab.apps http --fast [--port 5000] [--also-port 15020]
-    python -m kubectl_meshdoctor.lab.apps tcp-echo [--port 5002] [--bind 0.0.0.0]
+    python -m meshdoctor_lab.apps http [--port 5000] [--bind 0.0.0.0] [--idle-timeout S] [--broken-framing]
+    python -m meshdoctor_lab.apps http --fast [--port 5000] [--also-port 15020]
+    python -m meshdoctor_lab.apps tcp-echo [--port 5002] [--bind 0.0.0.0]
 """
 
 from __future__ import annotations
@@ -339,7 +339,7 @@ class EchoApp:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kubectl_meshdoctor.lab.apps", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m meshdoctor_lab.apps", description=__doc__)
     parser.add_argument("app", choices=("http", "h2c", "tcp-echo"))
     parser.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 = unreachable via eth0)")
     parser.add_argument("--port", type=int, help="listen port (default 5000 for http, 5002 for tcp-echo)")
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="h2c: send GOAWAY and close after N streams on a connection (0: never)")
     args = parser.parse_args(argv)
     if args.app == "h2c":
-        from kubectl_meshdoctor.lab.h2app import H2App, H2AppConfig  # the h2 library: the lab extra
+        from meshdoctor_lab.h2app import H2App, H2AppConfig  # the h2 library: a dependency of the lab
 
         app = H2App(H2AppConfig(bind=args.bind, port=args.port or HTTP_PORT, refuse_every=args.refuse_every,
                                 goaway_after=args.goaway_after))

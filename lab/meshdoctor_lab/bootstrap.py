@@ -25,12 +25,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kubectl_meshdoctor.lab.netns import INBOUND_CAPTURE_PORT as INBOUND_PORT
-from kubectl_meshdoctor.lab.netns import INBOUND_PASSTHROUGH_SOURCE as INBOUND_SOURCE
-from kubectl_meshdoctor.lab.netns import TPROXY_MARK  # original_src's mark: routed back to Envoy (table 133)
-from kubectl_meshdoctor.lab.mesh_tls import MeshIdentity, inbound_chains, inspectors, static_secrets
-from kubectl_meshdoctor.lab.outbound import circuit_breakers, outbound_cluster_name, standin_cluster, vs_routes
-from kubectl_meshdoctor.lab.sidecar_settings import SidecarSettings
+from meshdoctor_lab.netns import INBOUND_CAPTURE_PORT as INBOUND_PORT
+from meshdoctor_lab.netns import INBOUND_PASSTHROUGH_SOURCE as INBOUND_SOURCE
+from meshdoctor_lab.netns import TPROXY_MARK  # original_src's mark: routed back to Envoy (table 133)
+from meshdoctor_lab.mesh_tls import MeshIdentity, inbound_chains, inspectors, static_secrets
+from meshdoctor_lab.outbound import circuit_breakers, outbound_cluster_name, standin_cluster, vs_routes
+from meshdoctor_lab.sidecar_settings import SidecarSettings
 
 ADMIN_ADDRESS = "127.0.0.1"
 ADMIN_PORT = 15000

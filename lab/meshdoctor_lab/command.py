@@ -1,7 +1,10 @@
-"""`kubectl meshdoctor lab up|down|status`: the pod lab (kubectl_meshdoctor.lab, the `lab` extra)."""
+"""`kubectl meshdoctor lab up|down|status`: the pod lab's command, registered in the product's command
+entry-point group (``kubectl_meshdoctor.commands``, lab/pyproject.toml). The product imports nothing of the lab:
+this module gives it the command's ``help``, ``add_arguments`` and ``run``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -10,17 +13,35 @@ from pathlib import Path
 
 from kubectl_meshdoctor.commands.console import error
 
+help = "a local pod lab (network namespaces, Istio's nat rules, real failures)"  # noqa: A001 (the protocol's name)
+
+# sudo's secure_path drops the PATH entry a venv or krew put the plugin on: `sudo kubectl meshdoctor` finds no
+# plugin, so the examples give sudo the plugin's own path.
+LAB_UP_EXAMPLES = """\
+examples:
+  sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,healthy
+  sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,fixed=collision --fix fixed=tproxy
+"""
+
+LAB_EPILOG = """\
+examples (the lab needs root; sudo would not find the plugin by its name, so give it the path):
+  sudo "$(command -v kubectl-meshdoctor)" lab up
+  sudo "$(command -v kubectl-meshdoctor)" lab status
+  sudo "$(command -v kubectl-meshdoctor)" lab down
+"""
+
+
 
 def run(args) -> int:
-    """`kubectl meshdoctor lab up|down|status`. Without the lab extra installed: one line saying what to
+    """`kubectl meshdoctor lab up|down|status`. Without the lab's dependencies: one line saying what to
     install, exit 2."""
     try:
-        from kubectl_meshdoctor.lab import lab
-        from kubectl_meshdoctor.lab.fixes import injected as lab_injected
-        from kubectl_meshdoctor.lab.state import LabError
-    except ModuleNotFoundError as e:  # the lab's own dependencies (psutil, aiohttp) come with its extra
-        return error(f"the lab needs the lab extra (no module {e.name}): "
-                     f"from the repository, pip install '.[lab]' (or scripts/install)")
+        from meshdoctor_lab import lab
+        from meshdoctor_lab.fixes import injected as lab_injected
+        from meshdoctor_lab.state import LabError
+    except ModuleNotFoundError as e:  # the lab's own dependencies (psutil, aiohttp), installed with it
+        return error(f"the lab cannot run without the module {e.name}: from the repository, pip install ./lab "
+                     f"(or scripts/install)")
 
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.name):
         return error(f'lab name "{args.name}" must be a Kubernetes namespace name (lower case letters, digits, -)')
@@ -66,8 +87,8 @@ def _fixes(lab, pods: list[str], given: list[str]) -> dict | None:
     Raises KeyError with the message for a fix a pod's scenario does not print (or an unknown pod)."""
     if not given:
         return None
-    from kubectl_meshdoctor.commands.scenario_fixes import lab_fix
-    from kubectl_meshdoctor.lab.scenarios import SCENARIOS
+    from meshdoctor_lab.scenario_fixes import lab_fix
+    from meshdoctor_lab.scenarios import SCENARIOS
 
     scenario_of = dict(map(lab.pod_spec, pods))
     every = {v for v in given if "=" not in v}
@@ -119,3 +140,54 @@ def _ourselves() -> str:
     if found and shutil.which("kubectl") and os.path.realpath(found) == me:
         return "kubectl meshdoctor"
     return me if me.endswith("kubectl-meshdoctor") else f"{sys.executable} -m kubectl_meshdoctor"
+
+
+def _scenarios_help() -> str:
+    """`lab up --help`'s list of scenarios and the fixes each prints (what --pods and --fix take)."""
+    try:
+        from meshdoctor_lab.scenario_fixes import fix_names
+        from meshdoctor_lab.scenarios.table import SCENARIOS
+    except ImportError:  # a dependency of the lab is missing: lab up says so when run
+        return ""
+    lines = ["scenarios (--pods NAME or POD=NAME) and the fixes their findings print, or the lab's own where no "
+             "finding prints one yet (--fix NAME):"]
+    width = max(map(len, SCENARIOS))
+    for scenario in SCENARIOS:
+        names = ", ".join(fix_names(scenario)) or "-"
+        lines.append(f"  {scenario:<{width}}  {names}")
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(lab: argparse.ArgumentParser) -> None:
+    """The lab's flags and actions, on the parser the CLI made for `lab`."""
+    lab.description = ("Manage the pod lab: real kernel TCP and iptables in network namespaces, "
+                       "real Envoy as each pod's istio-proxy (configured as Istio configures a sidecar), and a test "
+                       "API server that the plugin and kubectl talk to through the kubeconfig `lab up` prints. "
+                       "Needs root.")
+    lab.epilog = LAB_EPILOG
+    # The CLI's own parser class (one-line errors, an epilog built on --help) for the actions too.
+    lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", parser_class=type(lab), required=True)
+    for name, text in (("up", "create the lab and print its kubeconfig"), ("down", "remove the lab"),
+                       ("status", "show the lab's pods and processes")):
+        lp = lab_sub.add_parser(name, help=text, description=text, formatter_class=argparse.RawDescriptionHelpFormatter)
+        lp.add_argument("--name", default="meshdoctor-lab", help="lab name, also its namespace "
+                        "(default meshdoctor-lab)")
+        lp.add_argument("--state-dir", type=Path, help="where the lab keeps its state "
+                        "(default /run/kubectl-meshdoctor/NAME)")
+        if name == "up":
+            lp.epilog_of = lambda: _scenarios_help() + "\n" + LAB_UP_EXAMPLES
+            lp.add_argument("--pods", default="collision,healthy",
+                            help="comma-separated scenario pods to create, NAME=SCENARIO for several of one kind "
+                                 "(default collision,healthy; the scenarios are listed below)")
+            lp.add_argument("--access-log", choices=("text", "json"), default="text",
+                            help="the sidecars' access-log encoding, as Istio's meshConfig.accessLogEncoding "
+                                 "(default text: Istio's default TEXT format)")
+            lp.add_argument("--legacy-inbound", action="store_true",
+                            help="the sidecars dial the app on 127.0.0.1, as Istio before 1.10 did (newer Istio "
+                                 "dials the pod IP from 127.0.0.6, which an app bound to 127.0.0.1 refuses)")
+            lp.add_argument("--fix", action="append", metavar="[POD=]NAME",
+                            help="apply this printed fix (a finding's fixes[].name; README's detector table "
+                                 "names each class's first) as Istio would render it, to see the failure gone: "
+                                 "NAME for every pod in --pods (each must print it), POD=NAME for one (it overrides "
+                                 "NAME there); one fix a pod; repeatable "
+                                 "(e.g. --pods collision,fixed=collision --fix fixed=tproxy)")

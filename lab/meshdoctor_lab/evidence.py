@@ -9,7 +9,7 @@ on its admin port, put back to pilot-agent's ``warning`` and ``misc:error`` afte
 - ``clusters.txt``: ``GET /clusters`` after it;
 - ``round.json``: what the round's client saw (lab/scenarios/rounds.py RoundResult).
 
-    sudo .venv/bin/python -m kubectl_meshdoctor.lab.evidence tests/data/envoy-1.40 [--scenarios a,b] [--name N]
+    sudo .venv/bin/python -m meshdoctor_lab.evidence tests/data/envoy-1.40 [--scenarios a,b] [--name N]
 
 Needs root (the lab). Brings up its own lab (``--name``) with no drivers and takes it down at the end. Every wait
 is bounded. A scenario whose log over one round is larger than ``--max-kb`` is refused (a round that grew).
@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios.admin import admin
-from kubectl_meshdoctor.lab.state import LabError, LabState
+from meshdoctor_lab import lab
+from meshdoctor_lab.scenarios.admin import admin
+from meshdoctor_lab.state import LabError, LabState
 
 # The failure classes and the healthy HTTP pod the parser tests need lines of, in the order recorded.
 SCENARIOS = ("overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext", "stale-keepalive", "refused",
@@ -99,7 +99,7 @@ def record(out: Path, scenarios: tuple[str, ...] = SCENARIOS, name: str = DEFAUL
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kubectl_meshdoctor.lab.evidence", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m meshdoctor_lab.evidence", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="directory to write SCENARIO/... into")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated (default: all)")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import yaml
 
-from kubectl_meshdoctor.lab.scenarios.table import (
+from meshdoctor_lab.scenarios.table import (
     CALLER_HTTP11_FIX,
     CALLER_IDLE_FIX,
     CALLER_NO_HALF_CLOSE_FIX,
@@ -40,7 +40,7 @@ from kubectl_meshdoctor.lab.scenarios.table import (
     TLS_DISABLE_SETTINGS,
     PodSetup,
 )
-from kubectl_meshdoctor.lab.state import LabError
+from meshdoctor_lab.state import LabError
 
 INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"  # Istio's annotations, as the injector reads them
 EXCLUDE_INBOUND_PORTS = "traffic.sidecar.istio.io/excludeInboundPorts"
@@ -262,7 +262,7 @@ def pod_fix(name: str, annotations: tuple[tuple[str, str], ...] = (),
     return PodFix(name, tuple(annotations), mode, excluded, tuple(settings), tuple(labels))
 
 
-# The fixes of the classes no detector prints yet, as the lab is given them (commands/scenario_fixes.py lab_fix
+# The fixes of the classes no detector prints yet, as the lab is given them (meshdoctor_lab/scenario_fixes.py lab_fix
 # falls back on them): scenario -> its fixes, the one keeping the most of the mesh first.
 LAB_FIXES: dict[str, tuple[LabFix, ...]] = {
     "overflow": (LabFix(POOL_LIMITS_FIX, settings=POOL_LIMITS_SETTINGS),),

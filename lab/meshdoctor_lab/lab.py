@@ -20,19 +20,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from kubectl_meshdoctor.lab import fixes as lab_fixes
-from kubectl_meshdoctor.lab import istio_proxy, netns, pki, processes
-from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-from kubectl_meshdoctor.lab.bootstrap import (
+from meshdoctor_lab import fixes as lab_fixes
+from meshdoctor_lab import istio_proxy, netns, pki, processes
+from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
+from meshdoctor_lab.bootstrap import (
     ADMIN_PORT,
     OUTBOUND_PORT,
     BootstrapPod,
     SidecarSettings,
     bootstrap_text,
 )
-from kubectl_meshdoctor.lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
-from kubectl_meshdoctor.lab.outbound import service_host, spiffe_id
-from kubectl_meshdoctor.lab.scenarios import (
+from meshdoctor_lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
+from meshdoctor_lab.outbound import service_host, spiffe_id
+from meshdoctor_lab.scenarios import (
     DEFAULT_PERIOD,
     DEFAULT_ROUNDS,
     DEFAULT_SECONDS,
@@ -41,7 +41,7 @@ from kubectl_meshdoctor.lab.scenarios import (
     PodSetup,
     RoundResult,
 )
-from kubectl_meshdoctor.lab.state import (
+from meshdoctor_lab.state import (
     LabError,
     LabObservation,
     LabPod,
@@ -98,7 +98,7 @@ def up(
     A pod whose sidecar speaks mTLS (its scenario's PeerAuthentication or DestinationRule) gets certificates from
     a lab CA (pki.py) in state_dir/POD/certs.
 
-    Raises LabError when not root, a tool (openssl, for an mTLS pod) or the lab extra (Envoy, aiohttp) is
+    Raises LabError when not root, a tool (openssl, for an mTLS pod) or a dependency of the lab (Envoy, aiohttp) is
     missing, a pod name is unknown or repeated, state_dir is not empty, a lab already uses state_dir or its
     namespaces, or a process does not become ready. On any failure everything already created is removed again.
     """
@@ -241,7 +241,7 @@ def _preflight(pods: Sequence[str], mesh: MeshOptions) -> str:
     except ValueError as exc:
         raise LabError(str(exc)) from None
     if importlib.util.find_spec("aiohttp") is None:
-        raise LabError("the lab's test API server needs aiohttp: from the repository, pip install '.[lab]' (or scripts/install)")
+        raise LabError("the lab's test API server needs aiohttp: from the repository, pip install ./lab (or scripts/install)")
     envoy = istio_proxy.envoy_binary()
     istio_proxy.check_envoy(envoy)
     return envoy
@@ -354,7 +354,7 @@ def _bring_up(
             state = processes.spawn(state, f"{pod.name}/scenario", argv)
     if apiserver:
         state = processes.spawn(state, "apiserver", [
-            sys.executable, "-m", "kubectl_meshdoctor.lab.apiserver",
+            sys.executable, "-m", "meshdoctor_lab.apiserver",
             "--state", str(state.state_dir / "state.json"), "--kubeconfig", str(state.kubeconfig),
             "--host", "127.0.0.1", "--port", "0",
         ])
@@ -376,7 +376,7 @@ def _pod_processes(pod: LabPod, state: LabState,
     state.mesh the mesh-wide settings. Envoy's environment holds its private key, when it has one."""
     fix, setup = _pod_setup(pod, state)
     sidecar = setup.sidecar
-    apps = [sys.executable, "-m", "kubectl_meshdoctor.lab.apps"]
+    apps = [sys.executable, "-m", "meshdoctor_lab.apps"]
     app_processes: list[tuple[str, list[str], dict[str, str] | None]] = []
     if setup.app_http is not None:
         app_processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http], None))
@@ -395,7 +395,7 @@ def _pod_processes(pod: LabPod, state: LabState,
 
 def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, period: float) -> list[str]:
     return [
-        sys.executable, "-m", "kubectl_meshdoctor.lab.scenarios", scenario,
+        sys.executable, "-m", "meshdoctor_lab.scenarios", scenario,
         "--pod-ip", pod.pod_ip, "--client-ip", pod.client_ip, "--pod-netns", pod.netns, "--pod-name", pod.name,
         "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
         *(["--fix", pod.fix] if pod.fix else []),

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubectl_meshdoctor.lab.sidecar_settings import SidecarSettings
+from meshdoctor_lab.sidecar_settings import SidecarSettings
 
 _T = "type.googleapis.com/"
 _TLS_SOCKET = "envoy.transport_sockets.tls"

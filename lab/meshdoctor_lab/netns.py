@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from kubectl_meshdoctor.lab.state import LabError
+from meshdoctor_lab.state import LabError
 
 # iptables-restore input of istio-init for the default injection template (Istio >= 1.25, REDIRECT mode,
 # `istio-iptables -p 15001 -z 15006 -u 1337 -m REDIRECT -i * -x "" -b * -d 15090,15021,15020`), composed from

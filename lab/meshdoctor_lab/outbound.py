@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubectl_meshdoctor.lab.mesh_tls import upstream_istio_mutual
-from kubectl_meshdoctor.lab.netns import INBOUND_PASSTHROUGH_SOURCE
-from kubectl_meshdoctor.lab.sidecar_settings import SidecarSettings
+from meshdoctor_lab.mesh_tls import upstream_istio_mutual
+from meshdoctor_lab.netns import INBOUND_PASSTHROUGH_SOURCE
+from meshdoctor_lab.sidecar_settings import SidecarSettings
 
 _UNLIMITED = 4294967295  # istiod's default for every threshold (getDefaultCircuitBreakerThresholds)
 TRUST_DOMAIN = "cluster.local"

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubectl_meshdoctor.lab.mesh_tls import MeshIdentity
-from kubectl_meshdoctor.lab.state import LabError
+from meshdoctor_lab.mesh_tls import MeshIdentity
+from meshdoctor_lab.state import LabError
 
 KEY_ENV = "MESHDOCTOR_LAB_WORKLOAD_KEY"  # the environment variable Envoy reads its private key from
 _TIMEOUT_S = 30.0

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from kubectl_meshdoctor.lab.state import LabError, LabState, write_state
+from meshdoctor_lab.state import LabError, LabState, write_state
 
 _POLL = 0.05  # seconds between readiness checks
 _STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kubectl_meshdoctor.core.fixes import Fix, named
-from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-from kubectl_meshdoctor.lab.fixes import LAB_FIXES, LabFix
-from kubectl_meshdoctor.lab.scenarios.table import (
+from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
+from meshdoctor_lab.fixes import LAB_FIXES, LabFix
+from meshdoctor_lab.scenarios.table import (
     SLOW_CALLER_GIVES_UP,
     SLOW_ROUTE_TIMEOUT,
     STALE_IDLE_TIMEOUT,

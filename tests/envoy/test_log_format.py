@@ -15,7 +15,7 @@ from kubectl_meshdoctor.envoy.access_log import PARTIAL, parse_line, read_line
 from kubectl_meshdoctor.envoy.istio_formats import ENVOY_DEFAULT, JSON_FORMATS, TEXT_FORMATS
 from kubectl_meshdoctor.envoy.log_format import LogFormatError, Operator, compile_format, tokenize
 from kubectl_meshdoctor.envoy.wrappers import unwrap
-from kubectl_meshdoctor.lab.bootstrap import ISTIO_JSON_FORMAT, ISTIO_TEXT_FORMAT
+from meshdoctor_lab.bootstrap import ISTIO_JSON_FORMAT, ISTIO_TEXT_FORMAT
 
 from .render import render_json, render_text
 from .test_wrappers import cri, docker_json, grep_hn, json_string, kubectl_prefix, kubectl_timestamps, stern

@@ -18,8 +18,8 @@ from kubectl_meshdoctor.envoy.flags import parse_reset_details
 from kubectl_meshdoctor.envoy.logging import parse_logging
 from kubectl_meshdoctor.envoy.server_info import envoy_version
 from kubectl_meshdoctor.envoy.stats import cluster_failures, parse_stats, split_cluster_stat
-from kubectl_meshdoctor.lab.bootstrap import ISTIO_JSON_FORMAT
-from kubectl_meshdoctor.lab.istio_proxy import ENVOY_VERSION
+from meshdoctor_lab.bootstrap import ISTIO_JSON_FORMAT
+from meshdoctor_lab.istio_proxy import ENVOY_VERSION
 
 from ..local_envoy import CLUSTER, LocalEnvoy, free_port, local_envoy, ok_app
 from .conftest import read

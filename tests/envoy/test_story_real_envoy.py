@@ -21,7 +21,7 @@ from kubectl_meshdoctor.envoy import story
 from kubectl_meshdoctor.envoy.component_facts import fact_of
 from kubectl_meshdoctor.envoy.component_log import read_component_log
 from kubectl_meshdoctor.envoy.story import StoryBuilder, StreamStory, log_ref
-from kubectl_meshdoctor.lab.bootstrap import file_access_log
+from meshdoctor_lab.bootstrap import file_access_log
 
 from ..helpers import analyze_json
 from ..local_envoy import envoy_process, free_port

@@ -2,7 +2,7 @@
 mocks): the server, its helpers and the module fixtures they share.
 
 Each test module creates a throwaway network namespace and a hand-written state file, starts the server as a
-subprocess (`python -m kubectl_meshdoctor.lab.apiserver`) and talks to it through the kubeconfig it writes.
+subprocess (`python -m meshdoctor_lab.apiserver`) and talks to it through the kubeconfig it writes.
 Needs root and iproute2.
 """
 
@@ -25,7 +25,7 @@ from kubernetes import client, config
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import WSClient
 
-from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
+from meshdoctor_lab.apiserver.kubeconfig import admin_call
 
 from ..waiting import wait_until as _wait_until
 
@@ -96,7 +96,7 @@ def _start_server(tmp: Path, netns: str, *extra: str) -> Server:
     stderr_path = tmp / "apiserver.log"
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kubectl_meshdoctor.lab.apiserver", "--state", str(state_dir / "state.json"),
+            [sys.executable, "-m", "meshdoctor_lab.apiserver", "--state", str(state_dir / "state.json"),
              "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", "0", *extra],
             stdout=subprocess.DEVNULL, stderr=err)
 

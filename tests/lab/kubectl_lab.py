@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
+from meshdoctor_lab import lab
+from meshdoctor_lab.apiserver.kubeconfig import admin_call
 
 from ..waiting import wait_until
 from .terminal import Terminal  # noqa: F401 (kubectl's tests import it from here)

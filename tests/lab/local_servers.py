@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from kubectl_meshdoctor.lab.apps import HttpApp, HttpAppConfig
+from meshdoctor_lab.apps import HttpApp, HttpAppConfig
 
 
 def free_port() -> int:

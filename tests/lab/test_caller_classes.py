@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios.table import (
+from meshdoctor_lab import lab
+from meshdoctor_lab.scenarios.table import (
     EXHAUSTION_PORTS,
     EXHAUSTION_REQUESTS,
     GOAWAY_REFUSE_EVERY,

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios import challenge_ack_count
+from meshdoctor_lab import lab
+from meshdoctor_lab.scenarios import challenge_ack_count
 
 pytestmark = pytest.mark.lab
 

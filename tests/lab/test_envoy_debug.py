@@ -24,7 +24,7 @@ from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import KubeOptions, connect
 from kubectl_meshdoctor.kube.debug import running_debug_container
 from kubectl_meshdoctor.kube.envoy_guard import SILENCE_S, read_record, record_path
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .watching import Faults, capturing

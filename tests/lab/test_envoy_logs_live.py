@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.state import LabState
+from meshdoctor_lab import lab
+from meshdoctor_lab.state import LabState
 
 from ..envoy.component_shapes import SHAPES, render_log
 from ..plugins.test_classes_from_logs import CLASSES, named

@@ -10,11 +10,11 @@ import secrets
 
 import pytest
 
-from kubectl_meshdoctor.commands.scenario_fixes import SCENARIO_FIXES, lab_fix
-from kubectl_meshdoctor.commands.scenario_fixes import printed_fixes as fixes_for
+from meshdoctor_lab.scenario_fixes import SCENARIO_FIXES, lab_fix
+from meshdoctor_lab.scenario_fixes import printed_fixes as fixes_for
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios.table import SLOW_ABANDONED, SLOW_HALF_CLOSED, SLOW_TOO_LONG
+from meshdoctor_lab import lab
+from meshdoctor_lab.scenarios.table import SLOW_ABANDONED, SLOW_HALF_CLOSED, SLOW_TOO_LONG
 
 from .test_policy_classes_detected import EXPECTED as POLICY
 from .test_policy_classes_detected import watch_round

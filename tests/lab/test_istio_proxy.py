@@ -20,16 +20,16 @@ import pytest
 import yaml
 
 from kubectl_meshdoctor.envoy.server_info import envoy_version
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.bootstrap import (
+from meshdoctor_lab import lab
+from meshdoctor_lab.bootstrap import (
     ADMIN_PORT,
     ISTIO_DEFAULT_STATS_PREFIXES,
     OUTBOUND_PORT,
     PROXY_STATS_PREFIXES,
 )
-from kubectl_meshdoctor.lab.istio_proxy import ENVOY_VERSION, ISTIO_PROXY_UID, envoy_binary
-from kubectl_meshdoctor.lab.netns import INBOUND_CAPTURE_PORT
-from kubectl_meshdoctor.lab.state import LabState
+from meshdoctor_lab.istio_proxy import ENVOY_VERSION, ISTIO_PROXY_UID, envoy_binary
+from meshdoctor_lab.netns import INBOUND_CAPTURE_PORT
+from meshdoctor_lab.state import LabState
 
 from ..waiting import wait_until
 

@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 
-from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
+from meshdoctor_lab.apiserver.kubeconfig import admin_call
 
 from .kubectl_lab import (  # noqa: F401 (the fixtures are used by name)
     POD,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
+from meshdoctor_lab.apiserver.kubeconfig import admin_call
 
 from ..waiting import wait_until
 

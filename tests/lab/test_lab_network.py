@@ -19,9 +19,9 @@ from typing import Iterator
 import psutil
 import pytest
 
-from kubectl_meshdoctor.lab import lab, netns
-from kubectl_meshdoctor.lab.scenarios import challenge_ack_count
-from kubectl_meshdoctor.lab.state import LabError, LabState
+from meshdoctor_lab import lab, netns
+from meshdoctor_lab.scenarios import challenge_ack_count
+from meshdoctor_lab.state import LabError, LabState
 
 from ..waiting import wait_until as _wait_until
 
@@ -214,7 +214,7 @@ def test_down_leaves_no_namespace_and_no_process(tmp_path: Path) -> None:
     name = f"mdtest-{uuid.uuid4().hex[:8]}"
     state_dir = tmp_path / name
     # With the test API server when it is installed, so `down` is shown to stop it too.
-    with_apiserver = importlib.util.find_spec("kubectl_meshdoctor.lab.apiserver.__main__") is not None
+    with_apiserver = importlib.util.find_spec("meshdoctor_lab.apiserver.__main__") is not None
     state = lab.up(name=name, state_dir=state_dir, pods=("healthy",), apiserver=with_apiserver,
                    rounds=100, period=0.5)
     try:

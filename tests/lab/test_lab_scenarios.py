@@ -19,15 +19,15 @@ from typing import Iterator
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab, netns
-from kubectl_meshdoctor.lab.apps import FRAMING_VARIANTS
-from kubectl_meshdoctor.lab.scenarios import (
+from meshdoctor_lab import lab, netns
+from meshdoctor_lab.apps import FRAMING_VARIANTS
+from meshdoctor_lab.scenarios import (
     HEALTHY_SHORT_CONNECTIONS,
     STALE_CLOSE_DELAY,
     STALE_IDLE_TIMEOUT,
     SYN_DROP_SECONDS,
 )
-from kubectl_meshdoctor.lab.state import LabPod, LabState
+from meshdoctor_lab.state import LabPod, LabState
 from tests.lab.test_lab_network import _require_lab_host
 
 from ..waiting import wait_until as _wait_until

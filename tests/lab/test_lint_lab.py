@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.fixes import EXCLUDE_INBOUND_PORTS, LabFix
+from meshdoctor_lab import lab
+from meshdoctor_lab.fixes import EXCLUDE_INBOUND_PORTS, LabFix
 
 pytestmark = pytest.mark.lab
 

@@ -16,10 +16,10 @@ from typing import Iterator
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.apps import FAST_RESPONSE, FastHttpApp
-from kubectl_meshdoctor.lab.scenarios import LOAD_DIRECT_PORT, LOAD_PATHS, run_load
-from kubectl_meshdoctor.lab.state import LabPod, LabState
+from meshdoctor_lab import lab
+from meshdoctor_lab.apps import FAST_RESPONSE, FastHttpApp
+from meshdoctor_lab.scenarios import LOAD_DIRECT_PORT, LOAD_PATHS, run_load
+from meshdoctor_lab.state import LabPod, LabState
 from tests.lab.local_servers import free_port
 from tests.lab.test_lab_network import _require_lab_host
 
@@ -42,8 +42,8 @@ def _run_load_in_client_ns(state: LabState, **kwargs) -> dict:
     """run_load(pod, **kwargs) in the pod's client namespace (where it must run); its LoadResult as JSON."""
     pod = state.pod("load")
     code = ("import json, sys\n"
-            "from kubectl_meshdoctor.lab.scenarios import run_load\n"
-            "from kubectl_meshdoctor.lab.state import LabPod\n"
+            "from meshdoctor_lab.scenarios import run_load\n"
+            "from meshdoctor_lab.state import LabPod\n"
             "pod = LabPod.from_json(json.loads(sys.argv[1]))\n"
             "print(json.dumps(run_load(pod, **json.loads(sys.argv[2])).to_json()))\n")
     out = subprocess.run(["ip", "netns", "exec", pod.client_netns, sys.executable, "-c", code,

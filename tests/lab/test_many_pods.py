@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from .test_watch import tcpdumps_in
 

@@ -9,7 +9,7 @@ import secrets
 import pytest
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from .watching import capturing
 

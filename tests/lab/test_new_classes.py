@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.commands.scenario_fixes import lab_fix
+from meshdoctor_lab.scenario_fixes import lab_fix
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.fixes import LAB_FIXES
-from kubectl_meshdoctor.lab.scenarios.admin import admin
-from kubectl_meshdoctor.lab.scenarios.table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX, OVERFLOW_SLOW
-from kubectl_meshdoctor.lab.state import LabState
+from meshdoctor_lab import lab
+from meshdoctor_lab.fixes import LAB_FIXES
+from meshdoctor_lab.scenarios.admin import admin
+from meshdoctor_lab.scenarios.table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX, OVERFLOW_SLOW
+from meshdoctor_lab.state import LabState
 
 from ..waiting import wait_until
 from .test_lab_scenarios import _capture, _frames, _show

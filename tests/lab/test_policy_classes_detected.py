@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.lab import lab
-from kubectl_meshdoctor.lab.scenarios import RoundResult
-from kubectl_meshdoctor.lab.scenarios.table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX
+from meshdoctor_lab import lab
+from meshdoctor_lab.scenarios import RoundResult
+from meshdoctor_lab.scenarios.table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX
 
 from ..waiting import wait_until
 from .test_scenarios_detected import judged

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .test_watch import stream_tsharks, tcpdumps_in

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from .watching import capturing
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .watching import Faults, capturing

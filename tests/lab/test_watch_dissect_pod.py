@@ -8,7 +8,7 @@ import secrets
 import psutil
 import pytest
 
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .test_watch import collisions, meshdoctor, watch_json
@@ -29,7 +29,7 @@ def lab_state(tmp_path_factory):
 
 def capture_processes(netns: str) -> list[str]:
     """Names of the tcpdump and tshark processes in the pod's network namespace."""
-    from kubectl_meshdoctor.lab import netns as lab_netns
+    from meshdoctor_lab import netns as lab_netns
 
     names = []
     for pid in lab_netns.netns_pids(netns):

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kubectl_meshdoctor.lab import lab
+from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .terminal import Terminal

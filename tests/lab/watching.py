@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kubectl_meshdoctor.lab.apiserver.kubeconfig import admin_call
+from meshdoctor_lab.apiserver.kubeconfig import admin_call
 
 
 class WatchRun:

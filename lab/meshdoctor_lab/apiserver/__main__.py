@@ -1,6 +1,6 @@
 """CLI: serve a lab's pods until SIGTERM/SIGINT, then end every process it started and exit 0.
 
-    python -m kubectl_meshdoctor.lab.apiserver --state STATE_JSON --kubeconfig OUT_PATH [--host H] [--port P]
+    python -m meshdoctor_lab.apiserver --state STATE_JSON --kubeconfig OUT_PATH [--host H] [--port P]
         [--no-tls]
 
 HTTPS with a CA made for this run is the default (tls.py says why); `--no-tls` serves plain HTTP, which only the
@@ -30,7 +30,7 @@ from .tls import TlsMaterial, make_tls
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m kubectl_meshdoctor.lab.apiserver", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m meshdoctor_lab.apiserver", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--state", required=True, type=Path, help="the lab's state.json")
     p.add_argument("--kubeconfig", required=True, type=Path, help="where to write the kubeconfig")

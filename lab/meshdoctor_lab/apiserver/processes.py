@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from kubectl_meshdoctor.lab.istio_proxy import as_istio_proxy
+from meshdoctor_lab.istio_proxy import as_istio_proxy
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36

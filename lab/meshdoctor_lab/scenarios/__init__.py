@@ -3,7 +3,7 @@
 Run in the pod's CLIENT namespace. Each round is self-contained (opens and closes its own sockets); the driver
 loop is bounded by a round count AND a time limit. One JSON line per round goes to stdout.
 
-    ip netns exec <client-ns> python -m kubectl_meshdoctor.lab.scenarios collision \\
+    ip netns exec <client-ns> python -m meshdoctor_lab.scenarios collision \\
         --pod-ip 198.18.1.2 --client-ip 198.18.1.1 --pod-netns mdlab-collision --rounds 1
 
 Scenarios:

@@ -7,9 +7,9 @@ import argparse
 import signal
 import sys
 
-from kubectl_meshdoctor.lab import scenarios
-from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-from kubectl_meshdoctor.lab.state import LabPod, LabPort
+from meshdoctor_lab import scenarios
+from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
+from meshdoctor_lab.state import LabPod, LabPort
 
 from .driver import DEFAULT_PERIOD, DEFAULT_ROUNDS, DEFAULT_SECONDS, drive
 from .table import SCENARIOS
@@ -21,7 +21,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kubectl_meshdoctor.lab.scenarios",
+        prog="python -m meshdoctor_lab.scenarios",
         description=scenarios.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

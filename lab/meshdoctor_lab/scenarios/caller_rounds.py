@@ -9,8 +9,8 @@ import select
 import socket
 import time
 
-from kubectl_meshdoctor.lab.apps import HTTP_PORT
-from kubectl_meshdoctor.lab.state import LabPod
+from meshdoctor_lab.apps import HTTP_PORT
+from meshdoctor_lab.state import LabPod
 
 from .http_rounds import _get
 from .rounds import _IO_TIMEOUT, _one_line, _Tally

@@ -8,8 +8,8 @@ import subprocess
 import time
 from typing import Callable
 
-from kubectl_meshdoctor.lab.netns import in_netns
-from kubectl_meshdoctor.lab.state import LabPod
+from meshdoctor_lab.netns import in_netns
+from meshdoctor_lab.state import LabPod
 
 from .caller_rounds import _downstream_idle_round, _h2_round, _http10_round, _port_exhaustion_round, _slow_app_round
 from .http_rounds import _framing_round, _healthy_http_round, _refused_round, _stale_keepalive_round

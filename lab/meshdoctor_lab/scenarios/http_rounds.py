@@ -6,8 +6,8 @@ from __future__ import annotations
 import http.client
 import time
 
-from kubectl_meshdoctor.lab.apps import CHUNKED_BODY, FRAMING_VARIANTS, HTTP_PORT
-from kubectl_meshdoctor.lab.state import LabPod
+from meshdoctor_lab.apps import CHUNKED_BODY, FRAMING_VARIANTS, HTTP_PORT
+from meshdoctor_lab.state import LabPod
 
 from .rounds import _IO_TIMEOUT, _one_line, _Tally
 from .table import STALE_REUSE_AFTER

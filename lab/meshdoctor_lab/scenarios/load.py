@@ -11,9 +11,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from kubectl_meshdoctor.lab.apps import HTTP_PORT
-from kubectl_meshdoctor.lab.netns import INBOUND_PASSTHROUGH_SOURCE, LAB_NETWORK
-from kubectl_meshdoctor.lab.state import LabPod
+from meshdoctor_lab.apps import HTTP_PORT
+from meshdoctor_lab.netns import INBOUND_PASSTHROUGH_SOURCE, LAB_NETWORK
+from meshdoctor_lab.state import LabPod
 
 from .podns import _pod_packets, _PodNetns
 from .rounds import _IO_TIMEOUT, _one_line, _Tally

@@ -13,8 +13,8 @@ import socket
 import ssl
 from pathlib import Path
 
-from kubectl_meshdoctor.lab.apps import HTTP_PORT
-from kubectl_meshdoctor.lab.state import LabPod
+from meshdoctor_lab.apps import HTTP_PORT
+from meshdoctor_lab.state import LabPod
 
 from .admin import host_flags, stat_sum, wait_until
 from .caller_rounds import _response_of

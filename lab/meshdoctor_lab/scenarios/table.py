@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubectl_meshdoctor.lab.bootstrap import SidecarSettings
+from meshdoctor_lab.bootstrap import SidecarSettings
 
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",

@@ -11,9 +11,9 @@ import socket
 import subprocess
 import time
 
-from kubectl_meshdoctor.lab.apps import ECHO_PORT, HTTP_PORT
-from kubectl_meshdoctor.lab.netns import in_netns
-from kubectl_meshdoctor.lab.state import LabPod
+from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
+from meshdoctor_lab.netns import in_netns
+from meshdoctor_lab.state import LabPod
 
 from .rounds import _IO_TIMEOUT, _echo_exchange, _one_line, _Tally
 
