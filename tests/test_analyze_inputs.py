@@ -318,3 +318,17 @@ def analyze_with_deadline(*files: str) -> tuple[int, dict, str]:
     proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *files, "-o", "json"],
                           capture_output=True, text=True, timeout=60)
     return proc.returncode, (json.loads(proc.stdout) if proc.stdout else {}), proc.stderr
+
+
+def test_a_capture_cut_short_says_how_many_frames_were_read(tmp_path):
+    """tshark stops at a cut without counting what it read: the whole frames before the cut were read, and the
+    report says so (bench/fuzz found a cut capture of one non-TCP frame reported as nothing read, exit 0)."""
+    import struct
+    data = (DATA / "lab-collision-eth0.pcap").read_bytes()
+    first = 24 + 16 + struct.unpack("<I", data[24 + 8:24 + 12])[0]
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:first + 20])  # frame 1 whole, frame 2's record header and a few bytes
+    code, report, _ = analyze(str(cut))
+    assert report["stats"]["frames_read"] == {str(cut): 1}
+    (problem,) = report["problems"]
+    assert problem["cut_after_frame"] == 1

@@ -85,6 +85,10 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         if result.cut_short:
             whole = complete_frames(a.path)
             last = whole if whole is not None else result.last_frame
+            if result.frames_read is None and whole is not None:
+                # tshark stops at the cut without its count: the whole frames before it were read (a fuzz case:
+                # one frame of no TCP, then the cut, reported as nothing read)
+                pipeline.stats.frames_read[a.path] = whole
             problems.append(Problem(a.path, f"capture cut short in the middle of a packet after frame {last}; "
                                             f"analysed up to there", cut_after_frame=last))
         elif result.error:
