@@ -37,7 +37,7 @@ class StreamingRoutes:
     _fault: Callable[[str], Awaitable[tuple[web.Response | None, Any]]]
     _pod_or_404: Callable[[web.Request], PodRecord | web.Response]
 
-    def _container(record: PodRecord, container: str) -> str | web.Response:
+    def _container(self, record: PodRecord, container: str) -> str | web.Response:
         """The container an exec/attach names (the only one when it names none), or the API's 400."""
         name = record.spec.name
         names = [c["name"] for c in self.store.pod_json(record)["spec"]["containers"]]
@@ -53,7 +53,7 @@ class StreamingRoutes:
             return status_response(status_failure(400, f"container {container} is not valid for pod {name}"))
         return container
 
-    async def _command_io(request: web.Request, opts: ExecOptions, what: str
+    async def _command_io(self, request: web.Request, opts: ExecOptions, what: str
                           ) -> tuple[CommandIO | None, web.StreamResponse]:
         """Upgrade to the client's streaming transport: a WebSocket (channel.k8s.io subprotocols) or SPDY/3.1
         (X-Stream-Protocol-Version). (None, response) when that failed or the client left before its streams."""
@@ -76,7 +76,7 @@ class StreamingRoutes:
                                    opts.tty)
         return io, resp
 
-    def _exec_options(request: web.Request, command: bool) -> ExecOptions | web.Response:
+    def _exec_options(self, request: web.Request, command: bool) -> ExecOptions | web.Response:
         opts = ExecOptions(
             command=tuple(request.query.getall("command", [])),
             container=request.query.get("container", ""),
@@ -91,12 +91,12 @@ class StreamingRoutes:
             return status_response(status_failure(400, "you must specify at least one command for the container"))
         return opts
 
-    def _not_running(record: PodRecord, container: str) -> bool:
+    def _not_running(self, record: PodRecord, container: str) -> bool:
         state = record.ephemeral_state.get(container)
         ephemeral = [c["name"] for c in record.ephemeral]
         return container == "istio-init" or (container in ephemeral and (state is None or state.phase != "running"))
 
-    async def _admit_pod(request: web.Request, subresource: str) -> web.StreamResponse | tuple:
+    async def _admit_pod(self, request: web.Request, subresource: str) -> web.StreamResponse | tuple:
         """What every streaming route checks first, in the API server's order: RBAC, faults, the pod. A Response
         to send back, or (record, fault rule)."""
         ns, name = request.match_info["ns"], request.match_info["name"]
@@ -112,7 +112,7 @@ class StreamingRoutes:
             return record
         return record, rule
 
-    async def _admit(request: web.Request, subresource: str) -> web.StreamResponse | tuple:
+    async def _admit(self, request: web.Request, subresource: str) -> web.StreamResponse | tuple:
         """What exec and attach check before the upgrade: _admit_pod, then the options and the container. A
         Response to send back, or (record, options, container, fault rule)."""
         admitted = await self._admit_pod(request, subresource)
@@ -127,7 +127,7 @@ class StreamingRoutes:
             return container
         return record, opts, container, rule
 
-    async def _upgrade(request: web.Request, record: PodRecord, opts: ExecOptions,
+    async def _upgrade(self, request: web.Request, record: PodRecord, opts: ExecOptions,
                        container: str, what: str) -> tuple[Any, web.StreamResponse]:
         """The upgraded stream (None when the upgrade was refused, or the container is not running and the
         client was told so) and the response to return."""
@@ -137,7 +137,7 @@ class StreamingRoutes:
             return None, resp
         return io, resp
 
-    async def exec(request: web.Request) -> web.StreamResponse:
+    async def exec(self, request: web.Request) -> web.StreamResponse:
         admitted = await self._admit(request, "exec")
         if not isinstance(admitted, tuple):
             return admitted
@@ -152,7 +152,7 @@ class StreamingRoutes:
         await session.run()
         return resp
 
-    async def attach(request: web.Request) -> web.StreamResponse:
+    async def attach(self, request: web.Request) -> web.StreamResponse:
         from .attach import serve_attach
 
         admitted = await self._admit(request, "attach")
@@ -165,7 +165,7 @@ class StreamingRoutes:
         await serve_attach(io, self.store, record, container, opts)
         return resp
 
-    async def portforward(request: web.Request) -> web.StreamResponse:
+    async def portforward(self, request: web.Request) -> web.StreamResponse:
         from .portforward import serve_portforward
 
         admitted = await self._admit_pod(request, "portforward")
