@@ -61,7 +61,7 @@ def build(case: int, rnd: random.Random):
     from kubectl_meshdoctor.core.redact import redact_finding
     from kubectl_meshdoctor.envoy.access_log import parse_line
     from kubectl_meshdoctor.envoy.clusters import parse_clusters
-    from kubectl_meshdoctor.sinks.report import Report
+    from kubectl_meshdoctor.core.report_model import FilesSource, Report
     from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 
     markers: list[str] = []
@@ -133,7 +133,7 @@ def build(case: int, rnd: random.Random):
             for f in findings:
                 hooks.on_finding(f)
             await hooks.stop.wait()
-            return Report({"kind": "files", "files": [h()]}, self.pipeline.stats, list(findings))
+            return Report(FilesSource((h(),), {}), self.pipeline.stats, list(findings))
 
         def stats(self):
             return self.pipeline.stats

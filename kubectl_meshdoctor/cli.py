@@ -30,7 +30,8 @@ from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.commands.console import PROG, error
 from kubectl_meshdoctor.commands.extensions import KNOWN_ELSEWHERE, load_extensions
 from kubectl_meshdoctor.core.registry import DetectorLoadError
-from kubectl_meshdoctor.sinks.report import EXIT_USAGE, RENDERERS
+from kubectl_meshdoctor.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from kubectl_meshdoctor.sinks.report import RENDERERS
 
 # Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
 COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level"}
@@ -344,9 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     except DetectorLoadError as e:  # an installed detector plugin is broken: its name, not our traceback
         return error(str(e))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `| head` closed our stdout
-        return 0
+        return EXIT_OK
     except Exception as e:  # a bug of ours: one line, the traceback only on request
         if os.environ.get("MESHDOCTOR_DEBUG"):
             traceback.print_exc()

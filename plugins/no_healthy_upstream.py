@@ -19,7 +19,7 @@ from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import ClustersEvent, ContextEvent, EnvoyCountersEvent
-from kubectl_meshdoctor.core.findings import COUNTER, Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.findings import COUNTER, Evidence, Finding, NoFlow, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.remedies import destination_rule
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -103,9 +103,9 @@ class NoHealthyUpstream(Detector):
             out.append(Finding(
                 detector=self.id, severity=Severity.ERROR,
                 title=f"Every endpoint of {cluster} is out of rotation ({', '.join(flags)}): requests get 503 UH",
-                variant="every endpoint out of rotation", flow=FlowRef("-", cluster, ""),
-                evidence=tuple(Evidence(self._clusters.source, "", 0, self._clusters.ts,
-                                        f"/clusters: {cluster}::{h}::health_flags::/{'/'.join(fl)}", kind=COUNTER)
+                variant="every endpoint out of rotation", flow=NoFlow(COUNTER, cluster),
+                evidence=tuple(Evidence.counter(self._clusters.source, self._clusters.ts, "/clusters",
+                                                f"{cluster}::{h}::health_flags::/{'/'.join(fl)}")
                                for h, fl in down.items()),
                 envoy_flags=("UH",), response_code_details=DETAILS,
                 explanation=(f"/clusters shows all {hosts} endpoint(s) of {cluster} kept out of rotation "
@@ -135,8 +135,8 @@ class NoHealthyUpstream(Detector):
         seen = [r.text for r in (story.refs if story else ()) if r.kind == "outlier-ejected"]
         shown = (f" /clusters shows {len(ejected)} of {hosts} endpoint(s) out of rotation: "
                  + ", ".join(f"{h} ({'/'.join(flags)})" for h, flags in ejected.items()) + "." if ejected else "")
-        more = tuple(Evidence(self._clusters.source, "", 0, self._clusters.ts,
-                              f"/clusters: {cluster}::{h}::health_flags::/{'/'.join(flags)}", kind=COUNTER)
+        more = tuple(Evidence.counter(self._clusters.source, self._clusters.ts, "/clusters",
+                                      f"{cluster}::{h}::health_flags::/{'/'.join(flags)}")
                      for h, flags in ejected.items()) if ejected and self._clusters else ()
         return Finding(
             detector=self.id,

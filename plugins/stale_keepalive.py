@@ -149,6 +149,21 @@ def _connection_termination(entry: AccessLogEntry) -> bool:
     return entry.details is None or (reset is not None and reset.flag == "UC" and reset.phase == BEFORE_RESPONSE)
 
 
+class _Note:
+    """What this detector keeps of one flow, in the flow table's notes (bounded with it): the server's first FIN,
+    the first request the server has not answered (the one a reset would race), the server's last data segment
+    and the last that carried an HTTP head (its Keep-Alive header), and whether the flow was reported already."""
+
+    __slots__ = ("fin", "last_request", "last_response", "last_head", "reported")
+
+    def __init__(self) -> None:
+        self.fin: PacketEvent | None = None
+        self.last_request: PacketEvent | None = None
+        self.last_response: PacketEvent | None = None
+        self.last_head: PacketEvent | None = None
+        self.reported = False
+
+
 class StaleKeepalive(Detector):
     id = "stale-keepalive"
     # What real Envoy moves for this class (the inbound cluster of the app port).
@@ -164,26 +179,25 @@ class StaleKeepalive(Detector):
         # Per-flow notes live and die with the flow in the bounded flow table.
         note = flow.notes.get(_NOTE)
         if note is None:  # not setdefault: that builds the empty note for every packet
-            note = flow.notes[_NOTE] = {"fin": None, "last_request": None, "last_response": None,
-                                        "last_head": None, "reported": False}
-        if note["reported"]:
+            note = flow.notes[_NOTE] = _Note()
+        if note.reported:
             return ()
         if from_server:
             if ev.is_rst:
                 return self._on_reset(ev, flow, note)
-            if ev.is_fin and note["fin"] is None:
-                note["fin"] = ev
+            if ev.is_fin and note.fin is None:
+                note.fin = ev
             if ev.payload_len:
-                note["last_request"] = None  # answered: an earlier request was not in the race
-                note["last_response"] = ev
+                note.last_request = None  # answered: an earlier request was not in the race
+                note.last_response = ev
                 if ev.http is not None:
-                    note["last_head"] = ev  # its headers (a long response's later segments have none)
-        elif ev.payload_len and not ev.is_rst and note["last_request"] is None:
-            note["last_request"] = ev  # the first unanswered request is the one written on the stale connection
+                    note.last_head = ev  # its headers (a long response's later segments have none)
+        elif ev.payload_len and not ev.is_rst and note.last_request is None:
+            note.last_request = ev  # the first unanswered request is the one written on the stale connection
         return ()
 
-    def _on_reset(self, rst: PacketEvent, flow: Flow, note: dict) -> Iterable[Finding]:
-        fin, req, last = note["fin"], note["last_request"], note["last_response"]
+    def _on_reset(self, rst: PacketEvent, flow: Flow, note: _Note) -> Iterable[Finding]:
+        fin, req, last = note.fin, note.last_request, note.last_response
         if req is None:
             return ()
         if fin is not None and req.ts >= fin.ts - RACE_WINDOW_S:
@@ -197,7 +211,7 @@ class StaleKeepalive(Detector):
             return (self._unread_on_close(rst, flow, note, last, req),)
         return ()
 
-    def _crossing_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
+    def _crossing_fin(self, rst: PacketEvent, flow: Flow, note: _Note, fin: PacketEvent,
                       req: PacketEvent) -> Finding:
         gap_ms, when = _relative_to_fin(req, fin)
         ref = FlowRef.of(flow)
@@ -212,9 +226,9 @@ class StaleKeepalive(Detector):
                 f"from its pool; the app's kernel answered with RST because no socket is left to read it (RFC 9293 "
                 f"section 3.6.1)."),
             details={"request_after_fin_ms": round(gap_ms, 3)},
-            fixes=fixes(keepalive_timeout(note["last_head"]) or _idle_until(note["last_response"], fin)))
+            fixes=fixes(keepalive_timeout(note.last_head) or _idle_until(note.last_response, fin)))
 
-    def _downstream_after_fin(self, rst: PacketEvent, flow: Flow, note: dict, fin: PacketEvent,
+    def _downstream_after_fin(self, rst: PacketEvent, flow: Flow, note: _Note, fin: PacketEvent,
                               req: PacketEvent) -> Finding:
         gap_ms, when = _relative_to_fin(req, fin)
         ref = FlowRef.of(flow)
@@ -234,7 +248,7 @@ class StaleKeepalive(Detector):
             fixes=CALLER_FIXES,
             title=f"Caller {ref.client} reused a connection this pod's sidecar had closed: {ref.server} reset it")
 
-    def _unread_on_close(self, rst: PacketEvent, flow: Flow, note: dict, last: PacketEvent,
+    def _unread_on_close(self, rst: PacketEvent, flow: Flow, note: _Note, last: PacketEvent,
                          req: PacketEvent) -> Finding:
         idle_s = req.ts - last.ts
         wait_ms = (rst.ts - req.ts) * 1000
@@ -254,7 +268,7 @@ class StaleKeepalive(Detector):
                 f"was closing. (An app that resets connections on purpose, SO_LINGER 0, looks the same on the "
                 f"wire.)"),
             details={"idle_before_reuse_s": round(idle_s, 6), "reset_after_request_ms": round(wait_ms, 3)},
-            fixes=fixes(keepalive_timeout(note["last_head"])))
+            fixes=fixes(keepalive_timeout(note.last_head)))
 
     def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
         # tcp_proxy clusters count every close of a live TCP connection here (a TCP "request" is the connection
@@ -330,10 +344,10 @@ class StaleKeepalive(Detector):
                      **({"idle_before_reuse_s": round(idle, 6)} if idle is not None else {})},
         )
 
-    def _finding(self, rst: PacketEvent, flow: Flow, note: dict, *, evidence: tuple[Evidence, ...],
+    def _finding(self, rst: PacketEvent, flow: Flow, note: _Note, *, evidence: tuple[Evidence, ...],
                  explanation: str, details: dict, remediation: str = "", title: str | None = None,
                  fixes: tuple[Fix, ...] = ()) -> Finding:
-        note["reported"] = True
+        note.reported = True
         ref = FlowRef.of(flow)
         downstream = flow.iface == "eth0"
         return Finding(

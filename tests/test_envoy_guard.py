@@ -16,7 +16,7 @@ import pytest
 
 from kubectl_meshdoctor.envoy.logging import parse_logging
 from kubectl_meshdoctor.kube.envoy_guard import CHECK_SCRIPT, GUARD_SCRIPT, MARK, parse_record
-from kubectl_meshdoctor.sinks.envoy_debug import EnvoyDebugReport, LeftBehind, LoggerRaise
+from kubectl_meshdoctor.core.envoy_debug_report import EnvoyDebugReport, LeftBehind, LoggerRaise
 
 from .local_envoy import free_port, local_envoy
 from .waiting import wait_until

@@ -8,16 +8,17 @@ from kubectl_meshdoctor.commands.watch.live import merge_reports
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import IfaceStats, PipelineStats
 from kubectl_meshdoctor.kube.client import KubeError
-from kubectl_meshdoctor.sinks.report import Report
+from kubectl_meshdoctor.core.report_model import KernelSide, LiveSource, LogLinesRead, Report, SidecarSide
 
 
 def pod_report(name: str, packets: int) -> Report:
     stats = PipelineStats(packets=packets, by_iface={"lo": IfaceStats(packets=packets)},
                           frames_read={"lo": packets * 3})
-    return Report({"kind": "live", "pods": [name], "namespace": "shop"}, stats, [],
+    return Report(LiveSource((name,), "shop"), stats, [],
                   [Problem(f"pod/{name} lo", "tcpdump: 1 packets dropped by kernel")],
-                  envoy={"version": "1.40.0", "counters_moved": {"inbound|5000||": {"upstream_cx_connect_fail": 1}},
-                         "access_log_lines": packets}, kernel={"TcpOutRsts": packets})
+                  envoy=SidecarSide("1.40.0", {"inbound|5000||": {"upstream_cx_connect_fail": 1}},
+                                    LogLinesRead(access_log_lines=packets)),
+                  kernel=KernelSide({"TcpOutRsts": packets}))
 
 
 def test_every_pod_keeps_its_envoy_side_frames_and_counters():

@@ -17,10 +17,12 @@ from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
 from kubectl_meshdoctor.core.events import ClustersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.core.report_model import DumpCounters, FilesSide, FilesSource, LogLinesRead, Report
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compile_format
-from kubectl_meshdoctor.sinks.report import RENDERERS, Report
+from kubectl_meshdoctor.exit_codes import by_signal
+from kubectl_meshdoctor.sinks.report import RENDERERS
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources import files
 from kubectl_meshdoctor.sources.envoy_files import clusters_summary, read_access_log, read_clusters, read_counters
@@ -98,15 +100,13 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     for (source, first), n in sorted(seen_once.dropped.items() if seen_once else ()):
         problems.append(Problem(source, f"{n} packet(s) also in {first} (the same capture in another form?): "
                                         f"counted once"))
-    envoy: dict | None = None
+    envoy: FilesSide | None = None
     read_dumps = 0
     if logs or any(k in (files.STATS, files.CLUSTERS) for k in kinds.values()):
         envoy, read_dumps = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)
     findings = pipeline.finish()
     only_captures = all(k == files.CAPTURE for k in kinds.values())
-    source = {"kind": "pcap" if only_captures else "files", "files": [a.path for a in args]}
-    if not only_captures:
-        source["kinds"] = dict(kinds)
+    source = FilesSource(tuple(a.path for a in args), None if only_captures else dict(kinds))
     # A capture read is one that held traffic. Not: a pcap header alone, one cut short before its first frame
     # ended, one whose frames no tool can count, a pcapng cut inside its first blocks (read as a "mime" file),
     # frames of no byte each (zeros after a pcap header). One capinfos run tells, for a capture with no packet.
@@ -199,12 +199,14 @@ _DUMP_ERRORS = (FormatError, OSError, EOFError, zlib.error)  # looked like a dum
 
 
 def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[CaptureArg], reads: list,
-                pipeline: Pipeline, problems: list[Problem]) -> tuple[dict, int]:
-    """The report's ``envoy`` section of an offline run, after feeding the counters of the `/stats` dumps; and
-    how many dumps were read. A dump that cannot be read is a problem, and the rest is read."""
-    envoy: dict = {"access_log_lines": sum(r.entries for r in reads), "log_lines": sum(r.lines for r in reads),
-                   "component_log_entries": sum(r.component for r in reads),
-                   "envoy_log_facts": sum(r.facts for r in reads), "other_log_lines": sum(r.other for r in reads)}
+                pipeline: Pipeline, problems: list[Problem]) -> tuple[FilesSide, int]:
+    """The report's Envoy side of an offline run (what the logs held, the `/stats` dumps' counters, the
+    `/clusters` dumps' clusters), after feeding the dumps' counters and clusters to ``pipeline`` as a watch feeds
+    the sidecar's at its end; and how many dumps were read. A dump that cannot be read is a problem, and the rest
+    is read."""
+    logs_read = LogLinesRead(sum(r.entries for r in reads), sum(r.lines for r in reads),
+                             sum(r.component for r in reads), sum(r.facts for r in reads), sum(r.other for r in reads))
+    dumped: DumpCounters | None = None
     for a, r in zip(logs, reads):
         problems += [Problem(a.path, what) for what in r.problems]
         if a.explicit:
@@ -219,10 +221,9 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
             problems.append(Problem(", ".join(stats), f"not read: {str(e).splitlines()[0]}"))
         else:
             read += len(stats)
-            envoy["counters_moved"] = {k: dict(v) for k, v in counters.moved.items()}
-            envoy["counters_since"] = "first dump" if counters.since == "the first dump" else "Envoy's start"
-            if counters.uptime_s is not None:
-                envoy["uptime_s"] = counters.uptime_s
+            dumped = DumpCounters({k: dict(v) for k, v in counters.moved.items()},
+                                  "first dump" if counters.since == "the first dump" else "Envoy's start",
+                                  counters.uptime_s)
             pipeline.context(counters)
     clusters: dict = {}
     for a in args:
@@ -233,12 +234,11 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
             except _DUMP_ERRORS as e:
                 problems.append(Problem(a.path, f"not read: {str(e).splitlines()[0]}"))
     if clusters:
-        envoy["clusters"] = clusters
         pipeline.context(ClustersEvent(time.time(), {name: c["hosts"] for name, c in clusters.items()},
                                        {name: {h: tuple(flags) for h, flags in c["unhealthy"].items()}
                                         for name, c in clusters.items()},
                                        ", ".join(a.path for a in args if kinds[a.path] == files.CLUSTERS)))
-    return envoy, read
+    return FilesSide(logs_read, dumped, clusters or None), read
 
 
 class FileSession(Session):
@@ -334,6 +334,6 @@ def run(args) -> int:
     except asyncio.CancelledError:
         if not stopped_by:
             raise
-        return 128 + stopped_by[0]
+        return by_signal(stopped_by[0])
     sys.stdout.write(RENDERERS[args.output](report))
     return report.exit_code()

@@ -10,7 +10,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 
-from kubectl_meshdoctor.sinks.report import EXIT_USAGE
+from kubectl_meshdoctor.exit_codes import EXIT_USAGE
 from kubectl_meshdoctor.sinks.shown import block
 
 PROG = "kubectl meshdoctor"

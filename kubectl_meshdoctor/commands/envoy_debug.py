@@ -36,7 +36,7 @@ from kubectl_meshdoctor.kube.envoy_guard import (
     read_record,
     record_path,
 )
-from kubectl_meshdoctor.sinks.envoy_debug import EnvoyDebugReport, LeftBehind, LoggerRaise
+from kubectl_meshdoctor.core.envoy_debug_report import EnvoyDebugReport, LeftBehind, LoggerRaise
 
 RAISED = "debug"
 MIN_BOUND_S = 60  # a guard with less time than this before its bound is not worth a raise

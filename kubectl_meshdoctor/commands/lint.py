@@ -8,11 +8,12 @@ from kubernetes.client import ApiClient
 
 from kubectl_meshdoctor.commands.console import error
 from kubectl_meshdoctor.core.pipeline import PipelineStats
+from kubectl_meshdoctor.core.report_model import LintSource, Report
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, api_call, connect
 from kubectl_meshdoctor.kube.manifests import pods_of_file
 from kubectl_meshdoctor.kube.target import Target, resolve_pods
 from kubectl_meshdoctor.lint import lint_pods
-from kubectl_meshdoctor.sinks.report import RENDERERS, Report
+from kubectl_meshdoctor.sinks.report import RENDERERS
 
 
 def _lint_file(args) -> int:
@@ -29,7 +30,7 @@ def _lint_file(args) -> int:
         except (TypeError, AttributeError, ValueError, KeyError) as e:  # a shape kube/manifests.py lets through
             where = "stdin" if args.filename == "-" else args.filename
             return error(f"{where}: pod {name} is not a Pod the API server would accept ({type(e).__name__}: {e})")
-    report = Report({"kind": "lint", "pods": names}, PipelineStats(), findings)
+    report = Report(LintSource(tuple(names)), PipelineStats(), findings)
     sys.stdout.write(RENDERERS[args.output](report))
     return report.exit_code()
 
@@ -57,6 +58,6 @@ def run(args) -> int:
     serialize = ApiClient().sanitize_for_serialization
     findings = lint_pods([serialize(p) for p in pods])
     names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods]
-    report = Report({"kind": "lint", "pods": names}, PipelineStats(), findings)
+    report = Report(LintSource(tuple(names)), PipelineStats(), findings)
     sys.stdout.write(RENDERERS[args.output](report))
     return report.exit_code()

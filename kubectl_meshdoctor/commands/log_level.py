@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.commands.console import error
 from kubectl_meshdoctor.commands.envoy_debug import restore_left_behind
 from kubectl_meshdoctor.envoy.logging import RESET, log_level_queries, logging_error, parse_logging
+from kubectl_meshdoctor.exit_codes import EXIT_OK
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
 from kubectl_meshdoctor.kube.debug import running_debug_container
@@ -156,4 +157,4 @@ def run(args) -> int:
         named = tuple(part.replace("=", ":").split(":")[0].strip() for part in (args.level or "").split(",")
                       if ":" in part or "=" in part)
         sys.stdout.write(render_table(results, named))
-    return 0
+    return EXIT_OK

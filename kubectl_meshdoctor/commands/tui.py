@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.exit_codes import EXIT_OK, EXIT_USAGE
 from kubectl_meshdoctor.sinks.evidence_pcap import save_evidence
 from kubectl_meshdoctor.sinks.report import RENDERERS
 from kubectl_meshdoctor.sinks.shown import one_line
@@ -39,16 +40,16 @@ def run_session(session: Session, output: str, abandon: Callable[[], None] | Non
     try:
         if app.error:
             sys.stderr.write(f"kubectl meshdoctor: error: {one_line(app.error)}\n")
-            return 2
+            return EXIT_USAGE
         if report is None:
-            return 0
+            return EXIT_OK
         for p in report.problems:
             sys.stderr.write(f"problem: {one_line(p.line())}\n")
         sys.stdout.write(RENDERERS[output](report))
         sys.stdout.flush()
     except OSError:  # the terminal is gone (SIGHUP): nobody is left to read it, and that is no error of ours
         pass
-    code = 2 if app.error else report.exit_code() if report is not None else 0
+    code = EXIT_USAGE if app.error else report.exit_code() if report is not None else EXIT_OK
     if app.held:  # the threads the API server holds are not waited for
         from kubectl_meshdoctor.commands.watch.ending import leave_now
 

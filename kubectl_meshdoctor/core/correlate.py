@@ -21,7 +21,7 @@ from kubectl_meshdoctor.envoy.flags import flag
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
-from .findings import ACCESS_LOG, ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
+from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
 
 # The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
@@ -69,7 +69,9 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
     end = entry.ts + entry.duration_ms / 1000.0
     if end < min(times) - WINDOW_S or entry.ts > max(times) + WINDOW_S:
         return False
-    own = {"lo": entry.upstream_local, "eth0": entry.downstream_remote}.get(f.flow.iface)
+    # A finding of no connection (NoFlow: counters) has no four-tuple of its own to hold the line to.
+    own = {"lo": entry.upstream_local, "eth0": entry.downstream_remote}.get(f.flow.iface) \
+        if isinstance(f.flow, FlowRef) else None
     if own is not None and own != f.flow.client:
         return False
     return _server_of(entry) in (f.flow.server, None)
@@ -97,7 +99,7 @@ def log_line_summary(entry: AccessLogEntry) -> str:
 
 def story_evidence(story: StreamStory) -> tuple[Evidence, ...]:
     """The debug-log lines a story rests on, as evidence (kind ENVOY_LOG, ``frame`` the line number)."""
-    return tuple(Evidence(r.source, "", r.line, r.ts or 0.0, f"envoy log: {r.text}", kind=ENVOY_LOG)
+    return tuple(Evidence.log_line(r.source, r.line, r.ts or 0.0, f"envoy log: {r.text}", ENVOY_LOG)
                  for r in story.refs)
 
 
@@ -260,7 +262,7 @@ class Correlator:
             rec.partner.decided = True
         if any(explains(f, entry) for f in (wire if failing else by_details)):
             return None  # a finding of the wire speaks of it already (and quotes it: attach)
-        evidence = ((Evidence(line.source, "", line.n, entry.ts, log_line_summary(entry), kind=ACCESS_LOG),)
+        evidence = ((Evidence.log_line(line.source, line.n, entry.ts, log_line_summary(entry)),)
                     if line is not None else ()) + (story_evidence(story) if story is not None else ())
         if not evidence:
             return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.envoy.stats import istio_requests, scoped
 
 from .events import EnvoyCountersEvent
-from .findings import COUNTER, Evidence, Finding, FlowRef, Severity
+from .findings import COUNTER, Evidence, Finding, NoFlow, Severity
 from .fixes import Fix
 
 _PREFIX = {"cluster": "cluster", "http": "http", "listener": "listener"}
@@ -101,9 +101,9 @@ def counter_findings(detector: str, counters: EnvoyCountersEvent, signals: Seque
             severity=severity,
             title=f"{what}: Envoy's counters of {where} show it {when}",
             variant=f"{what} (counters)",
-            flow=FlowRef("-", name if scope != "istio" else "istio_requests_total", ""),
-            evidence=tuple(Evidence(counters.source, "", 0, counters.ts, f"{_stat_name(signal, name)}: {n} {when}",
-                                    kind=COUNTER) for signal, n in counts.items()),
+            flow=NoFlow(COUNTER, name if scope != "istio" else "istio_requests_total"),
+            evidence=tuple(Evidence.counter(counters.source, counters.ts, _stat_name(signal, name), f"{n} {when}")
+                           for signal, n in counts.items()),
             envoy_flags=envoy_flags,
             explanation=f"{explanation} The sidecar's counters of {where} {when}: {said}.",
             fixes=fixes,

@@ -21,20 +21,24 @@ class Severity(str, Enum):
 
 # What a piece of evidence is (Evidence.kind), and the kinds a finding may stand on (Finding.stands_on).
 PACKET, ACCESS_LOG, ENVOY_LOG, COUNTER, SPEC = "packet", "access-log", "envoy-log", "counter", "spec"
+LOG_KINDS = (ACCESS_LOG, ENVOY_LOG)
 
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """One packet, log line, counter or spec field that a finding rests on; ``kind`` says which (PACKET,
     ACCESS_LOG, ENVOY_LOG, COUNTER, SPEC). ``frame`` is the packet's frame number in ``source``, or the log
-    line's 1-based line number there; 0 for a counter or a spec field.
+    line's 1-based line number there (``line``); None for a counter or a spec field, which have no place in a
+    stream (the JSON report writes 0 there, as it always has: docs/DESIGN.md). ``name`` is what a counter or a
+    spec field is called (``cluster.inbound|5000||.upstream_cx_connect_fail``, ``spec.containers[0].ports[0]``);
+    ``what`` says all of it in one line (``name: value`` or ``name = value`` for those two kinds).
 
     For a packet, ``src``/``dst`` are its ``ip:port`` endpoints and ``flags`` its tcpdump-style flags (``S``,
     ``R.``); they are empty for the other kinds, which the ladder diagram shows as notes."""
 
     source: str
     iface: str
-    frame: int
+    frame: int | None
     ts: float
     what: str
     src: str = ""
@@ -42,6 +46,12 @@ class Evidence:
     flags: str = ""
     payload_len: int = 0  # bytes
     kind: str = PACKET
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        # A detector written against the older shape passes frame 0 for a counter or a spec field: no frame.
+        if self.kind in (COUNTER, SPEC) and not self.frame:
+            object.__setattr__(self, "frame", None)
 
     @classmethod
     def of(cls, ev: PacketEvent, what: str) -> "Evidence":
@@ -49,10 +59,63 @@ class Evidence:
         return cls(ev.source, ev.iface, ev.frame, ev.ts, what, ev.src_endpoint, ev.dst_endpoint, ev.flags.short(),
                    ev.payload_len)
 
+    @classmethod
+    def log_line(cls, source: str, line: int, ts: float, what: str, kind: str = ACCESS_LOG) -> "Evidence":
+        """Line ``line`` (1-based) of the log ``source`` (a file, or ``pod/NAME istio-proxy``): an access-log
+        line (ACCESS_LOG) or one of Envoy's own (ENVOY_LOG). ValueError for another kind."""
+        if kind not in LOG_KINDS:
+            raise ValueError(f"a log line is {' or '.join(LOG_KINDS)}, not {kind}")
+        return cls(source, "", line, ts, what, kind=kind)
+
+    @classmethod
+    def counter(cls, source: str, ts: float, name: str, value: str) -> "Evidence":
+        """Envoy's counter (or a /clusters entry) ``name`` as ``source`` (a dump, the admin port) gave it at
+        ``ts``: ``value`` says how much and over what time (``3 since Envoy's start``)."""
+        return cls(source, "", None, ts, f"{name}: {value}", kind=COUNTER, name=name)
+
+    @classmethod
+    def spec_field(cls, source: str, field_path: str, value: str) -> "Evidence":
+        """The field ``field_path`` of the pod ``source`` (``pod/NAME``) and its ``value`` as the spec holds it."""
+        return cls(source, "", None, 0.0, f"{field_path} = {value}", kind=SPEC, name=field_path)
+
+    @property
+    def line(self) -> int | None:
+        """The log line's number, for a log line; None for the other kinds."""
+        return self.frame if self.kind in LOG_KINDS else None
+
+    def locator(self) -> str:
+        """Where in ``source`` it is, by its kind: ``frame 10`` (a packet), ``line 396`` (a log line: no
+        interface), ``counter``, ``spec field``; empty for a packet of no known frame."""
+        if self.kind == COUNTER:
+            return "counter"
+        if self.kind == SPEC:
+            return "spec field"
+        if self.kind in LOG_KINDS or (not self.iface and self.frame):
+            return f"line {self.frame}"
+        return f"frame {self.frame}" if self.frame else ""
+
+    def cited(self) -> str:
+        """One line naming it by its kind: ``eth0.pcap frame 10: SYN``, ``istio-proxy.log line 396: ...``,
+        ``stats.txt counter cluster.x.upstream_cx_connect_fail: 3 ...`` (a counter by its name), ``pod/web spec
+        field spec.containers[0].ports[0].containerPort = 5000`` (a spec field by its field). A counter or a
+        spec field has no frame to name."""
+        where = self.locator()
+        if self.name and self.what.startswith(self.name):  # its name leads ``what``: not said twice
+            return f"{self.source} {where} {self.what}"
+        return f"{self.source} {where}: {self.what}" if where else f"{self.source}: {self.what}"
+
+    def to_dict(self) -> dict:
+        """The report's ``evidence[]`` entry (docs/DESIGN.md): ``frame`` 0 where there is none; ``name`` is
+        in ``what`` already."""
+        return {"source": self.source, "iface": self.iface, "frame": self.frame or 0, "ts": self.ts,
+                "what": self.what, "src": self.src, "dst": self.dst, "flags": self.flags,
+                "payload_len": self.payload_len, "kind": self.kind}
+
 
 @dataclass(frozen=True, slots=True)
 class FlowRef:
-    """The connection a finding is about: client and server as ``ip:port``, and the interface it was seen on."""
+    """The connection a finding is about: client and server as ``ip:port``, and the interface it was seen on
+    (empty for one Envoy's logs told of; its client is ``-`` when the line named no caller)."""
 
     client: str
     server: str
@@ -64,10 +127,45 @@ class FlowRef:
         return cls(endpoint(*flow.client), endpoint(*flow.server), flow.iface)
 
     @property
-    def of_spec(self) -> bool:
-        """A finding of a pod's spec (lint), not of a connection: no client, no interface; ``server`` is the
-        pod's address and port."""
-        return self.client == "-" and not self.iface
+    def of_one_connection(self) -> bool:
+        """Whether it names one connection (a caller, or an interface it was seen on): findings of one
+        server without either group over pods (core/groups.py)."""
+        return self.client != "-" or bool(self.iface)
+
+    def text(self, labelled: bool = True) -> str:
+        """``flow: client -> server on iface``, ``... (from Envoy's logs)`` with no interface; without the
+        ``flow:`` when not ``labelled``."""
+        client = self.client if self.client != "-" else "(caller not logged)"
+        server = self.server if self.server != "-" else "(upstream not logged)"
+        # With no interface it came from an access-log line: Envoy's addresses, seen on no interface.
+        said = f"{client} -> {server} " + (f"on {self.iface}" if self.iface else "(from Envoy's logs)")
+        return f"flow: {said}" if labelled else said
+
+    def to_dict(self) -> dict:
+        return {"client": self.client, "server": self.server, "iface": self.iface}
+
+
+@dataclass(frozen=True, slots=True)
+class NoFlow:
+    """What a finding about no connection is about: a pod's spec (``kind`` SPEC, lint: ``server`` the pod's
+    ``ip:port``, port ``-`` when the rule names none) or Envoy's counters or /clusters (``kind`` COUNTER:
+    ``server`` the cluster, listener or ``istio_requests_total``). It has no client and no interface; the JSON
+    report keeps a flow's shape for it (client ``-``, iface empty: docs/DESIGN.md)."""
+
+    kind: str
+    server: str
+
+    of_one_connection = False
+
+    def text(self, labelled: bool = True) -> str:
+        """``where: 10.0.0.7:5000 (the pod's spec: no connection)`` or ``where: inbound|5000|| (...)``; without
+        the ``where:`` when not ``labelled``."""
+        of = "the pod's spec" if self.kind == SPEC else "Envoy's counters"
+        said = f"{self.server} ({of}: no connection)"
+        return f"where: {said}" if labelled else said
+
+    def to_dict(self) -> dict:
+        return {"client": "-", "server": self.server, "iface": ""}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +175,7 @@ class Finding:
     detector: str
     severity: Severity
     title: str
-    flow: FlowRef
+    flow: FlowRef | NoFlow  # NoFlow: a finding of a pod's spec or of Envoy's counters
     evidence: tuple[Evidence, ...]
     envoy_flags: tuple[str, ...] = ()
     response_code_details: str = ""  # Envoy's %RESPONSE_CODE_DETAILS% for the requests this explains
@@ -98,6 +196,11 @@ class Finding:
     envoy_log: tuple[str, ...] = ()  # the lines of Envoy's own (debug) log this finding rests on, as logged
 
     @property
+    def connection(self) -> FlowRef | None:
+        """The connection it is about; None for a finding of no connection (a pod's spec, Envoy's counters)."""
+        return self.flow if isinstance(self.flow, FlowRef) else None
+
+    @property
     def stands_on(self) -> tuple[str, ...]:
         """The kinds of evidence this finding rests on, in a fixed order: "packets", "access-log", "envoy-log",
         "counters", "spec" (the report's ``stands_on``)."""
@@ -114,8 +217,9 @@ class Finding:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["severity"] = self.severity.value
+        d["flow"] = self.flow.to_dict()
         d["envoy_flags"] = list(self.envoy_flags)
-        d["evidence"] = [asdict(e) for e in self.evidence]
+        d["evidence"] = [e.to_dict() for e in self.evidence]
         d["stands_on"] = list(self.stands_on)
         if self.pod is None:
             d.pop("pod")

@@ -18,7 +18,7 @@ GroupKey = tuple[int, str, str, str, tuple[str, ...], str]  # -severity rank, de
 
 
 def group_key(f: Finding) -> GroupKey:
-    if f.flow.of_spec:
+    if not f.flow.of_one_connection:
         # A finding of a pod's spec (lint): one rule broken by many replicas is one problem over those pods.
         return (-f.severity.rank, f.detector, "", "", f.envoy_flags, f.variant or f.title)
     return (-f.severity.rank, f.detector, f.pod or "", f.flow.server, f.envoy_flags, f.variant)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 # lint's only imports from the rest of the product; the rule modules take Finding and Severity from here.
-from kubectl_meshdoctor.core.findings import SPEC, Evidence, Finding, FlowRef, Severity
+from kubectl_meshdoctor.core.findings import SPEC, Evidence, Finding, NoFlow, Severity
 from kubectl_meshdoctor.istio.redirect import PodCapture, capture_from_pod
 
 SIDECAR = "istio-proxy"
@@ -122,8 +122,9 @@ class PodView:
                 explanation: str, remediation: str, fixes: tuple = (), **details) -> Finding:
         return Finding(
             detector=rule, severity=severity, title=title,
-            flow=FlowRef(client="-", server=f"{self.ip}:{server_port if server_port is not None else '-'}", iface=""),
-            evidence=tuple(Evidence(self.source, "", 0, 0.0, w, kind=SPEC) for w in evidence),
+            flow=NoFlow(SPEC, f"{self.ip}:{server_port if server_port is not None else '-'}"),
+            evidence=tuple(Evidence.spec_field(self.source, *w.split(" = ", 1)) if " = " in w else
+                           Evidence(self.source, "", None, 0.0, w, kind=SPEC) for w in evidence),
             explanation=explanation, remediation=remediation, pod=self.name,
             details={"path": path, **details}, fixes=fixes,
         )

@@ -41,7 +41,7 @@ def selection_filter(f: Finding, source: str) -> str:
     frames = sorted({e.frame for e in f.evidence if e.source == source and e.frame})
     times = [e.ts for e in f.evidence if e.source == source and e.frame]
     parts = [f"frame.number in {{{', '.join(map(str, frames))}}}"] if frames else []
-    host, port = split_endpoint(f.flow.client)
+    host, port = split_endpoint(f.connection.client) if f.connection is not None else ("", "")
     if host and port.isdigit() and times:
         addr = "ipv6.addr" if ":" in host else "ip.addr"
         parts.append(f"({addr} == {host} && tcp.port == {port} && frame.time_epoch >= "
@@ -108,7 +108,7 @@ def save_evidence(f: Finding, sources: Mapping[str, str], path: str, overwrite: 
         if not selected:
             continue
         linktype, records = _records(sources[source])
-        idbs.append(_idb(iface_of.get(source) or f.flow.iface or "unknown", linktype))
+        idbs.append(_idb(iface_of.get(source) or (f.connection.iface if f.connection else "") or "unknown", linktype))
         frames[source] = sorted(selected)
         last = max(selected)
         for n, (ts, buf) in enumerate(records, 1):

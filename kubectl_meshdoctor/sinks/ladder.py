@@ -98,8 +98,7 @@ def _header() -> list[str]:
 
 
 def _note(e: Evidence) -> str:
-    where = f"{e.source} {'frame' if e.iface else 'line'} {e.frame}" if e.frame else e.source
-    return f"{'':>{_TIME_W}}⋮ {where}: {e.what}"
+    return f"{'':>{_TIME_W}}⋮ {e.cited()}"
 
 
 def render_ladder(f: Finding) -> list[str]:

@@ -1,5 +1,5 @@
-"""Sinks that render a finished run: ``-o json`` (the stable contract of docs/DESIGN.md), ``-o text`` and
-``-o markdown``; and a run's exit code."""
+"""Sinks that render a finished run's report (core/report_model.py): ``-o json`` (the stable contract of
+docs/DESIGN.md), ``-o text`` and ``-o markdown``."""
 
 from __future__ import annotations
 
@@ -7,91 +7,15 @@ import json
 import re
 import textwrap
 import time
-from dataclasses import dataclass, field
 
 from kubectl_meshdoctor import __version__
-from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding, Problem, Severity
+from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding
 from kubectl_meshdoctor.core.fixes import note_of, render
-from kubectl_meshdoctor.core.groups import FindingGroup, group_findings
-from kubectl_meshdoctor.core.pipeline import PipelineStats
+from kubectl_meshdoctor.core.groups import FindingGroup
+from kubectl_meshdoctor.core.report_model import FilesSide, LintSource, Report, group_pods
 
-from .envoy_debug import debug_reports, jsonable
 from .ladder import render_ladder
 from .shown import block
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1  # at least one finding of severity error
-EXIT_USAGE = 2  # usage or input error, or a watch that captured nothing on any interface
-
-@dataclass(slots=True)
-class Report:
-    """Everything a run concluded. ``source`` says what was read (``{"kind": "pcap", "files": [...]}`` or
-    ``{"kind": "live", "pods": [...]}``); ``problems`` are input troubles that did not stop the run (a capture cut
-    short, a lost stream)."""
-
-    source: dict
-    stats: PipelineStats
-    findings: list[Finding]
-    problems: list[Problem] = field(default_factory=list)
-    # the sidecar's side: version, counters that moved, log lines read, and under "debug" what --envoy-debug did to
-    # its log levels (sinks/envoy_debug.py EnvoyDebugReport; per pod under "per_pod" when several)
-    envoy: dict | None = None
-    kernel: dict | None = None  # kernel counters of the pod's namespace that moved (nstat names -> delta)
-    # No interface's capture ever ran (no such device, no tcpdump, every exec refused): no packet finding means
-    # nothing here, so without an error finding (lint, access log) the run exits 2, its problems saying why.
-    captured_nothing: bool = False
-
-    def __post_init__(self) -> None:
-        # Findings past the pipeline's MAX_FINDINGS are counted, not kept: a report must say that it is cut.
-        dropped = self.stats.findings_dropped
-        if dropped and not any(p.where == "findings" for p in self.problems):
-            what = (f"{dropped} more findings than the {len(self.findings)} kept were concluded and are not listed "
-                    f"(the groups' counts stop there too)")
-            self.problems = [*self.problems, Problem("findings", what)]
-
-    def exit_code(self) -> int:
-        if any(f.severity is Severity.ERROR for f in self.findings):
-            return EXIT_FINDINGS
-        return EXIT_USAGE if self.captured_nothing else EXIT_OK
-
-    def to_dict(self) -> dict:
-        st = self.stats
-        return {
-            "tool": "kubectl-meshdoctor",
-            "version": __version__,
-            "source": self.source,
-            "stats": {
-                "packets": st.packets,
-                "flows": st.flows_seen,
-                "duration_s": st.duration_s,
-                "interfaces": {k: {"packets": v.packets} for k, v in sorted(st.by_iface.items())},
-                # Every frame tshark read per stream; "packets" are those a detector could act on.
-                "frames_read": dict(sorted(st.frames_read.items())),
-            },
-            "problems": [p.to_dict() for p in self.problems],
-            **({"envoy": jsonable(self.envoy)} if self.envoy is not None else {}),
-            **({"kernel": self.kernel} if self.kernel is not None else {}),
-            "findings": [f.to_dict() for f in self.findings],
-            "groups": groups_to_dicts(self.findings),
-        }
-
-
-def groups_to_dicts(findings: list[Finding]) -> list[dict]:
-    """The report's ``groups``: one problem each (core/groups.py), its instances as indexes into ``findings``."""
-    index = {id(f): i for i, f in enumerate(findings)}
-    out = []
-    for g in group_findings(findings):
-        f = g.newest
-        pods = _pods(g)
-        # A spec finding's group spans pods (lint -A): no one pod or server is its own.
-        where = {"pods": pods} if len(pods) > 1 else {"pod": pods[0], "server": f.flow.server} if pods else \
-            {"server": f.flow.server}
-        out.append({"detector": f.detector, "severity": f.severity.value, **where,
-                    "envoy_flags": list(f.envoy_flags), "variant": f.variant,
-                    "label": g.label, "count": g.count, "first_ts": g.first_ts, "last_ts": g.last_ts,
-                    "rate_per_min": g.rate_per_min, "instances": [index[id(i)] for i in g.instances],
-                    **({"counters": g.counters} if g.counters else {})})
-    return out
 
 
 def render_json(report: Report) -> str:
@@ -99,39 +23,22 @@ def render_json(report: Report) -> str:
 
 
 def _headline(report: Report) -> str:
-    if report.source.get("kind") == "lint":
-        n = len(report.source.get("pods", []))
+    if isinstance(report.source, LintSource):
+        n = len(report.source.pods)
         return f"kubectl-meshdoctor {__version__} lint: {n} pod{'' if n == 1 else 's'} checked"
     st = report.stats
-    envoy = report.envoy or {}
-    lines, own = envoy.get("access_log_lines"), envoy.get("component_log_entries")
-    dumps = "counters_since" in envoy
+    logs = getattr(report.envoy, "logs", None)  # one sidecar's, or the files'; several pods' are per pod
+    lines, own = (logs.access_log_lines, logs.component_log_entries) if logs is not None else (0, 0)
+    dumps = report.envoy.counters if isinstance(report.envoy, FilesSide) else None
     if not st.by_iface and (lines or own or dumps):  # logs or dumps alone: no packet was there to analyse
         read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else "",
-                f"/stats counters (since {envoy['counters_since']})" if dumps else ""]
-        skipped = envoy.get("other_log_lines") or 0
+                f"/stats counters (since {dumps.since})" if dumps else ""]
+        skipped = logs.other_log_lines if logs is not None else 0
         return (f"kubectl-meshdoctor {__version__}: no capture; {', '.join(x for x in read if x)} read"
                 + (f"; {skipped} line(s) of no known kind skipped" if skipped else ""))
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
     return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")
-
-
-def _flow_text(f: Finding) -> str:
-    """``flow: client -> server on iface``, or ``where: pod:port`` for spec findings (lint) without a flow."""
-    if f.flow.of_spec:
-        return f"where: {f.flow.server}"
-    if not f.flow.iface:  # from an access-log line: Envoy's addresses, no interface seen
-        return f"flow: {f.flow.client} -> {f.flow.server} (from Envoy's logs)"
-    return f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"
-
-
-def _evidence_text(e) -> str:
-    """``source frame N: what`` for packets, ``source line N: what`` for log lines (no interface), ``source:
-    what`` for spec fields (frame 0)."""
-    if not e.frame:
-        return f"{e.source}: {e.what}"
-    return f"{e.source} {'frame' if e.iface else 'line'} {e.frame}: {e.what}"
 
 
 TEXT_WIDTH = 118  # columns the text report wraps its explanations to
@@ -151,23 +58,18 @@ def _clock(ts: float) -> str:
         return f"{ts:.3f} s"
 
 
-def _pods(g: FindingGroup) -> list[str]:
-    """The pods a group's findings are about, in order, each once (a lint rule fires on many pods)."""
-    return list(dict.fromkeys(f.pod for f in g.instances if f.pod))
-
-
 def _pods_text(g: FindingGroup) -> str:
     """`` pod/NAME`` for one pod, `` N pods (A, B)`` for a group over several: none pinned on its first."""
-    pods = _pods(g)
+    pods = group_pods(g)
     if len(pods) > 1:
         return f" {len(pods)} pods ({', '.join(pods)})"
     return f" pod/{pods[0]}" if pods else ""
 
 
 def _where(f: Finding, several_pods: bool) -> str:
-    """An instance among others: its client (and pod, in a group over ``several_pods``), or for a spec finding
-    (lint) its pod and port."""
-    if f.flow.of_spec:
+    """An instance among others: its client (and pod, in a group over ``several_pods``), or for a finding of no
+    one connection (a spec's, the counters') its pod and where."""
+    if not f.flow.of_one_connection:
         return f"pod/{f.pod} {f.flow.server}" if f.pod else f.flow.server
     return f"pod/{f.pod} {f.flow.client}" if f.pod and several_pods else f.flow.client
 
@@ -186,10 +88,10 @@ def render_text(report: Report) -> str:
     lines = [_headline(report)]
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
-    lines += [d.line() for d in debug_reports(report.envoy)]
+    lines += [d.line() for d in report.debug_reports()]
     if not report.findings:
         lines.append("no findings")
-    for g in group_findings(report.findings):
+    for g in report.groups:
         f = g.shown
         lines.append("")
         lines.append(_group_head(g))
@@ -203,14 +105,14 @@ def render_text(report: Report) -> str:
             lines.append(f"  {f.title}")
         if f.response_code_details:
             lines.append(f"  envoy: {f.response_code_details}")
-        several_pods = len(_pods(g)) > 1
+        several_pods = len(group_pods(g)) > 1
         if g.count > 1 and len(set(map(len, (i.stands_on for i in g.instances)))) > 1:
             lines.append("  stands on: " + ", ".join(f"{kind} in {n} of {g.count}"
                                                      for kind, n in g.stands_on_counts().items()))
         which = ("newest, " if f is g.newest else "best evidenced, ") if g.count > 1 else ""
-        lines.append(f"  {which}{'pod/' + f.pod + ' ' if several_pods else ''}{_flow_text(f)}")
+        lines.append(f"  {which}{'pod/' + f.pod + ' ' if several_pods else ''}{f.flow.text()}")
         for e in f.evidence:  # a multi-line value (a YAML annotation) stays under its own line
-            lines.append(f"      evidence: {_evidence_text(e)}".replace("\n", "\n" + " " * 16))
+            lines.append(f"      evidence: {e.cited()}".replace("\n", "\n" + " " * 16))
         for line in f.access_log:
             lines.append(f"      access log: {line}")
         quoted = {e.frame for e in f.evidence if e.kind == ENVOY_LOG}
@@ -278,11 +180,11 @@ def render_markdown(report: Report) -> str:
     out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
     for p in report.problems:
         out.append(f"> **problem** {_md(p.line())}")
-    debug = [d.line() for d in debug_reports(report.envoy)]
+    debug = [d.line() for d in report.debug_reports()]
     out += [f"> {line}" for line in debug]
     if report.problems or debug:
         out.append("")
-    groups = group_findings(report.findings)
+    groups = report.groups
     if not groups:
         out.append("No findings.")
         return "\n".join(out) + "\n"
@@ -290,7 +192,7 @@ def render_markdown(report: Report) -> str:
             "|---|---|---|---|---|---|---|---|"]
     for g in groups:
         f = g.newest
-        pods = _pods(g)
+        pods = group_pods(g)
         server = f"{len(pods)} pods" if len(pods) > 1 else f.flow.server
         seen = (f"{_clock(g.first_ts)} | {_clock(g.last_ts)}" if g.first_ts else "- | -")  # a spec has no time
         out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
@@ -301,14 +203,14 @@ def render_markdown(report: Report) -> str:
                 f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
         if f.response_code_details:
             out.append(f"- response_code_details: `{f.response_code_details}`")
-        pods = _pods(g)
+        pods = group_pods(g)
         if pods:
             out.append(f"- pod{'s' if len(pods) > 1 else ''}: {_md(', '.join(pods))}")
         for name, value in sorted(g.counters.items()):
             out.append(f"- counter (the run's): `{name}` {value:+}")
         out += ["", f"Evidence of the {'newest' if f is g.newest else 'best evidenced'} instance:", "",
-                "| source | frame | what |", "|---|---|---|"]
-        out += [f"| {_cell(e.source)} | {e.frame} | {_cell(e.what)} |" for e in f.evidence]
+                "| source | where | what |", "|---|---|---|"]
+        out += [f"| {_cell(e.source)} | {_cell(e.locator())} | {_cell(e.what)} |" for e in f.evidence]
         for line in f.access_log:
             out += ["", "Access log:", "", "```text", line, "```"]
         if f.envoy_log:
@@ -316,14 +218,13 @@ def render_markdown(report: Report) -> str:
         if g.count > 1:
             shown = g.instances[-INSTANCES_TABLE:]
             out += ["", f"Instances ({len(shown)} newest of {g.count}; `-o json` lists every one):", "",
-                    "| # | time (UTC) | flow | deciding frame |", "|---|---|---|---|"]
+                    "| # | time (UTC) | flow | deciding evidence |", "|---|---|---|---|"]
             first = g.count - len(shown) + 1
             for i, occ in enumerate(shown, first):
                 framed = [e for e in occ.evidence if e.frame]  # the deciding packet is the latest evidence
-                frame = f"{max(framed, key=lambda e: e.ts).source} {max(framed, key=lambda e: e.ts).frame}" \
-                    if framed else "-"
-                out.append(f"| {i} | {_clock(occ.ts)} | {occ.flow.client} -> {occ.flow.server} ({occ.flow.iface}) "
-                           f"| {frame} |")
+                last = max(framed, key=lambda e: e.ts) if framed else None
+                deciding = f"{last.source} {last.locator()}" if last is not None else "-"
+                out.append(f"| {i} | {_clock(occ.ts)} | {_cell(occ.flow.text(labelled=False))} | {_cell(deciding)} |")
         ladder = render_ladder(f)
         if ladder:
             out += ["", "Packets of the newest instance (time in ms since its first packet):", "", "```text",

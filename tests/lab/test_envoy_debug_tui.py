@@ -13,7 +13,7 @@ from kubectl_meshdoctor.commands.watch.live import WatchOptions
 from kubectl_meshdoctor.commands.watch.session import LiveSession
 from kubectl_meshdoctor.kube.client import KubeOptions, connect
 from kubectl_meshdoctor.kube.target import Target
-from kubectl_meshdoctor.sinks.envoy_debug import EnvoyDebugReport
+from kubectl_meshdoctor.core.envoy_debug_report import EnvoyDebugReport
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sinks.tui.loggers import LoggersScreen
 
@@ -80,7 +80,7 @@ async def test_v_raises_for_the_run_v_puts_back_and_q_puts_back_what_is_raised(l
         await wait_for(pilot, "the screen closed", lambda: not app.is_running)
     assert await proxy() == before
     report = app.return_value
-    debug = report.envoy["debug"]
+    debug = report.envoy.debug
     assert isinstance(debug, EnvoyDebugReport)
     assert [r.logger for r in debug.raised] == up and debug.restored and debug.restored_by == "watch"
     assert debug.seconds > 0

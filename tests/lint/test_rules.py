@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubectl_meshdoctor.core.findings import Severity
+from kubectl_meshdoctor.core.findings import SPEC, Severity
 from kubectl_meshdoctor.lint import RULES, SEVERITIES, lint_pod, lint_pods
 
 DATA = Path(__file__).parent / "data"
@@ -124,11 +124,17 @@ def test_finding_shape_for_static_rules():
     assert {f.detector for f in findings} == set(RULES)
     for f in findings:
         name = f.pod
-        assert f.flow.client == "-" and f.flow.iface == ""
+        # A spec finding has no flow: it says so, and JSON keeps a flow's shape for it (client "-", no iface).
+        assert f.connection is None and f.flow.kind == SPEC and not f.flow.of_one_connection
+        assert f.to_dict()["flow"] == {"client": "-", "server": f.flow.server, "iface": ""}
         host, _, port = f.flow.server.rpartition(":")
         assert host in ("10.244.1.23", "10.244.2.41") and (port == "-" or port.isdigit())
-        assert f.evidence and all(e.source == f"pod/{name}" and e.iface == "" and e.frame == 0 and e.ts == 0.0
-                                  for e in f.evidence)
+        assert f.evidence and all(e.source == f"pod/{name}" and e.iface == "" and e.frame is None and e.ts == 0.0
+                                  and e.kind == SPEC for e in f.evidence)
+        assert all(d["frame"] == 0 for d in f.to_dict()["evidence"])  # the JSON's "no frame", as it always was
+        # Each field by its field, never as a frame.
+        assert all(e.cited().startswith(f"pod/{name} spec field ") and "frame" not in e.cited()
+                   for e in f.evidence if e.name)
         assert any(e.what.startswith(f.details["path"]) for e in f.evidence), (f.detector, f.details["path"])
         assert f.title and "\n" not in f.title and f.explanation and f.remediation
         json.dumps(f.to_dict())
@@ -419,7 +425,8 @@ def test_a_warning_grouped_over_several_pods_names_them_all():
     one group; its heading named only the first pod, as though the other two were fine (issue 16). It names all
     three now, and each occurrence says whose it is."""
     from kubectl_meshdoctor.core.pipeline import PipelineStats
-    from kubectl_meshdoctor.sinks.report import Report, render_markdown, render_text
+    from kubectl_meshdoctor.core.report_model import LintSource, Report
+    from kubectl_meshdoctor.sinks.report import render_markdown, render_text
 
     replicas = []
     for i, (ns, name) in enumerate([("shop", "orders-a"), ("shop", "orders-b"), ("pay", "orders-c")]):
@@ -429,14 +436,14 @@ def test_a_warning_grouped_over_several_pods_names_them_all():
         replicas.append(p)
     findings = lint_pods(replicas)
     assert [f.pod for f in findings if f.detector == "redirect-exposure"] == ["orders-a", "orders-b", "orders-c"]
-    report = Report({"kind": "lint", "pods": [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                                              for p in replicas]}, PipelineStats(), findings)
+    report = Report(LintSource(tuple(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in replicas)),
+                    PipelineStats(), findings)
     text = render_text(report).splitlines()
     (heading,) = [line for line in text if line.startswith("WARNING redirect-exposure")]
     assert heading.startswith("WARNING redirect-exposure 3 pods (orders-a, orders-b, orders-c): app ports ")
     at = text.index(heading)
     assert text[at + 1] == "  3 times"  # a spec has no time to show
-    assert text[at + 2] == "  newest, pod/orders-c where: 10.244.1.32:5002"
+    assert text[at + 2] == "  newest, pod/orders-c where: 10.244.1.32:5002 (the pod's spec: no connection)"
     (also,) = [line for line in text[at:] if line.startswith("  also: ")][:1]
     assert also == "  also: pod/orders-b 10.244.1.31:5002, pod/orders-a 10.244.1.30:5002"
     holds = [line for line in text if line.startswith("WARNING hold-application")]

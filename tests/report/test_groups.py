@@ -15,7 +15,8 @@ from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.findings import FlowRef, Severity
 from kubectl_meshdoctor.core.groups import group_findings
 from kubectl_meshdoctor.core.pipeline import Pipeline
-from kubectl_meshdoctor.sinks.report import Report, render_json, render_markdown, render_text
+from kubectl_meshdoctor.core.report_model import Report
+from kubectl_meshdoctor.sinks.report import render_json, render_markdown, render_text
 from kubectl_meshdoctor.sources.files import CaptureArg
 
 DATA = Path(__file__).parent.parent / "data"

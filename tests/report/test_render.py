@@ -44,7 +44,7 @@ def test_text_and_markdown_name_the_frames_and_the_fix(report):
     assert "ERROR tuple-collision [UC,UF,URX]" in text and "frame 20: challenge ACK" in text
     md = render_markdown(report)
     assert "| error | `tuple-collision` | UC,UF,URX | 1 |" in md
-    assert "| 20 | challenge ACK" in md and "```yaml" in md and "excludeInboundPorts" in md
+    assert "| frame 20 | challenge ACK" in md and "```yaml" in md and "excludeInboundPorts" in md
     ladder = md.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
     syn = next(line for line in ladder if "#19 SYN" in line)
     ack = next(line for line in ladder if "#20 challenge ACK" in line)
@@ -58,11 +58,11 @@ def test_a_multi_line_evidence_value_stays_indented_under_its_line():
 
     from kubectl_meshdoctor.core.pipeline import PipelineStats
     from kubectl_meshdoctor.lint import lint_pod
-    from kubectl_meshdoctor.sinks.report import Report
+    from kubectl_meshdoctor.core.report_model import LintSource, Report
 
     pod = yaml.safe_load((Path(__file__).parents[1] / "lint" / "data" / "classic.yaml").read_text())
     pod["metadata"]["annotations"]["proxy.istio.io/config"] = "proxyStatsMatcher:\n  inclusionPrefixes:\n  - x\n"
-    report = Report({"kind": "lint", "pods": ["shop/p"]}, PipelineStats(), lint_pod(pod))
+    report = Report(LintSource(("shop/p",)), PipelineStats(), lint_pod(pod))
     row = next(line for line in render_markdown(report).splitlines() if "proxyStatsMatcher:" in line)
     assert row.startswith("| ") and row.endswith(" |") and "<br>  inclusionPrefixes:<br>" in row  # one table row
     text = render_text(report)

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Input, Static
 
 from kubectl_meshdoctor.commands.analyze import FileSession, analyze
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
-from kubectl_meshdoctor.sinks.report import Report
+from kubectl_meshdoctor.core.report_model import Report
 from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sinks.tui.session import Session
 from kubectl_meshdoctor.sources.files import CaptureArg

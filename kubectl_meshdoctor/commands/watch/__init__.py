@@ -15,6 +15,7 @@ from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.watch.ending import found_so_far, leave_now, within_grace
 from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.exit_codes import EXIT_OK
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name, running_debug_container
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
@@ -116,7 +117,7 @@ def _watch_dry_run(kube, opts) -> int:
               f"levels found and puts them back if watch dies")
     print("# and it needs these permissions (portforward and log are optional: Envoy counters and access log):")
     print(role_yaml(opts.namespace, WATCH_PERMISSIONS))
-    return 0
+    return EXIT_OK
 
 
 def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool = True) -> int:
@@ -143,7 +144,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
         def on_finding(f) -> None:
             if live:
                 sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {one_line(f.title)} "
-                                 f"({f.flow.client} -> {f.flow.server})\n")
+                                 f"({f.flow.text(labelled=False)})\n")
 
         pipelines = []
 

@@ -17,7 +17,7 @@ import sys
 
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
-from kubectl_meshdoctor.sinks.report import Report
+from kubectl_meshdoctor.core.report_model import LiveSource, Report
 
 END_GRACE_S = 2.0  # seconds a stopped run may take to wind down (the lab's clean end: 0.3 s)
 
@@ -56,7 +56,7 @@ def found_so_far(pipelines: list[Pipeline], pods: list[str], namespace: str) -> 
     what = (f"stopped, and the API server did not answer within {END_GRACE_S:g} s while the run wound down: "
             f"tcpdump's counts, the sidecar's and the kernel's counters were not read and the log levels not put "
             f"back (the debug container's timer ends tcpdump and puts them back); these are the findings so far")
-    return Report({"kind": "live", "pods": pods, "namespace": namespace, "ended": "stopped"}, stats, findings,
+    return Report(LiveSource(tuple(pods), namespace, ended="stopped"), stats, findings,
                   [Problem("watch", what)], captured_nothing=True)
 
 

@@ -27,6 +27,7 @@ from kubectl_meshdoctor.core.events import (
 )
 from kubectl_meshdoctor.core.findings import Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.core.report_model import KernelSide, LiveSource, PerPodSide, Report, SidecarSide
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
 from kubectl_meshdoctor.kube.capture import ExecCapture, replaceable
 from kubectl_meshdoctor.kube.client import Kube, KubeError
@@ -34,7 +35,6 @@ from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_d
 from kubectl_meshdoctor.kube.rbac import preflight
 from kubectl_meshdoctor.kube.target import Target, capturable_pods
 from kubectl_meshdoctor.lint import lint_pod
-from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sources.capture_filter import FULL_FILTER, lean_filter, without_admin
 from kubectl_meshdoctor.sources.dissector import SharedDissector, Stream
 from kubectl_meshdoctor.sources.kernel import WATCHED, counter_deltas, read_kernel
@@ -174,14 +174,12 @@ def merge_reports(pods: list, reports: list) -> Report:
         findings += r.findings
         problems += r.problems
         sources.append(r.source)
-        for k, v in (r.kernel or {}).items():
+        for k, v in (r.kernel.moved if r.kernel is not None else {}).items():
             kernel[f"{name}/{k}"] = v
     if not sources:
         raise KubeError("no pod could be captured: " + "; ".join(p.line() for p in problems))
-    source = {"kind": "live", "pods": [s["pods"][0] for s in sources], "namespace": sources[0]["namespace"],
-              "per_pod": sources}
-    return Report(source, stats, sorted(findings, key=lambda f: f.ts), problems, kernel=kernel,
-                  envoy={"per_pod": envoy},
+    return Report(LiveSource.merged(sources), stats, sorted(findings, key=lambda f: f.ts), problems,
+                  kernel=KernelSide(kernel), envoy=PerPodSide(envoy),
                   captured_nothing=all(r.captured_nothing for r in reports if not isinstance(r, BaseException)))
 
 
@@ -357,7 +355,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     nothing = not any(cap.heard_listening for cap in state.captures) or (
         bool(state.captures) and all(cap.failed for cap in state.captures)
         and not any(c["frames_read"] for c in captures.values()))
-    return Report(source, pipeline.stats, findings, problems, envoy=envoy, kernel=kernel, captured_nothing=nothing)
+    return Report(LiveSource.of_pod(source), pipeline.stats, findings, problems, envoy=SidecarSide.of(envoy),
+                  kernel=KernelSide(kernel), captured_nothing=nothing)
 
 
 def _tshark_trouble(cap: ExecCapture, reader: asyncio.Task, stop_asked: bool, user_stopped: bool) -> str | None:

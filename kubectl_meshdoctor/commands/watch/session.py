@@ -16,11 +16,11 @@ from kubectl_meshdoctor.commands.watch.live import WatchOptions, WatchState, wat
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.core.report_model import Report
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube, KubeError
-from kubectl_meshdoctor.sinks.report import Report
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources.files import private_dir_prefix
 

@@ -22,9 +22,10 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import PacketEvent
-from kubectl_meshdoctor.core.findings import Finding, Problem, Severity
+from kubectl_meshdoctor.core.findings import PACKET, Finding, Problem, Severity
 from kubectl_meshdoctor.core.redact import redact_target
-from kubectl_meshdoctor.sinks.report import RENDERERS, Report
+from kubectl_meshdoctor.core.report_model import Report, ScreenSource
+from kubectl_meshdoctor.sinks.report import RENDERERS
 
 from .detail import finding_detail, finding_explanation, ladder_text
 from .ending import WIND_DOWN_S, StopSignals
@@ -38,6 +39,12 @@ PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match)
 NARROW = 110  # below this many columns the panes stack
 # Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
 _WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
+
+
+def _on_wire(f: Finding) -> str:
+    """What of the wire the packets pane shows for ``f``: its client on its interface, else what it is about."""
+    conn = f.connection
+    return f"{conn.client} on {conn.iface}" if conn is not None and conn.iface else f.flow.text(labelled=False)
 
 
 class MeshDoctorApp(App[Report | None]):
@@ -228,8 +235,7 @@ class MeshDoctorApp(App[Report | None]):
             title, keep = f"filter: {self.packet_filter.text}", self.packet_filter.matches
         elif self.selected is not None:
             f = self.selected
-            title, keep = f"packets of the selected finding ({f.flow.client} on {f.flow.iface})", \
-                (lambda ev: of_finding(f, ev))
+            title, keep = f"packets of the selected finding ({_on_wire(f)})", (lambda ev: of_finding(f, ev))
         else:
             title, keep = "latest packets analysed", (lambda ev: True)
         rows = [ev for ev in packets if keep(ev)][-PACKET_ROWS:]
@@ -386,10 +392,11 @@ class MeshDoctorApp(App[Report | None]):
             return
         from .screens import PathPrompt
 
-        frame = next((e.frame for e in f.evidence if e.frame), 0)
-        default = os.path.join(os.getcwd(), f"meshdoctor-{f.detector}-{frame}.pcapng")
-        self.push_screen(PathPrompt(f"Save the packets of {f.detector}: {f.title}\n"
-                                    f"{f.flow.client} -> {f.flow.server} on {f.flow.iface}, frame {frame}", default),
+        first = next((e for e in f.evidence if e.frame and e.kind == PACKET), None)
+        named = f", frame {first.frame}" if first is not None else ", no packet among its evidence"
+        default = os.path.join(os.getcwd(), f"meshdoctor-{f.detector}-{first.frame if first else 'evidence'}.pcapng")
+        where = f.flow.text(labelled=False)
+        self.push_screen(PathPrompt(f"Save the packets of {f.detector}: {f.title}\n{where}{named}", default),
                          lambda answer: answer and self._save(f, *answer))
 
     @work(exit_on_error=False, group="save")
@@ -411,8 +418,8 @@ class MeshDoctorApp(App[Report | None]):
     def report_now(self) -> Report:
         """The report as it stands: every finding so far (also those held while paused)."""
         problems = [Problem("watch", p) for p in self.session.problems()]
-        return self.report or Report({"kind": "watch", "describe": self.session.describe}, self.session.stats(),
-                                     list(self.findings), problems)
+        return self.report or Report(ScreenSource(self.session.describe), self.session.stats(), list(self.findings),
+                                     problems)
 
     def _export(self, path: str, overwrite: bool) -> None:
         fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(os.path.splitext(path)[1], "text")

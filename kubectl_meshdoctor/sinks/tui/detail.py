@@ -12,13 +12,13 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
     """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets): what, where,
     evidence; then the ladder (``render_ladder``), then ``finding_explanation``."""
     lines = [f"{f.severity.value.upper()}  {f.detector}  Envoy flags: {', '.join(f.envoy_flags) or '-'}",
-             f.title, "", f"flow: {f.flow.client} -> {f.flow.server} on {f.flow.iface}"]
+             f.title, "", f.flow.text()]
     if f.response_code_details:
         lines.append(f"envoy details: {f.response_code_details}")
     if f.pod:
         lines.append(f"pod: {f.pod}")
     lines.append("evidence:")
-    lines += [f"  {e.source} {'frame' if e.iface or not e.frame else 'line'} {e.frame}: {e.what}" for e in f.evidence]
+    lines += [f"  {e.cited()}" for e in f.evidence]  # each by its kind: frame, line, counter, spec field
     lines += [f"  access log: {line}" for line in f.access_log]
     lines += [f"  counter: {name} {value:+}" for name, value in sorted(f.counters.items())]
     return "\n".join(lines)

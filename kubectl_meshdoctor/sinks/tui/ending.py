@@ -10,6 +10,8 @@ import signal
 import threading
 from collections.abc import Callable
 
+from kubectl_meshdoctor.exit_codes import by_signal
+
 HANGUP_GRACE_S = 10.0  # seconds a hung-up screen may take to wind down before we leave without it
 # Seconds a stopped session may take to wind down before the screen leaves with the findings so far: the clean end
 # of a live watch takes 0.3 s in the lab; an API server that stops answering would hold it for the client's
@@ -66,4 +68,4 @@ class StopSignals:
             if self.abandon is not None:
                 self.abandon()
         finally:
-            os._exit(128 + signal.SIGHUP)
+            os._exit(by_signal(signal.SIGHUP))

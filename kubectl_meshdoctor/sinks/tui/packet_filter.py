@@ -100,4 +100,5 @@ def of_finding(f: Finding, ev: PacketEvent) -> bool:
     for e in f.evidence:
         if e.frame == ev.frame and e.source == ev.source:
             return True
-    return ev.iface == f.flow.iface and f.flow.client in (ev.src_endpoint, ev.dst_endpoint)
+    conn = f.connection  # a finding of no connection (a spec's, the counters') has only its evidence frames
+    return conn is not None and ev.iface == conn.iface and conn.client in (ev.src_endpoint, ev.dst_endpoint)

@@ -11,8 +11,8 @@ from typing import Protocol
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.pipeline import PipelineStats
+from kubectl_meshdoctor.core.report_model import Report
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
-from kubectl_meshdoctor.sinks.report import Report
 
 
 @dataclass(slots=True)

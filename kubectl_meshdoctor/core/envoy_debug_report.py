@@ -1,7 +1,7 @@
 """What `watch --envoy-debug` did to a sidecar's Envoy log levels, as the report states it: which loggers were
 raised, from what to what, for how long, and whether (and by whom) they were put back. A typed part of the
-report's ``envoy`` section (``envoy.debug``, per pod under ``envoy.per_pod`` when several), one line in
-``-o text``."""
+report's Envoy side (core/report_model.py ``SidecarSide.debug``: ``envoy.debug`` in JSON, per pod under
+``envoy.per_pod`` when several), one line in ``-o text``."""
 
 from __future__ import annotations
 
@@ -110,22 +110,3 @@ class EnvoyDebugReport:
         if self.raised and self.missing:
             parts.append(f"not in this proxy: {', '.join(self.missing)}")
         return head + ("; ".join(parts) or "nothing done")
-
-
-def debug_reports(envoy: dict | None) -> list[EnvoyDebugReport]:
-    """Every EnvoyDebugReport of a report's ``envoy`` section (one pod's, or each of ``per_pod``)."""
-    if not envoy:
-        return []
-    sections = [envoy, *(envoy.get("per_pod") or {}).values()]
-    return [s["debug"] for s in sections if isinstance(s, dict) and isinstance(s.get("debug"), EnvoyDebugReport)]
-
-
-def jsonable(value):
-    """``value`` with every EnvoyDebugReport (at any depth of dicts and lists) as its dict."""
-    if isinstance(value, EnvoyDebugReport):
-        return value.to_dict()
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [jsonable(v) for v in value]
-    return value

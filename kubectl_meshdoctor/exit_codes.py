@@ -1,0 +1,21 @@
+"""The process exit codes of every command: a contract scripts rely on (docs/DESIGN.md, "Exit codes"). One
+module so that no command, sink or screen spells a number of its own; it imports nothing, so the argument parser
+and the core may both use it."""
+
+from __future__ import annotations
+
+import signal
+
+EXIT_OK = 0  # no finding of severity error (also: --help, --dry-run, log-level done, a reader gone from the pipe)
+EXIT_FINDINGS = 1  # at least one finding of severity error
+# Usage or input error (one line on stderr), or a run that read nothing and found no error.
+EXIT_USAGE = 2
+EXIT_SIGNAL_BASE = 128  # ended by signal N: 128 + N, as a shell reports it
+
+
+def by_signal(signum: int) -> int:
+    """The exit code of a run ended by signal ``signum`` (SIGINT 130, SIGTERM 143, SIGHUP 129)."""
+    return EXIT_SIGNAL_BASE + int(signum)
+
+
+EXIT_INTERRUPTED = by_signal(signal.SIGINT)  # Ctrl-C outside a run's own handling: 130
