@@ -49,7 +49,7 @@ class AppPort:
     path: str  # "spec.containers[0].ports[1].containerPort"
 
 
-def _q(key: str) -> str:
+def json_key(key: str) -> str:
     return json.dumps(key)
 
 
@@ -107,7 +107,7 @@ class PodView:
         if cap.path != "metadata.annotations":
             return [f"{cap.path} = {cap.value}"]
         keys = (ANN_MODE, ANN_INCLUDE, ANN_EXCLUDE)
-        lines = [f"metadata.annotations[{_q(k)}] = {self.annotations[k]}" for k in keys if k in self.annotations]
+        lines = [f"metadata.annotations[{json_key(k)}] = {self.annotations[k]}" for k in keys if k in self.annotations]
         return lines or ["metadata.annotations = (no traffic annotations: Istio defaults, every port but "
                          "15008,15020,15021,15090 captured)"]
 
@@ -147,6 +147,6 @@ def placeholder(what: str) -> str:
     return json.dumps(f"<{what}>")
 
 
-def _indent(text: str, n: int) -> str:
+def indented(text: str, n: int) -> str:
     pad = " " * n
     return "\n".join(pad + line if line else line for line in text.splitlines())

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import quote
 
-from .podns import _PodNetns
+from .podns import PodNetns
 
 ADMIN = ("127.0.0.1", 15000)
 _TIMEOUT_S = 5.0
@@ -18,7 +18,7 @@ _TIMEOUT_S = 5.0
 def admin(pod_netns: str, path: str, method: str = "GET", timeout: float = _TIMEOUT_S) -> str:
     """The body of ``method path`` on the pod's admin port. Raises OSError (or http.client.HTTPException) when
     the admin port does not answer, and OSError for a status other than 200."""
-    entered = _PodNetns(pod_netns)
+    entered = PodNetns(pod_netns)
     try:
         with entered:  # the socket keeps the pod's namespace once made
             sock = socket.create_connection(ADMIN, timeout=timeout)

@@ -12,8 +12,8 @@ import time
 from meshdoctor_lab.apps import HTTP_PORT
 from meshdoctor_lab.state import LabPod
 
-from .http_rounds import _get
-from .rounds import _IO_TIMEOUT, _one_line, _Tally
+from .http_rounds import http_get
+from .rounds import IO_TIMEOUT, one_line, Tally
 from .table import (
     CALLER_HTTP11_FIX,
     CALLER_IDLE_FIX,
@@ -39,10 +39,10 @@ UPGRADE_REQUEST = (b"GET /upgrade HTTP/1.1\r\nHost: lab\r\nConnection: Upgrade\r
 MALFORMED_REQUEST = b"GET /malformed HTTP/1.1\r\nHost: lab\r\nBad Header: space in its name\r\n\r\n"
 
 
-def _raw(pod: LabPod, tally: _Tally, label: str, request: bytes) -> int | None:
+def _raw(pod: LabPod, tally: Tally, label: str, request: bytes) -> int | None:
     """Send ``request`` on a new connection, read the status line; record (label, status, first line)."""
     try:
-        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
             s.sendall(request)
             head = b""
             while b"\r\n" not in head:
@@ -51,7 +51,7 @@ def _raw(pod: LabPod, tally: _Tally, label: str, request: bytes) -> int | None:
                     break
                 head += chunk
     except OSError as exc:
-        tally.errors.append(f"{label}: {_one_line(exc)}")
+        tally.errors.append(f"{label}: {one_line(exc)}")
         return None
     first = head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = first.split(" ")
@@ -63,10 +63,10 @@ def _raw(pod: LabPod, tally: _Tally, label: str, request: bytes) -> int | None:
     return status
 
 
-def _abandoned(pod: LabPod, tally: _Tally, path: str, patience_s: float) -> None:
+def _abandoned(pod: LabPod, tally: Tally, path: str, patience_s: float) -> None:
     """A caller that sends a request and closes its connection after ``patience_s`` without an answer."""
     try:
-        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
             s.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\n\r\n".encode())
             s.settimeout(patience_s)
             try:
@@ -74,18 +74,18 @@ def _abandoned(pod: LabPod, tally: _Tally, path: str, patience_s: float) -> None
             except socket.timeout:
                 early = b""
     except OSError as exc:
-        tally.errors.append(f"GET {path} (abandoned): {_one_line(exc)}")
+        tally.errors.append(f"GET {path} (abandoned): {one_line(exc)}")
         return
     if early:
         tally.errors.append(f"GET {path} was answered within {patience_s} s: {early[:40]!r}")
     tally.http.append((f"{path} (abandoned after {patience_s} s)", 0, ""))
 
 
-def _half_closed(pod: LabPod, tally: _Tally, path: str) -> None:
+def _half_closed(pod: LabPod, tally: Tally, path: str) -> None:
     """A caller that shuts its write side once its request is out, and reads until the connection ends."""
     label = f"{path} (write side shut after the request)"
     try:
-        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
             # Corked, the request and the FIN leave in one segment: Envoy reads both at once. Sent apart, a
             # caller descheduled between them (a loaded machine) let Envoy answer first, and nothing failed.
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
@@ -95,51 +95,51 @@ def _half_closed(pod: LabPod, tally: _Tally, path: str) -> None:
             while chunk := s.recv(4096):
                 answer += chunk
     except OSError as exc:
-        tally.errors.append(f"{label}: {_one_line(exc)}")
+        tally.errors.append(f"{label}: {one_line(exc)}")
         return
     first = answer.split(b"\r\n", 1)[0].decode("latin-1")
     status = int(first.split(" ")[1]) if first.count(" ") and first.split(" ")[1].isdigit() else 0
     tally.http.append((label, status, first))
 
 
-def _slow_app_round(pod: LabPod, tally: _Tally) -> None:
-    _get(pod, tally, f"/slow/{SLOW_IN_TIME}")  # slow, but within the route's timeout: 200
-    _get(pod, tally, f"/slow/{SLOW_TOO_LONG}")  # the route's timeout fires first: Envoy's 504 UT
-    if pod.fix == CALLER_TIMEOUT_FIX:  # the fixed caller waits as long as _get does, past the route's timeout
-        _get(pod, tally, f"/slow/{SLOW_ABANDONED}")
+def slow_app_round(pod: LabPod, tally: Tally) -> None:
+    http_get(pod, tally, f"/slow/{SLOW_IN_TIME}")  # slow, but within the route's timeout: 200
+    http_get(pod, tally, f"/slow/{SLOW_TOO_LONG}")  # the route's timeout fires first: Envoy's 504 UT
+    if pod.fix == CALLER_TIMEOUT_FIX:  # the fixed caller waits as long as http_get does, past the route's timeout
+        http_get(pod, tally, f"/slow/{SLOW_ABANDONED}")
     else:  # the caller goes first: 0 DC
         _abandoned(pod, tally, f"/slow/{SLOW_ABANDONED}", SLOW_CALLER_GIVES_UP)
     if pod.fix == CALLER_NO_HALF_CLOSE_FIX:
-        _get(pod, tally, SLOW_HALF_CLOSED)
+        http_get(pod, tally, SLOW_HALF_CLOSED)
     else:  # Envoy takes the half-close for a disconnect: 0 DC at once
         _half_closed(pod, tally, SLOW_HALF_CLOSED)
 
 
-def _http10_round(pod: LabPod, tally: _Tally) -> None:
+def http10_round(pod: LabPod, tally: Tally) -> None:
     # A caller-side fix sends its one request the right way; an ordinary request comes last either way.
     if pod.fix == CALLER_HTTP11_FIX:
-        _get(pod, tally, "/http10")
+        http_get(pod, tally, "/http10")
     else:
         _raw(pod, tally, "GET /http10 HTTP/1.0", HTTP10_REQUEST)
     if pod.fix == CALLER_NO_UPGRADE_FIX:
-        _get(pod, tally, "/upgrade")
+        http_get(pod, tally, "/upgrade")
     else:
         _raw(pod, tally, "GET /upgrade (Upgrade: meshdoctor-lab/1)", UPGRADE_REQUEST)
     if pod.fix == CALLER_VALID_REQUEST_FIX:
-        _get(pod, tally, "/malformed")
+        http_get(pod, tally, "/malformed")
     else:
         _raw(pod, tally, "GET /malformed (a header name with a space)", MALFORMED_REQUEST)
-    _get(pod, tally, "/ok")  # an ordinary request on the same pod still works
+    http_get(pod, tally, "/ok")  # an ordinary request on the same pod still works
 
 
-def _port_exhaustion_round(pod: LabPod, tally: _Tally) -> None:
+def port_exhaustion_round(pod: LabPod, tally: Tally) -> None:
     # Short requests one after another: each upstream connection is closed by the sidecar after its one
     # request and holds its source port in TIME_WAIT, until no port is left for the next connect().
     for i in range(EXHAUSTION_REQUESTS):
-        _get(pod, tally, f"/exhaust/{i}")
+        http_get(pod, tally, f"/exhaust/{i}")
 
 
-def _response_of(sock: socket.socket) -> bytes:
+def response_of(sock: socket.socket) -> bytes:
     """One response with a Content-Length body (the lab app's), read whole; b"" when the peer closed first."""
     data = b""
     while b"\r\n\r\n" not in data:
@@ -168,18 +168,18 @@ def _fin_arrived(sock: socket.socket, within_s: float) -> bool:
     return False
 
 
-def _downstream_idle_round(pod: LabPod, tally: _Tally) -> None:
+def downstream_idle_round(pod: LabPod, tally: Tally) -> None:
     request = b"GET /idle HTTP/1.1\r\nHost: lab\r\n\r\n"
     try:
-        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as s:
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
             s.sendall(request)
-            first = _response_of(s)
+            first = response_of(s)
             tally.http.append(("/idle", int(first.split(b" ")[1]) if first[:5] == b"HTTP/" else 0, ""))
             done = time.monotonic()
             if pod.fix == CALLER_IDLE_FIX:  # the fixed caller's pool: idle too long, so a new connection
                 time.sleep(CALLER_IDLE_TIMEOUT)  # the caller's own idle timer, not a wait for a condition
                 s.close()
-                _get(pod, tally, "/idle/new-connection")
+                http_get(pod, tally, "/idle/new-connection")
                 return
             if not _fin_arrived(s, DOWNSTREAM_FIN_WITHIN):
                 tally.errors.append(f"the sidecar did not close the idle connection within {DOWNSTREAM_FIN_WITHIN} s")
@@ -187,16 +187,16 @@ def _downstream_idle_round(pod: LabPod, tally: _Tally) -> None:
             tally.reused_after_s = round(time.monotonic() - done, 3)
             s.sendall(request)  # on the connection the sidecar closed: its kernel answers RST
             try:
-                second = _response_of(s)
+                second = response_of(s)
             except ConnectionResetError:
                 second = b"reset"
     except OSError as exc:
-        tally.errors.append(f"GET /idle: {_one_line(exc)}")
+        tally.errors.append(f"GET /idle: {one_line(exc)}")
         return
     tally.http.append(("/idle again on the same connection", 0, second[:40].decode("latin-1")))
 
 
-def _h2_round(pod: LabPod, tally: _Tally) -> None:
+def h2_round(pod: LabPod, tally: Tally) -> None:
     # The caller speaks HTTP/1.1 to the sidecar; the sidecar speaks HTTP/2 to the app.
     for i in range(GOAWAY_REQUESTS):
-        _get(pod, tally, f"/h2/{i}")
+        http_get(pod, tally, f"/h2/{i}")

@@ -11,20 +11,20 @@ from typing import Callable
 from meshdoctor_lab.netns import in_netns
 from meshdoctor_lab.state import LabPod
 
-from .caller_rounds import _downstream_idle_round, _h2_round, _http10_round, _port_exhaustion_round, _slow_app_round
-from .http_rounds import _framing_round, _healthy_http_round, _refused_round, _stale_keepalive_round
-from .load import _load_round
+from .caller_rounds import downstream_idle_round, h2_round, http10_round, port_exhaustion_round, slow_app_round
+from .http_rounds import framing_round, healthy_http_round, refused_round, stale_keepalive_round
+from .load import load_round
 from .policy_rounds import (
-    _mtls_strict_round,
-    _no_route_round,
-    _outlier_round,
-    _overflow_round,
-    _tls_origination_round,
+    mtls_strict_round,
+    no_route_round,
+    outlier_round,
+    overflow_round,
+    tls_origination_round,
 )
-from .port_reuse import _port_reuse_round
-from .rounds import _IO_TIMEOUT, RoundResult, _Tally
+from .port_reuse import port_reuse_round
+from .rounds import IO_TIMEOUT, RoundResult, Tally
 from .table import SCENARIOS
-from .tcp_rounds import _healthy_round, _syn_drop_round
+from .tcp_rounds import healthy_round, syn_drop_round
 
 DEFAULT_ROUNDS = 1500
 DEFAULT_SECONDS = 3000.0  # keeps a forgotten lab's traffic under an hour
@@ -36,7 +36,7 @@ def challenge_ack_count(pod_netns: str) -> int | None:
     try:
         out = subprocess.run(
             in_netns(pod_netns, "nstat", "-azs", "TcpExtTCPChallengeACK"),
-            capture_output=True, text=True, timeout=_IO_TIMEOUT, check=True,
+            capture_output=True, text=True, timeout=IO_TIMEOUT, check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -47,27 +47,27 @@ def challenge_ack_count(pod_netns: str) -> int | None:
     return None
 
 
-_ROUNDS: dict[str, Callable[[LabPod, "_Tally"], None]] = {
-    "healthy": _healthy_round,
-    "healthy-http": _healthy_http_round,
-    "framing": _framing_round,
-    "stale-keepalive": _stale_keepalive_round,
-    "refused": _refused_round,
-    "refused-localhost": _refused_round,
-    "syn-drop": _syn_drop_round,
-    "load": _load_round,
-    "slow-app": _slow_app_round,
-    "http10": _http10_round,
-    "port-exhaustion": _port_exhaustion_round,
-    "downstream-idle": _downstream_idle_round,
-    "goaway": _h2_round,
-    "healthy-h2": _h2_round,
-    "no-sidecar": _healthy_round,  # the app answers itself: nothing of Istio in the way
-    "overflow": _overflow_round,
-    "outlier": _outlier_round,
-    "no-route": _no_route_round,
-    "mtls-strict": _mtls_strict_round,
-    "tls-to-plaintext": _tls_origination_round,
+_ROUNDS: dict[str, Callable[[LabPod, "Tally"], None]] = {
+    "healthy": healthy_round,
+    "healthy-http": healthy_http_round,
+    "framing": framing_round,
+    "stale-keepalive": stale_keepalive_round,
+    "refused": refused_round,
+    "refused-localhost": refused_round,
+    "syn-drop": syn_drop_round,
+    "load": load_round,
+    "slow-app": slow_app_round,
+    "http10": http10_round,
+    "port-exhaustion": port_exhaustion_round,
+    "downstream-idle": downstream_idle_round,
+    "goaway": h2_round,
+    "healthy-h2": h2_round,
+    "no-sidecar": healthy_round,  # the app answers itself: nothing of Istio in the way
+    "overflow": overflow_round,
+    "outlier": outlier_round,
+    "no-route": no_route_round,
+    "mtls-strict": mtls_strict_round,
+    "tls-to-plaintext": tls_origination_round,
 }
 
 
@@ -83,11 +83,11 @@ def run_round(pod: LabPod, scenario: str, *, used_ports: set[int] | None = None)
     ports = used_ports if used_ports is not None else set()
     started, t0 = time.time(), time.monotonic()
     acks_before = challenge_ack_count(pod.netns)
-    tally = _Tally()
+    tally = Tally()
     if scenario in _ROUNDS:
         _ROUNDS[scenario](pod, tally)
     else:
-        _port_reuse_round(pod, tally, flush=scenario == "collision", used_ports=ports)
+        port_reuse_round(pod, tally, flush=scenario == "collision", used_ports=ports)
     acks_after = challenge_ack_count(pod.netns)
     acks = None if acks_before is None or acks_after is None else acks_after - acks_before
     return RoundResult(

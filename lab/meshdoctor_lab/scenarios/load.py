@@ -15,8 +15,8 @@ from meshdoctor_lab.apps import HTTP_PORT
 from meshdoctor_lab.netns import INBOUND_PASSTHROUGH_SOURCE, LAB_NETWORK
 from meshdoctor_lab.state import LabPod
 
-from .podns import _pod_packets, _PodNetns
-from .rounds import _IO_TIMEOUT, _one_line, _Tally
+from .podns import pod_packets, PodNetns
+from .rounds import IO_TIMEOUT, one_line, Tally
 
 LOAD_DIRECT_PORT = 15020  # pilot-agent's status port: istio-iptables excludes it from REDIRECT (-d ...,15020)
 LOAD_ROUND_PPS = 2000.0  # packets/s on the pod's lo + eth0 during a `load` round of the lab's driver
@@ -140,7 +140,7 @@ def run_load(
     ppr_guess = rate_pps / sum(nominal.values())  # packets per request of the mix
     result = LoadResult(target_pps=rate_pps, seconds=seconds,
                         by_path={p: {"sent": 0, "ok": 0, "connections": 0, "lost": 0} for p in paths})
-    podns = _PodNetns(pod.netns)
+    podns = PodNetns(pod.netns)
     with podns:
         counters_fd = os.open("/proc/self/net/dev", os.O_RDONLY)  # keeps reading the pod's counters
     ep = select.epoll()
@@ -159,7 +159,7 @@ def run_load(
             dst = (pod.pod_ip, HTTP_PORT if path == "sidecar" else LOAD_DIRECT_PORT)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(_IO_TIMEOUT)
+            sock.settimeout(IO_TIMEOUT)
             sock.connect(dst)
             sock.setblocking(False)
         except OSError:
@@ -197,7 +197,7 @@ def run_load(
         except BlockingIOError:
             return
         except OSError as exc:
-            drop(conn, _one_line(exc))
+            drop(conn, one_line(exc))
             return
         if not data:
             drop(conn, "closed by the pod")
@@ -222,7 +222,7 @@ def run_load(
         for path in paths:
             for _ in range(connections):
                 open_conn(path)
-        before = _pod_packets(counters_fd)
+        before = pod_packets(counters_fd)
         result.started = time.time()
         t0 = last = time.monotonic()
         deadline = t0 + seconds
@@ -255,7 +255,7 @@ def run_load(
                     try:
                         conn.sock.send(LOAD_REQUEST)
                     except OSError as exc:
-                        drop(conn, _one_line(exc))
+                        drop(conn, one_line(exc))
                         continue
                     conn.busy = True
                     tok -= 1.0
@@ -264,7 +264,7 @@ def run_load(
                 tokens[p] = tok
             if now >= next_tick:
                 next_tick += _LOAD_TICK_S
-                counts = _pod_packets(counters_fd)
+                counts = pod_packets(counters_fd)
                 if counts is not None and tick_packets is not None:
                     moved, asked = counts["total"] - tick_packets, result.sent - tick_sent
                     result.timeline.append((round(now - t0, 3), int(moved / _LOAD_TICK_S)))
@@ -279,7 +279,7 @@ def run_load(
                             open_conn(p)
                             lost[p] -= 1
                         except OSError as exc:
-                            result.error(f"{p}: reconnect: {_one_line(exc)}")
+                            result.error(f"{p}: reconnect: {one_line(exc)}")
             wait = min(next_tick, deadline) - now
             for p in paths:  # a path with an idle connection sends when its bucket holds a token
                 rate = nominal[p] * gain
@@ -289,7 +289,7 @@ def run_load(
             for fd, _ in ep.poll(min(max(wait, 0.0), _LOAD_MAX_WAIT_S)):
                 on_readable(fd)
         result.ended = time.time()
-        after = _pod_packets(counters_fd)
+        after = pod_packets(counters_fd)
         if before is not None and after is not None:
             result.packets = {k: after[k] - before[k] for k in after}
             result.achieved_pps = round(result.packets["total"] / max(result.ended - result.started, 1e-9), 1)
@@ -306,11 +306,11 @@ def run_load(
     return result
 
 
-def _load_round(pod: LabPod, tally: _Tally) -> None:
+def load_round(pod: LabPod, tally: Tally) -> None:
     try:
         result = run_load(pod, LOAD_ROUND_PPS, LOAD_ROUND_SECONDS)
     except (OSError, ValueError) as exc:
-        tally.errors.append(f"load: {_one_line(exc)}")
+        tally.errors.append(f"load: {one_line(exc)}")
         return
     tally.http_ok += result.ok
     tally.errors.extend(result.errors)

@@ -15,14 +15,14 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-class _PodNetns:
+class PodNetns:
     """Enter the pod's network namespace for a moment (sockets keep the namespace they were made in)."""
 
     def __init__(self, name: str) -> None:
         self._pod = os.open(f"/run/netns/{name}", os.O_RDONLY)
         self._home = os.open("/proc/self/ns/net", os.O_RDONLY)
 
-    def __enter__(self) -> "_PodNetns":
+    def __enter__(self) -> "PodNetns":
         _setns(self._pod)
         return self
 
@@ -34,7 +34,7 @@ class _PodNetns:
         os.close(self._home)
 
 
-def _pod_packets(fd: int) -> dict[str, int] | None:
+def pod_packets(fd: int) -> dict[str, int] | None:
     """lo and eth0 packet counters of the namespace `fd` (a /proc/self/net/dev opened inside it) was opened in."""
     try:
         text = os.pread(fd, 1 << 16, 0).decode()

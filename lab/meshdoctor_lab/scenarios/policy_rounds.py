@@ -17,9 +17,9 @@ from meshdoctor_lab.apps import HTTP_PORT
 from meshdoctor_lab.state import LabPod
 
 from .admin import host_flags, stat_sum, wait_until
-from .caller_rounds import _response_of
-from .http_rounds import _get
-from .rounds import _IO_TIMEOUT, _one_line, _Tally
+from .caller_rounds import response_of
+from .http_rounds import http_get
+from .rounds import IO_TIMEOUT, one_line, Tally
 from .table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX, OUTLIER_RECOVERY_WITHIN, OVERFLOW_SLOW
 
 _SEEN_WITHIN = 5.0  # seconds Envoy gets to show that it has seen a request or an error
@@ -29,16 +29,16 @@ _DETECTED_5XX = r"^cluster\.outbound\|.*\.outlier_detection\.ejections_detected_
 _OUTBOUND = f"outbound|{HTTP_PORT}||"
 
 
-def _request(pod: LabPod, tally: _Tally, path: str, label: str = "") -> int | None:
+def _request(pod: LabPod, tally: Tally, path: str, label: str = "") -> int | None:
     """GET ``path`` on a new connection and record (label or path, status, body unless 200); a failed exchange is
     an error of the round, an answered one is not (its status is what the round is about)."""
-    conn = http.client.HTTPConnection(pod.pod_ip, HTTP_PORT, timeout=_IO_TIMEOUT)
+    conn = http.client.HTTPConnection(pod.pod_ip, HTTP_PORT, timeout=IO_TIMEOUT)
     try:
         conn.request("GET", path, headers={"User-Agent": "meshdoctor-lab"})
         response = conn.getresponse()
         body = response.read()
     except (OSError, http.client.HTTPException) as exc:
-        tally.errors.append(f"GET {path}: {_one_line(exc)}")
+        tally.errors.append(f"GET {path}: {one_line(exc)}")
         return None
     finally:
         conn.close()
@@ -49,17 +49,17 @@ def _request(pod: LabPod, tally: _Tally, path: str, label: str = "") -> int | No
 
 def _hold(pod: LabPod, path: str) -> socket.socket:
     """A connection with ``GET path`` written on it; its response is read later (_collect)."""
-    sock = socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT)
+    sock = socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT)
     sock.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: meshdoctor-lab\r\n\r\n".encode())
     return sock
 
 
-def _collect(sock: socket.socket, tally: _Tally, label: str) -> None:
+def _collect(sock: socket.socket, tally: Tally, label: str) -> None:
     try:
         with sock:
-            head = _response_of(sock)
+            head = response_of(sock)
     except OSError as exc:
-        tally.errors.append(f"{label}: {_one_line(exc)}")
+        tally.errors.append(f"{label}: {one_line(exc)}")
         return
     parts = head.split(b" ", 2)
     status = int(parts[1]) if head.startswith(b"HTTP/") and len(parts) > 1 and parts[1].isdigit() else 0
@@ -67,7 +67,7 @@ def _collect(sock: socket.socket, tally: _Tally, label: str) -> None:
     tally.http_ok += status == 200
 
 
-def _overflow_round(pod: LabPod, tally: _Tally) -> None:
+def overflow_round(pod: LabPod, tally: Tally) -> None:
     slow = f"/slow/{OVERFLOW_SLOW}"
     held: list[tuple[socket.socket, str]] = []
     try:
@@ -80,13 +80,13 @@ def _overflow_round(pod: LabPod, tally: _Tally) -> None:
             tally.errors.append("the sidecar did not take the second request")
         _request(pod, tally, "/overflow")  # the pending queue is full: the circuit breaker answers
     except OSError as exc:
-        tally.errors.append(f"{slow}: {_one_line(exc)}")
+        tally.errors.append(f"{slow}: {one_line(exc)}")
     finally:
         for sock, label in held:
             _collect(sock, tally, label)
 
 
-def _outlier_round(pod: LabPod, tally: _Tally) -> None:
+def outlier_round(pod: LabPod, tally: Tally) -> None:
     # A former round's ejection (longer each time) ends first, so that the burst reaches the app.
     if not wait_until(OUTLIER_RECOVERY_WITHIN, lambda: host_flags(pod.netns, _OUTBOUND) == ["healthy"]):
         tally.errors.append(f"the endpoint was not healthy within {OUTLIER_RECOVERY_WITHIN} s")
@@ -101,18 +101,18 @@ def _outlier_round(pod: LabPod, tally: _Tally) -> None:
         _request(pod, tally, f"/after-burst/{i}")
 
 
-def _no_route_round(pod: LabPod, tally: _Tally) -> None:
-    _get(pod, tally, "/v1/ok")  # within the VirtualService's match
-    _get(pod, tally, "/other")  # outside every match: no route
+def no_route_round(pod: LabPod, tally: Tally) -> None:
+    http_get(pod, tally, "/v1/ok")  # within the VirtualService's match
+    http_get(pod, tally, "/other")  # outside every match: no route
 
 
-def _mtls_strict_round(pod: LabPod, tally: _Tally) -> None:
-    _get(pod, tally, "/plaintext")  # the caller without a sidecar
+def mtls_strict_round(pod: LabPod, tally: Tally) -> None:
+    http_get(pod, tally, "/plaintext")  # the caller without a sidecar
     if pod.certs:
         _mtls_get(pod, tally, "/mtls")  # a caller with a sidecar: mTLS with Istio's ALPN
 
 
-def _mtls_get(pod: LabPod, tally: _Tally, path: str) -> None:
+def _mtls_get(pod: LabPod, tally: Tally, path: str) -> None:
     """GET over mTLS as a caller's sidecar sends it: its workload certificate, the SNI of its ISTIO_MUTUAL cluster
     (``outbound_.PORT_._.HOST``, as the lab wrote it), ALPN istio-http/1.1; the server's certificate checked
     against the lab CA (its identity is a URI SAN, so no host name check)."""
@@ -125,12 +125,12 @@ def _mtls_get(pod: LabPod, tally: _Tally, path: str) -> None:
     label = f"{path} (mTLS)"
     try:
         server_name = (certs / "server-name").read_text().strip()
-        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=_IO_TIMEOUT) as raw, \
+        with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as raw, \
                 context.wrap_socket(raw, server_hostname=server_name) as tls:
             tls.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: meshdoctor-lab\r\n\r\n".encode())
-            head = _response_of(tls)
+            head = response_of(tls)
     except (OSError, ssl.SSLError) as exc:
-        tally.errors.append(f"{label}: {_one_line(exc)}")
+        tally.errors.append(f"{label}: {one_line(exc)}")
         return
     parts = head.split(b" ", 2)
     status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
@@ -141,5 +141,5 @@ def _mtls_get(pod: LabPod, tally: _Tally, path: str) -> None:
         tally.errors.append(f"{label} answered HTTP {status}")
 
 
-def _tls_origination_round(pod: LabPod, tally: _Tally) -> None:
-    _get(pod, tally, "/tls-origination")  # the sidecar's ClientHello meets the app's plaintext
+def tls_origination_round(pod: LabPod, tally: Tally) -> None:
+    http_get(pod, tally, "/tls-origination")  # the sidecar's ClientHello meets the app's plaintext

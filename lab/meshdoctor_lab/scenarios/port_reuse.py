@@ -12,7 +12,7 @@ from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
 from meshdoctor_lab.netns import CLIENT_FIXED_PORTS, in_netns
 from meshdoctor_lab.state import LabPod
 
-from .rounds import _IO_TIMEOUT, _echo_exchange, _one_line, _Tally
+from .rounds import IO_TIMEOUT, echo_exchange, one_line, Tally
 from .table import CLIENT_PORT_FIX
 
 _LIVE_INTERVAL = 0.3  # seconds between requests on the live connection
@@ -26,7 +26,7 @@ def flush_conntrack(pod_netns: str) -> None:
     Raises OSError or subprocess.CalledProcessError when conntrack fails.
     """
     subprocess.run(
-        in_netns(pod_netns, "conntrack", "-F"), capture_output=True, timeout=_IO_TIMEOUT, check=True
+        in_netns(pod_netns, "conntrack", "-F"), capture_output=True, timeout=IO_TIMEOUT, check=True
     )
 
 
@@ -35,7 +35,7 @@ def _bound_socket(client_ip: str, port: int) -> socket.socket:
     # their four-tuples differ only in the destination port, which REDIRECT then erases.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.settimeout(_IO_TIMEOUT)
+    sock.settimeout(IO_TIMEOUT)
     try:
         sock.bind((client_ip, port))
     except OSError:
@@ -58,7 +58,7 @@ def _http_exchange(sock: socket.socket) -> int:
         response.close()  # closes only the response's file object; the socket stays open
 
 
-def _live_requests(live: socket.socket, tally: _Tally) -> bool:
+def _live_requests(live: socket.socket, tally: Tally) -> bool:
     """Send _LIVE_REQUESTS keep-alive GETs ~0.3 s apart; False (and an error noted) if the connection died."""
     for i in range(_LIVE_REQUESTS):
         if i:
@@ -67,7 +67,7 @@ def _live_requests(live: socket.socket, tally: _Tally) -> bool:
             status = _http_exchange(live)
         except OSError as exc:
             tally.live_reset = True
-            tally.errors.append(f"live connection to :{HTTP_PORT}: {_one_line(exc)}")
+            tally.errors.append(f"live connection to :{HTTP_PORT}: {one_line(exc)}")
             return False
         if status == 200:
             tally.http_ok += 1
@@ -76,7 +76,7 @@ def _live_requests(live: socket.socket, tally: _Tally) -> bool:
     return True
 
 
-def _port_reuse_round(pod: LabPod, tally: _Tally, *, flush: bool, used_ports: set[int]) -> None:
+def port_reuse_round(pod: LabPod, tally: Tally, *, flush: bool, used_ports: set[int]) -> None:
     """Hold client_ip:X -> pod:5000 live, optionally flush conntrack, then dial pod:5002 from client_ip:X."""
     live, port = _open_live_connection(pod, used_ports)
     tally.client_port = port
@@ -93,14 +93,14 @@ def _port_reuse_round(pod: LabPod, tally: _Tally, *, flush: bool, used_ports: se
         t0 = time.monotonic()
         second.connect((pod.pod_ip, ECHO_PORT))
         tally.second_connect_s = time.monotonic() - t0
-        if _echo_exchange(second, b"meshdoctor-echo\n"):
+        if echo_exchange(second, b"meshdoctor-echo\n"):
             tally.echo_ok += 1
         else:
             tally.errors.append(f"echo on :{ECHO_PORT} came back wrong")
         time.sleep(_LIVE_INTERVAL)
         _live_requests(live, tally)
     except (OSError, subprocess.SubprocessError) as exc:
-        tally.errors.append(_one_line(exc))
+        tally.errors.append(one_line(exc))
     finally:
         live.close()
         if second is not None:

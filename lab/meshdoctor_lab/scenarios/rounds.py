@@ -1,4 +1,4 @@
-"""What a round records (RoundResult, filled through a _Tally), and the socket exchanges every family of drivers
+"""What a round records (RoundResult, filled through a Tally), and the socket exchanges every family of drivers
 uses."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-_IO_TIMEOUT = 5.0  # seconds per socket operation
+IO_TIMEOUT = 5.0  # seconds per socket operation
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class RoundResult:
 
 
 @dataclass
-class _Tally:
+class Tally:
     """Mutable counters filled while a round runs, frozen into a RoundResult at the end."""
 
     client_port: int | None = None
@@ -67,7 +67,7 @@ class _Tally:
     load: dict[str, Any] | None = None
 
 
-def _echo_exchange(sock: socket.socket, message: bytes) -> bool:
+def echo_exchange(sock: socket.socket, message: bytes) -> bool:
     sock.sendall(message)
     got = b""
     while len(got) < len(message):
@@ -78,6 +78,6 @@ def _echo_exchange(sock: socket.socket, message: bytes) -> bool:
     return got == message
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     return text.splitlines()[0] if text else type(exc).__name__
