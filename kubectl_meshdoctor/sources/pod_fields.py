@@ -20,8 +20,8 @@ from collections.abc import Callable
 from kubectl_meshdoctor.core.events import PacketEvent
 
 from .tshark import (
-    _IO_STAT_ROW,
     FIELD_ARGS,
+    IO_STAT_ROW,
     PREFILTER,
     SESSION_PACKETS,
     TSHARK_ARGS,
@@ -89,7 +89,7 @@ class PodFieldStream:
             if not line:
                 continue
             if line[0] in "|=":  # the io,stat table after the last packet
-                m = _IO_STAT_ROW.match(line)
+                m = IO_STAT_ROW.match(line)
                 if m and not self._sessions:  # after a -M reset it may count only the last session
                     self.frames_read = int(m.group(1))
                 continue
