@@ -26,7 +26,7 @@ class _Reads(list):
 def _chunk_everything(monkeypatch, packets: int | None) -> _Reads:
     """Split every file into chunks of ``packets`` (None: read whole); returns the list of read_file calls
     analyze makes from now on, with ``.most`` the most at once."""
-    import kubectl_meshdoctor.sources.files as analyze_mod
+    import kubectl_meshdoctor.sources.read_plan as analyze_mod
 
     if packets:
         monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
