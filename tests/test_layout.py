@@ -16,16 +16,24 @@ MAX_LINES = 500
 
 # Stage -> the stages (and adapters) it must never import. The core knows no tshark, cluster or screen.
 FORBIDDEN = {
-    "core": ("sources", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
+    "core": ("sources", "live", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
     # A detector needs only the core and Envoy's formats (envoy/ parses, it does no I/O): not even another
     # detector (each file declares all it needs).
-    PLUGINS: ("sources", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
-    "sources": ("sinks", "commands", "lab", "cli", PLUGINS),
-    "sinks": ("sources", "commands", "kube", "lab", "cli", PLUGINS),
-    "envoy": ("core", "sources", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
-    "kube": ("core", "sources", "sinks", "commands", "lab", "lint", "istio", "cli", "envoy", PLUGINS),
-    "istio": ("sources", "sinks", "commands", "kube", "lab", "lint", "cli", PLUGINS),
-    "lint": ("sources", "sinks", "commands", "kube", "lab", "cli", PLUGINS),
+    PLUGINS: ("sources", "live", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
+    # Bytes and lines in, events out: the cluster is reached by live/ alone.
+    "sources": ("live", "sinks", "commands", "kube", "lab", "cli", PLUGINS),
+    # The live capture: the pod's script, the pump, the dissector, the sidecar link, the kernel counters.
+    "live": ("sinks", "commands", "lab", "lint", "cli", PLUGINS),
+    "sinks": ("sources", "live", "commands", "kube", "lab", "cli", PLUGINS),
+    "envoy": ("core", "sources", "live", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", PLUGINS),
+    "kube": ("core", "sources", "live", "sinks", "commands", "lab", "lint", "istio", "cli", "envoy", PLUGINS),
+    "istio": ("sources", "live", "sinks", "commands", "kube", "lab", "lint", "cli", PLUGINS),
+    "lint": ("sources", "live", "sinks", "commands", "kube", "lab", "cli", PLUGINS),
+    # Leaves every stage may use: the one reader of capture file headers, children that die with us.
+    "pcap_header": ("core", "sources", "live", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", "envoy",
+                    "children", "private_dirs", PLUGINS),
+    "children": ("core", "sources", "live", "sinks", "commands", "kube", "lab", "lint", "istio", "cli", "envoy",
+                 "pcap_header", "private_dirs", PLUGINS),
 }
 THIRD_PARTY_FORBIDDEN = {
     "core": ("pyshark", "kubernetes", "textual", "rich", "aiohttp", "dpkt"),

@@ -10,7 +10,7 @@ while the pipeline parses what it prints: the three run at once, on both cores, 
 With each record the merger notes its file and frame, so every line maps back to its file's frame number.
 
 Only plain pcap files that agree on byte order, time unit and link type can share a stream (one file header);
-the rest are read as before (sources/files.py). A record longer than tshark reads ends its file there, with a
+the rest are read as before (sources/read_plan.py). A record longer than tshark reads ends its file there, with a
 problem that says so (tshark alone stops there too). Source: the pcap format (draft-ietf-opsawg-pcap).
 """
 

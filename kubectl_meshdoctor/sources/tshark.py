@@ -306,7 +306,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
     ``pod/iface``); ``iface`` is used when the capture does not name the interface itself, or always with
-    ``force_iface``. A live stream goes through sources/dissector.py instead (one tshark for every stream).
+    ``force_iface``. A live stream goes through live/dissect.py instead (one tshark for every stream).
     ``prefilter``: only the packets FILE_PREFILTER keeps (the detectors' findings are the same; counts are of those).
     ``gate`` is awaited before each read of tshark's output (back-pressure from merge_by_time).
     ``frame_offset`` is added to every frame number (a chunk of a larger file: the frames before it);

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, pcap_header
 
-from .prepass import MAX_FRAME
-from .tshark import (
+from kubectl_meshdoctor.sources.prepass import MAX_FRAME
+from kubectl_meshdoctor.sources.tshark import (
     PREFILTER,
     SESSION_PACKETS,
     TSHARK_ARGS,
