@@ -49,7 +49,8 @@ class AppPort:
     path: str  # "spec.containers[0].ports[1].containerPort"
 
 
-def _q(key: str) -> str:
+def quoted_key(key: str) -> str:
+    """``key`` as a JSON string: a map key in a spec path (``metadata.annotations["a/b"]``)."""
     return json.dumps(key)
 
 
@@ -107,7 +108,8 @@ class PodView:
         if cap.path != "metadata.annotations":
             return [f"{cap.path} = {cap.value}"]
         keys = (ANN_MODE, ANN_INCLUDE, ANN_EXCLUDE)
-        lines = [f"metadata.annotations[{_q(k)}] = {self.annotations[k]}" for k in keys if k in self.annotations]
+        lines = [f"metadata.annotations[{quoted_key(k)}] = {self.annotations[k]}" for k in keys
+                 if k in self.annotations]
         return lines or ["metadata.annotations = (no traffic annotations: Istio defaults, every port but "
                          "15008,15020,15021,15090 captured)"]
 
@@ -146,6 +148,7 @@ def placeholder(what: str) -> str:
     return json.dumps(f"<{what}>")
 
 
-def _indent(text: str, n: int) -> str:
+def indented(text: str, n: int) -> str:
+    """``text`` with each line that is not empty indented by ``n`` spaces."""
     pad = " " * n
     return "\n".join(pad + line if line else line for line in text.splitlines())

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, RECREATE_NOTE, Container, PodView, _q, placeholder, rule
+from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, RECREATE_NOTE, Container, PodView, placeholder, quoted_key, rule
 
 RESTART_THRESHOLD = 3  # restartCount at or above which restart-loop reports
 PROBE_KINDS = (("livenessProbe", "livez"), ("readinessProbe", "readyz"), ("startupProbe", "startupz"))
@@ -75,7 +75,7 @@ def probes(pv: PodView) -> list[Probe]:
                 oh = _handler(original) if isinstance(original, dict) else None
                 if oh is None:
                     if probers_path:
-                        mpath = f"{probers_path}[{_q(http_path)}]"
+                        mpath = f"{probers_path}[{quoted_key(http_path)}]"
                     elif pv.sidecar is not None:
                         mpath = f"{pv.sidecar.path}.env[name={PROBERS_ENV}]"
                     else:
@@ -83,7 +83,7 @@ def probes(pv: PodView) -> list[Probe]:
                     out.append(Probe(c, kind, handler, port, mpath, probe, rewritten, True))
                     continue
                 ohandler, oport = oh
-                out.append(Probe(c, kind, ohandler, oport, f"{probers_path}[{_q(http_path)}].{ohandler}.port",
+                out.append(Probe(c, kind, ohandler, oport, f"{probers_path}[{quoted_key(http_path)}].{ohandler}.port",
                                  original, rewritten))
             else:
                 out.append(Probe(c, kind, handler, port, path, probe))
@@ -280,7 +280,7 @@ def probe_not_rewritten(pv: PodView) -> list[Finding]:
             continue
         flag = pv.annotations.get(ANN_REWRITE)
         ev = [f"{pr.path} = {port}", *pv.capture_evidence(),
-              f"metadata.annotations[{_q(ANN_REWRITE)}] = {flag if flag is not None else '(absent)'}"]
+              f"metadata.annotations[{quoted_key(ANN_REWRITE)}] = {flag if flag is not None else '(absent)'}"]
         effect = ("Envoy accepts the TCP connection itself, so the probe passes even when the app is down"
                   if pr.handler == "tcpSocket" else
                   "the kubelet's plaintext request meets Envoy's inbound listener, which under STRICT mTLS "

@@ -8,7 +8,7 @@ import yaml
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_STATUS, RECREATE_NOTE, SIDECAR, PodView, _indent, _q, rule
+from .podview import ANN_PROXY_CONFIG, ANN_STATUS, RECREATE_NOTE, SIDECAR, PodView, indented, quoted_key, rule
 
 ANN_INJECT = "sidecar.istio.io/inject"  # a label (the annotation of that name is its deprecated form)
 
@@ -47,16 +47,16 @@ def no_sidecar(pv: PodView) -> list[Finding]:
                       for c in pv.init_containers) or "none"
     status = pv.annotations.get(ANN_STATUS)
     ev = [f"spec.containers[*].name = {names}", f"spec.initContainers[*].name = {inits}",
-          f"metadata.annotations[{_q(ANN_STATUS)}] = {status if status is not None else '(absent)'}"]
+          f"metadata.annotations[{quoted_key(ANN_STATUS)}] = {status if status is not None else '(absent)'}"]
     said = [(where, str(d[ANN_INJECT])) for where, d in (("metadata.labels", pv.labels),
                                                         ("metadata.annotations", pv.annotations)) if ANN_INJECT in d]
-    ev += [f"{where}[{_q(ANN_INJECT)}] = {value}" for where, value in said]
+    ev += [f"{where}[{quoted_key(ANN_INJECT)}] = {value}" for where, value in said]
     # The injector reads the label, else the annotation, and takes only "true" and "false" (injectRequired).
     selector = said[0][1] if said else ""
     if selector == "false":
-        why = f"The pod opts out of injection ({said[0][0]}[{_q(ANN_INJECT)}] = false)."
+        why = f"The pod opts out of injection ({said[0][0]}[{quoted_key(ANN_INJECT)}] = false)."
     elif selector == "true":
-        why = (f"The pod asks for injection ({said[0][0]}[{_q(ANN_INJECT)}] = true) and has no sidecar: the "
+        why = (f"The pod asks for injection ({said[0][0]}[{quoted_key(ANN_INJECT)}] = true) and has no sidecar: the "
                f"injector did not see it (created before the injector ran or while it was down, or a webhook "
                f"that does not select it).")
     else:
@@ -146,7 +146,7 @@ def hold_application(pv: PodView) -> list[Finding]:
             cfg, invalid = {}, True
         if not isinstance(cfg, dict):
             cfg, invalid = {}, True
-    ann_path = f"metadata.annotations[{_q(ANN_PROXY_CONFIG)}]"
+    ann_path = f"metadata.annotations[{quoted_key(ANN_PROXY_CONFIG)}]"
     idx = next(i for i, c in enumerate(pv.containers) if c.name == SIDECAR)
     ev = [f"{ann_path} = {raw.strip() if raw else '(absent)'}",
           f"spec.containers[{idx}].name = {SIDECAR} (position {idx + 1} of {len(pv.containers)}, "
@@ -178,7 +178,7 @@ def hold_application(pv: PodView) -> list[Finding]:
         + ("; the annotation's current value is not a ProxyConfig mapping (the injector refuses such a pod), so "
            "this replaces it: write back what it meant" if invalid else ""),
         yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
-             f"    {ANN_PROXY_CONFIG}: |-\n{_indent(value, 6)}",  # |-: the value as the lab applies it
+             f"    {ANN_PROXY_CONFIG}: |-\n{indented(value, 6)}",  # |-: the value as the lab applies it
         annotations=((ANN_PROXY_CONFIG, value),)),)
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation,
                        render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace)), fixes=fixes,
