@@ -11,7 +11,9 @@ import types
 import pytest
 from websocket import ABNF, WebSocket, WebSocketProtocolException
 
-from kubectl_meshdoctor.kube.capture import ExecCapture, copy_refusal, exit_code_of, open_copy, status_message
+from kubectl_meshdoctor.kube.exec import exit_code_of, status_message
+from kubectl_meshdoctor.live.capture_copy import copy_refusal, open_copy
+from kubectl_meshdoctor.live.pump import ExecCapture
 from tests.waiting import wait_until
 
 

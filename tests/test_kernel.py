@@ -1,4 +1,4 @@
-from kubectl_meshdoctor.sources.kernel import counter_deltas, parse_counters
+from kubectl_meshdoctor.live.kernel import counter_deltas, parse_counters
 
 SAMPLE = """TcpExt: SyncookiesSent TCPChallengeACK ListenDrops
 TcpExt: 0 3 1
@@ -37,7 +37,7 @@ PROC_NET_TCP = """#tcp
 
 
 def test_listening_sockets_are_read_in_the_kernel_s_byte_order():
-    from kubectl_meshdoctor.sources.kernel import parse_listeners
+    from kubectl_meshdoctor.live.kernel import parse_listeners
 
     assert parse_listeners(PROC_NET_TCP) == {("127.0.0.1", 5000), ("0.0.0.0", 15006), ("::", 5002), ("::1", 8080)}
     assert parse_listeners("no tcp part") == frozenset()

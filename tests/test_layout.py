@@ -164,3 +164,14 @@ def test_the_products_wheel_holds_no_lab(tmp_path):
     assert [n for n in names if LAB_PACKAGE in n or "/lab/" in n or n.startswith("lab/")] == []
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "kubectl_meshdoctor.commands" not in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_no_name_with_a_leading_underscore_is_imported_from_another_module():
+    """A name another module imports is its module's interface; a leading underscore says the opposite."""
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                bad += [f"{name}: from {'.' * node.level}{node.module or ''} import {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []

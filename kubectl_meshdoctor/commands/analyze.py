@@ -24,37 +24,40 @@ from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compi
 from kubectl_meshdoctor.exit_codes import by_signal
 from kubectl_meshdoctor.sinks.report import RENDERERS
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
-from kubectl_meshdoctor.sources import files
+from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
+from kubectl_meshdoctor.sources import files, read_plan
+from kubectl_meshdoctor.sources.captools import capture_summary, complete_frames
 from kubectl_meshdoctor.sources.envoy_files import clusters_summary, read_access_log, read_clusters, read_counters
-from kubectl_meshdoctor.sources.files import CaptureArg, InputError, complete_frames, read_capture
+from kubectl_meshdoctor.sources.files import CaptureArg, InputError
 from kubectl_meshdoctor.sources.interleave import read_interleaved
 from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, SeenOnce, merge_by_time
+from kubectl_meshdoctor.sources.read_plan import read_capture
 
 
 async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None = None,
                   log_format: LogFormat | None = None) -> Report:
     """Run every input through ``pipeline`` and build the report. Each file's kind comes from its content
     (sources.files.input_kind): captures are read by at most ``jobs`` tshark processes at once (None:
-    sources.files.JOBS), access logs alongside them in capture-time order, so the correlator and the detectors
+    sources.read_plan.JOBS), access logs alongside them in capture-time order, so the correlator and the detectors
     see lines and packets as `watch` does; `/stats` dumps give the counters that moved, `/clusters` dumps the
     hosts Envoy would not route to. ``log_format``: the mesh's own access-log format (--log-format). A file
     that cannot be read or is of no known kind is a problem of the report, and the others are read; InputError
     (one line) only when no input can be read at all. The report says ``captured_nothing`` when nothing in any
     input was read (its exit code is then 2). ValueError for ``jobs`` < 1."""
-    jobs = files.JOBS if jobs is None else jobs
+    jobs = read_plan.JOBS if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     kinds, refused = _kinds(args, log_format)
     args, problems = _distinct([a for a in args if a.path in kinds], kinds)
     problems = refused + problems
     for parent in dict.fromkeys(os.path.dirname(os.path.abspath(a.path)) for a in args):
-        files.remove_stale_private_dirs(parent)
+        remove_stale_private_dirs(parent)
     captures = [a for a in args if kinds[a.path] == files.CAPTURE]
     logs = [a for a in args if kinds[a.path] == files.ENVOY_LOG]
     slots = asyncio.Semaphore(jobs)
     shared = jobs < len(captures)
     # Captures that can share one stream go through one tshark, in capture-time order (sources/interleave.py).
-    header = files.interleave_header([a.path for a in captures])
+    header = read_plan.interleave_header([a.path for a in captures])
     if header is not None:
         readers = [functools.partial(_interleaved, captures, header)]
     else:
@@ -62,7 +65,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     readers += [functools.partial(read_access_log, a.path, log_format=log_format) for a in logs]
     # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
     # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
-    held = len(captures) * (files.CHUNK_PACKETS + HIGH_WATER) if shared else 0
+    held = len(captures) * (read_plan.CHUNK_PACKETS + HIGH_WATER) if shared else 0
 
     seen_once = SeenOnce() if len(captures) > 1 else None
 
@@ -114,7 +117,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     for a, r in zip(captures, results):
         if r.packets:
             continue
-        info = files.capture_summary(a.path)
+        info = capture_summary(a.path)
         frames = r.frames_read if r.frames_read is not None else (info.frames if info is not None else None)
         if not frames and (not r.error or r.cut_short):
             if not r.error:

@@ -11,7 +11,7 @@ is at 127.0.0.1:PORT there, as kube/admin.py reaches it through a port-forward).
 - reads one byte at a time from its stdin, the watch's heartbeat (``h`` every HEARTBEAT_S); ``d`` means the watch
   put the levels back itself: it removes the record and ends (``stood down``);
 - on its stdin's end (the watch's stream closed: it exited, or died and took its connection with it, as the
-  tcpdump dead-man's switch relies on, kube/capture.py), on SILENCE_S without a heartbeat (a connection that
+  tcpdump dead-man's switch relies on, live/pod_script.py), on SILENCE_S without a heartbeat (a connection that
   hangs), at its bound (the run's own, and before the debug container's sleep ends), or on SIGTERM/SIGINT/SIGHUP,
   it POSTs the recorded level back to every logger still at the raised level, checks Envoy lists them so,
   removes the record and says ``restored (why)``. A logger someone set to another level meanwhile is left as set.

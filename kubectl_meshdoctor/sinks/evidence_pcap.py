@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from kubectl_meshdoctor.core.events import split_endpoint
 from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.pcap_header import is_pcapng
 
 if TYPE_CHECKING:
     from dpkt import pcapng
@@ -64,9 +65,9 @@ def _records(path: str):
     from dpkt import pcapng
 
     fh = open(path, "rb")
-    magic = fh.read(4)
+    head = fh.read(4)
     fh.seek(0)
-    reader = pcapng.Reader(fh) if magic == b"\x0a\x0d\x0d\x0a" else dpkt.pcap.Reader(fh)
+    reader = pcapng.Reader(fh) if is_pcapng(head) else dpkt.pcap.Reader(fh)
 
     def records():
         try:

@@ -1,22 +1,13 @@
-"""Capture files as a source: the FILE[:IFACE] arguments, their checks, and reading them through tshark, in
-chunks when large (editcap), with frame numbers as Wireshark shows them for the whole file."""
+"""The files a user gives ``analyze``: the FILE[:IFACE] arguments, and what each file holds, told by its content
+(a capture, an Envoy log, an admin dump). How a capture is then read is sources/read_plan.py's."""
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
-import functools
-import glob
 import gzip
 import hashlib
 import os
 import re
-import shutil
-import signal
-import subprocess
-import tempfile
 import zlib
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,14 +16,8 @@ from kubectl_meshdoctor.envoy.component_log import parse_component_stages
 from kubectl_meshdoctor.envoy.log_format import LogFormat
 from kubectl_meshdoctor.envoy.stats_prometheus import looks_like_prometheus
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
-from kubectl_meshdoctor.private_dirs import PRIVATE_KINDS, private_dir_prefix, remove_stale_private_dirs  # noqa: F401
+from kubectl_meshdoctor.pcap_header import is_capture
 from kubectl_meshdoctor.sources.envoy_files import text_encoding
-from kubectl_meshdoctor.sources.interleave import interleavable
-from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
-from kubectl_meshdoctor.sources.tshark import MAX_NAMED, ReadResult, read_file
-
-# pcap (both byte orders, micro- and nanosecond), pcapng section header block.
-_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1", b"\x0a\x0d\x0d\x0a")
 
 
 class InputError(Exception):
@@ -146,7 +131,7 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
     `/stats` text) or CLUSTERS (admin `/clusters`, text or JSON). Raises InputError (one line) when it cannot
     be read or is none of them."""
     head = _head(path)
-    if head[:4] in _MAGICS:
+    if is_capture(head):
         return CAPTURE
     text = head.decode(text_encoding(head), errors="replace")
     lines = text.splitlines()
@@ -194,224 +179,8 @@ def _pretty_objects(lines: list[str]) -> list[str]:
     return out
 
 
-def check_capture(path: str) -> None:
-    """Raise InputError unless ``path`` is a readable pcap or pcapng file (gzipped or not)."""
-    if _head(path)[:4] not in _MAGICS:
-        raise InputError(f"{path}: not a pcap or pcapng capture (tcpdump -w / Wireshark format expected)")
-
 
 def content_digest(path: str) -> str:
     """A digest of ``path``'s bytes: two files with the same one hold the same frames or lines."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureSummary:
-    """What capinfos (ships with tshark) tells of a capture file: Wireshark's name of its ``file_type`` ("pcap",
-    "pcapng"; "mime" for a pcapng cut inside its first blocks, read as one frame of the file's own bytes),
-    its whole ``frames``, and the ``data_bytes`` of packets they hold (0 for records of no byte: zeros after a
-    pcap header read so)."""
-
-    file_type: str
-    frames: int
-    data_bytes: int
-
-
-def capture_summary(path: str) -> CaptureSummary | None:
-    """One capinfos run over ``path``; None when it cannot tell."""
-    try:
-        out = subprocess.run(["capinfos", "-M", "-r", "-T", "-t", "-c", "-d", path], capture_output=True,
-                             text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    fields = out.strip().rsplit("\t", 3)  # the path first, which may hold a TAB itself
-    if len(fields) != 4 or not fields[2].isdigit() or not fields[3].isdigit():
-        return None
-    return CaptureSummary(fields[1].lower(), int(fields[2]), int(fields[3]))
-
-
-def complete_frames(path: str) -> int | None:
-    """How many whole frames a capture holds, by capinfos; None when it cannot tell."""
-    summary = capture_summary(path)
-    return summary.frames if summary is not None else None
-
-
-# tshark keeps ~75 bytes of state per frame read (tshark 4.0, our settings) and its -M reset leaks more than it
-# frees, so a big file is read in chunks of CHUNK_PACKETS, each by a fresh tshark: memory stays flat whatever
-# the file's size (bench/RESULTS.md). editcap (ships with tshark) splits by packet count, so frame numbers of
-# the user's file are the chunk's plus the packets before it. A connection whose SYN and answer straddle a chunk
-# boundary loses tshark's view of it (tcp.completeness), as with -M.
-# With one tshark for several files (JOBS), a chunk is read whole while the time merge holds its events for the
-# other file's next chunk: the chunk size bounds that buffer (~0.9 KB a yielded packet, about half of a lo chunk)
-# against ~0.3 s of tshark start per chunk. 25k: 1M packets in 41 chunks, +5% memory from 200k to 1M packets
-# (50k: +11%); bench/RESULTS.md.
-CHUNK_PACKETS = 25_000
-CHUNK_ABOVE_BYTES = 16 << 20  # smaller files are read whole: no second copy, no extra tshark start
-# Sharing tshark, a file read whole is held whole: split any file that may hold more than CHUNK_PACKETS packets.
-# A record takes at least 56 bytes (pcap's 16-byte header, IPv4 and TCP without a link header).
-SHARED_CHUNK_ABOVE_BYTES = CHUNK_PACKETS * 56
-# tsharks at once. Each holds ~160 MB from its start, ~100 MB of it libwireshark's code and tables, which no
-# setting shrinks (no plugins, protocols disabled: bench/RESULTS.md). One tshark dissects while our process
-# parses on another core, and the run stays near 220 MB; two read two files ~10% faster, at ~365 MB.
-JOBS = 1
-
-
-async def _split(path: str, into: str) -> tuple[list[str], str | None]:
-    """editcap -c CHUNK_PACKETS: the chunk files in order, and editcap's complaint (a file cut short) if any."""
-    with open(path, "rb") as fh:
-        ext = ".pcapng" if fh.read(4) == b"\x0a\x0d\x0d\x0a" else ".pcap"
-    # editcap writes the whole file before any chunk is read; the event loop (a TUI's screen) goes on meanwhile.
-    proc = await asyncio.create_subprocess_exec("editcap", "-c", str(CHUNK_PACKETS), path,
-                                                os.path.join(into, "chunk" + ext),
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                                preexec_fn=functools.partial(die_with_parent, _libc()))
-    try:
-        _, err = await proc.communicate()
-    except BaseException:
-        # Cancelled (Ctrl-C, SIGTERM): editcap must be gone before the caller removes the directory, or it goes
-        # on writing chunks into it (a thread running it could not be stopped, and left the directory behind).
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-        raise
-    lines = err.decode(errors="replace").strip().splitlines()
-    return sorted(glob.glob(os.path.join(into, "chunk_*"))), (lines[-1] if lines else None)
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def die_with_parent(libc: ctypes.CDLL) -> None:
-    """In a child before exec: the kernel SIGKILLs it when we die, however we die (a SIGKILL leaves no time
-    to end it ourselves, and an editcap left running goes on writing a copy of the user's capture). ``libc``
-    is loaded in the parent (``_libc()``): a dlopen in the forked child could wait forever on a loader lock
-    another thread held at the fork."""
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-# The record-level pre-pass (sources/prepass.py): files above PREPASS_ABOVE_BYTES (None: never) are filtered to
-# the records PREFILTER may keep before tshark reads them, in chunks of PREPASS_CHUNK_PACKETS kept records, each
-# record renumbered to its frame of the user's file. Below it the pass saves less than one tshark start costs.
-# MESHDOCTOR_PREPASS=0 turns it off, =1 on for every file (tests and bench/run compare the two).
-PREPASS_ABOVE_BYTES: int | None = 4 << 20
-# Kept records a chunk. Nearly every kept record is yielded, and the time merge holds a chunk's events while the
-# other file waits for the one tshark: chunks of 25k kept records (~2.5 times the events of a 25k-record chunk
-# without the pass) peaked at 277 MB summed RSS at 1M packets, 15k at 242 MB, 12k at 239 MB; each chunk costs
-# ~0.2 s of tshark start (bench/RESULTS.md).
-PREPASS_CHUNK_PACKETS = 12_000
-
-
-def _scratch_usable(parent: str) -> bool:
-    """Whether chunks can be written beside the input (``parent``) or in a temporary directory."""
-    if os.access(parent, os.W_OK):
-        return True
-    try:
-        tempfile.gettempdir()
-    except OSError:
-        return False
-    return True
-
-
-def _prepass_wanted(path: str) -> bool:
-    env = os.environ.get("MESHDOCTOR_PREPASS")
-    if env in ("0", "1"):
-        return env == "1"
-    return PREPASS_ABOVE_BYTES is not None and os.path.getsize(path) > PREPASS_ABOVE_BYTES
-
-
-def interleave_header(paths: list[str]) -> bytes | None:
-    """The one pcap header under which ``paths`` are read through one tshark (sources/interleave.py), or None
-    to read them one by one: two files or more, the pre-pass wanted for them (together over
-    PREPASS_ABOVE_BYTES, or MESHDOCTOR_PREPASS=1), and files that can share a stream."""
-    env = os.environ.get("MESHDOCTOR_PREPASS")
-    if len(paths) < 2 or env == "0":
-        return None
-    if env != "1" and (PREPASS_ABOVE_BYTES is None or sum(os.path.getsize(p) for p in paths) <= PREPASS_ABOVE_BYTES):
-        return None
-    return interleavable(paths)
-
-
-async def _run_prepass(path: str, into: str) -> PrepassResult | None:
-    """prepass() in a thread (the event loop, a TUI's screen, goes on); cancelled, it is stopped and waited for
-    before the caller removes ``into``, so no chunk is written after."""
-    stop = threading.Event()
-    per_chunk = min(PREPASS_CHUNK_PACKETS, CHUNK_PACKETS)  # a test's small CHUNK_PACKETS applies here too
-    task = asyncio.ensure_future(asyncio.to_thread(prepass, path, into, per_chunk, stop))
-    try:
-        return await asyncio.shield(task)
-    except BaseException:
-        stop.set()
-        await asyncio.wait({task})
-        raise
-
-
-async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on_event, gate) -> ReadResult:
-    """Read capture ``a`` into ``on_event`` with one tshark slot of ``slots``: through the pre-pass when it pays
-    (PREPASS_ABOVE_BYTES), else a large file in chunks of CHUNK_PACKETS (editcap); either way each chunk's
-    frames renumbered back to the file's own. ``gate`` is the merge's turn-taking (sources/merge.py). Returns
-    what tshark read, with ``frames_read`` the frames of the user's file."""
-    # ``shared``: fewer tshark slots than files. A reader then reads a whole chunk once it holds a slot (the
-    # merge buffers it) and waits its turn in capture time only between chunks: a reader holding the slot while
-    # shut at the gate would wait for packets of another file that no tshark can read.
-    async def read(path: str, offset: int = 0, frame_map=None) -> ReadResult:
-        await gate()
-        async with slots:
-            return await read_file(path, a.path, a.iface, on_event, force_iface=a.explicit,
-                                   gate=None if shared else gate, frame_offset=offset, frame_map=frame_map)
-
-    # Beside the input when we may write there (the same disk, not a RAM-backed /tmp), else TMPDIR; with
-    # neither, the file is read whole by one tshark (slower on a big file, the same findings).
-    parent = os.path.dirname(os.path.abspath(a.path))
-    if _prepass_wanted(a.path) and _scratch_usable(parent):
-        with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the capture's bytes
-                                         dir=parent if os.access(parent, os.W_OK) else None) as tmp:
-            kept = await _run_prepass(a.path, tmp)
-            if kept is not None:
-                return await _read_kept(kept, read)
-        # A file the pre-pass does not follow: read as without it.
-    if os.path.getsize(a.path) <= (SHARED_CHUNK_ABOVE_BYTES if shared else CHUNK_ABOVE_BYTES) \
-            or not shutil.which("editcap") or not _scratch_usable(parent):
-        return await read(a.path)
-    with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the chunks are the capture
-                                     dir=parent if os.access(parent, os.W_OK) else None) as tmp:
-        chunks, complaint = await _split(a.path, tmp)
-        packets = last = frames = skipped = 0
-        named: tuple[int, ...] = ()
-        error = None
-        for i, chunk in enumerate(chunks):
-            offset = i * CHUNK_PACKETS  # every chunk but the last holds exactly CHUNK_PACKETS
-            r = await read(chunk, offset)
-            # io,stat prints no row for a chunk of one instant: its whole records are then counted here.
-            whole = r.frames_read if r.frames_read is not None else await asyncio.to_thread(complete_frames, chunk)
-            os.unlink(chunk)
-            packets += r.packets
-            last = r.last_frame or last
-            frames = offset + (whole if whole is not None else max(r.last_frame - offset, 0))
-            error = r.error or error
-            skipped += r.undissectable
-            named = (named + r.undissectable_frames)[:MAX_NAMED]
-        cut = bool(complaint and "cut short" in complaint)
-        return ReadResult(packets, last, cut, error or (None if cut else complaint), frames, None, skipped, named)
-
-
-async def _read_kept(kept: PrepassResult, read) -> ReadResult:
-    """Read the pre-pass's chunks in order, each through its map to the file's frame numbers."""
-    packets = last = skipped = 0
-    named: tuple[int, ...] = ()
-    error = None
-    for chunk in kept.chunks:
-        r = await read(chunk.path, frame_map=chunk.frames)
-        os.unlink(chunk.path)
-        packets += r.packets
-        last = r.last_frame or last
-        error = r.error or error
-        skipped += r.undissectable
-        named = (named + r.undissectable_frames)[:MAX_NAMED]
-    # The pass wrote no record cut off by the file's end: such a cut is its finding, not tshark's.
-    return ReadResult(packets, last, kept.cut_short, error, kept.records, None, skipped, named)

@@ -10,7 +10,7 @@ while the pipeline parses what it prints: the three run at once, on both cores, 
 With each record the merger notes its file and frame, so every line maps back to its file's frame number.
 
 Only plain pcap files that agree on byte order, time unit and link type can share a stream (one file header);
-the rest are read as before (sources/files.py). A record longer than tshark reads ends its file there, with a
+the rest are read as before (sources/read_plan.py). A record longer than tshark reads ends its file there, with a
 problem that says so (tshark alone stops there too). Source: the pcap format (draft-ietf-opsawg-pcap).
 """
 
@@ -27,18 +27,19 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, PcapHeader, pcap_header
 
 from . import prepass
 from .tshark import (
     FILE_PREFILTER,
     MAX_NAMED,
     TSHARK_ARGS,
+    FieldsPipeCapture,
     ReadResult,
     Undissectable,
-    _FieldsPipeCapture,
-    _tshark_version,
     packet_from_fields,
     tshark_complaint,
+    tshark_version,
 )
 
 _BATCH = 512  # kept records handed from a file's pass to the merger at a time
@@ -60,27 +61,22 @@ def interleavable(paths: Sequence[str]) -> bytes | None:
     """The file header of one stream that can hold every file of ``paths``, or None: two or more plain pcap
     files (not gzip, not pcapng) of one byte order, time unit and link type the pre-pass walks, each with a
     record header at least. The header of the largest snapshot length is the stream's."""
-    heads = []
+    heads: list[PcapHeader] = []
     for path in paths:
         try:
             with open(path, "rb") as fh:
-                head = fh.read(40)
+                head = fh.read(HEADER_LEN + RECORD_HEADER_LEN)
         except OSError:
             return None
-        if len(head) < 40 or head[:4] not in prepass.PCAP_MAGICS:
+        header = pcap_header(head)
+        if len(head) < HEADER_LEN + RECORD_HEADER_LEN or header is None:
             return None
-        heads.append(head[:24])
-    if not 2 <= len(heads) < REPLAY or len({h[:4] + h[20:24] for h in heads}) != 1:
+        heads.append(header)
+    if not 2 <= len(heads) < REPLAY or len({(h.order, h.nanoseconds, h.network) for h in heads}) != 1:
         return None
-    order = _order(heads[0])
-    network = struct.unpack(order + "I", heads[0][20:24])[0]
-    if network >> 16 or (network & 0xFFFF) not in prepass.LINKS:
+    if heads[0].network >> 16 or heads[0].link_type not in prepass.LINKS:
         return None
-    return max(heads, key=lambda h: struct.unpack(order + "I", h[16:20])[0])
-
-
-def _order(head: bytes) -> str:
-    return ">" if head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
+    return max(heads, key=lambda h: h.snaplen).raw
 
 
 class _Feed:
@@ -164,11 +160,12 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     capture-time order, into ``on_event``; each file's events carry its ``sources``/``ifaces`` entry
     (``forced``: on every packet). -> a ReadResult per file, ``frames_read`` its whole records. Raises OSError
     when a file cannot be read."""
-    await asyncio.to_thread(_tshark_version, None)
-    order = _order(header)
-    ns = header[:4] in (b"\xa1\xb2\x3c\x4d", b"\x4d\x3c\xb2\xa1")
+    await asyncio.to_thread(tshark_version, None)
+    head = pcap_header(header)
+    if head is None:
+        raise ValueError("not a pcap file header")
     stop = threading.Event()
-    feeds = [_Feed(i, order, ns, stop) for i in range(len(paths))]
+    feeds = [_Feed(i, head.order, head.nanoseconds, stop) for i in range(len(paths))]
     passes: list = [None] * len(paths)
     ledger = _Ledger()
     loop = asyncio.get_running_loop()
@@ -179,10 +176,11 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     def run_pass(i: int) -> None:
         try:
             with open(paths[i], "rb") as fh:
-                passes[i] = prepass._pcap(fh, fh.read(24), feeds[i], stop, _READ)
-        except prepass._Stopped:
+                own = pcap_header(fh.read(HEADER_LEN))  # interleavable() read it: only a file changed since is None
+                passes[i] = prepass.walk_pcap(fh, own, feeds[i], stop, _READ) if own is not None else None
+        except prepass.Stopped:
             pass
-        except prepass._Damaged as e:  # what came before it is in the stream: the file ends there
+        except prepass.Damaged as e:  # what came before it is in the stream: the file ends there
             frame, caplen = e.args
             damaged[i] = (f"frame {frame + 1} claims {caplen} bytes, more than tshark reads ({prepass.MAX_FRAME}): "
                           f"the capture is damaged there; analysed up to frame {frame}")
@@ -277,7 +275,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     try:
         while (session := await sessions.get()) is not None:
             read_fd, base = session
-            capture = _FieldsPipeCapture(read_fd, display_filter=FILE_PREFILTER, custom_parameters=list(TSHARK_ARGS),
+            capture = FieldsPipeCapture(read_fd, display_filter=FILE_PREFILTER, custom_parameters=list(TSHARK_ARGS),
                                          eventloop=loop)
             await capture.packets_from_tshark(handle, close_tshark=True)
             os.close(read_fd)

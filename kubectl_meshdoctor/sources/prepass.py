@@ -37,23 +37,29 @@ import threading
 from array import array
 from dataclasses import dataclass, field
 
+from kubectl_meshdoctor.pcap_header import (
+    HEADER_LEN,
+    SECTION_HEADER_BLOCK,
+    PcapHeader,
+    is_pcapng,
+    pcap_header,
+    pcapng_order,
+)
+
 from .http1 import START_PREFIXES
 
 # Link types (tcpdump.org/linktypes.html) walked here; for each, how to find the IP header.
 ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2 = 1, 0, 101, 108, 113, 228, 229, 276
-_LINKS = frozenset((ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2))
+LINKS = frozenset((ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2))
 _SLL_HATYPES = frozenset((1, 772, 65534))  # ARPHRD_ETHER, _LOOPBACK, _NONE (tun): the protocol is an EtherType
 _BSD_INET6 = frozenset((24, 28, 30))  # AF_INET6 of the BSDs, as DLT_NULL/LOOP captures carry it
 _STARTS = frozenset(START_PREFIXES)
 _MAX_BLOCK = 1 << 24  # a pcapng block this long is a damaged file
 # tshark's largest frame for these link types (wiretap's WTAP_MAX_PACKET_SIZE_STANDARD): past it, it stops with
 # an error of its own, which it must be left to give on the original file.
-_MAX_FRAME = 262_144
+MAX_FRAME = 262_144
 BLOCK = 1 << 20  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
 MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pure ACK is kept (safety first)
-
-PCAP_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d", b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1")
-LINKS, MAX_FRAME = _LINKS, _MAX_FRAME  # for sources/interleave.py, which runs this pass on several files at once
 
 # Verdicts of _classify.
 KEEP, SKIP = True, False
@@ -217,19 +223,19 @@ class _Out:
             self._fh = None
 
 
-class _Damaged(Exception):
+class Damaged(Exception):
     """The file is not one this pass follows: read it without the pass."""
 
 
-class _Stopped(Exception):
+class Stopped(Exception):
     """``stop`` was set: the pass ends, and returns None as for a file it does not follow."""
 
 
 def _refill(fh, buf: bytes, pos: int, stop: threading.Event | None, block: int = BLOCK) -> bytes | None:
     """What is left of ``buf`` from ``pos`` on, then the file's next block; None at the end of the file. Raises
-    _Stopped once ``stop`` is set (checked between blocks, as both readers did)."""
+    Stopped once ``stop`` is set (checked between blocks, as both readers did)."""
     if stop is not None and stop.is_set():
-        raise _Stopped
+        raise Stopped
     more = fh.read(block)
     return buf[pos:] + more if more else None
 
@@ -239,33 +245,33 @@ def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None =
     the file is not one this pass can follow (the caller then reads it whole). ``stop`` ends it early (None is
     returned then too); the chunk files it wrote are the caller's to remove (they are in ``into``)."""
     with open(path, "rb") as fh:
-        head = fh.read(24)
+        head = fh.read(HEADER_LEN)
         out = None
         try:
-            if head[:4] == b"\x0a\x0d\x0d\x0a":
+            if is_pcapng(head):
                 out = _Out(into, ".pcapng", per_chunk)
                 return _pcapng(fh, head, out, stop)
-            if len(head) == 24 and head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d", b"\xd4\xc3\xb2\xa1",
-                                                b"\x4d\x3c\xb2\xa1"):
+            header = pcap_header(head)
+            if header is not None:
                 out = _Out(into, ".pcap", per_chunk)
-                return _pcap(fh, head, out, stop)
+                return walk_pcap(fh, header, out, stop)
             return None
-        except (_Damaged, _Stopped):
+        except (Damaged, Stopped):
             return None
         finally:
             if out is not None:
                 out.close()
 
 
-def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None, block: int = BLOCK) -> PrepassResult | None:
-    """The pass over a pcap file after its ``head``er; ``block``: bytes read at a time. Raises _Damaged at a
-    record longer than tshark reads (its ``frame``: the whole records before it)."""
-    order = ">" if head[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d") else "<"
-    network = struct.unpack(order + "I", head[20:24])[0]
-    if network >> 16 or (network & 0xFFFF) not in _LINKS:
+def walk_pcap(fh, header: PcapHeader, out, stop: threading.Event | None, block: int = BLOCK) -> PrepassResult | None:
+    """The pass over a pcap file after its ``header``, each kept record to ``out`` (``record(data, frame)``, a
+    ``preamble`` it starts every chunk with); ``block``: bytes read at a time. Raises Damaged at a record longer
+    than tshark reads (its ``frame``: the whole records before it), Stopped once ``stop`` is set."""
+    order = header.order
+    if header.network >> 16 or header.link_type not in LINKS:
         return None  # FCS bits set, or a link type this pass does not walk: nothing to gain
-    link = network & 0xFFFF
-    out.preamble[:] = head
+    link = header.link_type
+    out.preamble[:] = header.raw
     rec = struct.Struct(order + "8xII").unpack_from
     pack_lengths = struct.Struct(order + "II").pack
     conv = _Conversations()
@@ -276,8 +282,8 @@ def _pcap(fh, head: bytes, out: _Out, stop: threading.Event | None, block: int =
         n = len(buf)
         while pos + 16 <= n:
             caplen, wirelen = rec(buf, pos)
-            if caplen > _MAX_FRAME:
-                raise _Damaged(frame, caplen)
+            if caplen > MAX_FRAME:
+                raise Damaged(frame, caplen)
             end = pos + 16 + caplen
             if end > n:
                 break
@@ -302,8 +308,7 @@ _OTHER_BLOCKS = (4, 5, 0x0A)  # Name Resolution, Interface Statistics, Decryptio
 
 
 def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassResult | None:
-    bom = head[8:12]
-    order = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">" if bom == b"\x1a\x2b\x3c\x4d" else None
+    order = pcapng_order(head)
     if order is None:
         return None
     u32 = struct.Struct(order + "I").unpack_from
@@ -319,12 +324,12 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
         while pos + 12 <= n:
             btype, blen = ends(buf, pos)
             if blen < 12 or blen % 4 or blen > _MAX_BLOCK:
-                raise _Damaged
+                raise Damaged
             end = pos + blen
             if end > n:
                 break
             if u32(buf, end - 4)[0] != blen:
-                raise _Damaged  # tshark stops at a block whose two lengths differ: let it, as without the pass
+                raise Damaged  # tshark stops at a block whose two lengths differ: let it, as without the pass
             if btype in _PACKET_BLOCKS:
                 frame += 1
                 if btype == 6 or btype == 2:
@@ -334,10 +339,10 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
                 else:
                     iface, wirelen, data = 0, u32(buf, pos + 8)[0], pos + 12
                     caplen = min(wirelen, blen - 16, snaplens[0] or wirelen) if snaplens else -1
-                if iface >= len(links) or not 0 <= caplen <= _MAX_FRAME or data + caplen > end - 4:
-                    raise _Damaged  # tshark complains of such a file: let it, as without the pass
+                if iface >= len(links) or not 0 <= caplen <= MAX_FRAME or data + caplen > end - 4:
+                    raise Damaged  # tshark complains of such a file: let it, as without the pass
                 link = links[iface]
-                if link not in _LINKS or _classify(buf, data, caplen, wirelen, link, conv) or frame == 1:
+                if link not in LINKS or _classify(buf, data, caplen, wirelen, link, conv) or frame == 1:
                     out.record(memoryview(buf)[pos:end], frame)
                     kept += 1
             elif btype == 1:  # Interface Description Block: every chunk needs it before its packets
@@ -345,7 +350,7 @@ def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> Prepass
                 snaplens.append(u32(buf, pos + 12)[0])
                 out.preamble += buf[pos:end]
                 out.other(memoryview(buf)[pos:end])
-            elif btype == 0x0A0D0D0A:
+            elif btype == SECTION_HEADER_BLOCK:
                 if sections:  # a second section (its own interfaces): not followed here
                     return None
                 sections += 1

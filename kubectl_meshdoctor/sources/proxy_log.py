@@ -4,7 +4,7 @@ a saved log.
 
 The follower (kube/logs.py) reads in a thread; lines are parsed there, in the order Envoy wrote them, and each
 burst's events are handed to the event loop at once (at most MAX_PENDING waiting: beyond that the follower
-waits, and the API server's stream with it), as the capture's streams do (sources/pod_fields.py). A busy proxy at
+waits, and the API server's stream with it), as the capture's streams do (live/pod_fields.py). A busy proxy at
 debug writes thousands of lines a second; each costs one parse here and no work on the loop unless it is an
 access-log line or a fact a detector reads.
 

@@ -105,17 +105,17 @@ class _LineBatches(BaseTsharkOutputParser):
 
 
 @functools.lru_cache(maxsize=None)
-def _tshark_version(path: str | None):
+def tshark_version(path: str | None):
     return get_tshark_version(path)
 
 
-class _FieldsPipeCapture(PipeCapture):
+class FieldsPipeCapture(PipeCapture):
     """PipeCapture whose tshark writes ``-T fields`` (FIELDS), parsed in line batches."""
 
     def _get_tshark_version(self):
         # pyshark asks `tshark -v` once per capture; a second tshark loading every dissector next to each
         # reader doubled the start-up memory peak. The version does not change while we run.
-        return _tshark_version(self.tshark_path)
+        return tshark_version(self.tshark_path)
 
     def __init__(self, *args, line_buffered: bool = False, gate=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -177,7 +177,7 @@ class ReadResult:
 
 MAX_NAMED = 10  # undissectable frames named by number in a report; the rest are counted
 _FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once: constructing an IntFlag per packet is slow
-_IO_STAT_ROW = re.compile(r"\|\s*[\d.]+\s*<>\s*(?:[\d.]+|Dur)\s*\|\s*(\d+)\s*\|")
+IO_STAT_ROW = re.compile(r"\|\s*[\d.]+\s*<>\s*(?:[\d.]+|Dur)\s*\|\s*(\d+)\s*\|")
 ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
 
 
@@ -286,7 +286,7 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
                        int(ack), payload_len, http)
 
 
-async def tshark_complaint(capture: _FieldsPipeCapture) -> str | None:
+async def tshark_complaint(capture: FieldsPipeCapture) -> str | None:
     """Once tshark's output has ended: its stderr drained (a pyshark task) and its last line, which says why it
     stopped early; None when that line is only -M's session notice or the running-as-root warning."""
     for task in list(getattr(capture, "_stderr_handling_tasks", [])):
@@ -306,19 +306,19 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
 
     ``fd`` is owned (closed) by this call. ``source`` names the stream in evidence (a file name or
     ``pod/iface``); ``iface`` is used when the capture does not name the interface itself, or always with
-    ``force_iface``. A live stream goes through sources/dissector.py instead (one tshark for every stream).
+    ``force_iface``. A live stream goes through live/dissect.py instead (one tshark for every stream).
     ``prefilter``: only the packets FILE_PREFILTER keeps (the detectors' findings are the same; counts are of those).
     ``gate`` is awaited before each read of tshark's output (back-pressure from merge_by_time).
     ``frame_offset`` is added to every frame number (a chunk of a larger file: the frames before it);
     ``frame_map`` then maps it to the user's (the stream holds some of the file's records: sources/prepass.py).
     Raises pyshark's TSharkCrashException when tshark dies for another reason than the end of its input.
     """
-    await asyncio.to_thread(_tshark_version, None)  # `tshark -v` once, off the event loop (a screen may run there)
+    await asyncio.to_thread(tshark_version, None)  # `tshark -v` once, off the event loop (a screen may run there)
     args = list(TSHARK_ARGS)
     # Our running loop, given: without one, pyshark installs a new SafeChildWatcher for every capture, and a
     # tshark started under the previous watcher is then reaped by nobody ("Unknown child process pid N, will
     # report returncode 255" when chunks are read one after another).
-    capture = _FieldsPipeCapture(fd, display_filter=FILE_PREFILTER if prefilter else ALL_TCP,
+    capture = FieldsPipeCapture(fd, display_filter=FILE_PREFILTER if prefilter else ALL_TCP,
                                  custom_parameters=args, gate=gate,
                                  eventloop=asyncio.get_running_loop())
     count = 0
@@ -333,7 +333,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
             if not line:
                 continue
             if line[0] in "|=":  # the io,stat table after the last packet
-                m = _IO_STAT_ROW.match(line)
+                m = IO_STAT_ROW.match(line)
                 if m:
                     frames_read = int(m.group(1))
                 continue

@@ -98,7 +98,7 @@ def test_exec_in_ephemeral_container_and_bad_containers(server: Server) -> None:
 def test_capture_whose_exec_fails_in_the_stream_says_why(server: Server) -> None:
     """tcpdump's exec is refused inside the stream (a Failure Status without an exit code, as for a container
     that is not running): the capture says why instead of ending as if nothing had been asked."""
-    from kubectl_meshdoctor.kube.capture import ExecCapture
+    from kubectl_meshdoctor.live.pump import ExecCapture
     from kubectl_meshdoctor.kube.client import Kube
 
     _add_ephemeral(server, "dbg-ended", ["true"])

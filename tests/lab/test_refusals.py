@@ -181,7 +181,7 @@ def test_tshark_killed_just_before_a_ctrl_c_is_still_reported(lab_state):
 def test_stalled_tshark_is_killed_after_the_grace_and_named(lab_state):
     """A tshark that stops reading (SIGSTOP) must not hold the watch up for ever: after READ_GRACE_S it is
     killed, the report names it, and nothing is left running."""
-    from kubectl_meshdoctor.commands.watch.live import READ_GRACE_S
+    from kubectl_meshdoctor.live.run import READ_GRACE_S
 
     pod = lab_state.pod("healthy")
     with capturing(lab_state, "pod/healthy", "--duration", "3") as run:

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubectl_meshdoctor.live.dissect import RecordSplitter, SharedDissector, Stream, _Ledger
 from kubectl_meshdoctor.sources import tshark
-from kubectl_meshdoctor.sources.dissector import RecordSplitter, SharedDissector, Stream, _Ledger
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="runs tshark")
 
@@ -113,7 +113,7 @@ def test_every_stream_keeps_its_frames_interface_and_pod(seed):
 def test_frame_numbers_survive_tshark_session_resets(monkeypatch):
     """A live tshark resets its session every SESSION_PACKETS frames (-M) and numbers frames from 1 again; the
     dissector adds the earlier sessions back, so each stream's frames are still its own capture's."""
-    from kubectl_meshdoctor.sources import dissector
+    from kubectl_meshdoctor.live import dissect as dissector
 
     monkeypatch.setattr(dissector, "SESSION_PACKETS", 7)
     specs = STREAMS[:2]

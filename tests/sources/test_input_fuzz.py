@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kubectl_meshdoctor.kube.logs import LogFollower
 from kubectl_meshdoctor.sources.http1 import parse_http_start
-from kubectl_meshdoctor.sources.kernel import parse_counters, parse_listeners
+from kubectl_meshdoctor.live.kernel import parse_counters, parse_listeners
 from kubectl_meshdoctor.sources.proxy_log import ProxyLogStream
 from kubectl_meshdoctor.sources.tshark import _header_block
 from kubectl_meshdoctor_plugins.http_framing import framing_violations

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.sources import files, interleave
+from kubectl_meshdoctor.sources import interleave
+from kubectl_meshdoctor.sources import read_plan as files
 from kubectl_meshdoctor.sources.interleave import interleavable, read_interleaved
 from tests.sources.test_prepass import DATA, PAIRS, run, same_report
 from tests.sources.test_undissectable import bad_header_length, with_bad_frames

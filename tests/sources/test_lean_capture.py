@@ -11,8 +11,8 @@ import pytest
 
 from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.live.pod_script import lean_filter
 from kubectl_meshdoctor.sources import tshark
-from kubectl_meshdoctor.sources.capture_filter import lean_filter
 from kubectl_meshdoctor.sources.files import CaptureArg
 
 DATA = Path(__file__).parent.parent / "data"
@@ -26,7 +26,7 @@ class _Reads(list):
 def _chunk_everything(monkeypatch, packets: int | None) -> _Reads:
     """Split every file into chunks of ``packets`` (None: read whole); returns the list of read_file calls
     analyze makes from now on, with ``.most`` the most at once."""
-    import kubectl_meshdoctor.sources.files as analyze_mod
+    import kubectl_meshdoctor.sources.read_plan as analyze_mod
 
     if packets:
         monkeypatch.setattr(analyze_mod, "CHUNK_ABOVE_BYTES", 0)
@@ -145,7 +145,7 @@ def test_a_killed_tshark_is_a_problem_not_a_quiet_end():
     path (the shared dissector) says so for each of them instead of ending as if the capture had."""
     import psutil
 
-    from kubectl_meshdoctor.sources.dissector import SharedDissector
+    from kubectl_meshdoctor.live.dissect import SharedDissector
 
     async def run():
         first = asyncio.Event()

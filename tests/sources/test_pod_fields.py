@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.kube.capture import DISSECT_SCRIPT, capture_command
-from kubectl_meshdoctor.sources import pod_fields
-from kubectl_meshdoctor.sources.pod_fields import PodFieldStream, pod_tshark_args
+from kubectl_meshdoctor.live import pod_fields
+from kubectl_meshdoctor.live.pod_fields import PodFieldStream, pod_tshark_args
+from kubectl_meshdoctor.live.pod_script import DISSECT_SCRIPT, capture_command
 
 from .test_dissector import STREAMS, alone, records, writer
 

@@ -15,7 +15,8 @@ import pytest
 
 from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.pipeline import Pipeline
-from kubectl_meshdoctor.sources import files, prepass, tshark
+from kubectl_meshdoctor.sources import prepass, tshark
+from kubectl_meshdoctor.sources import read_plan as files
 from kubectl_meshdoctor.sources.files import CaptureArg
 from kubectl_meshdoctor.sources.http1 import START_PREFIXES
 from tests.sources.test_undissectable import bad_header_length, captured_short, with_bad_frames

@@ -79,7 +79,7 @@ def test_an_undissectable_first_frame_leaves_the_other_findings(tmp_path, whole,
 
 
 def test_an_undissectable_first_frame_of_a_chunk_leaves_the_other_findings(tmp_path, whole, monkeypatch):
-    import kubectl_meshdoctor.sources.files as files
+    import kubectl_meshdoctor.sources.read_plan as files
 
     monkeypatch.setattr(files, "CHUNK_ABOVE_BYTES", 0)
     monkeypatch.setattr(files, "CHUNK_PACKETS", 7)

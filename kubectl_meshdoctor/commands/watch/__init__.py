@@ -20,9 +20,9 @@ from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name, running_debug_container
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
 from kubectl_meshdoctor.kube.target import Target, capturable_pods
+from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
 from kubectl_meshdoctor.sinks.report import RENDERERS
 from kubectl_meshdoctor.sinks.shown import one_line
-from kubectl_meshdoctor.sources.files import remove_stale_private_dirs
 
 
 def _ifaces(text: str) -> tuple[str, ...]:

@@ -21,8 +21,8 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube, KubeError
+from kubectl_meshdoctor.private_dirs import private_dir_prefix
 from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
-from kubectl_meshdoctor.sources.files import private_dir_prefix
 
 
 def _recent(pipelines: list[Pipeline]) -> list:

@@ -1,5 +1,5 @@
-"""The sidecar's side of a ``watch``: Envoy admin counters before and after, and the followed log (its access-log
-lines and Envoy's own component log, sources/proxy_log.py).
+"""The sidecar link, the sidecar's side of a ``watch``: Envoy admin counters before and after, and the followed
+log (its access-log lines and Envoy's own component log, sources/proxy_log.py).
 
 Everything here is best effort: a proxy whose admin port cannot be reached (RBAC on pods/portforward, a
 non-default port) or whose log cannot be followed still gets its packets analysed; the reason goes into the
@@ -21,7 +21,7 @@ from kubectl_meshdoctor.kube.admin import ADMIN_PORT, EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.kube.logs import LogFollower
 
-from .proxy_log import LogCounts, ProxyLogStream, log_source
+from kubectl_meshdoctor.sources.proxy_log import LogCounts, ProxyLogStream, log_source
 
 SIDECAR_CONTAINER = "istio-proxy"
 

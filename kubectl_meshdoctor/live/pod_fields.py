@@ -1,6 +1,6 @@
 """tshark run in the debug container (``watch --dissect pod``): its ``-T fields`` lines cross the exec stream.
 
-The shared dissector (sources/dissector.py) runs one tshark on the user's machine for every stream; here each
+The shared dissector (live/dissect.py) runs one tshark on the user's machine for every stream; here each
 stream's tshark runs beside its tcpdump in the pod, so the dissection's CPU (~26-55 us a packet, measured in
 bench/RESULTS.md) is spent on the pod's node, and only the lines of the packets a detector reads (PREFILTER)
 leave it. The price is the pod's: a tshark holds ~160 MB, charged to the pod's memory cgroup, and no pcap bytes
@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from kubectl_meshdoctor.core.events import PacketEvent
 
-from .tshark import (
-    _IO_STAT_ROW,
+from kubectl_meshdoctor.sources.tshark import (
     FIELD_ARGS,
+    IO_STAT_ROW,
     PREFILTER,
     SESSION_PACKETS,
     TSHARK_ARGS,
@@ -89,7 +89,7 @@ class PodFieldStream:
             if not line:
                 continue
             if line[0] in "|=":  # the io,stat table after the last packet
-                m = _IO_STAT_ROW.match(line)
+                m = IO_STAT_ROW.match(line)
                 if m and not self._sessions:  # after a -M reset it may count only the last session
                     self.frames_read = int(m.group(1))
                 continue

@@ -1,4 +1,5 @@
-"""tcpdump in the debug container, its pcap byte stream carried over the exec websocket into a local pipe.
+"""The pump: a capture's exec stream (tcpdump in the debug container, live/pod_script.py) moved byte for byte from
+the websocket to whoever reads it (a pipe, the dissector's stream) and to a copy, if one is kept.
 
 The official client's websocket is synchronous, so each stream is pumped by its own thread into an OS pipe
 whose read end tshark consumes; a slow consumer blocks the pump, which is the back-pressure we want (the
@@ -7,65 +8,27 @@ kernel then counts drops, which tcpdump reports on exit) rather than unbounded b
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import re
 import select
 import ssl
-import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubernetes.stream import stream as k8s_stream
 from kubernetes.stream import ws_client
 from websocket import ABNF, WebSocketConnectionClosedException
 
-from .client import Kube, api_error_message
+from kubectl_meshdoctor.kube.client import Kube, api_error_message
+from kubectl_meshdoctor.kube.exec import exit_code_of, open_exec, status_message
 
-# The capture runs under a dead-man's switch: a watchdog reads the exec stdin (saved on fd 3, because sh gives
-# background jobs /dev/null as stdin) and SIGINTs tcpdump when stdin closes, which happens when we half-close it
-# on exit or when our websocket dies with us. `exec` keeps the shell's pid, so $$ is tcpdump's. SIGINT lets
-# tcpdump flush its last packets and print its drop counts. `timeout` bounds it even if stdin never closes.
-CAPTURE_SCRIPT = (
-    'exec 3<&0; '
-    '( cat <&3 >/dev/null 2>&1; kill -INT $$ 2>/dev/null ) >/dev/null 2>&1 & '
-    'exec timeout -s INT "$1" tcpdump -i "$2" -p -n -s 262144 -B 32768 --immediate-mode -U -w - "$3"'
-)
-# --dissect pod: tcpdump's pcap goes through a pipe into tshark (its arguments: those after the first three) and
-# only tshark's lines come out. A pipe, not a fifo: tshark reads to the end and exits when tcpdump has ended,
-# even one that failed at once. The watchdog SIGINTs tcpdump's `timeout` (which passes it on) by the pid the
-# pipeline's first part wrote down, and that part writes down tcpdump's exit status too: the script exits with
-# it, or with tshark's, said on stderr in a "tshark:" line that ExecCapture reports.
-DISSECT_SCRIPT = (
-    'exec 3<&0; '
-    'command -v tshark >/dev/null 2>&1 || { echo "tshark: not found in the debug container; --dissect pod needs an '
-    'image with tshark (netshoot has it)" >&2; exit 127; }; '
-    'max=$1 iface=$2 bpf=$3; shift 3; '
-    'd=$(mktemp -d) || { echo "tshark: cannot make a directory in the debug container" >&2; exit 1; }; '
-    '{ timeout -s INT "$max" tcpdump -i "$iface" -p -n -s 262144 -B 32768 --immediate-mode -U -w - "$bpf" '
-    '</dev/null & echo $! >"$d/pid"; wait $!; echo $? >"$d/rc"; } 3<&- | tshark "$@" -r - 3<&- & t=$!; '
-    '( cat <&3 >/dev/null 2>&1; while [ -d "$d" ] && [ ! -s "$d/pid" ]; do sleep 0.1; done; '
-    'kill -INT "$(cat "$d/pid" 2>/dev/null)" 2>/dev/null ) >/dev/null 2>&1 & '
-    'wait $t; trc=$?; rc=$(cat "$d/rc" 2>/dev/null) || rc=1; rm -rf "$d"; '
-    'if [ "$trc" -ne 0 ]; then echo "tshark: exited $trc in the debug container" >&2; '
-    '[ "$rc" -eq 0 ] && rc=$trc; fi; exit $rc'
-)
-# -B 32768 (KiB): with --immediate-mode libpcap gives each ring slot the snaplen (capped near 64 KiB), so the
-# default 2 MiB ring held ~32 packets and dropped bursts even at 5k packets/s (lo sees every packet twice).
+from .capture_copy import copy_refusal, open_copy
+from .pod_script import capture_command
+
 STOP_GRACE_S = 10.0  # how long tcpdump may take to flush and exit after we asked it to stop
 GATHER_S = 0.005  # seconds a burst of capture frames may gather before it is read (see ExecCapture._pump)
 HELD_FRAMES = 256  # frames read in one burst before they are handed on regardless
-
-
-def capture_command(iface: str, max_seconds: int, bpf: str, tshark_args: list[str] | None = None) -> list[str]:
-    """argv for the exec: tcpdump on ``iface`` for at most ``max_seconds``, pcap on stdout; with ``tshark_args``
-    (all but ``-r``), the output of a tshark in the pod that reads tcpdump's pcap, instead."""
-    if tshark_args:
-        return ["sh", "-c", DISSECT_SCRIPT, "meshdoctor-capture", str(int(max_seconds)), iface, bpf, *tshark_args]
-    return ["sh", "-c", CAPTURE_SCRIPT, "meshdoctor-capture", str(int(max_seconds)), iface, bpf]
 
 
 @dataclass(slots=True)
@@ -88,8 +51,8 @@ class ExecCapture:
     tee_path: str | None = None
     tee_limit: int | None = None  # bytes: past this the copy stops (a spool must not fill the disk)
     tee_replace: bool = False  # an existing regular file at tee_path is replaced (else refused)
-    bpf: str = "tcp"  # the BPF filter tcpdump captures with (sources/capture_filter.py writes the lean one)
-    tshark_args: list[str] | None = None  # set: tshark runs in the pod and its lines are the stream (pod_fields.py)
+    bpf: str = "tcp"  # the BPF filter tcpdump captures with (live/pod_script.py writes the lean one)
+    tshark_args: list[str] | None = None  # set: the lines of a tshark in the pod are the stream (live/pod_fields.py)
     tee_full: bool = False
     tee_error: str | None = None  # why the copy stopped before the capture did (a full disk): the capture goes on
     bytes_received: int = 0
@@ -150,11 +113,7 @@ class ExecCapture:
                     self.failed = True
                     return
             command = capture_command(self.iface, self.max_seconds, self.bpf, self.tshark_args)
-            ws = k8s_stream(
-                self.kube.streaming_core().connect_get_namespaced_pod_exec, self.pod, self.namespace,
-                container=self.container, command=command,
-                stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True,
-            )
+            ws = open_exec(self.kube, self.namespace, self.pod, self.container, command)
             self.started.set()
             status, ended = self._pump(ws, tee)
             stopping = self._stop.is_set() or ended == "stopping"
@@ -303,81 +262,6 @@ class ExecCapture:
             except BrokenPipeError:  # tshark went away; keep draining so tcpdump is not blocked
                 return
             view = view[n:]
-
-
-def open_copy(path: str, replace: bool = False):
-    """Open ``path`` for a capture's copy, owner-only (0600: it holds the traffic's secrets), unbuffered. A
-    symbolic link there is refused whatever ``replace`` says (O_NOFOLLOW: root must not write through a link
-    someone planted); an existing file is refused unless ``replace`` (O_EXCL). Raises OSError."""
-    if replace:
-        replaceable(path)
-        try:
-            os.unlink(path)  # a new file, ours and 0600: truncating would keep the old one's owner and mode
-        except FileNotFoundError:
-            pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        return os.fdopen(fd, "wb", buffering=0)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def replaceable(path: str) -> None:
-    """Raise OSError unless what is at ``path`` (if anything) is a regular file of this user's, the only kind
-    --overwrite replaces: not a link (root writing through a planted one), not a FIFO (opening it would hang, and
-    whoever reads it would get the capture), not another user's file (they could read it back)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise OSError(errno.ELOOP, "it is a symbolic link; refused")
-    if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EPERM, "it is not a regular file; refused")
-    if st.st_uid != os.geteuid():
-        raise OSError(errno.EPERM, f"it belongs to another user (uid {st.st_uid}); refused")
-
-
-def copy_refusal(e: OSError, path: str) -> str:
-    """Why ``open_copy`` refused ``path``, in one line."""
-    if e.errno == errno.ELOOP or os.path.islink(path):
-        return "it is a symbolic link; refused"
-    if e.errno == errno.EPERM and e.strerror and e.strerror.startswith("it "):
-        return e.strerror
-    if os.path.isdir(path):
-        return os.strerror(errno.EISDIR)
-    if e.errno == errno.EEXIST:
-        return "it exists (give --overwrite to replace it)"
-    return e.strerror or str(e)
-
-
-def exit_code_of(status: bytes) -> int | None:
-    """The exit code in an exec status (v4/v5 error channel): 0 for Success, the ExitCode cause otherwise."""
-    try:
-        st = json.loads(status)
-    except ValueError:
-        return None
-    if st.get("status") == "Success":
-        return 0
-    for cause in (st.get("details") or {}).get("causes") or []:
-        if cause.get("reason") == "ExitCode":
-            try:
-                return int(cause.get("message"))
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def status_message(status: bytes) -> str:
-    """The first line of an exec status's message: a v4/v5 JSON Status, or v1-v3 plain text."""
-    try:
-        st = json.loads(status)
-        text = st.get("message") if isinstance(st, dict) else None
-    except ValueError:
-        text = None
-    lines = (text or status.decode("utf-8", "replace")).strip().splitlines()
-    return lines[0] if lines else "the exec failed without a message"
 
 
 class _Readable:

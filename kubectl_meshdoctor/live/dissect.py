@@ -31,24 +31,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, pcap_header
 
-from .prepass import MAX_FRAME
-from .tshark import (
+from kubectl_meshdoctor.sources.prepass import MAX_FRAME
+from kubectl_meshdoctor.sources.tshark import (
     PREFILTER,
     SESSION_PACKETS,
     TSHARK_ARGS,
+    FieldsPipeCapture,
     ReadResult,
-    _FieldsPipeCapture,
-    _tshark_version,
     counted_event,
     tshark_complaint,
+    tshark_version,
 )
 
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
 PIPE_BYTES = 1 << 20  # the pipe into tshark holds this much (more batching when tshark lags)
 _F_SETPIPE_SZ = 1031
-_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<I", b"\x4d\x3c\xb2\xa1": "<I",  # microseconds, nanoseconds
-                b"\xa1\xb2\xc3\xd4": ">I", b"\xa1\xb2\x3c\x4d": ">I"}
 
 
 class RecordSplitter:
@@ -75,22 +74,22 @@ class RecordSplitter:
         buf = self._buf + data if self._buf else data
         pos, n = 0, len(buf)
         if self.header is None:
-            if n < 24:
+            if n < HEADER_LEN:
                 self._buf = buf
                 return b"", 0
-            fmt = _PCAP_MAGICS.get(bytes(buf[:4]))
-            if fmt is None:
+            header = pcap_header(buf[:HEADER_LEN])
+            if header is None:
                 raise ValueError("not a pcap stream")
-            self._fmt, self.header, pos = fmt, bytes(buf[:24]), 24
+            self._fmt, self.header, pos = header.u32, header.raw, HEADER_LEN
         start, count = pos, 0
-        while n - pos >= 16:
+        while n - pos >= RECORD_HEADER_LEN:
             caplen = struct.unpack_from(self._fmt, buf, pos + 8)[0]
             if caplen > MAX_FRAME:
                 self.error = (f"frame {self.records + count + 1} claims {caplen} bytes, more than tshark reads "
                               f"({MAX_FRAME}); the rest of the stream was not analysed")
                 n = pos  # what follows is not read
                 break
-            end = pos + 16 + caplen
+            end = pos + RECORD_HEADER_LEN + caplen
             if end > n:
                 break
             pos, count = end, count + 1
@@ -370,8 +369,8 @@ async def _dissect(group: _Group) -> None:
     loop = asyncio.get_running_loop()
     capture = None
     try:
-        await asyncio.to_thread(_tshark_version, None)
-        capture = _FieldsPipeCapture(group.read_fd, display_filter=PREFILTER, line_buffered=True,
+        await asyncio.to_thread(tshark_version, None)
+        capture = FieldsPipeCapture(group.read_fd, display_filter=PREFILTER, line_buffered=True,
                                      custom_parameters=list(TSHARK_ARGS) + ["-M", str(SESSION_PACKETS)],
                                      eventloop=loop)
         await capture.packets_from_tshark(_Lines(group.streams, group.ledger), close_tshark=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 
 from kubectl_meshdoctor.envoy.numbers import ascii_int
+from kubectl_meshdoctor.kube.exec import exec_output
 
 WATCHED = ("TcpExtTCPChallengeACK", "TcpExtTCPSynRetrans", "TcpExtListenDrops", "TcpExtListenOverflows",
            "TcpExtTCPAbortOnData", "TcpExtTCPAbortOnClose", "TcpAttemptFails", "TcpEstabResets", "TcpOutRsts",
@@ -90,14 +91,5 @@ def parse_listeners(text: str) -> frozenset[tuple[str, int]]:
 def read_kernel(kube, namespace: str, pod: str, container: str) -> tuple[dict[str, int], frozenset[tuple[str, int]]]:
     """The counters and the listening sockets as seen from ``container`` (the debug container shares the pod's
     network namespace). Raises KubeError when the exec is refused."""
-    from kubernetes.stream import stream
-
-    from kubectl_meshdoctor.kube.client import KubeError, api_error_message
-
-    try:
-        out = stream(kube.streaming_core().connect_get_namespaced_pod_exec, pod, namespace, container=container,
-                     command=READ_COMMAND, stdin=False, stdout=True, stderr=True, tty=False,
-                     _request_timeout=kube.request_timeout_s)
-    except Exception as e:
-        raise KubeError(f"reading kernel counters: {api_error_message(e)}") from None
+    out = exec_output(kube, namespace, pod, container, READ_COMMAND, "reading kernel counters")
     return parse_counters(out), parse_listeners(out)

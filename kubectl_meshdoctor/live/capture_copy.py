@@ -1,0 +1,62 @@
+"""The copies a live capture keeps on request (``--write-pcap``) or for the TUI (its private spool): where they go,
+and how they are opened. This runs as root, and a link planted where a capture goes must not be written
+through, nor a FIFO opened, nor another user's file replaced."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+
+def pcap_path(directory: Path, pod: str, iface: str) -> Path:
+    """Where --write-pcap (and the TUI's spool) keeps the capture of ``pod``'s ``iface``."""
+    return directory / f"{pod}-{iface}.pcap"
+
+
+def open_copy(path: str, replace: bool = False):
+    """Open ``path`` for a capture's copy, owner-only (0600: it holds the traffic's secrets), unbuffered. A
+    symbolic link there is refused whatever ``replace`` says (O_NOFOLLOW: root must not write through a link
+    someone planted); an existing file is refused unless ``replace`` (O_EXCL). Raises OSError."""
+    if replace:
+        replaceable(path)
+        try:
+            os.unlink(path)  # a new file, ours and 0600: truncating would keep the old one's owner and mode
+        except FileNotFoundError:
+            pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        return os.fdopen(fd, "wb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def replaceable(path: str) -> None:
+    """Raise OSError unless what is at ``path`` (if anything) is a regular file of this user's, the only kind
+    --overwrite replaces: not a link (root writing through a planted one), not a FIFO (opening it would hang, and
+    whoever reads it would get the capture), not another user's file (they could read it back)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, "it is a symbolic link; refused")
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EPERM, "it is not a regular file; refused")
+    if st.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"it belongs to another user (uid {st.st_uid}); refused")
+
+
+def copy_refusal(e: OSError, path: str) -> str:
+    """Why ``open_copy`` refused ``path``, in one line."""
+    if e.errno == errno.ELOOP or os.path.islink(path):
+        return "it is a symbolic link; refused"
+    if e.errno == errno.EPERM and e.strerror and e.strerror.startswith("it "):
+        return e.strerror
+    if os.path.isdir(path):
+        return os.strerror(errno.EISDIR)
+    if e.errno == errno.EEXIST:
+        return "it exists (give --overwrite to replace it)"
+    return e.strerror or str(e)
