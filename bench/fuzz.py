@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -43,14 +42,11 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fuzz_capture import INPUTS, mutate  # noqa: E402,F401 (mutate: tests/bench/test_fuzz.py)
 from fuzz_inputs import KINDS, pick, seeds, shaped  # noqa: E402
-from fuzz_mutate import mutate_text  # noqa: E402
+from fuzz_mutate import CONTROL, mutate_text  # noqa: E402,F401 (CONTROL: tests/bench/test_fuzz.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUTS = ("json", "text", "markdown")
 ALL_KINDS = ("capture", *KINDS)
-# What a terminal acts on: C0 but LF and TAB, DEL, C1, the bidi embeddings, overrides and isolates; and a lone
-# surrogate, which is how an undecodable byte reads back (surrogateescape).
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\udc80-\udcff]")
 # Runs the product and writes its peak RSS (the largest of it and its children, tshark included) to argv[1].
 WRAP = ("import resource, subprocess, sys\n"
         "r = subprocess.call(sys.argv[2:])\n"

@@ -23,6 +23,10 @@ import struct
 import threading
 import zlib
 
+# What a terminal acts on: C0 but LF and TAB, DEL, C1, the bidi embeddings, overrides and isolates; and a lone
+# surrogate, which is how an undecodable byte reads back (surrogateescape). bench/fuzz and bench/fuzz_tui count it.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\udc80-\udcff]")
+
 BOMB_MB = 1024  # expanded: 16x what the product reads of a dump (64 MiB), 1,000 of its 1 MiB lines
 HOSTILE = (b"\x1b[2J", b"\x1b]0;owned\x07", b"\x1b[31m", b"\x1bP+q\x1b\\", "\x9b31m".encode(), b"\x9b31m",
            b"[/]", b"[@click=app.quit]", b"[bold]", b"[/x]", b"[link=https://example.invalid]x[/link]",

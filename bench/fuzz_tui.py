@@ -12,7 +12,7 @@ promises to hide them: a credential query parameter in titles, targets and quote
 The app is driven with Textual's pilot at 80x24 and 160x45 (alternately) over every pane: the findings list
 with each row's detail and packets, help `?`, access log `a` (each row), clusters `c`, loggers `l`, instance
 keys `[` `]`, then `q`; the report it returns is rendered as text, markdown and JSON. Counted bad: an exception,
-the app not running after a pane, no report, a control byte (as bench/fuzz.CONTROL) on screen or in the text or
+the app not running after a pane, no report, a control byte (bench/fuzz_mutate.CONTROL) on screen or in the text or
 markdown report, a planted secret's marker on screen or in any report.
 """
 
@@ -25,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from fuzz_mutate import HOSTILE
+from fuzz_mutate import CONTROL, HOSTILE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -211,7 +211,6 @@ async def _drive(session, size, shown: list[tuple[str, str]], problems: list[str
 
 def run_case(case: int, seed: int) -> dict:
     """One hostile case; what went wrong in it."""
-    import fuzz
     from kubectl_meshdoctor.sinks.report import RENDERERS
 
     started = time.monotonic()
@@ -234,8 +233,8 @@ def run_case(case: int, seed: int) -> dict:
         r["exception"] = f"{type(e).__name__}: {str(e)[:200]} at " + " / ".join(
             f"{fr.filename.rsplit('/', 1)[-1]}:{fr.lineno}" for fr in traceback.extract_tb(e.__traceback__)[-3:])
     screen = "\n".join(text for _, text in shown)
-    r["control_bytes"] = sorted({f"U+{ord(c):04X}" for c in fuzz.CONTROL.findall(screen)})
-    r["where"] = sorted({where for where, text in shown if fuzz.CONTROL.search(text)
+    r["control_bytes"] = sorted({f"U+{ord(c):04X}" for c in CONTROL.findall(screen)})
+    r["where"] = sorted({where for where, text in shown if CONTROL.search(text)
                          or any(m in text for m in markers)})
     r["secrets_shown"] = sorted({m for m in markers if m in screen} | set(r.pop("report_secrets", [])))
     r["seconds"] = round(time.monotonic() - started, 1)
