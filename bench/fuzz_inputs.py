@@ -13,7 +13,7 @@ tests/envoy/data/istio_access_log.txt); each line in one wrapper people paste (t
 builds each the way its tool does: kubectl logs --timestamps/--prefix, stern, CRI, Docker's json-file, grep -n).
 
 Secrets are planted only where the product promises to hide them (kubectl_meshdoctor/core/redact.py,
-tests/test_redact_analyze.py): a credential query parameter in a request target, the credential keys of a JSON
+tests/commands/test_redact_analyze.py): a credential query parameter in a request target, the credential keys of a JSON
 access log (envoy/log_format.py SENSITIVE_HEADERS), and `'name', 'value'` header dumps of Envoy's debug log.
 Each carries its own marker; a marker on stdout or stderr is a secret shown.
 """

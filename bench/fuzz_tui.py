@@ -48,7 +48,7 @@ def hostile(rnd: random.Random) -> str:
 
 
 def screen_output(app) -> str:
-    """What the compositor writes for the whole screen: what a terminal would be sent (tests/tui)."""
+    """What the compositor writes for the whole screen: what a terminal would be sent (tests/frontends/tui)."""
     update = app.screen._compositor.render_update(full=True)
     return "".join(seg.text for strip in update.strips for seg in strip)
 
@@ -62,7 +62,7 @@ def build(case: int, rnd: random.Random):
     from kubectl_meshdoctor.envoy.access_log import parse_line
     from kubectl_meshdoctor.envoy.clusters import parse_clusters
     from kubectl_meshdoctor.core.report_model import FilesSource, Report
-    from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
+    from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 
     markers: list[str] = []
 
@@ -162,7 +162,7 @@ def build(case: int, rnd: random.Random):
 async def _drive(session, size, shown: list[tuple[str, str]], problems: list[str]):
     from textual.widgets import DataTable
 
-    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
 
     app = MeshDoctorApp(session)
 
@@ -211,7 +211,7 @@ async def _drive(session, size, shown: list[tuple[str, str]], problems: list[str
 
 def run_case(case: int, seed: int) -> dict:
     """One hostile case; what went wrong in it."""
-    from kubectl_meshdoctor.sinks.report import RENDERERS
+    from kubectl_meshdoctor.frontends.report import RENDERERS
 
     started = time.monotonic()
     rnd = random.Random(seed * 1_000_003 + case)

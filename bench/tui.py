@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE))
 import run as bench_run  # noqa: E402  (bench/run.py: the capture cache)
 
 from kubectl_meshdoctor.commands.analyze import FileSession
-from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.sources.files import CaptureArg
 
 TICK_S = 0.05

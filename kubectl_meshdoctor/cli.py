@@ -31,7 +31,7 @@ from kubectl_meshdoctor.commands.console import PROG, error
 from kubectl_meshdoctor.commands.extensions import KNOWN_ELSEWHERE, load_extensions
 from kubectl_meshdoctor.core.registry import DetectorLoadError
 from kubectl_meshdoctor.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from kubectl_meshdoctor.sinks.report import RENDERERS
+from kubectl_meshdoctor.frontends.report import RENDERERS
 
 # Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
 COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level"}
@@ -319,7 +319,7 @@ def _leaving(code: int) -> int:
     down, which aborts it (SIGABRT, not our exit code). Then the exit handlers run now and the process ends at
     once."""
     if any(t.daemon and t.is_alive() and t.name.startswith("api-") for t in threading.enumerate()):
-        from kubectl_meshdoctor.commands.watch.ending import leave_now
+        from kubectl_meshdoctor.commands.watch.headless_stop import leave_now
 
         leave_now(code)
     return code

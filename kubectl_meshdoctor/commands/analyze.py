@@ -22,8 +22,8 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compile_format
 from kubectl_meshdoctor.exit_codes import by_signal
-from kubectl_meshdoctor.sinks.report import RENDERERS
-from kubectl_meshdoctor.sinks.tui.session import Session, SessionHooks
+from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
 from kubectl_meshdoctor.sources import files, read_plan
 from kubectl_meshdoctor.sources.captools import capture_summary, complete_frames

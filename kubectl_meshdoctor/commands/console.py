@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 from kubectl_meshdoctor.exit_codes import EXIT_USAGE
-from kubectl_meshdoctor.sinks.shown import block
+from kubectl_meshdoctor.frontends.shown import block
 
 PROG = "kubectl meshdoctor"
 

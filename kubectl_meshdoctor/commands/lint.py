@@ -13,7 +13,7 @@ from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, api_call, con
 from kubectl_meshdoctor.kube.manifests import pods_of_file
 from kubectl_meshdoctor.kube.target import Target, resolve_pods
 from kubectl_meshdoctor.lint import lint_pods
-from kubectl_meshdoctor.sinks.report import RENDERERS
+from kubectl_meshdoctor.frontends.report import RENDERERS
 
 
 def _lint_file(args) -> int:

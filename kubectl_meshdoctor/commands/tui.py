@@ -1,4 +1,4 @@
-"""Runs a session in the TUI (sinks/tui) and prints its report when the screen closes; what both `watch` and
+"""Runs a session in the TUI (frontends/tui) and prints its report when the screen closes; what both `watch` and
 `analyze --tui` share."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from collections.abc import Callable, Mapping
 
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.exit_codes import EXIT_OK, EXIT_USAGE
-from kubectl_meshdoctor.sinks.evidence_pcap import save_evidence
-from kubectl_meshdoctor.sinks.report import RENDERERS
-from kubectl_meshdoctor.sinks.shown import one_line
-from kubectl_meshdoctor.sinks.tui.session import Session
+from kubectl_meshdoctor.frontends.evidence_pcap import save_evidence
+from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.shown import one_line
+from kubectl_meshdoctor.frontends.tui.session import Session
 
 KEEP_RECENT = 10_000  # packets per pipeline the packets pane can filter (the reader yields only telling ones)
 
@@ -32,8 +32,8 @@ def evidence_saver(sources: Mapping[str, str] | Callable[[], Mapping[str, str]])
 
 def run_session(session: Session, output: str, abandon: Callable[[], None] | None = None) -> int:
     """Run the app; on exit print the report (``output`` format) so the findings outlive the screen. SIGTERM and
-    SIGHUP stop it as `q` does; ``abandon`` runs if a hung-up screen cannot wind down (sinks/tui/ending.py)."""
-    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp  # textual is imported only to draw
+    SIGHUP stop it as `q` does; ``abandon`` runs if a hung-up screen cannot wind down (frontends/tui/signals.py)."""
+    from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp  # textual is imported only to draw
 
     app = MeshDoctorApp(session, (signal.SIGTERM, signal.SIGHUP), abandon)
     report = app.run()
@@ -51,7 +51,7 @@ def run_session(session: Session, output: str, abandon: Callable[[], None] | Non
         pass
     code = EXIT_USAGE if app.error else report.exit_code() if report is not None else EXIT_OK
     if app.held:  # the threads the API server holds are not waited for
-        from kubectl_meshdoctor.commands.watch.ending import leave_now
+        from kubectl_meshdoctor.commands.watch.headless_stop import leave_now
 
         if abandon is not None:
             abandon()

@@ -57,7 +57,7 @@ class PipelineStats:
 class Pipeline:
     """Feeds packets through the flow table and every detector; collects findings.
 
-    ``on_finding`` is called for each finding as it is concluded (the TUI and live sinks subscribe); all
+    ``on_finding`` is called for each finding as it is concluded (the TUI and the live front ends subscribe); all
     findings are also kept (up to MAX_FINDINGS) for the final report. ``keep_recent`` keeps that many of the latest
     packets in ``recent`` for a front end's packets pane (bounded: memory stays flat).
     """

@@ -1,6 +1,6 @@
 """The report of a run, typed: what was read (the source), the sidecar's side, the kernel's, the findings and
 their groups, the problems; ``Report.to_dict`` is the ``-o json`` contract of docs/DESIGN.md ("Report"), field
-by field (tests/report/test_schema.py). The text, markdown and JSON writers (sinks/report.py) and the TUI read
+by field (tests/frontends/report/test_schema.py). The text, markdown and JSON writers (frontends/report.py) and the TUI read
 this model; each command builds it from its own typed parts, none as a dict.
 """
 

@@ -37,7 +37,7 @@ def run(args) -> int:
     install, exit 2."""
     try:
         from meshdoctor_lab import lab
-        from meshdoctor_lab.fixes import injected as lab_injected
+        from meshdoctor_lab.applied_fixes import injected as lab_injected
         from meshdoctor_lab.state import LabError
     except ModuleNotFoundError as e:  # the lab's own dependencies (psutil, aiohttp), installed with it
         return error(f"the lab cannot run without the module {e.name}: from the repository, pip install ./lab "

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from meshdoctor_lab import fixes as lab_fixes
+from meshdoctor_lab import applied_fixes as lab_fixes
 from meshdoctor_lab import istio_proxy, netns, pki, processes
 from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
 from meshdoctor_lab.bootstrap import (

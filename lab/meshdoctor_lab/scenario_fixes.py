@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from kubectl_meshdoctor.core.fixes import Fix, named
 from meshdoctor_lab.apps import ECHO_PORT, HTTP_PORT
-from meshdoctor_lab.fixes import LAB_FIXES, LabFix
+from meshdoctor_lab.applied_fixes import LAB_FIXES, LabFix
 from meshdoctor_lab.scenarios.table import (
     SLOW_CALLER_GIVES_UP,
     SLOW_ROUTE_TIMEOUT,

@@ -11,7 +11,7 @@ import pytest
 
 from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.pipeline import Pipeline
-from kubectl_meshdoctor.sinks.report import render_json
+from kubectl_meshdoctor.frontends.report import render_json
 from kubectl_meshdoctor.sources.files import CaptureArg
 from tests.bench.test_gen import bench_run, gen
 

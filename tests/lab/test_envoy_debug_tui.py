@@ -10,12 +10,12 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from kubectl_meshdoctor.commands.watch.live import WatchOptions
-from kubectl_meshdoctor.commands.watch.session import LiveSession
+from kubectl_meshdoctor.commands.watch.live_session import LiveSession
 from kubectl_meshdoctor.kube.client import KubeOptions, connect
 from kubectl_meshdoctor.kube.target import Target
 from kubectl_meshdoctor.core.envoy_debug_report import EnvoyDebugReport
-from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
-from kubectl_meshdoctor.sinks.tui.loggers import LoggersScreen
+from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.frontends.tui.loggers import LoggersScreen
 
 from .test_envoy_debug import WANTED, lab_up, levels
 

@@ -8,7 +8,7 @@ out), from the access log alone, from both (one finding a request, standing on b
 re-rendered in every shape Envoy and Istio print it, and from the `/stats` dumps, each finding saying which
 evidence it stands on; the scenarios where Envoy logs no failure give no error finding. The expectations are the
 ones the recordings of the same rounds are held to (tests/plugins/test_classes_from_logs.py CLASSES,
-tests/test_stats_alone.py SHOWN): live Envoy must be read as its recordings are.
+tests/commands/test_stats_alone.py SHOWN): live Envoy must be read as its recordings are.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from meshdoctor_lab.state import LabState
 
 from ..envoy.component_shapes import SHAPES, render_log
 from ..plugins.test_classes_from_logs import CLASSES, named
-from ..test_stats_alone import SHOWN, shown
+from ..commands.test_stats_alone import SHOWN, shown
 from ..waiting import wait_until
 
 pytestmark = pytest.mark.lab

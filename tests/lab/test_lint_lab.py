@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from meshdoctor_lab import lab
-from meshdoctor_lab.fixes import EXCLUDE_INBOUND_PORTS, LabFix
+from meshdoctor_lab.applied_fixes import EXCLUDE_INBOUND_PORTS, LabFix
 
 pytestmark = pytest.mark.lab
 

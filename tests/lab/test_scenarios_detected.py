@@ -273,7 +273,7 @@ def test_uf_lines_are_linked_to_the_refused_connections(quiet_lab):
 def test_a_refusal_without_lo_in_the_capture_is_named_from_envoys_line(quiet_lab):
     """Without lo in the capture nothing on the wire explains the UF lines, but Envoy's own words do (its details
     say the connect was refused): upstream-refused claims each line, with the cause the pod's listening sockets
-    give, and none is left as a bare access-log finding (a line no detector reads is: tests/test_correlate.py)."""
+    give, and none is left as a bare access-log finding (a line no detector reads is: tests/core/test_correlate.py)."""
     report = watch_refused_round(quiet_lab, "--iface", "eth0")
     pod = quiet_lab.pod("refused")
     refused = [f for f in report["findings"] if f["detector"] == "upstream-refused"]

@@ -220,12 +220,12 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
 
     from kubectl_meshdoctor.commands.analyze import analyze
     from kubectl_meshdoctor.commands.watch.live import WatchOptions
-    from kubectl_meshdoctor.commands.watch.session import LiveSession
+    from kubectl_meshdoctor.commands.watch.live_session import LiveSession
     from kubectl_meshdoctor.core.pipeline import Pipeline
     from kubectl_meshdoctor.kube.client import KubeOptions, connect
     from kubectl_meshdoctor.kube.target import Target
-    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
-    from kubectl_meshdoctor.sinks.tui.screens import PathPrompt
+    from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.frontends.tui.screens import PathPrompt
     from kubectl_meshdoctor.sources.files import CaptureArg
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
@@ -300,10 +300,10 @@ async def test_tui_shows_a_killed_tshark_at_once(lab_state):
     from textual.widgets import Static
 
     from kubectl_meshdoctor.commands.watch.live import WatchOptions
-    from kubectl_meshdoctor.commands.watch.session import LiveSession
+    from kubectl_meshdoctor.commands.watch.live_session import LiveSession
     from kubectl_meshdoctor.kube.client import KubeOptions, connect
     from kubectl_meshdoctor.kube.target import Target
-    from kubectl_meshdoctor.sinks.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
     session = LiveSession(kube, WatchOptions(Target("pod", "healthy"), kube.namespace))
@@ -393,7 +393,7 @@ def test_a_stop_the_api_server_holds_ends_at_once_with_the_findings_so_far(lab_s
     """Issue 29, item 9, during the capture: the API server stops answering new requests (the end's exec for the
     kernel counters, the admin's port-forward), then Ctrl-C. The clean end takes 0.3 s in the lab; this one is
     held by the server, so after END_GRACE_S the report is what was found so far, said so, exit 2."""
-    from kubectl_meshdoctor.commands.watch.ending import END_GRACE_S
+    from kubectl_meshdoctor.commands.watch.headless_stop import END_GRACE_S
 
     with capturing(lab_state, "pod/healthy") as run:
         faults.set({"exec": {"delay_s": 120}, "portforward": {"delay_s": 120}, "log": {"delay_s": 120}})

@@ -426,7 +426,7 @@ def test_a_warning_grouped_over_several_pods_names_them_all():
     three now, and each occurrence says whose it is."""
     from kubectl_meshdoctor.core.pipeline import PipelineStats
     from kubectl_meshdoctor.core.report_model import LintSource, Report
-    from kubectl_meshdoctor.sinks.report import render_markdown, render_text
+    from kubectl_meshdoctor.frontends.report import render_markdown, render_text
 
     replicas = []
     for i, (ns, name) in enumerate([("shop", "orders-a"), ("shop", "orders-b"), ("pay", "orders-c")]):
@@ -453,7 +453,7 @@ def test_a_warning_grouped_over_several_pods_names_them_all():
     assert "| warning | `redirect-exposure` |  | 3 | 3 pods | app ports" in markdown and "| - | - |" in markdown
     import json
 
-    from kubectl_meshdoctor.sinks.report import render_json
+    from kubectl_meshdoctor.frontends.report import render_json
     (group,) = [g for g in json.loads(render_json(report))["groups"] if g["detector"] == "redirect-exposure"]
     assert group["pods"] == ["orders-a", "orders-b", "orders-c"] and "pod" not in group and "server" not in group
     assert markdown.count("- pod: orders-a\n") == 1  # hold-application's own section only

@@ -17,7 +17,7 @@ from kubectl_meshdoctor.sources.proxy_log import ProxyLogStream
 from kubectl_meshdoctor.sources.tshark import _header_block
 from kubectl_meshdoctor_plugins.http_framing import framing_violations
 from tests.envoy.conftest import access_log_lines
-from tests.test_kernel import PROC_NET_TCP, SAMPLE
+from tests.live.test_kernel import PROC_NET_TCP, SAMPLE
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HUGE = "9" * 5000

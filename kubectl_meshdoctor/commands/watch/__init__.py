@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from kubectl_meshdoctor.commands.console import error, progress_line
-from kubectl_meshdoctor.commands.watch.ending import found_so_far, leave_now, within_grace
+from kubectl_meshdoctor.commands.watch.headless_stop import found_so_far, leave_now, within_grace
 from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.exit_codes import EXIT_OK
@@ -21,8 +21,8 @@ from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_con
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
 from kubectl_meshdoctor.kube.target import Target, capturable_pods
 from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
-from kubectl_meshdoctor.sinks.report import RENDERERS
-from kubectl_meshdoctor.sinks.shown import one_line
+from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.shown import one_line
 
 
 def _ifaces(text: str) -> tuple[str, ...]:
@@ -70,7 +70,7 @@ def run(args) -> int:
     if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
         # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
         return _watch_headless(kube, opts, args.output, args.verbose, args.redact)
-    from kubectl_meshdoctor.commands.watch.session import run_tui  # textual is imported only to draw
+    from kubectl_meshdoctor.commands.watch.live_session import run_tui  # textual is imported only to draw
 
     return run_tui(kube, opts, args.output, args.redact)
 

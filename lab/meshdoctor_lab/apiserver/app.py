@@ -22,9 +22,9 @@ from .labelsel import SelectorError, field_matcher, label_matcher
 from .objects import LabConfig, list_json, namespace_json
 from .status import forbidden, not_found, query_flag, status_failure, status_response
 from .patch import ApiError, decode_and_validate
-from .processes import ProcessRegistry
+from .exec_registry import ProcessRegistry
 from .store import PodRecord, Store
-from .table import pod_table
+from .pod_table import pod_table
 from .streaming import StreamingRoutes
 from .watch import serve_watch
 

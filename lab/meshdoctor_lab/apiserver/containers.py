@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .containerio import ContainerIO
-from .processes import ProcessRegistry, netns_argv
+from .exec_registry import ProcessRegistry, netns_argv
 from .store import EphemeralState, PodRecord, Store
 
 log = logging.getLogger("meshdoctor.apiserver")

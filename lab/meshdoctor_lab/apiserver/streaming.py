@@ -20,7 +20,7 @@ from .exec import ExecOptions, ExecSession, failure_status
 from .httpstream import is_spdy_upgrade, negotiate, upgrade_spdy
 from .status import query_flag, status_failure, status_response
 from .remotecommand import SPDY_EXEC_PROTOCOLS, CommandIO, WsIO, collect_streams
-from .processes import ProcessRegistry
+from .exec_registry import ProcessRegistry
 from .store import PodRecord, Store
 
 log = logging.getLogger("meshdoctor.apiserver")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from .table import pod_table
+from .pod_table import pod_table
 from .store import Store
 
 DEFAULT_TIMEOUT_S = 1800.0

@@ -1,0 +1,245 @@
+"""Sinks that render a finished run's report (core/report_model.py): ``-o json`` (the stable contract of
+docs/DESIGN.md), ``-o text`` and ``-o markdown``."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+import time
+
+from kubectl_meshdoctor import __version__
+from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding
+from kubectl_meshdoctor.core.fixes import note_of, render
+from kubectl_meshdoctor.core.groups import FindingGroup
+from kubectl_meshdoctor.core.report_model import FilesSide, LintSource, Report, group_pods
+
+from .ladder import render_ladder
+from .shown import block
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2) + "\n"
+
+
+def _headline(report: Report) -> str:
+    if isinstance(report.source, LintSource):
+        n = len(report.source.pods)
+        return f"kubectl-meshdoctor {__version__} lint: {n} pod{'' if n == 1 else 's'} checked"
+    st = report.stats
+    logs = getattr(report.envoy, "logs", None)  # one sidecar's, or the files'; several pods' are per pod
+    lines, own = (logs.access_log_lines, logs.component_log_entries) if logs is not None else (0, 0)
+    dumps = report.envoy.counters if isinstance(report.envoy, FilesSide) else None
+    if not st.by_iface and (lines or own or dumps):  # logs or dumps alone: no packet was there to analyse
+        read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else "",
+                f"/stats counters (since {dumps.since})" if dumps else ""]
+        skipped = logs.other_log_lines if logs is not None else 0
+        return (f"kubectl-meshdoctor {__version__}: no capture; {', '.join(x for x in read if x)} read"
+                + (f"; {skipped} line(s) of no known kind skipped" if skipped else ""))
+    ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
+    return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
+            f"{st.duration_s:.1f} s")
+
+
+TEXT_WIDTH = 118  # columns the text report wraps its explanations to
+ENVOY_LINES_SHOWN = 8  # lines of Envoy's debug log the text report quotes for a finding; -o json has all
+OTHERS_LISTED = 5  # instances of a group the text report lists besides the newest; -o json has every one
+INSTANCES_TABLE = 10  # rows of a group's instances table in markdown
+
+
+def _clock(ts: float) -> str:
+    """``HH:MM:SS.mmm`` UTC; a time no clock can show (a capture's timestamps in the wrong unit) as seconds."""
+    try:
+        # Rounded to the millisecond as Envoy prints it (its %START_TIME% is whole milliseconds): a float's
+        # .768 must not read .767, or the printed time is not found in the log it came from.
+        ms = round(ts * 1000)
+        return time.strftime("%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}"
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.3f} s"
+
+
+def _pods_text(g: FindingGroup) -> str:
+    """`` pod/NAME`` for one pod, `` N pods (A, B)`` for a group over several: none pinned on its first."""
+    pods = group_pods(g)
+    if len(pods) > 1:
+        return f" {len(pods)} pods ({', '.join(pods)})"
+    return f" pod/{pods[0]}" if pods else ""
+
+
+def _where(f: Finding, several_pods: bool) -> str:
+    """An instance among others: its client (and pod, in a group over ``several_pods``), or for a finding of no
+    one connection (a spec's, the counters') its pod and where."""
+    if not f.flow.of_one_connection:
+        return f"pod/{f.pod} {f.flow.server}" if f.pod else f.flow.server
+    return f"pod/{f.pod} {f.flow.client}" if f.pod and several_pods else f.flow.client
+
+
+def _group_head(g: FindingGroup) -> str:
+    f = g.newest
+    flags = f" [{','.join(f.envoy_flags)}]" if f.envoy_flags else ""
+    pod = _pods_text(g)
+    return f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {g.label}"
+
+
+def render_text(report: Report) -> str:
+    """A report a person reads in a terminal: one block per problem (group of alike findings), most severe
+    first, each a screenful at most: how often and when, the newest instance in full, a few others by flow,
+    the run's counters once, the explanation and the fix once."""
+    lines = [_headline(report)]
+    for p in report.problems:
+        lines.append(f"problem: {p.line()}")
+    lines += [d.line() for d in report.debug_reports()]
+    if not report.findings:
+        lines.append("no findings")
+    for g in report.groups:
+        f = g.shown
+        lines.append("")
+        lines.append(_group_head(g))
+        if g.first_ts:  # a spec finding (lint) has no time
+            when = f"at {_clock(g.first_ts)} UTC" if g.count == 1 else \
+                f"first {_clock(g.first_ts)}, last {_clock(g.last_ts)} UTC"
+            lines.append(f"  seen {g.span_text()}, {when}")
+        elif g.count > 1:
+            lines.append(f"  {g.count} times")
+        if f.title != g.label:
+            lines.append(f"  {f.title}")
+        if f.response_code_details:
+            lines.append(f"  envoy: {f.response_code_details}")
+        several_pods = len(group_pods(g)) > 1
+        if g.count > 1 and len(set(map(len, (i.stands_on for i in g.instances)))) > 1:
+            lines.append("  stands on: " + ", ".join(f"{kind} in {n} of {g.count}"
+                                                     for kind, n in g.stands_on_counts().items()))
+        which = ("newest, " if f is g.newest else "best evidenced, ") if g.count > 1 else ""
+        lines.append(f"  {which}{'pod/' + f.pod + ' ' if several_pods else ''}{f.flow.text()}")
+        for e in f.evidence:  # a multi-line value (a YAML annotation) stays under its own line
+            lines.append(f"      evidence: {e.cited()}".replace("\n", "\n" + " " * 16))
+        for line in f.access_log:
+            lines.append(f"      access log: {line}")
+        quoted = {e.frame for e in f.evidence if e.kind == ENVOY_LOG}
+        own = [line for line in f.envoy_log][:ENVOY_LINES_SHOWN] if not quoted else []
+        for line in own:  # the lines a packet finding's request left in Envoy's debug log
+            lines.append(f"      envoy log: {line}")
+        if len(f.envoy_log) > len(own) and own:
+            lines.append(f"      envoy log: ... {len(f.envoy_log) - len(own)} more line(s) (-o json has them)")
+        others = [i for i in g.instances if i is not f][-OTHERS_LISTED:]
+        if others:
+            listed = ", ".join(_where(o, several_pods) + (f" ({_clock(o.ts)})" if o.ts else "")
+                               for o in reversed(others))
+            more = g.count - 1 - len(others)
+            lines += textwrap.wrap(f"{listed}" + (f" and {more} more (-o json lists every one)" if more else ""),
+                                   TEXT_WIDTH, initial_indent="  also: ", subsequent_indent="        ",
+                                   break_on_hyphens=False, break_long_words=False)
+        for name, value in sorted(g.counters.items()):
+            lines.append(f"  counter (the run's): {name} {value:+}")
+        if f.explanation:  # wrapped: a screenful per problem in a terminal, not one line 1,000 columns wide
+            lines += textwrap.wrap(f.explanation, TEXT_WIDTH, initial_indent="  why: ", subsequent_indent="       ",
+                                   break_on_hyphens=False, break_long_words=False)
+        lines += _fix_lines(f)
+    return "\n".join(lines) + "\n"
+
+
+def _fix_lines(f: Finding) -> list[str]:
+    """The text report's fix: the first fix in full (it keeps the most), the others by name, so that a problem
+    stays a screenful; markdown and JSON give every fix's YAML."""
+    if not f.fixes or (f.remediation and not f.remediation.startswith(render(f.fixes))):  # the detector's own text
+        return ["  fix:", *("    " + ln for ln in f.remediation.splitlines())] if f.remediation else []
+    first, n = f.fixes[0], len(f.fixes)
+    wrap = dict(width=TEXT_WIDTH, subsequent_indent="      ", break_on_hyphens=False, break_long_words=False)
+    lines = textwrap.wrap(f"fix: 1 of {n} ({first.name}), {first.title}", initial_indent="  ", **wrap)
+    lines += textwrap.wrap(f"keeps: {first.keeps}; costs: {first.costs}", initial_indent="    ", **wrap)
+    lines += ["    " + ln for ln in first.text.splitlines()]
+    for i, fix in enumerate(f.fixes[1:], start=2):
+        lines += textwrap.wrap(f"or {i} of {n} ({fix.name}), {fix.title}", initial_indent="  ", **wrap)
+    if n > 1:
+        lines.append("  (-o markdown or -o json: every fix, with what it keeps and costs)")
+    lines += ["    " + ln for ln in note_of(f.remediation, f.fixes).splitlines()]
+    return lines
+
+
+def _cell(text: str) -> str:
+    """``text`` as one table cell: prose escaped (``_md``), a pipe escaped, line breaks as <br> (a YAML annotation
+    quoted as evidence)."""
+    return _md(text).replace("|", "\\|").replace("\n", "<br>")
+
+
+_CODE_SPAN = re.compile(r"(`[^`\n]*`)")
+_MD_ACTIVE = re.compile(r"([\\`*_\[\]<>&])")
+
+
+def _md(text: str) -> str:
+    """``text`` as Markdown prose that shows as written: outside its code spans (ours: `kubectl ...`), every
+    character Markdown or HTML would act on is escaped. A request target is the traffic's, and a ticket renders
+    what is pasted: `[login](https://...)` must not become a link, nor `<img onerror=...>` an element."""
+    parts = _CODE_SPAN.split(text)
+    return "".join(part if i % 2 else _MD_ACTIVE.sub(r"\\\1", part) for i, part in enumerate(parts))
+
+
+def render_markdown(report: Report) -> str:
+    """A report to paste into an incident ticket: a summary table of the problems, then one section each with
+    its newest instance, a table of instances, the run's counters, the explanation and the fix."""
+    out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
+    for p in report.problems:
+        out.append(f"> **problem** {_md(p.line())}")
+    debug = [d.line() for d in report.debug_reports()]
+    out += [f"> {line}" for line in debug]
+    if report.problems or debug:
+        out.append("")
+    groups = report.groups
+    if not groups:
+        out.append("No findings.")
+        return "\n".join(out) + "\n"
+    out += ["| severity | detector | Envoy flags | times | server | finding | first seen (UTC) | last seen (UTC) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for g in groups:
+        f = g.newest
+        pods = group_pods(g)
+        server = f"{len(pods)} pods" if len(pods) > 1 else f.flow.server
+        seen = (f"{_clock(g.first_ts)} | {_clock(g.last_ts)}" if g.first_ts else "- | -")  # a spec has no time
+        out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
+                   f"{_cell(server)} | {_cell(g.label)} | {seen} |")
+    for n, g in enumerate(groups, 1):
+        f = g.shown
+        out += ["", f"## {n}. {f.severity.value}: {_md(g.label)}", "", f"{_md(f.title)}, seen {g.span_text()}.", "",
+                f"- detector: `{f.detector}`", f"- Envoy response flags: {', '.join(f.envoy_flags) or '-'}"]
+        if f.response_code_details:
+            out.append(f"- response_code_details: `{f.response_code_details}`")
+        pods = group_pods(g)
+        if pods:
+            out.append(f"- pod{'s' if len(pods) > 1 else ''}: {_md(', '.join(pods))}")
+        for name, value in sorted(g.counters.items()):
+            out.append(f"- counter (the run's): `{name}` {value:+}")
+        out += ["", f"Evidence of the {'newest' if f is g.newest else 'best evidenced'} instance:", "",
+                "| source | where | what |", "|---|---|---|"]
+        out += [f"| {_cell(e.source)} | {_cell(e.locator())} | {_cell(e.what)} |" for e in f.evidence]
+        for line in f.access_log:
+            out += ["", "Access log:", "", "```text", line, "```"]
+        if f.envoy_log:
+            out += ["", "Envoy's own log:", "", "```text", *f.envoy_log, "```"]
+        if g.count > 1:
+            shown = g.instances[-INSTANCES_TABLE:]
+            out += ["", f"Instances ({len(shown)} newest of {g.count}; `-o json` lists every one):", "",
+                    "| # | time (UTC) | flow | deciding evidence |", "|---|---|---|---|"]
+            first = g.count - len(shown) + 1
+            for i, occ in enumerate(shown, first):
+                framed = [e for e in occ.evidence if e.frame]  # the deciding packet is the latest evidence
+                last = max(framed, key=lambda e: e.ts) if framed else None
+                deciding = f"{last.source} {last.locator()}" if last is not None else "-"
+                out.append(f"| {i} | {_clock(occ.ts)} | {_cell(occ.flow.text(labelled=False))} | {_cell(deciding)} |")
+        ladder = render_ladder(f)
+        if ladder:
+            out += ["", "Packets of the newest instance (time in ms since its first packet):", "", "```text",
+                    *ladder, "```"]
+        out += ["", _md(f.explanation), "", "Fix:", "", "```yaml", f.remediation, "```"]
+    return "\n".join(out) + "\n"
+
+
+def _shown(render):
+    """A renderer for a terminal or a ticket: the traffic's control bytes escaped (frontends/shown.py). JSON
+    escapes them itself."""
+    def shown(report: Report) -> str:
+        return block(render(report))
+    shown.__doc__ = render.__doc__
+    return shown
+
+
+RENDERERS = {"json": render_json, "text": _shown(render_text), "markdown": _shown(render_markdown)}

@@ -1,0 +1,41 @@
+"""The detail pane's text for one finding: what, where, the evidence, the packets' ladder, the explanation and
+the fix. Plain text (PlainStatic shows it, never as markup: titles carry brackets)."""
+
+from __future__ import annotations
+
+from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS, SENSITIVE_QUERY_PARAMS
+from kubectl_meshdoctor.frontends.ladder import render_ladder
+
+
+def finding_detail(f: Finding, redact: bool = True) -> str:
+    """The detail pane's text for one finding (Rich markup-free on purpose: titles carry brackets): what, where,
+    evidence; then the ladder (``render_ladder``), then ``finding_explanation``."""
+    lines = [f"{f.severity.value.upper()}  {f.detector}  Envoy flags: {', '.join(f.envoy_flags) or '-'}",
+             f.title, "", f.flow.text()]
+    if f.response_code_details:
+        lines.append(f"envoy details: {f.response_code_details}")
+    if f.pod:
+        lines.append(f"pod: {f.pod}")
+    lines.append("evidence:")
+    lines += [f"  {e.cited()}" for e in f.evidence]  # each by its kind: frame, line, counter, spec field
+    lines += [f"  access log: {line}" for line in f.access_log]
+    lines += [f"  counter: {name} {value:+}" for name, value in sorted(f.counters.items())]
+    return "\n".join(lines)
+
+
+def finding_explanation(f: Finding, redact: bool = True) -> str:
+    lines = [f.explanation, "", "fix:", f.remediation, ""]
+    if redact:
+        lines.append(f"privacy: values of {', '.join(sorted(SENSITIVE_HEADERS))}, of header names that are not "
+                     f"tokens, and of the query parameters {', '.join(sorted(SENSITIVE_QUERY_PARAMS))} are shown "
+                     f"as <redacted> (watch --no-redact shows them)")
+    else:
+        lines.append("privacy: redaction is off (--no-redact): header values and request targets are shown as "
+                     "captured")
+    return "\n".join(lines)
+
+
+def ladder_text(f: Finding) -> str:
+    ladder = render_ladder(f)
+    return "\n".join(["packets, ms since the first:", *ladder]) if ladder else ""

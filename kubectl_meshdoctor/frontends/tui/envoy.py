@@ -1,0 +1,209 @@
+"""Envoy panes: the sidecar's clusters and hosts (counters that moved are highlighted) and its access log
+(response flags coloured, filterable). They render what the session hands them and fetch nothing themselves
+but through the session's callables, in worker threads."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from kubectl_meshdoctor.core.redact import redact_target
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.clusters import Cluster
+from kubectl_meshdoctor.envoy.numbers import UINT64_DIGITS, ascii_int
+
+from ..shown import one_line
+from .plain import PlainStatic, PlainTable
+
+HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error", "rq_timeout", "rq_total")
+FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
+              "UO": "yellow", "DC": "dim", "NR": "yellow"}
+REFRESH_S = 2.0
+
+
+def flags_text(flags: tuple[str, ...]) -> Text:
+    if not flags:
+        return Text("-", style="dim")
+    out = Text()
+    for i, f in enumerate(flags):
+        if i:
+            out.append(",")
+        out.append(f, style=FLAG_STYLE.get(f, "bold"))
+    return out
+
+
+def access_log_cells(e: AccessLogEntry, redact: bool = True) -> tuple[str | Text, ...]:
+    """The cells of ``e``'s access-log row, as the pane shows them: what the pane draws and what its filter
+    matches are this one rendering."""
+    ms = round(e.ts * 1000)  # as Envoy printed it: .768 must not read .767
+    request = redact_target(f"{e.method} {e.path}", redact) if e.method else "TCP"
+    # Text, never a str: a DataTable reads a str cell as markup, and a path from the traffic may hold `[/]`;
+    # its control bytes escaped before Rich's Text drops some of them (frontends/shown.py).
+    return (Text(time.strftime("%H:%M:%S", time.localtime(ms // 1000)) + f".{ms % 1000:03d}"),
+            Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
+            flags_text(e.flags), Text(one_line(e.details or "-")), Text(one_line(e.upstream_host or "-")),
+            Text(one_line(request)))
+
+
+def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
+    """Whether ``filter_text`` (case-insensitive, surrounding blanks ignored) is in the shown text of a cell."""
+    f = filter_text.strip().casefold()
+    return not f or any(f in str(cell).casefold() for cell in cells)
+
+
+class ClustersScreen(Screen):
+    """One row per (cluster, host) from GET /clusters, refreshed every REFRESH_S; a counter that grew since
+    the previous refresh is shown bold on yellow. Click a column header to sort by it."""
+
+    BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now")]
+    CSS = "#clusters-status { height: auto; padding: 0 1; background: $boost; }"
+
+    def __init__(self, fetch: Callable[[], dict[str, Cluster]], pod: str) -> None:
+        super().__init__()
+        self.fetch = fetch
+        self.pod = pod
+        self.previous: dict[tuple[str, str], dict[str, int]] = {}
+        self.sort_column: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield PlainStatic("reading /clusters ...", id="clusters-status", markup=False)
+        table = PlainTable(id="clusters", cursor_type="row", zebra_stripes=True)
+        table.add_column("cluster", key="cluster")
+        table.add_column("host", key="host")
+        for name in HOST_COUNTERS:
+            table.add_column(name, key=name)
+        table.add_column("health", key="health")
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = one_line(f"Envoy clusters of pod/{self.pod}")
+        self.action_refresh()
+        self.set_interval(REFRESH_S, self.action_refresh)
+
+    @work(thread=True, exclusive=True, group="clusters")
+    def action_refresh(self) -> None:
+        try:
+            clusters = self.fetch()
+        except Exception as e:
+            self.app.call_from_thread(self._set_status, f"cannot read /clusters: {str(e).splitlines()[0]}")
+            return
+        self.app.call_from_thread(self.show_clusters, clusters)
+
+    def _set_status(self, text: str) -> None:
+        self.query_one("#clusters-status", Static).update(text)
+
+    def show_clusters(self, clusters: dict[str, Cluster]) -> None:
+        table = self.query_one("#clusters", DataTable)
+        table.clear()
+        moved = 0
+        current: dict[tuple[str, str], dict[str, int]] = {}
+        for cluster in clusters.values():
+            for host in cluster.hosts:
+                key = (cluster.name, host.endpoint)
+                values = {name: getattr(host, name) for name in HOST_COUNTERS}
+                before = self.previous.get(key, values)
+                cells = []
+                for name in HOST_COUNTERS:
+                    grew = values[name] > before.get(name, values[name])
+                    moved += grew
+                    cells.append(Text(str(values[name]), style="bold black on yellow" if grew else ""))
+                health = ",".join(host.health_flags) or "healthy"
+                table.add_row(cluster.name, host.endpoint, *cells,
+                              Text(health, style="" if host.healthy else "bold red"), key="|".join(key))
+                current[key] = values
+        self.previous = current
+        if self.sort_column:
+            table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+        # Say what the table shows: one row a host, so a cluster without hosts has no row.
+        empty = sum(1 for c in clusters.values() if not c.hosts)
+        without = f" ({_count(empty, 'cluster')} {'has' if empty == 1 else 'have'} no hosts)" if empty else ""
+        self._set_status(f"{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; {moved} "
+                         f"counters moved since the last refresh (every {REFRESH_S:.0f} s)")
+
+    @on(DataTable.HeaderSelected, "#clusters")
+    def _sort(self, event: DataTable.HeaderSelected) -> None:
+        self.sort_column = str(event.column_key.value)
+        event.data_table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _sort_key(value) -> tuple:
+    text = value.plain if isinstance(value, Text) else str(value)
+    # ASCII digits only: a cluster named `²` passes isdigit() and would make int() kill the sort.
+    number = ascii_int(text, max_digits=UINT64_DIGITS)
+    return (0, number, "") if number is not None else (1, 0, text)
+
+
+class AccessLogScreen(Screen):
+    """The access-log lines followed so far, newest first; ``/`` filters by flag or any text of the line."""
+
+    BINDINGS = [Binding("escape,a", "app.pop_screen", "back"), Binding("slash", "filter", "filter")]
+    CSS = "#log-status { height: auto; padding: 0 1; background: $boost; }"
+
+    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str | None, redact: bool = True) -> None:
+        """``pod``: whose sidecar wrote the lines; None for the logs ``analyze --tui`` was given."""
+        super().__init__()
+        self.entries = entries
+        self.pod = pod
+        self.redact = redact
+        self.filter_text = ""
+        self._shown = -1
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield PlainStatic("", id="log-status", markup=False)
+        yield Input(placeholder="filter: a flag (UC) or any text, Enter to apply", id="log-filter")
+        table = PlainTable(id="access-log", cursor_type="row", zebra_stripes=True)
+        for name in ("time", "code", "flags", "details", "upstream host", "request"):
+            table.add_column(name, key=name)
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = one_line(f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}")
+        self.query_one("#access-log", DataTable).focus()  # keys go to the screen; / moves to the filter
+        self.refresh_entries()
+        self.set_interval(1.0, self.refresh_entries)
+
+    def matches(self, e: AccessLogEntry) -> bool:
+        # Matched against the row as shown, every column and nothing else: a filter on the raw line would miss
+        # what the pane writes itself (`TCP`, `-`, the local time) and tell, by what it keeps, whether a hidden
+        # token is there.
+        return row_matches(access_log_cells(e, self.redact), self.filter_text)
+
+    def refresh_entries(self, force: bool = False) -> None:
+        entries = self.entries()
+        if len(entries) == self._shown and not force:
+            return
+        self._shown = len(entries)
+        table = self.query_one("#access-log", DataTable)
+        table.clear()
+        rows = [cells for cells in (access_log_cells(e, self.redact) for e in entries)
+                if row_matches(cells, self.filter_text)]
+        for cells in reversed(rows):
+            table.add_row(*cells)
+        failing = sum(1 for e in entries if e.flags)
+        filt = f", filter {self.filter_text!r}: {len(rows)} shown" if self.filter_text else ""
+        self.query_one("#log-status", Static).update(
+            f"{len(entries)} access-log lines, {failing} with response flags{filt}")
+
+    def action_filter(self) -> None:
+        self.query_one("#log-filter", Input).focus()
+
+    @on(Input.Submitted, "#log-filter")
+    def _apply_filter(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value
+        self.query_one("#access-log", DataTable).focus()
+        self.refresh_entries(force=True)

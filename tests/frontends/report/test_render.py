@@ -1,0 +1,71 @@
+"""The report writers on a recorded lab capture: the JSON contract of DESIGN.md, and readable text and Markdown."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.commands.analyze import analyze
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.frontends.report import render_json, render_markdown, render_text
+from kubectl_meshdoctor.sources.files import CaptureArg
+
+from ...helpers import prefiltered
+
+DATA = Path(__file__).parent.parent.parent / "data"
+
+
+@pytest.fixture(scope="module")
+def report():
+    args = [CaptureArg.parse(str(DATA / "lab-collision-eth0.pcap")), CaptureArg.parse(str(DATA / "lab-collision-lo.pcap"))]
+    return asyncio.run(analyze(args, Pipeline.with_detectors()))
+
+
+def test_json_follows_the_design_contract(report):
+    d = json.loads(render_json(report))
+    assert d["tool"] == "kubectl-meshdoctor" and d["source"]["kind"] == "pcap" and len(d["source"]["files"]) == 2
+    assert d["stats"]["packets"] == prefiltered(DATA / "lab-collision-eth0.pcap", DATA / "lab-collision-lo.pcap") and d["stats"]["flows"] > 0 and d["stats"]["duration_s"] > 0
+    (f,) = d["findings"]
+    assert set(f) >= {"detector", "severity", "title", "envoy_flags", "flow", "evidence", "explanation",
+                      "remediation", "response_code_details"}
+    assert set(f["flow"]) == {"client", "server", "iface"}
+    assert set(f["evidence"][0]) == {"source", "iface", "frame", "ts", "what", "src", "dst", "flags", "payload_len",
+                                     "kind"}
+    assert f["evidence"][0]["kind"] in ("packet", "access-log", "envoy-log", "counter", "spec")
+    assert f["stands_on"] and set(f["stands_on"]) <= {"packets", "access-log", "envoy-log", "counters", "spec"}
+    assert (f["evidence"][0]["flags"], f["evidence"][1]["flags"]) == ("S", ".")  # SYN, challenge ACK
+    assert isinstance(f["evidence"][0]["frame"], int) and isinstance(f["evidence"][0]["ts"], float)
+    assert report.exit_code() == 1
+
+
+def test_text_and_markdown_name_the_frames_and_the_fix(report):
+    text = render_text(report)
+    assert "ERROR tuple-collision [UC,UF,URX]" in text and "frame 20: challenge ACK" in text
+    md = render_markdown(report)
+    assert "| error | `tuple-collision` | UC,UF,URX | 1 |" in md
+    assert "| frame 20 | challenge ACK" in md and "```yaml" in md and "excludeInboundPorts" in md
+    ladder = md.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    syn = next(line for line in ladder if "#19 SYN" in line)
+    ack = next(line for line in ladder if "#20 challenge ACK" in line)
+    assert "S :40811→:5002" in syn and syn.index("│") < syn.index("▶")  # client -> sidecar
+    assert ". :5002→:40811" in ack and "◀" in ack and ack.index("◀") < ack.index(". :5002")  # sidecar -> client
+
+
+def test_a_multi_line_evidence_value_stays_indented_under_its_line():
+    """A YAML annotation quoted as evidence (hold-application's proxy.istio.io/config) printed flush left."""
+    import yaml
+
+    from kubectl_meshdoctor.core.pipeline import PipelineStats
+    from kubectl_meshdoctor.lint import lint_pod
+    from kubectl_meshdoctor.core.report_model import LintSource, Report
+
+    pod = yaml.safe_load((Path(__file__).parent.parents[1] / "lint" / "data" / "classic.yaml").read_text())
+    pod["metadata"]["annotations"]["proxy.istio.io/config"] = "proxyStatsMatcher:\n  inclusionPrefixes:\n  - x\n"
+    report = Report(LintSource(("shop/p",)), PipelineStats(), lint_pod(pod))
+    row = next(line for line in render_markdown(report).splitlines() if "proxyStatsMatcher:" in line)
+    assert row.startswith("| ") and row.endswith(" |") and "<br>  inclusionPrefixes:<br>" in row  # one table row
+    text = render_text(report)
+    at = text.index("proxyStatsMatcher:")
+    following = text[at:].splitlines()[1:3]
+    assert following == [" " * 16 + "  inclusionPrefixes:", " " * 16 + "  - x"], following

@@ -1,0 +1,53 @@
+"""Snapshots of the main screen and the help screen (pytest-textual-snapshot), over the lab's recorded collision
+and its mixed framing recording, at 80x24 and 160x45 (issue 16: nothing essential is cut at either).
+
+Stable by construction: a fixed terminal size, no clock in the header, times relative to the capture, file names
+relative to tests/data. Regenerate after an intended change of the screen with
+``scripts/test tests/frontends/tui/test_snapshots.py --snapshot-update`` and look at the SVGs before committing them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.commands.analyze import FileSession
+from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.frontends.tui.screens import HelpScreen
+from kubectl_meshdoctor.sources.files import CaptureArg
+
+from .test_app import wait_for
+from .test_triage import ready
+
+DATA = Path(__file__).parent.parent.parent / "data"
+SIZES = [(80, 24), (160, 45)]
+COLLISION = ("lab-collision-eth0.pcap", "lab-collision-lo.pcap")
+FRAMING = ("lab-framing-mixed-eth0.pcap", "lab-framing-mixed-lo.pcap")
+
+
+def _app(files=COLLISION) -> MeshDoctorApp:
+    return MeshDoctorApp(FileSession([CaptureArg.parse(f) for f in files]))
+
+
+async def _replayed(pilot) -> None:
+    await ready(pilot.app, pilot)
+    await pilot.pause(0.6)  # one more refresh tick: every pane has drawn the final state
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("files", [COLLISION, FRAMING], ids=["collision", "framing"])
+def test_main_screen(snap_compare, monkeypatch, files, size):
+    monkeypatch.chdir(DATA)
+    assert snap_compare(_app(files), terminal_size=size, run_before=_replayed)
+
+
+def test_help_screen(snap_compare, monkeypatch):
+    monkeypatch.chdir(DATA)
+
+    async def help_open(pilot) -> None:
+        await _replayed(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+        await pilot.pause(0.2)
+
+    assert snap_compare(_app(), terminal_size=SIZES[1], run_before=help_open)
