@@ -34,15 +34,14 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, pcap_header
 
 from kubectl_meshdoctor.sources.prepass import MAX_FRAME
+from kubectl_meshdoctor.sources.pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 from kubectl_meshdoctor.sources.tshark import (
+    FIELD_ARGS,
     PREFILTER,
     SESSION_PACKETS,
     TSHARK_ARGS,
-    FieldsPipeCapture,
     ReadResult,
     counted_event,
-    tshark_complaint,
-    tshark_version,
 )
 
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
@@ -370,7 +369,8 @@ async def _dissect(group: _Group) -> None:
     capture = None
     try:
         await asyncio.to_thread(tshark_version, None)
-        capture = FieldsPipeCapture(group.read_fd, display_filter=PREFILTER, line_buffered=True,
+        capture = FieldsPipeCapture(group.read_fd, output_args=FIELD_ARGS, display_filter=PREFILTER,
+                                     line_buffered=True,
                                      custom_parameters=list(TSHARK_ARGS) + ["-M", str(SESSION_PACKETS)],
                                      eventloop=loop)
         await capture.packets_from_tshark(_Lines(group.streams, group.ledger), close_tshark=True)

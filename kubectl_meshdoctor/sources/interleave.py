@@ -30,17 +30,8 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, PcapHeader, pcap_header
 
 from . import prepass
-from .tshark import (
-    FILE_PREFILTER,
-    MAX_NAMED,
-    TSHARK_ARGS,
-    FieldsPipeCapture,
-    ReadResult,
-    Undissectable,
-    packet_from_fields,
-    tshark_complaint,
-    tshark_version,
-)
+from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
+from .tshark import FIELD_ARGS, FILE_PREFILTER, MAX_NAMED, TSHARK_ARGS, ReadResult, Undissectable, packet_from_fields
 
 _BATCH = 512  # kept records handed from a file's pass to the merger at a time
 _QUEUED = 2  # batches a file's pass may run ahead of the merger
@@ -275,8 +266,8 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     try:
         while (session := await sessions.get()) is not None:
             read_fd, base = session
-            capture = FieldsPipeCapture(read_fd, display_filter=FILE_PREFILTER, custom_parameters=list(TSHARK_ARGS),
-                                         eventloop=loop)
+            capture = FieldsPipeCapture(read_fd, output_args=FIELD_ARGS, display_filter=FILE_PREFILTER,
+                                         custom_parameters=list(TSHARK_ARGS), eventloop=loop)
             await capture.packets_from_tshark(handle, close_tshark=True)
             os.close(read_fd)
             read_fd = -1

@@ -13,21 +13,16 @@ a display filter keeps the frame numbers of the user's file, unlike a BPF re-wri
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from pyshark.capture.pipe_capture import PipeCapture
-from pyshark.tshark.output_parser.base_parser import BaseTsharkOutputParser
-from pyshark.tshark.tshark import get_tshark_version
-
 from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags
 
 from .http1 import START_PREFIXES, parse_http_start
+from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 
 # Column order of tshark's output; packet_from_fields() unpacks in this order.
 FIELDS = ("frame.number", "frame.time_epoch", "frame.interface_name", "sll.hatype", "sll.ifindex",
@@ -75,87 +70,6 @@ TSHARK_ARGS = [
     # all, filtered or not (the display filter hides them from us, not from its taps).
     "-z", "io,stat,0",
 ]
-
-
-class _LineBatches(BaseTsharkOutputParser):
-    """pyshark's output-parser hook: every complete line read so far, as one bytes batch. ``gate`` is awaited
-    before each read (merge_by_time holds back a stream that runs ahead; tshark then waits on its pipe)."""
-
-    # ~250 lines a batch: parsing one takes ~10 ms, and the event loop (a TUI's screen) runs between batches.
-    DEFAULT_BATCH_SIZE = 2 ** 15
-
-    def __init__(self, gate: Callable[[], Awaitable[None]] | None = None) -> None:
-        self._gate = gate
-
-    async def get_packets_from_stream(self, stream, existing_data, got_first_packet=True):
-        if self._gate is not None:
-            await self._gate()
-        # A read from a StreamReader that already holds data does not suspend: yield to the loop ourselves.
-        await asyncio.sleep(0)
-        return await super().get_packets_from_stream(stream, existing_data, got_first_packet)
-
-    def _extract_packet_from_data(self, data: bytes, got_first_packet: bool = True):
-        cut = data.rfind(b"\n")
-        if cut == -1:
-            return None, data
-        return data[:cut], data[cut + 1:]
-
-    def _parse_single_packet(self, packet: bytes) -> bytes:
-        return packet
-
-
-@functools.lru_cache(maxsize=None)
-def tshark_version(path: str | None):
-    return get_tshark_version(path)
-
-
-class FieldsPipeCapture(PipeCapture):
-    """PipeCapture whose tshark writes ``-T fields`` (FIELDS), parsed in line batches."""
-
-    def _get_tshark_version(self):
-        # pyshark asks `tshark -v` once per capture; a second tshark loading every dissector next to each
-        # reader doubled the start-up memory peak. The version does not change while we run.
-        return tshark_version(self.tshark_path)
-
-    def __init__(self, *args, line_buffered: bool = False, gate=None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._line_buffered = line_buffered
-        self._gate = gate
-        self.exit_status: int | None = None  # tshark's, when it ended by itself (negative: killed by a signal)
-
-    async def _get_tshark_process(self, packet_count=None):
-        # As pyshark's own, with our output type; ``-l`` (flush per packet) only where latency matters (live).
-        params = [self._get_tshark_path(), *FIELD_ARGS]
-        if self._line_buffered:
-            params.append("-l")
-        params += self.get_parameters(packet_count=packet_count)
-        process = await asyncio.create_subprocess_exec(*params, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                       stdin=self._pipe)
-        self._create_stderr_handling_task(process.stderr)
-        self._created_new_process(params, process)
-        return process
-
-    def _setup_tshark_output_parser(self):
-        return _LineBatches(self._gate)
-
-    async def _cleanup_subprocess(self, process):
-        if self._eof_reached:
-            # tshark closed its output: it is exiting by itself. Wait for it instead of pyshark's kill(): that
-            # polls (reaps) the child first, racing asyncio's child watcher, which then logs "Unknown child
-            # process" on stderr; and pyshark treats any non-zero exit after the end of output as a crash,
-            # while tshark exits 2 for a capture cut short, which read_stream reports from tshark's last line.
-            try:
-                self.exit_status = await asyncio.wait_for(process.wait(), 10)
-                return
-            except asyncio.TimeoutError:
-                pass
-        await super()._cleanup_subprocess(process)
-
-    def close(self) -> None:
-        # packets_from_tshark already ended tshark and read_stream closes the fd once. The inherited close()
-        # (also run from __del__) would start an event loop, which fails inside ours, and close the fd number
-        # again, by then possibly another stream's.
-        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,18 +200,6 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
                        int(ack), payload_len, http)
 
 
-async def tshark_complaint(capture: FieldsPipeCapture) -> str | None:
-    """Once tshark's output has ended: its stderr drained (a pyshark task) and its last line, which says why it
-    stopped early; None when that line is only -M's session notice or the running-as-root warning."""
-    for task in list(getattr(capture, "_stderr_handling_tasks", [])):
-        try:
-            await task
-        except Exception:  # the task ends with the process; its errors are not ours to raise
-            pass
-    error = getattr(capture, "_last_error_line", None)
-    return None if error and ("resetting session" in error or "Running as user" in error) else error
-
-
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
                       force_iface: bool = False, prefilter: bool = True,
                       gate: Callable[[], Awaitable[None]] | None = None, frame_offset: int = 0,
@@ -318,7 +220,7 @@ async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[Pack
     # Our running loop, given: without one, pyshark installs a new SafeChildWatcher for every capture, and a
     # tshark started under the previous watcher is then reaped by nobody ("Unknown child process pid N, will
     # report returncode 255" when chunks are read one after another).
-    capture = FieldsPipeCapture(fd, display_filter=FILE_PREFILTER if prefilter else ALL_TCP,
+    capture = FieldsPipeCapture(fd, output_args=FIELD_ARGS, display_filter=FILE_PREFILTER if prefilter else ALL_TCP,
                                  custom_parameters=args, gate=gate,
                                  eventloop=asyncio.get_running_loop())
     count = 0
