@@ -18,6 +18,8 @@ from meshdoctor_lab.scenarios import challenge_ack_count
 
 pytestmark = pytest.mark.lab
 
+TCPDUMP = ("-n", "-B", "32768", "-U", "--immediate-mode")
+
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
@@ -28,13 +30,14 @@ def recordings(tmp_path_factory):
         netns = state.pod("collision").netns
         run = ["ip", "netns", "exec", netns]
         commands = {
-            "lo.pcap": ["tcpdump", "-i", "lo", "-n", "-U", "--immediate-mode", "-w", str(out / "lo.pcap"), "tcp"],
-            "eth0.pcap": ["tcpdump", "-i", "eth0", "-n", "-U", "--immediate-mode", "-w", str(out / "eth0.pcap"),
-                          "tcp"],
-            "any-sll2.pcap": ["tcpdump", "-i", "any", "-n", "-U", "--immediate-mode", "-w",
-                              str(out / "any-sll2.pcap"), "tcp"],
-            "any-sll1.pcap": ["tcpdump", "-i", "any", "-y", "LINUX_SLL", "-n", "-U", "--immediate-mode", "-w",
-                              str(out / "any-sll1.pcap"), "tcp"],
+            # -B 32768 (KiB), as the product's own tcpdump: with --immediate-mode libpcap's ring holds frames of
+            # the snap length (256 KiB), so the default 2 MiB holds 8, and a tcpdump starved by a busy machine
+            # lost packets mid-connection.
+            "lo.pcap": ["tcpdump", "-i", "lo", *TCPDUMP, "-w", str(out / "lo.pcap"), "tcp"],
+            "eth0.pcap": ["tcpdump", "-i", "eth0", *TCPDUMP, "-w", str(out / "eth0.pcap"), "tcp"],
+            "any-sll2.pcap": ["tcpdump", "-i", "any", *TCPDUMP, "-w", str(out / "any-sll2.pcap"), "tcp"],
+            "any-sll1.pcap": ["tcpdump", "-i", "any", "-y", "LINUX_SLL", *TCPDUMP, "-w", str(out / "any-sll1.pcap"),
+                              "tcp"],
             "both.pcapng": ["dumpcap", "-f", "tcp", "-i", "lo", "-i", "eth0", "-w", str(out / "both.pcapng")],
         }
         procs = [subprocess.Popen(run + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -58,7 +58,8 @@ def _tcpdump(ns: str, pcap: Path) -> Iterator[None]:
     err = pcap.with_suffix(".stderr")
     with open(err, "wb") as err_file:
         proc = subprocess.Popen(
-            netns.in_netns(ns, "tcpdump", "-i", "eth0", "-n", "-U", "--immediate-mode", "-w", str(pcap), "tcp"),
+            netns.in_netns(ns, "tcpdump", "-i", "eth0", "-n", "-B", "32768", "-U", "--immediate-mode", "-w", str(pcap),
+                           "tcp"),
             stdout=subprocess.DEVNULL, stderr=err_file,
         )
     try:

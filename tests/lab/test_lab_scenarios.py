@@ -96,7 +96,10 @@ def _capture(pod: LabPod, tmp_path: Path) -> Iterator[dict[str, Path]]:
             err = pcap.with_suffix(".stderr")
             with open(err, "wb") as err_file:
                 procs.append((subprocess.Popen(
-                    netns.in_netns(pod.netns, "tcpdump", "-i", iface, "-n", "-U", "--immediate-mode",
+                    # -B 32768 (KiB), as the product's tcpdump: with --immediate-mode libpcap's ring holds frames of
+                    # the snap length, 8 of them in the default 2 MiB, and a tcpdump starved by a busy machine lost
+                    # packets mid-connection (no FIN, no SYN in the capture).
+                    netns.in_netns(pod.netns, "tcpdump", "-i", iface, "-n", "-B", "32768", "-U", "--immediate-mode",
                                    "-w", str(pcap), "tcp"),
                     stdout=subprocess.DEVNULL, stderr=err_file), err))
         for proc, err in procs:
