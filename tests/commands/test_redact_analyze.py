@@ -205,8 +205,8 @@ async def test_every_credential_key_of_a_json_access_log_is_hidden_on_the_screen
     from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
     from kubectl_meshdoctor.sources.files import CaptureArg
 
-    from ..tui.test_app import wait_for
-    from ..tui.test_hostile_text import screen_output
+    from ..frontends.tui.test_app import wait_for
+    from ..frontends.tui.test_hostile_text import screen_output
 
     log = tmp_path / "access.json.log"
     keyed_log(log)
