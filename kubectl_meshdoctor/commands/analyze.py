@@ -26,7 +26,7 @@ from kubectl_meshdoctor.frontends.report import RENDERERS
 from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
 from kubectl_meshdoctor.sources import files, read_plan
-from kubectl_meshdoctor.sources.captools import capture_summary, complete_frames
+from kubectl_meshdoctor.sources.captools import CaptureSummary, capture_summary
 from kubectl_meshdoctor.sources.envoy_files import clusters_summary, read_access_log, read_clusters, read_counters
 from kubectl_meshdoctor.sources.files import CaptureArg, InputError
 from kubectl_meshdoctor.sources.interleave import read_interleaved
@@ -84,11 +84,14 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
             raise InputError(f"cannot read: {result}") from None
         if isinstance(result, BaseException):
             raise result
+    summaries: dict[str, CaptureSummary | None] = {}
     for a, result in zip(captures, results):
         if result.frames_read is not None:
             pipeline.stats.frames_read[a.path] = result.frames_read
         if result.cut_short:
-            whole = complete_frames(a.path)
+            # One capinfos run a capture: its summary serves the check for a packetless capture below too.
+            summaries[a.path] = summary = capture_summary(a.path)
+            whole = summary.frames if summary is not None else None
             last = whole if whole is not None else result.last_frame
             if result.frames_read is None and whole is not None:
                 # tshark stops at the cut without its count: the whole frames before it were read (a fuzz case:
@@ -117,7 +120,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     for a, r in zip(captures, results):
         if r.packets:
             continue
-        info = capture_summary(a.path)
+        info = summaries[a.path] if a.path in summaries else capture_summary(a.path)
         frames = r.frames_read if r.frames_read is not None else (info.frames if info is not None else None)
         if not frames and (not r.error or r.cut_short):
             if not r.error:
