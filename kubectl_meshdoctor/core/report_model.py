@@ -98,19 +98,6 @@ class LiveSource:
     kind = "live"
 
     @classmethod
-    def of_pod(cls, fields: dict) -> LiveSource:
-        """One pod's source from the fields a watch gathers (``pods``, ``namespace``, ``container``,
-        ``container_reused``, ``interfaces``, ``captures`` (iface -> CaptureCounts' fields), ``capture_filter``,
-        ``dissect``, ``files``; ``kind`` is ``live``). TypeError for a field the report does not have."""
-        rest = {k: v for k, v in fields.items() if k not in ("kind", "pods", "namespace")}
-        if fields.get("kind", cls.kind) != cls.kind:
-            raise TypeError(f"not a live source: {fields.get('kind')}")
-        captures = {k: c if isinstance(c, CaptureCounts) else CaptureCounts(**c)
-                    for k, c in rest.pop("captures", {}).items()}
-        capture = PodCapture(captures=captures, **{**rest, "interfaces": tuple(rest.get("interfaces", ()))})
-        return cls(tuple(fields["pods"]), fields["namespace"], capture)
-
-    @classmethod
     def merged(cls, sources: list[LiveSource]) -> LiveSource:
         """One source for several pods' (at least one): their pods in order, the first one's namespace."""
         return cls(tuple(s.pods[0] for s in sources), sources[0].namespace, per_pod=tuple(sources))
@@ -168,14 +155,6 @@ class SidecarSide:
     counters_moved: dict[str, dict[str, int]]
     logs: LogLinesRead = LogLinesRead()
     debug: EnvoyDebugReport | None = None
-
-    @classmethod
-    def of(cls, fields: dict) -> SidecarSide:
-        """From the fields a watch gathers: ``version``, ``counters_moved``, LogLinesRead's counts, ``debug``.
-        TypeError for a field the report does not have."""
-        rest = dict(fields)
-        version, moved, debug = rest.pop("version", None), rest.pop("counters_moved", {}), rest.pop("debug", None)
-        return cls(version, {k: dict(v) for k, v in moved.items()}, LogLinesRead(**rest), debug)
 
     def debug_reports(self) -> list[EnvoyDebugReport]:
         return [self.debug] if self.debug is not None else []

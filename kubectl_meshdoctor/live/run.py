@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Problem, undissectable_problem
+from kubectl_meshdoctor.core.report_model import CaptureCounts
 from kubectl_meshdoctor.kube.client import Kube
 
 from .capture_copy import pcap_path
@@ -75,7 +76,7 @@ class CaptureReport:
     a frame was read. An idle pod, one stream of several lost, or a pod deleted after its packets were read,
     still had a capture."""
 
-    captures: dict[str, dict]
+    captures: dict[str, CaptureCounts]
     frames_read: dict[str, int]
     problems: list[Problem]
     captured_nothing: bool
@@ -155,7 +156,7 @@ class LiveRun:
     def report(self) -> CaptureReport:
         """What the capture came to, once ``stop`` has returned."""
         state = self.state
-        captures: dict[str, dict] = {}
+        captures: dict[str, CaptureCounts] = {}
         frames_read: dict[str, int] = {}
         problems: list[Problem] = []
         for cap, res in zip(state.captures, self.results):
@@ -171,8 +172,7 @@ class LiveRun:
             read = None if isinstance(res, BaseException) else res.frames_read
             if read is not None:
                 frames_read[cap.iface] = read
-            captures[cap.iface] = {"captured": cap.captured, "dropped_by_kernel": cap.dropped_by_kernel,
-                                   "frames_read": read, "bytes": cap.bytes_received}
+            captures[cap.iface] = CaptureCounts(cap.captured, cap.dropped_by_kernel, read, cap.bytes_received)
             if cap.captured is not None and read is not None and read < cap.captured:
                 problems.append(Problem(where, f"{cap.captured - read} of {cap.captured} captured packets were not "
                                                f"read by tshark"))
@@ -181,7 +181,7 @@ class LiveRun:
         # Scripts read the exit code, not the problems: a capture of nothing must say so.
         nothing = not any(cap.heard_listening for cap in state.captures) or (
             bool(state.captures) and all(cap.failed for cap in state.captures)
-            and not any(c["frames_read"] for c in captures.values()))
+            and not any(c.frames_read for c in captures.values()))
         return CaptureReport(captures, frames_read, problems, nothing)
 
     def _start_captures(self) -> None:

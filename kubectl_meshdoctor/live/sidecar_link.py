@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyCountersEvent, EnvoyLogEvent
 from kubectl_meshdoctor.core.findings import Problem
+from kubectl_meshdoctor.core.report_model import LogLinesRead
 from kubectl_meshdoctor.envoy.server_info import envoy_version
 from kubectl_meshdoctor.envoy.stats import by_cluster, delta, parse_stats
 from kubectl_meshdoctor.kube.admin import ADMIN_PORT, EnvoyAdmin
@@ -98,11 +99,10 @@ async def close_proxy(link: ProxyLink) -> EnvoyCountersEvent:
                               f"pod/{link.admin.pod} {SIDECAR_CONTAINER} /stats")
 
 
-def log_summary(link: ProxyLink) -> dict[str, int]:
-    """What the followed log held, for the report's ``envoy`` section: ``access_log_lines`` (access-log lines read),
-    ``log_lines`` (every line), ``component_log_entries`` (entries of Envoy's own log), ``envoy_log_facts`` (those a
-    detector reads) and ``other_log_lines`` (lines of no known kind); zeros when the log was not followed."""
+def log_summary(link: ProxyLink) -> LogLinesRead:
+    """What the followed log held, for the report's Envoy side: access-log lines read, every line, entries of
+    Envoy's own log, those a detector reads (facts) and lines of no known kind; zeros when the log was not
+    followed."""
     c = link.log.counts if link.log is not None else LogCounts()
-    return {"access_log_lines": c.access_log, "log_lines": c.lines, "component_log_entries": c.component,
-            "envoy_log_facts": c.facts, "other_log_lines": c.other}
-
+    return LogLinesRead(access_log_lines=c.access_log, log_lines=c.lines, component_log_entries=c.component,
+                        envoy_log_facts=c.facts, other_log_lines=c.other)

@@ -25,7 +25,8 @@ from kubectl_meshdoctor.core.events import (
 )
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
-from kubectl_meshdoctor.core.report_model import KernelSide, LiveSource, PerPodSide, Report, SidecarSide
+from kubectl_meshdoctor.core.report_model import (KernelSide, LiveSource, PerPodSide, PodCapture, Report,
+                                                  SidecarSide)
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
 from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
@@ -243,18 +244,13 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.context(counters)
     pipeline.context(KernelCountersEvent(time.time(), kernel))
     findings = pipeline.finish()
-    source = {"kind": "live", "pods": [pod_name], "namespace": pod.metadata.namespace, "container": dbg.name,
-              "container_reused": dbg.reused, "interfaces": list(opts.ifaces), "captures": captured.captures,
-              "capture_filter": "full" if opts.full_capture else "lean", "dissect": opts.dissect}
-    if state.pcap_files:
-        source["files"] = dict(state.pcap_files)
-    envoy = {"version": proxy.version, "counters_moved": {k: dict(v) for k, v in counters.moved.items()},
-             **log_summary(proxy)}
-    if (debug := state.debug.report()) is not None:
-        envoy["debug"] = debug
+    capture = PodCapture(dbg.name, dbg.reused, tuple(opts.ifaces), captured.captures,
+                         "full" if opts.full_capture else "lean", opts.dissect, dict(state.pcap_files) or None)
+    envoy = SidecarSide(proxy.version, {k: dict(v) for k, v in counters.moved.items()}, log_summary(proxy),
+                        state.debug.report())
     nothing = captured.captured_nothing  # scripts read the exit code, not the problems
-    return Report(LiveSource.of_pod(source), pipeline.stats, findings, problems, envoy=SidecarSide.of(envoy),
-                  kernel=KernelSide(kernel), captured_nothing=nothing)
+    return Report(LiveSource((pod_name,), pod.metadata.namespace, capture), pipeline.stats, findings, problems,
+                  envoy=envoy, kernel=KernelSide(kernel), captured_nothing=nothing)
 
 
 async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem],

@@ -17,7 +17,8 @@ from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.envoy_debug_report import EnvoyDebugReport
 from kubectl_meshdoctor.core.findings import COUNTER, PACKET, SPEC
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
-from kubectl_meshdoctor.core.report_model import KernelSide, LintSource, LiveSource, Report, SidecarSide
+from kubectl_meshdoctor.core.report_model import (CaptureCounts, KernelSide, LintSource, LiveSource, LogLinesRead,
+                                                  PodCapture, Report, SidecarSide)
 from kubectl_meshdoctor.lint import lint_pods
 from kubectl_meshdoctor.frontends.report import render_json
 from kubectl_meshdoctor.sources.files import CaptureArg
@@ -157,8 +158,8 @@ def test_a_lint_report_follows_the_page():
 
 
 def test_a_live_report_follows_the_page(analyzed):
-    """A watch's report as watch_pod builds it (commands/watch/live.py): its source, the sidecar's and the
-    kernel's sides, with the findings of a recorded capture."""
+    """A watch's report from the typed parts watch_pod builds (commands/watch/live.py): its source, the sidecar's
+    and the kernel's sides, with the findings of a recorded capture."""
     args = [CaptureArg.parse(str(DATA / n)) for n in ("lab-collision-lo.pcap", "lab-collision-eth0.pcap")]
     run = asyncio.run(analyze(args, Pipeline.with_detectors()))
     source = {"kind": "live", "pods": ["collision"], "namespace": "shop", "container": "meshdoctor-abc",
@@ -169,11 +170,18 @@ def test_a_live_report_follows_the_page(analyzed):
     envoy = {"version": "1.40.0", "counters_moved": {"inbound|5002||": {"upstream_cx_connect_fail": 1}},
              "access_log_lines": 3, "log_lines": 9, "component_log_entries": 0, "envoy_log_facts": 0,
              "other_log_lines": 6, "debug": EnvoyDebugReport("collision", asked=True, wanted=("pool",))}
-    report = Report(LiveSource.of_pod(source), run.stats, run.findings, run.problems, envoy=SidecarSide.of(envoy),
-                    kernel=KernelSide({"TcpExtTCPChallengeACK": 1}))
+    capture = PodCapture("meshdoctor-abc", False, ("lo", "eth0"),
+                         {"lo": CaptureCounts(16, 0, 16, 4096), "eth0": CaptureCounts(21, 0, 21, 5120)},
+                         "lean", "local")
+    sidecar = SidecarSide("1.40.0", {"inbound|5002||": {"upstream_cx_connect_fail": 1}}, LogLinesRead(3, 9, 0, 0, 6),
+                          EnvoyDebugReport("collision", asked=True, wanted=("pool",)))
+    report = Report(LiveSource(("collision",), "shop", capture), run.stats, run.findings, run.problems,
+                    envoy=sidecar, kernel=KernelSide({"TcpExtTCPChallengeACK": 1}))
     d = json.loads(render_json(report))
     assert check_report(d) == []
-    assert d["source"] == source  # the fields a watch gathers, as they were
+    assert d["source"] == source  # the page's fields, each with the value the typed parts hold
+    assert {k: v for k, v in d["envoy"].items() if k != "debug"} == {k: v for k, v in envoy.items()
+                                                                       if k != "debug"}
     assert d["envoy"]["debug"]["pod"] == "collision" and d["kernel"] == {"TcpExtTCPChallengeACK": 1}
 
 
