@@ -14,10 +14,10 @@ tcpdump's records in order: the n-th record of that pod/interface's tcpdump is f
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 
 from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.loop_handoff import LoopHandoff
 
 from kubectl_meshdoctor.sources.tshark import (
     FIELD_ARGS,
@@ -58,9 +58,7 @@ class PodFieldStream:
         self._rest = b""  # a line not yet whole
         self._sessions = 0  # -M sessions before the current one
         self._seen_any = False
-        self._pending = 0
-        self._cond = threading.Condition()
-        self._closed = False
+        self._handoff: LoopHandoff[PacketEvent] = LoopHandoff(loop, self._on, MAX_PENDING, _WAIT_S)
 
     def wrote(self, data: bytes) -> None:
         """From the writer's thread: the next bytes of tshark's output. Never raises."""
@@ -72,7 +70,7 @@ class PodFieldStream:
         self._rest = buf[cut + 1:]
         events = self._parse(buf[:cut].decode("latin-1").split("\n"))
         if events:
-            self._hand_on(events)
+            self._handoff.hand_on(events)
 
     def ended(self) -> None:
         """From the writer's thread: the stream is over. A last line without its newline was cut short."""
@@ -105,31 +103,10 @@ class PodFieldStream:
                 events.append(ev)
         return events
 
-    def _hand_on(self, events: list[PacketEvent]) -> None:
-        with self._cond:
-            while self._pending > MAX_PENDING and not self._closed:
-                self._cond.wait(_WAIT_S)
-                if self._loop.is_closed():
-                    return
-            self._pending += len(events)
-        try:
-            self._loop.call_soon_threadsafe(self._feed, events)
-        except RuntimeError:  # the event loop has closed: nothing will read them
-            with self._cond:
-                self._closed = True
-
-    def _feed(self, events: list[PacketEvent]) -> None:
-        try:
-            for ev in events:
-                self.on_event(ev)
-        finally:
-            with self._cond:
-                self._pending -= len(events)
-                self._cond.notify_all()
+    def _on(self, ev: PacketEvent) -> None:
+        self.on_event(ev)
 
     def _settle(self, result: ReadResult) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._handoff.close()
         if not self.result.done():
             self.result.set_result(result)

@@ -34,6 +34,7 @@ from kubectl_meshdoctor.envoy.component_log import (
     parse_component_line,
 )
 from kubectl_meshdoctor.envoy.story import log_ref
+from kubectl_meshdoctor.loop_handoff import LoopHandoff
 
 MAX_PENDING = 20_000  # events handed to the loop and not yet read there: beyond this the follower waits
 QUIET_S = 0.5  # seconds without a line after which an open multi-line entry is taken as complete
@@ -71,16 +72,14 @@ class ProxyLogStream:
         self.source = source
         self.counts = LogCounts()
         self.on_event = on_event
-        self._loop = loop
         self._clock = clock
         self._reader = ComponentLogReader()
         self._lock = threading.Lock()  # the reader and the batch: the follower's thread and the loop's idle()
         self._batch: list[AccessLogEvent | EnvoyLogEvent] = []
         self._last_line = clock()
         self._last_ts = 0.0  # Envoy's time of the latest entry that had one: for entries without a time
-        self._pending = 0
-        self._cond = threading.Condition()
-        self._closed = False
+        self._handoff: LoopHandoff[AccessLogEvent | EnvoyLogEvent] = LoopHandoff(loop, self._on, MAX_PENDING,
+                                                                                   _WAIT_S)
 
     # -- the follower's thread ----------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -116,7 +115,7 @@ class ProxyLogStream:
         with self._lock:
             events, self._batch = self._batch, []
         if events:
-            self._hand_on(events)
+            self._handoff.hand_on(events)
 
     def ended(self) -> None:
         """The stream is over: the entry still open is complete."""
@@ -124,7 +123,7 @@ class ProxyLogStream:
             self._take(self._reader.flush())
             events, self._batch = self._batch, []
         if events:
-            self._hand_on(events)
+            self._handoff.hand_on(events)
 
     # -- the loop's thread --------------------------------------------------------------------------------
     def idle(self) -> None:
@@ -136,15 +135,11 @@ class ProxyLogStream:
             self._take(self._reader.flush())
             events, self._batch = self._batch, []
         if events:
-            with self._cond:
-                self._pending += len(events)
-            self._loop.call_soon(self._feed, events)
+            self._handoff.queue_here(events)
 
     def close(self) -> None:
         """Nothing will read further events (the run is over): a follower waiting to hand some on stops."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._handoff.close()
 
     # -- inside ---------------------------------------------------------------------------------------------
     def _take(self, done: list[tuple[int, ComponentLine]]) -> None:
@@ -159,25 +154,5 @@ class ProxyLogStream:
                 self._batch.append(EnvoyLogEvent(entry.ts or self._last_ts or time.time(), fact,
                                                  log_ref(self.source, number, entry, fact.kind)))
 
-    def _hand_on(self, events: list) -> None:
-        with self._cond:
-            while self._pending > MAX_PENDING and not self._closed:
-                self._cond.wait(_WAIT_S)
-                if self._loop.is_closed():
-                    return
-            if self._closed:
-                return
-            self._pending += len(events)
-        try:
-            self._loop.call_soon_threadsafe(self._feed, events)
-        except RuntimeError:  # the event loop has closed: nothing will read them
-            self.close()
-
-    def _feed(self, events: list) -> None:
-        try:
-            for ev in events:
-                self.on_event(ev)
-        finally:
-            with self._cond:
-                self._pending -= len(events)
-                self._cond.notify_all()
+    def _on(self, ev: AccessLogEvent | EnvoyLogEvent) -> None:
+        self.on_event(ev)
