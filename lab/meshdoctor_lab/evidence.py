@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from meshdoctor_lab import lab
-from meshdoctor_lab.scenarios.admin import admin
+from meshdoctor_lab.scenarios.pod_admin import admin
 from meshdoctor_lab.state import LabError, LabState
 
 # The failure classes and the healthy HTTP pod the parser tests need lines of, in the order recorded.

@@ -16,7 +16,7 @@ from meshdoctor_lab.scenario_fixes import lab_fix
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from meshdoctor_lab import lab
 from meshdoctor_lab.applied_fixes import LAB_FIXES
-from meshdoctor_lab.scenarios.admin import admin
+from meshdoctor_lab.scenarios.pod_admin import admin
 from meshdoctor_lab.scenarios.table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX, OVERFLOW_SLOW
 from meshdoctor_lab.state import LabState
 

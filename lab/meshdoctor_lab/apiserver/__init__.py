@@ -3,7 +3,7 @@
 Run it as `python -m meshdoctor_lab.apiserver --state STATE_JSON --kubeconfig OUT --port 0`.
 """
 
-from .app import LabApiServer
+from .routes import LabApiServer
 from .objects import LabConfig
 
 __all__ = ["LabApiServer", "LabConfig"]

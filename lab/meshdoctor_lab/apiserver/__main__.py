@@ -23,7 +23,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .app import LabApiServer
+from .routes import LabApiServer
 from .kubeconfig import kubeconfig_dict, write_kubeconfig
 from .objects import LabConfig
 from .tls import TlsMaterial, make_tls

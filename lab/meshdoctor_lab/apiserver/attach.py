@@ -18,8 +18,8 @@ import os
 
 from .containerio import ContainerIO
 from .containers import log_path
-from .logs import tail_file
-from .exec import ExecOptions
+from .pod_log import tail_file
+from .exec_session import ExecOptions
 from .remotecommand import CommandIO
 from .store import PodRecord, Store
 

@@ -1,6 +1,6 @@
 """Where an exec's or attach's bytes go, whatever carries them: WebSocket channels or SPDY streams.
 
-`CommandIO` is what exec.py and attach.py use: `connected()`, `stdout(data)`, `stderr(data)`, `events()` (what
+`CommandIO` is what exec_session.py and attach.py use: `connected()`, `stdout(data)`, `stderr(data)`, `events()` (what
 the client sends: ("stdin", bytes), ("stdin-eof", b""), ("resize", json bytes); it ends when the client is gone),
 `finish(status)` (the error-channel payload, then the end of every stream) and `status_json` (v4 and later report
 the exit as a metav1.Status JSON, older protocols as text).

@@ -1,8 +1,8 @@
 """The streaming routes of the lab API server: exec, attach and port-forward, over whichever transport the client
 asks for (WebSocket channel.k8s.io subprotocols, SPDY/3.1, or SPDY tunnelled in a WebSocket for port-forward).
 
-A mixin of LabApiServer (app.py), which provides what the mixin declares it needs (store, registry, background,
-_denied, _fault, _pod_or_404): declared here, so that this module needs nothing of app.py (no import cycle). The HTTP answers before an upgrade (400 for a bad query or container, 403 for a deny fault) are
+A mixin of LabApiServer (routes.py), which provides what the mixin declares it needs (store, registry, background,
+_denied, _fault, _pod_or_404): declared here, so that this module needs nothing of routes.py (no import cycle). The HTTP answers before an upgrade (400 for a bad query or container, 403 for a deny fault) are
 the API server's; after it, failures travel on the error stream as the kubelet sends them.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from .channels import EXEC_PROTOCOLS, ERROR, STDERR, STDOUT, Framing
-from .exec import ExecOptions, ExecSession, failure_status
+from .exec_session import ExecOptions, ExecSession, failure_status
 from .httpstream import is_spdy_upgrade, negotiate, upgrade_spdy
 from .status import query_flag, status_failure, status_response
 from .remotecommand import SPDY_EXEC_PROTOCOLS, CommandIO, WsIO, collect_streams

@@ -16,7 +16,7 @@ from pathlib import Path
 from meshdoctor_lab.apps import HTTP_PORT
 from meshdoctor_lab.state import LabPod
 
-from .admin import host_flags, stat_sum, wait_until
+from .pod_admin import host_flags, stat_sum, wait_until
 from .caller_rounds import response_of
 from .http_rounds import http_get
 from .rounds import IO_TIMEOUT, one_line, Tally

@@ -315,7 +315,7 @@ class LabApiServer(StreamingRoutes):
     # ------------------------------------------------------------------------------------------ logs
 
     async def pod_log(self, request: web.Request) -> web.StreamResponse:
-        from .logs import serve_log
+        from .pod_log import serve_log
 
         ns, name = request.match_info["ns"], request.match_info["name"]
         if (resp := self._denied("get", "pods", "log", ns=ns, name=name)) is not None:
