@@ -114,6 +114,16 @@ def test_no_module_over_500_lines():
     assert long == {}
 
 
+def test_no_module_name_is_used_twice():
+    """A traceback or a grep names a module by its file name: across the product, its detectors and the lab,
+    each name (but a package's __init__ and __main__) is one module."""
+    by_name: dict[str, list[str]] = {}
+    for dotted, path in MODULES.items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.name, []).append(dotted)
+    assert {name: where for name, where in by_name.items() if len(where) > 1} == {}
+
+
 def test_the_top_level_is_the_design_card():
     for entry in ("pyproject.toml", "kubectl_meshdoctor", "plugins", "tests", "krew-manifest.yaml"):
         assert (ROOT / entry).exists(), entry
