@@ -11,7 +11,7 @@ missing value, START_TIME's default rendering ``%Y-%m-%dT%H:%M:%E3SZ``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -32,6 +32,12 @@ _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # The start of what only an access-log line has: TEXT's `[START_TIME] "REQUEST"` (Envoy's own log lines are
 # `[2025-06-12 08:14:01.207][15][info]`: a space in the time, no quote), JSON's start_time and response_code.
 _TEXT_START = re.compile(r'\[\d{4}-\d\d-\d\dT[^\]]*\] "')
+# The same line pasted without its leading `[START_TIME] ` (a ticket's copy, a log tool that shows its own time
+# column): it starts with the quoted request line, then the code and the flags.
+_UNTIMED_START = re.compile(r'"(?:- - -|[!#$%&\'*+.^_`|~0-9A-Za-z-]+ [^"]* [^" ]+)" \d{1,3} (?:[A-Z][A-Za-z0-9,]*|-)(?: |$)')
+# Read as if its time were there; the entry's time is then the wrapper's, if any, else unknown (0.0), as for
+# Envoy's own lines pasted without a time.
+_UNTIMED_PREFIX = "[1970-01-01T00:00:00.000Z] "
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,8 @@ def read_unwrapped(u: Unwrapped, raw: str, log_format: LogFormat | None = None) 
         if text.startswith("["):
             found = next((r for r in (_read(f, text, raw, u) for f in KNOWN_TEXT) if r is not None), None)
             return found if found is not None else _read_partial(text, raw, u)
+        if text.startswith('"') and _UNTIMED_START.match(text):
+            return _read_untimed(text, raw, u)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None  # a line of another shape, or one no Envoy wrote ("duration": 1e400, nesting 1000 deep)
     return None
@@ -186,7 +194,7 @@ def looks_like_access_log(line: str) -> bool:
     text = unwrap(line).text.strip()
     if text.startswith("{"):
         return '"start_time"' in text and '"response_code"' in text
-    return bool(_TEXT_START.match(text))
+    return bool(_TEXT_START.match(text) or _UNTIMED_START.match(text))
 
 
 def parse_lines(text: str, log_format: LogFormat | None = None) -> list[AccessLogEntry]:
@@ -200,6 +208,18 @@ def _read(fmt: LogFormat, text: str, raw: str, u: Unwrapped) -> ReadLine | None:
         return None
     entry = entry_of(values, raw, u)
     return ReadLine(entry, fmt.name, u) if entry is not None else None
+
+
+def _read_untimed(text: str, raw: str, u: Unwrapped) -> ReadLine | None:
+    """A TEXT line of a known format (or read in part) with its leading ``[START_TIME] `` cut off. Its time is
+    the wrapper's (when the line was written) less the duration, else 0.0: unknown."""
+    framed = _UNTIMED_PREFIX + text
+    found = next((r for r in (_read(f, framed, raw, u) for f in KNOWN_TEXT) if r is not None), None)
+    found = found if found is not None else _read_partial(framed, raw, u)
+    if found is None:
+        return None
+    ts = u.ts - found.entry.duration_ms / 1000.0 if u.ts is not None else 0.0
+    return replace(found, entry=replace(found.entry, ts=ts))
 
 
 def _read_partial(text: str, raw: str, u: Unwrapped) -> ReadLine | None:

@@ -31,8 +31,10 @@ ENVOY_DEFAULT, ISTIO_TEXT, ISTIO_JSON, BARE = "envoy", "istio", "istio-json", "b
 MAX_MESSAGE_CHARS = 16_384  # a header dump of a huge request is cut here: the facts read sit at its head
 MAX_CONTINUATION_LINES = 200
 
-_TIME = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+# spdlog's %z is `+02:00`; a --log-format may put a space before it (`%T.%e %z`).
+_TIME = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d\d:?\d\d))?"
 _TIME_RE = re.compile(_TIME)
+_SPACED_OFFSET = re.compile(r" ([+-]\d\d:?\d\d)$")
 _BRACKET = re.compile(r"\[([^\[\]]{0,300})\]")
 _LOCATION = re.compile(r"(?:[\w.\-]*/)*[\w.\-]+\.(?:cc|h|cpp|c|hpp):\d+")
 _LOGGER = re.compile(r"[a-z][a-z0-9_]{0,30}")
@@ -90,7 +92,7 @@ def parse_time(text: str) -> float | None:
     """``2026-12-03 13:40:08.211`` or ``2026-12-03T13:40:08.210633Z`` -> seconds since the epoch (UTC unless an
     offset is given); None when it is not a time. Never raises."""
     try:
-        when = datetime.fromisoformat(text.replace(",", ".").replace("Z", "+00:00"))
+        when = datetime.fromisoformat(_SPACED_OFFSET.sub(r"\1", text.replace(",", ".").replace("Z", "+00:00")))
     except ValueError:
         return None
     if when.tzinfo is None:

@@ -62,9 +62,11 @@ _SEPARATOR = re.compile(r"[:-]")
 # Where a line Envoy wrote, or another wrapper, can start: a bracketed time (access log, Envoy's component log),
 # a JSON object, an RFC 3339 time (Istio's component log, CRI, kubectl), kubectl's prefix, a JSON string; and
 # the continuation lines of Envoy's multi-line debug messages: a header of a dumped header map
-# (`'name', 'value'`) and, in Istio's format, the message's end (`<TAB>thread=N`).
+# (`'name', 'value'`) and, in Istio's format, the message's end (`<TAB>thread=N`); and an access-log line pasted
+# without its `[START_TIME] `: the quoted request line, then the response code.
 _START = re.compile(r'\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\{|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|\[pod/|"\[|"\{'
-                    r"|'[^']*', '|\tthread=\d+$|\[C\d+\]|\[Tags: |\[Envoy \(Epoch \d+\)\] ")
+                    r"|'[^']*', '|\tthread=\d+$|\[C\d+\]|\[Tags: |\[Envoy \(Epoch \d+\)\] "
+                    r'|"(?:- - -|[A-Za-z-]+ [^"]* [^" ]+)" \d{1,3} ')
 _DOCKER_KEYS = frozenset({"log", "stream", "time", "attrs"})
 # What pasting adds around a line (a ticket, a chat, an e-mail's quoting, a terminal's log viewer).
 _QUOTE = re.compile(r"(?:> ?)+")

@@ -123,3 +123,18 @@ def test_no_text_raises(text):
 @given(st.binary(max_size=400))
 def test_no_bytes_raise(data):
     list(read_component_log(data.decode("utf-8", "replace").splitlines()))
+
+
+@pytest.mark.parametrize("printed", [
+    "2026-12-03 13:40:08.211", "2026-12-03T13:40:08.211Z", "2026-12-03 13:40:08.211+00:00",
+    "2026-12-03 15:40:08.211+02:00", "2026-12-03 15:40:08.211 +02:00", "2026-12-03 15:40:08.211 +0200",
+    "2026-12-03T08:40:08.211-05:00", "2026-12-03 13:40:08,211",
+])
+def test_a_time_with_or_without_its_offset_is_the_same_instant(printed):
+    """Envoy's default prints local time without a zone (UTC in a pod); a --log-format with spdlog's %z adds
+    the offset, with or without a space before it."""
+    for line in (f"[{printed}][15][debug][pool] [C12] using existing connection",
+                 f"{printed}\tdebug\tenvoy pool\t[C12] using existing connection\tthread=15"):
+        entry = parse_component_line(line)
+        assert entry is not None and (entry.logger, entry.connection) == ("pool", 12), line
+        assert entry.ts == pytest.approx(1796305208.211), line

@@ -146,6 +146,25 @@ def test_every_known_text_format_reads_back(entry, known, wrap):
     assert e.ts == pytest.approx(entry["ts"], abs=1e-6)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entry=entries(), known=st.sampled_from(TEXT_FORMATS), wrap=_WRAPS)
+def test_a_known_text_line_pasted_without_its_start_time_reads_back(entry, known, wrap):
+    """A ticket's copy of a line with its leading `[START_TIME] ` cut off: the fields the format carries, and the
+    time the wrapper gives (when the line was written, less the duration), else 0.0 (unknown)."""
+    compiled = compile_format(known.format, known.name)
+    line = render_text(known.format, entry)
+    untimed = line[line.index("] ") + 2:]
+    assert untimed.startswith('"')
+    read = read_back(wrap(untimed))
+    assert read.unwrapped.text == untimed
+    e = read.entry
+    got = {name: getattr(e, name) for name in FIELDS if name in compiled.fields}
+    assert got == expected(entry, compiled.fields)
+    written = unwrap(wrap(untimed)).ts
+    assert e.ts == (pytest.approx(written - entry["duration_ms"] / 1000.0, abs=1e-6) if written is not None
+                    else 0.0)
+
+
 @settings(max_examples=200, deadline=None)
 @given(entry=entries(), known=st.sampled_from(JSON_FORMATS), wrap=_WRAPS)
 def test_istios_json_reads_back(entry, known, wrap):
@@ -262,3 +281,4 @@ def test_a_partial_line_takes_details_only_when_shaped_so():
     cut = read_line(old + " extra-field")  # Envoy's default with a field added: read in part
     assert cut.format == PARTIAL and cut.entry.details is None and cut.entry.code == 503
     assert read_line('[2026-12-03T13:40:08.211Z] "GET / HTTP/1.1" 200') is None  # no flags: too short to tell
+    assert read_line('"GET / HTTP/1.1" 200') is None and read_line('"quoted" 503 UF') is None

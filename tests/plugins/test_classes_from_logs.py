@@ -71,6 +71,18 @@ def test_the_access_log_alone_names_the_class(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(CLASSES))
+def test_the_access_log_pasted_without_its_times_names_the_class(name, tmp_path):
+    """Lines copied into a ticket with the leading `[START_TIME] ` cut off: each is still read, and the flags,
+    details and addresses alone name the class."""
+    lines = [ln.split("] ", 1)[1] for ln in (DATA / name / "istio-proxy.log").read_text().splitlines()
+             if ln.startswith("[20")]
+    code, report = analyze(lines, tmp_path)
+    assert report["envoy"]["access_log_lines"] == len(lines)
+    assert named(report) == CLASSES[name], json.dumps(report["findings"], indent=1)[:2000]
+    assert code == (1 if any(sev == "error" for _, sev in CLASSES[name]) else 0)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
 def test_both_logs_of_a_request_make_one_finding(name, tmp_path):
     lines = (DATA / name / "istio-proxy.log").read_text().splitlines()
     code, report = analyze(lines, tmp_path)
