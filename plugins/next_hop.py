@@ -1,0 +1,97 @@
+"""``next-hop``: a caller's sidecar relayed a 5xx the next hop answered; the cause lies beyond this pod.
+
+In a mesh the user's 503 is logged by the caller's sidecar (or the gateway), on the outbound cluster of the
+service it called (``outbound|PORT|SUBSET|HOST``). When the answer came from upstream, Envoy's
+%RESPONSE_CODE_DETAILS% is ``via_upstream`` (Envoy docs, response_code_details.rst: "The response code was set by
+the upstream"), whatever it was: the server pod's sidecar failing its own upstream (its ``503 UF`` is relayed as
+``503 URX via_upstream`` once the caller's retries are spent; Istio retries 503 by default,
+``retriable_status_codes: [503]``, 2 retries: istio/istio pilot/pkg/networking/core/route/retry/retry.go), its
+``502 UPE`` as ``502 - via_upstream``, its route timeout as ``504 - via_upstream``, or the app's own 5xx. This
+pod's captures, debug log and counters then show a healthy hop: the evidence is in the next one.
+
+The finding names the hop (the cluster, the upstream host that answered) and the command to run there. A failure
+this sidecar made itself (UF, UC, UO, UH, NR, ... with details other than ``via_upstream``) is other detectors'.
+"""
+
+from __future__ import annotations
+
+from kubectl_meshdoctor.core.correlate import access_log_flow
+from kubectl_meshdoctor.core.detector import Detector
+from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.istio_cluster import IstioCluster, parse_istio_cluster
+from kubectl_meshdoctor.envoy.story import StreamStory
+
+VIA_UPSTREAM = "via_upstream"
+# The statuses an Envoy hop answers with itself (503 UF/UC/UO/UH/URX, 502 UPE, 504 UT: Envoy's local replies,
+# response_code_details.rst); relayed, they say that hop failed. A 500 or 501 relayed is the app's own answer.
+HOP_STATUSES = frozenset({502, 503, 504})
+
+
+def relayed(entry: AccessLogEntry) -> IstioCluster | None:
+    """The outbound cluster of a 502, 503 or 504 the next hop answered and this sidecar passed on; None for anything
+    else."""
+    if entry.details != VIA_UPSTREAM or entry.code not in HOP_STATUSES:
+        return None
+    cluster = parse_istio_cluster(entry.upstream_cluster)
+    return cluster if cluster is not None and cluster.direction == "outbound" else None
+
+
+def where_to_look(cluster: IstioCluster, upstream_host: str | None) -> str:
+    """The commands that find the next hop's pod and read its side: by the upstream host's IP when the line has
+    it, else by the service's endpoints."""
+    ns = cluster.namespace
+    flag = f"-n {ns} " if ns else ""
+    ip = upstream_host.rpartition(":")[0].strip("[]") if upstream_host and ":" in upstream_host else None
+    if ip:
+        find = f"kubectl get pods -A -o wide --field-selector status.podIP={ip}"
+    elif cluster.service:
+        find = f"kubectl get endpointslices {flag}-l kubernetes.io/service-name={cluster.service} -o wide"
+    else:
+        find = f"# the pods behind {cluster.host or 'the cluster'}"
+    return (f"# The answer came from the next hop: read that pod's sidecar.\n{find}\n"
+            f"kubectl meshdoctor watch {flag}pod/<that pod> --envoy-debug\n"
+            f"# or, offline: kubectl logs {flag}<that pod> -c istio-proxy > server.log; "
+            f"kubectl meshdoctor analyze server.log")
+
+
+class NextHop(Detector):
+    id = "next-hop"
+
+    def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
+        cluster = relayed(entry)
+        return self._finding(entry, cluster, evidence) if cluster is not None else None
+
+    def from_envoy_log(self, story: StreamStory, evidence: Evidence,
+                       entry: AccessLogEntry | None) -> Finding | None:
+        said = entry if entry is not None else story.entry()
+        cluster = relayed(said)
+        return self._finding(said, cluster, evidence) if cluster is not None else None
+
+    def _finding(self, entry: AccessLogEntry, cluster: IstioCluster, evidence: Evidence) -> Finding:
+        request = f"{entry.method} {entry.path}" if entry.method else "a request"
+        answered = entry.upstream_host or cluster.host or entry.upstream_cluster
+        retried = "URX" in entry.flags
+        spent = (" after its retries were spent (URX: every attempt got a 5xx; Istio retries a 503 twice by "
+                 "default)" if retried else "")
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"{entry.code} from the next hop ({answered}): this sidecar passed on {request}'s answer",
+            variant=f"{entry.code} via_upstream",
+            flow=access_log_flow(entry),
+            evidence=(evidence,),
+            envoy_flags=tuple(entry.flags),
+            response_code_details=VIA_UPSTREAM,
+            explanation=(
+                f"This pod's sidecar sent {request} to {entry.upstream_cluster} and passed on the {entry.code} "
+                f"that came back from {answered}{spent}: Envoy's details say via_upstream, so the status was set "
+                f"upstream, not by this hop. The cause is in the next hop: the server pod's sidecar (a 503 UF or "
+                f"UC, a 502 UPE, a 504 UT of its own, each logged there) or its app. This pod's captures and "
+                f"counters show a healthy hop; read the server pod's side."),
+            remediation=where_to_look(cluster, entry.upstream_host),
+            pod=self.ctx.pod,
+            ts=entry.ts,
+            details={"cluster": entry.upstream_cluster, "upstream_host": entry.upstream_host,
+                     "retries_spent": retried},
+        )
