@@ -154,10 +154,12 @@ class _Note:
     the first request the server has not answered (the one a reset would race), the server's last data segment
     and the last that carried an HTTP head (its Keep-Alive header), and whether the flow was reported already."""
 
-    __slots__ = ("fin", "last_request", "last_response", "last_head", "reported")
+    __slots__ = ("fin", "last_request", "last_response", "last_head", "reported", "last_ts", "idle_before_fin")
 
     def __init__(self) -> None:
         self.fin: PacketEvent | None = None
+        self.last_ts: float | None = None  # the flow's latest packet before the server's FIN
+        self.idle_before_fin: float | None = None  # seconds the flow was quiet before that FIN
         self.last_request: PacketEvent | None = None
         self.last_response: PacketEvent | None = None
         self.last_head: PacketEvent | None = None
@@ -187,6 +189,7 @@ class StaleKeepalive(Detector):
                 return self._on_reset(ev, flow, note)
             if ev.is_fin and note.fin is None:
                 note.fin = ev
+                note.idle_before_fin = ev.ts - note.last_ts if note.last_ts is not None else None
             if ev.payload_len:
                 note.last_request = None  # answered: an earlier request was not in the race
                 note.last_response = ev
@@ -194,6 +197,8 @@ class StaleKeepalive(Detector):
                     note.last_head = ev  # its headers (a long response's later segments have none)
         elif ev.payload_len and not ev.is_rst and note.last_request is None:
             note.last_request = ev  # the first unanswered request is the one written on the stale connection
+        if note.fin is None:
+            note.last_ts = ev.ts
         return ()
 
     def _on_reset(self, rst: PacketEvent, flow: Flow, note: _Note) -> Iterable[Finding]:
@@ -202,6 +207,11 @@ class StaleKeepalive(Detector):
             return ()
         if fin is not None and req.ts >= fin.ts - RACE_WINDOW_S:
             if flow.iface == "eth0":
+                # An idle close follows a served request and a quiet spell. A sidecar that FINs a connection it
+                # has just accepted (its upstream connect failed: 127.0.0.6 port exhaustion, a refused app on a
+                # TCP port) closed it for another hop's failure; the caller's bytes meeting the RST are no race.
+                if note.last_response is None or (note.idle_before_fin or 0.0) < MIN_IDLE_S:
+                    return ()
                 return (self._downstream_after_fin(rst, flow, note, fin, req),)
             return (self._crossing_fin(rst, flow, note, fin, req),)
         if flow.iface != "lo":

@@ -137,3 +137,33 @@ def test_a_downstream_connection_closed_by_either_side_without_reuse_is_healthy(
     w.pkt(second, first, F | A, 5121 if first == CALLER else 1081, 1082 if first == CALLER else 5122)
     w.pkt(first, second, A, 1082 if first == CALLER else 5122, 5122 if first == CALLER else 1082)
     assert run(w.events, only=["stale-keepalive"]) == []
+
+
+@pytest.mark.parametrize("request_at", ["after the FIN", "crossing the FIN"])
+def test_a_sidecar_closing_a_connection_it_just_accepted_is_not_a_keepalive_race(request_at):
+    """On a TCP port the sidecar FINs right after accepting when its own upstream connect fails (127.0.0.6 port
+    exhaustion, nothing listening): no request was served and no idle spell came before the FIN, so the caller's
+    bytes meeting the RST are that other hop's failure, not an idle close the caller raced."""
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    if request_at == "crossing the FIN":
+        w.pkt(CALLER, POD, P | A, 1001, 5001, payload_len=80, dt=0.001)
+        w.pkt(POD, CALLER, F | A, 5001, 1081, dt=0.002)
+        w.pkt(CALLER, POD, P | A, 1081, 5002, payload_len=40, dt=0.001)
+        w.pkt(POD, CALLER, R, 5002, 0)
+    else:
+        w.pkt(POD, CALLER, F | A, 5001, 1001, dt=0.002)  # the connect upstream failed at once
+        w.pkt(CALLER, POD, A, 1001, 5002)
+        w.pkt(CALLER, POD, P | A, 1001, 5002, payload_len=80, dt=0.01)
+        w.pkt(POD, CALLER, R, 5002, 0)
+    assert run(w.events, only=["stale-keepalive"]) == []
+
+
+def test_a_served_connection_closed_without_a_quiet_spell_is_not_an_idle_close():
+    """The sidecar FINs right after its response (a `connection: close` drain, a failed next hop): not idle."""
+    w = Wire(iface="eth0")
+    downstream_pooled(w)
+    w.pkt(POD, CALLER, F | A, 5121, 1081, dt=0.001)
+    w.pkt(CALLER, POD, P | A, 1081, 5122, payload_len=80, dt=0.001)
+    w.pkt(POD, CALLER, R, 5122, 0)
+    assert run(w.events, only=["stale-keepalive"]) == []
