@@ -11,13 +11,21 @@ pod's captures, debug log and counters then show a healthy hop: the evidence is 
 
 The finding names the hop (the cluster, the upstream host that answered) and the command to run there. A failure
 this sidecar made itself (UF, UC, UO, UH, NR, ... with details other than ``via_upstream``) is other detectors'.
+
+Retries hide the next hop's failures: a request whose first attempt failed and whose retry was answered is a
+200 in this sidecar's access log, while the server pod logged the failure. The outbound cluster's
+``upstream_rq_retry_success`` (Envoy's cluster_stats.rst: "Total request retry successes") counts them: a warning.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kubectl_meshdoctor.core.correlate import access_log_flow
+from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.findings import Evidence, Finding, Severity
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent
+from kubectl_meshdoctor.core.findings import Evidence, Finding, NoFlow, Severity
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.istio_cluster import IstioCluster, parse_istio_cluster
 from kubectl_meshdoctor.envoy.story import StreamStory
@@ -55,8 +63,26 @@ def where_to_look(cluster: IstioCluster, upstream_host: str | None) -> str:
             f"kubectl meshdoctor analyze server.log")
 
 
+RETRIES = (CounterSignal("cluster", "upstream_rq_retry_success",
+                         "requests a retry answered after an attempt failed"),)
+
+
 class NextHop(Detector):
     id = "next-hop"
+    envoy_counters = ("upstream_rq_retry", "upstream_rq_retry_success", "upstream_rq_retry_limit_exceeded")
+
+    def from_counters(self, counters: EnvoyCountersEvent) -> Iterable[Finding]:
+        found = counter_findings(
+            self.id, counters, RETRIES, what="Retries hid failures of the next hop",
+            explanation=("This sidecar retried requests whose first attempt failed at the next hop (the server "
+                         "pod's sidecar or its app: a 503, a reset, a refused stream), and a retry was answered: "
+                         "callers saw success, and the server pod logged the failures. Istio retries a 503, a "
+                         "reset and a connect failure twice by default. The failures are real and recur; read the "
+                         "server pod's side to see them."),
+            remediation=("# The failures are logged in the next hop: read the server pod's sidecar.\n"
+                         "kubectl meshdoctor watch -n <namespace> pod/<server pod> --envoy-debug"),
+            severity=Severity.WARNING, pod=self.ctx.pod)
+        return [f for f in found if isinstance(f.flow, NoFlow) and _outbound(f.flow.server)]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         cluster = relayed(entry)
@@ -95,3 +121,8 @@ class NextHop(Detector):
             details={"cluster": entry.upstream_cluster, "upstream_host": entry.upstream_host,
                      "retries_spent": retried},
         )
+
+
+def _outbound(cluster: str) -> bool:
+    parsed = parse_istio_cluster(cluster)
+    return parsed is not None and parsed.direction == "outbound"

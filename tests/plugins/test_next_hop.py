@@ -76,3 +76,34 @@ def test_istios_cluster_names_read(name, want):
                                   "outbound|x||h", "inbound|5000|"])
 def test_other_cluster_names_are_not_istios(name):
     assert parse_istio_cluster(name) is None
+
+
+def _caller_stats(path, success: int, retries: int, uptime: int) -> None:
+    """A caller sidecar's /stats text (Envoy's `name: value` lines) for one outbound and one inbound cluster."""
+    out = "outbound|9080||reviews.default.svc.cluster.local"
+    path.write_text(
+        f"cluster.{out}.upstream_rq_retry: {retries}\n"
+        f"cluster.{out}.upstream_rq_retry_success: {success}\n"
+        f"cluster.{out}.upstream_rq_total: {100 + retries}\n"
+        "cluster.inbound|9080||.upstream_rq_retry_success: 7\n"
+        f"server.uptime: {uptime}\n")
+
+
+def test_retries_that_hid_the_next_hops_failures_are_a_warning(tmp_path):
+    before, after = tmp_path / "stats-before.txt", tmp_path / "stats-after.txt"
+    _caller_stats(before, success=2, retries=2, uptime=3600)
+    _caller_stats(after, success=9, retries=10, uptime=3700)
+    rc, report = analyze_json(before, after)
+    hid = [f for f in report["findings"] if f["detector"] == "next-hop"]
+    assert rc == 0 and len(hid) == 1 and hid[0]["severity"] == "warning"
+    assert hid[0]["counters"] == {"cluster.outbound|9080||reviews.default.svc.cluster.local."
+                                  "upstream_rq_retry_success": 7}
+    assert "Retries hid failures" in hid[0]["title"]
+
+
+def test_no_retry_answered_and_an_inbound_clusters_retries_are_no_hidden_failure(tmp_path):
+    before, after = tmp_path / "stats-before.txt", tmp_path / "stats-after.txt"
+    _caller_stats(before, success=2, retries=2, uptime=3600)
+    _caller_stats(after, success=2, retries=2, uptime=3700)
+    rc, report = analyze_json(before, after)
+    assert rc == 0 and not [f for f in report["findings"] if f["detector"] == "next-hop"]
