@@ -23,6 +23,7 @@ from .events import (
 )
 from .findings import Evidence, Finding
 from .flows import FlowTable
+from .hops import join_hops
 from .redact import redact_finding
 from .registry import load_detectors
 
@@ -186,6 +187,8 @@ class Pipeline:
         self.findings = [self._redacted(self.correlator.attach(f)) for f in self.findings]
         self._wire = [f for f in self.findings if of_the_wire(f)]
         self._emit(self.correlator.unexplained(None, self._wire, self._claims))
+        # Both hops' logs read together (a caller's and a server's sidecar): one finding per failing request.
+        self.findings = join_hops(self.findings)
         if self._counters is not None:
             # The admin dumps (/stats, /clusters) name a class on their own only where nothing else of the run
             # did; elsewhere they back the findings that did (attach_counters below).
