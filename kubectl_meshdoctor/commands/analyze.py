@@ -48,6 +48,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     kinds, refused = _kinds(args, log_format)
+    # A capture whose name says no interface is lo or eth0 by its content: the detectors act on those two.
+    args = [files.with_role(a) if kinds.get(a.path) == files.CAPTURE else a for a in args]
     args, problems = _distinct([a for a in args if a.path in kinds], kinds)
     problems = refused + problems
     for parent in dict.fromkeys(os.path.dirname(os.path.abspath(a.path)) for a in args):
