@@ -65,14 +65,20 @@ examples:
 """ + EXIT_CODES_HELP
 
 EPILOG_ANALYZE = """\
-The interface of each file comes from FILE:IFACE, else pcapng interface blocks, else the file's stem
-(lo.pcap -> lo). Frame numbers in the report are the frame numbers Wireshark shows for that file.
+Several pods (a caller and a server saw the same connections on their own eth0): give one DIR a pod,
+named after the directory; every file in it is read by its content, and each pod is analysed apart.
+FILE:POD/IFACE (or FILE:POD/) puts one file in pod POD. Without a pod anywhere, all files are one pod.
+The interface of a capture comes from :IFACE, else pcapng interface blocks or Linux cooked headers, else its
+name (lo.pcap, reviews-eth0.pcap), else its content (loopback link or 127.0.0.0/8, ::1 traffic: lo; else
+eth0). Frame numbers in the report are the frame numbers Wireshark shows for that file.
 tshark yields only the packets a detector can act on (SYN, FIN, RST, HTTP/1 message starts, challenge-ACK
 candidates); the packet counts are of those.
 
 examples:
   kubectl meshdoctor analyze lo.pcap eth0.pcap
   kubectl meshdoctor analyze capture.pcapng:eth0 -o json
+  kubectl meshdoctor analyze caller/ server/           # one directory a pod: each pod's findings apart
+  kubectl meshdoctor analyze caller/ dump.pcap:server/eth0 proxy.log:server/
   kubectl meshdoctor analyze lo.pcap eth0.pcap --tui    # browse findings, ladder diagrams and packets
   kubectl logs -l app=reviews -c istio-proxy --prefix --timestamps > proxy.log
   kubectl meshdoctor analyze proxy.log lo.pcap          # access logs as kubectl, stern, grep or a node wrote them
@@ -276,9 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "two; /clusters). A file it cannot read is named in the report's problems and "
                                    "the others are read; exit 2 only when nothing could be read.",
                        epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    a.add_argument("files", nargs="+", metavar="FILE[:IFACE]",
-                   help="a capture (:IFACE names its interface), an access log or an admin dump; the kind is "
-                        "read from the contents")
+    a.add_argument("files", nargs="+", metavar="FILE|DIR",
+                   help="FILE[:IFACE]: a capture (:IFACE names its interface), an access log or an admin dump, "
+                        "the kind read from the contents; FILE:POD/IFACE or FILE:POD/: one file of pod POD; "
+                        "DIR: one pod's files, the pod named after the directory")
     a.add_argument("--tui", action="store_true", help="open the findings in the TUI (ladder diagrams, packets "
                    "pane, s saves a finding's packets); the report is printed when you quit")
     a.add_argument("--log-format", metavar="FORMAT",

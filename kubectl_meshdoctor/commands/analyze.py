@@ -10,14 +10,22 @@ import signal
 import sys
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
+from kubectl_meshdoctor.commands.watch.headless_stop import merged_stats
 from kubectl_meshdoctor.core.events import ClustersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
-from kubectl_meshdoctor.core.report_model import DumpCounters, FilesSide, FilesSource, LogLinesRead, Report
+from kubectl_meshdoctor.core.report_model import (
+    DumpCounters,
+    FilesSide,
+    FilesSource,
+    LogLinesRead,
+    Report,
+    merge_pod_reports,
+)
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compile_format
@@ -30,6 +38,7 @@ from kubectl_meshdoctor.sources.captools import CaptureSummary, capture_summary
 from kubectl_meshdoctor.sources.envoy_files import clusters_summary, read_access_log, read_clusters, read_counters
 from kubectl_meshdoctor.sources.files import CaptureArg, InputError
 from kubectl_meshdoctor.sources.interleave import read_interleaved
+from kubectl_meshdoctor.sources.pod_inputs import by_pod, pod_inputs
 from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, SeenOnce, merge_by_time
 from kubectl_meshdoctor.sources.read_plan import read_capture
 
@@ -48,6 +57,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     kinds, refused = _kinds(args, log_format)
+    # A capture whose name says no interface is lo or eth0 by its content: the detectors act on those two.
+    args = [files.with_role(a) if kinds.get(a.path) == files.CAPTURE else a for a in args]
     args, problems = _distinct([a for a in args if a.path in kinds], kinds)
     problems = refused + problems
     for parent in dict.fromkeys(os.path.dirname(os.path.abspath(a.path)) for a in args):
@@ -112,7 +123,9 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         envoy, read_dumps = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)
     findings = pipeline.finish()
     only_captures = all(k == files.CAPTURE for k in kinds.values())
-    source = FilesSource(tuple(a.path for a in args), None if only_captures else dict(kinds))
+    pod = args[0].pod if args else None  # analyze_pods gives one pod's files at a time
+    source = FilesSource(tuple(a.path for a in args), None if only_captures else dict(kinds), pod,
+                         {a.path: a.iface for a in captures} if pod is not None else None)
     # A capture read is one that held traffic. Not: a pcap header alone, one cut short before its first frame
     # ended, one whose frames no tool can count, a pcapng cut inside its first blocks (read as a "mime" file),
     # frames of no byte each (zeros after a pcap header). One capinfos run tells, for a capture with no packet.
@@ -139,6 +152,27 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     read_logs = sum(1 for r in results[len(captures):] if r.readable)
     return Report(source, pipeline.stats, findings, problems, envoy=envoy,
                   captured_nothing=not (read_captures or read_logs or read_dumps))
+
+
+async def analyze_pods(args: list[CaptureArg], new_pipeline: Callable[[str | None], Pipeline],
+                       jobs: int | None = None, log_format: LogFormat | None = None) -> Report:
+    """``analyze`` for each pod of ``args`` (sources/pod_inputs.py) through a pipeline of its own,
+    ``new_pipeline(pod)``, one pod after another: the same connection seen from a caller's and a server's eth0
+    is two views, not one flow. One report (core/report_model.py merge_pod_reports); a pod none of whose files
+    can be read is a problem, and InputError (one line) only when no pod's can."""
+    groups = by_pod(args)
+    if len(groups) == 1 and groups[0][0] is None:
+        return await analyze(args, new_pipeline(None), jobs, log_format)
+    reports: list[Report] = []
+    failed: list[Problem] = []
+    for pod, files in groups:
+        try:
+            reports.append(await analyze(files, new_pipeline(pod), jobs, log_format))
+        except InputError as e:
+            failed.append(Problem(f"pod/{pod}", str(e)))
+    if not reports:
+        raise InputError("; ".join(p.line() for p in failed))
+    return merge_pod_reports(reports, failed)
 
 
 def _kinds(args: list[CaptureArg], log_format: LogFormat | None = None) -> tuple[dict[str, str], list[Problem]]:
@@ -248,8 +282,9 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
 
 
 class FileSession(Session):
-    """Capture files (``sources.files.CaptureArg``) through the real pipeline, then on screen until q like a
-    live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at once (as ``analyze``'s)."""
+    """Capture files (``sources.files.CaptureArg``, each with its pod, if any) through the real pipeline, one a
+    pod, then on screen until q like a live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at
+    once (as ``analyze``'s)."""
 
     saves_evidence = True
 
@@ -260,27 +295,34 @@ class FileSession(Session):
         self.redact = redact
         self.jobs = jobs
         self.describe = f"files: {' '.join(c.path for c in captures)}"
-        self._pipeline = Pipeline.with_detectors(redact=redact)
+        self._pipelines = [Pipeline.with_detectors(redact=redact)]
         self._save = evidence_saver({c.path: c.path for c in captures})
 
     async def run(self, hooks: SessionHooks) -> Report:
-        self._pipeline = Pipeline.with_detectors(on_finding=hooks.on_finding, redact=self.redact,
-                                                 keep_recent=KEEP_RECENT)
+        self._pipelines = []
+
+        def new_pipeline(pod: str | None) -> Pipeline:
+            self._pipelines.append(Pipeline.with_detectors(pod=pod, on_finding=hooks.on_finding,
+                                                           redact=self.redact, keep_recent=KEEP_RECENT))
+            return self._pipelines[-1]
+
         hooks.progress(f"reading {', '.join(c.path for c in self.captures)}")
-        report = await analyze(self.captures, self._pipeline, jobs=self.jobs, log_format=self.log_format)
+        report = await analyze_pods(self.captures, new_pipeline, jobs=self.jobs, log_format=self.log_format)
         hooks.progress(f"files read: {report.stats.packets} packets analysed; q quits")
         await hooks.stop.wait()
         return report
 
     def stats(self) -> PipelineStats:
-        return self._pipeline.stats
+        return merged_stats(self._pipelines) if self._pipelines else PipelineStats()
 
     def packets(self) -> Sequence[PacketEvent]:
-        return self._pipeline.recent
+        if len(self._pipelines) == 1:
+            return self._pipelines[0].recent
+        return sorted((ev for p in self._pipelines for ev in p.recent), key=lambda ev: ev.ts)[-KEEP_RECENT:]
 
     def access_log(self) -> list[AccessLogEntry]:
-        """The lines of the access logs given, as the correlator holds them (the same the report quotes)."""
-        return self._pipeline.correlator.entries()
+        """The lines of the access logs given, as the correlators hold them (the same the report quotes)."""
+        return [e for p in self._pipelines for e in p.correlator.entries()]
 
     def save_evidence(self, finding: Finding, path: str, overwrite: bool) -> str:
         return self._save(finding, path, overwrite)
@@ -288,7 +330,10 @@ class FileSession(Session):
 
 def run(args) -> int:
     """`kubectl meshdoctor analyze FILE...`: the report of the captures, or the TUI with --tui."""
-    captures = list(dict.fromkeys(CaptureArg.parse(f) for f in args.files))  # a file given twice counts once
+    try:
+        captures = pod_inputs(args.files)
+    except InputError as e:
+        return error(str(e))
     try:
         log_format = compile_format(args.log_format) if getattr(args, "log_format", None) else None
     except LogFormatError as e:
@@ -320,10 +365,15 @@ def run(args) -> int:
         stoppers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         for sig in stoppers:
             loop.add_signal_handler(sig, on_signal, sig)
-        pipeline = Pipeline.with_detectors(redact=args.redact)
-        ticker = asyncio.create_task(progress_line(pipeline, "analyzing"))
+        pipelines: list[Pipeline] = []
+
+        def new_pipeline(pod: str | None) -> Pipeline:
+            pipelines.append(Pipeline.with_detectors(pod=pod, redact=args.redact))
+            return pipelines[-1]
+
+        ticker = asyncio.create_task(progress_line(pipelines, "analyzing"))
         try:
-            return await analyze(captures, pipeline, jobs=args.jobs, log_format=log_format)
+            return await analyze_pods(captures, new_pipeline, jobs=args.jobs, log_format=log_format)
         finally:
             ticker.cancel()
             # Removed while the loop runs: asyncio.run closes the loop's wakeup pipe before it removes them, and a

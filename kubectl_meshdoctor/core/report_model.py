@@ -34,18 +34,39 @@ class LintSource:
 @dataclass(frozen=True, slots=True)
 class FilesSource:
     """``analyze``: the files read, in the order given. ``kinds`` (path -> capture, envoy-log, stats or
-    clusters) when any is not a capture; None when every one is (the kind is then ``pcap``)."""
+    clusters) when any is not a capture; None when every one is (the kind is then ``pcap``). A run that names
+    pods (``analyze DIR...``, ``FILE:POD/IFACE``) has each pod's own source in ``per_pod``: its ``pod`` and the
+    ``interfaces`` its captures were read as (path -> lo, eth0, ...)."""
 
     files: tuple[str, ...]
     kinds: dict[str, str] | None = None
+    pod: str | None = None
+    interfaces: dict[str, str] | None = None
+    per_pod: tuple[FilesSource, ...] = ()
 
     @property
     def kind(self) -> str:
         return "pcap" if self.kinds is None else "files"
 
+    @classmethod
+    def merged(cls, sources: list[FilesSource]) -> FilesSource:
+        """One source for several pods' (each naming its pod): every file once, in order, and each pod's."""
+        files = tuple(dict.fromkeys(f for s in sources for f in s.files))
+        kinds = {f: k for s in sources for f, k in (s.kinds or dict.fromkeys(s.files, "capture")).items()}
+        return cls(files, None if all(s.kinds is None for s in sources) else kinds, per_pod=tuple(sources))
+
     def to_dict(self) -> dict:
-        kinds = {"kinds": dict(self.kinds)} if self.kinds is not None else {}
-        return {"kind": self.kind, "files": list(self.files), **kinds}
+        out: dict = {"kind": self.kind, "files": list(self.files)}
+        if self.kinds is not None:
+            out["kinds"] = dict(self.kinds)
+        if self.pod is not None:
+            out["pod"] = self.pod
+        if self.interfaces is not None:
+            out["interfaces"] = dict(self.interfaces)
+        if self.per_pod:
+            out["pods"] = [s.pod for s in self.per_pod]
+            out["per_pod"] = [s.to_dict() for s in self.per_pod]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +221,10 @@ class FilesSide:
 
 @dataclass(frozen=True, slots=True)
 class PerPodSide:
-    """Several pods' sidecars (a watch of deploy/x or -l): pod name -> its side."""
+    """Several pods' sidecars (a watch of deploy/x or -l; their files, analyze over several pods): pod name ->
+    its side."""
 
-    per_pod: dict[str, SidecarSide]
+    per_pod: dict[str, SidecarSide | FilesSide]
 
     def debug_reports(self) -> list[EnvoyDebugReport]:
         return [d for side in self.per_pod.values() for d in side.debug_reports()]
@@ -310,3 +332,30 @@ def groups_to_dicts(findings: list[Finding]) -> list[dict]:
                     "rate_per_min": g.rate_per_min, "instances": [index[id(i)] for i in g.instances],
                     **({"counters": g.counters} if g.counters else {})})
     return out
+
+
+def merge_pod_reports(reports: list[Report], problems: list[Problem]) -> Report:
+    """One report of analyze over pods (at least one), each ``reports`` item one pod's run through a pipeline of
+    its own (its source a FilesSource naming its pod): every finding (each naming its pod) in time order, the
+    problems of each, then ``problems`` (a pod none of whose files could be read). With several pods the
+    interfaces count as ``pod/iface`` and each Envoy side is under ``envoy.per_pod``; one pod's report keeps its
+    own (only its source says its pod)."""
+    sources = [r.source for r in reports if isinstance(r.source, FilesSource)]
+    if len(reports) == 1:
+        r = reports[0]
+        return Report(FilesSource.merged(sources), r.stats, r.findings, r.problems + problems, envoy=r.envoy,
+                      captured_nothing=r.captured_nothing)
+    stats = PipelineStats()
+    envoy: dict[str, SidecarSide | FilesSide] = {}
+    for r, src in zip(reports, sources):
+        stats.packets += r.stats.packets
+        stats.flows_seen += r.stats.flows_seen
+        stats.findings_dropped += r.stats.findings_dropped
+        stats.by_iface.update({f"{src.pod}/{iface}": st for iface, st in r.stats.by_iface.items()})
+        stats.frames_read.update(r.stats.frames_read)  # by file: each pod's files are its own
+        if isinstance(r.envoy, (SidecarSide, FilesSide)):
+            envoy[src.pod or ""] = r.envoy
+    return Report(FilesSource.merged(sources), stats, sorted((f for r in reports for f in r.findings),
+                                                              key=lambda f: f.ts),
+                  [p for r in reports for p in r.problems] + problems, envoy=PerPodSide(envoy) if envoy else None,
+                  captured_nothing=all(r.captured_nothing for r in reports))

@@ -12,7 +12,15 @@ from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding
 from kubectl_meshdoctor.core.fixes import note_of, render
 from kubectl_meshdoctor.core.groups import FindingGroup
-from kubectl_meshdoctor.core.report_model import FilesSide, LintSource, Report, group_pods
+from kubectl_meshdoctor.core.report_model import (
+    FilesSide,
+    FilesSource,
+    LintSource,
+    LogLinesRead,
+    PerPodSide,
+    Report,
+    group_pods,
+)
 
 from .ladder import render_ladder
 from .shown import block
@@ -27,7 +35,7 @@ def _headline(report: Report) -> str:
         n = len(report.source.pods)
         return f"kubectl-meshdoctor {__version__} lint: {n} pod{'' if n == 1 else 's'} checked"
     st = report.stats
-    logs = getattr(report.envoy, "logs", None)  # one sidecar's, or the files'; several pods' are per pod
+    logs = _logs_read(report)
     lines, own = (logs.access_log_lines, logs.component_log_entries) if logs is not None else (0, 0)
     dumps = report.envoy.counters if isinstance(report.envoy, FilesSide) else None
     if not st.by_iface and (lines or own or dumps):  # logs or dumps alone: no packet was there to analyse
@@ -39,6 +47,27 @@ def _headline(report: Report) -> str:
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
     return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")
+
+
+def _logs_read(report: Report) -> LogLinesRead | None:
+    """The Envoy log lines a run read: one sidecar's, the files', or several pods' summed."""
+    if isinstance(report.envoy, PerPodSide):
+        sides = [side.logs for side in report.envoy.per_pod.values()]
+        return LogLinesRead(*(sum(getattr(x, f) for x in sides) for f in LogLinesRead.__slots__)) if sides else None
+    return getattr(report.envoy, "logs", None)
+
+
+def _pods_read(report: Report) -> list[str]:
+    """``pod/NAME: FILE (lo), FILE (envoy-log)`` for each pod of an analyze that names pods: what was read as
+    whose."""
+    source = report.source
+    if not isinstance(source, FilesSource):
+        return []
+    out = []
+    for s in source.per_pod:
+        what = {**(s.kinds or {}), **(s.interfaces or {})}
+        out.append(f"pod/{s.pod}: " + ", ".join(f"{f} ({what.get(f, 'capture')})" for f in s.files))
+    return out
 
 
 TEXT_WIDTH = 118  # columns the text report wraps its explanations to
@@ -85,7 +114,7 @@ def render_text(report: Report) -> str:
     """A report a person reads in a terminal: one block per problem (group of alike findings), most severe
     first, each a screenful at most: how often and when, the newest instance in full, a few others by flow,
     the run's counters once, the explanation and the fix once."""
-    lines = [_headline(report)]
+    lines = [_headline(report), *_pods_read(report)]
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
     lines += [d.line() for d in report.debug_reports()]
@@ -178,6 +207,8 @@ def render_markdown(report: Report) -> str:
     """A report to paste into an incident ticket: a summary table of the problems, then one section each with
     its newest instance, a table of instances, the run's counters, the explanation and the fix."""
     out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
+    pods_read = _pods_read(report)
+    out += [f"- {_md(line)}" for line in pods_read] + ([""] if pods_read else [])
     for p in report.problems:
         out.append(f"> **problem** {_md(p.line())}")
     debug = [d.line() for d in report.debug_reports()]
@@ -188,12 +219,14 @@ def render_markdown(report: Report) -> str:
     if not groups:
         out.append("No findings.")
         return "\n".join(out) + "\n"
+    several_pods = len({f.pod for f in report.findings if f.pod}) > 1
     out += ["| severity | detector | Envoy flags | times | server | finding | first seen (UTC) | last seen (UTC) |",
             "|---|---|---|---|---|---|---|---|"]
     for g in groups:
         f = g.newest
         pods = group_pods(g)
-        server = f"{len(pods)} pods" if len(pods) > 1 else f.flow.server
+        server = f"{len(pods)} pods" if len(pods) > 1 else \
+            f"pod/{pods[0]} {f.flow.server}" if pods and several_pods else f.flow.server
         seen = (f"{_clock(g.first_ts)} | {_clock(g.last_ts)}" if g.first_ts else "- | -")  # a spec has no time
         out.append(f"| {f.severity.value} | `{f.detector}` | {','.join(f.envoy_flags)} | {g.count} | "
                    f"{_cell(server)} | {_cell(g.label)} | {seen} |")

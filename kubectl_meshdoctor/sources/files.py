@@ -1,5 +1,5 @@
-"""The files a user gives ``analyze``: the FILE[:IFACE] arguments, and what each file holds, told by its content
-(a capture, an Envoy log, an admin dump). How a capture is then read is sources/read_plan.py's."""
+"""The files a user gives ``analyze``: the FILE[:IFACE], FILE:POD/IFACE arguments, what each file holds, told by
+its content (a capture, an Envoy log, an admin dump), and a capture's interface when its name does not say it. How a capture is then read is sources/read_plan.py's."""
 
 from __future__ import annotations
 
@@ -18,35 +18,80 @@ from kubectl_meshdoctor.envoy.stats_prometheus import looks_like_prometheus
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
 from kubectl_meshdoctor.pcap_header import is_capture
 from kubectl_meshdoctor.sources.envoy_files import text_encoding
+from kubectl_meshdoctor.sources.iface_role import capture_role
 
 
 class InputError(Exception):
     """An input file that cannot be read, or of no known kind; the message is one line for stderr."""
 
 
+_IFACE = r"[A-Za-z0-9_.@-]{1,15}"  # a Linux interface name: at most IFNAMSIZ - 1 bytes
+# A pod's name (a DNS-1123 subdomain, Kubernetes' rule for object names), or a directory's, as the user spells it.
+_POD = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}"
+
+
 @dataclass(frozen=True, slots=True)
 class CaptureArg:
-    """``FILE`` or ``FILE:IFACE`` from the command line; ``iface`` defaults to the file's stem (``lo.pcap`` -> lo)."""
+    """One input file from the command line: ``FILE``, ``FILE:IFACE``, ``FILE:POD/IFACE`` or ``FILE:POD/``.
+    ``iface``: the one given (``explicit``: it applies to every packet of the file), else what the file's name
+    says (``lo.pcap`` -> lo; ``named``), else its stem until ``with_role`` reads the capture's content. ``pod``:
+    the pod the file belongs to (None: the one unnamed pod of a run that names none)."""
 
     path: str
     iface: str
     explicit: bool = False  # the user named the interface: it applies to every packet of the file
+    pod: str | None = None
+    named: bool = True  # the interface is the user's or the file name's, not a guess from its stem
 
     @classmethod
     def parse(cls, arg: str) -> "CaptureArg":
         if ":" in arg and not os.path.exists(arg):
             head, _, tail = arg.rpartition(":")
-            if head and re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", tail):
+            if head and re.fullmatch(_IFACE, tail):
                 return cls(head, tail, explicit=True)
-        return cls(arg, iface_from_name(arg))
+            m = re.fullmatch(f"({_POD})/({_IFACE})?", tail)
+            if head and m:
+                if m.group(2):
+                    return cls(head, m.group(2), explicit=True, pod=m.group(1))
+                return cls(head, iface_from_name(head), pod=m.group(1), named=names_iface(head))
+        return cls(arg, iface_from_name(arg), named=names_iface(arg))
+
+    def in_pod(self, pod: str) -> "CaptureArg":
+        """This file as one of pod ``pod``'s."""
+        return CaptureArg(self.path, self.iface, self.explicit, pod, self.named)
+
+
+def _stem(path: str) -> str:
+    return Path(path).name.split(".")[0] or "unknown"
+
+
+def names_iface(path: str) -> bool:
+    """Whether file ``path``'s name says its interface (``lo.pcap``, ``reviews-eth0.pcap``)."""
+    return _is_iface_word(iface_from_name(path))
+
+
+def _is_iface_word(word: str) -> bool:
+    return re.fullmatch(r"lo|any|eth\d+|net\d+|en[a-z0-9]+|veth\w*", word) is not None
 
 
 def iface_from_name(path: str) -> str:
     """The interface a file name suggests: ``lo.pcap`` -> lo, ``reviews-eth0.pcap`` -> eth0 (the names
     ``watch --write-pcap`` gives), otherwise the stem itself."""
-    stem = Path(path).name.split(".")[0] or "unknown"
+    stem = _stem(path)
     last = re.split(r"[-_]", stem)[-1]
-    return last if re.fullmatch(r"lo|any|eth\d+|net\d+|en[a-z0-9]+|veth\w*", last) else stem
+    return last if _is_iface_word(last) else stem
+
+
+def with_role(a: CaptureArg) -> CaptureArg:
+    """Capture ``a`` with the interface its content says (sources/iface_role.py: lo or eth0) when neither the
+    user nor the file's name said one; as it is otherwise, or when the content does not tell."""
+    if a.named:
+        return a
+    try:
+        role = capture_role(_head(a.path))
+    except InputError:
+        return a  # unreadable: analyze says so when it reads it
+    return a if role is None else CaptureArg(a.path, role, False, a.pod, named=False)
 
 
 # What a file given to analyze holds, told by its content (its name may say anything).

@@ -41,8 +41,9 @@ def test_analyze_jobs_must_be_a_whole_number_of_at_least_one(jobs, tmp_path):
     assert_one_line_error(proc, "--jobs")
 
 
-def test_analyze_directory(tmp_path):
-    assert_one_line_error(meshdoctor("analyze", str(tmp_path)), "is a directory")
+def test_analyze_an_empty_directory(tmp_path):
+    # A directory is one pod's files (issue 31); one that holds none is one line, as a bad file is.
+    assert_one_line_error(meshdoctor("analyze", str(tmp_path)), "no file in it")
 
 
 def test_analyze_a_pipe_is_refused_not_read_empty():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubectl_meshdoctor.commands.analyze import analyze
+from kubectl_meshdoctor.commands.analyze import analyze, analyze_pods
 from kubectl_meshdoctor.core.envoy_debug_report import EnvoyDebugReport
 from kubectl_meshdoctor.core.findings import COUNTER, PACKET, SPEC
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
@@ -49,6 +49,9 @@ SOURCE_FIELDS = {"pcap": {"files": list}, "files": {"files": list, "kinds": dict
                  "live": {"pods": list, "namespace": str, "container": str, "interfaces": list, "captures": dict,
                           "capture_filter": str},
                  "lint": {"pods": list}}
+# An analyze that names pods (the prose under `source.kind`): its pods, and each one's own source.
+FILES_PODS_FIELDS = {"pods": list, "per_pod": list}
+FILES_PER_POD_FIELDS = {"pod": str, "files": list, "interfaces": dict}
 ENVOY_LOG_COUNTS = ("access_log_lines", "log_lines", "component_log_entries", "envoy_log_facts", "other_log_lines")
 
 
@@ -84,6 +87,17 @@ def check_report(d: dict) -> list[str]:
     else:
         bad += [f"source.{k}: missing or not {t.__name__}" for k, t in SOURCE_FIELDS[src["kind"]].items()
                 if not isinstance(src.get(k), t)]
+    if src["kind"] in ("pcap", "files") and ("pods" in src or "per_pod" in src):
+        bad += [f"source.{k}: missing or not {t.__name__}" for k, t in FILES_PODS_FIELDS.items()
+                if not isinstance(src.get(k), t)]
+        for i, pod in enumerate(src.get("per_pod") or []):
+            bad += [f"source.per_pod[{i}].{k}: missing or not {t.__name__}" for k, t in FILES_PER_POD_FIELDS.items()
+                    if not isinstance(pod.get(k), t)]
+            if pod.get("kind") not in ("pcap", "files") or (pod["kind"] == "files") != isinstance(pod.get("kinds"),
+                                                                                                  dict):
+                bad.append(f"source.per_pod[{i}].kind: {pod.get('kind')} (kinds: {pod.get('kinds')})")
+        if [p.get("pod") for p in src.get("per_pod") or []] != src.get("pods"):
+            bad.append("source.pods: not the per_pod entries' pods")
     bad += check_fields(d["stats"], EXAMPLE["stats"], set(), "stats")
     bad += [f"stats.interfaces.{k}" for k, v in d["stats"]["interfaces"].items() if not isinstance(v["packets"], int)]
     for i, p in enumerate(d["problems"]):
@@ -145,6 +159,26 @@ def test_an_analyze_report_of_envoy_dumps_follows_the_page():
     counters = [e for f in out["findings"] for e in f["evidence"] if e["kind"] == COUNTER]
     assert counters and all(e["frame"] == 0 for e in counters)
     assert {"clusters", "counters_moved", "counters_since"} <= set(out["envoy"])
+
+
+def test_an_analyze_report_of_two_pods_follows_the_page(tmp_path):
+    """analyze over pods (FILE:POD/IFACE here): `pods`, `per_pod` with each pod's files and interfaces, findings
+    that name their pod, interfaces as `pod/iface`, each pod's Envoy side under `envoy.per_pod`."""
+    args = [CaptureArg.parse(f"{DATA / a}:{pod}/{iface}") for a, pod, iface in (
+        ("lab-collision-lo.pcap", "server", "lo"), ("lab-collision-eth0.pcap", "server", "eth0"),
+        ("lab-framing-mixed-lo.pcap", "caller", "lo"))]
+    args.append(CaptureArg.parse(f"{DATA / 'lab-framing-mixed-access.log'}:caller/"))
+    report = asyncio.run(analyze_pods(args, lambda pod: Pipeline.with_detectors(pod=pod)))
+    d = json.loads(render_json(report))
+    assert check_report(d) == []
+    assert d["source"]["pods"] == ["server", "caller"]
+    assert d["source"]["per_pod"][0]["interfaces"] == {str(DATA / "lab-collision-lo.pcap"): "lo",
+                                                       str(DATA / "lab-collision-eth0.pcap"): "eth0"}
+    assert {f["pod"] for f in d["findings"]} == {"server", "caller"}
+    assert set(d["stats"]["interfaces"]) == {"server/lo", "server/eth0", "caller/lo"}
+    assert list(d["envoy"]["per_pod"]) == ["caller"]
+    broken = {**d, "source": {**d["source"], "per_pod": [{"kind": "pcap", "files": []}]}}
+    assert "source.per_pod[0].pod: missing or not str" in check_report(broken)  # the check itself can fail
 
 
 def test_a_lint_report_follows_the_page():
