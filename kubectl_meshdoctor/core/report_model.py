@@ -14,6 +14,7 @@ from kubectl_meshdoctor.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from .envoy_debug_report import EnvoyDebugReport
 from .findings import Finding, Problem, Severity
 from .groups import FindingGroup, group_findings
+from .hops import join_hops
 from .pipeline import PipelineStats
 
 # -- what was read ---------------------------------------------------------------------------------------------
@@ -355,7 +356,8 @@ def merge_pod_reports(reports: list[Report], problems: list[Problem]) -> Report:
         stats.frames_read.update(r.stats.frames_read)  # by file: each pod's files are its own
         if isinstance(r.envoy, (SidecarSide, FilesSide)):
             envoy[src.pod or ""] = r.envoy
-    return Report(FilesSource.merged(sources), stats, sorted((f for r in reports for f in r.findings),
-                                                              key=lambda f: f.ts),
+    # A caller pod's relayed 5xx and the server pod's finding of the same request are one finding (core/hops.py).
+    findings = join_hops(sorted((f for r in reports for f in r.findings), key=lambda f: f.ts))
+    return Report(FilesSource.merged(sources), stats, findings,
                   [p for r in reports for p in r.problems] + problems, envoy=PerPodSide(envoy) if envoy else None,
                   captured_nothing=all(r.captured_nothing for r in reports))

@@ -73,3 +73,18 @@ def test_a_failure_of_the_callers_own_is_not_folded(tmp_path):
     caller = caller_line(503, ("UC",), "upstream_reset_before_response_started{connection_termination}", rid)
     found = analyzed(tmp_path, [caller], [server_refused(rid)])
     assert len(found) == 2 and any(caller in f["access_log"] and len(f["access_log"]) == 1 for f in found)
+
+
+def test_two_pods_directories_join_the_callers_line_to_the_servers_finding(tmp_path):
+    """`analyze caller/ server/`: each pod runs through a pipeline of its own; the join spans them."""
+    rid = "0f6d1e52-8c7a-9a3e-b7c4-2d5e8f1a6b90"
+    (tmp_path / "frontend").mkdir()
+    (tmp_path / "orders").mkdir()
+    caller = caller_line(503, ("URX",), "via_upstream", rid)
+    (tmp_path / "frontend" / "istio-proxy.log").write_text(caller + "\n")
+    (tmp_path / "orders" / "istio-proxy.log").write_text(server_refused(rid) + "\n")
+    rc, report = analyze_json(tmp_path / "frontend", tmp_path / "orders")
+    found = [f for f in report["findings"] if f["severity"] == "error"]
+    assert rc == 1 and [(f["detector"], f["pod"]) for f in found] == [("upstream-refused", "orders")]
+    assert caller in found[0]["access_log"] and found[0]["details"]["hops"][0]["pod"] == "frontend"
+    assert "pod frontend's sidecar" in found[0]["explanation"]

@@ -25,6 +25,7 @@ from kubectl_meshdoctor.core.events import (
 )
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.core.hops import join_hops
 from kubectl_meshdoctor.core.report_model import (KernelSide, LiveSource, PerPodSide, PodCapture, Report,
                                                   SidecarSide)
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
@@ -166,7 +167,8 @@ def merge_reports(pods: list, reports: list) -> Report:
             kernel[f"{name}/{k}"] = v
     if not sources:
         raise KubeError("no pod could be captured: " + "; ".join(p.line() for p in problems))
-    return Report(LiveSource.merged(sources), stats, sorted(findings, key=lambda f: f.ts), problems,
+    # A caller pod's relayed 5xx and the server pod's finding of the same request are one (core/hops.py).
+    return Report(LiveSource.merged(sources), stats, join_hops(sorted(findings, key=lambda f: f.ts)), problems,
                   kernel=KernelSide(kernel), envoy=PerPodSide(envoy),
                   captured_nothing=all(r.captured_nothing for r in reports if not isinstance(r, BaseException)))
 
