@@ -36,6 +36,7 @@ EXPECTED: dict[str, tuple[str, frozenset[str]]] = {
     "istio-6085-clusters.txt": ("clusters", frozenset()),
     "istio-7665-clusters-grep.txt": ("clusters", frozenset()),
     "envoy-8639-grep-context.txt": ("envoy-log", frozenset({"stale-keepalive"})),
+    "envoy-13068-stern-spaces.txt": ("envoy-log", frozenset({"upstream-timeout"})),
     "envoy-15698-nr.txt": ("envoy-log", frozenset({"tls-mismatch"})),
     "hzeng10-idle-uc.txt": ("envoy-log", frozenset({"stale-keepalive"})),
     "istio-45802-uc.txt": ("envoy-log", frozenset({"stale-keepalive"})),
@@ -71,9 +72,6 @@ XFAIL: dict[str, tuple[str, frozenset[str], str]] = {
                                    "the upstream's answer"),
     "istio-6085-docker-json-uf.txt": ("envoy-log", frozenset({"syn-timeout"}),
                                       "its request field lost the space before HTTP/1.1: not even read in part"),
-    "envoy-13068-stern-spaces.txt": ("envoy-log", frozenset({"upstream-timeout"}),
-                                     "the excerpt ends at the router's 'upstream timeout' line: the story has "
-                                     "no local reply, so no flag"),
     "envoy-3771-metadata-trace.txt": ("envoy-log", frozenset(),
                                       "a custom Envoy --log-format prefix ([METADATA]) before the default "
                                       "format's fields"),
