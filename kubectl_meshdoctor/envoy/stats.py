@@ -205,12 +205,20 @@ def listener_failures(stats: Mapping[str, StatValue]) -> dict[str, dict[str, int
     return grouped
 
 
+# The clusters whose stats Istio keeps whatever the pod's proxyStatsMatcher says (istio/istio
+# pkg/bootstrap/config.go, configureStatsMatcher: "cluster.xds-grpc" among the retained prefixes).
+ALWAYS_KEPT_CLUSTERS = frozenset({"xds-grpc"})
+
+
 def cluster_stats_visible(stats: Mapping[str, StatValue]) -> bool:
-    """False when the default Istio stats inclusion list hides `cluster.outbound|...`/`inbound|...` stats.
+    """False when the default Istio stats inclusion list hides the per-cluster stats: no cluster but the ones
+    Istio always keeps has one. Any other cluster counts, whatever its name: `outbound|...` and `inbound|...`,
+    an older Istio's `in.8080` and `out.<host>|<port>`, another control plane's (App Mesh's `cds_ingress_...`).
 
     Zeros would then be a lie: the caller should say the pod needs `proxyStatsMatcher` (and a restart).
     """
-    return any(name.startswith(("cluster.outbound|", "cluster.inbound|")) for name in stats)
+    return any(split[0] not in ALWAYS_KEPT_CLUSTERS
+               for split in map(split_cluster_stat, stats) if split is not None)
 
 
 def delta(before: Mapping[str, StatValue], after: Mapping[str, StatValue]) -> dict[str, int]:

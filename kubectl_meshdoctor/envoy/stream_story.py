@@ -24,6 +24,16 @@ class LogRef:
     raw: str = ""  # the line as logged (its first physical line)
 
 
+# The router's timeout lines and the response code details of the request they end (envoyproxy/envoy
+# source/common/router/router.cc: onResponseTimeout logs "upstream timeout" and fails the request with
+# response_timeout; onPerTryTimeout and onPerTryIdleTimeout log "upstream per try [idle] timeout" and, when no
+# retry follows, fail it with upstream_per_try_[idle_]timeout; each sets response flag UT). A pasted excerpt often
+# ends at that line, before the local reply's own.
+ROUTER_TIMEOUT_DETAILS = {"upstream timeout": "response_timeout",
+                          "upstream per try timeout": "upstream_per_try_timeout",
+                          "upstream per try idle timeout": "upstream_per_try_idle_timeout"}
+
+
 @dataclass(frozen=True, slots=True)
 class StreamStory:
     """What Envoy's log tells of one request (or of one connection refused before any request).
@@ -74,7 +84,7 @@ class StreamStory:
     @property
     def flags(self) -> tuple[str, ...]:
         """The response flags Envoy's access log would carry for this request, as far as the log tells them."""
-        flags = flags_of_details(self.details)
+        flags = flags_of_details(self.told_details)
         if not flags and self.reset_reason:
             phase = "after" if self.upstream_answered else "before"
             flags = flags_of_details("upstream_reset_%s_response_started{%s}"
@@ -86,6 +96,11 @@ class StreamStory:
             # access log says URX first: "URX,UC", "URX,UF", "URX,UT").
             flags = ("URX", *flags)
         return flags
+
+    @property
+    def told_details(self) -> str | None:
+        """The response code details: the local reply's, else what a router timeout line implies."""
+        return self.details or ROUTER_TIMEOUT_DETAILS.get(self.timeout or "")
 
     @property
     def failed(self) -> bool:
@@ -102,7 +117,7 @@ class StreamStory:
     def entry(self) -> AccessLogEntry:
         """The access-log line Envoy would have written for this request, from what the log tells (fields it does
         not tell are None): how detectors that read access-log lines read a story."""
-        details = self.details or ("filter_chain_not_found" if self.filter_chain_not_found else None)
+        details = self.told_details or ("filter_chain_not_found" if self.filter_chain_not_found else None)
         duration = round(1000 * (self.end - self.start)) if self.end and self.start else 0
         return AccessLogEntry(
             ts=self.start or self.end or 0.0, method=self.method, path=self.path, protocol=None,

@@ -38,9 +38,12 @@ def _headline(report: Report) -> str:
     logs = _logs_read(report)
     lines, own = (logs.access_log_lines, logs.component_log_entries) if logs is not None else (0, 0)
     dumps = report.envoy.counters if isinstance(report.envoy, FilesSide) else None
-    if not st.by_iface and (lines or own or dumps):  # logs or dumps alone: no packet was there to analyse
+    clusters = report.envoy.clusters if isinstance(report.envoy, FilesSide) else None
+    if not st.by_iface and (lines or own or dumps or clusters):  # logs or dumps alone: no packet to analyse
+        hosts = sum(c["hosts"] for c in clusters.values()) if clusters else 0
         read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else "",
-                f"/stats counters (since {dumps.since})" if dumps else ""]
+                f"/stats counters (since {dumps.since})" if dumps else "",
+                f"/clusters ({len(clusters)} cluster(s), {hosts} host(s))" if clusters else ""]
         skipped = logs.other_log_lines if logs is not None else 0
         return (f"kubectl-meshdoctor {__version__}: no capture; {', '.join(x for x in read if x)} read"
                 + (f"; {skipped} line(s) of no known kind skipped" if skipped else ""))

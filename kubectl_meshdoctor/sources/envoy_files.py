@@ -30,6 +30,7 @@ from kubectl_meshdoctor.envoy.component_log import (
     parse_component_stages,
 )
 from kubectl_meshdoctor.envoy.log_format import LogFormat
+from kubectl_meshdoctor.envoy.pasted_dump import unpasted_body
 from kubectl_meshdoctor.envoy.stats import by_cluster, cluster_failures, cluster_stats_visible, delta, parse_stats
 from kubectl_meshdoctor.envoy.story import log_ref
 from kubectl_meshdoctor.envoy.wrappers import Unwrapped
@@ -301,7 +302,7 @@ def read_counters(stats_paths: list[str], ts: float) -> tuple[EnvoyCountersEvent
     dumps = []
     notes: list[str] = []
     for path in stats_paths:
-        dumps.append((path, parse_stats(_read_dump(path, notes))))
+        dumps.append((path, parse_stats(unpasted_body(_read_dump(path, notes)))))
     if dumps and not any(cluster_stats_visible(d) for _, d in dumps):
         notes.append("no per-cluster counter (cluster.inbound|... or cluster.outbound|...) in it: Istio's default "
                      "stats inclusion list hides them, so their failures cannot show here; include them "
@@ -335,8 +336,8 @@ def _uptime(stats: dict) -> float | None:
 
 
 def read_clusters(path: str) -> dict[str, Cluster]:
-    """A `/clusters` dump (text or JSON). Raises envoy.clusters.FormatError, OSError."""
-    return parse_clusters(_read_dump(path, []))
+    """A `/clusters` dump (text or JSON), also as pasted into a ticket (envoy/pasted_dump.py). Raises envoy.clusters.FormatError, OSError."""
+    return parse_clusters(unpasted_body(_read_dump(path, [])))
 
 
 def _read_dump(path: str, notes: list[str]) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.envoy.component_log import parse_component_stages
 from kubectl_meshdoctor.envoy.log_format import LogFormat
+from kubectl_meshdoctor.envoy.pasted_dump import CLUSTERS_TEXT_LINE, unpasted_lines
 from kubectl_meshdoctor.envoy.stats_prometheus import looks_like_prometheus
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
 from kubectl_meshdoctor.pcap_header import is_capture
@@ -102,7 +103,6 @@ SNIFF_BYTES = 1 << 20  # an istio-proxy log starts with pilot-agent's lines; its
 # an istio-proxy container log, even one with no access-log line in its head.
 _PROXY_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*\s+(info|warn|warning|error|debug|trace)\s"
                              r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\]\[\d+\]\[\w+\])")
-_CLUSTERS_TEXT_LINE = re.compile(r"^[^\s:]+::[^:]+::")  # cluster::host::stat::value, cluster::setting::value
 # A line of Envoy's text /stats: a dotted stat name, then a counter or gauge, a text readout or a histogram.
 _STAT_NAME = re.compile(r'[^\s"{}<>\[\]]+')
 _STAT_VALUE = re.compile(r'\d+$|"|P0\(|No recorded values')
@@ -188,19 +188,21 @@ def input_kind(path: str, log_format: LogFormat | None = None) -> str:
         return ENVOY_LOG
     if any(parse_line(line, log_format) is not None for line in _pretty_objects(lines)):
         return ENVOY_LOG
-    first = lines[0].strip() if lines else ""
+    # A dump pasted into a ticket comes in a code block, after a line of prose or the command that made it.
+    dump = unpasted_lines(lines)
+    first = dump[0] if dump else ""
     if first.startswith("{") and '"cluster_statuses"' in text:
         return CLUSTERS
     if first.startswith("{") and '"stats"' in text and '"name"' in text:
         raise InputError(f"{path}: a /stats dump in JSON, which analyze does not read; save /stats as text "
                          f"(curl localhost:15000/stats, or kubectl exec POD -c istio-proxy -- pilot-agent "
                          f"request GET stats)")
-    if _CLUSTERS_TEXT_LINE.match(first):
+    if CLUSTERS_TEXT_LINE.match(first):
         return CLUSTERS
-    if _stats_line(first) and sum(map(_stats_line, lines)) > len(lines) // 2 \
-            and any(_ENVOY_STAT_ROOT.match(line) for line in lines):
+    if _stats_line(first) and sum(map(_stats_line, dump)) > len(dump) // 2 \
+            and any(_ENVOY_STAT_ROOT.match(line) for line in dump):
         return STATS
-    if looks_like_prometheus(lines):
+    if looks_like_prometheus(lines) or looks_like_prometheus(dump):
         return STATS  # /stats/prometheus, a scrape of :15090
     if any(_PROXY_LOG_LINE.match(unwrap(line).text) for line in lines[:50]):
         return ENVOY_LOG
