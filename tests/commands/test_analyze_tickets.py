@@ -50,7 +50,8 @@ EXPECTED: dict[str, tuple[str, frozenset[str]]] = {
     "istio-19437-timestamps-debug.txt": ("envoy-log", frozenset()),
     "istio-29109-timestamps.txt": ("envoy-log", frozenset()),
     "istio-3295-trace-2018.txt": ("envoy-log", frozenset()),
-    "llmd-502-via-upstream.txt": ("envoy-log", frozenset()),
+    # A gateway passing on its upstream's 502 (outbound cluster, via_upstream): the next hop answered it (next-hop).
+    "llmd-502-via-upstream.txt": ("envoy-log", frozenset({"next-hop"})),
     "proxywasm-372-stern-tab.txt": ("envoy-log", frozenset()),
 }
 
