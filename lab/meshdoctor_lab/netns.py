@@ -205,6 +205,19 @@ def istio_rules(interception: str = "REDIRECT", excluded_ports: Sequence[int] = 
     raise LabError(f"interception mode {interception!r}: the lab captures with REDIRECT or TPROXY")
 
 
+def istio_outbound_rules() -> str:
+    """istio-init's REDIRECT rules without the inbound capture (no PREROUTING jump): for a caller's namespace, whose
+    sidecar renders only the outbound side. Its own connections (uid 1337) and those to 127.0.0.1 RETURN; every
+    other TCP connection it makes goes to 15001."""
+    return "".join(line for line in ISTIO_NAT_RULES.splitlines(keepends=True)
+                   if not line.startswith("-A PREROUTING"))
+
+
+def install_caller_rules(client_netns: str) -> None:
+    """Install istio_outbound_rules in ``client_netns``. Raises LabError."""
+    run(in_netns(client_netns, "iptables-restore"), input_text=istio_outbound_rules())
+
+
 def netns_pids(netns: str) -> list[int]:
     """Pids of the processes whose network namespace is `netns` (empty when it does not exist)."""
     if not netns_exists(netns):
