@@ -30,7 +30,13 @@ from meshdoctor_lab.bootstrap import (
     tcp_proxy_filter,
     virtual_outbound,
 )
-from meshdoctor_lab.mesh_tls import ALPN_IN_MESH_WITH_MXC, ALPN_ISTIO_HTTP11, MeshIdentity, upstream_istio_mutual
+from meshdoctor_lab.mesh_tls import (
+    ALPN_IN_MESH_WITH_MXC,
+    ALPN_ISTIO_H2,
+    ALPN_ISTIO_HTTP11,
+    MeshIdentity,
+    upstream_istio_mutual,
+)
 from meshdoctor_lab.outbound import circuit_breakers, outbound_cluster_name, service_host, spiffe_id
 from meshdoctor_lab.sidecar_settings import SidecarSettings
 
@@ -57,6 +63,19 @@ class CallerPod:
     ports: tuple[tuple[int, str], ...]
     identity: MeshIdentity
     retry_503: bool = False
+
+
+def caller_settings(pod: SidecarSettings) -> SidecarSettings:
+    """What of the called pod's Istio settings reaches its callers' sidecars: the mesh's access-log encoding, a
+    VirtualService's timeout and retries (the callers' route), a DestinationRule's connectionPool (the callers'
+    outbound cluster), and the port's protocol (HTTP/2 or not). The rest is the pod's own sidecar's (a Sidecar's
+    inbound idle timeout, ISTIO_META_HTTP10, interception, PeerAuthentication): Istio's defaults here."""
+    return SidecarSettings(
+        access_log_encoding=pod.access_log_encoding, route_timeout_s=pod.route_timeout_s,
+        route_retry_on=pod.route_retry_on, route_retries=pod.route_retries,
+        pool_max_connections=pod.pool_max_connections, pool_max_pending_requests=pod.pool_max_pending_requests,
+        pool_max_requests=pod.pool_max_requests, upstream_idle_timeout_s=pod.upstream_idle_timeout_s,
+        upstream_max_requests_per_connection=pod.upstream_max_requests_per_connection, h2_upstream=pod.h2_upstream)
 
 
 def retry_policy(retry_503: bool, settings: SidecarSettings) -> dict[str, Any]:
@@ -122,7 +141,10 @@ def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarS
     """``outbound|PORT||HOST``: one static endpoint labelled ``tlsMode: istio`` (the pod has a sidecar), and auto
     mTLS: Istio's SNI, the server's SPIFFE id, the ALPN of the port's protocol."""
     name = outbound_cluster_name(caller.target, caller.namespace, port)
-    alpns = ALPN_ISTIO_HTTP11 if kind == "http" else ALPN_IN_MESH_WITH_MXC
+    if kind != "http":
+        alpns = ALPN_IN_MESH_WITH_MXC
+    else:  # HTTP/2 when the port is (appProtocol http2, h2UpgradePolicy): the server's HCM picks h2 by ALPN
+        alpns = ALPN_ISTIO_H2 if settings.h2_upstream else ALPN_ISTIO_HTTP11
     tls = upstream_istio_mutual(f"outbound_.{port}_._.{service_host(caller.target, caller.namespace)}",
                                 (spiffe_id(caller.namespace),), alpns)
     cluster: dict[str, Any] = {
@@ -146,7 +168,7 @@ def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarS
     if kind == "http":
         options = http_options(settings)
         options.pop("use_downstream_protocol_config", None)
-        # an `http` port's cluster speaks HTTP/1.1 (an `http2`/`grpc` one h2): explicit, as istiod renders it
+        # an `http` port's cluster speaks HTTP/1.1, an `http2` one (h2_upstream) h2: explicit, as istiod renders it
         options.setdefault("explicit_http_config", {"http_protocol_options": {}})
         cluster["typed_extension_protocol_options"] = {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": options}
@@ -154,9 +176,9 @@ def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarS
 
 
 def caller_bootstrap(caller: CallerPod, settings: SidecarSettings) -> dict[str, Any]:
-    """The caller sidecar's bootstrap. ``settings`` are the called pod's Istio settings: its VirtualService's
-    timeout and retries, its DestinationRule's connection pool (on the caller's cluster as on the pod's) and
-    the mesh's access-log encoding."""
+    """The caller sidecar's bootstrap. ``settings`` are the called pod's Istio settings, of which it takes what
+    reaches a caller (caller_settings)."""
+    settings = caller_settings(settings)
     listeners = [virtual_outbound(settings),
                  *(outbound_listener(caller, port, kind, settings) for port, kind in caller.ports)]
     clusters = [*(outbound_cluster(caller, port, kind, settings) for port, kind in caller.ports),

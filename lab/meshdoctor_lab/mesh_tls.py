@@ -37,6 +37,7 @@ ALPN_IN_MESH_WITH_MXC = ("istio-peer-exchange", "istio")  # what an ISTIO_MUTUAL
 # What istio/proxy's `istio.alpn` HTTP filter (pilot/pkg/xds/filters/filters.go Alpn, mtlsHTTP11ALPN) makes an
 # outbound HTTP/1.1 request's mTLS connection offer instead: the filter is Istio's own, not in upstream Envoy.
 ALPN_ISTIO_HTTP11 = ("istio-http/1.1", "istio", "http/1.1")
+ALPN_ISTIO_H2 = ("istio-h2", "istio", "h2")  # ... and an HTTP/2 one's (mtlsHTTP2ALPN)
 # BuildInboundTLS's SupportedCiphers
 SUPPORTED_CIPHERS = ("ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256",
                      "ECDHE-RSA-AES128-GCM-SHA256", "AES256-GCM-SHA384", "AES128-GCM-SHA256")

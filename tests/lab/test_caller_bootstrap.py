@@ -25,6 +25,7 @@ VARIANTS = {
     "a VirtualService timeout and retries": (False, SidecarSettings(route_timeout_s=1.0, route_retry_on="reset",
                                                                     route_retries=3)),
     "connectionPool limits and JSON log": (False, SidecarSettings(pool_max_connections=1, access_log_encoding="JSON")),
+    "HTTP/2 between the sidecars": (False, SidecarSettings(h2_upstream=True)),
 }
 
 
@@ -124,6 +125,34 @@ def test_the_cluster_speaks_istio_mtls_to_endpoints_labelled_istio():
     tcp_tls = tcp["transport_socket_matches"][0]["transport_socket"]["typed_config"]
     assert tcp_tls["common_tls_context"]["alpn_protocols"] == ["istio-peer-exchange", "istio"]
     assert "typed_extension_protocol_options" not in tcp
+
+
+def test_an_http2_port_is_h2_with_istio_h2_alpn():
+    """goaway's port speaks HTTP/2 (h2_upstream): the caller's cluster too, offering istio-h2 first, so the pod's
+    HCM (codec AUTO) picks h2 by the negotiated ALPN. An HTTP/1.1 ALPN with an h2 cluster made the pod's sidecar
+    answer every request 400 DPE http1.codec_error (seen in the lab)."""
+    cluster = _cluster(caller_bootstrap(CALLER, SidecarSettings(h2_upstream=True)),
+                       "outbound|5000||reviews.shop.svc.cluster.local")
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    assert options["explicit_http_config"] == {"http2_protocol_options": {}}
+    tls = cluster["transport_socket_matches"][0]["transport_socket"]["typed_config"]
+    assert tls["common_tls_context"]["alpn_protocols"] == ["istio-h2", "istio", "h2"]
+
+
+def test_only_what_reaches_a_caller_is_rendered_on_it():
+    """A Sidecar's inbound idle timeout and ISTIO_META_HTTP10 are the pod's own: the caller's HCM has neither
+    (downstream-idle's 0.5 s idle timeout on the caller closed the client's connection instead of the pod's)."""
+    pod = SidecarSettings(hcm_idle_timeout_s=0.5, accept_http_10=True, upstream_max_requests_per_connection=1,
+                          pool_max_connections=1, access_log_encoding="JSON")
+    config = caller_bootstrap(CALLER, pod)
+    hcm = _listener(config, "0.0.0.0_5000")["filter_chains"][0]["filters"][0]["typed_config"]
+    assert "common_http_protocol_options" not in hcm and "http_protocol_options" not in hcm
+    assert "json_format" in hcm["access_log"][0]["typed_config"]["log_format"]
+    cluster = _cluster(config, "outbound|5000||reviews.shop.svc.cluster.local")
+    options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    assert options["common_http_protocol_options"] == {"max_requests_per_connection": 1}
+    assert cluster["circuit_breakers"]["thresholds"][0]["max_connections"] == 1
+    assert config["node"]["metadata"]["HTTP10"] == "0"
 
 
 def test_the_caller_namespace_gets_istio_init_outbound_rules_only():
