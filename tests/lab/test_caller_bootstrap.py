@@ -15,6 +15,7 @@ from meshdoctor_lab.caller_sidecar import CallerPod, caller_bootstrap, caller_bo
 from meshdoctor_lab.istio_proxy import envoy_binary
 from meshdoctor_lab.mesh_tls import MeshIdentity
 from meshdoctor_lab.sidecar_settings import SidecarSettings
+from meshdoctor_lab.state import MeshOptions
 
 IDENTITY = MeshIdentity("spiffe://cluster.local/ns/shop/sa/default", "CERT", "ROOT", "KEY_VAR")
 CALLER = CallerPod("reviews-caller", "shop", "198.18.1.1", "reviews", "198.18.1.2", ((5000, "http"), (5002, "tcp")),
@@ -170,3 +171,12 @@ def test_a_short_lab_name_is_its_namespaces_prefix(name, prefix):
         assert got == prefix
     else:
         assert got.startswith("md") and len(got) == 8 and got != name
+
+
+def test_the_caller_option_is_kept_in_the_state_and_older_states_have_none():
+    mesh = MeshOptions(caller="sidecar", caller_retry_503=True)
+    assert MeshOptions.from_json(mesh.to_json()) == mesh and mesh.caller_sidecar
+    old = MeshOptions.from_json({"access_log_encoding": "TEXT", "legacy_inbound": False})  # before the option
+    assert old.caller == "none" and not old.caller_sidecar and not old.caller_retry_503
+    with pytest.raises(ValueError, match="caller 'ambient'"):
+        MeshOptions(caller="ambient")
