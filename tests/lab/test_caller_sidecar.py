@@ -25,7 +25,7 @@ from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
-PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10")
+PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy")
 RETRIED_PODS = ("refused", "stale-keepalive")
 
 
@@ -218,8 +218,8 @@ def test_requests_the_caller_refuses_never_reach_the_pod(mesh_lab):
     print(*[f"caller: {c.raw}\n" for c in callers], "server:", ok.raw)
 
 
-def _tls_hellos(pcap: Path) -> list[list[str]]:
-    out = subprocess.run(["tshark", "-r", str(pcap), "-n", "-d", "tcp.port==5000,tls", "-Y",
+def _tls_hellos(pcap: Path, port: int = 5000) -> list[list[str]]:
+    out = subprocess.run(["tshark", "-r", str(pcap), "-n", "-d", f"tcp.port=={port},tls", "-Y",
                           "tls.handshake.type == 1 || tls.handshake.type == 2", "-T", "fields",
                           "-e", "tls.handshake.type", "-e", "tls.handshake.extensions_server_name",
                           "-e", "tls.handshake.extensions_alpn_str", "-e", "tls.handshake.extensions.supported_version"],
@@ -285,3 +285,28 @@ def test_the_recorder_keeps_both_hops_with_their_captures(mesh_lab, tmp_path):
                             "tcp.port"], capture_output=True, text=True, timeout=60, check=True).stdout
     seen = set(ports.replace(",", " ").split())
     assert "15001" in seen and "15000" not in seen, seen
+
+
+def test_a_tcp_port_is_a_tcp_proxy_over_istio_mtls_joined_by_its_four_tuple(mesh_lab, tmp_path):
+    """healthy's TCP echo on 5002 goes through the caller's POD_IP_5002 listener (tcp_proxy) and cluster
+    outbound|5002||HOST: one mTLS connection per client connection, ALPN istio-peer-exchange,istio. A TCP line
+    has no request id: the caller's upstream four-tuple is the server's downstream one."""
+    pod = mesh_lab.pod("healthy")
+    eth0 = tmp_path / "eth0.pcap"
+    with capturing({eth0: Interface(pod.netns, "eth0")}):
+        result, hops = _round(mesh_lab, "healthy")
+        total = result.http_ok + result.echo_ok
+        callers, server = hops.wait(total, total)
+    assert result.echo_ok >= 1 and result.http_ok >= 1 and result.errors == (), result
+    tcp = [c for c in callers if c.upstream_cluster == f"outbound|5002||healthy.{mesh_lab.namespace}.svc.cluster.local"]
+    assert len(tcp) == result.echo_ok, [c.raw for c in callers]
+    for caller in tcp:
+        assert caller.method is None and caller.request_id is None and caller.code == 0 and caller.flags == ()
+        (hop,) = [s for s in server if s.downstream_remote == caller.upstream_local]
+        assert hop.upstream_cluster == "inbound|5002||"
+        assert hop.requested_server_name == f"outbound_.5002_._.healthy.{mesh_lab.namespace}.svc.cluster.local"
+        assert (hop.bytes_received, hop.bytes_sent) == (caller.bytes_received, caller.bytes_sent)
+    client_hellos = [h for h in _tls_hellos(eth0, 5002) if h[0] == "1"]
+    assert len(client_hellos) == result.echo_ok, client_hellos
+    assert {h[2] for h in client_hellos} == {"istio-peer-exchange,istio"}
+    print("caller:", tcp[0].raw, "\nserver:", [s for s in server if s.downstream_remote == tcp[0].upstream_local][0].raw)
