@@ -53,7 +53,9 @@ TLS_MODE_METADATA = "envoy.transport_socket_match"  # the endpoint metadata tran
 class CallerPod:
     """A caller and the one service it calls: the caller pod's ``name``, ``namespace`` and ``ip``; the called
     pod's ``target`` name, ``target_ip`` (standing in for its service's ClusterIP) and ``ports`` (port ->
-    "http"|"tcp"); the caller's workload certificate; ``retry_503``: Istio < 1.24's default retry policy."""
+    "http"|"tcp"); the caller's workload certificate; ``retry_503``: Istio < 1.24's default retry policy;
+    ``target_in_mesh``: the called pod has a sidecar (its endpoint carries ``tlsMode: istio``, so auto mTLS
+    picks Istio mTLS; without it, plaintext)."""
 
     name: str
     namespace: str
@@ -63,6 +65,7 @@ class CallerPod:
     ports: tuple[tuple[int, str], ...]
     identity: MeshIdentity
     retry_503: bool = False
+    target_in_mesh: bool = True
 
 
 def caller_settings(pod: SidecarSettings) -> SidecarSettings:
@@ -138,8 +141,9 @@ def outbound_listener(caller: CallerPod, port: int, kind: str, settings: Sidecar
 
 
 def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarSettings) -> dict[str, Any]:
-    """``outbound|PORT||HOST``: one static endpoint labelled ``tlsMode: istio`` (the pod has a sidecar), and auto
-    mTLS: Istio's SNI, the server's SPIFFE id, the ALPN of the port's protocol."""
+    """``outbound|PORT||HOST``: one static endpoint, labelled ``tlsMode: istio`` when the pod has a sidecar, and
+    auto mTLS: to such an endpoint Istio's SNI, the server's SPIFFE id, the ALPN of the port's protocol; to another
+    plaintext (``tlsMode-disabled``)."""
     name = outbound_cluster_name(caller.target, caller.namespace, port)
     if kind != "http":
         alpns = ALPN_IN_MESH_WITH_MXC
@@ -155,7 +159,8 @@ def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarS
         "lb_policy": "LEAST_REQUEST",
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{
             "endpoint": {"address": {"socket_address": {"address": caller.target_ip, "port_value": port}}},
-            "metadata": {"filter_metadata": {TLS_MODE_METADATA: {"tlsMode": "istio"}}}}]}]},
+            **({"metadata": {"filter_metadata": {TLS_MODE_METADATA: {"tlsMode": "istio"}}}}
+               if caller.target_in_mesh else {})}]}]},
         "circuit_breakers": circuit_breakers(settings),
         "common_lb_config": {},
         "transport_socket_matches": [

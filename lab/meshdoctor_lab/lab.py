@@ -313,9 +313,9 @@ def _with_certs(pod: LabPod, state_dir: Path, mesh: MeshOptions) -> LabPod:
     fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
     setup = fix.setup(SETUPS[pod.scenario])
     sidecar = setup.sidecar
-    mtls = (sidecar.mtls_mode is not None or sidecar.upstream_tls_mode == "ISTIO_MUTUAL"
-            or mesh.caller_sidecar)
-    if not (mtls and lab_fixes.injected(setup.labels)):
+    mtls = sidecar.mtls_mode is not None or sidecar.upstream_tls_mode == "ISTIO_MUTUAL"
+    # a caller sidecar holds its certificate (the pod's callers') whether or not the pod it calls has a sidecar
+    if not ((mtls and lab_fixes.injected(setup.labels)) or mesh.caller_sidecar):
         return pod
     return replace(pod, certs=str(state_dir / pod.name / "certs"))
 
@@ -346,8 +346,8 @@ def _bring_up(
         for role, argv, env in _pod_processes(pod, state, envoy):
             state = processes.spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv), env=env)
             roles_of.setdefault(pod.name, []).append(role)
-        if state.mesh.caller_sidecar and lab_fixes.injected(setup.labels):
-            state = _start_caller(state, pod, envoy)
+        if state.mesh.caller_sidecar:
+            state = _start_caller(state, pod, envoy, in_mesh=lab_fixes.injected(setup.labels))
             if role == "sidecar" and fix.holds_application:  # pilot-agent wait: the apps after Envoy's listeners
                 processes.wait_for(state, f"pod {pod.name}'s sidecar", ready_timeout,
                                    lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT}
@@ -410,15 +410,16 @@ def _pod_processes(pod: LabPod, state: LabState,
             else [*app_processes, sidecar_process])
 
 
-def _start_caller(state: LabState, pod: LabPod, envoy: str) -> LabState:
-    """istio-init's outbound rules in the pod's client namespace and the caller sidecar (uid 1337) there."""
+def _start_caller(state: LabState, pod: LabPod, envoy: str, in_mesh: bool) -> LabState:
+    """istio-init's outbound rules in the pod's client namespace and the caller sidecar (uid 1337) there;
+    ``in_mesh``: the pod has a sidecar, so its endpoint is labelled for mTLS (else the caller sends plaintext)."""
     netns.install_caller_rules(pod.client_netns)
     istio_proxy.prepare_container_log(processes.log_path(state, f"{pod.name}/caller"))
     _, setup = _pod_setup(pod, state, as_caller=True)
     issued = pki.caller(Path(pod.certs), spiffe_id(state.namespace))
     caller = CallerPod(f"{pod.name}-caller", state.namespace, pod.client_ip, pod.name, pod.pod_ip,
                        tuple((p.port, port_kind(p.name)) for p in pod.ports), issued.identity(),
-                       retry_503=state.mesh.caller_retry_503)
+                       retry_503=state.mesh.caller_retry_503, target_in_mesh=in_mesh)
     argv = istio_proxy.envoy_argv(envoy, caller_bootstrap_text(caller, setup.sidecar))
     return processes.spawn(state, f"{pod.name}/caller", netns.in_netns(pod.client_netns, *argv),
                            env={pki.KEY_ENV: issued.key.read_text()})

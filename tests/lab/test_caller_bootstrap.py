@@ -128,6 +128,15 @@ def test_the_cluster_speaks_istio_mtls_to_endpoints_labelled_istio():
     assert "typed_extension_protocol_options" not in tcp
 
 
+def test_a_pod_without_a_sidecar_gets_an_endpoint_without_tls_mode():
+    """Auto mTLS: no ``tlsMode: istio`` on the endpoint, so transport_socket_matches falls to tlsMode-disabled."""
+    cluster = _cluster(caller_bootstrap(replace(CALLER, target_in_mesh=False), SidecarSettings()),
+                       "outbound|5000||reviews.shop.svc.cluster.local")
+    (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert "metadata" not in endpoint
+    assert [m["name"] for m in cluster["transport_socket_matches"]] == ["tlsMode-istio", "tlsMode-disabled"]
+
+
 def test_an_http2_port_is_h2_with_istio_h2_alpn():
     """goaway's port speaks HTTP/2 (h2_upstream): the caller's cluster too, offering istio-h2 first, so the pod's
     HCM (codec AUTO) picks h2 by the negotiated ALPN. An HTTP/1.1 ALPN with an h2 cluster made the pod's sidecar

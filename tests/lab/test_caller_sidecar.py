@@ -25,7 +25,8 @@ from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
-PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy")
+PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy",
+        "no-sidecar")
 RETRIED_PODS = ("refused", "stale-keepalive")
 
 
@@ -310,3 +311,20 @@ def test_a_tcp_port_is_a_tcp_proxy_over_istio_mtls_joined_by_its_four_tuple(mesh
     assert len(client_hellos) == result.echo_ok, client_hellos
     assert {h[2] for h in client_hellos} == {"istio-peer-exchange,istio"}
     print("caller:", tcp[0].raw, "\nserver:", [s for s in server if s.downstream_remote == tcp[0].upstream_local][0].raw)
+
+
+def test_a_pod_without_a_sidecar_is_called_in_plaintext(mesh_lab, tmp_path):
+    """Auto mTLS: the endpoint of a pod without a sidecar carries no tlsMode label, so the caller's cluster takes
+    its tlsMode-disabled match: plaintext HTTP on eth0, no ClientHello, and only the caller logs."""
+    pod = mesh_lab.pod("no-sidecar")
+    eth0 = tmp_path / "eth0.pcap"
+    hops = Hops(mesh_lab, "no-sidecar")
+    with capturing({eth0: Interface(pod.netns, "eth0")}):
+        result = lab.trigger_round(mesh_lab, "no-sidecar")
+        callers, _ = hops.wait(result.http_ok + result.echo_ok, 0)
+    assert result.http_ok >= 1 and result.errors == (), result
+    http = [c for c in callers if c.method == "GET"]
+    assert len(http) == result.http_ok and {_short(c) for c in http} == {"200 - via_upstream"}
+    assert {c.upstream_cluster for c in http} == {f"outbound|5000||no-sidecar.{mesh_lab.namespace}.svc.cluster.local"}
+    assert [h for h in _tls_hellos(eth0) if h[0] == "1"] == []
+    assert _plaintext_http(eth0) >= 2 * result.http_ok  # each request and its response
