@@ -93,7 +93,8 @@ def up(
     leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
     `spec_patches` maps a pod name to RFC 6902 operations the test API server applies to its Pod object
     (a spec or status that breaks a lint rule; the pod's network is unchanged). `mesh` holds the mesh-wide
-    settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling). `fixes` maps a pod
+    settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling), and whether each
+    pod's client calls it through a caller sidecar (caller_sidecar.py; its log: caller_log_path). `fixes` maps a pod
     name to the printed fix applied to it, as Istio would render it (lab/fixes.py; an unknown one: LabError).
     `on_start` is called once every check has passed, before the slow part (namespaces, processes).
 
