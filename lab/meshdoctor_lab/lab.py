@@ -121,7 +121,8 @@ def up(
         netns_prefix=prefix,
         pods=tuple(_with_certs(_with_fix(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ()))),
                                          (fixes or {}).get(pod.name)), state_dir, mesh)
-                   for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
+                   for pod in (replace(_new_pod(prefix, i, spec), caller="sidecar" if mesh.caller_sidecar else "")
+                               for i, spec in enumerate(pods, start=1))),
         mesh=mesh,
     )
     _refuse_tproxy_to_localhost(state)
@@ -433,6 +434,7 @@ def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, per
         "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
         *(["--fix", pod.fix] if pod.fix else []),
         *(["--certs", pod.certs] if pod.certs else []),
+        *(["--caller", pod.caller] if pod.caller else []),
     ]
 
 

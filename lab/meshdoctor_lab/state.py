@@ -53,6 +53,9 @@ class LabPod:
     # Where the lab keeps the certificates of a pod whose sidecar speaks mTLS (lab/pki.py), "" for none: the
     # scenario driver reads its callers' certificate there
     certs: str = ""
+    # "sidecar" when its client calls it through a caller sidecar (MeshOptions.caller), "" otherwise: a round whose
+    # story depends on who holds the connection the pod's sidecar closes (downstream-idle) reads it
+    caller: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class LabPod:
             **({"settings": dict(self.settings)} if self.settings else {}),
             **({"labels": dict(self.labels)} if self.labels else {}),
             **({"certs": self.certs} if self.certs else {}),
+            **({"caller": self.caller} if self.caller else {}),
             # What the test API server renders into the Pod: the annotations, and istio-init's -d additions.
             **({"annotations": dict(self.annotations),
                 "exclude_inbound_ports": [p.strip() for k, v in self.annotations
@@ -93,6 +97,7 @@ class LabPod:
             settings=tuple((str(k), str(v)) for k, v in (data.get("settings") or {}).items()),
             labels=tuple((str(k), str(v)) for k, v in (data.get("labels") or {}).items()),
             certs=str(data.get("certs", "")),
+            caller=str(data.get("caller", "")),
         )
 
 

@@ -18,6 +18,7 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_lines
 from meshdoctor_lab import evidence, lab
 from meshdoctor_lab.captures import Interface, capturing
 from meshdoctor_lab.scenarios import RoundResult
+from meshdoctor_lab.scenarios.table import CALLER_IDLE_REUSE_AFTER, ENVOY_DELAYED_CLOSE_TIMEOUT
 from meshdoctor_lab.state import LabState
 
 from ..waiting import wait_until
@@ -26,7 +27,7 @@ from .lab_names import lab_name
 pytestmark = pytest.mark.lab
 
 PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy",
-        "no-sidecar")
+        "no-sidecar", "downstream-idle")
 RETRIED_PODS = ("refused", "stale-keepalive")
 
 
@@ -328,3 +329,19 @@ def test_a_pod_without_a_sidecar_is_called_in_plaintext(mesh_lab, tmp_path):
     assert {c.upstream_cluster for c in http} == {f"outbound|5000||no-sidecar.{mesh_lab.namespace}.svc.cluster.local"}
     assert [h for h in _tls_hellos(eth0) if h[0] == "1"] == []
     assert _plaintext_http(eth0) >= 2 * result.http_ok  # each request and its response
+
+
+def test_the_pods_idle_close_is_uc_at_the_caller_and_nothing_at_the_pod(mesh_lab):
+    """downstream-idle through a caller: the pod's sidecar (idle_timeout 0.5 s) drains the caller's pooled
+    connection, then closes it reading nothing for delayed_close_timeout. The caller's second request, written on
+    that connection in that second, is never read: the caller logs 503 UC when the close comes, the pod nothing."""
+    result, hops = _round(mesh_lab, "downstream-idle")
+    assert result.statuses == (200, 503) and result.reused_after_s >= CALLER_IDLE_REUSE_AFTER, result
+    callers, server = hops.wait(2, 1)
+    (first,) = _by_path(callers, "/idle")
+    (late,) = _by_path(callers, "/idle/after-the-pod-closed")
+    assert _short(late) == "503 UC upstream_reset_before_response_started{connection_termination}", late.raw
+    assert late.upstream_local == first.upstream_local  # written on the pooled connection the pod was closing
+    assert late.duration_ms <= ENVOY_DELAYED_CLOSE_TIMEOUT * 1000  # answered when the pod's delayed close ended
+    assert _joined(late, server) == [] and [s.path for s in server] == ["/idle"], [s.raw for s in server]
+    print("caller:", late.raw, "\nserver: nothing for", late.request_id)
