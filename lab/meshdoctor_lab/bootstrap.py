@@ -124,14 +124,15 @@ def _access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
     return [file_access_log(settings.access_log_encoding)]
 
 
-def _listener_access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
+def listener_access_log(settings: SidecarSettings) -> list[dict[str, Any]]:
     """A listener's own access log (accesslog.go setListenerAccessLog): the mesh's file log, filtered to NR, for
     connections no filter chain takes, which no filter would log."""
     return [{**file_access_log(settings.access_log_encoding),
              "filter": {"response_flag_filter": {"flags": ["NR"]}}}]
 
 
-def _tcp_proxy(stat_prefix: str, cluster: str, settings: SidecarSettings) -> dict[str, Any]:
+def tcp_proxy_filter(stat_prefix: str, cluster: str, settings: SidecarSettings) -> dict[str, Any]:
+    """A tcp_proxy network filter to ``cluster`` with the mesh's access log."""
     return {"name": "envoy.filters.network.tcp_proxy", "typed_config": {
         "@type": _TCP_PROXY, "stat_prefix": stat_prefix, "cluster": cluster, "access_log": _access_log(settings)}}
 
@@ -162,7 +163,9 @@ def _inbound_route(pod: BootstrapPod, port: int, settings: SidecarSettings) -> d
     }
 
 
-def _hcm(stat_prefix: str, route_config: dict[str, Any], settings: SidecarSettings) -> dict[str, Any]:
+def hcm_filter(stat_prefix: str, route_config: dict[str, Any], settings: SidecarSettings) -> dict[str, Any]:
+    """An http_connection_manager network filter as istiod renders an inbound one (buildHTTPConnectionManager),
+    routing by the inline ``route_config``, with the mesh's access log."""
     hcm: dict[str, Any] = {
         "@type": _HCM,
         "stat_prefix": stat_prefix,
@@ -191,22 +194,22 @@ def _hcm(stat_prefix: str, route_config: dict[str, Any], settings: SidecarSettin
 def _port_filters(pod: BootstrapPod, settings: SidecarSettings, port: int, kind: str) -> list[dict[str, Any]]:
     """The network filters of a pod port's inbound chain: an HCM for an HTTP port, a tcp_proxy for a TCP one."""
     if kind == "http":
-        return [_hcm(f"inbound_0.0.0.0_{port};", _inbound_route(pod, port, settings), settings)]
+        return [hcm_filter(f"inbound_0.0.0.0_{port};", _inbound_route(pod, port, settings), settings)]
     cluster = f"inbound|{port}||"
-    return [_tcp_proxy(cluster, cluster, settings)]
+    return [tcp_proxy_filter(cluster, cluster, settings)]
 
 
 def _passthrough_filters(settings: SidecarSettings, protocol: str) -> list[dict[str, Any]]:
     """The network filters of a passthrough chain (ports the pod does not declare) to InboundPassthroughCluster."""
     cluster = "InboundPassthroughCluster"
     if protocol == "tcp":
-        return [_tcp_proxy(cluster, cluster, settings)]
+        return [tcp_proxy_filter(cluster, cluster, settings)]
     route = {"name": cluster, "validate_clusters": False, "virtual_hosts": [{
         "name": "inbound|http|0", "domains": ["*"], "routes": [{
             "name": "default", "match": {"prefix": "/"},
             "route": {"cluster": cluster, "timeout": "0s",
                       "max_stream_duration": {"max_stream_duration": "0s", "grpc_timeout_header_max": "0s"}}}]}]}
-    return [_hcm(f"{cluster};", route, settings)]
+    return [hcm_filter(f"{cluster};", route, settings)]
 
 
 def _plain_chain(pod: BootstrapPod, settings: SidecarSettings, port: int, kind: str) -> dict[str, Any]:
@@ -230,11 +233,11 @@ def _inbound_cluster(port: int, kind: str, settings: SidecarSettings) -> dict[st
                        upstream_bind_config={"source_address": {"address": INBOUND_SOURCE, "port_value": 0}})
     if kind == "http":
         cluster["typed_extension_protocol_options"] = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions":
-                                                       _http_options(settings)}
+                                                       http_options(settings)}
     return cluster
 
 
-def _http_options(settings: SidecarSettings) -> dict[str, Any]:
+def http_options(settings: SidecarSettings) -> dict[str, Any]:
     """An HTTP cluster's HttpProtocolOptions: a DestinationRule's idle timeout and requests per connection, and
     the protocol to the app."""
     options: dict[str, Any] = {"@type": _HTTP_OPTIONS}
@@ -277,13 +280,13 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
         inbound_filters.append({"name": "envoy.filters.listener.original_src", "typed_config": {
             "@type": _T + "envoy.extensions.filters.listener.original_src.v3.OriginalSrc", "mark": TPROXY_MARK}})
     blackhole = {"name": "virtualInbound-blackhole", "filter_chain_match": {"destination_port": INBOUND_PORT},
-                 "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]}
+                 "filters": [tcp_proxy_filter("BlackHoleCluster", "BlackHoleCluster", settings)]}
     inbound: dict[str, Any] = {
         "name": "virtualInbound",
         "address": _listener_address(INBOUND_PORT),
         "traffic_direction": "INBOUND",
         **({"transparent": True} if tproxy else {}),
-        "access_log": _listener_access_log(settings),
+        "access_log": listener_access_log(settings),
     }
     if settings.mtls_mode is None:
         chains = [_plain_chain(pod, settings, port, kind) for port, kind in pod.ports]
@@ -294,38 +297,54 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
                                              lambda protocol: _passthrough_filters(settings, protocol))]
         inbound.update(listener_filters=inbound_filters + inspectors(chains), filter_chains=chains,
                        listener_filters_timeout="0s", continue_on_listener_filters_timeout=True)
-    listeners = [
-        inbound,
-        {
-            "name": "virtualOutbound",
-            "address": _listener_address(OUTBOUND_PORT),
-            "traffic_direction": "OUTBOUND",
-            **({"transparent": True} if tproxy else {}),
-            "use_original_dst": True,
-            "access_log": _listener_access_log(settings),
-            "filter_chains": [
-                {"name": "virtualOutbound-blackhole", "filter_chain_match": {"destination_port": OUTBOUND_PORT},
-                 "filters": [_tcp_proxy("BlackHoleCluster", "BlackHoleCluster", settings)]},
-            ],
-            "default_filter_chain": {"name": "PassthroughFilterChain", "filters": [
-                _tcp_proxy("PassthroughCluster", "PassthroughCluster", settings)]},
-        },
-    ]
+    listeners = [inbound, virtual_outbound(settings)]
     clusters = [
         *(_inbound_cluster(port, kind, settings) for port, kind in pod.ports),
-        *(standin_cluster(pod.name, pod.namespace, pod.pod_ip, port, settings, _http_options(settings))
+        *(standin_cluster(pod.name, pod.namespace, pod.pod_ip, port, settings, http_options(settings))
           for port, kind in pod.ports if kind == "http" and settings.outbound_standin),
         passthrough,
-        {"name": "PassthroughCluster", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
-         "connect_timeout": "10s", "cleanup_interval": "60s"},
-        {"name": "BlackHoleCluster", "type": "STATIC", "connect_timeout": "10s"},
+        *egress_clusters(),
     ]
+    return sidecar_bootstrap(pod.name, pod.namespace, pod.pod_ip, settings, listeners, clusters, pod.identity)
+
+
+def virtual_outbound(settings: SidecarSettings) -> dict[str, Any]:
+    """Listener ``virtualOutbound`` on 0.0.0.0:15001 (ISTIO_REDIRECT's target): ``use_original_dst`` hands a
+    connection to the listener of the address it was dialled at, and what none takes passes through."""
+    return {
+        "name": "virtualOutbound",
+        "address": _listener_address(OUTBOUND_PORT),
+        "traffic_direction": "OUTBOUND",
+        **({"transparent": True} if settings.interception_mode == "TPROXY" else {}),
+        "use_original_dst": True,
+        "access_log": listener_access_log(settings),
+        "filter_chains": [
+            {"name": "virtualOutbound-blackhole", "filter_chain_match": {"destination_port": OUTBOUND_PORT},
+             "filters": [tcp_proxy_filter("BlackHoleCluster", "BlackHoleCluster", settings)]},
+        ],
+        "default_filter_chain": {"name": "PassthroughFilterChain", "filters": [
+            tcp_proxy_filter("PassthroughCluster", "PassthroughCluster", settings)]},
+    }
+
+
+def egress_clusters() -> list[dict[str, Any]]:
+    """``PassthroughCluster`` (ALLOW_ANY: the address dialled) and ``BlackHoleCluster`` (no endpoint)."""
+    return [{"name": "PassthroughCluster", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+             "connect_timeout": "10s", "cleanup_interval": "60s"},
+            {"name": "BlackHoleCluster", "type": "STATIC", "connect_timeout": "10s"}]
+
+
+def sidecar_bootstrap(name: str, namespace: str, ip: str, settings: SidecarSettings, listeners: list[dict[str, Any]],
+                      clusters: list[dict[str, Any]], identity: MeshIdentity | None) -> dict[str, Any]:
+    """A sidecar's whole bootstrap around its ``listeners`` and ``clusters``: node (pod ``name`` in ``namespace``
+    at ``ip``), Istio's log format, admin on 127.0.0.1:15000, the stats inclusion list, the SDS secrets of
+    ``identity``."""
     stats_prefixes = ISTIO_DEFAULT_STATS_PREFIXES + PROXY_STATS_PREFIXES
     return {
         "node": {
-            "id": f"sidecar~{pod.pod_ip}~{pod.name}.{pod.namespace}~{pod.namespace}.svc.cluster.local",
-            "cluster": f"{pod.name}.{pod.namespace}",
-            "metadata": {"NAME": pod.name, "NAMESPACE": pod.namespace, "INSTANCE_IPS": pod.pod_ip,
+            "id": f"sidecar~{ip}~{name}.{namespace}~{namespace}.svc.cluster.local",
+            "cluster": f"{name}.{namespace}",
+            "metadata": {"NAME": name, "NAMESPACE": namespace, "INSTANCE_IPS": ip,
                          "INTERCEPTION_MODE": settings.interception_mode,
                          "HTTP10": "1" if settings.accept_http_10 else "0"},
         },
@@ -336,7 +355,7 @@ def bootstrap(pod: BootstrapPod, settings: SidecarSettings = SidecarSettings()) 
             "stats_matcher": {"inclusion_list": {"patterns": [{"prefix": p} for p in stats_prefixes]}},
         },
         "static_resources": {"listeners": listeners, "clusters": clusters,
-                             **({"secrets": static_secrets(pod.identity)} if pod.identity else {})},
+                             **({"secrets": static_secrets(identity)} if identity else {})},
         # Istio sets no limit on downstream connections; saying so keeps Envoy's start-up warning out of the log.
         "overload_manager": {"resource_monitors": [{
             "name": "envoy.resource_monitors.global_downstream_max_connections",

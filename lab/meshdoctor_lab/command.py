@@ -54,7 +54,8 @@ def run(args) -> int:
             except KeyError as e:
                 return error(e.args[0])
             fixed = f", fix {', '.join(args.fix)}" if args.fix else ""
-            mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound)
+            mesh = lab.MeshOptions(access_log_encoding=args.access_log.upper(), legacy_inbound=args.legacy_inbound,
+                                   caller=args.caller, caller_retry_503=args.caller_retry_503)
             state = lab.up(args.name, state_dir, pods, mesh=mesh, fixes=fixes, on_start=lambda _: sys.stderr.write(
                 f"creating lab {args.name} with pods {', '.join(pods)}{fixed} ...\n"))
             print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
@@ -119,7 +120,8 @@ def describe_lab(state) -> str:
              f"  sidecars: Envoy, access log {state.mesh.access_log_encoding}, inbound dialled "
              + ("on 127.0.0.1 (Istio < 1.10)" if state.mesh.legacy_inbound else "from 127.0.0.6 (Istio >= 1.10)")
              + ("; under TPROXY from the client's address" if any(
-                 v.upper() == "TPROXY" for p in state.pods for _, v in p.annotations) else "")]
+                 v.upper() == "TPROXY" for p in state.pods for _, v in p.annotations) else "")
+             + _callers(state.mesh)]
     for pod in state.pods:
         lines.append(f"  pod/{pod.name}  {pod.pod_ip}  client {pod.client_ip}  netns {pod.netns}  "
                      f"scenario {pod.scenario}" + (f"  fix {pod.fix}" if pod.fix else ""))
@@ -130,6 +132,12 @@ def describe_lab(state) -> str:
         if obs.netns_missing:
             lines.append(f"  network namespaces missing: {', '.join(obs.netns_missing)}")
     return "\n".join(lines)
+
+
+def _callers(mesh) -> str:
+    if not mesh.caller_sidecar:
+        return ""
+    return "; called through caller sidecars (Istio mTLS" + (", 503s retried)" if mesh.caller_retry_503 else ")")
 
 
 def _ourselves() -> str:
@@ -185,6 +193,14 @@ def add_arguments(lab: argparse.ArgumentParser) -> None:
             lp.add_argument("--legacy-inbound", action="store_true",
                             help="the sidecars dial the app on 127.0.0.1, as Istio before 1.10 did (newer Istio "
                                  "dials the pod IP from 127.0.0.6, which an app bound to 127.0.0.1 refuses)")
+            lp.add_argument("--caller", choices=("none", "sidecar"), default="none",
+                            help="who calls each pod: none (its scenario's client, in plaintext; the default) or "
+                                 "sidecar (that client through a caller sidecar, real Envoy as Istio renders a "
+                                 "sidecar's outbound side, speaking Istio mTLS to the pod's sidecar; its log is "
+                                 "STATE_DIR/POD/caller-istio-proxy.log)")
+            lp.add_argument("--caller-retry-503", action="store_true",
+                            help="the caller sidecar's default retry policy also retries 503, as Istio before 1.24 "
+                                 "did (or 1.24-1.26 with EXCLUDE_UNSAFE_503_FROM_DEFAULT_RETRY=false)")
             lp.add_argument("--fix", action="append", metavar="[POD=]NAME",
                             help="apply this printed fix (a finding's fixes[].name; README's detector table "
                                  "names each class's first) as Istio would render it, to see the failure gone: "

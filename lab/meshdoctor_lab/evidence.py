@@ -9,7 +9,13 @@ on its admin port, put back to pilot-agent's ``warning`` and ``misc:error`` afte
 - ``clusters.txt``: ``GET /clusters`` after it;
 - ``round.json``: what the round's client saw (lab/scenarios/rounds.py RoundResult).
 
+With ``--caller sidecar`` (tests/data/envoy-1.40-mesh) each pod is called through a caller sidecar
+(lab/caller_sidecar.py) and both ends are recorded, the caller's into OUT/SCENARIO/caller/ and the pod's into
+OUT/SCENARIO/server/, each with those files and tcpdump's ``lo.pcap`` and ``eth0.pcap`` of its network namespace
+over the round (TCP, the admin port left out); ``round.json`` stays in OUT/SCENARIO/.
+
     sudo .venv/bin/python -m meshdoctor_lab.evidence tests/data/envoy-1.40 [--scenarios a,b] [--name N]
+    sudo .venv/bin/python -m meshdoctor_lab.evidence tests/data/envoy-1.40-mesh --caller sidecar --scenarios ...
 
 Needs root (the lab). Brings up its own lab (``--name``) with no drivers and takes it down at the end. Every wait
 is bounded. A scenario whose log over one round is larger than ``--max-kb`` is refused (a round that grew).
@@ -21,9 +27,11 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from meshdoctor_lab import lab
+from meshdoctor_lab.captures import Interface, capturing
 from meshdoctor_lab.scenarios.pod_admin import admin
 from meshdoctor_lab.state import LabError, LabState
 
@@ -37,40 +45,73 @@ SETTLE_WITHIN_S = 20.0  # seconds a round's last lines get to arrive (downstream
 DEFAULT_MAX_KB = 400
 
 
-def record_scenario(state: LabState, pod: str, out: Path, max_kb: int = DEFAULT_MAX_KB) -> dict[str, int]:
-    """Record one round of ``pod`` into ``out`` (module docstring); returns each file's size in bytes.
+@dataclass(frozen=True)
+class End:
+    """One sidecar of a round: ``name`` (its directory under OUT/SCENARIO, "" for the pod's own when no caller
+    sidecar runs), the network namespace its admin port and interfaces are in, and its log."""
 
-    Raises LabError when Envoy's admin port does not answer, the round fails to run, or its log exceeds
-    ``max_kb`` KiB."""
-    netns = state.pod(pod).netns
-    log = lab.access_log_path(state, pod)
+    name: str
+    netns: str
+    log: Path
+
+
+def ends(state: LabState, pod: str) -> tuple[End, ...]:
+    """The pod's sidecar, and with a caller sidecar (``lab up --caller sidecar``) the caller's first."""
+    lab_pod = state.pod(pod)
+    if not state.mesh.caller_sidecar:
+        return (End("", lab_pod.netns, lab.access_log_path(state, pod)),)
+    return (End("caller", lab_pod.client_netns, lab.caller_log_path(state, pod)),
+            End("server", lab_pod.netns, lab.access_log_path(state, pod)))
+
+
+def record_scenario(state: LabState, pod: str, out: Path, max_kb: int = DEFAULT_MAX_KB,
+                    captures: bool | None = None) -> dict[str, int]:
+    """Record one round of ``pod`` into ``out`` (module docstring), each sidecar's files in its End's directory;
+    ``captures`` (default: with a caller sidecar) adds tcpdump's ``lo.pcap`` and ``eth0.pcap`` of each. Returns
+    each file's size in bytes, by its path under ``out``.
+
+    Raises LabError when Envoy's admin port does not answer, the round fails to run, a capture does not start, or
+    a log exceeds ``max_kb`` KiB."""
+    sides = ends(state, pod)
+    captures = state.mesh.caller_sidecar if captures is None else captures
+    pcaps = {out / side.name / f"{iface}.pcap": Interface(side.netns, iface)
+             for side in sides for iface in ("lo", "eth0")} if captures else {}
+    files: dict[Path, bytes] = {}
     try:
-        admin(netns, "/logging?level=debug", "POST")
+        for side in sides:
+            admin(side.netns, "/logging?level=debug", "POST")
         try:
-            before = admin(netns, "/stats")
+            before = {side: admin(side.netns, "/stats") for side in sides}
             time.sleep(QUIET_S)  # the admin requests' own debug lines land before the round's slice starts
-            start = log.stat().st_size
-            result = lab.trigger_round(state, pod)
-            end = _quiet_end(log)
-            after = admin(netns, "/stats")
-            clusters = admin(netns, "/clusters")
+            with capturing(pcaps):
+                start = {side: side.log.stat().st_size for side in sides}
+                result = lab.trigger_round(state, pod)
+                stop = {side: _quiet_end(side.log) for side in sides}
+            for side in sides:
+                files[Path(side.name, "stats-before.txt")] = before[side].encode()
+                files[Path(side.name, "stats-after.txt")] = admin(side.netns, "/stats").encode()
+                files[Path(side.name, "clusters.txt")] = admin(side.netns, "/clusters").encode()
         finally:
-            admin(netns, "/logging?level=warning", "POST")
-            admin(netns, "/logging?misc=error", "POST")
+            for side in sides:
+                admin(side.netns, "/logging?level=warning", "POST")
+                admin(side.netns, "/logging?misc=error", "POST")
     except OSError as exc:
         raise LabError(f"{pod}: Envoy's admin port: {exc}") from None
-    with open(log, "rb") as f:
-        f.seek(start)
-        text = f.read(end - start)
-    if len(text) > max_kb * 1024:
-        raise LabError(f"{pod}: {len(text) // 1024} KiB of log for one round (more than {max_kb})")
-    out.mkdir(parents=True, exist_ok=True)
-    files = {"istio-proxy.log": text, "stats-before.txt": before.encode(), "stats-after.txt": after.encode(),
-             "clusters.txt": clusters.encode(),
-             "round.json": (json.dumps(result.to_json(), indent=1) + "\n").encode()}
+    for side in sides:
+        with open(side.log, "rb") as f:
+            f.seek(start[side])
+            text = f.read(stop[side] - start[side])
+        if len(text) > max_kb * 1024:
+            raise LabError(f"{pod}: {len(text) // 1024} KiB of {side.name or 'sidecar'} log for one round (more "
+                           f"than {max_kb})")
+        files[Path(side.name, "istio-proxy.log")] = text
+    files[Path("round.json")] = (json.dumps(result.to_json(), indent=1) + "\n").encode()
     for name, data in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_bytes(data)
-    return {name: len(data) for name, data in files.items()}
+    sizes = {str(name): len(data) for name, data in files.items()}
+    sizes.update({str(pcap.relative_to(out)): pcap.stat().st_size for pcap in pcaps})
+    return sizes
 
 
 def _quiet_end(log: Path) -> int:
@@ -88,10 +129,10 @@ def _quiet_end(log: Path) -> int:
 
 
 def record(out: Path, scenarios: tuple[str, ...] = SCENARIOS, name: str = DEFAULT_NAME,
-           max_kb: int = DEFAULT_MAX_KB) -> dict[str, dict[str, int]]:
-    """Bring up a lab of ``scenarios``, record each (record_scenario) into ``out``/SCENARIO, take the lab down.
-    Returns the sizes written. Raises LabError."""
-    state = lab.up(name, None, scenarios, drivers=False, apiserver=False)
+           max_kb: int = DEFAULT_MAX_KB, mesh: lab.MeshOptions = lab.MeshOptions()) -> dict[str, dict[str, int]]:
+    """Bring up a lab of ``scenarios`` with ``mesh``, record each (record_scenario) into ``out``/SCENARIO, take the
+    lab down. Returns the sizes written. Raises LabError."""
+    state = lab.up(name, None, scenarios, drivers=False, apiserver=False, mesh=mesh)
     try:
         return {pod: record_scenario(state, pod, out / pod, max_kb) for pod in scenarios}
     finally:
@@ -105,10 +146,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated (default: all)")
     parser.add_argument("--name", default=DEFAULT_NAME, help=f"the lab's name (default {DEFAULT_NAME})")
     parser.add_argument("--max-kb", type=int, default=DEFAULT_MAX_KB, help="largest log of one round, KiB")
+    parser.add_argument("--caller", choices=("none", "sidecar"), default="none",
+                        help="sidecar: each pod called through a caller sidecar (Istio mTLS), both ends recorded "
+                             "into SCENARIO/caller and SCENARIO/server with tcpdump's lo.pcap and eth0.pcap")
+    parser.add_argument("--caller-retry-503", action="store_true",
+                        help="the caller sidecar retries 503 (Istio < 1.24's default retry policy)")
     args = parser.parse_args(argv)
     scenarios = tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
+    mesh = lab.MeshOptions(caller=args.caller, caller_retry_503=args.caller_retry_503)
     try:
-        sizes = record(args.out, scenarios, args.name, args.max_kb)
+        sizes = record(args.out, scenarios, args.name, args.max_kb, mesh)
     except LabError as exc:
         print(f"record-envoy-evidence: {exc}", file=sys.stderr)
         return 2

@@ -30,6 +30,7 @@ from meshdoctor_lab.bootstrap import (
     SidecarSettings,
     bootstrap_text,
 )
+from meshdoctor_lab.caller_sidecar import CallerPod, caller_bootstrap_text
 from meshdoctor_lab.netns import DEFAULT_LAB_NAME, INBOUND_CAPTURE_PORT
 from meshdoctor_lab.outbound import service_host, spiffe_id
 from meshdoctor_lab.scenarios import (
@@ -53,7 +54,8 @@ from meshdoctor_lab.state import (
 )
 
 __all__ = [
-    "LabError", "LabState", "LabPod", "MeshOptions", "RoundResult", "access_log_path", "default_state_dir", "up",
+    "LabError", "LabState", "LabPod", "MeshOptions", "RoundResult", "access_log_path", "caller_log_path",
+    "default_state_dir", "up",
     "down", "status",
     "trigger_round",
 ]
@@ -91,7 +93,8 @@ def up(
     leaves the lab quiet (use `trigger_round`). `ready_timeout` (seconds) bounds each readiness wait.
     `spec_patches` maps a pod name to RFC 6902 operations the test API server applies to its Pod object
     (a spec or status that breaks a lint rule; the pod's network is unchanged). `mesh` holds the mesh-wide
-    settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling). `fixes` maps a pod
+    settings every pod's Envoy gets (access-log encoding, Istio < 1.10's inbound dialling), and whether each
+    pod's client calls it through a caller sidecar (caller_sidecar.py; its log: caller_log_path). `fixes` maps a pod
     name to the printed fix applied to it, as Istio would render it (lab/fixes.py; an unknown one: LabError).
     `on_start` is called once every check has passed, before the slow part (namespaces, processes).
 
@@ -117,8 +120,9 @@ def up(
         kubeconfig=state_dir / "kubeconfig",
         netns_prefix=prefix,
         pods=tuple(_with_certs(_with_fix(replace(pod, spec_patch=tuple((spec_patches or {}).get(pod.name, ()))),
-                                         (fixes or {}).get(pod.name)), state_dir)
-                   for pod in (_new_pod(prefix, i, spec) for i, spec in enumerate(pods, start=1))),
+                                         (fixes or {}).get(pod.name)), state_dir, mesh)
+                   for pod in (replace(_new_pod(prefix, i, spec), caller="sidecar" if mesh.caller_sidecar else "")
+                               for i, spec in enumerate(pods, start=1))),
         mesh=mesh,
     )
     _refuse_tproxy_to_localhost(state)
@@ -278,13 +282,21 @@ def _refuse_tproxy_to_localhost(state: LabState) -> None:
                            f"dials it from the client's address); leave out --legacy-inbound")
 
 
-def _pod_setup(pod: LabPod, state: LabState) -> tuple[lab_fixes.PodFix, PodSetup]:
-    """The pod's fix and its scenario's setup with that fix and the mesh-wide settings applied."""
+def _pod_setup(pod: LabPod, state: LabState, *, as_caller: bool = False) -> tuple[lab_fixes.PodFix, PodSetup]:
+    """The pod's fix and its scenario's setup with that fix and the mesh-wide settings applied.
+
+    With a caller sidecar (state.mesh.caller_sidecar) the pod's own sidecar is rendered as in a mesh: Istio's
+    default PERMISSIVE mTLS unless the scenario sets a mode, and its inbound route no longer stands in for the
+    caller's (a VirtualService's timeout and retries go on the caller's route: ``as_caller`` gives the settings
+    the caller sidecar renders them from)."""
     fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
     setup = fix.setup(SETUPS[pod.scenario])
     sidecar = replace(setup.sidecar, access_log_encoding=state.mesh.access_log_encoding,
                       legacy_inbound=state.mesh.legacy_inbound or setup.sidecar.legacy_inbound,
                       interception_mode=fix.interception)
+    if state.mesh.caller_sidecar and not as_caller:
+        sidecar = replace(sidecar, mtls_mode=sidecar.mtls_mode or "PERMISSIVE", route_timeout_s=None,
+                          route_retry_on=None, route_retries=None)
     return fix, replace(setup, sidecar=sidecar)
 
 
@@ -297,14 +309,15 @@ def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
     return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings, labels=labels)
 
 
-def _with_certs(pod: LabPod, state_dir: Path) -> LabPod:
+def _with_certs(pod: LabPod, state_dir: Path, mesh: MeshOptions) -> LabPod:
     """``pod`` with the directory of its certificates when its sidecar speaks mTLS (a PeerAuthentication mode, a
-    DestinationRule's ISTIO_MUTUAL, with its fix applied)."""
+    DestinationRule's ISTIO_MUTUAL, with its fix applied; every sidecar when callers have one)."""
     fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
     setup = fix.setup(SETUPS[pod.scenario])
     sidecar = setup.sidecar
     mtls = sidecar.mtls_mode is not None or sidecar.upstream_tls_mode == "ISTIO_MUTUAL"
-    if not (mtls and lab_fixes.injected(setup.labels)):
+    # a caller sidecar holds its certificate (the pod's callers') whether or not the pod it calls has a sidecar
+    if not ((mtls and lab_fixes.injected(setup.labels)) or mesh.caller_sidecar):
         return pod
     return replace(pod, certs=str(state_dir / pod.name / "certs"))
 
@@ -335,12 +348,18 @@ def _bring_up(
         for role, argv, env in _pod_processes(pod, state, envoy):
             state = processes.spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv), env=env)
             roles_of.setdefault(pod.name, []).append(role)
+        if state.mesh.caller_sidecar:
+            state = _start_caller(state, pod, envoy, in_mesh=lab_fixes.injected(setup.labels))
             if role == "sidecar" and fix.holds_application:  # pilot-agent wait: the apps after Envoy's listeners
                 processes.wait_for(state, f"pod {pod.name}'s sidecar", ready_timeout,
                                    lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT}
                                    <= netns.listening_ports(pod.netns),
                                    watch=[f"{pod.name}/sidecar"])
     for pod in state.pods:
+        if f"{pod.name}/caller" in state.pids:
+            processes.wait_for(state, f"pod {pod.name}'s caller sidecar", ready_timeout,
+                               lambda pod=pod: {OUTBOUND_PORT, ADMIN_PORT} <= netns.listening_ports(pod.client_netns),
+                               watch=[f"{pod.name}/caller"])
         roles = roles_of[pod.name]
         wanted = ({ECHO_PORT} | ({INBOUND_CAPTURE_PORT, OUTBOUND_PORT, ADMIN_PORT} if "sidecar" in roles else set())
                   | ({HTTP_PORT} if "app-http" in roles else set()))
@@ -393,6 +412,21 @@ def _pod_processes(pod: LabPod, state: LabState,
             else [*app_processes, sidecar_process])
 
 
+def _start_caller(state: LabState, pod: LabPod, envoy: str, in_mesh: bool) -> LabState:
+    """istio-init's outbound rules in the pod's client namespace and the caller sidecar (uid 1337) there;
+    ``in_mesh``: the pod has a sidecar, so its endpoint is labelled for mTLS (else the caller sends plaintext)."""
+    netns.install_caller_rules(pod.client_netns)
+    istio_proxy.prepare_container_log(processes.log_path(state, f"{pod.name}/caller"))
+    _, setup = _pod_setup(pod, state, as_caller=True)
+    issued = pki.caller(Path(pod.certs), spiffe_id(state.namespace))
+    caller = CallerPod(f"{pod.name}-caller", state.namespace, pod.client_ip, pod.name, pod.pod_ip,
+                       tuple((p.port, port_kind(p.name)) for p in pod.ports), issued.identity(),
+                       retry_503=state.mesh.caller_retry_503, target_in_mesh=in_mesh)
+    argv = istio_proxy.envoy_argv(envoy, caller_bootstrap_text(caller, setup.sidecar))
+    return processes.spawn(state, f"{pod.name}/caller", netns.in_netns(pod.client_netns, *argv),
+                           env={pki.KEY_ENV: issued.key.read_text()})
+
+
 def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, period: float) -> list[str]:
     return [
         sys.executable, "-m", "meshdoctor_lab.scenarios", scenario,
@@ -400,11 +434,18 @@ def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, per
         "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
         *(["--fix", pod.fix] if pod.fix else []),
         *(["--certs", pod.certs] if pod.certs else []),
+        *(["--caller", pod.caller] if pod.caller else []),
     ]
 
 
 def access_log_path(state: LabState, pod: str) -> Path:
     """The pod's sidecar access log (Istio TEXT format), as `kubectl logs <pod> -c istio-proxy` shows it."""
     return state.state_dir / pod / "istio-proxy.log"
+
+
+def caller_log_path(state: LabState, pod: str) -> Path:
+    """The log of the pod's caller sidecar (`lab up --caller sidecar`), beside the pod's: its access log and
+    Envoy's own log, as the caller pod's `kubectl logs -c istio-proxy` would show them."""
+    return processes.log_path(state, f"{pod}/caller")
 
 

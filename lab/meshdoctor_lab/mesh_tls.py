@@ -34,6 +34,10 @@ PLAINTEXT_HTTP_ALPNS = ("http/1.1", "h2c")  # without ISTIO_META_HTTP10 (feature
 ALPN_HTTP = ("h2", "http/1.1")  # what the server side's TLS context offers for HTTP
 ALPN_DOWNSTREAM_WITH_MXC = ("istio-peer-exchange", "h2", "http/1.1")  # ... and for TCP
 ALPN_IN_MESH_WITH_MXC = ("istio-peer-exchange", "istio")  # what an ISTIO_MUTUAL client offers (HTTP/1 cluster)
+# What istio/proxy's `istio.alpn` HTTP filter (pilot/pkg/xds/filters/filters.go Alpn, mtlsHTTP11ALPN) makes an
+# outbound HTTP/1.1 request's mTLS connection offer instead: the filter is Istio's own, not in upstream Envoy.
+ALPN_ISTIO_HTTP11 = ("istio-http/1.1", "istio", "http/1.1")
+ALPN_ISTIO_H2 = ("istio-h2", "istio", "h2")  # ... and an HTTP/2 one's (mtlsHTTP2ALPN)
 # BuildInboundTLS's SupportedCiphers
 SUPPORTED_CIPHERS = ("ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-ECDSA-AES128-GCM-SHA256",
                      "ECDHE-RSA-AES128-GCM-SHA256", "AES256-GCM-SHA384", "AES128-GCM-SHA256")
@@ -116,12 +120,14 @@ def downstream_tls(protocol: str) -> dict[str, Any]:
         "require_client_certificate": True}}
 
 
-def upstream_istio_mutual(sni: str, sans: tuple[str, ...]) -> dict[str, Any]:
-    """The transport socket a DestinationRule ``tls.mode: ISTIO_MUTUAL`` gives an HTTP/1 outbound cluster: the
-    workload certificate, the server's SPIFFE id checked against ROOTCA, Istio's SNI and ALPN."""
+def upstream_istio_mutual(sni: str, sans: tuple[str, ...],
+                          alpns: tuple[str, ...] = ALPN_IN_MESH_WITH_MXC) -> dict[str, Any]:
+    """The transport socket a DestinationRule ``tls.mode: ISTIO_MUTUAL`` (or auto mTLS) gives an outbound cluster:
+    the workload certificate, the server's SPIFFE id checked against ROOTCA, Istio's SNI and ``alpns`` (a TCP or
+    HTTP/1 cluster's by default)."""
     params = {"tls_minimum_protocol_version": "TLSv1_2", "tls_maximum_protocol_version": "TLSv1_3"}
     return {"name": _TLS_SOCKET, "typed_config": {
-        "@type": _UPSTREAM_TLS, "common_tls_context": _common_context(ALPN_IN_MESH_WITH_MXC, sans, params),
+        "@type": _UPSTREAM_TLS, "common_tls_context": _common_context(alpns, sans, params),
         "sni": sni}}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -96,17 +97,23 @@ CLIENT_EPHEMERAL_PORTS = (32768, 39999)
 CLIENT_FIXED_PORTS = (40000, 60999)
 
 DEFAULT_LAB_NAME = "meshdoctor-lab"
+SHORT_NAME_PREFIX = 12  # letters and digits: a lab name this short is its namespaces' prefix
 _NETNS_DIR = Path("/run/netns")
 _TOOLS = ("ip", "iptables-restore", "conntrack", "sysctl")
 
 
 def netns_prefix(lab_name: str) -> str:
-    """A short namespace prefix for a lab: `mdlab` for the default lab, `md` + 6 hex digits otherwise.
+    """A short namespace prefix for a lab: `mdlab` for the default lab; the name itself when it is at most
+    SHORT_NAME_PREFIX letters and digits (no `-`, so `PREFIX-POD` still splits at its first `-`); else `md` + 6 hex
+    digits of its hash.
 
-    Derived from the name so two labs with different names coexist without sharing a namespace.
+    Derived from the name so two labs with different names coexist without sharing a namespace, and a lab named
+    for whoever runs it (`ip netns list`) shows whose namespaces these are.
     """
     if lab_name == DEFAULT_LAB_NAME:
         return "mdlab"
+    if re.fullmatch(rf"[a-z0-9]{{1,{SHORT_NAME_PREFIX}}}", lab_name):
+        return lab_name
     return "md" + hashlib.sha256(lab_name.encode()).hexdigest()[:6]
 
 
@@ -196,6 +203,19 @@ def istio_rules(interception: str = "REDIRECT", excluded_ports: Sequence[int] = 
         return ISTIO_TPROXY_RULES.format(excluded="".join(f"-A ISTIO_INBOUND -p tcp --dport {p} -j RETURN\n"
                                                           for p in ports))
     raise LabError(f"interception mode {interception!r}: the lab captures with REDIRECT or TPROXY")
+
+
+def istio_outbound_rules() -> str:
+    """istio-init's REDIRECT rules without the inbound capture (no PREROUTING jump): for a caller's namespace, whose
+    sidecar renders only the outbound side. Its own connections (uid 1337) and those to 127.0.0.1 RETURN; every
+    other TCP connection it makes goes to 15001."""
+    return "".join(line for line in ISTIO_NAT_RULES.splitlines(keepends=True)
+                   if not line.startswith("-A PREROUTING"))
+
+
+def install_caller_rules(client_netns: str) -> None:
+    """Install istio_outbound_rules in ``client_netns``. Raises LabError."""
+    run(in_netns(client_netns, "iptables-restore"), input_text=istio_outbound_rules())
 
 
 def netns_pids(netns: str) -> list[int]:

@@ -96,3 +96,8 @@ def pod_certificates(ca_dir: Path, directory: Path, spiffe: str) -> Issued:
 def workload(directory: Path, spiffe: str) -> Issued:
     """The sidecar's certificate pod_certificates made in ``directory``."""
     return Issued(directory / "workload.pem", directory / "workload-key.pem", directory / "root-cert.pem", spiffe)
+
+
+def caller(directory: Path, spiffe: str) -> Issued:
+    """The certificate pod_certificates made in ``directory`` for the pod's callers' sidecars."""
+    return Issued(directory / "caller.pem", directory / "caller-key.pem", directory / "root-cert.pem", spiffe)

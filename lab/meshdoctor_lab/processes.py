@@ -42,7 +42,10 @@ def spawn(state: LabState, key: str, argv: list[str], env: Mapping[str, str] | N
 # Pod processes log where the test API server's log endpoint reads a container's log
 # (apiserver/containers.py log_path: state_dir/<pod>/<container>.log): the apps are container `app`, Envoy
 # (its own log on stderr, its access log on /dev/stdout) is `istio-proxy`.
-_CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy"}
+# The caller sidecar (lab/caller_sidecar.py) is no container of the pod: its log lies beside the pod's as
+# caller-istio-proxy.log.
+_CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy",
+                      "caller": "caller-istio-proxy"}
 
 
 def log_path(state: LabState, key: str) -> Path:

@@ -53,6 +53,9 @@ class LabPod:
     # Where the lab keeps the certificates of a pod whose sidecar speaks mTLS (lab/pki.py), "" for none: the
     # scenario driver reads its callers' certificate there
     certs: str = ""
+    # "sidecar" when its client calls it through a caller sidecar (MeshOptions.caller), "" otherwise: a round whose
+    # story depends on who holds the connection the pod's sidecar closes (downstream-idle) reads it
+    caller: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class LabPod:
             **({"settings": dict(self.settings)} if self.settings else {}),
             **({"labels": dict(self.labels)} if self.labels else {}),
             **({"certs": self.certs} if self.certs else {}),
+            **({"caller": self.caller} if self.caller else {}),
             # What the test API server renders into the Pod: the annotations, and istio-init's -d additions.
             **({"annotations": dict(self.annotations),
                 "exclude_inbound_ports": [p.strip() for k, v in self.annotations
@@ -93,25 +97,50 @@ class LabPod:
             settings=tuple((str(k), str(v)) for k, v in (data.get("settings") or {}).items()),
             labels=tuple((str(k), str(v)) for k, v in (data.get("labels") or {}).items()),
             certs=str(data.get("certs", "")),
+            caller=str(data.get("caller", "")),
         )
+
+
+CALLERS = ("none", "sidecar")  # who calls a lab pod: its scenario driver alone, or through a caller sidecar
 
 
 @dataclass(frozen=True)
 class MeshOptions:
     """Mesh-wide settings every pod's sidecar gets: Istio's ``meshConfig.accessLogEncoding`` (TEXT or JSON),
     and ``legacy_inbound``, the sidecar dialling the app on 127.0.0.1 as Istio < 1.10 did (newer Istio dials the
-    pod IP from 127.0.0.6)."""
+    pod IP from 127.0.0.6).
+
+    ``caller``: ``none`` (the scenario driver calls the pod in plaintext, as a client without a sidecar) or
+    ``sidecar`` (its calls go through a caller sidecar in the client namespace, which speaks Istio mTLS to the
+    pod's: lab/caller_sidecar.py); ``caller_retry_503``: that sidecar's default retry policy also retries 503, as
+    Istio < 1.24 did.
+
+    Raises ValueError for a caller that is not one of CALLERS.
+    """
 
     access_log_encoding: str = "TEXT"
     legacy_inbound: bool = False
+    caller: str = "none"
+    caller_retry_503: bool = False
+
+    def __post_init__(self) -> None:
+        if self.caller not in CALLERS:
+            raise ValueError(f"caller {self.caller!r} is not one of {', '.join(CALLERS)}")
+
+    @property
+    def caller_sidecar(self) -> bool:
+        return self.caller == "sidecar"
 
     def to_json(self) -> dict[str, Any]:
-        return {"access_log_encoding": self.access_log_encoding, "legacy_inbound": self.legacy_inbound}
+        return {"access_log_encoding": self.access_log_encoding, "legacy_inbound": self.legacy_inbound,
+                "caller": self.caller, "caller_retry_503": self.caller_retry_503}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "MeshOptions":
         return cls(access_log_encoding=str(data.get("access_log_encoding", "TEXT")),
-                   legacy_inbound=bool(data.get("legacy_inbound", False)))
+                   legacy_inbound=bool(data.get("legacy_inbound", False)),
+                   caller=str(data.get("caller", "none")),
+                   caller_retry_503=bool(data.get("caller_retry_503", False)))
 
 
 @dataclass(frozen=True)

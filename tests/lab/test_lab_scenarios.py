@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -31,6 +30,7 @@ from meshdoctor_lab.state import LabPod, LabState
 from tests.lab.test_lab_network import _require_lab_host
 
 from ..waiting import wait_until as _wait_until
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -47,7 +47,7 @@ UF_BODY = _BODY + "remote connection failure"
 @pytest.fixture(scope="module")
 def scenario_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabState]:
     _require_lab_host()
-    name = f"mdtest-{uuid.uuid4().hex[:8]}"
+    name = lab_name(hex_digits=5)
     state_dir = tmp_path_factory.mktemp("lab") / name
     state = lab.up(name=name, state_dir=state_dir, pods=PODS, apiserver=False, drivers=False)
     try:

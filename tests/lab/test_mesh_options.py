@@ -4,13 +4,13 @@ Istio < 1.10's inbound dialling of 127.0.0.1, under which an app bound to 127.0.
 from __future__ import annotations
 
 import json
-import secrets
 
 import pytest
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from meshdoctor_lab import lab
 
+from .lab_names import lab_name
 from .watching import capturing
 
 pytestmark = pytest.mark.lab
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def legacy_json_lab(tmp_path_factory):
-    name = f"mdtest-j{secrets.token_hex(2)}"
+    name = lab_name("j")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("refused", "refused-localhost"), drivers=False,
                    mesh=lab.MeshOptions(access_log_encoding="JSON", legacy_inbound=True))
     try:

@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix", default="", help="the printed fix applied to the pod (a client-side one changes "
                                                   "the round: lab/fixes.py CLIENT_FIXES)")
     parser.add_argument("--certs", default="", help="the pod's certificates (lab/pki.py): its callers' mTLS one")
+    parser.add_argument("--caller", default="", choices=("", "sidecar"),
+                        help="sidecar: this client's calls go through a caller sidecar (lab up --caller sidecar)")
     args = parser.parse_args(argv)
     pod = LabPod(
         name=args.pod_name or args.scenario,
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         uid="",
         fix=args.fix,
         certs=args.certs,
+        caller=args.caller,
     )
     # `lab down` sends SIGTERM: unwind (finally blocks remove e.g. the syn-drop rule) instead of dying mid-round.
     signal.signal(signal.SIGTERM, _interrupt)

@@ -17,6 +17,7 @@ from .rounds import IO_TIMEOUT, one_line, Tally
 from .table import (
     CALLER_HTTP11_FIX,
     CALLER_IDLE_FIX,
+    CALLER_IDLE_REUSE_AFTER,
     CALLER_IDLE_TIMEOUT,
     CALLER_NO_HALF_CLOSE_FIX,
     CALLER_NO_UPGRADE_FIX,
@@ -169,6 +170,9 @@ def _fin_arrived(sock: socket.socket, within_s: float) -> bool:
 
 
 def downstream_idle_round(pod: LabPod, tally: Tally) -> None:
+    if pod.caller == "sidecar":
+        _idle_close_at_the_caller(pod, tally)
+        return
     request = b"GET /idle HTTP/1.1\r\nHost: lab\r\n\r\n"
     try:
         with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
@@ -200,3 +204,15 @@ def h2_round(pod: LabPod, tally: Tally) -> None:
     # The caller speaks HTTP/1.1 to the sidecar; the sidecar speaks HTTP/2 to the app.
     for i in range(GOAWAY_REQUESTS):
         http_get(pod, tally, f"/h2/{i}")
+
+
+def _idle_close_at_the_caller(pod: LabPod, tally: Tally) -> None:
+    """Through a caller sidecar: GET /idle leaves the caller's connection to the pod's sidecar pooled; a second
+    GET, on a new client connection, goes out CALLER_IDLE_REUSE_AFTER later, inside the pod sidecar's delayed
+    close (table.py): the caller writes it on that pooled connection and gets no answer (503 UC at the caller)."""
+    if http_get(pod, tally, "/idle") != 200:
+        return
+    done = time.monotonic()
+    time.sleep(CALLER_IDLE_REUSE_AFTER)  # the race's timing itself, not a wait for a condition
+    tally.reused_after_s = round(time.monotonic() - done, 3)
+    http_get(pod, tally, "/idle/after-the-pod-closed")

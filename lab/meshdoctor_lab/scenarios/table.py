@@ -46,6 +46,13 @@ EXHAUSTION_REQUESTS = 8  # more requests than ports, one after another
 # as soon as that FIN has arrived, as a pool that has not noticed it would.
 DOWNSTREAM_IDLE_TIMEOUT = 0.5
 DOWNSTREAM_FIN_WITHIN = 10.0  # seconds the round waits for the sidecar's FIN
+# Through a caller sidecar the pod's sidecar closes the caller's pooled connection instead: drain_timeout (5 s) after
+# its idle timeout it closes with flush-and-delay, reading nothing for delayed_close_timeout (1 s) before the TLS
+# close_notify and FIN. The round's second request, on a new client connection, is sent in the middle of that
+# second: the caller writes it on its pooled connection, and the pod's sidecar never reads it.
+ENVOY_DRAIN_TIMEOUT = 5.0  # the HCM's drain_timeout, Envoy's default (Istio sets none)
+ENVOY_DELAYED_CLOSE_TIMEOUT = 1.0  # the HCM's delayed_close_timeout, Envoy's default
+CALLER_IDLE_REUSE_AFTER = DOWNSTREAM_IDLE_TIMEOUT + ENVOY_DRAIN_TIMEOUT + ENVOY_DELAYED_CLOSE_TIMEOUT / 2
 GOAWAY_REFUSE_EVERY = 3
 GOAWAY_REQUESTS = 9  # requests in a goaway round (and in a healthy-h2 one)
 # The collision's client-side fix (a lab fix by this name, lab/fixes.py): the round's second connection gets its
