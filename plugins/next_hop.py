@@ -4,10 +4,13 @@ In a mesh the user's 503 is logged by the caller's sidecar (or the gateway), on 
 service it called (``outbound|PORT|SUBSET|HOST``). When the answer came from upstream, Envoy's
 %RESPONSE_CODE_DETAILS% is ``via_upstream`` (Envoy docs, response_code_details.rst: "The response code was set by
 the upstream"), whatever it was: the server pod's sidecar failing its own upstream (its ``503 UF`` is relayed as
-``503 URX via_upstream`` once the caller's retries are spent; Istio retries 503 by default,
-``retriable_status_codes: [503]``, 2 retries: istio/istio pilot/pkg/networking/core/route/retry/retry.go), its
-``502 UPE`` as ``502 - via_upstream``, its route timeout as ``504 - via_upstream``, or the app's own 5xx. This
-pod's captures, debug log and counters then show a healthy hop: the evidence is in the next one.
+``503 - via_upstream``, its ``502 UPE`` as ``502 - via_upstream``, its route timeout as ``504 - via_upstream``), or
+the app's own 5xx. Istio < 1.24 also retried a 503 by default (``retriable_status_codes: [503]``, 2 retries), so
+such a caller logs ``503 URX via_upstream`` once the retries are spent; Istio >= 1.24 leaves 503 out of the
+default retry policy (``EXCLUDE_UNSAFE_503_FROM_DEFAULT_RETRY``, istio/istio#50506; the default retries
+connect-failure, refused-stream, unavailable and cancelled: pilot/pkg/networking/core/route/retry/retry.go).
+Both were measured with real Envoy in the lab (docs/lab-envoy.md). This pod's captures, debug log and counters
+then show a healthy hop: the evidence is in the next one.
 
 The finding names the hop (the cluster, the upstream host that answered) and the command to run there. A failure
 this sidecar made itself (UF, UC, UO, UH, NR, ... with details other than ``via_upstream``) is other detectors'.
@@ -76,9 +79,10 @@ class NextHop(Detector):
             self.id, counters, RETRIES, what="Retries hid failures of the next hop",
             explanation=("This sidecar retried requests whose first attempt failed at the next hop (the server "
                          "pod's sidecar or its app: a 503, a reset, a refused stream), and a retry was answered: "
-                         "callers saw success, and the server pod logged the failures. Istio retries a 503, a "
-                         "reset and a connect failure twice by default. The failures are real and recur; read the "
-                         "server pod's side to see them."),
+                         "callers saw success, and the server pod logged the failures. Istio's default policy "
+                         "retries connect failures, refused streams and resets twice (and a 503 too before Istio "
+                         "1.24, or where a VirtualService's retryOn asks). The failures are real and recur; read "
+                         "the server pod's side to see them."),
             remediation=("# The failures are logged in the next hop: read the server pod's sidecar.\n"
                          "kubectl meshdoctor watch -n <namespace> pod/<server pod> --envoy-debug"),
             severity=Severity.WARNING, pod=self.ctx.pod)
@@ -98,8 +102,8 @@ class NextHop(Detector):
         request = f"{entry.method} {entry.path}" if entry.method else "a request"
         answered = entry.upstream_host or cluster.host or entry.upstream_cluster
         retried = "URX" in entry.flags
-        spent = (" after its retries were spent (URX: every attempt got a 5xx; Istio retries a 503 twice by "
-                 "default)" if retried else "")
+        spent = (" after its retries were spent (URX: every attempt got a 5xx; a 503 is retried by default "
+                 "before Istio 1.24, or where a VirtualService's retryOn asks)" if retried else "")
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
