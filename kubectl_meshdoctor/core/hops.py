@@ -52,40 +52,70 @@ def relayed_only(f: Finding) -> list[AccessLogEntry]:
     return []
 
 
+def server_disconnect_only(f: Finding) -> list[AccessLogEntry]:
+    """The server-side lines of ``f`` when every one is the server pod's sidecar seeing its downstream go away
+    (DC on its inbound cluster): the caller's doing, told by the caller's own line; [] otherwise."""
+    entries = _entries(f)
+    if not entries or len(entries) != len(f.access_log):
+        return []
+    if all("DC" in e.flags and _direction(e) == "inbound" for e in entries):
+        return entries
+    return []
+
+
+def _caller_side(entry: AccessLogEntry) -> bool:
+    """A caller's sidecar's line: its upstream is another pod (an outbound cluster, or a passthrough one)."""
+    return _direction(entry) != "inbound" and entry.upstream_cluster is not None
+
+
 def join_hops(findings: list[Finding]) -> list[Finding]:
-    """``findings`` with each caller's finding of a relayed answer folded into the server-side finding of the
-    same request: the server's finding gains the caller's access-log lines and, in ``details["hops"]``, the
-    caller's pod and what it logged; the caller's finding is dropped. Findings of no such pair are kept as
-    they are, in order."""
-    inbound = [(i, [e for e in _entries(f) if _direction(e) == "inbound"]) for i, f in enumerate(findings)]
-    inbound = [(i, es) for i, es in inbound if es]
-    if not inbound:
-        return findings
-    folded: dict[int, list[tuple[Finding, list[AccessLogEntry]]]] = {}
+    """``findings`` with each request's two hops made one finding:
+    - a caller's finding of a relayed answer (via_upstream) is folded into the server-side finding of the same
+      request: the server pod's sidecar failed, the caller passed its answer on;
+    - a server-side finding of its downstream going away (DC) is folded into the caller's finding of the same
+      request: the caller's sidecar gave up (its route timeout: 504 UT) or its client did (DC there too).
+    The finding kept gains the other's access-log lines and evidence and, in ``details["hops"]``, the other
+    pod and what it logged; the other is dropped. Findings of no such pair are kept as they are, in order."""
+    sides = [(i, _entries(f)) for i, f in enumerate(findings)]
+    inbound = [(i, [e for e in es if _direction(e) == "inbound"]) for i, es in sides]
+    outbound = [(i, [e for e in es if _caller_side(e)]) for i, es in sides]
+    folded: dict[int, list[tuple[Finding, list[AccessLogEntry], str]]] = {}
     dropped: set[int] = set()
     for j, f in enumerate(findings):
-        callers = relayed_only(f)
-        if not callers:
-            continue
-        target = next((i for i, servers in inbound if i != j
-                       and any(_same_request(c, s) for c in callers for s in servers)), None)
-        if target is not None:
-            folded.setdefault(target, []).append((f, callers))
-            dropped.add(j)
+        for own, others, role in ((relayed_only(f), inbound, "caller"),
+                                  (server_disconnect_only(f), outbound, "server")):
+            if not own:
+                continue
+            target = next((i for i, theirs in others if i != j and i not in dropped
+                           and any(_same_request(*((a, b) if role == "caller" else (b, a)))
+                                   for a in own for b in theirs)), None)
+            if target is not None:
+                folded.setdefault(target, []).append((f, own, role))
+                dropped.add(j)
+                break
     out = []
     for i, f in enumerate(findings):
         if i in dropped:
             continue
-        for caller, entries in folded.get(i, ()):
-            hops = list(f.details.get("hops", ())) + [{
-                "pod": caller.pod, "logged": f"{e.code} {','.join(e.flags) or '-'} {e.details}",
-                "cluster": e.upstream_cluster, "request_id": e.request_id} for e in entries]
-            said = "; ".join(dict.fromkeys(h["logged"] for h in hops))
-            who = f"pod {caller.pod}'s sidecar" if caller.pod else "the caller's sidecar"
-            f = replace(f, access_log=f.access_log + tuple(x for x in caller.access_log if x not in f.access_log),
-                        evidence=f.evidence + tuple(x for x in caller.evidence if x not in f.evidence),
-                        explanation=(f"{f.explanation} The caller saw it through {who}, which logged the same "
-                                     f"request as {said}: the answer this hop gave, passed on."),
-                        details={**f.details, "hops": hops})
+        for other, entries, role in folded.get(i, ()):
+            f = _fold(f, other, entries, role)
         out.append(f)
     return out
+
+
+def _fold(f: Finding, other: Finding, entries: list[AccessLogEntry], role: str) -> Finding:
+    hops = list(f.details.get("hops", ())) + [{
+        "pod": other.pod, "role": role, "logged": f"{e.code} {','.join(e.flags) or '-'} {e.details}",
+        "cluster": e.upstream_cluster, "request_id": e.request_id} for e in entries]
+    said = "; ".join(dict.fromkeys(f"{e.code} {','.join(e.flags) or '-'} {e.details}" for e in entries))
+    if role == "caller":
+        who = f"pod {other.pod}'s sidecar" if other.pod else "the caller's sidecar"
+        told = (f" The caller saw it through {who}, which logged the same request as {said}: this hop's "
+                f"answer, passed on.")
+    else:
+        who = f"pod {other.pod}'s sidecar" if other.pod else "the server pod's sidecar"
+        told = (f" The next hop, {who}, logged the same request as {said}: it saw this side go away, "
+                f"the effect of this finding, not a failure of its own.")
+    return replace(f, access_log=f.access_log + tuple(x for x in other.access_log if x not in f.access_log),
+                   evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
+                   explanation=f.explanation + told, details={**f.details, "hops": hops})

@@ -1,0 +1,96 @@
+"""Both hops of a real mesh (tests/data/envoy-1.40-mesh: the lab's caller sidecar talking Istio mTLS to the pod's
+sidecar, real Envoy 1.40 at both; -retry503: with Istio < 1.24's default retry of a 503). `analyze` on the caller
+pod's files alone, on the server pod's alone, and on both directories: each names what its side can show, and
+together each failing request is one finding at the hop that failed, quoting both sidecars' lines, with nothing
+invented (no `access-log` or `syn-timeout` finding)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.envoy.access_log import parse_line
+
+from ..helpers import analyze_json
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+NEXT = ("next-hop", "error")
+
+# (recordings, scenario) -> what the caller's files name, what the server's name, and, read together, each
+# (detector, severity, pod) of the findings.
+EXPECTED = {
+    ("envoy-1.40-mesh", "refused"): ({NEXT}, {("upstream-refused", "error")},
+                                     {("upstream-refused", "error", "server")}),
+    ("envoy-1.40-mesh", "framing"): ({NEXT}, {("http-framing", "error")}, {("http-framing", "error", "server")}),
+    ("envoy-1.40-mesh", "stale-keepalive"): ({NEXT}, {("stale-keepalive", "error")},
+                                             {("stale-keepalive", "error", "server")}),
+    ("envoy-1.40-mesh", "goaway"): ({NEXT}, {("upstream-goaway", "error")}, {("upstream-goaway", "error", "server")}),
+    # the caller's route timeout (504 UT) is the server's 0 DC; the caller's own clients giving up are DC at both
+    ("envoy-1.40-mesh", "slow-app"): ({("upstream-timeout", "error"), ("downstream-disconnect", "warning")},
+                                      {("downstream-disconnect", "warning")},
+                                      {("upstream-timeout", "error", "caller"),
+                                       ("downstream-disconnect", "warning", "caller")}),
+    # the pod's sidecar closed an idle mTLS connection the caller's pool then reused: 503 UC at the caller only
+    ("envoy-1.40-mesh", "downstream-idle"): ({("stale-keepalive", "error")}, set(),
+                                             {("stale-keepalive", "error", "caller")}),
+    # the caller's sidecar answers 426/403/400 itself: the server never sees those requests
+    ("envoy-1.40-mesh", "http10"): ({("downstream-protocol-error", "error")}, set(),
+                                    {("downstream-protocol-error", "error", "caller")}),
+    ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy"): (set(), set(), set()),
+    ("envoy-1.40-mesh-retry503", "refused"): ({NEXT}, {("upstream-refused", "error")},
+                                              {("upstream-refused", "error", "server")}),
+    # the retry answered: the user saw 200, the server logged the UC; the caller's counters say retries hid it
+    ("envoy-1.40-mesh-retry503", "stale-keepalive"): ({("next-hop", "warning")}, {("stale-keepalive", "error")},
+                                                      {("stale-keepalive", "error", "server"),
+                                                       ("next-hop", "warning", "caller")}),
+}
+CASES = sorted(EXPECTED)
+
+
+def named(report: dict) -> set[tuple[str, str]]:
+    return {(f["detector"], f["severity"]) for f in report["findings"] if f["severity"] in ("error", "warning")}
+
+
+def _code(classes) -> int:
+    return 1 if any(c[1] == "error" for c in classes) else 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
+def test_each_pod_alone_names_what_its_side_shows(case):
+    caller, server, _ = EXPECTED[case]
+    for side, want in (("caller", caller), ("server", server)):
+        code, report = analyze_json(DATA.joinpath(*case, side))
+        assert named(report) == want, (side, [f["title"] for f in report["findings"]])
+        assert code == _code(want)
+
+
+@pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
+def test_both_pods_make_one_finding_a_request_at_the_hop_that_failed(case):
+    _, _, both = EXPECTED[case]
+    root = DATA.joinpath(*case)
+    code, report = analyze_json(root / "caller", root / "server")
+    found = {(f["detector"], f["severity"], f["pod"]) for f in report["findings"]
+             if f["severity"] in ("error", "warning")}
+    assert found == both, [f["title"] for f in report["findings"]]
+    assert code == _code(both)
+    assert not {f["detector"] for f in report["findings"]} & {"access-log", "syn-timeout"}
+    # every failing line of either sidecar is quoted, and each caller line by one finding (a UF line names no
+    # connection of its own, so each refused connect's finding on lo may quote all of the round's UF lines)
+    failing = {side: [line for line in (root / side / "istio-proxy.log").read_text().splitlines()
+                      if (e := parse_line(line)) is not None
+                      and (e.code >= 500 or {"DC", "DPE", "UC"} & set(e.flags))] for side in ("caller", "server")}
+    quoted = [line for f in report["findings"] for line in f.get("access_log", ())]
+    assert set(failing["caller"] + failing["server"]) <= set(quoted)
+    assert all(quoted.count(line) == 1 for line in failing["caller"])
+
+
+def test_a_joined_finding_says_what_the_other_sidecar_logged():
+    root = DATA / "envoy-1.40-mesh" / "refused"
+    _, report = analyze_json(root / "caller", root / "server")
+    (f,) = [f for f in report["findings"] if f["severity"] == "error"]
+    (hop,) = f["details"]["hops"]
+    assert (hop["pod"], hop["role"], hop["logged"]) == ("caller", "caller", "503 - via_upstream")
+    assert hop["cluster"].startswith("outbound|5000||refused.")
+    assert "pod caller's sidecar" in f["explanation"] and len(f["access_log"]) == 2
