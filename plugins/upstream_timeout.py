@@ -48,24 +48,33 @@ def _tenths(ms: float) -> str:
     return f"{max(1, math.ceil(ms / 100)) / 10:g}s"
 
 
-def fixes(waited_ms: int, per_try: bool) -> tuple[Fix, ...]:
+UNKNOWN_WAIT = "<twice the app's slowest answer>"
+
+
+def fixes(waited_ms: int | None, per_try: bool) -> tuple[Fix, ...]:
     """The fix of a route timeout that fired after ``waited_ms``: twice that time for the route. For a per-try
     timeout ``waited_ms`` is one try's wait: twice that a try, and the route long enough for every try
-    (virtual_service_timeout's two retries: three tries), else the route's timeout cuts the retries off."""
-    if per_try:
+    (virtual_service_timeout's two retries: three tries), else the route's timeout cuts the retries off.
+    ``waited_ms`` None: the evidence does not say how long Envoy waited; the YAML then names the value to choose."""
+    if waited_ms is None:
+        longer = each = UNKNOWN_WAIT
+        what = "the log does not show how long Envoy waited"
+    elif per_try:
         each = _tenths(2 * waited_ms)
         longer, what = _tenths(3 * 2 * waited_ms), "about twice what each try waited, for three tries"
     else:
         longer = each = _seconds(waited_ms)
         what = "about twice what Envoy waited"
     return (Fix(
-        "route-timeout", f"give the route more time than the app's slowest answer ({longer} here: {what}; more if "
-                         f"the app needs it)",
+        "route-timeout", (f"give the route more time than the app's slowest answer ({longer} here: {what}; more "
+                          f"if the app needs it)" if waited_ms is not None else
+                          f"give the route more time than the app's slowest answer ({what}: choose about twice "
+                          f"the app's slowest answer)"),
         "the whole mesh; the app's slow answers are served instead of cut off",
         "callers of a stuck app wait longer for the 504, and the caller's own timeout must be longer still (else "
         "it gives up first: DC); if the app is overloaded or stuck, a longer timeout only hides it",
         yaml=virtual_service_timeout(longer, each if per_try else None, comment=what),
-        settings=() if per_try else ((ROUTE_TIMEOUT_FIELD, longer),)),)
+        settings=() if per_try or waited_ms is None else ((ROUTE_TIMEOUT_FIELD, longer),)),)
 
 
 COUNTERS = (CounterSignal("cluster", "upstream_rq_timeout", "requests the route timeout cut off"),
@@ -111,9 +120,14 @@ class UpstreamTimeout(Detector):
 
     def from_envoy_log(self, story: StreamStory, evidence: Evidence,
                        entry: AccessLogEntry | None) -> Finding | None:
-        return self._from_logs(entry if entry is not None else story.entry(), evidence, len(story.retried) + 1)
+        said = entry if entry is not None else story.entry()
+        # A debug log that starts at the timeout line (a paste, a log raised mid-request) shows no start: a 0 ms
+        # wait there is an unknown wait, never a timeout of 0 (Envoy's route timeouts are whole milliseconds).
+        unknown = entry is None and said.duration_ms == 0
+        return self._from_logs(said, evidence, len(story.retried) + 1, unknown)
 
-    def _from_logs(self, entry: AccessLogEntry, evidence: Evidence, attempts: int | None) -> Finding | None:
+    def _from_logs(self, entry: AccessLogEntry, evidence: Evidence, attempts: int | None,
+                   unknown_wait: bool = False) -> Finding | None:
         """``attempts``: how many tries the debug log shows (None when only the access log speaks: then URX
         says the retries were spent, and Istio's default is two retries)."""
         if "UT" not in entry.flags and entry.details not in TIMEOUT_DETAILS:
@@ -121,29 +135,36 @@ class UpstreamTimeout(Detector):
         request = f"{entry.method} {entry.path}" if entry.method else "the request"
         if attempts is None:
             attempts = DEFAULT_ATTEMPTS if "URX" in entry.flags else 1
-        return self._finding(access_log_flow(entry), (evidence,), request, entry.duration_ms,
-                             entry.details or "", entry.code or 504, entry.ts, attempts)
+        return self._finding(access_log_flow(entry), (evidence,), request,
+                             None if unknown_wait else entry.duration_ms, entry.details or "", entry.code or 504,
+                             entry.ts, attempts)
 
-    def _finding(self, flow: FlowRef, evidence: tuple[Evidence, ...], request: str, waited_ms: int, details: str,
-                 code: int, ts: float, attempts: int = 1) -> Finding:
+    def _finding(self, flow: FlowRef, evidence: tuple[Evidence, ...], request: str, waited_ms: int | None,
+                 details: str, code: int, ts: float, attempts: int = 1) -> Finding:
         per_try = details == "upstream_per_try_timeout"
         which = "per-try timeout (retries.perTryTimeout)" if per_try else "route timeout (the VirtualService timeout)"
         # Each try waited its per-try timeout: the fix is sized from one try's wait, not from the whole request's.
         tries = attempts if per_try and attempts > 1 else 1
-        each_ms = round(waited_ms / tries)
-        over = (f" over {tries} attempts (about {each_ms} ms each: the retries were spent)" if tries > 1 else "")
+        each_ms = round(waited_ms / tries) if waited_ms is not None else None
+        over = (f" over {tries} attempts (about {each_ms} ms each: the retries were spent)"
+                if tries > 1 and each_ms is not None else "")
+        gave_up = (f"Envoy gave up after {waited_ms} ms" if waited_ms is not None
+                   else "Envoy gave up (the log shows no start, so not how long it waited)")
+        waited = f"waited {waited_ms} ms{over}" if waited_ms is not None else "waited"
+        server = flow.server if flow.server not in ("-", "") else "the upstream"  # a log that names no address
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
-            title=f"{flow.server} did not answer {request} within the {'per-try' if per_try else 'route'} "
-                  f"timeout: Envoy gave up after {waited_ms} ms (504 UT)",
+            title=f"{server} did not answer {request} within the {'per-try' if per_try else 'route'} "
+                  f"timeout: {gave_up} (504 UT)",
             flow=flow,
             evidence=evidence,
             envoy_flags=("UT",),
             variant=f"no answer within the {'per-try' if per_try else 'route'} timeout",
             response_code_details=details,
             explanation=(
-                f"The sidecar sent {request} to the app at {flow.server} and waited {waited_ms} ms{over} for "
+                f"The sidecar sent {request} to {'the app at ' + server if server != 'the upstream' else server} "
+                f"and {waited} for "
                 f"its response headers; then its {which} fired. Envoy reset the upstream request, answered the "
                 f"caller {code} with response flag UT{f' ({details})' if details else ''} and "
                 f"counted upstream_rq_{'per_try_' if per_try else ''}timeout. The app was slower than the route "

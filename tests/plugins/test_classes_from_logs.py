@@ -114,3 +114,15 @@ def test_a_close_after_the_response_or_with_retries_spent_is_no_keepalive_race(l
     """Found by a break-it review on real Envoy: the access log alone named these stale keep-alive races."""
     code, report = analyze([line], tmp_path)
     assert [f["detector"] for f in report["findings"]] == ["access-log"], report["findings"]
+
+
+def test_a_timeout_whose_start_the_debug_log_does_not_show_has_an_unknown_wait(tmp_path):
+    """A debug log pasted from the router's `upstream timeout` line on (envoyproxy/envoy#13068's paste) shows no
+    start: the wait is unknown, never "0 ms", and the fix names the value to choose instead of a timeout of 2s."""
+    lines = [ln for ln in (DATA / "slow-app" / "istio-proxy.log").read_text().splitlines()
+             if not ln.startswith("[20")]
+    cut = next(i for i, ln in enumerate(lines) if "upstream timeout" in ln)
+    code, report = analyze(lines[cut:], tmp_path)
+    (f,) = [f for f in report["findings"] if f["detector"] == "upstream-timeout"]
+    assert code == 1 and "0 ms" not in f["title"] and "shows no start" in f["title"]
+    assert "<twice the app's slowest answer>" in f["fixes"][0]["text"]
