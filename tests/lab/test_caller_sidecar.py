@@ -18,7 +18,14 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_lines
 from meshdoctor_lab import evidence, lab
 from meshdoctor_lab.captures import Interface, capturing
 from meshdoctor_lab.scenarios import RoundResult
-from meshdoctor_lab.scenarios.table import CALLER_IDLE_REUSE_AFTER, ENVOY_DELAYED_CLOSE_TIMEOUT, SLOW_ROUTE_TIMEOUT
+from meshdoctor_lab.scenarios.pod_admin import host_flags, stat_sum
+from meshdoctor_lab.scenarios.table import (
+    CALLER_IDLE_REUSE_AFTER,
+    ENVOY_DELAYED_CLOSE_TIMEOUT,
+    OUTLIER_AFTER,
+    OUTLIER_CONSECUTIVE_5XX,
+    SLOW_ROUTE_TIMEOUT,
+)
 from meshdoctor_lab.state import LabState
 
 from ..waiting import wait_until
@@ -27,7 +34,7 @@ from .lab_names import lab_name
 pytestmark = pytest.mark.lab
 
 PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy",
-        "no-sidecar", "downstream-idle")
+        "no-sidecar", "downstream-idle", "overflow", "outlier", "no-route")
 RETRIED_PODS = ("refused", "stale-keepalive")
 
 
@@ -347,3 +354,73 @@ def test_the_pods_idle_close_is_uc_at_the_caller_and_nothing_at_the_pod(mesh_lab
     assert late.duration_ms <= ENVOY_DELAYED_CLOSE_TIMEOUT * 1000  # answered when the pod's delayed close ended
     assert _joined(late, server) == [] and [s.path for s in server] == ["/idle"], [s.raw for s in server]
     print("caller:", late.raw, "\nserver: nothing for", late.request_id)
+
+
+def _caller_stat(state: LabState, pod: str, suffix: str) -> int:
+    """A stat of the caller's outbound cluster of the pod's port 5000 (or, ``http.`` first, of its HCM)."""
+    cluster = f"outbound|5000||{pod}.{state.namespace}.svc.cluster.local"
+    name = suffix if suffix.startswith("http.") else f"cluster.{cluster};.{suffix}"
+    return stat_sum(state.pod(pod).client_netns, "^" + name.replace(".", "\\.").replace("|", "\\|") + "$")
+
+
+def test_overflow_is_uo_at_the_caller_and_never_reaches_the_pod(mesh_lab):
+    """The DestinationRule's connectionPool (1 connection, 1 pending) is the caller's cluster's: the slow request
+    holds the caller's one connection, the second queues at the caller, the third overflows there: 503 UO, no
+    upstream host, nothing at the pod. The queued one reaches the pod only once the first has been answered."""
+    overflowed = _caller_stat(mesh_lab, "overflow", "upstream_rq_pending_overflow")
+    result, hops = _round(mesh_lab, "overflow")
+    assert sorted(result.statuses) == [200, 200, 503] and result.errors == (), result
+    callers, server = hops.wait(3, 2)
+    (uo,) = _by_path(callers, "/overflow")
+    assert _short(uo) == "503 UO upstream_reset_before_response_started{overflow}", uo.raw
+    assert uo.upstream_host is None and uo.upstream_local is None and uo.route_name == "default"
+    assert _joined(uo, server) == []
+    held, queued = sorted(_by_path(callers, "/slow/1.0"), key=lambda e: e.duration_ms)
+    hops_of = [_joined(c, server) for c in (held, queued)]
+    assert [[_short(h) for h in hop] for hop in hops_of] == [["200 - via_upstream"]] * 2, server
+    assert held.upstream_local == queued.upstream_local  # maxConnections 1: one mTLS connection
+    (held_hop,), (queued_hop,) = hops_of
+    assert queued_hop.ts * 1000 >= held_hop.ts * 1000 + held_hop.duration_ms - 5  # served after the first
+    assert _caller_stat(mesh_lab, "overflow", "upstream_rq_pending_overflow") == overflowed + 1
+    print("caller:", uo.raw, "\nserver: nothing for", uo.request_id)
+
+
+def test_outlier_ejection_is_uh_at_the_caller_and_nothing_at_the_pod(mesh_lab):
+    """outlierDetection is the caller's cluster's: the app's five 500s pass both hops as `500 - via_upstream`,
+    the caller ejects its only endpoint (/clusters: failed_outlier_check) and answers the next requests itself,
+    503 UH; the pod's sidecar has no outlier detection and sees none of them."""
+    result, hops = _round(mesh_lab, "outlier")
+    flags = host_flags(mesh_lab.pod("outlier").client_netns, "outbound|5000||")
+    assert result.statuses == (500,) * OUTLIER_CONSECUTIVE_5XX + (503,) * OUTLIER_AFTER, result
+    assert flags == ["/failed_outlier_check"], flags
+    assert host_flags(mesh_lab.pod("outlier").netns, "inbound|5000||") == ["healthy"]
+    callers, server = hops.wait(OUTLIER_CONSECUTIVE_5XX + OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX)
+    for caller in _by_path(callers, "/status/500"):
+        (hop,) = _joined(caller, server)
+        assert _short(caller) == _short(hop) == "500 - via_upstream", (caller.raw, hop.raw)
+    ejected = [c for c in callers if (c.path or "").startswith("/after-burst/")]
+    assert len(ejected) == OUTLIER_AFTER
+    for caller in ejected:
+        assert _short(caller) == "503 UH no_healthy_upstream" and caller.upstream_host is None, caller.raw
+        assert _joined(caller, server) == []
+    assert _caller_stat(mesh_lab, "outlier", "outlier_detection.ejections_enforced_consecutive_5xx") >= 1
+    print("caller:", ejected[0].raw, "\nserver: nothing for", ejected[0].request_id)
+
+
+def test_a_path_outside_the_virtualservice_is_nr_at_the_caller(mesh_lab):
+    """The VirtualService's /v1 match is the caller's route: /other matches the service's virtual host but no
+    route, so the caller answers 404 NR itself (no route name, no cluster); the pod sees only /v1/ok."""
+    no_route = _caller_stat(mesh_lab, "no-route", "http.outbound_0.0.0.0_5000;.no_route")
+    result, hops = _round(mesh_lab, "no-route")
+    assert result.statuses == (200, 404), result
+    callers, server = hops.wait(2, 1)
+    (nr,) = _by_path(callers, "/other")
+    assert _short(nr) == "404 NR route_not_found", nr.raw
+    assert nr.route_name is None and nr.upstream_cluster is None and _joined(nr, server) == []
+    (ok,) = _by_path(callers, "/v1/ok")
+    (hop,) = _joined(ok, server)
+    assert _short(ok) == _short(hop) == "200 - via_upstream" and hop.route_name == "default"
+    assert ok.route_name is None  # the VirtualService's http route has no name
+    assert [s.path for s in server] == ["/v1/ok"]
+    assert _caller_stat(mesh_lab, "no-route", "http.outbound_0.0.0.0_5000;.no_route") == no_route + 1
+    print("caller:", nr.raw, "\nserver: nothing for", nr.request_id)
