@@ -37,6 +37,13 @@ EXPECTED = {
     # the caller's sidecar answers 426/403/400 itself: the server never sees those requests
     ("envoy-1.40-mesh", "http10"): ({("downstream-protocol-error", "error")}, set(),
                                     {("downstream-protocol-error", "error", "caller")}),
+    # the DestinationRule and VirtualService are the caller's: it answers 503 UO, 503 UH, 404 NR itself, and the
+    # pod's sidecar never sees those requests (its log holds only the requests that passed)
+    ("envoy-1.40-mesh", "overflow"): ({("circuit-breaker-overflow", "error")}, set(),
+                                      {("circuit-breaker-overflow", "error", "caller")}),
+    ("envoy-1.40-mesh", "outlier"): ({("no-healthy-upstream", "error")}, set(),
+                                     {("no-healthy-upstream", "error", "caller")}),
+    ("envoy-1.40-mesh", "no-route"): ({("no-route", "warning")}, set(), {("no-route", "warning", "caller")}),
     ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
     ("envoy-1.40-mesh", "healthy"): (set(), set(), set()),
     ("envoy-1.40-mesh-retry503", "refused"): ({NEXT}, {("upstream-refused", "error")},
@@ -47,6 +54,13 @@ EXPECTED = {
                                                        ("next-hop", "warning", "caller")}),
 }
 CASES = sorted(EXPECTED)
+# What the product does not yet do with a recording, read together (each a strict xfail: it fails today)
+NOT_YET = {
+    ("envoy-1.40-mesh", "outlier"): "no finding quotes the app's five 500s (logged at both hops) that made the "
+                                    "caller eject its only endpoint: no-healthy-upstream quotes only its 503 UH lines",
+}
+BOTH_CASES = [pytest.param(c, id="/".join(c), marks=[pytest.mark.xfail(strict=True, reason=NOT_YET[c])]
+                           if c in NOT_YET else []) for c in CASES]
 
 
 def named(report: dict) -> set[tuple[str, str]]:
@@ -66,7 +80,7 @@ def test_each_pod_alone_names_what_its_side_shows(case):
         assert code == _code(want)
 
 
-@pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
+@pytest.mark.parametrize("case", BOTH_CASES)
 def test_both_pods_make_one_finding_a_request_at_the_hop_that_failed(case):
     _, _, both = EXPECTED[case]
     root = DATA.joinpath(*case)
