@@ -34,7 +34,7 @@ from .lab_names import lab_name
 pytestmark = pytest.mark.lab
 
 PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy",
-        "no-sidecar", "downstream-idle", "overflow", "outlier", "no-route")
+        "no-sidecar", "downstream-idle", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext")
 RETRIED_PODS = ("refused", "stale-keepalive")
 
 
@@ -424,3 +424,38 @@ def test_a_path_outside_the_virtualservice_is_nr_at_the_caller(mesh_lab):
     assert [s.path for s in server] == ["/v1/ok"]
     assert _caller_stat(mesh_lab, "no-route", "http.outbound_0.0.0.0_5000;.no_route") == no_route + 1
     print("caller:", nr.raw, "\nserver: nothing for", nr.request_id)
+
+
+def test_a_plaintext_caller_sidecar_at_a_strict_pod_is_uc_at_the_caller_and_nr_at_the_pod(mesh_lab):
+    """mtls-strict through a caller whose DestinationRule says tls DISABLE: its plaintext connection finds no
+    filter chain at the STRICT pod, which closes it: the pod's listener logs `0 NR filter_chain_not_found` (no
+    request id: joined by the four-tuple), the caller `503 UC` for the request it had written, not retried."""
+    result, hops = _round(mesh_lab, "mtls-strict")
+    assert result.statuses == (503,), result
+    (caller,), server = hops.wait(1, 1)
+    assert _short(caller) == "503 UC upstream_reset_before_response_started{connection_termination}", caller.raw
+    (hop,) = [s for s in server if s.downstream_remote == caller.upstream_local]
+    assert _short(hop) == "0 NR filter_chain_not_found" and hop.method is None and hop.request_id is None, hop.raw
+    assert hop.requested_server_name is None and len(server) == 1
+    print("caller:", caller.raw, "\nserver:", hop.raw)
+
+
+def test_the_callers_mtls_to_a_pod_without_a_sidecar_is_a_tls_error_at_the_caller(mesh_lab, tmp_path):
+    """tls-to-plaintext through a caller: the pod opts out of injection and the caller's DestinationRule says
+    ISTIO_MUTUAL, so its ClientHello reaches the app, whose plaintext 400 BoringSSL reads as a bad record:
+    WRONG_VERSION_NUMBER. That is a connect failure, which Istio's default policy retries twice (three ClientHellos
+    on eth0, each answered in plaintext): `503 URX,UF`, and no sidecar at the pod to log anything."""
+    pod = mesh_lab.pod("tls-to-plaintext")
+    eth0 = tmp_path / "eth0.pcap"
+    with capturing({eth0: Interface(pod.netns, "eth0")}):
+        result, hops = _round(mesh_lab, "tls-to-plaintext")
+        (caller,), server = hops.wait(1, 0)
+    assert result.statuses == (503,), result
+    assert caller.flags == ("URX", "UF") and caller.details is not None, caller.raw
+    assert caller.details.startswith("upstream_reset_before_response_started{remote_connection_failure|TLS_error:")
+    assert "WRONG_VERSION_NUMBER" in (caller.upstream_failure or ""), caller.raw
+    assert caller.upstream_local is None and server == []
+    hellos = [h for h in _tls_hellos(eth0) if h[0] == "1"]
+    assert len(hellos) == 3 and {h[1] for h in hellos} == {_sni(mesh_lab, "tls-to-plaintext")}, hellos
+    assert _plaintext_http(eth0) >= 3  # the app's 400 to each
+    print("caller:", caller.raw, "\nserver: no sidecar;", len(hellos), "ClientHellos answered in plaintext")

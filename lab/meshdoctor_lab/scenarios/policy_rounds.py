@@ -125,8 +125,8 @@ def no_route_round(pod: LabPod, tally: Tally) -> None:
 
 
 def mtls_strict_round(pod: LabPod, tally: Tally) -> None:
-    http_get(pod, tally, "/plaintext")  # the caller without a sidecar
-    if pod.certs:
+    http_get(pod, tally, "/plaintext")  # the caller without a sidecar (or a caller sidecar told tls DISABLE)
+    if pod.certs and pod.caller != "sidecar":  # through a caller sidecar every connection is the sidecar's
         _mtls_get(pod, tally, "/mtls")  # a caller with a sidecar: mTLS with Istio's ALPN
 
 
