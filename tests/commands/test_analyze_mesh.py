@@ -44,6 +44,13 @@ EXPECTED = {
     ("envoy-1.40-mesh", "outlier"): ({("no-healthy-upstream", "error")}, set(),
                                      {("no-healthy-upstream", "error", "caller")}),
     ("envoy-1.40-mesh", "no-route"): ({("no-route", "warning")}, set(), {("no-route", "warning", "caller")}),
+    # a caller told tls DISABLE at a STRICT pod: its plaintext connection reset unread (both ends' eth0 show it),
+    # the caller's 503 UC for the request it had written, the pod's listener's NR filter_chain_not_found
+    ("envoy-1.40-mesh", "mtls-strict"): ({("tls-mismatch", "error")}, {("tls-mismatch", "error")},
+                                         {("tls-mismatch", "error", "server")}),
+    # the caller's mTLS to a pod without a sidecar: 503 URX,UF TLS_error WRONG_VERSION_NUMBER; the pod has captures only
+    ("envoy-1.40-mesh", "tls-to-plaintext"): ({("tls-mismatch", "error")}, set(),
+                                              {("tls-mismatch", "error", "caller")}),
     ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
     ("envoy-1.40-mesh", "healthy"): (set(), set(), set()),
     ("envoy-1.40-mesh-retry503", "refused"): ({NEXT}, {("upstream-refused", "error")},
@@ -59,8 +66,24 @@ NOT_YET = {
     ("envoy-1.40-mesh", "outlier"): "no finding quotes the app's five 500s (logged at both hops) that made the "
                                     "caller eject its only endpoint: no-healthy-upstream quotes only its 503 UH lines",
 }
-BOTH_CASES = [pytest.param(c, id="/".join(c), marks=[pytest.mark.xfail(strict=True, reason=NOT_YET[c])]
-                           if c in NOT_YET else []) for c in CASES]
+NOT_YET.update({
+    ("envoy-1.40-mesh", "mtls-strict"): "the caller's 503 UC is left as an unexplained access-log finding, not folded "
+                                        "into the tls-mismatch of the connection the pod reset, and read together that "
+                                        "connection is two tls-mismatch findings (one per end of the veth)",
+})
+NOT_YET_ALONE = {
+    ("envoy-1.40-mesh", "mtls-strict"): "the caller's files alone: its 503 UC is an unexplained access-log finding "
+                                        "beside the tls-mismatch its eth0 capture shows",
+}
+
+
+def _params(not_yet: dict) -> list:
+    return [pytest.param(c, id="/".join(c), marks=[pytest.mark.xfail(strict=True, reason=not_yet[c])]
+                         if c in not_yet else []) for c in CASES]
+
+
+BOTH_CASES = _params(NOT_YET)
+ALONE_CASES = _params(NOT_YET_ALONE)
 
 
 def named(report: dict) -> set[tuple[str, str]]:
@@ -71,7 +94,7 @@ def _code(classes) -> int:
     return 1 if any(c[1] == "error" for c in classes) else 0
 
 
-@pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
+@pytest.mark.parametrize("case", ALONE_CASES)
 def test_each_pod_alone_names_what_its_side_shows(case):
     caller, server, _ = EXPECTED[case]
     for side, want in (("caller", caller), ("server", server)):
@@ -94,7 +117,9 @@ def test_both_pods_make_one_finding_a_request_at_the_hop_that_failed(case):
     # connection of its own, so each refused connect's finding on lo may quote all of the round's UF lines)
     failing = {side: [line for line in (root / side / "istio-proxy.log").read_text().splitlines()
                       if (e := parse_line(line)) is not None
-                      and (e.code >= 500 or {"DC", "DPE", "UC"} & set(e.flags))] for side in ("caller", "server")}
+                      and (e.code >= 500 or {"DC", "DPE", "UC"} & set(e.flags))]
+               if (root / side / "istio-proxy.log").exists() else []  # a pod without a sidecar: captures only
+               for side in ("caller", "server")}
     quoted = [line for f in report["findings"] for line in f.get("access_log", ())]
     assert set(failing["caller"] + failing["server"]) <= set(quoted)
     assert all(quoted.count(line) == 1 for line in failing["caller"])
