@@ -51,6 +51,9 @@ EXPECTED = {
     # the caller's mTLS to a pod without a sidecar: 503 URX,UF TLS_error WRONG_VERSION_NUMBER; the pod has captures only
     ("envoy-1.40-mesh", "tls-to-plaintext"): ({("tls-mismatch", "error")}, set(),
                                               {("tls-mismatch", "error", "caller")}),
+    # the pod's sidecar ran out of source ports to the app (EADDRNOTAVAIL, 503 UF); the caller relays its 503s
+    ("envoy-1.40-mesh", "port-exhaustion"): ({NEXT}, {("source-port-exhaustion", "error")},
+                                             {("source-port-exhaustion", "error", "server")}),
     ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
     ("envoy-1.40-mesh", "healthy"): (set(), set(), set()),
     ("envoy-1.40-mesh-retry503", "refused"): ({NEXT}, {("upstream-refused", "error")},

@@ -34,7 +34,8 @@ from .lab_names import lab_name
 pytestmark = pytest.mark.lab
 
 PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy",
-        "no-sidecar", "downstream-idle", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext")
+        "no-sidecar", "downstream-idle", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext",
+        "port-exhaustion")
 RETRIED_PODS = ("refused", "stale-keepalive")
 
 
@@ -459,3 +460,23 @@ def test_the_callers_mtls_to_a_pod_without_a_sidecar_is_a_tls_error_at_the_calle
     assert len(hellos) == 3 and {h[1] for h in hellos} == {_sni(mesh_lab, "tls-to-plaintext")}, hellos
     assert _plaintext_http(eth0) >= 3  # the app's 400 to each
     print("caller:", caller.raw, "\nserver: no sidecar;", len(hellos), "ClientHellos answered in plaintext")
+
+
+def test_source_ports_run_out_at_the_pod_and_the_caller_relays_its_503s(mesh_lab):
+    """port-exhaustion through a caller: the pod's sidecar dials the app from 127.0.0.6 out of a 4-port range, one
+    connection a request (maxRequestsPerConnection 1), until connect() fails with EADDRNOTAVAIL: `503 UF` there,
+    which the caller relays as `503 - via_upstream` (Istio >= 1.24 does not retry it)."""
+    result, hops = _round(mesh_lab, "port-exhaustion")
+    failed = [i for i, status in enumerate(result.statuses) if status == 503]
+    assert failed and set(result.statuses) == {200, 503}, result
+    callers, server = hops.wait(len(result.statuses), len(result.statuses))
+    ip = mesh_lab.pod("port-exhaustion").pod_ip
+    for i in failed:
+        (caller,) = _by_path(callers, f"/exhaust/{i}")
+        assert _short(caller) == "503 - via_upstream", caller.raw
+        (hop,) = _joined(caller, server)
+        assert _short(hop) == ("503 UF upstream_reset_before_response_started{remote_connection_failure|"
+                               f"immediate_connect_error:_Cannot_assign_requested_address|remote_address:{ip}:5000}}"
+                               ), hop.raw
+    print("caller:", _by_path(callers, f"/exhaust/{failed[0]}")[0].raw, "\nserver:",
+          _joined(_by_path(callers, f"/exhaust/{failed[0]}")[0], server)[0].raw)
