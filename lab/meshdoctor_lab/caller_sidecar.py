@@ -37,7 +37,14 @@ from meshdoctor_lab.mesh_tls import (
     MeshIdentity,
     upstream_istio_mutual,
 )
-from meshdoctor_lab.outbound import circuit_breakers, outbound_cluster_name, service_host, spiffe_id
+from meshdoctor_lab.outbound import (
+    circuit_breakers,
+    outbound_cluster_name,
+    outlier_detection,
+    service_host,
+    spiffe_id,
+    vs_routes,
+)
 from meshdoctor_lab.sidecar_settings import SidecarSettings
 
 # route/retry/retry.go: the default policy of every outbound route no VirtualService retries block replaces
@@ -70,15 +77,21 @@ class CallerPod:
 
 def caller_settings(pod: SidecarSettings) -> SidecarSettings:
     """What of the called pod's Istio settings reaches its callers' sidecars: the mesh's access-log encoding, a
-    VirtualService's timeout and retries (the callers' route), a DestinationRule's connectionPool (the callers'
-    outbound cluster), and the port's protocol (HTTP/2 or not). The rest is the pod's own sidecar's (a Sidecar's
-    inbound idle timeout, ISTIO_META_HTTP10, interception, PeerAuthentication): Istio's defaults here."""
+    VirtualService's timeout, retries and http match prefixes (the callers' route), a DestinationRule's
+    connectionPool, outlierDetection and tls mode (the callers' outbound cluster), and the port's protocol
+    (HTTP/2 or not). The rest is the pod's own sidecar's (a Sidecar's inbound idle timeout, ISTIO_META_HTTP10,
+    interception, PeerAuthentication): Istio's defaults here."""
     return SidecarSettings(
         access_log_encoding=pod.access_log_encoding, route_timeout_s=pod.route_timeout_s,
         route_retry_on=pod.route_retry_on, route_retries=pod.route_retries,
         pool_max_connections=pod.pool_max_connections, pool_max_pending_requests=pod.pool_max_pending_requests,
         pool_max_requests=pod.pool_max_requests, upstream_idle_timeout_s=pod.upstream_idle_timeout_s,
-        upstream_max_requests_per_connection=pod.upstream_max_requests_per_connection, h2_upstream=pod.h2_upstream)
+        upstream_max_requests_per_connection=pod.upstream_max_requests_per_connection, h2_upstream=pod.h2_upstream,
+        outlier_consecutive_5xx=pod.outlier_consecutive_5xx, outlier_interval_s=pod.outlier_interval_s,
+        outlier_base_ejection_s=pod.outlier_base_ejection_s,
+        outlier_max_ejection_percent=pod.outlier_max_ejection_percent,
+        outlier_min_health_percent=pod.outlier_min_health_percent, upstream_tls_mode=pod.upstream_tls_mode,
+        vs_prefixes=pod.vs_prefixes, vs_catch_all=pod.vs_catch_all)
 
 
 def retry_policy(retry_503: bool, settings: SidecarSettings) -> dict[str, Any]:
@@ -104,21 +117,28 @@ def _duration(seconds: float) -> str:
 
 
 def outbound_route_config(caller: CallerPod, port: int, settings: SidecarSettings) -> dict[str, Any]:
-    """Route configuration ``PORT``: the service's virtual host (its route ``default`` to
-    ``outbound|PORT||HOST``, a VirtualService timeout from ``settings.route_timeout_s``), then ``allow_any``."""
+    """Route configuration ``PORT``: the service's virtual host, then ``allow_any``. Without a VirtualService
+    match its one route ``default`` to ``outbound|PORT||HOST`` (a VirtualService timeout from
+    ``settings.route_timeout_s``); with ``settings.vs_prefixes`` one route a prefix (route/route.go
+    ``TranslateRoute``, unnamed when the VirtualService's http route is), so that a path outside them matches
+    the virtual host but no route: the caller answers 404 NR."""
     host = service_host(caller.target, caller.namespace)
     timeout = _duration(settings.route_timeout_s) if settings.route_timeout_s is not None else "0s"
     short = host.split(".svc.", 1)[0]  # POD.NS: the caller is in the same namespace, so POD and POD.NS resolve
     domains = [host, f"{short}.svc", short, caller.target, caller.target_ip]
-    route = {"name": "default", "match": {"prefix": "/"},
-             "route": {"cluster": outbound_cluster_name(caller.target, caller.namespace, port), "timeout": timeout,
-                       "retry_policy": retry_policy(caller.retry_503, settings), "max_grpc_timeout": timeout},
-             "decorator": {"operation": f"{host}:{port}/*"}}
+    cluster = outbound_cluster_name(caller.target, caller.namespace, port)
+    action = {"cluster": cluster, "timeout": timeout, "retry_policy": retry_policy(caller.retry_503, settings),
+              "max_grpc_timeout": timeout}
+    operation = f"{host}:{port}/*"
+    if settings.vs_prefixes:
+        routes = vs_routes(cluster, action, operation, settings)
+    else:
+        routes = [{"name": "default", "match": {"prefix": "/"}, "route": action, "decorator": {"operation": operation}}]
     allow_any = {"name": "allow_any", "domains": ["*"], "include_request_attempt_count": True, "routes": [{
         "name": "allow_any", "match": {"prefix": "/"},
         "route": {"cluster": "PassthroughCluster", "timeout": "0s", "max_grpc_timeout": "0s"}}]}
     return {"name": str(port), "virtual_hosts": [
-        {"name": f"{host}:{port}", "domains": domains, "routes": [route], "include_request_attempt_count": True},
+        {"name": f"{host}:{port}", "domains": domains, "routes": routes, "include_request_attempt_count": True},
         allow_any], "validate_clusters": False, "max_direct_response_body_size_bytes": 1048576,
         "ignore_port_in_host_matching": True}
 
@@ -143,7 +163,10 @@ def outbound_listener(caller: CallerPod, port: int, kind: str, settings: Sidecar
 def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarSettings) -> dict[str, Any]:
     """``outbound|PORT||HOST``: one static endpoint, labelled ``tlsMode: istio`` when the pod has a sidecar, and
     auto mTLS: to such an endpoint Istio's SNI, the server's SPIFFE id, the ALPN of the port's protocol; to another
-    plaintext (``tlsMode-disabled``)."""
+    plaintext (``tlsMode-disabled``). A DestinationRule's tls mode replaces auto mTLS (cluster_tls.go
+    applyUpstreamTLSSettings: ISTIO_MUTUAL is one ``transport_socket`` whatever the endpoint, DISABLE none), and
+    its outlierDetection is the cluster's ``outlier_detection`` with ``healthy_panic_threshold`` from
+    ``minHealthPercent`` (cluster_traffic_policy.go applyOutlierDetection)."""
     name = outbound_cluster_name(caller.target, caller.namespace, port)
     if kind != "http":
         alpns = ALPN_IN_MESH_WITH_MXC
@@ -163,13 +186,21 @@ def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarS
                if caller.target_in_mesh else {})}]}]},
         "circuit_breakers": circuit_breakers(settings),
         "common_lb_config": {},
-        "transport_socket_matches": [
+    }
+    if settings.upstream_tls_mode == "ISTIO_MUTUAL":
+        cluster["transport_socket"] = tls
+    elif settings.upstream_tls_mode is None:
+        cluster["transport_socket_matches"] = [
             {"name": "tlsMode-istio", "match": {"tlsMode": "istio"}, "transport_socket": tls},
             {"name": "tlsMode-disabled", "match": {}, "transport_socket": {
                 "name": "envoy.transport_sockets.raw_buffer", "typed_config": {
                     "@type": "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer"}}},
-        ],
-    }
+        ]
+    detection = outlier_detection(settings)
+    if detection is not None:
+        cluster["outlier_detection"] = detection
+        # "Disable panic threshold by default": healthy_panic_threshold is minHealthPercent, 0 unless set
+        cluster["common_lb_config"] = {"healthy_panic_threshold": {"value": settings.outlier_min_health_percent}}
     if kind == "http":
         options = http_options(settings)
         options.pop("use_downstream_protocol_config", None)

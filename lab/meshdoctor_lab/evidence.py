@@ -12,7 +12,8 @@ on its admin port, put back to pilot-agent's ``warning`` and ``misc:error`` afte
 With ``--caller sidecar`` (tests/data/envoy-1.40-mesh) each pod is called through a caller sidecar
 (lab/caller_sidecar.py) and both ends are recorded, the caller's into OUT/SCENARIO/caller/ and the pod's into
 OUT/SCENARIO/server/, each with those files and tcpdump's ``lo.pcap`` and ``eth0.pcap`` of its network namespace
-over the round (TCP, the admin port left out); ``round.json`` stays in OUT/SCENARIO/.
+over the round (TCP, the admin port left out); ``round.json`` stays in OUT/SCENARIO/. A called pod without a sidecar
+(tls-to-plaintext through a caller) has only its captures in OUT/SCENARIO/server/.
 
     sudo .venv/bin/python -m meshdoctor_lab.evidence tests/data/envoy-1.40 [--scenarios a,b] [--name N]
     sudo .venv/bin/python -m meshdoctor_lab.evidence tests/data/envoy-1.40-mesh --caller sidecar --scenarios ...
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshdoctor_lab import lab
+from meshdoctor_lab.applied_fixes import injected
 from meshdoctor_lab.captures import Interface, capturing
 from meshdoctor_lab.scenarios.pod_admin import admin
 from meshdoctor_lab.state import LabError, LabState
@@ -53,15 +55,17 @@ class End:
     name: str
     netns: str
     log: Path
+    sidecar: bool = True  # False: a pod without a sidecar (only its captures are recorded)
 
 
 def ends(state: LabState, pod: str) -> tuple[End, ...]:
-    """The pod's sidecar, and with a caller sidecar (``lab up --caller sidecar``) the caller's first."""
+    """The pod's sidecar, and with a caller sidecar (``lab up --caller sidecar``) the caller's first; a called pod
+    without a sidecar (its labels opt out of injection) is an End with ``sidecar`` False."""
     lab_pod = state.pod(pod)
     if not state.mesh.caller_sidecar:
         return (End("", lab_pod.netns, lab.access_log_path(state, pod)),)
     return (End("caller", lab_pod.client_netns, lab.caller_log_path(state, pod)),
-            End("server", lab_pod.netns, lab.access_log_path(state, pod)))
+            End("server", lab_pod.netns, lab.access_log_path(state, pod), injected(lab_pod.labels)))
 
 
 def record_scenario(state: LabState, pod: str, out: Path, max_kb: int = DEFAULT_MAX_KB,
@@ -72,10 +76,11 @@ def record_scenario(state: LabState, pod: str, out: Path, max_kb: int = DEFAULT_
 
     Raises LabError when Envoy's admin port does not answer, the round fails to run, a capture does not start, or
     a log exceeds ``max_kb`` KiB."""
-    sides = ends(state, pod)
+    everyone = ends(state, pod)
+    sides = tuple(side for side in everyone if side.sidecar)
     captures = state.mesh.caller_sidecar if captures is None else captures
     pcaps = {out / side.name / f"{iface}.pcap": Interface(side.netns, iface)
-             for side in sides for iface in ("lo", "eth0")} if captures else {}
+             for side in everyone for iface in ("lo", "eth0")} if captures else {}
     files: dict[Path, bytes] = {}
     try:
         for side in sides:

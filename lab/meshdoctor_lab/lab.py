@@ -287,25 +287,40 @@ def _pod_setup(pod: LabPod, state: LabState, *, as_caller: bool = False) -> tupl
 
     With a caller sidecar (state.mesh.caller_sidecar) the pod's own sidecar is rendered as in a mesh: Istio's
     default PERMISSIVE mTLS unless the scenario sets a mode, and its inbound route no longer stands in for the
-    caller's (a VirtualService's timeout and retries go on the caller's route: ``as_caller`` gives the settings
-    the caller sidecar renders them from)."""
+    caller's (a VirtualService's timeout, retries and match prefixes go on the caller's route, a DestinationRule's
+    outlierDetection and tls on its outbound cluster: ``as_caller`` gives the settings the caller sidecar renders
+    them from)."""
     fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
-    setup = fix.setup(SETUPS[pod.scenario])
+    setup = fix.setup(_scenario_setup(pod))
     sidecar = replace(setup.sidecar, access_log_encoding=state.mesh.access_log_encoding,
                       legacy_inbound=state.mesh.legacy_inbound or setup.sidecar.legacy_inbound,
                       interception_mode=fix.interception)
+    if as_caller and setup.callers_tls_mode and sidecar.upstream_tls_mode is None:
+        sidecar = replace(sidecar, upstream_tls_mode=setup.callers_tls_mode)
     if state.mesh.caller_sidecar and not as_caller:
+        # istiod renders outlierDetection, a DestinationRule's tls and a VirtualService's routes on the callers'
+        # outbound cluster and route only; connectionPool goes on this pod's inbound cluster as well
         sidecar = replace(sidecar, mtls_mode=sidecar.mtls_mode or "PERMISSIVE", route_timeout_s=None,
-                          route_retry_on=None, route_retries=None)
+                          route_retry_on=None, route_retries=None, outlier_consecutive_5xx=None,
+                          outlier_interval_s=None, outlier_base_ejection_s=None, outlier_max_ejection_percent=None,
+                          outlier_min_health_percent=0, upstream_tls_mode=None, vs_prefixes=(), vs_catch_all=False)
     return fix, replace(setup, sidecar=sidecar)
 
 
+def _scenario_setup(pod: LabPod) -> PodSetup:
+    """The pod's scenario's setup; called through a caller sidecar, with its ``called_labels`` if it has any."""
+    setup = SETUPS[pod.scenario]
+    if pod.caller == "sidecar" and setup.called_labels is not None:
+        setup = replace(setup, labels=setup.called_labels)
+    return setup
+
+
 def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
-    """``pod`` with ``fix`` applied, and its template labels (its scenario's, the fix's over them). Raises
-    LabError for a fix the lab cannot apply."""
+    """``pod`` with ``fix`` applied, and its template labels (its scenario's, under a caller sidecar its
+    ``called_labels`` if set, the fix's over them). Raises LabError for a fix the lab cannot apply."""
     fix = fix or lab_fixes.LabFix("")
     applied = lab_fixes.pod_fix(fix.name, fix.annotations, fix.settings, fix.labels)
-    labels = applied.setup(SETUPS[pod.scenario]).labels
+    labels = applied.setup(_scenario_setup(pod)).labels
     return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings, labels=labels)
 
 
@@ -313,7 +328,7 @@ def _with_certs(pod: LabPod, state_dir: Path, mesh: MeshOptions) -> LabPod:
     """``pod`` with the directory of its certificates when its sidecar speaks mTLS (a PeerAuthentication mode, a
     DestinationRule's ISTIO_MUTUAL, with its fix applied; every sidecar when callers have one)."""
     fix = lab_fixes.pod_fix(pod.fix, pod.annotations, pod.settings, pod.labels)
-    setup = fix.setup(SETUPS[pod.scenario])
+    setup = fix.setup(_scenario_setup(pod))
     sidecar = setup.sidecar
     mtls = sidecar.mtls_mode is not None or sidecar.upstream_tls_mode == "ISTIO_MUTUAL"
     # a caller sidecar holds its certificate (the pod's callers') whether or not the pod it calls has a sidecar
@@ -434,7 +449,7 @@ def _driver_args(pod: LabPod, scenario: str, *, rounds: int, seconds: float, per
         "--rounds", str(rounds), "--seconds", str(seconds), "--period", str(period),
         *(["--fix", pod.fix] if pod.fix else []),
         *(["--certs", pod.certs] if pod.certs else []),
-        *(["--caller", pod.caller] if pod.caller else []),
+        *(["--caller", pod.caller, "--client-netns", pod.client_netns] if pod.caller else []),
     ]
 
 

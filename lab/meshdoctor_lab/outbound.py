@@ -1,15 +1,16 @@
 """What istiod renders for a DestinationRule's connectionPool, outlierDetection and tls, and for a VirtualService's
 http match rules, as a lab pod's Envoy is given them.
 
-A DestinationRule and a VirtualService shape the *callers'* outbound cluster and route. The lab has no caller
-sidecar, so (as for a VirtualService's timeout, SidecarSettings) this pod's inbound route stands in for the
-caller's, and, when the DestinationRule sets what only an outbound cluster carries (outlierDetection, tls), the
-route sends to a stand-in for the caller's outbound cluster ``outbound|PORT||POD.NAMESPACE.svc.cluster.local``:
-what istiod builds for that service (cluster_builder.go buildCluster, cluster_traffic_policy.go applyTrafficPolicy:
-LEAST_REQUEST, the circuit breakers, ``outlier_detection`` with ``healthy_panic_threshold`` from
-``minHealthPercent``, the ISTIO_MUTUAL transport socket), except that its one endpoint, the pod's IP and port, is
-static instead of EDS, and it dials from 127.0.0.6 as the inbound cluster does: Envoy's own connection to the
-pod IP on lo would otherwise be REDIRECTed back to 15006 by ISTIO_OUTPUT.
+A DestinationRule and a VirtualService shape the *callers'* outbound cluster and route. With a caller sidecar
+(``lab up --caller sidecar``) caller_sidecar.py renders them there. Without one (as for a VirtualService's timeout,
+SidecarSettings) this pod's inbound route stands in for the caller's, and, when the DestinationRule sets what only
+an outbound cluster carries (outlierDetection, tls), the route sends to a stand-in for the caller's outbound
+cluster ``outbound|PORT||POD.NAMESPACE.svc.cluster.local``: what istiod builds for that service (cluster_builder.go
+buildCluster, cluster_traffic_policy.go applyTrafficPolicy: LEAST_REQUEST, the circuit breakers,
+``outlier_detection`` with ``healthy_panic_threshold`` from ``minHealthPercent``, the ISTIO_MUTUAL transport
+socket), except that its one endpoint, the pod's IP and port, is static instead of EDS, and it dials from 127.0.0.6
+as the inbound cluster does: Envoy's own connection to the pod IP on lo would otherwise be REDIRECTed back to 15006
+by ISTIO_OUTPUT.
 """
 
 from __future__ import annotations

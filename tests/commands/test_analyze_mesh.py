@@ -37,6 +37,23 @@ EXPECTED = {
     # the caller's sidecar answers 426/403/400 itself: the server never sees those requests
     ("envoy-1.40-mesh", "http10"): ({("downstream-protocol-error", "error")}, set(),
                                     {("downstream-protocol-error", "error", "caller")}),
+    # the DestinationRule and VirtualService are the caller's: it answers 503 UO, 503 UH, 404 NR itself, and the
+    # pod's sidecar never sees those requests (its log holds only the requests that passed)
+    ("envoy-1.40-mesh", "overflow"): ({("circuit-breaker-overflow", "error")}, set(),
+                                      {("circuit-breaker-overflow", "error", "caller")}),
+    ("envoy-1.40-mesh", "outlier"): ({("no-healthy-upstream", "error")}, set(),
+                                     {("no-healthy-upstream", "error", "caller")}),
+    ("envoy-1.40-mesh", "no-route"): ({("no-route", "warning")}, set(), {("no-route", "warning", "caller")}),
+    # a caller told tls DISABLE at a STRICT pod: its plaintext connection reset unread (both ends' eth0 show it),
+    # the caller's 503 UC for the request it had written, the pod's listener's NR filter_chain_not_found
+    ("envoy-1.40-mesh", "mtls-strict"): ({("tls-mismatch", "error")}, {("tls-mismatch", "error")},
+                                         {("tls-mismatch", "error", "server")}),
+    # the caller's mTLS to a pod without a sidecar: 503 URX,UF TLS_error WRONG_VERSION_NUMBER; the pod has captures only
+    ("envoy-1.40-mesh", "tls-to-plaintext"): ({("tls-mismatch", "error")}, set(),
+                                              {("tls-mismatch", "error", "caller")}),
+    # the pod's sidecar ran out of source ports to the app (EADDRNOTAVAIL, 503 UF); the caller relays its 503s
+    ("envoy-1.40-mesh", "port-exhaustion"): ({NEXT}, {("source-port-exhaustion", "error")},
+                                             {("source-port-exhaustion", "error", "server")}),
     ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
     ("envoy-1.40-mesh", "healthy"): (set(), set(), set()),
     ("envoy-1.40-mesh-retry503", "refused"): ({NEXT}, {("upstream-refused", "error")},
@@ -47,6 +64,29 @@ EXPECTED = {
                                                        ("next-hop", "warning", "caller")}),
 }
 CASES = sorted(EXPECTED)
+# What the product does not yet do with a recording, read together (each a strict xfail: it fails today)
+NOT_YET = {
+    ("envoy-1.40-mesh", "outlier"): "no finding quotes the app's five 500s (logged at both hops) that made the "
+                                    "caller eject its only endpoint: no-healthy-upstream quotes only its 503 UH lines",
+}
+NOT_YET.update({
+    ("envoy-1.40-mesh", "mtls-strict"): "the caller's 503 UC is left as an unexplained access-log finding, not folded "
+                                        "into the tls-mismatch of the connection the pod reset, and read together that "
+                                        "connection is two tls-mismatch findings (one per end of the veth)",
+})
+NOT_YET_ALONE = {
+    ("envoy-1.40-mesh", "mtls-strict"): "the caller's files alone: its 503 UC is an unexplained access-log finding "
+                                        "beside the tls-mismatch its eth0 capture shows",
+}
+
+
+def _params(not_yet: dict) -> list:
+    return [pytest.param(c, id="/".join(c), marks=[pytest.mark.xfail(strict=True, reason=not_yet[c])]
+                         if c in not_yet else []) for c in CASES]
+
+
+BOTH_CASES = _params(NOT_YET)
+ALONE_CASES = _params(NOT_YET_ALONE)
 
 
 def named(report: dict) -> set[tuple[str, str]]:
@@ -57,7 +97,7 @@ def _code(classes) -> int:
     return 1 if any(c[1] == "error" for c in classes) else 0
 
 
-@pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
+@pytest.mark.parametrize("case", ALONE_CASES)
 def test_each_pod_alone_names_what_its_side_shows(case):
     caller, server, _ = EXPECTED[case]
     for side, want in (("caller", caller), ("server", server)):
@@ -66,7 +106,7 @@ def test_each_pod_alone_names_what_its_side_shows(case):
         assert code == _code(want)
 
 
-@pytest.mark.parametrize("case", CASES, ids=["/".join(c) for c in CASES])
+@pytest.mark.parametrize("case", BOTH_CASES)
 def test_both_pods_make_one_finding_a_request_at_the_hop_that_failed(case):
     _, _, both = EXPECTED[case]
     root = DATA.joinpath(*case)
@@ -80,7 +120,9 @@ def test_both_pods_make_one_finding_a_request_at_the_hop_that_failed(case):
     # connection of its own, so each refused connect's finding on lo may quote all of the round's UF lines)
     failing = {side: [line for line in (root / side / "istio-proxy.log").read_text().splitlines()
                       if (e := parse_line(line)) is not None
-                      and (e.code >= 500 or {"DC", "DPE", "UC"} & set(e.flags))] for side in ("caller", "server")}
+                      and (e.code >= 500 or {"DC", "DPE", "UC"} & set(e.flags))]
+               if (root / side / "istio-proxy.log").exists() else []  # a pod without a sidecar: captures only
+               for side in ("caller", "server")}
     quoted = [line for f in report["findings"] for line in f.get("access_log", ())]
     assert set(failing["caller"] + failing["server"]) <= set(quoted)
     assert all(quoted.count(line) == 1 for line in failing["caller"])

@@ -18,7 +18,14 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_lines
 from meshdoctor_lab import evidence, lab
 from meshdoctor_lab.captures import Interface, capturing
 from meshdoctor_lab.scenarios import RoundResult
-from meshdoctor_lab.scenarios.table import CALLER_IDLE_REUSE_AFTER, ENVOY_DELAYED_CLOSE_TIMEOUT, SLOW_ROUTE_TIMEOUT
+from meshdoctor_lab.scenarios.pod_admin import host_flags, stat_sum
+from meshdoctor_lab.scenarios.table import (
+    CALLER_IDLE_REUSE_AFTER,
+    ENVOY_DELAYED_CLOSE_TIMEOUT,
+    OUTLIER_AFTER,
+    OUTLIER_CONSECUTIVE_5XX,
+    SLOW_ROUTE_TIMEOUT,
+)
 from meshdoctor_lab.state import LabState
 
 from ..waiting import wait_until
@@ -27,7 +34,8 @@ from .lab_names import lab_name
 pytestmark = pytest.mark.lab
 
 PODS = ("stale-keepalive", "refused", "framing", "slow-app", "healthy-http", "goaway", "http10", "healthy",
-        "no-sidecar", "downstream-idle")
+        "no-sidecar", "downstream-idle", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext",
+        "port-exhaustion")
 RETRIED_PODS = ("refused", "stale-keepalive")
 
 
@@ -347,3 +355,128 @@ def test_the_pods_idle_close_is_uc_at_the_caller_and_nothing_at_the_pod(mesh_lab
     assert late.duration_ms <= ENVOY_DELAYED_CLOSE_TIMEOUT * 1000  # answered when the pod's delayed close ended
     assert _joined(late, server) == [] and [s.path for s in server] == ["/idle"], [s.raw for s in server]
     print("caller:", late.raw, "\nserver: nothing for", late.request_id)
+
+
+def _caller_stat(state: LabState, pod: str, suffix: str) -> int:
+    """A stat of the caller's outbound cluster of the pod's port 5000 (or, ``http.`` first, of its HCM)."""
+    cluster = f"outbound|5000||{pod}.{state.namespace}.svc.cluster.local"
+    name = suffix if suffix.startswith("http.") else f"cluster.{cluster};.{suffix}"
+    return stat_sum(state.pod(pod).client_netns, "^" + name.replace(".", "\\.").replace("|", "\\|") + "$")
+
+
+def test_overflow_is_uo_at_the_caller_and_never_reaches_the_pod(mesh_lab):
+    """The DestinationRule's connectionPool (1 connection, 1 pending) is the caller's cluster's: the slow request
+    holds the caller's one connection, the second queues at the caller, the third overflows there: 503 UO, no
+    upstream host, nothing at the pod. The queued one reaches the pod only once the first has been answered."""
+    overflowed = _caller_stat(mesh_lab, "overflow", "upstream_rq_pending_overflow")
+    result, hops = _round(mesh_lab, "overflow")
+    assert sorted(result.statuses) == [200, 200, 503] and result.errors == (), result
+    callers, server = hops.wait(3, 2)
+    (uo,) = _by_path(callers, "/overflow")
+    assert _short(uo) == "503 UO upstream_reset_before_response_started{overflow}", uo.raw
+    assert uo.upstream_host is None and uo.upstream_local is None and uo.route_name == "default"
+    assert _joined(uo, server) == []
+    held, queued = sorted(_by_path(callers, "/slow/1.0"), key=lambda e: e.duration_ms)
+    hops_of = [_joined(c, server) for c in (held, queued)]
+    assert [[_short(h) for h in hop] for hop in hops_of] == [["200 - via_upstream"]] * 2, server
+    assert held.upstream_local == queued.upstream_local  # maxConnections 1: one mTLS connection
+    (held_hop,), (queued_hop,) = hops_of
+    assert queued_hop.ts * 1000 >= held_hop.ts * 1000 + held_hop.duration_ms - 5  # served after the first
+    assert _caller_stat(mesh_lab, "overflow", "upstream_rq_pending_overflow") == overflowed + 1
+    print("caller:", uo.raw, "\nserver: nothing for", uo.request_id)
+
+
+def test_outlier_ejection_is_uh_at_the_caller_and_nothing_at_the_pod(mesh_lab):
+    """outlierDetection is the caller's cluster's: the app's five 500s pass both hops as `500 - via_upstream`,
+    the caller ejects its only endpoint (/clusters: failed_outlier_check) and answers the next requests itself,
+    503 UH; the pod's sidecar has no outlier detection and sees none of them."""
+    result, hops = _round(mesh_lab, "outlier")
+    flags = host_flags(mesh_lab.pod("outlier").client_netns, "outbound|5000||")
+    assert result.statuses == (500,) * OUTLIER_CONSECUTIVE_5XX + (503,) * OUTLIER_AFTER, result
+    assert flags == ["/failed_outlier_check"], flags
+    assert host_flags(mesh_lab.pod("outlier").netns, "inbound|5000||") == ["healthy"]
+    callers, server = hops.wait(OUTLIER_CONSECUTIVE_5XX + OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX)
+    for caller in _by_path(callers, "/status/500"):
+        (hop,) = _joined(caller, server)
+        assert _short(caller) == _short(hop) == "500 - via_upstream", (caller.raw, hop.raw)
+    ejected = [c for c in callers if (c.path or "").startswith("/after-burst/")]
+    assert len(ejected) == OUTLIER_AFTER
+    for caller in ejected:
+        assert _short(caller) == "503 UH no_healthy_upstream" and caller.upstream_host is None, caller.raw
+        assert _joined(caller, server) == []
+    assert _caller_stat(mesh_lab, "outlier", "outlier_detection.ejections_enforced_consecutive_5xx") >= 1
+    print("caller:", ejected[0].raw, "\nserver: nothing for", ejected[0].request_id)
+
+
+def test_a_path_outside_the_virtualservice_is_nr_at_the_caller(mesh_lab):
+    """The VirtualService's /v1 match is the caller's route: /other matches the service's virtual host but no
+    route, so the caller answers 404 NR itself (no route name, no cluster); the pod sees only /v1/ok."""
+    no_route = _caller_stat(mesh_lab, "no-route", "http.outbound_0.0.0.0_5000;.no_route")
+    result, hops = _round(mesh_lab, "no-route")
+    assert result.statuses == (200, 404), result
+    callers, server = hops.wait(2, 1)
+    (nr,) = _by_path(callers, "/other")
+    assert _short(nr) == "404 NR route_not_found", nr.raw
+    assert nr.route_name is None and nr.upstream_cluster is None and _joined(nr, server) == []
+    (ok,) = _by_path(callers, "/v1/ok")
+    (hop,) = _joined(ok, server)
+    assert _short(ok) == _short(hop) == "200 - via_upstream" and hop.route_name == "default"
+    assert ok.route_name is None  # the VirtualService's http route has no name
+    assert [s.path for s in server] == ["/v1/ok"]
+    assert _caller_stat(mesh_lab, "no-route", "http.outbound_0.0.0.0_5000;.no_route") == no_route + 1
+    print("caller:", nr.raw, "\nserver: nothing for", nr.request_id)
+
+
+def test_a_plaintext_caller_sidecar_at_a_strict_pod_is_uc_at_the_caller_and_nr_at_the_pod(mesh_lab):
+    """mtls-strict through a caller whose DestinationRule says tls DISABLE: its plaintext connection finds no
+    filter chain at the STRICT pod, which closes it: the pod's listener logs `0 NR filter_chain_not_found` (no
+    request id: joined by the four-tuple), the caller `503 UC` for the request it had written, not retried."""
+    result, hops = _round(mesh_lab, "mtls-strict")
+    assert result.statuses == (503,), result
+    (caller,), server = hops.wait(1, 1)
+    assert _short(caller) == "503 UC upstream_reset_before_response_started{connection_termination}", caller.raw
+    (hop,) = [s for s in server if s.downstream_remote == caller.upstream_local]
+    assert _short(hop) == "0 NR filter_chain_not_found" and hop.method is None and hop.request_id is None, hop.raw
+    assert hop.requested_server_name is None and len(server) == 1
+    print("caller:", caller.raw, "\nserver:", hop.raw)
+
+
+def test_the_callers_mtls_to_a_pod_without_a_sidecar_is_a_tls_error_at_the_caller(mesh_lab, tmp_path):
+    """tls-to-plaintext through a caller: the pod opts out of injection and the caller's DestinationRule says
+    ISTIO_MUTUAL, so its ClientHello reaches the app, whose plaintext 400 BoringSSL reads as a bad record:
+    WRONG_VERSION_NUMBER. That is a connect failure, which Istio's default policy retries twice (three ClientHellos
+    on eth0, each answered in plaintext): `503 URX,UF`, and no sidecar at the pod to log anything."""
+    pod = mesh_lab.pod("tls-to-plaintext")
+    eth0 = tmp_path / "eth0.pcap"
+    with capturing({eth0: Interface(pod.netns, "eth0")}):
+        result, hops = _round(mesh_lab, "tls-to-plaintext")
+        (caller,), server = hops.wait(1, 0)
+    assert result.statuses == (503,), result
+    assert caller.flags == ("URX", "UF") and caller.details is not None, caller.raw
+    assert caller.details.startswith("upstream_reset_before_response_started{remote_connection_failure|TLS_error:")
+    assert "WRONG_VERSION_NUMBER" in (caller.upstream_failure or ""), caller.raw
+    assert caller.upstream_local is None and server == []
+    hellos = [h for h in _tls_hellos(eth0) if h[0] == "1"]
+    assert len(hellos) == 3 and {h[1] for h in hellos} == {_sni(mesh_lab, "tls-to-plaintext")}, hellos
+    assert _plaintext_http(eth0) >= 3  # the app's 400 to each
+    print("caller:", caller.raw, "\nserver: no sidecar;", len(hellos), "ClientHellos answered in plaintext")
+
+
+def test_source_ports_run_out_at_the_pod_and_the_caller_relays_its_503s(mesh_lab):
+    """port-exhaustion through a caller: the pod's sidecar dials the app from 127.0.0.6 out of a 4-port range, one
+    connection a request (maxRequestsPerConnection 1), until connect() fails with EADDRNOTAVAIL: `503 UF` there,
+    which the caller relays as `503 - via_upstream` (Istio >= 1.24 does not retry it)."""
+    result, hops = _round(mesh_lab, "port-exhaustion")
+    failed = [i for i, status in enumerate(result.statuses) if status == 503]
+    assert failed and set(result.statuses) == {200, 503}, result
+    callers, server = hops.wait(len(result.statuses), len(result.statuses))
+    ip = mesh_lab.pod("port-exhaustion").pod_ip
+    for i in failed:
+        (caller,) = _by_path(callers, f"/exhaust/{i}")
+        assert _short(caller) == "503 - via_upstream", caller.raw
+        (hop,) = _joined(caller, server)
+        assert _short(hop) == ("503 UF upstream_reset_before_response_started{remote_connection_failure|"
+                               f"immediate_connect_error:_Cannot_assign_requested_address|remote_address:{ip}:5000}}"
+                               ), hop.raw
+    print("caller:", _by_path(callers, f"/exhaust/{failed[0]}")[0].raw, "\nserver:",
+          _joined(_by_path(callers, f"/exhaust/{failed[0]}")[0], server)[0].raw)

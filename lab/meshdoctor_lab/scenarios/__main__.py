@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pod-ip", required=True)
     parser.add_argument("--client-ip", required=True)
     parser.add_argument("--pod-netns", required=True, help="for conntrack -F and nstat")
+    parser.add_argument("--client-netns", default="", help="the namespace the driver runs in (where a caller sidecar's "
+                                                           "admin port is)")
     parser.add_argument("--pod-name", help="pod name in the results (default: the scenario)")
     parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS, help="time limit of the whole run")
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         name=args.pod_name or args.scenario,
         scenario=args.scenario,
         netns=args.pod_netns,
-        client_netns="",
+        client_netns=args.client_netns,
         pod_ip=args.pod_ip,
         client_ip=args.client_ip,
         ports=(LabPort("http", HTTP_PORT), LabPort("tcp-echo", ECHO_PORT)),

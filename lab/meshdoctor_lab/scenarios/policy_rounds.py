@@ -3,8 +3,12 @@ outlier (the only endpoint ejected), no-route (a VirtualService without a route 
 plaintext caller at a STRICT port) and tls-to-plaintext (the sidecar originating mTLS to a plaintext app).
 
 Where the round's timing depends on what Envoy has seen (a request queued, an endpoint ejected) it asks Envoy's
-admin API in the pod, with a deadline, instead of sleeping; a condition that never held is noted in the round's
-errors."""
+admin API, with a deadline, instead of sleeping; a condition that never held is noted in the round's errors. That
+Envoy is the one holding the DestinationRule's cluster: the pod's own (its stand-in for the callers' cluster), or,
+through a caller sidecar (``pod.caller``), the caller's, in the client's namespace.
+
+Every request names the service as a client would (``Host: POD_IP:PORT``, what http.client sends): a caller
+sidecar routes it by the service's virtual host, not its ``allow_any`` passthrough."""
 
 from __future__ import annotations
 
@@ -25,6 +29,9 @@ from .table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5XX, OUTLIER_RECOVERY_WITH
 _SEEN_WITHIN = 5.0  # seconds Envoy gets to show that it has seen a request or an error
 _HCM_ACTIVE = rf"^http\.inbound_0\.0\.0\.0_{HTTP_PORT};?\.downstream_rq_active$"
 _UPSTREAM_ACTIVE = rf"^cluster\.inbound\|{HTTP_PORT}\|\|;?\.upstream_rq_active$"
+# the caller sidecar's outbound cluster of the pod's port: a request sent, a request queued for a connection
+_CALLER_ACTIVE = rf"^cluster\.outbound\|{HTTP_PORT}\|\|.*\.upstream_rq_active$"
+_CALLER_PENDING = rf"^cluster\.outbound\|{HTTP_PORT}\|\|.*\.upstream_rq_pending_active$"
 _DETECTED_5XX = r"^cluster\.outbound\|.*\.outlier_detection\.ejections_detected_consecutive_5xx$"
 _OUTBOUND = f"outbound|{HTTP_PORT}||"
 
@@ -50,8 +57,14 @@ def _request(pod: LabPod, tally: Tally, path: str, label: str = "") -> int | Non
 def _hold(pod: LabPod, path: str) -> socket.socket:
     """A connection with ``GET path`` written on it; its response is read later (_collect)."""
     sock = socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: meshdoctor-lab\r\n\r\n".encode())
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {pod.pod_ip}:{HTTP_PORT}\r\nUser-Agent: meshdoctor-lab\r\n\r\n"
+                 .encode())
     return sock
+
+
+def _cluster_netns(pod: LabPod) -> str:
+    """The namespace of the Envoy that holds the DestinationRule's cluster (module docstring)."""
+    return pod.client_netns if pod.caller == "sidecar" else pod.netns
 
 
 def _collect(sock: socket.socket, tally: Tally, label: str) -> None:
@@ -71,12 +84,16 @@ def overflow_round(pod: LabPod, tally: Tally) -> None:
     slow = f"/slow/{OVERFLOW_SLOW}"
     held: list[tuple[socket.socket, str]] = []
     try:
+        # Through a caller sidecar the caller's cluster holds the pool: the second request queues there.
+        sent, queued = ((_CALLER_ACTIVE, _CALLER_PENDING) if pod.caller == "sidecar" else
+                        (_UPSTREAM_ACTIVE, _HCM_ACTIVE))
+        netns = _cluster_netns(pod)
         held.append((_hold(pod, slow), f"{slow} (holds the connection)"))
-        # The first request has reached the app before the next is sent: it holds the only connection.
-        if not wait_until(_SEEN_WITHIN, lambda: stat_sum(pod.netns, _UPSTREAM_ACTIVE) >= 1):
+        # The first request has gone upstream before the next is sent: it holds the only connection.
+        if not wait_until(_SEEN_WITHIN, lambda: stat_sum(netns, sent) >= 1):
             tally.errors.append("the sidecar did not send the first request upstream")
         held.append((_hold(pod, slow), f"{slow} (queued for the connection)"))
-        if not wait_until(_SEEN_WITHIN, lambda: stat_sum(pod.netns, _HCM_ACTIVE) >= 2):
+        if not wait_until(_SEEN_WITHIN, lambda: stat_sum(netns, queued) >= (1 if pod.caller == "sidecar" else 2)):
             tally.errors.append("the sidecar did not take the second request")
         _request(pod, tally, "/overflow")  # the pending queue is full: the circuit breaker answers
     except OSError as exc:
@@ -88,14 +105,15 @@ def overflow_round(pod: LabPod, tally: Tally) -> None:
 
 def outlier_round(pod: LabPod, tally: Tally) -> None:
     # A former round's ejection (longer each time) ends first, so that the burst reaches the app.
-    if not wait_until(OUTLIER_RECOVERY_WITHIN, lambda: host_flags(pod.netns, _OUTBOUND) == ["healthy"]):
+    netns = _cluster_netns(pod)
+    if not wait_until(OUTLIER_RECOVERY_WITHIN, lambda: host_flags(netns, _OUTBOUND) == ["healthy"]):
         tally.errors.append(f"the endpoint was not healthy within {OUTLIER_RECOVERY_WITHIN} s")
         return
-    detected = stat_sum(pod.netns, _DETECTED_5XX)
+    detected = stat_sum(netns, _DETECTED_5XX)
     for i in range(OUTLIER_CONSECUTIVE_5XX):
         _request(pod, tally, "/status/500", f"/status/500 ({i + 1} of the burst)")
     # Envoy's main thread counts the detection as it ejects the endpoint (or, above maxEjectionPercent, does not)
-    if not wait_until(_SEEN_WITHIN, lambda: stat_sum(pod.netns, _DETECTED_5XX) > detected):
+    if not wait_until(_SEEN_WITHIN, lambda: stat_sum(netns, _DETECTED_5XX) > detected):
         tally.errors.append(f"the sidecar detected no {OUTLIER_CONSECUTIVE_5XX} consecutive 5xx")
     for i in range(OUTLIER_AFTER):
         _request(pod, tally, f"/after-burst/{i}")
@@ -107,8 +125,8 @@ def no_route_round(pod: LabPod, tally: Tally) -> None:
 
 
 def mtls_strict_round(pod: LabPod, tally: Tally) -> None:
-    http_get(pod, tally, "/plaintext")  # the caller without a sidecar
-    if pod.certs:
+    http_get(pod, tally, "/plaintext")  # the caller without a sidecar (or a caller sidecar told tls DISABLE)
+    if pod.certs and pod.caller != "sidecar":  # through a caller sidecar every connection is the sidecar's
         _mtls_get(pod, tally, "/mtls")  # a caller with a sidecar: mTLS with Istio's ALPN
 
 

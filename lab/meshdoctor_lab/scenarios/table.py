@@ -112,6 +112,10 @@ class PodSetup:
     local_ports: tuple[int, int] | None = None
     # Pod template labels the injector reads (lab/fixes.py injected): sidecar.istio.io/inject "false" opts out.
     labels: tuple[tuple[str, str], ...] = ()
+    # Under `lab up --caller sidecar`, where the story needs them on that side: the pod's labels (None: ``labels``)
+    # and the callers' DestinationRule tls.mode (None: auto mTLS), unless a fix sets one.
+    called_labels: tuple[tuple[str, str], ...] | None = None
+    callers_tls_mode: str | None = None
 
 
 SETUPS: dict[str, PodSetup] = {
@@ -144,6 +148,9 @@ SETUPS: dict[str, PodSetup] = {
         outlier_consecutive_5xx=OUTLIER_CONSECUTIVE_5XX, outlier_interval_s=OUTLIER_INTERVAL,
         outlier_base_ejection_s=OUTLIER_BASE_EJECTION, outlier_max_ejection_percent=100)),
     "no-route": PodSetup(sidecar=SidecarSettings(vs_prefixes=NO_ROUTE_PREFIXES)),
-    "mtls-strict": PodSetup(sidecar=SidecarSettings(mtls_mode="STRICT")),
-    "tls-to-plaintext": PodSetup(sidecar=SidecarSettings(upstream_tls_mode="ISTIO_MUTUAL")),
+    # Through a caller sidecar: the plaintext caller is a sidecar whose DestinationRule says tls DISABLE, and the app
+    # the caller's mTLS meets has no sidecar (its pod opts out of injection).
+    "mtls-strict": PodSetup(sidecar=SidecarSettings(mtls_mode="STRICT"), callers_tls_mode="DISABLE"),
+    "tls-to-plaintext": PodSetup(sidecar=SidecarSettings(upstream_tls_mode="ISTIO_MUTUAL"),
+                                 called_labels=(("sidecar.istio.io/inject", "false"),)),
 }
