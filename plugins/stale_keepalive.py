@@ -31,8 +31,8 @@ tells the same close (docs/lab-envoy.md, the lab's downstream-idle round through
 connection's ClientHello (its SNI names the service and port), then, after its last kept packet, this pod's
 sidecar ending the TLS session (close_notify, an encrypted 19-byte alert record, RFC 8446 section 6.1) and its
 kernel's RST: a close() with the caller's bytes unread, or the caller's bytes after the close, sends RST (RFC 9293
-section 3.6.1). Envoy 1.40 there: the HCM's idle timeout, its delayed close (1 s, during which it reads nothing),
-then SSL shutdown and close with the caller's request unread.
+section 3.6.1). Envoy 1.40 there: the HCM's idle timeout, its drain (drain_timeout, 5 s) and delayed close (1 s,
+during which it reads nothing), then SSL shutdown and close with the caller's request unread.
 """
 
 from __future__ import annotations
@@ -274,8 +274,8 @@ class StaleKeepalive(Detector):
                 f"6.1), then its kernel reset the connection {how}. A close with unread data, or data arriving "
                 f"after the close, is answered with RST (RFC 9293 section 3.6.1): the caller had written on a "
                 f"connection the server's sidecar was closing, {quiet_s:.3f} s after the last packet kept of it. "
-                f"Most often that is the sidecar's idle timeout (the HCM's idle_timeout, then its delayed close, "
-                f"during which Envoy reads nothing) racing the caller's pool, which still held the connection as "
+                f"Most often that is the sidecar's idle timeout (the HCM's idle_timeout, then its drain and "
+                f"delayed close, during which Envoy reads nothing) racing the caller's pool, which still held the connection as "
                 f"idle. The caller's sidecar answers its client 503 UC (upstream_reset_before_response_started"
                 f"{{connection_termination}} in the caller's access log, on this four-tuple); the server's sidecar "
                 f"logs nothing: it read no request. The caller keeps idle connections longer than the server's "
