@@ -90,8 +90,9 @@ def _wire_key(f: Finding) -> tuple | None:
 def same_connection(findings: list[Finding]) -> list[Finding]:
     """``findings`` with the packet findings of one eth0 connection (same detector, variant and four-tuple)
     made one: the caller's eth0 and the server pod's are the two ends of one veth (a pod's network, CNI), so
-    both captures hold the same frames. The one with the most access-log lines (the caller's 503) is kept and
-    names the other pod's capture; the rest are dropped."""
+    both captures hold the same frames. When one of them quotes access-log lines (the caller's 503) and the others
+    none, it is kept and names the other pod's capture, and the rest are dropped; otherwise each pod keeps its
+    own."""
     groups: dict[tuple, list[int]] = {}
     for i, f in enumerate(findings):
         key = _wire_key(f)
@@ -104,8 +105,13 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
         if len(members) < 2 or len(pods) < 2:
             continue
         best = max(members, key=lambda i: (len(findings[i].access_log), -i))
-        keep[best] = [findings[i] for i in members if i != best]
-        dropped.update(i for i in members if i != best)
+        others = [i for i in members if i != best]
+        # Only a view that adds nothing: the kept one quotes a logged request, the others none. Each pod's own
+        # reading of the frames stands where neither was logged (a collision seen from both ends, each pod's).
+        if not findings[best].access_log or any(findings[i].access_log for i in others):
+            continue
+        keep[best] = [findings[i] for i in others]
+        dropped.update(others)
     out = []
     for i, f in enumerate(findings):
         if i in dropped:
