@@ -25,6 +25,14 @@ The same race on the downstream hop, on ``eth0``: this pod's sidecar closes an i
 own idle timeout (the HCM's ``idle_timeout``; a Sidecar's ``inboundConnectionPool``), and the caller (a gateway,
 another sidecar) writes its next request on it after the FIN: this pod's kernel answers RST, and the caller's
 proxy logs 503 UC. The fix is on the caller's side: its pool's idle timeout below this pod's.
+
+Over mTLS (a caller's sidecar) the caller's request is an encrypted record the capture does not keep; what is kept
+tells the same close (docs/lab-envoy.md, the lab's downstream-idle round through a caller sidecar): the
+connection's ClientHello (its SNI names the service and port), then, after its last kept packet, this pod's
+sidecar ending the TLS session (close_notify, an encrypted 19-byte alert record, RFC 8446 section 6.1) and its
+kernel's RST: a close() with the caller's bytes unread, or the caller's bytes after the close, sends RST (RFC 9293
+section 3.6.1). Envoy 1.40 there: the HCM's idle timeout, its drain (drain_timeout, 5 s) and delayed close (1 s,
+during which it reads nothing), then SSL shutdown and close with the caller's request unread.
 """
 
 from __future__ import annotations
@@ -35,10 +43,11 @@ from collections.abc import Iterable
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
+from kubectl_meshdoctor.core.events import CLOSE_NOTIFY, EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
+from kubectl_meshdoctor.core.mtls import hello_evidence, hello_of, remember_hello
 from kubectl_meshdoctor.core.remedies import destination_rule_pool
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import BEFORE_RESPONSE, parse_reset_details
@@ -154,7 +163,8 @@ class _Note:
     the first request the server has not answered (the one a reset would race), the server's last data segment
     and the last that carried an HTTP head (its Keep-Alive header), and whether the flow was reported already."""
 
-    __slots__ = ("fin", "last_request", "last_response", "last_head", "reported", "last_ts", "idle_before_fin")
+    __slots__ = ("fin", "last_request", "last_response", "last_head", "reported", "last_ts", "idle_before_fin",
+                 "last_kept", "alert", "alert_after", "caller_closing")
 
     def __init__(self) -> None:
         self.fin: PacketEvent | None = None
@@ -164,6 +174,10 @@ class _Note:
         self.last_response: PacketEvent | None = None
         self.last_head: PacketEvent | None = None
         self.reported = False
+        self.last_kept: PacketEvent | None = None  # the flow's latest packet before the server's TLS alert
+        self.alert: PacketEvent | None = None  # the server's first alert (close_notify) on an mTLS connection
+        self.alert_after: PacketEvent | None = None  # the packet kept last before that alert
+        self.caller_closing = False  # the caller sent its own FIN, RST or alert first: it was closing, not reusing
 
 
 class StaleKeepalive(Detector):
@@ -184,6 +198,11 @@ class StaleKeepalive(Detector):
             note = flow.notes[_NOTE] = _Note()
         if note.reported:
             return ()
+        if ev.iface == "eth0":
+            remember_hello(ev, flow)
+            if from_server and note.alert is not None and ev.is_rst:
+                return self._mtls_close(ev, flow, note)
+            self._watch_tls_close(ev, flow, note, from_server)
         if from_server:
             if ev.is_rst:
                 return self._on_reset(ev, flow, note)
@@ -200,6 +219,72 @@ class StaleKeepalive(Detector):
         if note.fin is None:
             note.last_ts = ev.ts
         return ()
+
+    @staticmethod
+    def _watch_tls_close(ev: PacketEvent, flow: Flow, note: _Note, from_server: bool) -> None:
+        """On an mTLS connection (its ClientHello seen), the server's first alert: TLS 1.3's encrypted alert
+        record, or a plaintext close_notify (TLS 1.2); and whether the caller closed first."""
+        tls = ev.tls
+        closing = tls is not None and (tls.is_encrypted_alert
+                                       or (tls.alert is not None and tls.alert[1] == CLOSE_NOTIFY))
+        if not from_server:
+            if closing or ev.is_fin or ev.is_rst:
+                note.caller_closing = True
+        elif closing and note.alert is None and not note.caller_closing and hello_of(flow) is not None:
+            note.alert, note.alert_after = ev, note.last_kept
+        elif note.alert is not None and ev.payload_len and not closing:
+            note.caller_closing = True  # the server sent more after its alert: not the close seen here
+        if note.alert is None:
+            note.last_kept = ev
+
+    def _mtls_close(self, rst: PacketEvent, flow: Flow, note: _Note) -> Iterable[Finding]:
+        """This pod's sidecar ended an mTLS connection (its alert) and its kernel reset it: the caller's bytes
+        were unread at the close or came after it. Not when the caller closed first, nor when the connection was
+        busy (a kept packet less than MIN_IDLE_S before the alert)."""
+        alert, last = note.alert, note.alert_after
+        if note.caller_closing or alert is None or last is None:
+            return ()
+        ref = FlowRef.of(flow)
+        quiet_s = alert.ts - last.ts
+        if quiet_s < MIN_IDLE_S:
+            return ()
+        after_ms = (rst.ts - alert.ts) * 1000
+        fin = note.fin if note.fin is not None and note.fin.ts >= alert.ts else None
+        how = (f"{after_ms:.1f} ms after its FIN: the caller wrote on the connection after the server closed it"
+               if fin is not None else
+               f"{after_ms:.1f} ms later, with no FIN: the sidecar closed the socket with the caller's bytes unread")
+        last_what = (f"the last packet kept before the close (application data is not captured), "
+                     f"{quiet_s:.3f} s before it")
+        if last.tls is not None:
+            last_what = f"{last.tls.short()}: {last_what}"
+        evidence = hello_evidence(flow)
+        if not any(e.frame == last.frame for e in evidence):
+            evidence += (Evidence.of(last, last_what),)
+        evidence += (Evidence.of(alert, f"close_notify from the server's sidecar: an encrypted alert record "
+                                        f"({alert.tls.length if alert.tls else 0} bytes), TLS shutdown",
+                                 record="close_notify"),)
+        if fin is not None:
+            evidence += (Evidence.of(fin, "FIN from the server's sidecar"),)
+        evidence += (Evidence.of(rst, f"RST from the server {how}"),)
+        return (self._finding(
+            rst, flow, note, evidence=evidence,
+            explanation=(
+                f"The server pod's sidecar ({ref.server}) ended the mTLS session with its caller ({ref.client}): "
+                f"close_notify (TLS 1.3 encrypts alerts; a 19-byte record is one, RFC 8446 sections 5.2 and "
+                f"6.1), then its kernel reset the connection {how}. A close with unread data, or data arriving "
+                f"after the close, is answered with RST (RFC 9293 section 3.6.1): the caller had written on a "
+                f"connection the server's sidecar was closing, {quiet_s:.3f} s after the last packet kept of it. "
+                f"Most often that is the sidecar's idle timeout (the HCM's idle_timeout, then its drain and "
+                f"delayed close, during which Envoy reads nothing) racing the caller's pool, which still held the connection as "
+                f"idle. The caller's sidecar answers its client 503 UC (upstream_reset_before_response_started"
+                f"{{connection_termination}} in the caller's access log, on this four-tuple); the server's sidecar "
+                f"logs nothing: it read no request. The caller keeps idle connections longer than the server's "
+                f"sidecar does."),
+            details={"hop": "downstream", "tls": True, "quiet_before_close_s": round(quiet_s, 6),
+                     "reset_after_alert_ms": round(after_ms, 3)},
+            fixes=CALLER_FIXES,
+            title=f"Caller {ref.client} wrote on an mTLS connection the server's sidecar was closing: "
+                  f"close_notify, then {ref.server} reset it"),)
 
     def _on_reset(self, rst: PacketEvent, flow: Flow, note: _Note) -> Iterable[Finding]:
         fin, req, last = note.fin, note.last_request, note.last_response
@@ -244,7 +329,7 @@ class StaleKeepalive(Detector):
         ref = FlowRef.of(flow)
         return self._finding(
             rst, flow, note,
-            evidence=(Evidence.of(fin, "FIN from this pod's sidecar (its idle timeout)"),
+            evidence=(*hello_evidence(flow), Evidence.of(fin, "FIN from this pod's sidecar (its idle timeout)"),
                       Evidence.of(req, f"request from the caller, {when} the FIN"),
                       Evidence.of(rst, "RST from this pod: the sidecar's socket is gone")),
             explanation=(

@@ -17,7 +17,8 @@ Two ways, both common while a mesh is being adopted (docs/lab-envoy.md has what 
   errors in the same place (CERTIFICATE_VERIFY_FAILED, an unknown CA) are the same hop's identity mismatch.
 
 On the wire (eth0), the first way shows as a plaintext HTTP request on a new connection answered by the pod's
-RST with no response at all.
+RST with no response at all; the second as a ClientHello (its SNI names the service and port Istio meant,
+core/mtls.py) answered by the start of a plaintext HTTP/1 response on the same connection.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
+from kubectl_meshdoctor.core.mtls import hello_evidence, hello_of, istio_sni, remember_hello
 from kubectl_meshdoctor.core.remedies import destination_rule
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -114,14 +116,20 @@ class TlsMismatch(Detector):
         RST with no byte of response (the listener closed it unread: no filter chain matched)."""
         if ev.iface != "eth0" or not flow.syn_seen:
             return ()
+        remember_hello(ev, flow)
         from_server = (ev.src, ev.sport) == flow.server
         note = flow.notes.get(_NOTE)
         if not from_server:
-            if note is None and ev.http is not None and ev.http.is_request and not ev.is_rst and not flow.server_fin:
+            if note is None and ev.tls is not None and ev.tls.is_client_hello:
+                flow.notes[_NOTE] = {"hello": ev}  # the connection speaks TLS: its later bytes are no plaintext
+            elif note is None and ev.http is not None and ev.http.is_request and not ev.is_rst \
+                    and not flow.server_fin:
                 flow.notes[_NOTE] = {"request": ev}
             return ()
         if note is None or note.get("done"):
             return ()
+        if "hello" in note:
+            return self._hello_answered(ev, flow, note)
         if ev.payload_len:
             note["done"] = True  # the server answered: a filter chain took it
             return ()
@@ -152,6 +160,47 @@ class TlsMismatch(Detector):
             pod=self.ctx.pod,
             ts=ev.ts,
             details={"kind": PLAINTEXT},
+        ),)
+
+    def _hello_answered(self, ev: PacketEvent, flow: Flow, note: dict) -> Iterable[Finding]:
+        """mTLS to a plaintext port: the server's first answer to the ClientHello is the start of an HTTP/1
+        response (a plaintext server reading the hello as a bad request). A ServerHello, an alert, or anything
+        else TLS ends the watch: the server speaks TLS."""
+        if ev.tls is not None:
+            note["done"] = True
+            return ()
+        if ev.http is None or ev.http.is_request:
+            return ()  # a close, or bytes the prefilter did not keep: nothing proven yet
+        note["done"] = True
+        ref = FlowRef.of(flow)
+        hello = hello_of(flow)
+        sni = istio_sni(hello.tls.sni) if hello is not None and hello.tls is not None else None
+        meant = f" ({sni.host} port {sni.port}, by its SNI)" if sni is not None else ""
+        return (Finding(
+            detector=self.id,
+            severity=Severity.ERROR,
+            title=f"{ref.client} spoke mTLS to {ref.server}{meant}, which answered in plaintext: no sidecar there "
+                  f"to terminate it (503 UF)",
+            variant="mTLS to a plaintext port",
+            flow=ref,
+            evidence=(*hello_evidence(flow),
+                      Evidence.of(ev, f"plaintext response {ev.http.start_line!r} to the ClientHello, "
+                                      f"{1000 * (ev.ts - note['hello'].ts):.1f} ms later")),
+            envoy_flags=("UF",),
+            response_code_details="",
+            explanation=(
+                f"The caller {ref.client} opened a TLS connection to {ref.server} (a ClientHello{meant}) and the "
+                f"server answered with a plaintext HTTP response instead of a ServerHello: nothing there speaks "
+                f"TLS. The caller's TLS reads that as WRONG_VERSION_NUMBER (BoringSSL); a caller's sidecar answers "
+                f"its client 503 UF (upstream_reset_before_response_started{{remote_connection_failure|TLS_error:"
+                f"...WRONG_VERSION_NUMBER...}}) and counts ssl.connection_error on its cluster. A DestinationRule "
+                f"tls.mode ISTIO_MUTUAL (or auto mTLS with endpoint metadata that still says tlsMode istio) "
+                f"towards a workload without a sidecar does this."),
+            fixes=(TLS_DISABLE,),
+            pod=self.ctx.pod,
+            ts=ev.ts,
+            details={"kind": TLS_TO_PLAINTEXT, "from": "packets",
+                     **({"sni": hello.tls.sni} if hello is not None and hello.tls and hello.tls.sni else {})},
         ),)
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:

@@ -15,8 +15,9 @@ class Wire:
         self.events: list[PacketEvent] = []
 
     def pkt(self, src: str, dst: str, flags, seq: int = 0, ack: int = 0, dt: float = 0.001,
-            payload_len: int = 0, http: bytes | None = None) -> PacketEvent:
-        """One packet; ``http`` is the start of an HTTP/1 message it carries (parsed as the reader parses it)."""
+            payload_len: int = 0, http: bytes | None = None, tls: bytes | None = None) -> PacketEvent:
+        """One packet; ``http`` is the start of an HTTP/1 message it carries, ``tls`` its bytes starting with a
+        TLS record (each parsed as the reader parses it)."""
         (sip, sport), (dip, dport) = _ep(src), _ep(dst)
         self.t += dt
         self.frame += 1
@@ -26,8 +27,14 @@ class Wire:
 
             start = parse_http_start(http)
             payload_len = payload_len or len(http)
+        record = None
+        if tls is not None:
+            from kubectl_meshdoctor.sources.tls_records import parse_tls_start
+
+            record = parse_tls_start(tls)
+            payload_len = payload_len or len(tls)
         ev = PacketEvent(self.t, self.iface, self.source, self.frame, sip, sport, dip, dport, TcpFlags(flags),
-                         seq, ack, payload_len, start)
+                         seq, ack, payload_len, start, record)
         self.events.append(ev)
         return ev
 

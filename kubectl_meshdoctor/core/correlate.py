@@ -60,7 +60,7 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
     the request running within WINDOW_S of the finding's evidence. When the line names the finding's connection,
     it must be the finding's own, so Envoy's line and the packets speak of the same four-tuple: on ``lo`` (the
     sidecar's upstream leg) the flow's client is the line's %UPSTREAM_LOCAL_ADDRESS%, on ``eth0`` the caller's
-    %DOWNSTREAM_REMOTE_ADDRESS%."""
+    %DOWNSTREAM_REMOTE_ADDRESS% or, for the caller's own line, its %UPSTREAM_LOCAL_ADDRESS%."""
     # The same response flag, or, where Envoy sets none (403 upgrade_failed), the same details.
     if not set(entry.flags) & set(f.envoy_flags) and not (f.response_code_details
                                                            and f.response_code_details == entry.details):
@@ -70,9 +70,11 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
     if end < min(times) - WINDOW_S or entry.ts > max(times) + WINDOW_S:
         return False
     # A finding of no connection (NoFlow: counters) has no four-tuple of its own to hold the line to.
-    own = {"lo": entry.upstream_local, "eth0": entry.downstream_remote}.get(f.flow.iface) \
-        if isinstance(f.flow, FlowRef) else None
-    if own is not None and own != f.flow.client:
+    # On eth0 the connection is the line's downstream at the pod it reached, or, in a caller's own log, the
+    # caller's upstream leg (its sidecar dialled out of its eth0 from %UPSTREAM_LOCAL_ADDRESS%).
+    own = {"lo": (entry.upstream_local,), "eth0": (entry.downstream_remote, entry.upstream_local)}.get(
+        f.flow.iface, ()) if isinstance(f.flow, FlowRef) else ()
+    if any(own) and f.flow.client not in own:
         return False
     return _server_of(entry) in (f.flow.server, None)
 

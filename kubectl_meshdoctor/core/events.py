@@ -67,6 +67,99 @@ class HttpStart:
         return int(code) if len(code) == 3 and code.isascii() and code.isdigit() else None
 
 
+# TLS record content types (RFC 8446 section 5.1) and handshake types (section 4) the capture reads.
+ALERT, HANDSHAKE, APPLICATION_DATA = 21, 22, 23
+CLIENT_HELLO, SERVER_HELLO = 1, 2
+CLOSE_NOTIFY = 0  # AlertDescription (RFC 8446 section 6)
+# TLS 1.3 encrypts alerts: a 2-byte alert, its 1-byte inner content type and a 16-byte AEAD tag (every TLS 1.3
+# suite but TLS_AES_128_CCM_8_SHA256, which BoringSSL, Envoy's TLS, does not offer) in an application-data
+# record of 19 bytes (RFC 8446 sections 5.2 and 6).
+ENCRYPTED_ALERT_LENGTH = 19
+_TLS_VERSIONS = {0x0301: "TLS 1.0", 0x0302: "TLS 1.1", 0x0303: "TLS 1.2", 0x0304: "TLS 1.3"}
+
+
+@dataclass(frozen=True, slots=True)
+class TlsStart:
+    """The TLS record a TCP segment's payload starts with (sources/tls_records.py), one of those a capture
+    reads without keys: a handshake record (``handshake_type`` 1 ClientHello with its ``sni`` and ``alpn``, 2
+    ServerHello with its ``selected_version`` from supported_versions, and ALPN in TLS 1.2), a plaintext alert
+    (``alert``: level, description), or application data of TLS 1.3's encrypted alert length.
+
+    ``content_type`` (RFC 8446 section 5.1: 21 alert, 22 handshake, 23 application data), ``version`` (the
+    record's legacy_record_version, 0x0301..0x0303), ``length`` (the record's, bytes); ``complete`` is False
+    when the hello did not end inside the segment, or did not parse (its SNI and ALPN are then unknown)."""
+
+    content_type: int
+    version: int
+    length: int
+    handshake_type: int | None = None
+    sni: str | None = None
+    alpn: tuple[str, ...] = ()
+    selected_version: int | None = None
+    alert: tuple[int, int] | None = None
+    complete: bool = True
+
+    @property
+    def is_client_hello(self) -> bool:
+        return self.content_type == HANDSHAKE and self.handshake_type == CLIENT_HELLO
+
+    @property
+    def is_server_hello(self) -> bool:
+        return self.content_type == HANDSHAKE and self.handshake_type == SERVER_HELLO
+
+    @property
+    def is_encrypted_alert(self) -> bool:
+        """An application-data record of TLS 1.3's encrypted-alert size (RFC 8446 sections 5.2 and 6): the record
+        a peer sends when it closes (close_notify), or a fatal alert; its description is encrypted."""
+        return self.content_type == APPLICATION_DATA and self.length == ENCRYPTED_ALERT_LENGTH
+
+    @property
+    def is_alert(self) -> bool:
+        """A plaintext alert record (TLS 1.2 and earlier, or one sent before TLS 1.3's keys: a handshake failure)."""
+        return self.content_type == ALERT
+
+    def short(self) -> str:
+        """The record's name in a word or two, for the ladder's arrows: ``ClientHello``, ``ServerHello``, ``alert
+        close_notify``, ``encrypted alert``, ``handshake``."""
+        if self.is_client_hello:
+            return "ClientHello"
+        if self.is_server_hello:
+            return "ServerHello"
+        if self.is_alert:
+            return "alert" if self.alert is None else \
+                ("alert close_notify" if self.alert[1] == CLOSE_NOTIFY else f"alert {self.alert[1]}")
+        if self.is_encrypted_alert:
+            return "encrypted alert"
+        return "handshake" if self.content_type == HANDSHAKE else f"TLS record {self.content_type}"
+
+    def describe(self) -> str:
+        """A few words for evidence and the ladder: ``ClientHello SNI ... ALPN a,b``, ``ServerHello TLS 1.3``,
+        ``alert 2/40``, ``encrypted alert (19 B: close_notify at a close)``."""
+        if self.is_client_hello:
+            words = ["ClientHello"]
+            if self.sni:
+                words += ["SNI", self.sni]
+            if self.alpn:
+                words += ["ALPN", ",".join(self.alpn)]
+            return " ".join(words)
+        if self.is_server_hello:
+            version = _TLS_VERSIONS.get(self.selected_version or self.version, "")
+            return " ".join(w for w in ("ServerHello", version, "ALPN " + ",".join(self.alpn) if self.alpn else "")
+                            if w)
+        if self.is_alert:
+            if self.alert is None:
+                return "TLS alert (encrypted)"
+            level, description = self.alert
+            name = "close_notify" if description == CLOSE_NOTIFY else f"description {description}"
+            return f"TLS alert {name} ({'fatal' if level == 2 else 'warning'})"
+        if self.is_encrypted_alert:
+            return "encrypted TLS alert (19-byte record)"
+        if self.content_type == HANDSHAKE:
+            return f"TLS handshake record (type {self.handshake_type})" if self.handshake_type is not None \
+                else "TLS handshake record"
+        return f"TLS record {self.content_type}"
+
+
 @dataclass(frozen=True, slots=True)
 class PacketEvent:
     """One TCP segment seen on one interface.
@@ -89,6 +182,7 @@ class PacketEvent:
     ack: int
     payload_len: int = 0
     http: HttpStart | None = None
+    tls: TlsStart | None = None  # a TLS record the payload starts with, when it is one read (TlsStart)
 
     # These run several times per packet: plain int arithmetic on the flag's value, because each IntFlag
     # operator builds a new enum member (measured: a fifth of the pipeline's time).

@@ -47,6 +47,7 @@ class Evidence:
     payload_len: int = 0  # bytes
     kind: str = PACKET
     name: str = ""
+    record: str = ""  # a packet's TLS record by name (``ClientHello``, ``close_notify``), which the ladder shows
 
     def __post_init__(self) -> None:
         # A detector written against the older shape passes frame 0 for a counter or a spec field: no frame.
@@ -54,10 +55,13 @@ class Evidence:
             object.__setattr__(self, "frame", None)
 
     @classmethod
-    def of(cls, ev: PacketEvent, what: str) -> "Evidence":
-        """Evidence pointing at the packet ``ev``."""
+    def of(cls, ev: PacketEvent, what: str, record: str | None = None) -> "Evidence":
+        """Evidence pointing at the packet ``ev``; ``record`` names its TLS record where the detector knows more
+        than the record's shape says (an encrypted alert at a close is close_notify), else its TlsStart's name."""
+        if record is None:
+            record = ev.tls.short() if ev.tls is not None else ""
         return cls(ev.source, ev.iface, ev.frame, ev.ts, what, ev.src_endpoint, ev.dst_endpoint, ev.flags.short(),
-                   ev.payload_len)
+                   ev.payload_len, record=record)
 
     @classmethod
     def log_line(cls, source: str, line: int, ts: float, what: str, kind: str = ACCESS_LOG) -> "Evidence":
@@ -109,7 +113,7 @@ class Evidence:
         in ``what`` already."""
         return {"source": self.source, "iface": self.iface, "frame": self.frame or 0, "ts": self.ts,
                 "what": self.what, "src": self.src, "dst": self.dst, "flags": self.flags,
-                "payload_len": self.payload_len, "kind": self.kind}
+                "payload_len": self.payload_len, "kind": self.kind, **({"record": self.record} if self.record else {})}
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
 from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 
-from .findings import Finding
+from .findings import PACKET, Finding, FlowRef
 
 JOIN_WINDOW_S = 5.0  # a caller's line and the server's of one connection: the request's start, both clocks
 RELAYED = "via_upstream"
@@ -75,7 +75,61 @@ def join_hops(findings: list[Finding]) -> list[Finding]:
     - a server-side finding of its downstream going away (DC) is folded into the caller's finding of the same
       request: the caller's sidecar gave up (its route timeout: 504 UT) or its client did (DC there too).
     The finding kept gains the other's access-log lines and evidence and, in ``details["hops"]``, the other
-    pod and what it logged; the other is dropped. Findings of no such pair are kept as they are, in order."""
+    pod and what it logged; the other is dropped. Findings of no such pair are kept as they are, in order.
+    Then one connection's eth0 seen from both its pods is one finding (same_connection)."""
+    return same_connection(_join_requests(findings))
+
+
+def _wire_key(f: Finding) -> tuple | None:
+    flow = f.flow
+    if not isinstance(flow, FlowRef) or flow.iface != "eth0" or not any(e.kind == PACKET for e in f.evidence):
+        return None
+    return (f.detector, f.variant, flow.client, flow.server)
+
+
+def same_connection(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with the packet findings of one eth0 connection (same detector, variant and four-tuple)
+    made one: the caller's eth0 and the server pod's are the two ends of one veth (a pod's network, CNI), so
+    both captures hold the same frames. When one of them quotes access-log lines (the caller's 503) and the others
+    none, it is kept and names the other pod's capture, and the rest are dropped; otherwise each pod keeps its
+    own."""
+    groups: dict[tuple, list[int]] = {}
+    for i, f in enumerate(findings):
+        key = _wire_key(f)
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    keep: dict[int, list[Finding]] = {}
+    dropped: set[int] = set()
+    for members in groups.values():
+        pods = {findings[i].pod for i in members}
+        if len(members) < 2 or len(pods) < 2:
+            continue
+        best = max(members, key=lambda i: (len(findings[i].access_log), -i))
+        others = [i for i in members if i != best]
+        # Only a view that adds nothing: the kept one quotes a logged request, the others none. Each pod's own
+        # reading of the frames stands where neither was logged (a collision seen from both ends, each pod's).
+        if not findings[best].access_log or any(findings[i].access_log for i in others):
+            continue
+        keep[best] = [findings[i] for i in others]
+        dropped.update(others)
+    out = []
+    for i, f in enumerate(findings):
+        if i in dropped:
+            continue
+        for other in keep.get(i, ()):
+            frames = ", ".join(str(e.frame) for e in other.evidence if e.kind == PACKET)
+            source = next((e.source for e in other.evidence if e.kind == PACKET), "")
+            f = replace(f, access_log=f.access_log + tuple(x for x in other.access_log if x not in f.access_log),
+                        explanation=f"{f.explanation} Pod {other.pod or '?'}'s capture of the same connection "
+                                    f"({source}, frames {frames}) holds the same packets: the two ends of one "
+                                    f"eth0 link.",
+                        details={**f.details, "hops": list(f.details.get("hops", ())) + [
+                            {"pod": other.pod, "role": "same connection", "source": source}]})
+        out.append(f)
+    return out
+
+
+def _join_requests(findings: list[Finding]) -> list[Finding]:
     sides = [(i, _entries(f)) for i, f in enumerate(findings)]
     inbound = [(i, [e for e in es if _direction(e) == "inbound"]) for i, es in sides]
     outbound = [(i, [e for e in es if _caller_side(e)]) for i, es in sides]

@@ -22,7 +22,8 @@ _TIME_W = 10  # "+1234.567 " column on the left
 @dataclass(frozen=True, slots=True)
 class Arrow:
     """One evidence packet: from lane ``start`` to lane ``end`` (indexes into LANES), ``rel_ms`` after the first
-    packet of the finding; ``label`` is flags and ports (``S :40811→:5002``)."""
+    packet of the finding; ``label`` is flags and ports (``S :40811→:5002``) and its payload's size; ``record``
+    the TLS record it carries by name (``ClientHello``, ``close_notify``), which leads its text."""
 
     start: int
     end: int
@@ -30,6 +31,7 @@ class Arrow:
     label: str
     frame: int
     what: str
+    record: str = ""  # the packet's TLS record by name (ClientHello, close_notify), shown before ``what``
 
 
 def arrows(f: Finding) -> list[Arrow]:
@@ -53,7 +55,7 @@ def arrows(f: Finding) -> list[Arrow]:
         label = f"{e.flags} :{src_port}→:{split_endpoint(e.dst)[1]}"
         if e.payload_len:
             label += f" {e.payload_len}B"
-        out.append(Arrow(start, end, (e.ts - t0) * 1000, label, e.frame, e.what))
+        out.append(Arrow(start, end, (e.ts - t0) * 1000, label, e.frame, e.what, e.record))
     return out
 
 
@@ -80,7 +82,10 @@ def _row(arrow: Arrow) -> str:
     for i, ch in enumerate(label):
         if lo < at + i < hi - 1 and cells[at + i] != "┼":
             cells[at + i] = ch
-    what = arrow.what.split(" (")[0][:32]  # the evidence list carries the whole text
+    what = arrow.what.split(" (")[0]
+    if arrow.record and not what.startswith(arrow.record):  # the frame's TLS record leads: the label has no room
+        what = f"{arrow.record}: {what}"
+    what = what[:32]  # the evidence list carries the whole text
     return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  #{arrow.frame} {what}"
 
 

@@ -8,6 +8,7 @@ detector reads (bench/RESULTS.md has what it saves on a busy pod).
 from __future__ import annotations
 
 from kubectl_meshdoctor.sources.http1 import START_PREFIXES
+from kubectl_meshdoctor.sources.tls_records import RECORD_PREFIXES
 
 # The capture runs under a dead-man's switch: a watchdog reads the exec stdin (saved on fd 3, because sh gives
 # background jobs /dev/null as stdin) and SIGINTs tcpdump when stdin closes, which happens when we half-close it
@@ -57,12 +58,19 @@ def lean_filter(iface: str | None = None) -> str:
 
     Only what a detector reads crosses the exec stream: SYN, FIN and RST everywhere; the segments that start an
     HTTP/1 message everywhere (framing and stale keep-alive on ``lo``; on eth0 a caller reusing a connection
-    this pod's sidecar closed, and requests the sidecar refuses); on the pod's other interfaces pure ACKs too (a
+    this pod's sidecar closed, and requests the sidecar refuses); the TLS records an mTLS hop shows without
+    keys, as the offline prefilter keeps them (sources/tls_records.py: hellos, alerts, TLS 1.3's encrypted
+    alert); on the pod's other interfaces pure ACKs too (a
     challenge ACK is one: four-tuple collisions are seen on eth0). Full-size data segments and the ACKs of
     transfers on lo, most of a busy pod's packets and nearly all its bytes, stay in the pod. IPv6 is kept
     whole: BPF cannot index TCP behind an IPv6 header. bench/RESULTS.md has what it saves."""
     payload = "tcp[((tcp[12]&0xf0)>>2):4]"
-    starts = " or ".join(f"{payload} = 0x{p.hex()}" for p in START_PREFIXES)
+    offset = "((tcp[12]&0xf0)>>2)"
+    # A BPF load reads 1, 2 or 4 bytes: a longer prefix is a 4-byte load and the bytes after it, last, because
+    # a load past the packet's end rejects it (a shorter payload is no such record anyway).
+    records = [" and ".join(f"tcp[{offset}+{at}:{len(part)}] = 0x{part.hex()}"
+                            for at, part in ((0, p[:4]), (4, p[4:])) if part) for p in RECORD_PREFIXES]
+    starts = " or ".join([f"{payload} = 0x{p.hex()}" for p in START_PREFIXES] + [f"({r})" for r in records])
     pure_ack = "ip[2:2] - ((ip[0]&0xf)<<2) - ((tcp[12]&0xf0)>>2) == 0"
     wanted = [starts] if iface == "lo" else [pure_ack, starts]
     return (f"(ip and tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0 or {' or '.join(wanted)}))"

@@ -47,6 +47,7 @@ from kubectl_meshdoctor.pcap_header import (
 )
 
 from .http1 import START_PREFIXES
+from .tls_records import RECORD_PREFIXES
 
 # Link types (tcpdump.org/linktypes.html) walked here; for each, how to find the IP header.
 ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2 = 1, 0, 101, 108, 113, 228, 229, 276
@@ -184,7 +185,8 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
         if payload < 4 or end - start < 4:
             return KEEP  # too little sent or captured to tell
         if buf[start:start + 4] not in _STARTS:
-            return SKIP
+            # a TLS record read whole (a hello, an alert), or the 5 bytes of an encrypted alert's header
+            return KEEP if buf[start:start + 5].startswith(RECORD_PREFIXES) else SKIP
         # The parser reads an HTTP/1 start up to its header block's end, never the body: the bytes after it
         # need not cross to tshark, nor tshark's hex of them back (an HTTP/1 start with its first body bytes in
         # one full-size segment was most of the stream's bytes on bench/gen's traffic).

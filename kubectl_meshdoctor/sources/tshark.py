@@ -19,9 +19,10 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags, TlsStart
 
 from .http1 import START_PREFIXES, parse_http_start
+from .tls_records import RECORD_PREFIXES, parse_tls_start, starts_tls_record
 from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 
 # Column order of tshark's output; packet_from_fields() unpacks in this order.
@@ -36,14 +37,17 @@ def _hex(prefix: bytes) -> str:
 
 
 # The packets a detector can conclude anything from: connection set-up and tear-down (SYN, FIN, RST), the start
-# of an HTTP/1 message (framing on lo; the request in a stale keep-alive race), and a pure ACK on a connection
+# of an HTTP/1 message (framing on lo; the request in a stale keep-alive race), the TLS records an mTLS hop shows
+# without keys (a handshake or alert record, TLS 1.3's 19-byte encrypted alert: tls_records.RECORD_PREFIXES; a
+# few a connection, never its application data), and a pure ACK on a connection
 # whose SYN was seen but no SYN-ACK (tcp.completeness bits 1 and 2): a challenge ACK (RFC 5961 section 4).
 # Full-size segments and the ACKs of established transfers, most of a busy pod's packets, are not yielded.
 # Live, ``frame.number == 1`` also yields the first frame of every -M session, so a restart of the numbering is
 # always seen (PREFILTER). A file has no sessions (FILE_PREFILTER): its frame 1 counts only as any other frame
 # does, so one tshark reading several files or chunks in a row reports what one tshark a file does.
 FILE_PREFILTER = ("tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0: no byte strings in sets
-             + " || ".join(f"tcp.payload[0:4] == {_hex(s)}" for s in START_PREFIXES)
+             + " || ".join([f"tcp.payload[0:4] == {_hex(s)}" for s in START_PREFIXES]
+                           + [f"tcp.payload[0:{len(s)}] == {_hex(s)}" for s in RECORD_PREFIXES])
              + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))"
              # A TCP packet tshark could not dissect to its flags (a header length under 20, a frame captured
              # short): yielded so that it is counted as undissectable and named, never silently dropped.
@@ -161,6 +165,7 @@ def counted_event(stream, line: str, frame: int) -> PacketEvent | None:
     return ev
 
 
+_TLS_BYTES_READ = 5 + 2 ** 14  # a TLS record's header and its largest plaintext body (RFC 8446 section 5.1)
 _HEADER_END = "0d0a0d0a"  # CRLF CRLF in tshark's hex (tshark 4 writes bytes fields without separators)
 
 
@@ -190,14 +195,20 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
     src, dst = sys.intern(src), sys.intern(dst)
     payload_len = int(length) if length else 0
     http: HttpStart | None = None
+    tls: TlsStart | None = None
     if payload_len and payload:
-        http = parse_http_start(_header_block(payload))  # the body is never read: not converted either
+        if payload[2:3] == ":":  # tshark 3 separated the bytes with colons
+            payload = payload.replace(":", "")
+        if starts_tls_record(payload):  # a few records a connection (hellos, alerts): whole, never app data
+            tls = parse_tls_start(bytes.fromhex(payload[:2 * _TLS_BYTES_READ]))
+        else:
+            http = parse_http_start(_header_block(payload))  # the body is never read: not converted either
     if frame is None:
         frame = int(number) + frame_offset if frame_map is None else _frame(int(number) + frame_offset, frame_map)
     # Positional, in PacketEvent's field order: cheaper than thirteen keywords, once a packet.
     return PacketEvent(float(ts), default_iface if force_iface else _iface_of(name, hatype, ifindex, default_iface),
                        source, frame, src, int(sport), dst, int(dport), _FLAGS[int(flags, 16) & 0x3F], int(seq),
-                       int(ack), payload_len, http)
+                       int(ack), payload_len, http, tls)
 
 
 async def read_stream(fd: int, source: str, iface: str, on_event: Callable[[PacketEvent], None],
