@@ -38,11 +38,10 @@ from meshdoctor_lab.mesh_tls import (
     upstream_istio_mutual,
 )
 from meshdoctor_lab.outbound import (
-    circuit_breakers,
     outbound_cluster_name,
-    outlier_detection,
     service_host,
     spiffe_id,
+    static_outbound_cluster,
     vs_routes,
 )
 from meshdoctor_lab.sidecar_settings import SidecarSettings
@@ -174,19 +173,8 @@ def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarS
         alpns = ALPN_ISTIO_H2 if settings.h2_upstream else ALPN_ISTIO_HTTP11
     tls = upstream_istio_mutual(f"outbound_.{port}_._.{service_host(caller.target, caller.namespace)}",
                                 (spiffe_id(caller.namespace),), alpns)
-    cluster: dict[str, Any] = {
-        "name": name,
-        "alt_stat_name": f"{name};",
-        "type": "STATIC",
-        "connect_timeout": "10s",
-        "lb_policy": "LEAST_REQUEST",
-        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{
-            "endpoint": {"address": {"socket_address": {"address": caller.target_ip, "port_value": port}}},
-            **({"metadata": {"filter_metadata": {TLS_MODE_METADATA: {"tlsMode": "istio"}}}}
-               if caller.target_in_mesh else {})}]}]},
-        "circuit_breakers": circuit_breakers(settings),
-        "common_lb_config": {},
-    }
+    in_mesh = {"filter_metadata": {TLS_MODE_METADATA: {"tlsMode": "istio"}}} if caller.target_in_mesh else None
+    cluster = static_outbound_cluster(name, caller.target_ip, port, settings, in_mesh)
     if settings.upstream_tls_mode == "ISTIO_MUTUAL":
         cluster["transport_socket"] = tls
     elif settings.upstream_tls_mode is None:
@@ -196,11 +184,6 @@ def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarS
                 "name": "envoy.transport_sockets.raw_buffer", "typed_config": {
                     "@type": "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer"}}},
         ]
-    detection = outlier_detection(settings)
-    if detection is not None:
-        cluster["outlier_detection"] = detection
-        # "Disable panic threshold by default": healthy_panic_threshold is minHealthPercent, 0 unless set
-        cluster["common_lb_config"] = {"healthy_panic_threshold": {"value": settings.outlier_min_health_percent}}
     if kind == "http":
         options = http_options(settings)
         options.pop("use_downstream_protocol_config", None)

@@ -68,29 +68,41 @@ def outlier_detection(settings: SidecarSettings) -> dict[str, Any] | None:
     return out
 
 
-def standin_cluster(pod: str, namespace: str, pod_ip: str, port: int, settings: SidecarSettings,
-                    http_options: dict[str, Any]) -> dict[str, Any]:
-    """The stand-in for the callers' outbound cluster of the pod's ``port`` (module docstring)."""
-    name = outbound_cluster_name(pod, namespace, port)
+def static_outbound_cluster(name: str, ip: str, port: int, settings: SidecarSettings,
+                            endpoint_metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What istiod builds for a service port's outbound cluster ``name`` (cluster_builder.go buildCluster,
+    cluster_traffic_policy.go applyTrafficPolicy: LEAST_REQUEST, the circuit breakers, and for outlierDetection
+    ``outlier_detection`` with ``healthy_panic_threshold`` from ``minHealthPercent``), with one static endpoint
+    ``ip:port`` (EDS in Istio) carrying ``endpoint_metadata`` when given. The caller sidecar's cluster and the pod's
+    stand-in for it both start from this."""
+    endpoint: dict[str, Any] = {"endpoint": {"address": {"socket_address": {"address": ip, "port_value": port}}}}
+    if endpoint_metadata:
+        endpoint["metadata"] = endpoint_metadata
     cluster: dict[str, Any] = {
         "name": name,
         "alt_stat_name": f"{name};",
         "type": "STATIC",
         "connect_timeout": "10s",
         "lb_policy": "LEAST_REQUEST",
-        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
-            "socket_address": {"address": pod_ip, "port_value": port}}}}]}]},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [endpoint]}]},
         "circuit_breakers": circuit_breakers(settings),
         "common_lb_config": {},
-        "upstream_bind_config": {"source_address": {"address": INBOUND_PASSTHROUGH_SOURCE, "port_value": 0}},
-        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions":
-                                             http_options},
     }
     detection = outlier_detection(settings)
     if detection is not None:
         cluster["outlier_detection"] = detection
         # "Disable panic threshold by default": healthy_panic_threshold is minHealthPercent, 0 unless set
         cluster["common_lb_config"] = {"healthy_panic_threshold": {"value": settings.outlier_min_health_percent}}
+    return cluster
+
+
+def standin_cluster(pod: str, namespace: str, pod_ip: str, port: int, settings: SidecarSettings,
+                    http_options: dict[str, Any]) -> dict[str, Any]:
+    """The stand-in for the callers' outbound cluster of the pod's ``port`` (module docstring)."""
+    cluster = static_outbound_cluster(outbound_cluster_name(pod, namespace, port), pod_ip, port, settings)
+    cluster["upstream_bind_config"] = {"source_address": {"address": INBOUND_PASSTHROUGH_SOURCE, "port_value": 0}}
+    cluster["typed_extension_protocol_options"] = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions":
+                                                   http_options}
     if settings.upstream_tls_mode == "ISTIO_MUTUAL":
         sni = f"outbound_.{port}_._.{service_host(pod, namespace)}"  # model.BuildDNSSrvSubsetKey
         cluster["transport_socket"] = upstream_istio_mutual(sni, (spiffe_id(namespace),))
