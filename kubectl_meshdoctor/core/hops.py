@@ -1,7 +1,7 @@
 """One request across two hops of a mesh: the caller's sidecar (its outbound cluster) and the server pod's sidecar
 (its inbound cluster) each log it, under other flags.
 
-A server sidecar's ``503 UF`` reaches the caller as ``503 - via_upstream`` (``URX`` once retries are spent), its
+A server sidecar's ``503 UF`` reaches the caller as ``503 - via_upstream`` (``URX`` where 503s are retried), its
 ``502 UPE`` as ``502 - via_upstream``: the caller's line is the user's 503, the server's tells why. When both pods'
 logs were read, the caller's finding of a relayed answer is folded into the server-side finding of the same
 request, so each failing request is one finding that quotes both lines.
@@ -41,10 +41,10 @@ def _same_request(caller: AccessLogEntry, server: AccessLogEntry) -> bool:
             and abs(caller.ts - server.ts) <= JOIN_WINDOW_S)
 
 
-def relayed_only(f: Finding) -> list[AccessLogEntry]:
-    """The caller-side lines of ``f`` when every one of its lines is a caller's sidecar passing on what the next
-    hop answered (details via_upstream on an outbound cluster); [] otherwise: a failure of the caller's own."""
-    entries = _entries(f)
+def relayed_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
+    """``entries`` (``f``'s access-log lines, parsed) when every one of its lines is a caller's sidecar passing on
+    what the next hop answered (details via_upstream on an outbound cluster); [] otherwise: a failure of the
+    caller's own, or a line not read."""
     if not entries or len(entries) != len(f.access_log):
         return []
     if all(e.details == RELAYED and _direction(e) == "outbound" for e in entries):
@@ -52,10 +52,10 @@ def relayed_only(f: Finding) -> list[AccessLogEntry]:
     return []
 
 
-def server_disconnect_only(f: Finding) -> list[AccessLogEntry]:
-    """The server-side lines of ``f`` when every one is the server pod's sidecar seeing its downstream go away
-    (DC on its inbound cluster): the caller's doing, told by the caller's own line; [] otherwise."""
-    entries = _entries(f)
+def server_disconnect_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
+    """``entries`` (``f``'s access-log lines, parsed) when every one is the server pod's sidecar seeing its
+    downstream go away (DC on its inbound cluster): the caller's doing, told by the caller's own line; []
+    otherwise."""
     if not entries or len(entries) != len(f.access_log):
         return []
     if all("DC" in e.flags and _direction(e) == "inbound" for e in entries):
@@ -130,14 +130,14 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
 
 
 def _join_requests(findings: list[Finding]) -> list[Finding]:
-    sides = [(i, _entries(f)) for i, f in enumerate(findings)]
-    inbound = [(i, [e for e in es if _direction(e) == "inbound"]) for i, es in sides]
-    outbound = [(i, [e for e in es if _caller_side(e)]) for i, es in sides]
+    parsed = [_entries(f) for f in findings]  # each finding's lines read once: parse_line tries every format
+    inbound = [(i, [e for e in es if _direction(e) == "inbound"]) for i, es in enumerate(parsed)]
+    outbound = [(i, [e for e in es if _caller_side(e)]) for i, es in enumerate(parsed)]
     folded: dict[int, list[tuple[Finding, list[AccessLogEntry], str]]] = {}
     dropped: set[int] = set()
-    for j, f in enumerate(findings):
-        for own, others, role in ((relayed_only(f), inbound, "caller"),
-                                  (server_disconnect_only(f), outbound, "server")):
+    for j, (f, entries) in enumerate(zip(findings, parsed)):
+        for own, others, role in ((relayed_only(f, entries), inbound, "caller"),
+                                  (server_disconnect_only(f, entries), outbound, "server")):
             if not own:
                 continue
             target = next((i for i, theirs in others if i != j and i not in dropped
@@ -158,10 +158,10 @@ def _join_requests(findings: list[Finding]) -> list[Finding]:
 
 
 def _fold(f: Finding, other: Finding, entries: list[AccessLogEntry], role: str) -> Finding:
-    hops = list(f.details.get("hops", ())) + [{
-        "pod": other.pod, "role": role, "logged": f"{e.code} {','.join(e.flags) or '-'} {e.details}",
-        "cluster": e.upstream_cluster, "request_id": e.request_id} for e in entries]
-    said = "; ".join(dict.fromkeys(f"{e.code} {','.join(e.flags) or '-'} {e.details}" for e in entries))
+    added = [{"pod": other.pod, "role": role, "logged": f"{e.code} {','.join(e.flags) or '-'} {e.details}",
+              "cluster": e.upstream_cluster, "request_id": e.request_id} for e in entries]
+    hops = list(f.details.get("hops", ())) + added
+    said = "; ".join(dict.fromkeys(h["logged"] for h in added))
     if role == "caller":
         who = f"pod {other.pod}'s sidecar" if other.pod else "the caller's sidecar"
         told = (f" The caller saw it through {who}, which logged the same request as {said}: this hop's "
