@@ -21,7 +21,7 @@ from .log_format import MISSING, LogFormat, compile_format
 from .numbers import ascii_int
 from .partial_line import read_partial, request_line
 from .start_time import compile_time
-from .wrappers import Unwrapped, unwrap, unwrap_layers
+from .wrappers import UNTIMED_ACCESS_START, Unwrapped, unwrap, unwrap_layers
 
 PARTIAL = "partial"  # the format name of a line read in part (partial_line.py)
 _JSON_REQUIRED = frozenset({"start_time", "response_code"})
@@ -34,7 +34,7 @@ _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _TEXT_START = re.compile(r'\[\d{4}-\d\d-\d\dT[^\]]*\] "')
 # The same line pasted without its leading `[START_TIME] ` (a ticket's copy, a log tool that shows its own time
 # column): it starts with the quoted request line, then the code and the flags.
-_UNTIMED_START = re.compile(r'"(?:- - -|[!#$%&\'*+.^_`|~0-9A-Za-z-]+ [^"]* [^" ]+)" \d{1,3} (?:[A-Z][A-Za-z0-9,]*|-)(?: |$)')
+_UNTIMED_START = re.compile(UNTIMED_ACCESS_START)
 # Read as if its time were there; the entry's time is then the wrapper's, if any, else unknown (0.0), as for
 # Envoy's own lines pasted without a time.
 _UNTIMED_PREFIX = "[1970-01-01T00:00:00.000Z] "

@@ -63,10 +63,12 @@ _SEPARATOR = re.compile(r"[:-]")
 # a JSON object, an RFC 3339 time (Istio's component log, CRI, kubectl), kubectl's prefix, a JSON string; and
 # the continuation lines of Envoy's multi-line debug messages: a header of a dumped header map
 # (`'name', 'value'`) and, in Istio's format, the message's end (`<TAB>thread=N`); and an access-log line pasted
-# without its `[START_TIME] `: the quoted request line, then the response code.
+# without its `[START_TIME] `.
+# That untimed access-log start: the quoted request line (`"- - -"` for tcp_proxy), the code and the flags. The
+# access-log reader (access_log.py) reads such a line; here it is where a line starts.
+UNTIMED_ACCESS_START = r'"(?:- - -|[!#$%&\'*+.^_`|~0-9A-Za-z-]+ [^"]* [^" ]+)" \d{1,3} (?:[A-Z][A-Za-z0-9,]*|-)(?: |$)'
 _START = re.compile(r'\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d|\{|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|\[pod/|"\[|"\{'
-                    r"|'[^']*', '|\tthread=\d+$|\[C\d+\]|\[Tags: |\[Envoy \(Epoch \d+\)\] "
-                    r'|"(?:- - -|[A-Za-z-]+ [^"]* [^" ]+)" \d{1,3} ')
+                    r"|'[^']*', '|\tthread=\d+$|\[C\d+\]|\[Tags: |\[Envoy \(Epoch \d+\)\] |" + UNTIMED_ACCESS_START)
 _DOCKER_KEYS = frozenset({"log", "stream", "time", "attrs"})
 # What pasting adds around a line (a ticket, a chat, an e-mail's quoting, a terminal's log viewer).
 _QUOTE = re.compile(r"(?:> ?)+")
