@@ -121,7 +121,8 @@ class TlsMismatch(Detector):
         note = flow.notes.get(_NOTE)
         if not from_server:
             if note is None and ev.tls is not None and ev.tls.is_client_hello:
-                flow.notes[_NOTE] = {"hello": ev}  # the connection speaks TLS: its later bytes are no plaintext
+                # the connection speaks TLS: its later bytes are no plaintext (remember_hello keeps the hello)
+                flow.notes[_NOTE] = {"hello": True}
             elif note is None and ev.http is not None and ev.http.is_request and not ev.is_rst \
                     and not flow.server_fin:
                 flow.notes[_NOTE] = {"request": ev}
@@ -185,7 +186,7 @@ class TlsMismatch(Detector):
             flow=ref,
             evidence=(*hello_evidence(flow),
                       Evidence.of(ev, f"plaintext response {ev.http.start_line!r} to the ClientHello, "
-                                      f"{1000 * (ev.ts - note['hello'].ts):.1f} ms later")),
+                                      f"{1000 * (ev.ts - hello.ts):.1f} ms later")),
             envoy_flags=("UF",),
             response_code_details="",
             explanation=(

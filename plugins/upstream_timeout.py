@@ -151,7 +151,8 @@ class UpstreamTimeout(Detector):
         gave_up = (f"Envoy gave up after {waited_ms} ms" if waited_ms is not None
                    else "Envoy gave up (the log shows no start, so not how long it waited)")
         waited = f"waited {waited_ms} ms{over}" if waited_ms is not None else "waited"
-        server = flow.server if flow.server not in ("-", "") else "the upstream"  # a log that names no address
+        known = flow.server not in ("-", "")  # a log that names no upstream address
+        server, target = (flow.server, f"the app at {flow.server}") if known else ("the upstream", "the upstream")
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
@@ -163,8 +164,7 @@ class UpstreamTimeout(Detector):
             variant=f"no answer within the {'per-try' if per_try else 'route'} timeout",
             response_code_details=details,
             explanation=(
-                f"The sidecar sent {request} to {'the app at ' + server if server != 'the upstream' else server} "
-                f"and {waited} for "
+                f"The sidecar sent {request} to {target} and {waited} for "
                 f"its response headers; then its {which} fired. Envoy reset the upstream request, answered the "
                 f"caller {code} with response flag UT{f' ({details})' if details else ''} and "
                 f"counted upstream_rq_{'per_try_' if per_try else ''}timeout. The app was slower than the route "
