@@ -209,12 +209,14 @@ class StaleKeepalive(Detector):
             if ev.is_fin and note.fin is None:
                 note.fin = ev
                 note.idle_before_fin = ev.ts - note.last_ts if note.last_ts is not None else None
-            if ev.payload_len:
+            # The plaintext forms read HTTP/1 payloads only: a TLS record (now kept for the mTLS form) is neither
+            # a request on a pooled connection nor its answer.
+            if ev.payload_len and ev.tls is None:
                 note.last_request = None  # answered: an earlier request was not in the race
                 note.last_response = ev
                 if ev.http is not None:
                     note.last_head = ev  # its headers (a long response's later segments have none)
-        elif ev.payload_len and not ev.is_rst and note.last_request is None:
+        elif ev.payload_len and ev.tls is None and not ev.is_rst and note.last_request is None:
             note.last_request = ev  # the first unanswered request is the one written on the stale connection
         if note.fin is None:
             note.last_ts = ev.ts

@@ -167,3 +167,20 @@ def test_a_served_connection_closed_without_a_quiet_spell_is_not_an_idle_close()
     w.pkt(CALLER, POD, P | A, 1081, 5122, payload_len=80, dt=0.001)
     w.pkt(POD, CALLER, R, 5122, 0)
     assert run(w.events, only=["stale-keepalive"]) == []
+
+
+def test_a_tls_alert_after_a_plaintext_apps_fin_is_no_request_on_a_stale_connection():
+    """A DestinationRule's ISTIO_MUTUAL to an app without a sidecar, on lo (the lab's tls-to-plaintext): the
+    sidecar's ClientHello is answered by the app's plaintext 400 and FIN, the sidecar's TLS alert then meets the
+    app's RST. Found by the lab's CI run once TLS records were kept: that is tls-mismatch's, not a keep-alive race."""
+    hello = bytes.fromhex("16030100") + bytes([40]) + bytes.fromhex("01000024") + bytes(36)
+    alert = bytes.fromhex("150303000202") + bytes([70])
+    w = Wire(iface="lo")
+    w.handshake(SIDECAR, APP)
+    w.pkt(SIDECAR, APP, P | A, 1001, 5001, tls=hello)
+    w.pkt(APP, SIDECAR, P | A, 5001, 1046, http=b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+    w.pkt(APP, SIDECAR, F | A, 5051, 1046, dt=0.0001)
+    w.pkt(SIDECAR, APP, P | A, 1046, 5052, tls=alert, dt=0.0001)
+    w.pkt(APP, SIDECAR, R, 5052, 0)
+    assert w.events[3].tls is not None and w.events[6].tls is not None and w.events[6].tls.alert is not None
+    assert run(w.events, only=["stale-keepalive"]) == []
