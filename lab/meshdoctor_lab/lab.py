@@ -363,13 +363,13 @@ def _bring_up(
         for role, argv, env in _pod_processes(pod, state, envoy):
             state = processes.spawn(state, f"{pod.name}/{role}", netns.in_netns(pod.netns, *argv), env=env)
             roles_of.setdefault(pod.name, []).append(role)
-        if state.mesh.caller_sidecar:
-            state = _start_caller(state, pod, envoy, in_mesh=lab_fixes.injected(setup.labels))
             if role == "sidecar" and fix.holds_application:  # pilot-agent wait: the apps after Envoy's listeners
                 processes.wait_for(state, f"pod {pod.name}'s sidecar", ready_timeout,
                                    lambda pod=pod: {INBOUND_CAPTURE_PORT, ADMIN_PORT}
                                    <= netns.listening_ports(pod.netns),
                                    watch=[f"{pod.name}/sidecar"])
+        if state.mesh.caller_sidecar:
+            state = _start_caller(state, pod, envoy, in_mesh=lab_fixes.injected(setup.labels))
     for pod in state.pods:
         if f"{pod.name}/caller" in state.pids:
             processes.wait_for(state, f"pod {pod.name}'s caller sidecar", ready_timeout,
