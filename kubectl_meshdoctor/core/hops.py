@@ -172,4 +172,6 @@ def _fold(f: Finding, other: Finding, entries: list[AccessLogEntry], role: str) 
                 f"the effect of this finding, not a failure of its own.")
     return replace(f, access_log=f.access_log + tuple(x for x in other.access_log if x not in f.access_log),
                    evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
-                   explanation=f.explanation + told, details={**f.details, "hops": hops})
+                   # several requests of one finding, each relayed alike: the sentence once
+                   explanation=f.explanation if told in f.explanation else f.explanation + told,
+                   details={**f.details, "hops": hops})

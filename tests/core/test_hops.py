@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from kubectl_meshdoctor.core.findings import Finding, NoFlow, Severity
+from kubectl_meshdoctor.core.hops import join_hops
 from kubectl_meshdoctor.envoy.istio_formats import TEXT_FORMATS
 
 from ..envoy.render import render_text
@@ -88,3 +90,20 @@ def test_two_pods_directories_join_the_callers_line_to_the_servers_finding(tmp_p
     assert rc == 1 and [(f["detector"], f["pod"]) for f in found] == [("upstream-refused", "orders")]
     assert caller in found[0]["access_log"] and found[0]["details"]["hops"][0]["pod"] == "frontend"
     assert "pod frontend's sidecar" in found[0]["explanation"]
+
+
+
+def test_requests_relayed_alike_are_told_once():
+    """A server finding that explains two requests (one refused connection, logged twice), each passed on by the
+    caller: both caller lines are joined, and what the caller logged is said once, not once per request."""
+    rids = ("0f6d1e52-8c7a-9a3e-b7c4-2d5e8f1a6b90", "1a2b3c4d-8c7a-9a3e-b7c4-2d5e8f1a6b91")
+    servers = tuple(server_refused(rid, dt=0.002 + i * 0.5) for i, rid in enumerate(rids))
+    server = Finding("upstream-refused", Severity.ERROR, "refused", NoFlow("counter", "inbound|5000||"), (), envoy_flags=("UF",),
+                     explanation="Refused.", pod="server", ts=T0, access_log=servers)
+    callers = [Finding("next-hop", Severity.ERROR, "relayed", NoFlow("counter", "outbound|5000||orders"), (), explanation="Relayed.", pod="caller",
+                       ts=T0 + i * 0.5, access_log=(caller_line(503, ("URX",), "via_upstream", rid, dt=i * 0.5),))
+               for i, rid in enumerate(rids)]
+    (joined,) = join_hops([server, *callers])
+    assert [h["request_id"] for h in joined.details["hops"]] == list(rids)
+    assert len(joined.access_log) == 4
+    assert joined.explanation.count("which logged the same request as") == 1, joined.explanation
