@@ -58,6 +58,7 @@ bounded sleep (--ttl), and the tcpdumps end when watch ends.
 examples:
   kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
   kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60 -o text
+  kubectl meshdoctor watch pod/productpage-v1-5f8 pod/reviews-v1-7d9 -n shop  # both hops: the 503's caller and server
   kubectl meshdoctor watch pod/busy-gateway --dissect pod   # tshark in the debug container, not here
   kubectl meshdoctor watch pod/reviews-v1-7d9 --envoy-debug # Envoy's debug lines as evidence, for the run only
   kubectl meshdoctor watch pod/collision --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
@@ -195,8 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="capture a pod live and show findings (TUI, or a report with --no-tui)",
                        description="Capture a pod's lo and eth0 live and run every detector.",
                        epilog=EPILOG_WATCH, formatter_class=argparse.RawDescriptionHelpFormatter)
-    w.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME",
-                   help="what to capture (a bare NAME is a pod); deploy/NAME captures every pod of it")
+    w.add_argument("target", nargs="*", metavar="pod/NAME|deploy/NAME",
+                   help="what to capture (a bare NAME is a pod); deploy/NAME captures every pod of it; name "
+                   "several (pod/caller pod/server, or pods caller server) to see both hops of a request")
     w.add_argument("-l", "--selector", help="capture every running pod with these labels (at most 50)")
     _kube_flags(w)
     w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end (the default "

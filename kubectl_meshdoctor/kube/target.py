@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .client import Kube, KubeError, api_call
@@ -76,14 +77,34 @@ def check_capturable(pod) -> None:
         raise KubeError(f"pod/{name} has no {SIDECAR} container: not in the mesh (is sidecar injection on?)")
 
 
-def capturable_pods(kube: Kube, target: Target | None, selector: str | None, namespace: str, max_pods: int) -> list:
-    """The pods a watch captures: ``pod/x``, or every running pod of ``deploy/x`` / ``-l selector`` that has a
-    sidecar (at most ``max_pods``). Raises KubeError when none can be captured (not found, not running, no
-    sidecar: the first pod's reason) or when more than ``max_pods`` match."""
-    pods = pods_by_selector(kube, selector, namespace) if selector else resolve_pods(kube, target, namespace)
-    if len(pods) == 1 or target is not None and target.kind == "pod":
+def parse_targets(args: Sequence[str]) -> tuple[Target, ...]:
+    """The pods and deployments a command names, in kubectl's forms: ``pod/a deploy/b`` (each KIND/NAME, a bare
+    NAME being a pod) or ``pods a b`` (a kind, then names of that kind). Each once, in the order given. Raises
+    ValueError on an unknown kind, or a kind word followed by a KIND/NAME (kubectl refuses that mix too)."""
+    if len(args) > 1 and "/" not in args[0] and args[0].lower() in _KINDS:
+        if any("/" in name for name in args[1:]):
+            raise ValueError(f'"{args[0]}" names a kind, so the names after it take no KIND/ of their own '
+                             f'(use {args[0]} NAME... or KIND/NAME...)')
+        return tuple(dict.fromkeys(Target.parse(f"{args[0]}/{name}") for name in args[1:]))
+    return tuple(dict.fromkeys(Target.parse(arg) for arg in args))
+
+
+def describe_targets(targets: Sequence[Target], selector: str | None) -> str:
+    """``-l app=x`` or ``pod/a deployment/b``: what the user asked for, to name it in progress and errors."""
+    return f"-l {selector}" if selector else " ".join(f"{t.kind}/{t.name}" for t in targets)
+
+
+def _capturable_of(kube: Kube, target: Target, namespace: str) -> list:
+    """A named pod, which must be capturable, or the capturable pods of a deployment (the first pod's reason
+    raised when it has none)."""
+    pods = resolve_pods(kube, target, namespace)
+    if len(pods) == 1 or target.kind == "pod":
         check_capturable(pods[0])
         return pods[:1]
+    return _only_capturable(pods)
+
+
+def _only_capturable(pods: list) -> list:
     capturable = []
     for pod in pods:
         try:
@@ -93,6 +114,23 @@ def capturable_pods(kube: Kube, target: Target | None, selector: str | None, nam
             pass
     if not capturable:
         check_capturable(pods[0])  # raises with the first pod's reason
-    if len(capturable) > max_pods:
-        raise KubeError(f"{len(capturable)} pods match; watch takes at most {max_pods} at once (narrow with -l)")
     return capturable
+
+
+def capturable_pods(kube: Kube, targets: Sequence[Target], selector: str | None, namespace: str,
+                    max_pods: int) -> list:
+    """The pods a watch captures: each ``pod/x`` named, and every running pod of each ``deploy/x`` (or of
+    ``-l selector``) that has a sidecar; each pod once, at most ``max_pods``. Raises KubeError when a named pod
+    cannot be captured (not found, not running, no sidecar), when a deployment or selector has no pod that can
+    (its first pod's reason), or when more than ``max_pods`` match."""
+    if selector:
+        pods = pods_by_selector(kube, selector, namespace)
+        chosen = pods[:1] if len(pods) == 1 else _only_capturable(pods)
+        if len(pods) == 1:
+            check_capturable(pods[0])
+    else:
+        chosen = [pod for target in targets for pod in _capturable_of(kube, target, namespace)]
+    unique = list({pod.metadata.name: pod for pod in chosen}.values())
+    if len(unique) > max_pods:
+        raise KubeError(f"{len(unique)} pods match; watch takes at most {max_pods} at once (narrow with -l)")
+    return unique

@@ -38,7 +38,7 @@ def run(args) -> int:
     try:
         from meshdoctor_lab import lab
         from meshdoctor_lab.applied_fixes import injected as lab_injected
-        from meshdoctor_lab.state import LabError
+        from meshdoctor_lab.state import LabError, caller_pod_name
     except ModuleNotFoundError as e:  # the lab's own dependencies (psutil, aiohttp), installed with it
         return error(f"the lab cannot run without the module {e.name}: from the repository, pip install ./lab "
                      f"(or scripts/install)")
@@ -63,6 +63,8 @@ def run(args) -> int:
             print(f"kubeconfig: {state.kubeconfig}")
             meshed = [p.name for p in state.pods if lab_injected(p.labels)]
             hint = f"watch pod/{meshed[0]}" if meshed else f"lint pod/{state.pods[0].name}"  # watch needs a sidecar
+            if meshed and state.mesh.caller_sidecar:  # both hops of the request: where the 503 is seen, and why
+                hint = f"watch pod/{caller_pod_name(meshed[0])} pod/{meshed[0]}"
             print(f"try:  {_ourselves()} {hint} --kubeconfig {state.kubeconfig}")
         elif args.lab_command == "down":
             if not (Path(state_dir) / "state.json").exists():  # idempotent, as kubectl delete --ignore-not-found
@@ -196,8 +198,8 @@ def add_arguments(lab: argparse.ArgumentParser) -> None:
             lp.add_argument("--caller", choices=("none", "sidecar"), default="none",
                             help="who calls each pod: none (its scenario's client, in plaintext; the default) or "
                                  "sidecar (that client through a caller sidecar, real Envoy as Istio renders a "
-                                 "sidecar's outbound side, speaking Istio mTLS to the pod's sidecar; its log is "
-                                 "STATE_DIR/POD/caller-istio-proxy.log)")
+                                 "sidecar's outbound side, speaking Istio mTLS to the pod's sidecar; served as "
+                                 "pod POD-caller)")
             lp.add_argument("--caller-retry-503", action="store_true",
                             help="the caller sidecar's default retry policy also retries 503, as Istio before 1.24 "
                                  "did (or 1.24-1.26 with EXCLUDE_UNSAFE_503_FROM_DEFAULT_RETRY=false)")

@@ -49,6 +49,7 @@ from meshdoctor_lab.state import (
     LabPort,
     LabState,
     MeshOptions,
+    caller_pod_name,
     read_state,
     write_state,
 )
@@ -434,7 +435,7 @@ def _start_caller(state: LabState, pod: LabPod, envoy: str, in_mesh: bool) -> La
     istio_proxy.prepare_container_log(processes.log_path(state, f"{pod.name}/caller"))
     _, setup = _pod_setup(pod, state, as_caller=True)
     issued = pki.caller(Path(pod.certs), spiffe_id(state.namespace))
-    caller = CallerPod(f"{pod.name}-caller", state.namespace, pod.client_ip, pod.name, pod.pod_ip,
+    caller = CallerPod(caller_pod_name(pod.name), state.namespace, pod.client_ip, pod.name, pod.pod_ip,
                        tuple((p.port, port_kind(p.name)) for p in pod.ports), issued.identity(),
                        retry_503=state.mesh.caller_retry_503, target_in_mesh=in_mesh)
     argv = istio_proxy.envoy_argv(envoy, caller_bootstrap_text(caller, setup.sidecar))
@@ -459,8 +460,8 @@ def access_log_path(state: LabState, pod: str) -> Path:
 
 
 def caller_log_path(state: LabState, pod: str) -> Path:
-    """The log of the pod's caller sidecar (`lab up --caller sidecar`), beside the pod's: its access log and
-    Envoy's own log, as the caller pod's `kubectl logs -c istio-proxy` would show them."""
+    """The log of the pod's caller sidecar (`lab up --caller sidecar`): its access log and Envoy's own log, as
+    `kubectl logs POD-caller -c istio-proxy` shows them."""
     return processes.log_path(state, f"{pod}/caller")
 
 

@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from meshdoctor_lab.state import LabError, LabState, write_state
+from meshdoctor_lab.state import LabError, LabState, caller_pod_name, write_state
 
 _POLL = 0.05  # seconds between readiness checks
 _STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
@@ -42,14 +42,15 @@ def spawn(state: LabState, key: str, argv: list[str], env: Mapping[str, str] | N
 # Pod processes log where the test API server's log endpoint reads a container's log
 # (apiserver/containers.py log_path: state_dir/<pod>/<container>.log): the apps are container `app`, Envoy
 # (its own log on stderr, its access log on /dev/stdout) is `istio-proxy`.
-# The caller sidecar (lab/caller_sidecar.py) is no container of the pod: its log lies beside the pod's as
-# caller-istio-proxy.log.
-_CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy",
-                      "caller": "caller-istio-proxy"}
+# The caller sidecar (lab/caller_sidecar.py) is the istio-proxy of the caller pod `<pod>-caller`, which the API
+# server serves beside the pod (apiserver/objects.py LabConfig.load).
+_CONTAINER_OF_ROLE = {"app-http": "app", "app-tcp": "app", "sidecar": "istio-proxy"}
 
 
 def log_path(state: LabState, key: str) -> Path:
     pod, _, role = key.partition("/")
+    if role == "caller":
+        return state.state_dir / caller_pod_name(pod) / "istio-proxy.log"
     if role in _CONTAINER_OF_ROLE:
         return state.state_dir / pod / f"{_CONTAINER_OF_ROLE[role]}.log"
     return state.state_dir / (key.replace("/", "-") + ".log")

@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 STATE_FILE = "state.json"
+CALLER_POD_SUFFIX = "-caller"
+
+
+def caller_pod_name(pod: str) -> str:
+    """The pod `lab up --caller sidecar` calls lab pod `pod` from: its client and its caller sidecar (process key
+    `<pod>/caller`) share the pod's client namespace, which is that pod's network."""
+    return pod + CALLER_POD_SUFFIX
 
 
 class LabError(Exception):

@@ -69,8 +69,9 @@ def test_targets_are_pod_and_deploy_prefixes_without_a_space(env):
     # Flags and their values before the target are skipped, abbreviated ones too, as argparse does.
     assert complete(env, "watch", "--kube", "kc", "-n", "shop", "--no-tui", "p") == (["pod/"], 6)
     assert complete(env, "log-level", "--namespace=shop", "") == (["pod/", "deploy/"], 6)
-    # One target only: after it, nothing more (and no file names).
-    assert complete(env, "watch", "pod/x", "") == ([], 4)
+    # lint takes one target: after it, nothing more (and no file names); watch takes several (both hops).
+    assert complete(env, "lint", "pod/x", "") == ([], 4)
+    assert complete(env, "watch", "pod/x", "") == (["pod/", "deploy/"], 6)
 
 
 def test_flag_values(env):

@@ -2,7 +2,7 @@ import pytest
 from kubernetes import client as k8s
 
 from kubectl_meshdoctor.kube.client import KubeError
-from kubectl_meshdoctor.kube.target import Target, check_capturable
+from kubectl_meshdoctor.kube.target import Target, check_capturable, parse_targets
 
 
 def pod(phase="Running", containers=("app", "istio-proxy"), init=(), os_name=None, selector=None):
@@ -34,3 +34,20 @@ def test_refused_pods(p, needle):
                                               ("po/c", "pod", "c"), ("d", "pod", "d")])
 def test_targets(text, kind, name):
     assert Target.parse(text) == Target(kind, name)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["pod/a", "pod/b"], [("pod", "a"), ("pod", "b")]),
+    (["pods", "a", "b"], [("pod", "a"), ("pod", "b")]),  # kubectl's TYPE NAME... form
+    (["deploy", "web"], [("deployment", "web")]),
+    (["a", "deploy/web", "pod/a"], [("pod", "a"), ("deployment", "web")]),  # each once, in the order given
+    (["pod"], [("pod", "pod")]),  # alone, a kind word is a pod's name, as before
+])
+def test_several_targets(args, expected):
+    assert parse_targets(args) == tuple(Target(k, n) for k, n in expected)
+
+
+@pytest.mark.parametrize("args", [["pods", "pod/a"], ["pod/a", "svc/b"], ["pods", ""]])
+def test_several_targets_refused(args):
+    with pytest.raises(ValueError):
+        parse_targets(args)

@@ -45,7 +45,7 @@ async def test_v_raises_for_the_run_v_puts_back_and_q_puts_back_what_is_raised(l
     before = await asyncio.to_thread(levels, kube, lab_state, "refused")
     up = [n for n in WANTED if before[n] not in ("debug", "trace")]
     assert up, (WANTED, before)
-    session = LiveSession(kube, WatchOptions(Target("pod", "refused"), kube.namespace))
+    session = LiveSession(kube, WatchOptions((Target("pod", "refused"),), kube.namespace))
     app = MeshDoctorApp(session)
 
     async def proxy() -> dict[str, str]:

@@ -231,7 +231,7 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
     spool = tmp_path / "spool"
     spool.mkdir()
-    app = MeshDoctorApp(LiveSession(kube, WatchOptions(Target("pod", "collision"), kube.namespace,
+    app = MeshDoctorApp(LiveSession(kube, WatchOptions((Target("pod", "collision"),), kube.namespace,
                                                         spool_dir=spool)))
     pod = lab_state.pod("collision")
     saved = tmp_path / "collision.pcapng"
@@ -306,7 +306,7 @@ async def test_tui_shows_a_killed_tshark_at_once(lab_state):
     from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
-    session = LiveSession(kube, WatchOptions(Target("pod", "healthy"), kube.namespace))
+    session = LiveSession(kube, WatchOptions((Target("pod", "healthy"),), kube.namespace))
     app = MeshDoctorApp(session)
     pod = lab_state.pod("healthy")
     async with app.run_test(size=(140, 40)) as pilot:

@@ -19,7 +19,7 @@ from kubectl_meshdoctor.exit_codes import EXIT_OK
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name, running_debug_container
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
-from kubectl_meshdoctor.kube.target import Target, capturable_pods
+from kubectl_meshdoctor.kube.target import capturable_pods, describe_targets, parse_targets
 from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
 from kubectl_meshdoctor.frontends.report import RENDERERS
 from kubectl_meshdoctor.frontends.shown import one_line
@@ -34,7 +34,7 @@ def _ifaces(text: str) -> tuple[str, ...]:
 
 
 def _watch_options(args, kube):
-    return WatchOptions(target=Target.parse(args.target) if args.target else None, selector=args.selector,
+    return WatchOptions(targets=parse_targets(args.target), selector=args.selector,
                         namespace=args.namespace or kube.namespace,
                         duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
                         write_pcap_dir=args.write_pcap, overwrite_pcap=args.overwrite,
@@ -47,10 +47,9 @@ def run(args) -> int:
     """`kubectl meshdoctor watch`: the TUI on a terminal, else a headless capture and its report."""
 
     if bool(args.target) == bool(args.selector):
-        return error("name one target: pod/NAME, deploy/NAME, or -l SELECTOR")
+        return error("name what to capture: pod/NAME, deploy/NAME (one or more), or -l SELECTOR")
     try:
-        if args.target:
-            Target.parse(args.target)
+        parse_targets(args.target)
         kube = connect(KubeOptions(args.kubeconfig, args.context, args.namespace, args.request_timeout))
         opts = _watch_options(args, kube)
     except (ValueError, KubeError) as e:
@@ -91,9 +90,9 @@ def _writable_dir(path: Path, flag: str) -> None:
 def _watch_dry_run(kube, opts) -> int:
     """What watch would change, after reading (GET only) the pods it would capture: a running meshdoctor-*
     container is reused, so only the pods without one would get the container shown."""
-    what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
+    what = describe_targets(opts.targets, opts.selector)
     try:
-        pods = capturable_pods(kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
+        pods = capturable_pods(kube, opts.targets, opts.selector, opts.namespace, MAX_PODS)
         unless = ""
     except KubeError as e:  # watch would stop there too; the container and the RBAC it needs are still worth showing
         pods, unless = [], f", unless a meshdoctor-* container already runs (cannot tell: {str(e).splitlines()[0]})"

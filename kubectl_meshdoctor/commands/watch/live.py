@@ -32,7 +32,7 @@ from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
 from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from kubectl_meshdoctor.kube.rbac import preflight
-from kubectl_meshdoctor.kube.target import Target, capturable_pods
+from kubectl_meshdoctor.kube.target import Target, capturable_pods, describe_targets
 from kubectl_meshdoctor.lint import lint_pod
 from kubectl_meshdoctor.live.capture_copy import pcap_path, replaceable
 from kubectl_meshdoctor.live.dissect import SharedDissector
@@ -48,7 +48,7 @@ class WatchOptions:
     """``duration_s`` None means until ``stop`` is set (or every capture stream has ended); ``write_pcap_dir``
     keeps the raw captures (on request only: captures carry secrets)."""
 
-    target: Target | None
+    targets: tuple[Target, ...]  # pod/x and deploy/x as named (kube/target.py parse_targets); () with selector
     namespace: str
     duration_s: float | None = None
     selector: str | None = None  # -l: every running pod with these labels
@@ -101,9 +101,9 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     refusals before any capture starts."""
     state = state or WatchState()
     state.phase = "resolving"
-    what = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
+    what = describe_targets(opts.targets, opts.selector)
     progress(f"resolving {what} in namespace {opts.namespace}")
-    pods = await unless_stopped(stop, capturable_pods, kube, opts.target, opts.selector, opts.namespace, MAX_PODS)
+    pods = await unless_stopped(stop, capturable_pods, kube, opts.targets, opts.selector, opts.namespace, MAX_PODS)
     if opts.write_pcap_dir is not None:  # before any pod is touched
         paths = [pcap_path(opts.write_pcap_dir, pod.metadata.name, iface) for pod in pods for iface in opts.ifaces]
         for path in paths:  # root must not write through a link someone planted, nor into a FIFO, --overwrite or not

