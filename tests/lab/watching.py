@@ -30,16 +30,20 @@ class WatchRun:
 @contextmanager
 def capturing(state, target: str, *extra: str, ready_s: float = 60) -> Iterator[WatchRun]:
     """``watch TARGET --no-tui -v -o json EXTRA...`` against the lab, yielded once it prints "capturing" (its
-    tcpdumps said "listening on"); killed on the way out if still running."""
+    tcpdumps said "listening on") for each ``pod/NAME`` of TARGET (once for a deployment or a selector); killed
+    on the way out if still running."""
+    pods = [word for word in target.split() if word.startswith("pod/")]
     proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "watch", *target.split(), "--kubeconfig",
                              str(state.kubeconfig), "--no-tui", "-v", "-o", "json", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + ready_s
-        line = ""
-        while not line.startswith("capturing"):
+        line, waiting = "", set(pods) or {""}
+        while waiting:
             assert proc.poll() is None and time.monotonic() < deadline, f"watch did not start: {line}"
             line = proc.stderr.readline()
+            if line.startswith("capturing"):
+                waiting = {pod for pod in waiting if pod and f" in {pod} " not in line}
         yield WatchRun(proc)
     finally:
         if proc.poll() is None:

@@ -1,0 +1,140 @@
+"""Issue 31's contract, live: each scenario run through the caller's sidecar and Istio mTLS (`lab up --caller
+sidecar`, real Envoy 1.40 at both hops), watched at once from the server pod, from the caller pod (`POD-caller`,
+served by the lab's API server) and from both pods in one `watch pod/POD-caller pod/POD`. Each watch names what
+its side can show: the server the failure, the caller what it logged (its own failure, or the next hop's answer
+passed on), and both one finding a request at the hop that failed, quoting both sidecars' lines. Then `analyze`
+reads each pod's directory (watch's captures and `kubectl logs` of its istio-proxy), alone and together, and
+agrees. Nothing invented: no `access-log` or `syn-timeout` finding.
+
+The expectations are those of the recordings of the same scenarios (tests/commands/test_analyze_mesh.py): the same
+lab, the same Envoy. Needs root, iproute2, iptables, openssl, tcpdump, tshark and kubectl.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.envoy.access_log import parse_line
+from kubectl_meshdoctor.lint import RULES
+from meshdoctor_lab import lab
+from meshdoctor_lab.applied_fixes import injected
+from meshdoctor_lab.scenarios import SETUPS
+from meshdoctor_lab.state import caller_pod_name
+
+from ..mesh_expected import EXPECTED, INVENTED, NOT_YET_ALONE, NOT_YET_BOTH
+from .lab_names import lab_name
+from .watching import capturing
+
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
+
+SCENARIOS = tuple(s for (recording, s) in sorted(EXPECTED) if recording == "envoy-1.40-mesh")
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory):
+    name = lab_name("w")
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, SCENARIOS, drivers=False,
+                   mesh=lab.MeshOptions(caller="sidecar"))
+    try:
+        yield state
+    finally:
+        lab.down(state.state_dir)
+
+
+def judged(report: dict) -> set[tuple[str, str, str]]:
+    """(detector, severity, side) of the error and warning findings; the spec's lint findings (the same for every
+    lab pod) aside."""
+    return {(f["detector"], f["severity"], "caller" if f["pod"].endswith("-caller") else "server")
+            for f in report["findings"] if f["severity"] in ("error", "warning") and f["detector"] not in RULES}
+
+
+def kubectl_logs(state, pod: str) -> str:
+    proc = subprocess.run(["kubectl", "--kubeconfig", str(state.kubeconfig), "logs", pod, "-c", "istio-proxy"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def analyze(*dirs: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, dirs), "-o", "json"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def failing_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if (e := parse_line(line)) is not None
+            and (e.code >= 500 or {"DC", "DPE", "UC"} & set(e.flags))]
+
+
+def on_acks(report: dict) -> set[tuple[str, str, str]]:
+    """The findings of a watch that rest on a pure ACK: under load the caller answers the server sidecar's
+    close_notify before its kernel's RST, and only the server's ACK of the caller's request, never answered, tells
+    that from a clean close (plugins/stale_keepalive.py _unanswered). watch reads every packet its capture kept;
+    analyze drops pure ACKs before tshark (sources/prepass.py), so from the file alone it cannot tell. A known gap
+    of the offline read (docs/DESIGN.md), not of the capture."""
+    return {(f["detector"], f["severity"], "server") for f in report["findings"]
+            if any("ACK of" in e["what"] and "never answered" in e["what"] for e in f["evidence"])}
+
+
+def _case(scenario: str) -> tuple[str, str]:
+    return ("envoy-1.40-mesh", scenario)
+
+
+def _sidecar(scenario: str) -> bool:
+    """tls-to-plaintext's pod has none: nothing to watch there, only its caller."""
+    setup = SETUPS[scenario]  # under --caller sidecar a setup's called_labels are its pod's, when it has them
+    return injected(setup.labels if setup.called_labels is None else setup.called_labels)
+
+
+def _params() -> list:
+    out = []
+    for s in SCENARIOS:
+        why = (_sidecar(s) and NOT_YET_BOTH.get(_case(s))) or NOT_YET_ALONE.get(_case(s))
+        out.append(pytest.param(s, marks=[pytest.mark.xfail(strict=True, reason=why)] if why else []))
+    return out
+
+
+@pytest.mark.parametrize("scenario", _params())
+def test_each_hop_and_both_name_the_failure_at_the_hop_that_failed(mesh, scenario, tmp_path):
+    caller_want, server_want, both_want = EXPECTED[_case(scenario)]
+    server, caller = scenario, caller_pod_name(scenario)
+    in_mesh = _sidecar(scenario)
+    dirs = {"caller": tmp_path / caller, "server": tmp_path / server}  # analyze names each pod after its directory
+    with ExitStack() as stack:
+        runs = {"caller": stack.enter_context(capturing(mesh, f"pod/{caller}", "--write-pcap", str(dirs["caller"])))}
+        if in_mesh:
+            runs["server"] = stack.enter_context(capturing(mesh, f"pod/{server}", "--write-pcap",
+                                                           str(dirs["server"])))
+            runs["both"] = stack.enter_context(capturing(mesh, f"pod/{caller} pod/{server}"))
+        lab.trigger_round(mesh, scenario)
+        reports = {side: run.stop() for side, run in runs.items()}
+    logs = {"caller": kubectl_logs(mesh, caller), "server": kubectl_logs(mesh, server) if in_mesh else ""}
+    for side, log in logs.items():
+        if log:
+            (dirs[side] / "istio-proxy.log").write_text(log)
+
+    assert judged(reports["caller"]) == {(d, s, "caller") for d, s in caller_want}, reports["caller"]["findings"]
+    if in_mesh:
+        assert judged(reports["server"]) == {(d, s, "server") for d, s in server_want}, reports["server"]["findings"]
+        assert judged(reports["both"]) == both_want, reports["both"]["findings"]
+        # every failing line either sidecar logged is quoted, each of the caller's by one finding
+        quoted = [line for f in reports["both"]["findings"] for line in f.get("access_log", ())]
+        failing = failing_lines(logs["caller"]) + failing_lines(logs["server"])
+        assert set(failing) <= set(quoted)
+        assert all(quoted.count(line) == 1 for line in failing_lines(logs["caller"]))
+    for report in reports.values():
+        assert not {f["detector"] for f in report["findings"]} & INVENTED
+
+    # offline, from what the user now holds: each pod's directory alone, then both
+    assert judged(analyze(dirs["caller"])) == {(d, s, "caller") for d, s in caller_want}
+    if in_mesh:
+        assert judged(analyze(dirs["server"])) == {(d, s, "server") for d, s in server_want} - on_acks(reports["server"])
+        assert judged(analyze(dirs["caller"], dirs["server"])) == both_want
