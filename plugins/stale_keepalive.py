@@ -164,7 +164,7 @@ class _Note:
     and the last that carried an HTTP head (its Keep-Alive header), and whether the flow was reported already."""
 
     __slots__ = ("fin", "last_request", "last_response", "last_head", "reported", "last_ts", "idle_before_fin",
-                 "last_kept", "alert", "alert_after", "caller_closing", "before_last", "server_acks", "unanswered")
+                 "last_kept", "alert", "alert_after", "caller_closing")
 
     def __init__(self) -> None:
         self.fin: PacketEvent | None = None
@@ -178,22 +178,6 @@ class _Note:
         self.alert: PacketEvent | None = None  # the server's first alert (close_notify) on an mTLS connection
         self.alert_after: PacketEvent | None = None  # the packet kept last before that alert
         self.caller_closing = False  # the caller sent its own FIN, RST or alert first: it was closing, not reusing
-        self.before_last: PacketEvent | None = None  # the packet kept before last_kept
-        self.server_acks: tuple[int | None, int | None] = (None, None)  # the server's ACK before its latest, latest
-        self.unanswered = 0  # caller bytes the server took in and never answered before its alert (_unanswered)
-
-
-def _unanswered(note: _Note, alert: PacketEvent) -> int:
-    """Caller bytes the server took in and never answered before ``alert``: its last packet, a pure ACK of new
-    caller bytes (RFC 9293 section 3.4) after MIN_IDLE_S of quiet, and no server data since (the same sequence
-    number). 0 when the capture does not show it (analyze drops pure ACKs no other rule needs)."""
-    last, before, (previous_ack, _) = note.last_kept, note.before_last, note.server_acks
-    if last is None or before is None or previous_ack is None or (last.src, last.sport) != (alert.src, alert.sport):
-        return 0
-    if last.payload_len or last.is_syn or last.is_syn_ack or last.is_fin or last.is_rst or last.seq != alert.seq:
-        return 0
-    new = (last.ack - previous_ack) % (1 << 32)
-    return new if last.ts - before.ts >= MIN_IDLE_S and 0 < new < 1 << 31 else 0
 
 
 class StaleKeepalive(Detector):
@@ -246,19 +230,14 @@ class StaleKeepalive(Detector):
         closing = tls is not None and (tls.is_encrypted_alert
                                        or (tls.alert is not None and tls.alert[1] == CLOSE_NOTIFY))
         if not from_server:
-            # After the server's alert the caller's own close answers it, unless the server had taken in a request
-            # it never answered: that request met the close whatever the caller did next.
-            if (closing or ev.is_fin or ev.is_rst) and (note.alert is None or not note.unanswered):
+            if closing or ev.is_fin or ev.is_rst:
                 note.caller_closing = True
         elif closing and note.alert is None and not note.caller_closing and hello_of(flow) is not None:
             note.alert, note.alert_after = ev, note.last_kept
-            note.unanswered = _unanswered(note, ev)
         elif note.alert is not None and ev.payload_len and not closing:
             note.caller_closing = True  # the server sent more after its alert: not the close seen here
         if note.alert is None:
-            if from_server:
-                note.server_acks = (note.server_acks[1], ev.ack)
-            note.before_last, note.last_kept = note.last_kept, ev
+            note.last_kept = ev
 
     def _mtls_close(self, rst: PacketEvent, flow: Flow, note: _Note) -> Iterable[Finding]:
         """This pod's sidecar ended an mTLS connection (its alert) and its kernel reset it: the caller's bytes
@@ -280,10 +259,6 @@ class StaleKeepalive(Detector):
                      f"{quiet_s:.3f} s before it")
         if last.tls is not None:
             last_what = f"{last.tls.short()}: {last_what}"
-        if note.unanswered and note.before_last is not None:
-            last_what = (f"the server's ACK of {note.unanswered} new bytes from the caller after "
-                         f"{last.ts - note.before_last.ts:.3f} s of quiet (application data is not captured): a "
-                         f"request it never answered")
         evidence = hello_evidence(flow)
         if not any(e.frame == last.frame for e in evidence):
             evidence += (Evidence.of(last, last_what),)

@@ -130,32 +130,3 @@ def test_a_plaintext_request_on_an_mtls_port_is_still_read_as_before():
     w.pkt(POD, CALLER, R | A, 5001, 1030)
     (f,) = run(w.events, only=["tls-mismatch"])
     assert f.details["kind"] == "plaintext-to-mtls" and f.envoy_flags == ("NR",)
-
-
-LOADED = MESH.parent / "envoy-1.40-mesh-loaded" / "downstream-idle" / "eth0.pcap"
-
-
-def _every_packet(path: Path) -> list:
-    """What watch's detectors read of a capture: every packet tcpdump kept (analyze drops pure ACKs first)."""
-    events: list = []
-    asyncio.run(tshark.read_file(str(path), path.name, "eth0", events.append, prefilter=False))
-    return events
-
-
-def test_a_request_the_server_took_in_and_never_answered_met_its_close_though_the_caller_answered_first():
-    """The caller's close_notify and FIN answer the sidecar's before its kernel resets the connection: the ACKs
-    show the caller's request (246 bytes after 6 s of quiet) taken in and never answered."""
-    (f,) = run(_every_packet(LOADED), only=["stale-keepalive"])
-    assert [e.frame for e in f.evidence] == [4, 10, 11, 15]
-    assert "ACK of 246 new bytes from the caller after 6.04" in f.evidence[1].what
-    assert "close_notify" in f.title and f.details["tls"] is True
-
-
-def test_a_close_answered_by_the_caller_with_no_request_unanswered_is_a_clean_close():
-    events = _every_packet(LOADED)
-    request_ack = next(e for e in events if e.frame == 10)
-    # the server's ACK acknowledges nothing new: only the close, answered by the caller, then the reset
-    clean = [replace(e, ack=next(x for x in events if x.frame == 8).ack) if e is request_ack else e for e in events]
-    assert run(clean, only=["stale-keepalive"]) == []
-    # and without the ACKs (analyze's read) the capture does not tell the two apart: no finding either
-    assert run([e for e in events if e.frame != 10], only=["stale-keepalive"]) == []
