@@ -32,7 +32,10 @@ connection's ClientHello (its SNI names the service and port), then, after its l
 sidecar ending the TLS session (close_notify, an encrypted 19-byte alert record, RFC 8446 section 6.1) and its
 kernel's RST: a close() with the caller's bytes unread, or the caller's bytes after the close, sends RST (RFC 9293
 section 3.6.1). Envoy 1.40 there: the HCM's idle timeout, its drain (drain_timeout, 5 s) and delayed close (1 s,
-during which it reads nothing), then SSL shutdown and close with the caller's request unread.
+during which it reads nothing), then SSL shutdown and close with the caller's request unread. When the caller's
+own close_notify answers the sidecar's before that RST (seen under load), the packets kept are those of a clean
+close answered quickly: only the ACK of the unanswered request, which the prefilter drops, told them apart, so the
+server's capture alone names nothing and the caller's 503 UC does (tests/data/envoy-1.40-mesh-loaded).
 """
 
 from __future__ import annotations
