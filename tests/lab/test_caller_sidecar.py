@@ -170,9 +170,8 @@ def test_stale_keepalive_is_hidden_by_istio_before_1_24s_retry(retry_lab):
 
 def test_a_route_timeout_is_ut_at_the_caller_and_dc_at_the_server(mesh_lab):
     """The VirtualService timeout is on the caller's route now: the caller times out, resets its upstream
-    stream, and the server sees its downstream go away. The round's abandoning and half-closing callers send
-    `Host: lab`, which no service's virtual host names: the caller routes them to PassthroughCluster
-    (allow_any), in plaintext."""
+    stream, and the server sees its downstream go away. A caller that gives up is DC at both hops; one that
+    half-closes is dropped by the caller's sidecar before it dials the pod."""
     result, hops = _round(mesh_lab, "slow-app")
     assert result.statuses[:2] == (200, 504), result
     callers, server = hops.wait(4, 3)
@@ -186,11 +185,13 @@ def test_a_route_timeout_is_ut_at_the_caller_and_dc_at_the_server(mesh_lab):
     assert abs(hop.duration_ms - timed_out.duration_ms) < 100
     (in_time,) = _by_path(callers, "/slow/0.3")
     assert [_short(e) for e in [in_time, *_joined(in_time, server)]] == ["200 - via_upstream"] * 2
+    # the caller that gave up: DC at both hops, on the service's route and its mTLS connection
     (abandoned,) = _by_path(callers, "/slow/0.7")
-    assert _short(abandoned) == "0 DC downstream_remote_disconnect" and abandoned.route_name == "allow_any"
-    assert abandoned.upstream_cluster == "PassthroughCluster"
-    (plain,) = _joined(abandoned, server)
-    assert _short(plain) == "0 DC downstream_remote_disconnect" and plain.requested_server_name is None
+    assert _short(abandoned) == "0 DC downstream_remote_disconnect" and abandoned.route_name == "default"
+    assert abandoned.upstream_cluster == f"outbound|5000||slow-app.{mesh_lab.namespace}.svc.cluster.local"
+    (gone,) = _joined(abandoned, server)
+    assert _short(gone) == "0 DC downstream_remote_disconnect" and gone.requested_server_name == _sni(mesh_lab,
+                                                                                                       "slow-app")
     (half_closed,) = _by_path(callers, "/half-closed")
     assert _short(half_closed) == "0 DC downstream_remote_disconnect" and half_closed.upstream_local is None
     assert _joined(half_closed, server) == []  # Envoy dropped it before dialling
@@ -218,7 +219,8 @@ def test_refused_h2_streams_are_ur_at_the_server_and_a_plain_503_at_the_caller(m
 
 def test_requests_the_caller_refuses_never_reach_the_pod(mesh_lab):
     """http10's HTTP/1.0 request and its header name with a space are refused by the caller's own codec (no
-    method, path or request id logged), the Upgrade by its allow_any route; only /ok reaches the pod."""
+    method, path or request id logged), the Upgrade (a protocol no upgrade_configs names) by its HCM: only /ok
+    reaches the pod."""
     result, hops = _round(mesh_lab, "http10")
     assert result.statuses == (426, 403, 400, 200), result
     callers, server = hops.wait(4, 1)

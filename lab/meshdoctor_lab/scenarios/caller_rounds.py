@@ -33,18 +33,24 @@ from .table import (
     SLOW_TOO_LONG,
 )
 
-# Raw requests: http.client cannot speak HTTP/1.0 on purpose, nor send a header name with a space in it.
-HTTP10_REQUEST = b"GET /http10 HTTP/1.0\r\nHost: lab\r\n\r\n"
-UPGRADE_REQUEST = (b"GET /upgrade HTTP/1.1\r\nHost: lab\r\nConnection: Upgrade\r\n"
-                   b"Upgrade: meshdoctor-lab/1\r\n\r\n")
-MALFORMED_REQUEST = b"GET /malformed HTTP/1.1\r\nHost: lab\r\nBad Header: space in its name\r\n\r\n"
+# Raw requests: http.client cannot speak HTTP/1.0 on purpose, nor send a header name with a space in it. Each
+# names the service as http.client would (Host: POD_IP:PORT, the pod IP standing in for the ClusterIP), so a
+# caller sidecar routes it by the service's virtual host, not to PassthroughCluster (policy_rounds.py does too).
+HTTP10_REQUEST = "GET /http10 HTTP/1.0\r\nHost: {host}\r\n\r\n"
+UPGRADE_REQUEST = "GET /upgrade HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: meshdoctor-lab/1\r\n\r\n"
+MALFORMED_REQUEST = "GET /malformed HTTP/1.1\r\nHost: {host}\r\nBad Header: space in its name\r\n\r\n"
 
 
-def _raw(pod: LabPod, tally: Tally, label: str, request: bytes) -> int | None:
-    """Send ``request`` on a new connection, read the status line; record (label, status, first line)."""
+def _get(pod: LabPod, path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: {pod.pod_ip}:{HTTP_PORT}\r\n\r\n".encode()
+
+
+def _raw(pod: LabPod, tally: Tally, label: str, request: str) -> int | None:
+    """Send ``request`` (its ``{host}`` filled in) on a new connection, read the status line; record (label,
+    status, first line)."""
     try:
         with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
-            s.sendall(request)
+            s.sendall(request.format(host=f"{pod.pod_ip}:{HTTP_PORT}").encode())
             head = b""
             while b"\r\n" not in head:
                 chunk = s.recv(4096)
@@ -68,7 +74,7 @@ def _abandoned(pod: LabPod, tally: Tally, path: str, patience_s: float) -> None:
     """A caller that sends a request and closes its connection after ``patience_s`` without an answer."""
     try:
         with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\n\r\n".encode())
+            s.sendall(_get(pod, path))
             s.settimeout(patience_s)
             try:
                 early = s.recv(4096)
@@ -90,7 +96,7 @@ def _half_closed(pod: LabPod, tally: Tally, path: str) -> None:
             # Corked, the request and the FIN leave in one segment: Envoy reads both at once. Sent apart, a
             # caller descheduled between them (a loaded machine) let Envoy answer first, and nothing failed.
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\n\r\n".encode())
+            s.sendall(_get(pod, path))
             s.shutdown(socket.SHUT_WR)
             answer = b""
             while chunk := s.recv(4096):
@@ -173,7 +179,7 @@ def downstream_idle_round(pod: LabPod, tally: Tally) -> None:
     if pod.caller == "sidecar":
         _idle_close_at_the_caller(pod, tally)
         return
-    request = b"GET /idle HTTP/1.1\r\nHost: lab\r\n\r\n"
+    request = _get(pod, "/idle")
     try:
         with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as s:
             s.sendall(request)

@@ -145,7 +145,8 @@ def _mtls_get(pod: LabPod, tally: Tally, path: str) -> None:
         server_name = (certs / "server-name").read_text().strip()
         with socket.create_connection((pod.pod_ip, HTTP_PORT), timeout=IO_TIMEOUT) as raw, \
                 context.wrap_socket(raw, server_hostname=server_name) as tls:
-            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: meshdoctor-lab\r\n\r\n".encode())
+            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {pod.pod_ip}:{HTTP_PORT}\r\nUser-Agent: meshdoctor-lab\r\n\r\n"
+                        .encode())
             head = response_of(tls)
     except (OSError, ssl.SSLError) as exc:
         tally.errors.append(f"{label}: {one_line(exc)}")
