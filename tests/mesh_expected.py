@@ -47,8 +47,14 @@ EXPECTED = {
     # the pod's sidecar ran out of source ports to the app (EADDRNOTAVAIL, 503 UF); the caller relays its 503s
     ("envoy-1.40-mesh", "port-exhaustion"): ({NEXT}, {("source-port-exhaustion", "error")},
                                              {("source-port-exhaustion", "error", "server")}),
+    # the healthy mesh: PERMISSIVE and STRICT, HTTP/1.1 and h2 between the sidecars, requests kept alive, short
+    # ones that ask `Connection: close`, and no keep-alive on any hop (healthy-short): nothing but the spec's lint
     ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
     ("envoy-1.40-mesh", "healthy"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-h2"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-strict"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-strict-h2"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-short"): (set(), set(), set()),
     ("envoy-1.40-mesh-retry503", "refused"): ({NEXT}, {("upstream-refused", "error")},
                                               {("upstream-refused", "error", "server")}),
     # the retry answered: the user saw 200, the server logged the UC; the caller's counters say retries hid it
