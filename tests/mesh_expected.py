@@ -54,8 +54,14 @@ EXPECTED = {
     # the same frames), and its TCP proxy's connection is made 2.5 s late
     ("envoy-1.40-mesh", "syn-drop"): ({("syn-timeout", "error")}, {("syn-timeout", "error")},
                                       {("syn-timeout", "error", "caller")}),
+    # the healthy mesh: PERMISSIVE and STRICT, HTTP/1.1 and h2 between the sidecars, requests kept alive, short
+    # ones that ask `Connection: close`, and no keep-alive on any hop (healthy-short): nothing but the spec's lint
     ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
     ("envoy-1.40-mesh", "healthy"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-h2"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-strict"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-strict-h2"): (set(), set(), set()),
+    ("envoy-1.40-mesh", "healthy-short"): (set(), set(), set()),
     ("envoy-1.40-mesh-retry503", "refused"): ({NEXT}, {("upstream-refused", "error")},
                                               {("upstream-refused", "error", "server")}),
     # the retry answered: the user saw 200, the server logged the UC; the caller's counters say retries hid it

@@ -6,6 +6,7 @@ invented (no `access-log` or `syn-timeout` finding)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,18 @@ def test_both_pods_make_one_finding_a_request_at_the_hop_that_failed(case):
     quoted = [line for f in report["findings"] for line in f.get("access_log", ())]
     assert set(failing["caller"] + failing["server"]) <= set(quoted)
     assert all(quoted.count(line) == 1 for line in failing["caller"])
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id="/".join(c)) for c in CASES if not any(EXPECTED[c])])
+def test_a_healthy_recording_holds_a_round_that_ran(case):
+    """The healthy cases' empty expectations mean something: their round ran, and each request was answered 200 at
+    each hop, once (no failure a retry hid)."""
+    root = DATA.joinpath(*case)
+    result = json.loads((root / "round.json").read_text())
+    assert not result["errors"] and result["http_ok"] and {status for _, status, _ in result["http"]} <= {200}
+    for side in ("caller", "server"):
+        entries = [e for e in map(parse_line, (root / side / "istio-proxy.log").read_text().splitlines()) if e]
+        assert sum(e.code == 200 for e in entries) == result["http_ok"], side
 
 
 def test_a_joined_finding_says_what_the_other_sidecar_logged():

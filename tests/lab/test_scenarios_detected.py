@@ -5,7 +5,6 @@ expected detectors, with the scenario's flow and real frames; the healthy pods r
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 import time
@@ -15,18 +14,24 @@ import pytest
 
 from meshdoctor_lab import lab
 
+from .lab_names import lab_name
 from .watching import capturing
 
 pytestmark = pytest.mark.lab
 
 SCENARIOS = ("collision", "remap", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
-             "syn-drop", "downstream-idle")
+             "syn-drop", "downstream-idle", "healthy-strict", "healthy-strict-h2", "healthy-short")
 
 # What each pod must report: {(detector, severity)} among error and warning findings; the set must be exact.
 EXPECTED = {
     "collision": {("tuple-collision", "error")},
     "remap": {("tuple-collision", "warning")},
     "healthy-http": set(),
+    # called as a caller's sidecar would (mTLS with the lab's caller certificate at the STRICT ones): kept-alive and
+    # `Connection: close` requests, TCP echoes; healthy-short's sidecar opens an app connection a request
+    "healthy-strict": set(),
+    "healthy-strict-h2": set(),
+    "healthy-short": set(),
     "framing": {("http-framing", "error")},
     "stale-keepalive": {("stale-keepalive", "error")},
     "refused": {("upstream-refused", "error")},
@@ -62,7 +67,7 @@ def expected(pod: str, live: dict) -> set[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def quiet_lab(tmp_path_factory):
-    name = f"mdtest-s{secrets.token_hex(2)}"
+    name = lab_name("s")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, SCENARIOS, drivers=False)
     try:
         yield state

@@ -49,6 +49,11 @@ Scenarios:
              lab CA's certificate and Istio's ALPN (served).
   tls-to-plaintext
              one GET; the sidecar's ISTIO_MUTUAL ClientHello meets the plaintext app: 503 UF TLS_error.
+  healthy-strict, healthy-strict-h2, healthy-short
+             the healthy mesh (healthy_rounds.py): five GETs kept alive on one connection, five that each ask
+             `Connection: close`, two TCP echoes. A STRICT pod (-h2: HTTP/2 from its sidecar on, and between
+             sidecars through a caller sidecar) is called in mTLS; healthy-short's DestinationRule
+             maxRequestsPerConnection 1 makes every request a connection of its own on every hop. 200s only.
 """
 
 from .driver import DEFAULT_PERIOD, DEFAULT_ROUNDS, DEFAULT_SECONDS, challenge_ack_count, drive, run_round

@@ -9,7 +9,8 @@ from meshdoctor_lab.bootstrap import SidecarSettings
 SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
     "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
-    "no-sidecar", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext",
+    "no-sidecar", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext", "healthy-strict",
+    "healthy-strict-h2", "healthy-short",
 )
 # seconds: the stale-keepalive app closes idle keep-alive connections after this, and says so in each response
 # (`Keep-Alive: timeout=1`, whole seconds as the header has them): what its printed idle-timeout fix is made from
@@ -153,4 +154,16 @@ SETUPS: dict[str, PodSetup] = {
     "mtls-strict": PodSetup(sidecar=SidecarSettings(mtls_mode="STRICT"), callers_tls_mode="DISABLE"),
     "tls-to-plaintext": PodSetup(sidecar=SidecarSettings(upstream_tls_mode="ISTIO_MUTUAL"),
                                  called_labels=(("sidecar.istio.io/inject", "false"),)),
+    # The healthy mesh, each with healthy_rounds.py's round (keep-alive, `Connection: close`, TCP echo). A
+    # PeerAuthentication mtls STRICT (filterchain_options.go: the ports' chains on transport_protocol tls only):
+    # through a caller sidecar its auto mTLS is served (the endpoint's tlsMode istio), called without one the
+    # round speaks mTLS itself. -h2: the port speaks HTTP/2 too (appProtocol http2: the caller's cluster h2 with
+    # ALPN istio-h2, the pod's HCM picking h2 by it, h2c to the app).
+    "healthy-strict": PodSetup(sidecar=SidecarSettings(mtls_mode="STRICT")),
+    "healthy-strict-h2": PodSetup(app_kind="h2c", sidecar=SidecarSettings(mtls_mode="STRICT", h2_upstream=True)),
+    # A DestinationRule connectionPool.http.maxRequestsPerConnection 1, which istiod renders as the cluster's
+    # max_requests_per_connection on the callers' outbound cluster and on this pod's inbound one alike
+    # (cluster_traffic_policy.go applyConnectionPool; cluster_builder.go buildInboundCluster): no keep-alive on
+    # any hop, every request its own mTLS connection between the sidecars and its own connection to the app.
+    "healthy-short": PodSetup(sidecar=SidecarSettings(upstream_max_requests_per_connection=1)),
 }
