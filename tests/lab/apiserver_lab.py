@@ -28,6 +28,7 @@ from kubernetes.stream.ws_client import WSClient
 from meshdoctor_lab.apiserver.kubeconfig import admin_call
 
 from ..waiting import wait_until as _wait_until
+from .lab_names import lab_name
 
 POD = "collision"
 NAMESPACE = "meshdoctor-lab"
@@ -135,7 +136,7 @@ def _stop_server(server: Server) -> list[int]:
 @pytest.fixture(scope="module")
 def netns_name() -> Iterator[str]:
     _require_root()
-    name = f"mdtest-api-{uuid.uuid4().hex[:8]}"
+    name = lab_name("api-", 8)
     subprocess.run(["ip", "netns", "add", name], check=True)
     subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
     try:

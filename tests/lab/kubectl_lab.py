@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from meshdoctor_lab.apiserver.kubeconfig import admin_call
 
 from ..waiting import wait_until
 from .terminal import Terminal  # noqa: F401 (kubectl's tests import it from here)
+from .lab_names import lab_name
 
 POD = "healthy"
 KUBECTL = shutil.which("kubectl")
@@ -63,7 +63,7 @@ class Kubectl:
 def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
     if KUBECTL is None:
         pytest.skip("no kubectl on PATH (CI installs Debian's kubernetes-client when there is none)")
-    name = f"mdtest-k{secrets.token_hex(2)}"
+    name = lab_name("k")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, (POD,), drivers=False)
     try:
         version = subprocess.run([KUBECTL, "version", "-o", "json", "--kubeconfig", str(state.kubeconfig)],

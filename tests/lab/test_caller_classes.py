@@ -6,7 +6,6 @@ real Envoy wrote; the slow request answered in time and the ordinary one give no
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from meshdoctor_lab.scenarios.table import (
 from ..waiting import wait_until
 from .test_scenarios_detected import judged
 from .watching import capturing
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -66,7 +66,7 @@ RESTARTING = {"restarting": [
 
 @pytest.fixture(scope="module")
 def caller_lab(tmp_path_factory):
-    name = f"mdtest-c{secrets.token_hex(2)}"
+    name = lab_name("c")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, (*PODS, "restarting=refused"), drivers=False,
                    spec_patches=RESTARTING)
     try:

@@ -5,7 +5,6 @@ the same time, so all must tell the same story."""
 from __future__ import annotations
 
 import json
-import secrets
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from meshdoctor_lab import lab
 from meshdoctor_lab.scenarios import challenge_ack_count
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -23,7 +23,7 @@ TCPDUMP = ("-n", "-B", "32768", "-U", "--immediate-mode")
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
-    name = f"mdtest-f{secrets.token_hex(2)}"
+    name = lab_name("f")
     out = tmp_path_factory.mktemp("formats")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("collision",), period=1.5)
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .watching import Faults, capturing
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -39,7 +39,7 @@ def lab_up(tmp_path_factory, pods: tuple[str, ...]):
     """A lab of ``pods``; on the way out, after it is down, the guards' records it may hold: a lab's debug containers
     share this host's /tmp, and a guard the lab's end killed before it could put anything back leaves its record
     (a failed test's watch still running then)."""
-    name = f"mdtest-l{secrets.token_hex(2)}"
+    name = lab_name("l")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, pods, period=2.0)
     records = []
     try:

@@ -17,7 +17,6 @@ import json
 import os
 import queue
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from ..envoy.component_shapes import SHAPES, render_log
 from ..plugins.test_classes_from_logs import CLASSES, named
 from ..commands.test_stats_alone import SHOWN, shown
 from ..waiting import wait_until
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -151,7 +151,7 @@ def debug_lab(tmp_path_factory) -> Iterator[LabState]:
         pytest.skip("no kubectl on PATH (CI installs Debian's kubernetes-client when there is none)")
     if not (PLUGIN_DIR / "kubectl-meshdoctor").exists():
         pytest.skip(f"no kubectl-meshdoctor next to {sys.executable} (pip install -e . makes it)")
-    name = f"mdtest-t{secrets.token_hex(2)}"
+    name = lab_name("t")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, SCENARIOS, drivers=False)
     try:
         yield state

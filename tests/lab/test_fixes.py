@@ -6,7 +6,6 @@ sidecar's access log shows no failure flag, and the round's traffic is served.""
 from __future__ import annotations
 
 import json
-import secrets
 
 import pytest
 
@@ -19,6 +18,7 @@ from meshdoctor_lab.scenarios.table import SLOW_ABANDONED, SLOW_HALF_CLOSED, SLO
 from .test_policy_classes_detected import EXPECTED as POLICY
 from .test_policy_classes_detected import watch_round
 from .test_scenarios_detected import analyze_files, judged, run_scenario
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -57,7 +57,7 @@ def fixed_pod(scenario: str, fix: str) -> str:
 
 @pytest.fixture(scope="module")
 def fix_lab(tmp_path_factory):
-    name = f"mdtest-f{secrets.token_hex(2)}"
+    name = lab_name("f")
     pods = [*FAILING, *(f"{fixed_pod(s, f)}={s}" for s, f in CASES)]
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, pods, drivers=False,
                    fixes={fixed_pod(s, f): lab_fix(s, f) for s, f in CASES})

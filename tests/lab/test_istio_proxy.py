@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -32,6 +31,7 @@ from meshdoctor_lab.netns import INBOUND_CAPTURE_PORT
 from meshdoctor_lab.state import LabState
 
 from ..waiting import wait_until
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -50,7 +50,7 @@ def proxy_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LabSta
     from tests.lab.test_lab_network import _require_lab_host
 
     _require_lab_host()
-    name = f"mdtest-p{uuid.uuid4().hex[:6]}"
+    name = lab_name("p", 6)
     state_dir = tmp_path_factory.mktemp("lab") / name
     state = lab.up(name=name, state_dir=state_dir, pods=PODS, drivers=False)
     try:

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -24,6 +23,7 @@ from meshdoctor_lab.scenarios import challenge_ack_count
 from meshdoctor_lab.state import LabError, LabState
 
 from ..waiting import wait_until as _wait_until
+from .lab_names import lab_name
 
 _TOOLS = ("ip", "iptables-restore", "conntrack", "nstat", "ss", "tcpdump", "tshark")
 _SYN, _ACK = 0x02, 0x10
@@ -43,7 +43,7 @@ def _require_lab_host() -> None:
 def quiet_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabState]:
     """A lab with pods `collision` and `healthy`, no periodic drivers (tests trigger rounds), no API server."""
     _require_lab_host()
-    name = f"mdtest-{uuid.uuid4().hex[:8]}"
+    name = lab_name("", 8)
     state_dir = tmp_path_factory.mktemp("lab") / name
     state = lab.up(name=name, state_dir=state_dir, apiserver=False, drivers=False)
     try:
@@ -212,7 +212,7 @@ def test_status_reports_processes_and_namespaces(quiet_lab: LabState) -> None:
 @pytest.mark.lab
 def test_down_leaves_no_namespace_and_no_process(tmp_path: Path) -> None:
     _require_lab_host()
-    name = f"mdtest-{uuid.uuid4().hex[:8]}"
+    name = lab_name("", 8)
     state_dir = tmp_path / name
     # With the test API server when it is installed, so `down` is shown to stop it too.
     with_apiserver = importlib.util.find_spec("meshdoctor_lab.apiserver.__main__") is not None
@@ -232,7 +232,7 @@ def test_down_leaves_no_namespace_and_no_process(tmp_path: Path) -> None:
 @pytest.mark.lab
 def test_failed_up_cleans_up_after_itself(tmp_path: Path) -> None:
     _require_lab_host()
-    name = f"mdtest-{uuid.uuid4().hex[:8]}"
+    name = lab_name("", 8)
     state_dir = tmp_path / name
     # No process can listen within 0 s, so up fails after creating namespaces and starting processes.
     with pytest.raises(LabError, match="not ready after"):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from meshdoctor_lab import lab
 from meshdoctor_lab.applied_fixes import EXCLUDE_INBOUND_PORTS, LabFix
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -84,7 +84,7 @@ def lint_lab(state) -> dict:
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory) -> tuple[dict, dict[str, dict]]:
     """The lint report of the lab's broken pods, and their Pod objects as the API server returns them."""
-    name = f"mdtest-i{secrets.token_hex(2)}"
+    name = lab_name("i")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, drivers=False, spec_patches=PATCHES,
                    fixes=EXCLUDED)
     try:
@@ -186,7 +186,7 @@ def injected(broken, tmp_path_factory) -> tuple[dict, object]:
     patches = {fixed_name(pod, fix): PATCHES[pod] for _, pod, fix in cases if pod in PATCHES}
     fixes = {fixed_name(pod, fix): LabFix(fix["name"], tuple(fix.get("annotations", {}).items()),
                                           labels=tuple(fix.get("labels", {}).items())) for _, pod, fix in cases}
-    name = f"mdtest-j{secrets.token_hex(2)}"
+    name = lab_name("j")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, pods, drivers=False, spec_patches=patches,
                    fixes=fixes)
     try:

@@ -11,7 +11,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import uuid
 from typing import Iterator
 
 import pytest
@@ -24,12 +23,13 @@ from tests.lab.local_servers import free_port
 from tests.lab.test_lab_network import _require_lab_host
 
 from ..waiting import wait_until
+from .lab_names import lab_name
 
 
 @pytest.fixture(scope="module")
 def load_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabState]:
     _require_lab_host()
-    name = f"mdtest-{uuid.uuid4().hex[:8]}"
+    name = lab_name("", 8)
     state_dir = tmp_path_factory.mktemp("lab") / name
     state = lab.up(name=name, state_dir=state_dir, pods=("load",), apiserver=False, drivers=False)
     try:

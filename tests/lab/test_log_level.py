@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 
 import pytest
 
 from meshdoctor_lab import lab
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
-    name = f"mdtest-l{secrets.token_hex(2)}"
+    name = lab_name("l")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, ("healthy", "healthy-http"), drivers=False)
     try:
         yield state

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import pytest
 from meshdoctor_lab import lab
 
 from .test_watch import tcpdumps_in
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -23,7 +23,7 @@ ONE_DEPLOYMENT = {p.split("=")[0]: [{"op": "replace", "path": "/metadata/labels/
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
-    name = f"mdtest-m{secrets.token_hex(2)}"
+    name = lab_name("m")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, PODS, period=1.5, spec_patches=ONE_DEPLOYMENT)
     try:
         yield state

@@ -10,8 +10,8 @@ import pytest
 from kubectl_meshdoctor.envoy.access_log import parse_line
 from meshdoctor_lab import lab
 
-from .lab_names import lab_name
 from .watching import capturing
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 

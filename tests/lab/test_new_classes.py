@@ -7,7 +7,6 @@ applied as istiod renders it, serves the round with no failure flag in the log."
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from meshdoctor_lab.state import LabState
 
 from ..waiting import wait_until
 from .test_lab_scenarios import _capture, _frames, _show
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -39,7 +39,7 @@ def fixed_pod(scenario: str, fix: str) -> str:
 
 @pytest.fixture(scope="module")
 def policy_lab(tmp_path_factory) -> LabState:
-    name = f"mdtest-n{secrets.token_hex(2)}"
+    name = lab_name("n")
     pods = [*FAILING, *(f"{fixed_pod(s, f)}={s}" for s, f in CASES)]
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, pods, drivers=False, apiserver=False,
                    fixes={fixed_pod(s, f): lab_fix(s, f) for s, f in CASES})

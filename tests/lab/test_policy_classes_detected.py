@@ -8,7 +8,6 @@ mistakes the round's traffic for another class."""
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from meshdoctor_lab.scenarios.table import OUTLIER_AFTER, OUTLIER_CONSECUTIVE_5X
 from ..waiting import wait_until
 from .test_scenarios_detected import judged
 from .watching import capturing
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -54,7 +54,7 @@ KIND = {"mtls-strict": "plaintext-to-mtls", "tls-to-plaintext": "tls-to-plaintex
 
 @pytest.fixture(scope="module")
 def policy_lab(tmp_path_factory):
-    name = f"mdtest-t{secrets.token_hex(2)}"
+    name = lab_name("t")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, tuple(EXPECTED), drivers=False)
     try:
         yield state

@@ -4,7 +4,6 @@ half-made left behind, and no tcpdump left in the pod even when the plugin is SI
 from __future__ import annotations
 
 import json
-import secrets
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from meshdoctor_lab import lab
 from ..waiting import wait_until
 from .test_watch import stream_tsharks, tcpdumps_in
 from .watching import Faults, capturing
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -34,7 +34,7 @@ REFUSED_PODS = {
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
-    name = f"mdtest-r{secrets.token_hex(2)}"
+    name = lab_name("r")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name,
                    ("healthy", "healthy-http", "refused", "pending=healthy", "windows=healthy", "nosidecar=healthy"),
                    period=2.0, spec_patches=REFUSED_PODS)

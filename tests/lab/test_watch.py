@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -19,13 +18,14 @@ from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .watching import Faults, capturing
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
-    name = f"mdtest-w{secrets.token_hex(2)}"
+    name = lab_name("w")
     state_dir = tmp_path_factory.mktemp("lab") / name
     state = lab.up(name, state_dir, ("collision", "healthy"), period=1.5)
     try:

@@ -3,7 +3,6 @@ container runs the machine's own tshark, as netshoot's would), and only its line
 
 from __future__ import annotations
 
-import secrets
 
 import psutil
 import pytest
@@ -12,13 +11,14 @@ from meshdoctor_lab import lab
 
 from ..waiting import wait_until
 from .test_watch import collisions, meshdoctor, watch_json
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
-    name = f"mdtest-d{secrets.token_hex(2)}"
+    name = lab_name("d")
     state_dir = tmp_path_factory.mktemp("lab") / name
     state = lab.up(name, state_dir, ("collision",), period=1.5)
     try:

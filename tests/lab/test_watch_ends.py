@@ -5,7 +5,6 @@ run removes it; no helper process of ours outlives it by more than 5 s, and tcpd
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from meshdoctor_lab import lab
 from ..waiting import wait_until
 from .terminal import Terminal
 from .test_watch import tcpdumps_in
+from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
 
@@ -27,7 +27,7 @@ POD = "healthy-http"
 
 @pytest.fixture(scope="module")
 def lab_state(tmp_path_factory):
-    name = f"mdtest-e{secrets.token_hex(2)}"
+    name = lab_name("e")
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, (POD,), drivers=False)
     try:
         yield state
