@@ -28,6 +28,11 @@ from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
 FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR", "DC", "RL", "UAEX",
                            "RLSE", "SI", "NC", "OM", "DT", "UMSDR", "IH", "LH", "UDO", "DF", "DR"})
 WINDOW_S = 3.0  # how far a line's request may start before, or end after, the packet that decided
+# The same for a line that names no connection to hold the packets to (a failed connect's UF has no
+# %UPSTREAM_LOCAL_ADDRESS%): the packets of its request lie within the request's own span, which Envoy logs to
+# the millisecond on the clock the pod's capture also reads; wider, a periodic caller's neighbouring requests
+# (every 2 s in a watch of the lab's refused pod) were each attached to every refused connect.
+UNPINNED_WINDOW_S = 0.25
 GRACE_S = 5.0  # how long a failing line waits for a packet finding before it is reported on its own
 MAX_LINES = 10_000
 
@@ -65,16 +70,17 @@ def explains(f: Finding, entry: AccessLogEntry) -> bool:
     if not set(entry.flags) & set(f.envoy_flags) and not (f.response_code_details
                                                            and f.response_code_details == entry.details):
         return False
-    times = [e.ts for e in f.evidence if e.ts] or [f.ts]
-    end = entry.ts + entry.duration_ms / 1000.0
-    if end < min(times) - WINDOW_S or entry.ts > max(times) + WINDOW_S:
-        return False
     # A finding of no connection (NoFlow: counters) has no four-tuple of its own to hold the line to.
     # On eth0 the connection is the line's downstream at the pod it reached, or, in a caller's own log, the
     # caller's upstream leg (its sidecar dialled out of its eth0 from %UPSTREAM_LOCAL_ADDRESS%).
     own = {"lo": (entry.upstream_local,), "eth0": (entry.downstream_remote, entry.upstream_local)}.get(
         f.flow.iface, ()) if isinstance(f.flow, FlowRef) else ()
     if any(own) and f.flow.client not in own:
+        return False
+    times = [e.ts for e in f.evidence if e.ts] or [f.ts]
+    end = entry.ts + entry.duration_ms / 1000.0
+    window = UNPINNED_WINDOW_S if isinstance(f.flow, FlowRef) and not any(own) else WINDOW_S
+    if end < min(times) - window or entry.ts > max(times) + window:
         return False
     return _server_of(entry) in (f.flow.server, None)
 

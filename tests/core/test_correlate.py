@@ -65,6 +65,25 @@ def test_lines_far_in_time_or_for_another_host_are_not_linked():
     assert c.attach(framing_finding(upe.ts, server="10.244.1.23:5999")).access_log == ()
 
 
+def test_a_refused_connect_gets_only_the_request_whose_span_holds_it():
+    """A UF line names no upstream connection (the connect failed), so time alone holds it to a refused connect
+    on lo: a caller asking every 2 s, each refused, must not have its neighbours' lines on each finding."""
+    c = Correlator()
+    base = parse_line(UF)
+    lines = [UF.replace("08:14:07.031Z", f"08:14:{7 + 2 * i:02d}.031Z").replace("0f6d1e52", f"0f6d1e5{i}")
+             for i in range(3)]
+    for line in lines:
+        c.add(parse_line(line))
+
+    def refused(ts: float) -> Finding:
+        return Finding("upstream-refused", Severity.ERROR, "refused", FlowRef("127.0.0.6:40000", "10.244.1.23:5002",
+                                                                              "lo"),
+                       (Evidence("p/lo", "lo", 1, ts, "SYN"), Evidence("p/lo", "lo", 2, ts + 0.0001, "RST")),
+                       ("UF",), ts=ts)
+
+    assert [c.attach(refused(base.ts + 2 * i + 0.001)).access_log for i in range(3)] == [(line,) for line in lines]
+
+
 def test_unexplained_line_waits_for_the_grace_period_then_names_flag_meaning_and_next_capture():
     c = Correlator("orders")
     uf = parse_line(UF)
