@@ -92,3 +92,26 @@ NOT_YET_ALONE = {
     ("envoy-1.40-mesh", "mtls-strict"): "the caller's files alone: its 503 UC is an unexplained access-log finding "
                                         "beside the tls-mismatch its eth0 capture shows",
 }
+
+# The leg of the request's path each finding of both pods read together is on (core/hop_path.py), by case and
+# detector: client -> caller sidecar (the caller pod's lo), caller sidecar -> server sidecar (eth0, mTLS), server
+# sidecar -> app (the server pod's lo).
+CLIENT, BETWEEN, APP = "client -> caller sidecar", "caller sidecar -> server sidecar", "server sidecar -> app"
+HOP_LEGS = {
+    "refused": {"upstream-refused": {APP}},
+    "refused-localhost": {"upstream-refused": {APP}},
+    "framing": {"http-framing": {APP}},
+    "stale-keepalive": {"stale-keepalive": {APP}},
+    "goaway": {"upstream-goaway": {APP}},
+    "port-exhaustion": {"source-port-exhaustion": {APP}},
+    "slow-app": {"upstream-timeout": {BETWEEN}, "downstream-disconnect": {CLIENT}},
+    "downstream-idle": {"stale-keepalive": {BETWEEN}},
+    # a codec's refusal names no cluster: the sidecar's downstream, the pod's place not told by that line
+    "http10": {"downstream-protocol-error": {CLIENT, "client -> sidecar"}},
+    "overflow": {"circuit-breaker-overflow": {BETWEEN}},
+    "outlier": {"no-healthy-upstream": {BETWEEN}},
+    "no-route": {"no-route": {CLIENT}},
+    "mtls-strict": {"tls-mismatch": {BETWEEN}, "access-log": {BETWEEN}},
+    "tls-to-plaintext": {"tls-mismatch": {BETWEEN}},
+    "syn-drop": {"syn-timeout": {BETWEEN}},
+}

@@ -14,6 +14,7 @@ from kubectl_meshdoctor.exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 from .envoy_debug_report import EnvoyDebugReport
 from .findings import Finding, Problem, Severity
 from .groups import FindingGroup, group_findings
+from .hop_path import hop_of
 from .hops import join_hops
 from .pipeline import PipelineStats
 
@@ -307,7 +308,7 @@ class Report:
             "problems": [p.to_dict() for p in self.problems],
             **({"envoy": self.envoy.to_dict()} if self.envoy is not None else {}),
             **({"kernel": self.kernel.to_dict()} if self.kernel is not None else {}),
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [with_hop(f) for f in self.findings],
             "groups": groups_to_dicts(self.findings),
         }
 
@@ -315,6 +316,16 @@ class Report:
 def group_pods(g: FindingGroup) -> list[str]:
     """The pods a group's findings are about, in order, each once (a lint rule fires on many pods)."""
     return list(dict.fromkeys(f.pod for f in g.instances if f.pod))
+
+
+def with_hop(f: Finding) -> dict:
+    """``f.to_dict()`` and, when it is known, its ``hop`` (core/hop_path.py): the leg of the request's path, that
+    pod's place on it, and whether the leg between the pods was seen speaking mTLS."""
+    d = f.to_dict()
+    hop = hop_of(f)
+    if hop is not None:
+        d["hop"] = {"leg": hop.leg, "role": hop.role, "mtls": hop.mtls, "also": list(hop.also)}
+    return d
 
 
 def groups_to_dicts(findings: list[Finding]) -> list[dict]:

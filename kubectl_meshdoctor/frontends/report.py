@@ -11,6 +11,7 @@ import time
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding
 from kubectl_meshdoctor.core.fixes import note_of, render
+from kubectl_meshdoctor.core.hop_path import hop_of
 from kubectl_meshdoctor.core.groups import FindingGroup
 from kubectl_meshdoctor.core.report_model import (
     FilesSide,
@@ -143,6 +144,8 @@ def render_text(report: Report) -> str:
                                                      for kind, n in g.stands_on_counts().items()))
         which = ("newest, " if f is g.newest else "best evidenced, ") if g.count > 1 else ""
         lines.append(f"  {which}{'pod/' + f.pod + ' ' if several_pods else ''}{f.flow.text()}")
+        if (hop := hop_of(f)) is not None:
+            lines.append(f"  hop: {hop.text()}")
         for e in f.evidence:  # a multi-line value (a YAML annotation) stays under its own line
             lines.append(f"      evidence: {e.cited()}".replace("\n", "\n" + " " * 16))
         for line in f.access_log:
@@ -242,6 +245,8 @@ def render_markdown(report: Report) -> str:
         pods = group_pods(g)
         if pods:
             out.append(f"- pod{'s' if len(pods) > 1 else ''}: {_md(', '.join(pods))}")
+        if (hop := hop_of(f)) is not None:
+            out.append(f"- hop: {_md(hop.text())}")
         for name, value in sorted(g.counters.items()):
             out.append(f"- counter (the run's): `{name}` {value:+}")
         out += ["", f"Evidence of the {'newest' if f is g.newest else 'best evidenced'} instance:", "",

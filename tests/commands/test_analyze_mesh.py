@@ -14,7 +14,7 @@ import pytest
 from kubectl_meshdoctor.envoy.access_log import parse_line
 
 from ..helpers import analyze_json
-from ..mesh_expected import EXPECTED, INVENTED, NOT_YET_ALONE, NOT_YET_BOTH
+from ..mesh_expected import EXPECTED, HOP_LEGS, INVENTED, NOT_YET_ALONE, NOT_YET_BOTH
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 CASES = sorted(EXPECTED)
@@ -88,3 +88,19 @@ def test_a_joined_finding_says_what_the_other_sidecar_logged():
     assert (hop["pod"], hop["role"], hop["logged"]) == ("caller", "caller", "503 - via_upstream")
     assert hop["cluster"].startswith("outbound|5000||refused.")
     assert "pod caller's sidecar" in f["explanation"] and len(f["access_log"]) == 2
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[1] in HOP_LEGS], ids="/".join)
+def test_each_finding_names_its_leg_of_the_path(case):
+    """Every error and warning of both pods read together names its hop, as the table says; a joined finding
+    names the other pod too."""
+    root = DATA.joinpath(*case)
+    dirs = [root / side for side in ("caller", "server") if (root / side / "istio-proxy.log").exists()]
+    _, report = analyze_json(*dirs)
+    for f in report["findings"]:
+        if f["severity"] in ("error", "warning") and f["detector"] in HOP_LEGS[case[1]]:
+            assert f["hop"]["leg"] in HOP_LEGS[case[1]][f["detector"]], (f["detector"], f["hop"])
+            # the recordings' pods are named after their place; "" where the finding's evidence does not tell
+            assert f["hop"]["role"] in ("", f["pod"])
+            if f.get("details", {}).get("hops"):
+                assert f["hop"]["also"] == sorted({h["pod"] for h in f["details"]["hops"]} - {f["pod"]})

@@ -4,6 +4,7 @@ the fix. Plain text (PlainStatic shows it, never as markup: titles carry bracket
 from __future__ import annotations
 
 from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.hop_path import hop_of
 from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS, SENSITIVE_QUERY_PARAMS
 from kubectl_meshdoctor.frontends.ladder import render_ladder
 
@@ -17,6 +18,8 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
         lines.append(f"envoy details: {f.response_code_details}")
     if f.pod:
         lines.append(f"pod: {f.pod}")
+    if (hop := hop_of(f)) is not None:
+        lines.append(f"hop: {hop.text()}")
     lines.append("evidence:")
     lines += [f"  {e.cited()}" for e in f.evidence]  # each by its kind: frame, line, counter, spec field
     lines += [f"  access log: {line}" for line in f.access_log]

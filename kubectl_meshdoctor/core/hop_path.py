@@ -1,0 +1,122 @@
+"""Where on a request's path a finding is. In an Istio mesh a request crosses three legs, each between two
+parties, and each sidecar has a downstream side (who calls it) and an upstream side (whom it calls):
+
+    client -> caller sidecar -> (mTLS over eth0) -> server sidecar -> app
+      the caller pod's lo                             the server pod's lo
+
+A finding is on one leg: a capture's interface and the pod's place tell which (lo in the server pod is the
+server sidecar's upstream, 127.0.0.6 to the app; lo in the caller pod is the client's connection REDIRECTed to
+the caller's 15001; eth0 is the leg between the pods). A finding made of Envoy's lines is on the leg its
+response flags name: a server sidecar's UF, UC, UPE, UT are its upstream (the app), its DC, DPE and
+filter_chain_not_found its downstream; a caller's DC, DPE, NR its downstream (the client), its UO, UH, UF, UC,
+UT and a relayed answer (via_upstream) its upstream. Sources: Envoy's access-log response flags
+(docs/root/configuration/observability/access_log/usage.rst), Istio's cluster names (outbound|PORT||HOST,
+inbound|PORT||) and its sidecar's 127.0.0.6 (pilot/pkg/networking/core, InboundPassthroughBindIpv4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
+from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
+
+from .findings import COUNTER, Finding, FlowRef, NoFlow
+
+CLIENT_TO_CALLER = "client -> caller sidecar"
+CALLER_TO_SERVER = "caller sidecar -> server sidecar"
+SERVER_TO_APP = "server sidecar -> app"
+INBOUND_BIND = "127.0.0.6"  # the server sidecar's source address towards the app (Istio >= 1.10)
+OUTBOUND_CAPTURE_PORT = 15001  # where istio-iptables REDIRECTs the caller's app's outbound connections
+SIDECAR_DOWNSTREAM = "client -> sidecar"  # a sidecar's downstream leg, the pod's place on the path unknown
+# Flags and %RESPONSE_CODE_DETAILS% a sidecar sets of its downstream (the party that called it): its own reply to
+# a request it would not route or parse, or a caller that went away. The rest are of its upstream.
+DOWNSTREAM_FLAGS = frozenset({"DC", "DPE", "NR", "DT", "DI", "DO", "RL"})
+DOWNSTREAM_DETAILS = ("downstream_", "upgrade_failed", "route_not_found", "filter_chain_not_found", "low_version",
+                      "codec_error")
+RELAYED = "via_upstream"
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """A finding's leg of the path (CLIENT_TO_CALLER, CALLER_TO_SERVER, SERVER_TO_APP; SIDECAR_DOWNSTREAM when
+    only the side of the pod's sidecar is known), the pod whose
+    files show it, that pod's place on the path (``caller`` or ``server``, "" when not known) and ``mtls``: the
+    leg between the pods was seen speaking Istio mTLS (a TLS record in the evidence)."""
+
+    leg: str
+    pod: str | None
+    role: str = ""
+    mtls: bool = False
+    also: tuple[str, ...] = ()  # the other pods whose sidecars logged the same request (a joined finding)
+
+    def text(self) -> str:
+        """``caller sidecar -> server sidecar (mTLS), seen from pod/caller; also logged by pod/server``; the leg
+        between the pods with no TLS record seen is ``caller -> server sidecar (eth0)``."""
+        leg = self.leg
+        if leg == CALLER_TO_SERVER:  # no TLS record seen: the caller may be a sidecar or a client outside the mesh
+            leg = f"{leg} (mTLS)" if self.mtls else "caller -> server sidecar (eth0)"
+        seen = f"{leg}, seen from pod/{self.pod}" if self.pod else leg
+        return seen + (f"; also logged by {', '.join(f'pod/{p}' for p in self.also)}" if self.also else "")
+
+
+def _own_entries(f: Finding) -> list[AccessLogEntry]:
+    """The finding's access-log lines logged by its own pod: a joined finding quotes the other pod's after its own
+    (core/hops.py), and names them in details["hops"]."""
+    others = len(f.details.get("hops", ())) if isinstance(f.details.get("hops"), list) else 0
+    lines = f.access_log[:len(f.access_log) - others] if others else f.access_log
+    return [e for e in map(parse_line, lines) if e is not None]
+
+
+def _role(f: Finding, entries: list[AccessLogEntry]) -> str:
+    for e in entries:
+        cluster = parse_istio_cluster(e.upstream_cluster)
+        if cluster is not None:
+            return "server" if cluster.direction == "inbound" else "caller"
+    flow = f.flow
+    if isinstance(flow, FlowRef) and flow.iface == "lo":
+        if flow.client.rsplit(":", 1)[0] == INBOUND_BIND:
+            return "server"
+        if flow.server.endswith(f":{OUTBOUND_CAPTURE_PORT}"):
+            return "caller"
+    if isinstance(flow, NoFlow) and flow.kind == COUNTER:
+        cluster = parse_istio_cluster(flow.server)
+        if cluster is not None:
+            return "server" if cluster.direction == "inbound" else "caller"
+    return ""
+
+
+def _leg_of_lines(role: str, entries: list[AccessLogEntry]) -> str | None:
+    if not entries:
+        return None
+    details = {e.details or "" for e in entries}
+    downstream = (bool({flag for e in entries for flag in e.flags} & DOWNSTREAM_FLAGS) and RELAYED not in details
+                  or any(any(mark in d for mark in DOWNSTREAM_DETAILS) for d in details))
+    if role == "server":
+        return CALLER_TO_SERVER if downstream else SERVER_TO_APP
+    if role == "caller":
+        return CLIENT_TO_CALLER if downstream else CALLER_TO_SERVER
+    if any("route_not_found" in d for d in details):
+        return CLIENT_TO_CALLER  # Istio's inbound routes match every host: a missing route is a caller's (or gateway's)
+    return SIDECAR_DOWNSTREAM if downstream else None
+
+
+def hop_of(f: Finding) -> Hop | None:
+    """The leg ``f`` is on, or None when what it rests on does not say (a pod's spec, a plaintext capture with
+    no sidecar address on lo and no Envoy line)."""
+    entries = _own_entries(f)
+    role = _role(f, entries)
+    hops = f.details.get("hops")
+    also = tuple(dict.fromkeys(str(h["pod"]) for h in hops if isinstance(h, dict) and h.get("pod")
+                               and h.get("pod") != f.pod)) if isinstance(hops, list) else ()
+    mtls = any(e.record for e in f.evidence) or bool(f.details.get("tls"))
+    flow = f.flow
+    if isinstance(flow, FlowRef) and flow.iface == "eth0":
+        return Hop(CALLER_TO_SERVER, f.pod, role, mtls, also)
+    if isinstance(flow, FlowRef) and flow.iface == "lo":
+        leg = {"server": SERVER_TO_APP, "caller": CLIENT_TO_CALLER}.get(role)
+        return Hop(leg, f.pod, role, also=also) if leg else None
+    leg = _leg_of_lines(role, entries)
+    if leg is None and isinstance(flow, NoFlow) and flow.kind == COUNTER and role:
+        leg = SERVER_TO_APP if role == "server" else CALLER_TO_SERVER
+    return Hop(leg, f.pod, role, mtls and leg == CALLER_TO_SERVER, also) if leg else None
