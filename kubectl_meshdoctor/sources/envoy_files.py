@@ -296,8 +296,9 @@ def read_counters(stats_paths: list[str], ts: float) -> tuple[EnvoyCountersEvent
     (one line each): between the earliest dump and the latest when there are several, else every counter of
     the one dump, which counts since Envoy started (``uptime_s`` from its ``server.uptime``); ``moved`` keeps,
     per cluster, those that explain failures (envoy.stats.CLUSTER_FAILURE_STATS). Dumps are ordered by their
-    ``server.uptime`` (a shell's glob puts stats-after before stats-before); when a counter went back between
-    them (another Envoy, or this one restarted) only the latest is read, since its start. Raises
+    ``server.uptime``, then by how far their counters went (a shell's glob puts stats-after before stats-before);
+    when a counter went back between them (another Envoy, or this one restarted) only the latest is read, since
+    its start. Raises
     envoy.clusters.FormatError for a body that is not /stats, OSError for an unreadable file."""
     dumps = []
     notes: list[str] = []
@@ -309,7 +310,10 @@ def read_counters(stats_paths: list[str], ts: float) -> tuple[EnvoyCountersEvent
                      "(proxyStatsMatcher inclusionPrefixes: [\"cluster.\"], then restart the pod) or give the "
                      "sidecar's access log")
     if len(dumps) > 1 and all(_uptime(d) is not None for _, d in dumps):
-        dumps = sorted(dumps, key=lambda pd: _uptime(pd[1]) or 0.0)
+        # server.uptime moves only at a stats flush (5 s): two dumps a round apart may share it, and then the
+        # later is the one whose counters have grown, not the one a glob names first
+        dumps = sorted(dumps, key=lambda pd: (_uptime(pd[1]) or 0.0,
+                                              sum(v for v in pd[1].values() if isinstance(v, int))))
     if len(dumps) > 1:
         flat = delta(dumps[0][1], dumps[-1][1])
         went_back = sorted(k for k, v in flat.items() if v < 0 and k.endswith("_total"))

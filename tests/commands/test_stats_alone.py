@@ -92,3 +92,13 @@ def test_dumps_of_two_envoys_are_not_differenced(tmp_path):
     (p,) = report["problems"]
     assert "went back" in p["what"] and "pod-a.txt is read" in p["what"]
     assert all(v >= 0 for c in report["envoy"]["counters_moved"].values() for v in c.values())
+
+
+def test_two_dumps_of_one_uptime_are_read_in_the_order_their_counters_went():
+    """server.uptime moves at a stats flush only: the mesh recording's caller dumps, a round apart, share it.
+    Given after-then-before (a glob's order), they are still read as before-then-after, not as a restart."""
+    root = DATA.parent / "envoy-1.40-mesh" / "framing" / "caller"
+    _, report = analyze_json(root / "stats-after.txt", root / "stats-before.txt")
+    assert not [p for p in report["problems"] if "went back" in p["what"]]
+    moved = report["envoy"]["counters_moved"]["outbound|5000||framing.mesh31ev.svc.cluster.local"]
+    assert moved["external.upstream_rq_502"] == 5
