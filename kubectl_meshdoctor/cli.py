@@ -334,13 +334,29 @@ def _leaving(code: int) -> int:
     return code
 
 
+# A command's positionals that take several words, which may come after flags, as kubectl takes them
+# (`watch pod/a -n shop pod/b`): argparse stops a nargs="*" positional at the first flag.
+_SPREAD_POSITIONALS = {"watch": "target", "analyze": "files"}
+
+
+def _parse(parser: argparse.ArgumentParser, given: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(given)``, but the words left over after flags go to the command's spread
+    positional; anything else left over is the usual usage error (exit 2)."""
+    args, extra = parser.parse_known_args(given)
+    dest = _SPREAD_POSITIONALS.get(args.command or "")
+    if extra and dest and not any(word.startswith("-") for word in extra):
+        setattr(args, dest, [*(getattr(args, dest) or []), *extra])
+        return args
+    return parser.parse_args(given) if extra else args
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in KNOWN_ELSEWHERE and given[0] not in parser.commands:
         return error(f"{given[0]}: {KNOWN_ELSEWHERE[given[0]]}")
-    args = parser.parse_args(argv)
+    args = _parse(parser, given)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -314,3 +314,17 @@ def test_two_fixes_for_one_lab_pod_are_refused_before_anything_is_made(tmp_path)
                       "--fix", "slow-app=caller-no-half-close", "--fix", "slow-app=caller-timeout")
     assert_one_line_error(proc, "pod slow-app is given two fixes (caller-no-half-close, caller-timeout)")
     assert not (tmp_path / "s").exists()
+
+
+def test_several_targets_and_files_may_follow_flags_as_kubectl_takes_them(tmp_path):
+    """`watch pod/a -n shop pod/b`, `analyze a/ -o json b/`: the words after a flag are still the command's."""
+    from kubectl_meshdoctor.cli import _parse, build_parser
+
+    parser = build_parser()
+    args = _parse(parser, ["watch", "pod/a", "-n", "shop", "pod/b", "--no-tui"])
+    assert (args.target, args.namespace, args.no_tui) == (["pod/a", "pod/b"], "shop", True)
+    assert _parse(parser, ["analyze", "a/", "-o", "json", "b/"]).files == ["a/", "b/"]
+    assert_one_line_error(meshdoctor("watch", "pod/a", "--kubeconfig", str(tmp_path / "kc"), "--bogus"),
+                          "unrecognized arguments: --bogus")
+    assert_one_line_error(meshdoctor("lint", "pod/a", "pod/b"), "unrecognized arguments: pod/b")
+    assert_one_line_error(meshdoctor("watch", "pod/a", "-l", "app=a"), "not both")

@@ -119,6 +119,15 @@ def test_dry_run_changes_nothing(lab_state):
     assert ephemeral_names(lab_state, "refused") == before
 
 
+def test_dry_run_of_a_target_the_run_would_refuse_exits_2(lab_state):
+    """A typo among several pods: the plan is shown, and the run's refusal is its one-line error and exit 2."""
+    proc = watch(lab_state, "refused", "pod/refsued", "--dry-run")
+    assert proc.returncode == 2, proc
+    (line,) = proc.stderr.strip().splitlines()
+    assert 'pod "refsued" not found' in line
+    assert "kind: Role" in proc.stdout
+
+
 def test_dry_run_names_the_running_container_it_would_reuse(lab_state):
     """A meshdoctor-* container already runs in the pod: watch would reuse it and add nothing, and --dry-run says
     so, by its name, after a GET of the pod (it said it would add one, issue 16)."""

@@ -46,7 +46,9 @@ def _watch_options(args, kube):
 def run(args) -> int:
     """`kubectl meshdoctor watch`: the TUI on a terminal, else a headless capture and its report."""
 
-    if bool(args.target) == bool(args.selector):
+    if args.target and args.selector:
+        return error("name pods and deployments, or -l SELECTOR, not both")
+    if not args.target and not args.selector:
         return error("name what to capture: pod/NAME, deploy/NAME (one or more), or -l SELECTOR")
     try:
         parse_targets(args.target)
@@ -93,9 +95,10 @@ def _watch_dry_run(kube, opts) -> int:
     what = describe_targets(opts.targets, opts.selector)
     try:
         pods = capturable_pods(kube, opts.targets, opts.selector, opts.namespace, MAX_PODS)
-        unless = ""
+        unless, refused = "", ""
     except KubeError as e:  # watch would stop there too; the container and the RBAC it needs are still worth showing
         pods, unless = [], f", unless a meshdoctor-* container already runs (cannot tell: {str(e).splitlines()[0]})"
+        refused = str(e).splitlines()[0]
     adding = []
     for pod in pods:
         running = running_debug_container(pod)
@@ -116,7 +119,8 @@ def _watch_dry_run(kube, opts) -> int:
               f"levels found and puts them back if watch dies")
     print("# and it needs these permissions (portforward and log are optional: Envoy counters and access log):")
     print(role_yaml(opts.namespace, WATCH_PERMISSIONS))
-    return EXIT_OK
+    # the run itself would stop at the target: a script checking the plan must learn that as well
+    return error(refused) if refused else EXIT_OK
 
 
 def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool = True) -> int:
