@@ -23,6 +23,7 @@ Retries hide the next hop's failures: a request whose first attempt failed and w
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
@@ -109,7 +110,10 @@ class NextHop(Detector):
             severity=Severity.ERROR,
             title=f"{entry.code} from the next hop ({answered}): this sidecar passed on {request}'s answer",
             variant=f"{entry.code} via_upstream",
-            flow=access_log_flow(entry),
+            # the hop it passed the answer on from: this sidecar's upstream connection, the four-tuple the server
+            # pod and both eth0 captures see (not its client's, downstream)
+            flow=replace(access_log_flow(entry), client=entry.upstream_local) if entry.upstream_local
+            else access_log_flow(entry),
             evidence=(evidence,),
             envoy_flags=tuple(entry.flags),
             response_code_details=VIA_UPSTREAM,

@@ -43,6 +43,8 @@ def test_a_relayed_5xx_is_the_next_hops_answer(tmp_path, fmt, code, flags):
     f = found[0]
     assert f["severity"] == "error" and f["response_code_details"] == "via_upstream"
     assert SERVER in f["title"] and str(code) in f["title"]
+    # the hop's own connection: the caller sidecar's upstream four-tuple, as the server pod's eth0 sees it
+    assert (f["flow"]["client"], f["flow"]["server"]) == ("10.244.2.5:51234", SERVER)
     assert "--field-selector status.podIP=10.244.1.17" in f["remediation"]
     assert "kubectl meshdoctor watch -n default pod/" in f["remediation"]
     assert f["details"]["retries_spent"] is ("URX" in flags)
