@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
 from kubectl_meshdoctor.envoy.flags import flag
+from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
@@ -56,27 +57,55 @@ def access_log_flow(entry: AccessLogEntry) -> FlowRef:
 
 
 def explains(f: Finding, entry: AccessLogEntry) -> bool:
-    """Whether finding ``f`` explains access-log line ``entry``: a shared response flag, the same server, and
-    the request running within WINDOW_S of the finding's evidence. When the line names the finding's connection,
-    it must be the finding's own, so Envoy's line and the packets speak of the same four-tuple: on ``lo`` (the
-    sidecar's upstream leg) the flow's client is the line's %UPSTREAM_LOCAL_ADDRESS%, on ``eth0`` the caller's
-    %DOWNSTREAM_REMOTE_ADDRESS% or, for the caller's own line, its %UPSTREAM_LOCAL_ADDRESS%."""
-    # The same response flag, or, where Envoy sets none (403 upgrade_failed), the same details.
-    if not set(entry.flags) & set(f.envoy_flags) and not (f.response_code_details
-                                                           and f.response_code_details == entry.details):
-        return False
+    """Whether finding ``f`` explains access-log line ``entry``: the request running within WINDOW_S of the
+    finding's evidence, and either on the finding's own connection (the line's upstream leg, its
+    %UPSTREAM_LOCAL_ADDRESS% to %UPSTREAM_HOST%, is the finding's four-tuple) with a failure flag of any kind, or
+    with a shared response flag and the same server. When the line names the finding's connection, it must be the
+    finding's own, so Envoy's line and the packets speak of the same four-tuple: on ``lo`` (the sidecar's upstream
+    leg) the flow's client is the line's %UPSTREAM_LOCAL_ADDRESS%, on ``eth0`` the caller's
+    %DOWNSTREAM_REMOTE_ADDRESS% at the pod it reached or, for the caller's own line (its upstream another pod's),
+    its %UPSTREAM_LOCAL_ADDRESS%: the caller's %DOWNSTREAM_REMOTE_ADDRESS% is its own client's, on its lo."""
     times = [e.ts for e in f.evidence if e.ts] or [f.ts]
     end = entry.ts + entry.duration_ms / 1000.0
     if end < min(times) - WINDOW_S or entry.ts > max(times) + WINDOW_S:
         return False
+    if upstream_leg_of(f, entry):
+        # The packets show what became of the very connection the request was on: whatever flag Envoy gave it
+        # (a caller's 503 UC for the connection the pod reset unread) is this finding's effect.
+        return bool(set(entry.flags) & FAILURE_FLAGS)
+    # The same response flag, or, where Envoy sets none (403 upgrade_failed), the same details.
+    if not set(entry.flags) & set(f.envoy_flags) and not (f.response_code_details
+                                                           and f.response_code_details == entry.details):
+        return False
     # A finding of no connection (NoFlow: counters) has no four-tuple of its own to hold the line to.
-    # On eth0 the connection is the line's downstream at the pod it reached, or, in a caller's own log, the
-    # caller's upstream leg (its sidecar dialled out of its eth0 from %UPSTREAM_LOCAL_ADDRESS%).
-    own = {"lo": (entry.upstream_local,), "eth0": (entry.downstream_remote, entry.upstream_local)}.get(
-        f.flow.iface, ()) if isinstance(f.flow, FlowRef) else ()
+    own = _own_addresses(f, entry)
     if any(own) and f.flow.client not in own:
         return False
     return _server_of(entry) in (f.flow.server, None)
+
+
+def upstream_leg_of(f: Finding, entry: AccessLogEntry) -> bool:
+    """Whether the line's upstream connection (%UPSTREAM_LOCAL_ADDRESS% to %UPSTREAM_HOST%) is ``f``'s
+    connection, on the interface it left by (lo for an inbound cluster's app, eth0 for another pod)."""
+    flow = f.flow
+    return (isinstance(flow, FlowRef) and flow.iface in ("lo", "eth0") and entry.upstream_local is not None
+            and entry.upstream_local == flow.client and entry.upstream_host == flow.server)
+
+
+def _own_addresses(f: Finding, entry: AccessLogEntry) -> tuple[str | None, ...]:
+    iface = f.flow.iface if isinstance(f.flow, FlowRef) else ""
+    if iface == "lo":
+        return (entry.upstream_local,)
+    if iface != "eth0":
+        return ()
+    direction = parse_istio_cluster(entry.upstream_cluster)
+    if direction is not None and direction.direction == "inbound":
+        return (entry.downstream_remote,)  # the server pod's line: its downstream came in on eth0
+    if entry.upstream_cluster is not None:
+        # The caller's own line (an outbound or passthrough cluster): its upstream leg left by eth0; "-" for a
+        # request that got no connection (a connect failure) names none of its own.
+        return (entry.upstream_local,)
+    return (entry.downstream_remote, entry.upstream_local)
 
 
 # A detector's reading of a request Envoy logged that no packet finding explains: the access-log line (or, for a
