@@ -61,17 +61,4 @@ NOT_YET_BOTH = {
     ("envoy-1.40-mesh", "outlier"): "no finding quotes the app's five 500s (logged at both hops) that made the "
                                     "caller eject its only endpoint: no-healthy-upstream quotes only its 503 UH lines",
 }
-NOT_YET_BOTH.update({
-    ("envoy-1.40-mesh", "mtls-strict"): "the caller's 503 UC is left as an unexplained access-log finding, not folded "
-                                        "into the tls-mismatch of the connection the pod reset, and read together that "
-                                        "connection is two tls-mismatch findings (one per end of the veth)",
-})
-NOT_YET_BOTH.update({
-    ("envoy-1.40-mesh", "tls-to-plaintext"): "read together, each of the three attempts' connections is a "
-                                             "tls-mismatch in both pods' eth0 (neither quotes the caller's "
-                                             "URX,UF line, which stays a finding of its own), not one finding",
-})
-NOT_YET_ALONE = {
-    ("envoy-1.40-mesh", "mtls-strict"): "the caller's files alone: its 503 UC is an unexplained access-log finding "
-                                        "beside the tls-mismatch its eth0 capture shows",
-}
+NOT_YET_ALONE: dict = {}
