@@ -57,8 +57,5 @@ EXPECTED = {
                                                        ("next-hop", "warning", "caller")}),
 }
 # What the product does not yet do with a recording, read together (each a strict xfail: it fails today)
-NOT_YET_BOTH = {
-    ("envoy-1.40-mesh", "outlier"): "no finding quotes the app's five 500s (logged at both hops) that made the "
-                                    "caller eject its only endpoint: no-healthy-upstream quotes only its 503 UH lines",
-}
+NOT_YET_BOTH: dict = {}
 NOT_YET_ALONE: dict = {}

@@ -221,6 +221,13 @@ class Correlator:
         """The access-log lines kept (the newest MAX_LINES), in log order."""
         return [r.entry for r in self._lines if r.story is None]
 
+    def answers(self, min_code: int = 500) -> list[tuple[AccessLogEntry, str, Evidence]]:
+        """The access-log lines kept whose response code is ``min_code`` or more: each parsed, as quoted, and
+        the evidence naming it."""
+        return [(r.entry, r.entry.quoted(self.redact),
+                 Evidence.log_line(r.source, r.n, r.entry.ts, log_line_summary(r.entry)))
+                for r in self._lines if r.story is None and r.entry.code >= min_code]
+
     def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
         """The access-log lines ``f`` explains, in log order."""
         if not f.envoy_flags and not f.response_code_details:

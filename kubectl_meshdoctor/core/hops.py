@@ -14,15 +14,28 @@ and their times lie within JOIN_WINDOW_S.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
 from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 
-from .findings import PACKET, Finding, FlowRef
+from .findings import PACKET, Evidence, Finding, FlowRef
 
 JOIN_WINDOW_S = 5.0  # a caller's line and the server's of one connection: the request's start, both clocks
 RELAYED = "via_upstream"
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedLine:
+    """A 5xx answer a pod's sidecar logged that none of its findings quotes (the app's own 500, passed on): the
+    pod, the line as quoted, parsed, and where it was read. join_hops gives it to the other hop's finding of the
+    same request."""
+
+    pod: str | None
+    text: str
+    entry: AccessLogEntry
+    evidence: Evidence
 
 
 def _entries(f: Finding) -> list[AccessLogEntry]:
@@ -68,7 +81,7 @@ def _caller_side(entry: AccessLogEntry) -> bool:
     return _direction(entry) != "inbound" and entry.upstream_cluster is not None
 
 
-def join_hops(findings: list[Finding]) -> list[Finding]:
+def join_hops(findings: list[Finding], logged: Sequence[LoggedLine] = ()) -> list[Finding]:
     """``findings`` with each request's two hops made one finding:
     - a caller's finding of a relayed answer (via_upstream) is folded into the server-side finding of the same
       request: the server pod's sidecar failed, the caller passed its answer on;
@@ -76,9 +89,37 @@ def join_hops(findings: list[Finding]) -> list[Finding]:
       request: the caller's sidecar gave up (its route timeout: 504 UT) or its client did (DC there too).
     The finding kept gains the other's access-log lines and evidence and, in ``details["hops"]``, the other
     pod and what it logged; the other is dropped. Findings of no such pair are kept as they are, in order.
+    A finding quoting a caller's relayed 5xx gains the server pod's line of the same request from ``logged`` (the
+    app's answer, logged at both hops: with_next_hop_lines).
     Then one connection's eth0 seen from both its pods is one finding (same_connection), and so are the
     attempts of one retried request (one_request)."""
-    return one_request(same_connection(_join_requests(findings)))
+    return one_request(same_connection(with_next_hop_lines(_join_requests(findings), logged)))
+
+
+def with_next_hop_lines(findings: list[Finding], logged: Sequence[LoggedLine]) -> list[Finding]:
+    """Each finding that quotes a caller's relayed 5xx (via_upstream on an outbound cluster) with the line another
+    pod's sidecar logged for the same request on its inbound cluster (x-request-id, else the hop's four-tuple),
+    each such line given once: the request's two hops quoted together."""
+    pool = [x for x in logged if _direction(x.entry) == "inbound"]
+    if not pool:
+        return findings
+    used: set[int] = set()
+    out = []
+    for f in findings:
+        relayed = [e for e in _entries(f) if e.details == RELAYED and e.code >= 500 and _direction(e) == "outbound"]
+        found = [(k, x) for k, x in enumerate(pool) if k not in used and x.pod != f.pod
+                 and any(_same_request(e, x.entry) for e in relayed)]
+        if found:
+            used.update(k for k, _ in found)
+            f = replace(f, access_log=f.access_log + tuple(x.text for _, x in found if x.text not in f.access_log),
+                        evidence=f.evidence + tuple(x.evidence for _, x in found),
+                        details={**f.details, "hops": list(f.details.get("hops", ())) + [
+                            {"pod": x.pod, "role": "server", "logged": f"{x.entry.code} "
+                             f"{','.join(x.entry.flags) or '-'} {x.entry.details}",
+                             "cluster": x.entry.upstream_cluster, "request_id": x.entry.request_id}
+                            for _, x in found]})
+        out.append(f)
+    return out
 
 
 def _wire_keys(f: Finding) -> list[tuple]:

@@ -23,7 +23,7 @@ from .events import (
 )
 from .findings import Evidence, Finding
 from .flows import FlowTable
-from .hops import join_hops
+from .hops import LoggedLine, join_hops
 from .redact import redact_finding
 from .registry import load_detectors
 
@@ -86,6 +86,8 @@ class Pipeline:
         self._kernel_moved: dict[str, int] = {}
         self._stories: dict[tuple[str, str | None], StoryBuilder] = {}  # per Envoy: its log's source, its pod
         self._counters: EnvoyCountersEvent | None = None
+        # After finish: the 5xx answers the sidecar logged that no finding quotes, for the other hop's finding
+        self.logged: tuple[LoggedLine, ...] = ()
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -189,6 +191,9 @@ class Pipeline:
         self._emit(self.correlator.unexplained(None, self._wire, self._claims))
         # Both hops' logs read together (a caller's and a server's sidecar): one finding per failing request.
         self.findings = join_hops(self.findings)
+        quoted = {line for f in self.findings for line in f.access_log}
+        self.logged = tuple(LoggedLine(self.ctx.pod, text, entry, ev) for entry, text, ev in self.correlator.answers()
+                            if text not in quoted)
         if self._counters is not None:
             # The admin dumps (/stats, /clusters) name a class on their own only where nothing else of the run
             # did; elsewhere they back the findings that did (attach_counters below).
