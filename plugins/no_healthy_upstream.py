@@ -205,6 +205,7 @@ class NoHealthyUpstream(Detector):
             access_log=(tuple(e.quoted(self.ctx.redact) for e, _ in burst) + ((entry.quoted(self.ctx.redact),)
                                                                                if entry.raw else ())
                         if burst else ()),
+            entries=tuple(e for e, _ in burst) + ((entry,) if entry.raw else ()) if burst else (),
             details={"from": "envoy-log" if story is not None else "access-log",
                      **({"cluster": cluster} if cluster else {}),
                      **({"ejected": {h: list(f) for h, f in ejected.items()}} if ejected else {})},

@@ -16,13 +16,14 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import flag
 from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
+from .hops import logged_entries
 
 # The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
@@ -248,9 +249,8 @@ class Correlator:
         pairs = list(dict.fromkeys(x for r in matched for x in (r, r.partner) if x is not None))
         for r in pairs:
             r.decided = True
-        lines = tuple(r.entry.quoted(self.redact) for r in pairs if r.story is None)
         debug = tuple(ref.raw or ref.text for r in pairs if r.story is not None for ref in r.story.refs)
-        return replace(f, access_log=f.access_log + tuple(x for x in lines if x not in f.access_log),
+        return replace(f.with_lines((r.entry.quoted(self.redact), r.entry) for r in pairs if r.story is None),
                        envoy_log=f.envoy_log + tuple(x for x in debug if x not in f.envoy_log))
 
     def unexplained(self, now: float | None, findings: list[Finding], claims: Sequence[Claim] = ()) -> list[Finding]:
@@ -309,8 +309,9 @@ class Correlator:
         if found is None:
             return None
         more = tuple(e for e in evidence if e not in found.evidence)
+        if not found.access_log and line is not None:
+            found = found.with_lines([(entry.quoted(self.redact), entry)])
         return replace(found, evidence=found.evidence + more, pod=found.pod or entry.pod,
-                       access_log=found.access_log or ((entry.quoted(self.redact),) if line is not None else ()),
                        envoy_log=found.envoy_log or tuple(r.raw or r.text for r in (story.refs if story else ())))
 
     def _finding(self, evidence: Evidence, entry: AccessLogEntry) -> Finding:
@@ -342,6 +343,7 @@ class Correlator:
             pod=self.pod,
             ts=entry.ts,
             access_log=(entry.quoted(self.redact),) if entry.raw else (),
+            entries=(entry,) if entry.raw else (),
         )
 
 
@@ -390,8 +392,7 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
 def clusters_of(f: Finding) -> list[str]:
     """The clusters finding ``f`` speaks of: its server port's inbound cluster, then those its lines name."""
     port = f.flow.server.rsplit(":", 1)[-1]
-    named = [entry.upstream_cluster for entry in map(parse_line, f.access_log)
-             if entry is not None and entry.upstream_cluster]
+    named = [entry.upstream_cluster for entry in logged_entries(f) if entry.upstream_cluster]
     inbound = [f"inbound|{port}||"] if port.isdigit() else []
     return list(dict.fromkeys(inbound + named))
 

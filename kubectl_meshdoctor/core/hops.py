@@ -38,8 +38,19 @@ class LoggedLine:
     evidence: Evidence
 
 
-def _entries(f: Finding) -> list[AccessLogEntry]:
-    return [e for e in map(parse_line, f.access_log) if e is not None]
+def logged_entries(f: Finding) -> list[AccessLogEntry]:
+    """``f``'s access-log lines as the pipeline parsed them (any format it read, --log-format's too); a line that
+    came without its parse (a detector's own quote) read in the known formats, and left out when none fits."""
+    out = []
+    for text, entry in f.quoted_lines():
+        if entry is None:
+            entry = parse_line(text)
+        if entry is not None:
+            out.append(entry)
+    return out
+
+
+_entries = logged_entries
 
 
 def _direction(entry: AccessLogEntry) -> str | None:
@@ -111,7 +122,7 @@ def with_next_hop_lines(findings: list[Finding], logged: Sequence[LoggedLine]) -
                  and any(_same_request(e, x.entry) for e in relayed)]
         if found:
             used.update(k for k, _ in found)
-            f = replace(f, access_log=f.access_log + tuple(x.text for _, x in found if x.text not in f.access_log),
+            f = replace(f.with_lines((x.text, x.entry) for _, x in found),
                         evidence=f.evidence + tuple(x.evidence for _, x in found),
                         details={**f.details, "hops": list(f.details.get("hops", ())) + [
                             {"pod": x.pod, "role": "server", "logged": f"{x.entry.code} "
@@ -176,7 +187,7 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
         for other in keep.get(i, ()):
             frames = ", ".join(str(e.frame) for e in other.evidence if e.kind == PACKET)
             source = next((e.source for e in other.evidence if e.kind == PACKET), "")
-            f = replace(f, access_log=f.access_log + tuple(x for x in other.access_log if x not in f.access_log),
+            f = replace(f.with_lines(other.quoted_lines()),
                         envoy_log=f.envoy_log + tuple(x for x in other.envoy_log if x not in f.envoy_log),
                         explanation=f"{f.explanation} Pod {other.pod or '?'}'s capture of the same connection "
                                     f"({source}, frames {frames}) holds the same packets: the two ends of one "
@@ -213,9 +224,8 @@ def one_request(findings: list[Finding]) -> list[Finding]:
         others = keep.get(i, ())
         if others:
             attempts = [{"client": o.flow.client, "iface": o.flow.iface} for o in others]
-            f = replace(f, evidence=f.evidence + tuple(e for o in others for e in o.evidence if e not in f.evidence),
-                        access_log=f.access_log + tuple(x for o in others for x in o.access_log
-                                                        if x not in f.access_log),
+            f = replace(f.with_lines(x for o in others for x in o.quoted_lines()),
+                        evidence=f.evidence + tuple(e for o in others for e in o.evidence if e not in f.evidence),
                         explanation=f"{f.explanation} The request was tried {len(others) + 1} times, each on a "
                                     f"connection of its own (from "
                                     f"{', '.join([f.flow.client, *(a['client'] for a in attempts)])}), each "
@@ -266,7 +276,7 @@ def _fold(f: Finding, other: Finding, entries: list[AccessLogEntry], role: str) 
         who = f"pod {other.pod}'s sidecar" if other.pod else "the server pod's sidecar"
         told = (f" The next hop, {who}, logged the same request as {said}: it saw this side go away, "
                 f"the effect of this finding, not a failure of its own.")
-    return replace(f, access_log=f.access_log + tuple(x for x in other.access_log if x not in f.access_log),
+    return replace(f.with_lines(other.quoted_lines()),
                    evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
                    # several requests of one finding, each relayed alike: the sentence once
                    explanation=f.explanation if told in f.explanation else f.explanation + told,
