@@ -13,12 +13,13 @@ One app that answers a burst of 500s can so turn every later request into a 503 
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 
-from kubectl_meshdoctor.core.correlate import access_log_flow
+from kubectl_meshdoctor.core.correlate import access_log_flow, log_line_summary
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import ClustersEvent, ContextEvent, EnvoyCountersEvent
+from kubectl_meshdoctor.core.events import AccessLogEvent, ClustersEvent, ContextEvent, EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import COUNTER, Evidence, Finding, NoFlow, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.remedies import destination_rule
@@ -28,6 +29,10 @@ from kubectl_meshdoctor.envoy.story import StreamStory
 DETAILS = "no_healthy_upstream"
 MIN_HEALTH_FIELD = "DestinationRule.trafficPolicy.outlierDetection.minHealthPercent"
 MAX_EJECTION_FIELD = "DestinationRule.trafficPolicy.outlierDetection.maxEjectionPercent"
+# Outlier detection ejects a host after consecutive 5xx (consecutive5xxErrors, Istio's default 5; Envoy's
+# outlier_detection.consecutive_5xx): the run of them kept per cluster, bounded, to quote what made it eject.
+MAX_RUN = 64
+MAX_CLUSTERS = 256
 
 
 def _outlier_rule(field: str, value: str, comment: str) -> str:
@@ -65,11 +70,44 @@ class NoHealthyUpstream(Detector):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._clusters: ClustersEvent | None = None
+        # cluster -> the 5xx answers of its hosts since the last answer that was not one, as (line, evidence)
+        self._runs: OrderedDict[str, deque[tuple[AccessLogEntry, Evidence]]] = OrderedDict()
 
     def on_context(self, ev: ContextEvent) -> Iterable[Finding]:
         if isinstance(ev, ClustersEvent):
             self._clusters = ev
+        elif isinstance(ev, AccessLogEvent):
+            self._answered(ev)
         return ()
+
+    def _answered(self, ev: AccessLogEvent) -> None:
+        """Keep a cluster's run of 5xx answers from its hosts (an answer that came back from an upstream host:
+        %UPSTREAM_HOST% set); any other answer from one ends the run, as it resets Envoy's consecutive-5xx count."""
+        entry = ev.entry
+        if not entry.upstream_cluster or not entry.upstream_host or self._uh(entry):
+            return
+        run = self._runs.get(entry.upstream_cluster)
+        if entry.code < 500:
+            if run:
+                run.clear()
+            return
+        if run is None:
+            run = self._runs[entry.upstream_cluster] = deque(maxlen=MAX_RUN)
+            if len(self._runs) > MAX_CLUSTERS:
+                self._runs.popitem(last=False)
+        run.append((entry, Evidence.log_line(ev.source or "istio-proxy log", ev.line, entry.ts,
+                                             log_line_summary(entry))))
+
+    def _burst(self, cluster: str | None, before: float) -> list[tuple[AccessLogEntry, Evidence]]:
+        """The 5xx answers of ``cluster`` that came before ``before`` and no finding quoted yet: what outlier
+        detection counted when it ejected. Taken: a later 503 UH of the same ejection quotes only itself."""
+        run = self._runs.get(cluster or "")
+        if not run:
+            return []
+        taken = [x for x in run if x[0].ts <= before]
+        for x in taken:
+            run.remove(x)
+        return taken
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         return self._finding(entry, None, evidence) if self._uh(entry) else None
@@ -133,6 +171,10 @@ class NoHealthyUpstream(Detector):
         ejected = self._ejected(cluster)
         hosts = self._clusters.hosts.get(cluster or "", 0) if self._clusters else 0
         seen = [r.text for r in (story.refs if story else ()) if r.kind == "outlier-ejected"]
+        burst = self._burst(cluster, entry.ts)
+        codes = ", ".join(dict.fromkeys(str(e.code) for e, _ in burst))
+        before = (f" Before it, {len(burst)} answer(s) {codes} came back from the cluster's endpoints in a row"
+                  f" (quoted): what outlier detection counts towards consecutive5xxErrors." if burst else "")
         shown = (f" /clusters shows {len(ejected)} of {hosts} endpoint(s) out of rotation: "
                  + ", ".join(f"{h} ({'/'.join(flags)})" for h, flags in ejected.items()) + "." if ejected else "")
         more = tuple(Evidence.counter(self._clusters.source, self._clusters.ts, "/clusters",
@@ -144,13 +186,13 @@ class NoHealthyUpstream(Detector):
             title=f"No healthy endpoint in {cluster or 'the cluster'} for {request}: Envoy answered 503 UH itself",
             variant="every endpoint out of rotation",
             flow=flow,
-            evidence=(evidence, *more),
+            evidence=(evidence, *(ev for _, ev in burst), *more),
             envoy_flags=("UH",),
             response_code_details=entry.details or "",
             explanation=(
                 f"Envoy found no endpoint of {cluster or 'the cluster'} it would route {request} to and answered "
                 f"{entry.code or 503} with response flag UH ({DETAILS}) without dialling anything."
-                + (f" Its debug log shows why: {'; '.join(seen)}." if seen else "") + shown
+                + (f" Its debug log shows why: {'; '.join(seen)}." if seen else "") + before + shown
                 + " Outlier detection (a DestinationRule's outlierDetection) ejects an endpoint after consecutive "
                   "5xx; with maxEjectionPercent 100 it may eject every one, and with panic routing off (no "
                   "minHealthPercent, Istio's default) every request then meets this 503 until the ejection ends, "
@@ -159,6 +201,11 @@ class NoHealthyUpstream(Detector):
             fixes=FIXES,
             pod=self.ctx.pod,
             ts=entry.ts,
+            # The burst before the line itself, when there was one; else the correlator quotes the line alone.
+            access_log=(tuple(e.quoted(self.ctx.redact) for e, _ in burst) + ((entry.quoted(self.ctx.redact),)
+                                                                               if entry.raw else ())
+                        if burst else ()),
+            entries=tuple(e for e, _ in burst) + ((entry,) if entry.raw else ()) if burst else (),
             details={"from": "envoy-log" if story is not None else "access-log",
                      **({"cluster": cluster} if cluster else {}),
                      **({"ejected": {h: list(f) for h, f in ejected.items()}} if ejected else {})},

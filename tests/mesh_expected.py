@@ -70,28 +70,12 @@ EXPECTED = {
                                                        ("next-hop", "warning", "caller")}),
 }
 # What the product does not yet do with a recording, read together (each a strict xfail: it fails today)
-NOT_YET_BOTH = {
-    ("envoy-1.40-mesh", "outlier"): "no finding quotes the app's five 500s (logged at both hops) that made the "
-                                    "caller eject its only endpoint: no-healthy-upstream quotes only its 503 UH lines",
-}
-NOT_YET_BOTH.update({
-    ("envoy-1.40-mesh", "mtls-strict"): "the caller's 503 UC is left as an unexplained access-log finding, not folded "
-                                        "into the tls-mismatch of the connection the pod reset, and read together that "
-                                        "connection is two tls-mismatch findings (one per end of the veth)",
-})
-NOT_YET_BOTH.update({
-    ("envoy-1.40-mesh", "tls-to-plaintext"): "read together, each of the three attempts' connections is a "
-                                             "tls-mismatch in both pods' eth0 (neither quotes the caller's "
-                                             "URX,UF line, which stays a finding of its own), not one finding",
-})
-NOT_YET_BOTH.update({
+NOT_YET_BOTH: dict = {
     ("envoy-1.40-mesh", "syn-drop"): "read together, the caller's retransmitted SYNs are a syn-timeout in both pods' "
-                                     "eth0 (the same frames), not one finding at the caller that sent them",
-})
-NOT_YET_ALONE = {
-    ("envoy-1.40-mesh", "mtls-strict"): "the caller's files alone: its 503 UC is an unexplained access-log finding "
-                                        "beside the tls-mismatch its eth0 capture shows",
+                                     "eth0 (the same frames, no line quoted), not one finding at the caller that "
+                                     "sent them",
 }
+NOT_YET_ALONE: dict = {}
 
 # The leg of the request's path each finding of both pods read together is on (core/hop_path.py), by case and
 # detector: client -> caller sidecar (the caller pod's lo), caller sidecar -> server sidecar (eth0, mTLS), server

@@ -16,12 +16,14 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import flag
+from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
+from .hops import logged_entries
 
 # The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
@@ -61,28 +63,58 @@ def access_log_flow(entry: AccessLogEntry) -> FlowRef:
 
 
 def explains(f: Finding, entry: AccessLogEntry) -> bool:
-    """Whether finding ``f`` explains access-log line ``entry``: a shared response flag, the same server, and
-    the request running within WINDOW_S of the finding's evidence. When the line names the finding's connection,
-    it must be the finding's own, so Envoy's line and the packets speak of the same four-tuple: on ``lo`` (the
-    sidecar's upstream leg) the flow's client is the line's %UPSTREAM_LOCAL_ADDRESS%, on ``eth0`` the caller's
-    %DOWNSTREAM_REMOTE_ADDRESS% or, for the caller's own line, its %UPSTREAM_LOCAL_ADDRESS%."""
+    """Whether finding ``f`` explains access-log line ``entry``: the request running within WINDOW_S of the
+    finding's evidence, and either on the finding's own connection (the line's upstream leg, its
+    %UPSTREAM_LOCAL_ADDRESS% to %UPSTREAM_HOST%, is the finding's four-tuple) with a failure flag of any kind, or
+    with a shared response flag and the same server. When the line names the finding's connection, it must be the
+    finding's own, so Envoy's line and the packets speak of the same four-tuple: on ``lo`` (the sidecar's upstream
+    leg) the flow's client is the line's %UPSTREAM_LOCAL_ADDRESS%, on ``eth0`` the caller's
+    %DOWNSTREAM_REMOTE_ADDRESS% at the pod it reached or, for the caller's own line (its upstream another pod's),
+    its %UPSTREAM_LOCAL_ADDRESS%: the caller's %DOWNSTREAM_REMOTE_ADDRESS% is its own client's, on its lo."""
+    times = [e.ts for e in f.evidence if e.ts] or [f.ts]
+    end = entry.ts + entry.duration_ms / 1000.0
+    if end < min(times) - WINDOW_S or entry.ts > max(times) + WINDOW_S:
+        return False
+    if upstream_leg_of(f, entry):
+        # The packets show what became of the very connection the request was on: whatever flag Envoy gave it
+        # (a caller's 503 UC for the connection the pod reset unread) is this finding's effect.
+        return bool(set(entry.flags) & FAILURE_FLAGS)
     # The same response flag, or, where Envoy sets none (403 upgrade_failed), the same details.
     if not set(entry.flags) & set(f.envoy_flags) and not (f.response_code_details
                                                            and f.response_code_details == entry.details):
         return False
     # A finding of no connection (NoFlow: counters) has no four-tuple of its own to hold the line to.
-    # On eth0 the connection is the line's downstream at the pod it reached, or, in a caller's own log, the
-    # caller's upstream leg (its sidecar dialled out of its eth0 from %UPSTREAM_LOCAL_ADDRESS%).
-    own = {"lo": (entry.upstream_local,), "eth0": (entry.downstream_remote, entry.upstream_local)}.get(
-        f.flow.iface, ()) if isinstance(f.flow, FlowRef) else ()
+    own = _own_addresses(f, entry)
     if any(own) and f.flow.client not in own:
         return False
-    times = [e.ts for e in f.evidence if e.ts] or [f.ts]
-    end = entry.ts + entry.duration_ms / 1000.0
     window = UNPINNED_WINDOW_S if isinstance(f.flow, FlowRef) and not any(own) else WINDOW_S
     if end < min(times) - window or entry.ts > max(times) + window:
         return False
     return _server_of(entry) in (f.flow.server, None)
+
+
+def upstream_leg_of(f: Finding, entry: AccessLogEntry) -> bool:
+    """Whether the line's upstream connection (%UPSTREAM_LOCAL_ADDRESS% to %UPSTREAM_HOST%) is ``f``'s
+    connection, on the interface it left by (lo for an inbound cluster's app, eth0 for another pod)."""
+    flow = f.flow
+    return (isinstance(flow, FlowRef) and flow.iface in ("lo", "eth0") and entry.upstream_local is not None
+            and entry.upstream_local == flow.client and entry.upstream_host == flow.server)
+
+
+def _own_addresses(f: Finding, entry: AccessLogEntry) -> tuple[str | None, ...]:
+    iface = f.flow.iface if isinstance(f.flow, FlowRef) else ""
+    if iface == "lo":
+        return (entry.upstream_local,)
+    if iface != "eth0":
+        return ()
+    direction = parse_istio_cluster(entry.upstream_cluster)
+    if direction is not None and direction.direction == "inbound":
+        return (entry.downstream_remote,)  # the server pod's line: its downstream came in on eth0
+    if entry.upstream_cluster is not None:
+        # The caller's own line (an outbound or passthrough cluster): its upstream leg left by eth0; "-" for a
+        # request that got no connection (a connect failure) names none of its own.
+        return (entry.upstream_local,)
+    return (entry.downstream_remote, entry.upstream_local)
 
 
 # A detector's reading of a request Envoy logged that no packet finding explains: the access-log line (or, for a
@@ -198,6 +230,13 @@ class Correlator:
         """The access-log lines kept (the newest MAX_LINES), in log order."""
         return [r.entry for r in self._lines if r.story is None]
 
+    def answers(self, min_code: int = 500) -> list[tuple[AccessLogEntry, str, Evidence]]:
+        """The access-log lines kept whose response code is ``min_code`` or more: each parsed, as quoted, and
+        the evidence naming it."""
+        return [(r.entry, r.entry.quoted(self.redact),
+                 Evidence.log_line(r.source, r.n, r.entry.ts, log_line_summary(r.entry)))
+                for r in self._lines if r.story is None and r.entry.code >= min_code]
+
     def lines_for(self, f: Finding) -> list[tuple[int, AccessLogEntry]]:
         """The access-log lines ``f`` explains, in log order."""
         if not f.envoy_flags and not f.response_code_details:
@@ -218,9 +257,8 @@ class Correlator:
         pairs = list(dict.fromkeys(x for r in matched for x in (r, r.partner) if x is not None))
         for r in pairs:
             r.decided = True
-        lines = tuple(r.entry.quoted(self.redact) for r in pairs if r.story is None)
         debug = tuple(ref.raw or ref.text for r in pairs if r.story is not None for ref in r.story.refs)
-        return replace(f, access_log=f.access_log + tuple(x for x in lines if x not in f.access_log),
+        return replace(f.with_lines((r.entry.quoted(self.redact), r.entry) for r in pairs if r.story is None),
                        envoy_log=f.envoy_log + tuple(x for x in debug if x not in f.envoy_log))
 
     def unexplained(self, now: float | None, findings: list[Finding], claims: Sequence[Claim] = ()) -> list[Finding]:
@@ -279,8 +317,9 @@ class Correlator:
         if found is None:
             return None
         more = tuple(e for e in evidence if e not in found.evidence)
+        if not found.access_log and line is not None:
+            found = found.with_lines([(entry.quoted(self.redact), entry)])
         return replace(found, evidence=found.evidence + more, pod=found.pod or entry.pod,
-                       access_log=found.access_log or ((entry.quoted(self.redact),) if line is not None else ()),
                        envoy_log=found.envoy_log or tuple(r.raw or r.text for r in (story.refs if story else ())))
 
     def _finding(self, evidence: Evidence, entry: AccessLogEntry) -> Finding:
@@ -312,6 +351,7 @@ class Correlator:
             pod=self.pod,
             ts=entry.ts,
             access_log=(entry.quoted(self.redact),) if entry.raw else (),
+            entries=(entry,) if entry.raw else (),
         )
 
 
@@ -360,8 +400,7 @@ def attach_counters(findings: list[Finding], moved: dict[str, dict[str, int]],
 def clusters_of(f: Finding) -> list[str]:
     """The clusters finding ``f`` speaks of: its server port's inbound cluster, then those its lines name."""
     port = f.flow.server.rsplit(":", 1)[-1]
-    named = [entry.upstream_cluster for entry in map(parse_line, f.access_log)
-             if entry is not None and entry.upstream_cluster]
+    named = [entry.upstream_cluster for entry in logged_entries(f) if entry.upstream_cluster]
     inbound = [f"inbound|{port}||"] if port.isdigit() else []
     return list(dict.fromkeys(inbound + named))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
 from .events import PacketEvent, endpoint
@@ -198,6 +198,9 @@ class Finding:
     # The fixes, in the order printed (core/fixes.py); ``remediation`` is their text when not given.
     fixes: tuple[Fix, ...] = ()
     envoy_log: tuple[str, ...] = ()  # the lines of Envoy's own (debug) log this finding rests on, as logged
+    # ``access_log``'s lines as the pipeline parsed them (envoy.access_log.AccessLogEntry, in its order; None where
+    # a line came without its parse), in whatever format they were read (--log-format's too). Not in the report.
+    entries: tuple = field(default=(), hash=False, compare=False, repr=False)
 
     @property
     def connection(self) -> FlowRef | None:
@@ -218,8 +221,25 @@ class Finding:
         if self.fixes and not self.remediation:
             object.__setattr__(self, "remediation", render(self.fixes))
 
+    def quoted_lines(self) -> list[tuple[str, object]]:
+        """``access_log`` as (line, its parsed AccessLogEntry or None) pairs."""
+        known = self.entries if len(self.entries) == len(self.access_log) else (None,) * len(self.access_log)
+        return list(zip(self.access_log, known))
+
+    def with_lines(self, lines) -> "Finding":
+        """This finding quoting ``lines`` too ((line, parsed entry or None) pairs), those it quotes already left
+        out."""
+        pairs = self.quoted_lines()
+        have = set(self.access_log)
+        for text, entry in lines:
+            if text not in have:
+                have.add(text)
+                pairs.append((text, entry))
+        return replace(self, access_log=tuple(t for t, _ in pairs), entries=tuple(e for _, e in pairs))
+
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("entries")
         d["severity"] = self.severity.value
         d["flow"] = self.flow.to_dict()
         d["envoy_flags"] = list(self.envoy_flags)

@@ -14,19 +14,43 @@ and their times lie within JOIN_WINDOW_S.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
 from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 
-from .findings import PACKET, Finding, FlowRef
+from .findings import PACKET, Evidence, Finding, FlowRef
 
 JOIN_WINDOW_S = 5.0  # a caller's line and the server's of one connection: the request's start, both clocks
 RELAYED = "via_upstream"
 
 
-def _entries(f: Finding) -> list[AccessLogEntry]:
-    return [e for e in map(parse_line, f.access_log) if e is not None]
+@dataclass(frozen=True, slots=True)
+class LoggedLine:
+    """A 5xx answer a pod's sidecar logged that none of its findings quotes (the app's own 500, passed on): the
+    pod, the line as quoted, parsed, and where it was read. join_hops gives it to the other hop's finding of the
+    same request."""
+
+    pod: str | None
+    text: str
+    entry: AccessLogEntry
+    evidence: Evidence
+
+
+def logged_entries(f: Finding) -> list[AccessLogEntry]:
+    """``f``'s access-log lines as the pipeline parsed them (any format it read, --log-format's too); a line that
+    came without its parse (a detector's own quote) read in the known formats, and left out when none fits."""
+    out = []
+    for text, entry in f.quoted_lines():
+        if entry is None:
+            entry = parse_line(text)
+        if entry is not None:
+            out.append(entry)
+    return out
+
+
+_entries = logged_entries
 
 
 def _direction(entry: AccessLogEntry) -> str | None:
@@ -68,7 +92,7 @@ def _caller_side(entry: AccessLogEntry) -> bool:
     return _direction(entry) != "inbound" and entry.upstream_cluster is not None
 
 
-def join_hops(findings: list[Finding]) -> list[Finding]:
+def join_hops(findings: list[Finding], logged: Sequence[LoggedLine] = ()) -> list[Finding]:
     """``findings`` with each request's two hops made one finding:
     - a caller's finding of a relayed answer (via_upstream) is folded into the server-side finding of the same
       request: the server pod's sidecar failed, the caller passed its answer on;
@@ -76,42 +100,86 @@ def join_hops(findings: list[Finding]) -> list[Finding]:
       request: the caller's sidecar gave up (its route timeout: 504 UT) or its client did (DC there too).
     The finding kept gains the other's access-log lines and evidence and, in ``details["hops"]``, the other
     pod and what it logged; the other is dropped. Findings of no such pair are kept as they are, in order.
-    Then one connection's eth0 seen from both its pods is one finding (same_connection)."""
-    return same_connection(_join_requests(findings))
+    A finding quoting a caller's relayed 5xx gains the server pod's line of the same request from ``logged`` (the
+    app's answer, logged at both hops: with_next_hop_lines).
+    Then one connection's eth0 seen from both its pods is one finding (same_connection), and so are the
+    attempts of one retried request (one_request)."""
+    return one_request(same_connection(with_next_hop_lines(_join_requests(findings), logged)))
 
 
-def _wire_key(f: Finding) -> tuple | None:
+def with_next_hop_lines(findings: list[Finding], logged: Sequence[LoggedLine]) -> list[Finding]:
+    """Each finding that quotes a caller's relayed 5xx (via_upstream on an outbound cluster) with the line another
+    pod's sidecar logged for the same request on its inbound cluster (x-request-id, else the hop's four-tuple),
+    each such line given once: the request's two hops quoted together."""
+    pool = [x for x in logged if _direction(x.entry) == "inbound"]
+    if not pool:
+        return findings
+    used: set[int] = set()
+    out = []
+    for f in findings:
+        relayed = [e for e in _entries(f) if e.details == RELAYED and e.code >= 500 and _direction(e) == "outbound"]
+        found = [(k, x) for k, x in enumerate(pool) if k not in used and x.pod != f.pod
+                 and any(_same_request(e, x.entry) for e in relayed)]
+        if found:
+            used.update(k for k, _ in found)
+            f = replace(f.with_lines((x.text, x.entry) for _, x in found),
+                        evidence=f.evidence + tuple(x.evidence for _, x in found),
+                        details={**f.details, "hops": list(f.details.get("hops", ())) + [
+                            {"pod": x.pod, "role": "server", "logged": f"{x.entry.code} "
+                             f"{','.join(x.entry.flags) or '-'} {x.entry.details}",
+                             "cluster": x.entry.upstream_cluster, "request_id": x.entry.request_id}
+                            for _, x in found]})
+        out.append(f)
+    return out
+
+
+def _wire_keys(f: Finding) -> list[tuple]:
+    """The eth0 connections a packet finding is of, as (detector, variant, client, server): its flow's, and those
+    of the other attempts of its request (one_request)."""
     flow = f.flow
     if not isinstance(flow, FlowRef) or flow.iface != "eth0" or not any(e.kind == PACKET for e in f.evidence):
-        return None
-    return (f.detector, f.variant, flow.client, flow.server)
+        return []
+    clients = [flow.client, *(a["client"] for a in f.details.get("attempts", ()))]
+    return [(f.detector, f.variant, c, flow.server) for c in dict.fromkeys(clients)]
+
+
+def _logged_by_server_end(f: Finding) -> bool:
+    """Whether ``f`` quotes the line of its connection's server end: the pod that accepted it logged it as its
+    downstream (%DOWNSTREAM_REMOTE_ADDRESS% the flow's client)."""
+    return isinstance(f.flow, FlowRef) and any(e.downstream_remote == f.flow.client and _direction(e) == "inbound"
+                                               for e in _entries(f))
 
 
 def same_connection(findings: list[Finding]) -> list[Finding]:
     """``findings`` with the packet findings of one eth0 connection (same detector, variant and four-tuple)
     made one: the caller's eth0 and the server pod's are the two ends of one veth (a pod's network, CNI), so
-    both captures hold the same frames. When one of them quotes access-log lines (the caller's 503) and the others
-    none, it is kept and names the other pod's capture, and the rest are dropped; otherwise each pod keeps its
-    own."""
+    both captures hold the same frames. When one of them quotes access-log lines, one is kept and gains the
+    others' lines and names their captures: the one quoting the connection's server end's line (the pod that
+    accepted the connection said what it did with it: the hop that failed), else the one quoting the most (the
+    caller's 503). Where neither was logged each pod keeps its own reading (a collision seen from both ends)."""
     groups: dict[tuple, list[int]] = {}
+    member_of: dict[int, tuple] = {}
     for i, f in enumerate(findings):
-        key = _wire_key(f)
-        if key is not None:
-            groups.setdefault(key, []).append(i)
+        for key in _wire_keys(f):
+            if i not in member_of and key in groups:  # a finding of several attempts joins the first group it meets
+                groups[key].append(i)
+                member_of[i] = key
+            elif i not in member_of:
+                groups[key] = [i]
+                member_of[i] = key
+            elif key not in groups:
+                groups[key] = groups[member_of[i]]
     keep: dict[int, list[Finding]] = {}
     dropped: set[int] = set()
-    for members in groups.values():
+    for members in {id(m): m for m in groups.values()}.values():
         pods = {findings[i].pod for i in members}
         if len(members) < 2 or len(pods) < 2:
             continue
-        best = max(members, key=lambda i: (len(findings[i].access_log), -i))
-        others = [i for i in members if i != best]
-        # Only a view that adds nothing: the kept one quotes a logged request, the others none. Each pod's own
-        # reading of the frames stands where neither was logged (a collision seen from both ends, each pod's).
-        if not findings[best].access_log or any(findings[i].access_log for i in others):
-            continue
-        keep[best] = [findings[i] for i in others]
-        dropped.update(others)
+        best = max(members, key=lambda i: (_logged_by_server_end(findings[i]), len(findings[i].access_log), -i))
+        if not findings[best].access_log:
+            continue  # each pod's own reading of the frames stands where neither was logged
+        keep[best] = [findings[i] for i in members if i != best]
+        dropped.update(i for i in members if i != best)
     out = []
     for i, f in enumerate(findings):
         if i in dropped:
@@ -119,12 +187,50 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
         for other in keep.get(i, ()):
             frames = ", ".join(str(e.frame) for e in other.evidence if e.kind == PACKET)
             source = next((e.source for e in other.evidence if e.kind == PACKET), "")
-            f = replace(f, access_log=f.access_log + tuple(x for x in other.access_log if x not in f.access_log),
+            f = replace(f.with_lines(other.quoted_lines()),
+                        envoy_log=f.envoy_log + tuple(x for x in other.envoy_log if x not in f.envoy_log),
                         explanation=f"{f.explanation} Pod {other.pod or '?'}'s capture of the same connection "
                                     f"({source}, frames {frames}) holds the same packets: the two ends of one "
                                     f"eth0 link.",
                         details={**f.details, "hops": list(f.details.get("hops", ())) + [
                             {"pod": other.pod, "role": "same connection", "source": source}]})
+        out.append(f)
+    return out
+
+
+def one_request(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with the packet findings of one retried request's attempts made one: a line flagged URX (the
+    retries spent, Envoy's %RESPONSE_FLAGS%) is one request however many connections its attempts took, and
+    each attempt's finding (same pod, detector, variant and server) quotes it. The first is kept, with the
+    others' evidence and, in ``details["attempts"]``, each other attempt's connection."""
+    first: dict[tuple, int] = {}
+    keep: dict[int, list[Finding]] = {}
+    dropped: set[int] = set()
+    for i, f in enumerate(findings):
+        retried = [line for line, e in zip(f.access_log, _entries(f)) if "URX" in e.flags]
+        if not retried or not isinstance(f.flow, FlowRef) or not any(e.kind == PACKET for e in f.evidence):
+            continue
+        key = (f.pod, f.detector, f.variant, f.flow.server, tuple(retried))
+        if key in first:
+            keep[first[key]].append(f)
+            dropped.add(i)
+        else:
+            first[key] = i
+            keep[i] = []
+    out = []
+    for i, f in enumerate(findings):
+        if i in dropped:
+            continue
+        others = keep.get(i, ())
+        if others:
+            attempts = [{"client": o.flow.client, "iface": o.flow.iface} for o in others]
+            f = replace(f.with_lines(x for o in others for x in o.quoted_lines()),
+                        evidence=f.evidence + tuple(e for o in others for e in o.evidence if e not in f.evidence),
+                        explanation=f"{f.explanation} The request was tried {len(others) + 1} times, each on a "
+                                    f"connection of its own (from "
+                                    f"{', '.join([f.flow.client, *(a['client'] for a in attempts)])}), each "
+                                    f"failing alike: Envoy logged it once, flagged URX (its retries spent).",
+                        details={**f.details, "attempts": list(f.details.get("attempts", ())) + attempts})
         out.append(f)
     return out
 
@@ -170,7 +276,7 @@ def _fold(f: Finding, other: Finding, entries: list[AccessLogEntry], role: str) 
         who = f"pod {other.pod}'s sidecar" if other.pod else "the server pod's sidecar"
         told = (f" The next hop, {who}, logged the same request as {said}: it saw this side go away, "
                 f"the effect of this finding, not a failure of its own.")
-    return replace(f, access_log=f.access_log + tuple(x for x in other.access_log if x not in f.access_log),
+    return replace(f.with_lines(other.quoted_lines()),
                    evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
                    # several requests of one finding, each relayed alike: the sentence once
                    explanation=f.explanation if told in f.explanation else f.explanation + told,

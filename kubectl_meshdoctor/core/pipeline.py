@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.story import STORY_LOGGERS, StoryBuilder, StreamStory
 
-from .correlate import Claim, Correlator, attach_counters, attach_kernel_counters, clusters_of, of_the_wire
+from .correlate import (
+    Claim,
+    Correlator,
+    attach_counters,
+    attach_kernel_counters,
+    clusters_of,
+    logged_entries,
+    of_the_wire,
+)
 from .detector import Detector, DetectorContext
 from .events import (
     AccessLogEvent,
@@ -23,7 +31,7 @@ from .events import (
 )
 from .findings import Evidence, Finding
 from .flows import FlowTable
-from .hops import join_hops
+from .hops import LoggedLine, join_hops
 from .redact import redact_finding
 from .registry import load_detectors
 
@@ -86,6 +94,8 @@ class Pipeline:
         self._kernel_moved: dict[str, int] = {}
         self._stories: dict[tuple[str, str | None], StoryBuilder] = {}  # per Envoy: its log's source, its pod
         self._counters: EnvoyCountersEvent | None = None
+        # After finish: the 5xx answers the sidecar logged that no finding quotes, for the other hop's finding
+        self.logged: tuple[LoggedLine, ...] = ()
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -189,12 +199,19 @@ class Pipeline:
         self._emit(self.correlator.unexplained(None, self._wire, self._claims))
         # Both hops' logs read together (a caller's and a server's sidecar): one finding per failing request.
         self.findings = join_hops(self.findings)
+        quoted = {line for f in self.findings for line in f.access_log}
+        self.logged = tuple(LoggedLine(self.ctx.pod, text, entry, ev) for entry, text, ev in self.correlator.answers()
+                            if text not in quoted)
         if self._counters is not None:
             # The admin dumps (/stats, /clusters) name a class on their own only where nothing else of the run
             # did; elsewhere they back the findings that did (attach_counters below).
             named = {f.detector for f in self.findings}
             covered = {(flag, cluster) for f in self.findings for flag in f.envoy_flags for cluster in
                        (*clusters_of(f), "istio_requests_total")}
+            # and the flags of the lines a finding quotes, on their own cluster: a caller's 503 UC joined to the
+            # tls-mismatch that explains it is that count too, whatever the finding's own flags
+            covered |= {(flag, cluster) for f in self.findings for entry in logged_entries(f)
+                        for flag in entry.flags for cluster in (entry.upstream_cluster, "istio_requests_total")}
             for det in self.detectors:
                 if det.id not in named:
                     # A count another class's findings already explain (port exhaustion's connect failures are

@@ -15,7 +15,7 @@ from .envoy_debug_report import EnvoyDebugReport
 from .findings import Finding, Problem, Severity
 from .groups import FindingGroup, group_findings
 from .hop_path import hop_of
-from .hops import join_hops
+from .hops import LoggedLine, join_hops
 from .pipeline import PipelineStats
 
 # -- what was read ---------------------------------------------------------------------------------------------
@@ -266,6 +266,9 @@ class Report:
     envoy: EnvoySide | None = None
     kernel: KernelSide | None = None
     captured_nothing: bool = False
+    # The 5xx answers a pod's sidecar logged that no finding quotes (Pipeline.logged): not in the report, for
+    # merge_pod_reports to give to the other hop's finding of the same request.
+    logged: tuple[LoggedLine, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         # Findings past the pipeline's MAX_FINDINGS are counted, not kept: a report must say that it is cut.
@@ -368,7 +371,8 @@ def merge_pod_reports(reports: list[Report], problems: list[Problem]) -> Report:
         if isinstance(r.envoy, (SidecarSide, FilesSide)):
             envoy[src.pod or ""] = r.envoy
     # A caller pod's relayed 5xx and the server pod's finding of the same request are one finding (core/hops.py).
-    findings = join_hops(sorted((f for r in reports for f in r.findings), key=lambda f: f.ts))
+    findings = join_hops(sorted((f for r in reports for f in r.findings), key=lambda f: f.ts),
+                         [x for r in reports for x in r.logged])
     return Report(FilesSource.merged(sources), stats, findings,
                   [p for r in reports for p in r.problems] + problems, envoy=PerPodSide(envoy) if envoy else None,
                   captured_nothing=all(r.captured_nothing for r in reports))
