@@ -146,6 +146,7 @@ def merge_reports(pods: list, reports: list) -> Report:
     problem."""
     stats = PipelineStats()
     findings, problems, sources, kernel, envoy = [], [], [], {}, {}
+    logged: list = []  # each pod's 5xx lines no finding of its own quotes, for the other hop's finding
     for pod, r in zip(pods, reports):
         name = pod.metadata.name
         if isinstance(r, BaseException):
@@ -161,6 +162,7 @@ def merge_reports(pods: list, reports: list) -> Report:
         if r.envoy is not None:
             envoy[name] = r.envoy
         findings += r.findings
+        logged += r.logged
         problems += r.problems
         sources.append(r.source)
         for k, v in (r.kernel.moved if r.kernel is not None else {}).items():
@@ -168,7 +170,8 @@ def merge_reports(pods: list, reports: list) -> Report:
     if not sources:
         raise KubeError("no pod could be captured: " + "; ".join(p.line() for p in problems))
     # A caller pod's relayed 5xx and the server pod's finding of the same request are one (core/hops.py).
-    return Report(LiveSource.merged(sources), stats, join_hops(sorted(findings, key=lambda f: f.ts)), problems,
+    return Report(LiveSource.merged(sources), stats, join_hops(sorted(findings, key=lambda f: f.ts), logged),
+                  problems,
                   kernel=KernelSide(kernel), envoy=PerPodSide(envoy),
                   captured_nothing=all(r.captured_nothing for r in reports if not isinstance(r, BaseException)))
 
@@ -252,7 +255,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                         state.debug.report())
     nothing = captured.captured_nothing  # scripts read the exit code, not the problems
     return Report(LiveSource((pod_name,), pod.metadata.namespace, capture), pipeline.stats, findings, problems,
-                  envoy=envoy, kernel=KernelSide(kernel), captured_nothing=nothing)
+                  envoy=envoy, kernel=KernelSide(kernel), captured_nothing=nothing, logged=pipeline.logged)
 
 
 async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem],
