@@ -16,7 +16,9 @@ inbound|PORT||) and its sidecar's 127.0.0.6 (pilot/pkg/networking/core, InboundP
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
 from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
@@ -48,16 +50,44 @@ class Hop:
     pod: str | None
     role: str = ""
     mtls: bool = False
-    also: tuple[str, ...] = ()  # the other pods whose sidecars logged the same request (a joined finding)
+    also: tuple[str, ...] = ()  # the other pods whose files show it: the same request logged, or connection captured
 
     def text(self) -> str:
-        """``caller sidecar -> server sidecar (mTLS), seen from pod/caller; also logged by pod/server``; the leg
+        """``caller sidecar -> server sidecar (mTLS), seen from pod/caller; also seen from pod/server``; the leg
         between the pods with no TLS record seen is ``caller -> server sidecar (eth0)``."""
         leg = self.leg
         if leg == CALLER_TO_SERVER:  # no TLS record seen: the caller may be a sidecar or a client outside the mesh
             leg = f"{leg} (mTLS)" if self.mtls else "caller -> server sidecar (eth0)"
         seen = f"{leg}, seen from pod/{self.pod}" if self.pod else leg
-        return seen + (f"; also logged by {', '.join(f'pod/{p}' for p in self.also)}" if self.also else "")
+        return seen + (f"; also seen from {', '.join(f'pod/{p}' for p in self.also)}" if self.also else "")
+
+
+def own_addresses(on_lo: Iterable[str]) -> frozenset[str]:
+    """The pod's own addresses among those of the SYNs its ``lo`` capture holds (IP strings): every one but
+    loopback's. A connection over lo is between two of the host's own addresses (Linux routes a local
+    destination through lo), and its SYN is captured after iptables' nat OUTPUT (REDIRECT) rewrote its
+    destination; so the pod IP is there whenever its sidecar's REDIRECTed or 127.0.0.6 connections were
+    captured opening. (A reply on lo shows the original destination of a REDIRECT: another pod's address.)"""
+    out = set()
+    for a in on_lo:
+        try:
+            if not ipaddress.ip_address(a).is_loopback:
+                out.add(a)
+        except ValueError:
+            continue
+    return frozenset(out)
+
+
+def with_end(f: Finding, own: frozenset[str]) -> Finding:
+    """``f`` with ``details["end"]``, the pod's end of its eth0 connection, when its own addresses tell it:
+    ``client`` (the pod opened it: its sidecar's upstream leg) or ``server`` (the pod accepted it)."""
+    flow = f.flow
+    if not own or not isinstance(flow, FlowRef) or flow.iface != "eth0" or "end" in f.details:
+        return f
+    client, server = flow.client.rsplit(":", 1)[0].strip("[]"), flow.server.rsplit(":", 1)[0].strip("[]")
+    end = "client" if client in own and server not in own else "server" if server in own and client not in own \
+        else None
+    return replace(f, details={**f.details, "end": end}) if end else f
 
 
 def _own_entries(f: Finding) -> list[AccessLogEntry]:
@@ -74,6 +104,8 @@ def _role(f: Finding, entries: list[AccessLogEntry]) -> str:
         if cluster is not None:
             return "server" if cluster.direction == "inbound" else "caller"
     flow = f.flow
+    if isinstance(flow, FlowRef) and flow.iface == "eth0" and f.details.get("end") in ("client", "server"):
+        return "caller" if f.details["end"] == "client" else "server"
     if isinstance(flow, FlowRef) and flow.iface == "lo":
         if flow.client.rsplit(":", 1)[0] == INBOUND_BIND:
             return "server"

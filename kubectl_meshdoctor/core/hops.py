@@ -145,18 +145,19 @@ def _wire_keys(f: Finding) -> list[tuple]:
 
 def _logged_by_server_end(f: Finding) -> bool:
     """Whether ``f`` quotes the line of its connection's server end: the pod that accepted it logged it as its
-    downstream (%DOWNSTREAM_REMOTE_ADDRESS% the flow's client)."""
-    return isinstance(f.flow, FlowRef) and any(e.downstream_remote == f.flow.client and _direction(e) == "inbound"
+    downstream (%DOWNSTREAM_REMOTE_ADDRESS% the flow's client), on its inbound cluster or on none (a listener's
+    own line: ``0 NR filter_chain_not_found`` names no cluster)."""
+    return isinstance(f.flow, FlowRef) and any(e.downstream_remote == f.flow.client and _direction(e) != "outbound"
                                                for e in _entries(f))
 
 
 def same_connection(findings: list[Finding]) -> list[Finding]:
     """``findings`` with the packet findings of one eth0 connection (same detector, variant and four-tuple)
     made one: the caller's eth0 and the server pod's are the two ends of one veth (a pod's network, CNI), so
-    both captures hold the same frames. When one of them quotes access-log lines, one is kept and gains the
-    others' lines and names their captures: the one quoting the connection's server end's line (the pod that
+    both captures hold the same frames. One is kept and gains the others' lines and names their captures: the one quoting the connection's server end's line (the pod that
     accepted the connection said what it did with it: the hop that failed), else the one quoting the most (the
-    caller's 503). Where neither was logged each pod keeps its own reading (a collision seen from both ends)."""
+    caller's 503). Where neither was logged, the one of the pod that opened the connection (``details["end"]``,
+    pipeline.py: its own address is the flow's client; its kernel sent the SYNs), else the first."""
     groups: dict[tuple, list[int]] = {}
     member_of: dict[int, tuple] = {}
     for i, f in enumerate(findings):
@@ -175,9 +176,8 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
         pods = {findings[i].pod for i in members}
         if len(members) < 2 or len(pods) < 2:
             continue
-        best = max(members, key=lambda i: (_logged_by_server_end(findings[i]), len(findings[i].access_log), -i))
-        if not findings[best].access_log:
-            continue  # each pod's own reading of the frames stands where neither was logged
+        best = max(members, key=lambda i: (_logged_by_server_end(findings[i]), len(findings[i].access_log),
+                                           findings[i].details.get("end") == "client", -i))
         keep[best] = [findings[i] for i in members if i != best]
         dropped.update(i for i in members if i != best)
     out = []

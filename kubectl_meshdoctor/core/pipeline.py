@@ -31,12 +31,14 @@ from .events import (
 )
 from .findings import Evidence, Finding
 from .flows import FlowTable
+from .hop_path import own_addresses, with_end
 from .hops import LoggedLine, join_hops
 from .redact import redact_finding
 from .registry import load_detectors
 
 TICK_EVERY_S = 0.5  # packet time between detector ticks (silence-based conclusions such as unanswered SYNs)
 MAX_FINDINGS = 10_000
+MAX_LO_ADDRESSES = 16  # a pod's own addresses and loopback's: a capture called lo holding more is not one
 
 
 @dataclass(slots=True)
@@ -96,6 +98,10 @@ class Pipeline:
         self._counters: EnvoyCountersEvent | None = None
         # After finish: the 5xx answers the sidecar logged that no finding quotes, for the other hop's finding
         self.logged: tuple[LoggedLine, ...] = ()
+        # The addresses of the SYNs seen on lo, the pod's own (its sidecar's REDIRECTed and 127.0.0.6 connections):
+        # they tell which end of an eth0 connection it is. A SYN is captured after nat OUTPUT rewrote its
+        # destination to a local one (REDIRECT); later segments' replies show the original destination again.
+        self._on_lo: set[str] = set()
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -132,6 +138,9 @@ class Pipeline:
         stats.packets += 1
         if self.recent.maxlen:
             self.recent.append(ev)
+        if ev.iface == "lo" and ev.flags._value_ & 0x12 == 0x02 and len(self._on_lo) < MAX_LO_ADDRESSES:
+            self._on_lo.add(ev.src)
+            self._on_lo.add(ev.dst)
         flows = self.ctx.flows
         flow = flows.observe(ev)
         stats.flows_seen = flows.counted
@@ -194,7 +203,8 @@ class Pipeline:
         for builder in self._stories.values():
             for story in builder.finish():
                 self.correlator.add_story(story)
-        self.findings = [self._redacted(self.correlator.attach(f)) for f in self.findings]
+        own = own_addresses(self._on_lo)
+        self.findings = [with_end(self._redacted(self.correlator.attach(f)), own) for f in self.findings]
         self._wire = [f for f in self.findings if of_the_wire(f)]
         self._emit(self.correlator.unexplained(None, self._wire, self._claims))
         # Both hops' logs read together (a caller's and a server's sidecar): one finding per failing request.

@@ -14,7 +14,7 @@ import pytest
 from kubectl_meshdoctor.envoy.access_log import parse_line
 
 from ..helpers import analyze_json
-from ..mesh_expected import EXPECTED, HOP_LEGS, INVENTED, NOT_YET_ALONE, NOT_YET_BOTH
+from ..mesh_expected import EXPECTED, HOP_LEGS, NOT_YET_ALONE, NOT_YET_BOTH, invented
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 CASES = sorted(EXPECTED)
@@ -55,7 +55,7 @@ def test_both_pods_make_one_finding_a_request_at_the_hop_that_failed(case):
              if f["severity"] in ("error", "warning")}
     assert found == both, [f["title"] for f in report["findings"]]
     assert code == _code(both)
-    assert not {f["detector"] for f in report["findings"]} & INVENTED
+    assert not {f["detector"] for f in report["findings"]} & invented(case)
     # every failing line of either sidecar is quoted, and each caller line by one finding (a UF line names no
     # connection of its own, so each refused connect's finding on lo may quote all of the round's UF lines)
     failing = {side: [line for line in (root / side / "istio-proxy.log").read_text().splitlines()

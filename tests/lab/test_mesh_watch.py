@@ -28,7 +28,7 @@ from meshdoctor_lab.applied_fixes import injected
 from meshdoctor_lab.scenarios import SETUPS
 from meshdoctor_lab.state import caller_pod_name
 
-from ..mesh_expected import EXPECTED, INVENTED, NOT_YET_ALONE, NOT_YET_BOTH
+from ..mesh_expected import EXPECTED, NOT_YET_ALONE, NOT_YET_BOTH, invented
 from .lab_names import lab_name
 from .watching import capturing
 
@@ -145,7 +145,7 @@ def test_each_hop_and_both_name_the_failure_at_the_hop_that_failed(mesh, scenari
         assert set(failing) <= set(quoted)
         assert all(quoted.count(line) == 1 for line in failing_lines(logs["caller"]))
     for report in reports.values():
-        assert not {f["detector"] for f in report["findings"]} & INVENTED
+        assert not {f["detector"] for f in report["findings"]} & invented(_case(scenario))
 
     # offline, from what the user now holds: each pod's directory alone, then both
     assert judged(analyze(dirs["caller"])) == {(d, s, "caller") for d, s in caller_want}
