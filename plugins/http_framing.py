@@ -82,6 +82,42 @@ def framing_violations(msg: HttpStart, redact: bool = True) -> list[str]:
     return out
 
 
+# Why each kind of violation breaks framing, by the prefix framing_violations gives it.
+WHY_NAME = ("a field name is a token (RFC 9110 section 5.1) with no whitespace before its colon (RFC 9112 "
+            "section 5.1: such whitespace once let two parsers read different headers, so a proxy must remove it "
+            "from a response or reject the message)")
+WHY_FOLD = ("a header line starting with whitespace continues the line above (obs-fold), which RFC 9112 section "
+            "5.2 made obsolete: a proxy must answer 502 for such a response or replace the fold with spaces")
+WHY_LENGTH = ("its body length is ambiguous, which RFC 9112 section 6 forbids (6.1 Transfer-Encoding, 6.3 message "
+              "body length) because two parsers can disagree on where the message ends (request smuggling)")
+
+
+WHY_RULE = (  # a CODEC_RULES rule (by a word of it) -> the rule it breaks
+    ("header name", WHY_NAME),
+    ("header value", "a field value holds no CR, LF or NUL (RFC 9110 section 5.5)"),
+    ("chunk size", "a chunk starts with its size in hex digits (RFC 9112 section 7.1)"),
+    ("limit", "Envoy's own limits on a header block (the HCM's max_request_headers_kb and the cluster's "
+              "max_headers_count: what the response exceeded)"),
+    ("version", "a status line is HTTP-version SP status-code SP reason (RFC 9112 section 4)"),
+    ("status", "a status line is HTTP-version SP status-code SP reason (RFC 9112 section 4)"),
+)
+
+
+def why_rule(rule: str | None) -> str:
+    """The rule a CODEC_RULES rule breaks, as a clause; the body-length rule for those of Transfer-Encoding and
+    Content-Length; "" when ``rule`` is None (the codec's words were none known)."""
+    if rule is None:
+        return ""
+    return next((said for word, said in WHY_RULE if word in rule), WHY_LENGTH)
+
+
+def why(problems: list[str]) -> str:
+    """The rules ``problems`` (framing_violations' sentences) break, each said once, in their order."""
+    reasons = [WHY_NAME if p.startswith("invalid header name") else WHY_FOLD if p.startswith("obsolete line")
+               else WHY_LENGTH for p in problems]
+    return "; and ".join(dict.fromkeys(reasons))
+
+
 FIXES = (Fix(
     "app-framing", "make the app (or the library or proxy in front of it) frame every response one way",
     "the whole mesh; Envoy goes on enforcing RFC 9112, which is what keeps request smuggling out",
@@ -149,8 +185,8 @@ class HttpFraming(Detector):
                    f"saw a response cut short. " if reset is not None and reset.phase == AFTER_RESPONSE else
                    f"Envoy closed the upstream connection and answered the caller {entry.code or 502} with "
                    f"response flag UPE ({entry.details or 'protocol_error'}). ")
-                + f"It counts upstream_cx_protocol_error. RFC 9112 section 6 makes a message whose body length is ambiguous "
-                f"an error, because two parsers can disagree on where it ends (request smuggling)."
+                + "It counts upstream_cx_protocol_error."
+                + (f" The rule broken: {why_rule(rule)}." if rule else "")
                 + ("" if rule else " Which header breaks the rule: raise the sidecar's client logger to debug "
                    "(kubectl meshdoctor watch --envoy-debug) or capture lo, where the response shows it.")),
             remediation=render(FIXES, NOTE),
@@ -178,11 +214,9 @@ class HttpFraming(Detector):
             evidence=(Evidence.of(ev, f"{msg.start_line!r} with " + "; ".join(problems)),),
             envoy_flags=("UPE",),
             explanation=(
-                f"The app at {ev.src_endpoint} sent a response whose body length is ambiguous: "
-                f"{'; '.join(problems)}. RFC 9112 section 6 forbids this (6.1 Transfer-Encoding, 6.3 message "
-                f"body length) because two parsers can disagree on where the message ends (request smuggling). "
-                f"Envoy's HTTP/1 codec rejects it, closes the upstream connection (FIN) and answers the caller 502 "
-                f"with response flag UPE and details upstream_reset_before_response_started{{protocol_error}}, "
+                f"The app at {ev.src_endpoint} sent a response Envoy cannot pass on: {'; '.join(problems)}. "
+                f"The rule broken: {why(problems)}. Envoy's HTTP/1 codec rejects it, closes the upstream "
+                f"connection (FIN) and answers the caller 502 with response flag UPE and details upstream_reset_before_response_started{{protocol_error}}, "
                 f"counting upstream_cx_protocol_error on the inbound cluster."),
             remediation=render(FIXES, NOTE),
             fixes=FIXES,

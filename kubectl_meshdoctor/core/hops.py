@@ -154,8 +154,9 @@ def _logged_by_server_end(f: Finding) -> bool:
 def same_connection(findings: list[Finding]) -> list[Finding]:
     """``findings`` with the packet findings of one eth0 connection (same detector, variant and four-tuple)
     made one: the caller's eth0 and the server pod's are the two ends of one veth (a pod's network, CNI), so
-    both captures hold the same frames. One is kept and gains the others' lines and names their captures: the one quoting the connection's server end's line (the pod that
-    accepted the connection said what it did with it: the hop that failed), else the one quoting the most (the
+    both captures hold the same frames. One is kept and gains the others' lines and names their captures: the
+    one quoting the connection's server end's line (the pod that accepted the connection said what it did with
+    it: the hop that failed), else the one quoting the most (the
     caller's 503). Where neither was logged, the one of the pod that opened the connection (``details["end"]``,
     pipeline.py: its own address is the flow's client; its kernel sent the SYNs), else the first."""
     groups: dict[tuple, list[int]] = {}

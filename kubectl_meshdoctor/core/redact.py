@@ -54,8 +54,9 @@ def raw_line(line: str, redact: bool = True, owner: str | None = None) -> str:
     """A header line that did not parse as ``token: value``, as far as it can be shown.
 
     ``owner`` is the name of the field a continuation line (leading SP/HTAB) folds into; a continuation whose
-    owner is unknown or sensitive is hidden. Any other line shows its name up to the first byte that is not a
-    token character, so a mangled ``Authorization\\x00: ...`` shows which byte broke it but nothing after it."""
+    owner is unknown or sensitive is hidden. Any other line shows every byte of its name (up to the first colon:
+    the bytes that broke it are the point, as the space of ``X-Bad : 1``) and none of its value; a line with no
+    colon shows up to the first byte that is not a token character (what follows may be a value)."""
     if not redact:
         return line
     if line[:1] in (" ", "\t"):
@@ -70,6 +71,8 @@ def raw_line(line: str, redact: bool = True, owner: str | None = None) -> str:
     name, sep, value = line.partition(":")
     if sep and _TOKEN.fullmatch(name):
         return header_line(name, value.strip(" \t"), redact)
+    if sep and "\n" not in name and "\r" not in name:  # a bare line end in it: what follows may read as a header
+        return f"{name}: {REDACTED}"
     bad = _NOT_TCHAR.search(line)
     cut = bad.end() if bad else len(line)
     return line[:cut] + REDACTED

@@ -55,8 +55,10 @@ def test_a_continuation_with_nothing_above_it_is_hidden():
     assert raw_line(" " + SECRET) == " " + REDACTED and raw_line(" " + SECRET, owner="") == " " + REDACTED
 
 
-def test_a_name_that_is_not_a_token_shows_only_up_to_the_byte_that_broke_it():
-    assert raw_line(f"Authorization\x00: Bearer {SECRET}") == "Authorization\x00" + REDACTED
+def test_a_name_that_is_not_a_token_shows_every_byte_of_its_name_and_none_of_its_value():
+    assert raw_line(f"Authorization\x00: Bearer {SECRET}") == f"Authorization\x00: {REDACTED}"
+    assert raw_line(f"X-Bad : {SECRET}") == f"X-Bad : {REDACTED}"  # issue 32: the space before the colon shown
+    assert raw_line(f"X-Foo\nCookie: {SECRET}") == "X-Foo\n" + REDACTED
     assert raw_line(f"Cookie sid={SECRET}") == "Cookie " + REDACTED
     assert header_line("X-Trace", "abc") == "X-Trace: abc"
     assert raw_line(f"Cookie sid={SECRET}", redact=False) == f"Cookie sid={SECRET}"

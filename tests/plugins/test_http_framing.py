@@ -96,3 +96,17 @@ def test_equal_header_lines_share_one_pair_but_credentials_and_long_lines_are_no
                            b"X-Long: " + b"a" * 400 + b"\r\n\r\n")
     assert [n for n, _ in msg.headers] == ["Authorization", "Cookie", "X-Long"]
     assert len(http1._shared_field_line) == before
+
+
+@pytest.mark.parametrize("head, rule, not_said", [
+    ("HTTP/1.1 200 OK\r\nX-Bad : 1\r\nContent-Length: 0", "RFC 9112 section 5.1", "body length"),
+    ("HTTP/1.1 200 OK\r\nX-Note: a\r\n  folded\r\nContent-Length: 0", "RFC 9112 section 5.2", "body length"),
+    ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6", "body length is ambiguous", "section 5.1"),
+])
+def test_the_explanation_gives_the_rule_the_response_broke(head, rule, not_said):
+    """Issue 32, item 6: an invalid header name is no ambiguous body length, and its evidence shows the name's
+    bytes (the space before the colon) while its value is hidden."""
+    (f,) = run(framed_wire(head).events, only=["http-framing"])
+    assert rule in f.explanation and not_said not in f.explanation
+    if "X-Bad" in head:
+        assert "'X-Bad : <redacted>'" in f.evidence[0].what
