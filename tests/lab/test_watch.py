@@ -336,13 +336,13 @@ async def test_tui_shows_a_killed_tshark_at_once(lab_state):
 def test_kubectl_flags_context_namespace_and_deploy(lab_state):
     """--context and -n pick what kubectl would; deploy/x captures the deployment's pod."""
     kc = str(lab_state.kubeconfig)
-    proc = meshdoctor("watch", "deploy/healthy", "--kubeconfig", kc, "--context", "meshdoctor-lab",
+    proc = meshdoctor("watch", "deploy/healthy", "--kubeconfig", kc, "--context", lab_state.name,
                       "-n", lab_state.namespace, "--no-tui", "--duration", "2", "-o", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["source"]["pods"] == ["healthy"]
     bad_ctx = meshdoctor("watch", "pod/healthy", "--kubeconfig", kc, "--context", "prod", "--no-tui")
     assert bad_ctx.returncode == 2 and bad_ctx.stderr.count("\n") == 1
-    assert 'context "prod" not found' in bad_ctx.stderr and "meshdoctor-lab" in bad_ctx.stderr
+    assert 'context "prod" not found' in bad_ctx.stderr and lab_state.name in bad_ctx.stderr
     bad_ns = meshdoctor("watch", "pod/healthy", "--kubeconfig", kc, "-n", "elsewhere", "--no-tui")
     assert bad_ns.returncode == 2 and bad_ns.stderr.count("\n") == 1
     assert 'pod "healthy" not found in namespace "elsewhere"' in bad_ns.stderr

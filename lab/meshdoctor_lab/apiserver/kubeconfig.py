@@ -10,13 +10,14 @@ from typing import Any
 
 import yaml
 
-CONTEXT = "meshdoctor-lab"
+DEFAULT_NAME = "meshdoctor-lab"
 
 
-def kubeconfig_dict(server: str, token: str, namespace: str, cluster: str = CONTEXT,
+def kubeconfig_dict(server: str, token: str, namespace: str, cluster: str = DEFAULT_NAME,
                     ca_pem: bytes | None = None) -> dict[str, Any]:
-    """Cluster `server` (http, or https trusting `ca_pem`), a bearer-token user, context `meshdoctor-lab`
-    (current) in `namespace`."""
+    """Cluster `server` (http, or https trusting `ca_pem`), a bearer-token user, and a context (current) in
+    `namespace`, all three named `cluster` (the lab's name: two labs' contexts differ, as kind names its
+    contexts after each cluster)."""
     cluster_entry: dict[str, Any] = {"server": server}
     if ca_pem is not None:
         cluster_entry["certificate-authority-data"] = base64.b64encode(ca_pem).decode("ascii")
@@ -26,8 +27,8 @@ def kubeconfig_dict(server: str, token: str, namespace: str, cluster: str = CONT
         "preferences": {},
         "clusters": [{"name": cluster, "cluster": cluster_entry}],
         "users": [{"name": cluster, "user": {"token": token}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": cluster, "user": cluster, "namespace": namespace}}],
-        "current-context": CONTEXT,
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster, "namespace": namespace}}],
+        "current-context": cluster,
     }
 
 
