@@ -18,7 +18,7 @@ from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.exit_codes import EXIT_OK
 from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, connect
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_container_name, running_debug_container
-from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, role_yaml
+from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, preflight, role_yaml
 from kubectl_meshdoctor.kube.target import capturable_pods, describe_targets, parse_targets
 from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
 from kubectl_meshdoctor.frontends.report import RENDERERS
@@ -71,6 +71,13 @@ def run(args) -> int:
     if args.no_tui or not (sys.stdout.isatty() and sys.stdin.isatty()):
         # No terminal to draw on (a script, a pipe, cron): a screen there would wait for a q that never comes.
         return _watch_headless(kube, opts, args.output, args.verbose, args.redact)
+    try:
+        # A typo or a missing permission is one line before the screen opens, not a status line in a screen
+        # waiting for q (where a key typed meanwhile could act on an empty run).
+        capturable_pods(kube, opts.targets, opts.selector, opts.namespace, MAX_PODS)
+        preflight(kube, opts.namespace)  # its warnings (optional permissions) are the run's to say, on screen
+    except KubeError as e:
+        return error(str(e))
     from kubectl_meshdoctor.commands.watch.live_session import run_tui  # textual is imported only to draw
 
     return run_tui(kube, opts, args.output, args.redact)
