@@ -158,7 +158,8 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
     one quoting the connection's server end's line (the pod that accepted the connection said what it did with
     it: the hop that failed), else the one quoting the most (the
     caller's 503). Where neither was logged, the one of the pod that opened the connection (``details["end"]``,
-    pipeline.py: its own address is the flow's client; its kernel sent the SYNs), else the first."""
+    pipeline.py: its own address is the flow's client; its kernel sent the SYNs), else the first; unless two
+    of them say they are the same end (copies of one pod's capture under two names), when each stands."""
     groups: dict[tuple, list[int]] = {}
     member_of: dict[int, tuple] = {}
     for i, f in enumerate(findings):
@@ -177,6 +178,9 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
         pods = {findings[i].pod for i in members}
         if len(members) < 2 or len(pods) < 2:
             continue
+        ends = [findings[i].details.get("end") for i in members if findings[i].details.get("end")]
+        if not any(findings[i].access_log for i in members) and len(ends) != len(set(ends)):
+            continue  # two pods each its same end: not the two ends of one veth, so each reading stands
         best = max(members, key=lambda i: (_logged_by_server_end(findings[i]), len(findings[i].access_log),
                                            findings[i].details.get("end") == "client", -i))
         keep[best] = [findings[i] for i in members if i != best]

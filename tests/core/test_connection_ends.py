@@ -56,3 +56,9 @@ def test_read_together_the_retransmitted_syns_are_the_callers_one_finding():
     _, report = analyze_json(root / "caller", root / "server")
     found = [(f["detector"], f["pod"], f["details"].get("end"), f["hop"]["role"]) for f in report["findings"]]
     assert found == [("syn-timeout", "caller", "client", "caller")]
+
+
+def test_two_pods_that_are_each_the_same_end_keep_their_own_readings():
+    """Copies of one pod's capture under two names: both are the server end, so no veth joins them."""
+    a, b = syn_timeout("a", frozenset({"198.18.2.2"})), syn_timeout("b", frozenset({"198.18.2.2"}))
+    assert [f.pod for f in same_connection([a, b])] == ["a", "b"]
