@@ -29,6 +29,12 @@ class _PendingSyn:
     peers: list[tuple[str, int, str, float, str]]  # (peer server endpoint, first frame, source, first ts, state)
     reported: bool = False
     retransmits: list[PacketEvent] = field(default_factory=list)
+    challenge: PacketEvent | None = None  # the challenge ACK, its finding waiting for the client's RST
+
+
+# How long after a challenge ACK the client's RST is waited for (packet time): the client's kernel answers at
+# once (microseconds in the lab); a capture that lost it, or started after it, must not hold the finding longer.
+RST_WAIT_S = 1.0
 
 
 def fixes(port: int) -> tuple[Fix, ...]:
@@ -62,16 +68,22 @@ class TupleCollision(Detector):
             return ()
         if ev.is_syn:
             return self._on_syn(ev, flow)
+        if ev.is_rst:
+            mine = self._pending.get(PendingSyns.key_of_syn(ev))
+            if mine is not None and mine.challenge is not None and ev.seq == mine.challenge.ack:
+                # The client's RST carrying the sequence number the challenge ACK handed it (RFC 5961 section 4):
+                # in window for the live connection, which the pod resets.
+                found, mine.challenge = self._challenge_ack(mine, mine.challenge, ev), None
+                return (found,)  # the attempt stays, reported: its retransmitted SYN is no new collision
         key = PendingSyns.key_of_answer(ev)
         pending = self._pending.get(key)
         if pending is None:
             return ()
-        if ev.is_rst:
+        if ev.is_rst or ev.is_syn_ack:
             self._pending.pop(key)
-            return ()
-        if ev.is_syn_ack:
-            self._pending.pop(key)
-            if pending.peers and not pending.reported:
+            if pending.challenge is not None:  # the attempt ended before the client's RST was seen
+                return (self._challenge_ack(pending, pending.challenge),)
+            if ev.is_syn_ack and pending.peers and not pending.reported:
                 return (self._exposure(pending, ev),)
             return ()
         if pending.reported or ev.flags == 0:
@@ -83,11 +95,20 @@ class TupleCollision(Detector):
             # TIME_WAIT reuse or an uncaptured port: not Istio's REDIRECT folding two connections together.
             return ()
         pending.reported = True
-        return (self._challenge_ack(pending, ev),)
+        pending.challenge = ev
+        return ()
 
     def on_tick(self, now: float) -> Iterable[Finding]:
+        found = []
+        for p in self._pending.values():
+            if p.challenge is not None and now - p.challenge.ts > RST_WAIT_S:
+                found.append(self._challenge_ack(p, p.challenge))
+                p.challenge = None
         self._pending.expire(now)
-        return ()
+        return found
+
+    def finish(self) -> Iterable[Finding]:
+        return [self._challenge_ack(p, p.challenge) for p in self._pending.values() if p.challenge is not None]
 
     def backed_by_counters(self, f: Finding) -> bool:
         return bool(f.envoy_flags)  # the exposure (the SYN succeeded) carries no flag: no failure to back
@@ -144,11 +165,14 @@ class TupleCollision(Detector):
             return "a connection from the same client port that started before the capture"
         return "its live connection to " + ", ".join(p[0] for p in pending.peers)
 
-    def _challenge_ack(self, pending: _PendingSyn, ack: PacketEvent) -> Finding:
+    def _challenge_ack(self, pending: _PendingSyn, ack: PacketEvent, rst: PacketEvent | None = None) -> Finding:
         syn = pending.syn
         listener = self.ctx.redirect_map.listener_for(syn.dport)
         evidence = self._evidence(pending, ack, f"challenge ACK (ack {ack.ack}, not SYN seq+1 "
                                                 f"{(syn.seq + 1) % 2**32})")
+        if rst is not None:  # shown after the challenge ACK it answers, before the live connection's first frame
+            evidence.insert(2, Evidence.of(rst, f"client's RST, seq {rst.seq} (the challenge ACK's ack): in window "
+                                                f"for the live connection, which the pod resets"))
         return self._finding(
             pending, Severity.ERROR,
             f"SYN to {syn.dst_endpoint} collided with a live connection from the same client port",

@@ -82,7 +82,7 @@ def _row(arrow: Arrow) -> str:
     for i, ch in enumerate(label):
         if lo < at + i < hi - 1 and cells[at + i] != "┼":
             cells[at + i] = ch
-    what = arrow.what.split(" (")[0]
+    what = arrow.what.split(" (")[0].split(", ")[0]  # its name; the evidence list carries the rest
     if arrow.record and not what.startswith(arrow.record):  # the frame's TLS record leads: the label has no room
         what = f"{arrow.record}: {what}"
     what = what[:32]  # the evidence list carries the whole text

@@ -110,6 +110,8 @@ def test_watch_reports_the_collision_with_flow_and_frames(lab_state, collision_r
     resyn = next(n for n, fr in after if n > rst and fr[0] == "0x0002" and fr[1:3] == (int(client_port), 5002))
     assert next(fr for n, fr in after if n > resyn)[:3] == ("0x0012", 5002, int(client_port))
     assert frames[resyn][4] - frames[ack["frame"]][4] < 0.5
+    # and the finding quotes that RST, on which its explanation rests (issue 32, item 5)
+    assert f["evidence"][2]["frame"] == rst and f["evidence"][2]["what"].startswith("client's RST")
     assert report["stats"]["interfaces"]["lo"]["packets"] > 0
     assert report["source"]["kind"] == "live" and report["source"]["container"].startswith("meshdoctor-")
     # The kernel's own view backs the finding: the pod namespace counted the challenge ACKs it sent.

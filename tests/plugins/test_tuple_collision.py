@@ -26,12 +26,25 @@ def test_challenge_ack_is_an_error_naming_both_frames_and_the_live_connection():
     f = findings[0]
     assert f.severity is Severity.ERROR
     assert (f.flow.client, f.flow.server, f.flow.iface) == (C, P5002, "eth0")
-    assert [(e.frame, e.what.split(" (")[0]) for e in f.evidence[:2]] == [(6, "SYN"), (7, "challenge ACK")]
-    assert f.evidence[2].frame == 1 and "198.18.0.2:5000" in f.evidence[2].what
-    assert f.evidence[2].ts == collision_wire().events[0].ts
+    assert [(e.frame, e.what.split(" (")[0].split(",")[0]) for e in f.evidence[:3]] == [
+        (6, "SYN"), (7, "challenge ACK"), (8, "client's RST")]  # issue 32, item 5: the RST the explanation rests on
+    assert f.evidence[3].frame == 1 and "198.18.0.2:5000" in f.evidence[3].what
+    assert f.evidence[3].ts == collision_wire().events[0].ts
     assert set(f.envoy_flags) == {"UC", "UF", "URX"}  # the live connection dies (UC); a failed connect: UF/URX
     assert "RFC 5961" in f.explanation and "within milliseconds" in f.explanation
     assert 'excludeInboundPorts: "5002"' in f.remediation
+
+
+def test_a_challenge_ack_whose_rst_was_not_captured_is_still_reported_once():
+    """The RST is waited for, not required: a capture that lost it ends with the finding all the same, from the
+    retransmitted SYN's SYN-ACK, the tick after RST_WAIT_S, or the end of input."""
+    from kubectl_meshdoctor_plugins.tuple_collision import RST_WAIT_S
+
+    full = collision_wire().events
+    no_rst = [e for e in full if not (e.is_rst and e.frame == 8)]
+    for events in (no_rst, no_rst[:-1], no_rst[:-2]):  # SYN-ACK ends it; a later packet's tick; finish()
+        (f,) = run(events, only=["tuple-collision"])
+        assert [e.frame for e in f.evidence[:3]] == [6, 7, 1] and f.severity is Severity.ERROR
 
 
 def test_syn_timeout_leaves_the_collision_to_tuple_collision():
