@@ -67,8 +67,12 @@ examples:
 
 EPILOG_ANALYZE = """\
 Several pods (a caller and a server saw the same connections on their own eth0): give one DIR a pod,
-named after the directory; every file in it is read by its content, and each pod is analysed apart.
-FILE:POD/IFACE (or FILE:POD/) puts one file in pod POD. Without a pod anywhere, all files are one pod.
+named after the directory; every file in it is read by its content, and each pod is analysed apart
+(what else it holds, a subdirectory, a pipe, a broken link, is named in the report's problems and not read).
+A DIR holding only directories (watch --write-pcap DIR over several pods) is one pod each.
+FILE:POD/IFACE (or FILE:POD/) puts one file in pod POD (joining DIR POD, if given); FILE:IFACE takes
+interface names only (lo, eth0, ...): a pod is FILE:POD/. A kubectl logs --prefix file's lines go to the
+pods they name. Two directories of one name are refused. Without a pod anywhere, all files are one pod.
 The interface of a capture comes from :IFACE, else pcapng interface blocks or Linux cooked headers, else its
 name (lo.pcap, reviews-eth0.pcap), else its content (loopback link or 127.0.0.0/8, ::1 traffic: lo; else
 eth0). Frame numbers in the report are the frame numbers Wireshark shows for that file.
@@ -224,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the ephemeral container watch would add and the RBAC it needs; change nothing")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
                    help="also save the lo and eth0 captures in DIR as POD-IFACE.pcap, as captured, owner-only "
-                   "(add --full-capture for every TCP packet; they carry secrets: only on request). A file of "
+                   "(add --full-capture for every TCP packet; they carry secrets: only on request); with several "
+                   "pods in DIR/POD/, one folder a pod (analyze DIR reads them back as those pods). A file of "
                    "that name is refused unless --overwrite; a symbolic link always")
     w.add_argument("--overwrite", action="store_true",
                    help="with --write-pcap: replace capture files of the same name in DIR")
