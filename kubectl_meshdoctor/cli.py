@@ -290,9 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the others are read; exit 2 only when nothing could be read.",
                        epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("files", nargs="+", metavar="FILE|DIR",
-                   help="FILE[:IFACE]: a capture (:IFACE names its interface), an access log or an admin dump, "
-                        "the kind read from the contents; FILE:POD/IFACE or FILE:POD/: one file of pod POD; "
-                        "DIR: one pod's files, the pod named after the directory")
+                   help="FILE[:IFACE]: a capture (:IFACE names its interface: lo, eth0, ...), an access log or an "
+                        "admin dump, the kind read from the contents; FILE:POD/IFACE or FILE:POD/: one file of "
+                        "pod POD; DIR: one pod's files, the pod named after the directory (or a folder of "
+                        "such directories)")
     a.add_argument("--tui", action="store_true", help="open the findings in the TUI (ladder diagrams, packets "
                    "pane, s saves a finding's packets); the report is printed when you quit")
     a.add_argument("--log-format", metavar="FORMAT",

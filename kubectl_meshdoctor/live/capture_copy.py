@@ -15,6 +15,27 @@ def pcap_path(directory: Path, pod: str, iface: str) -> Path:
     return directory / f"{pod}-{iface}.pcap"
 
 
+def pod_pcap_dir(directory: Path, pod: str, several: bool) -> Path:
+    """The directory --write-pcap ``directory`` keeps pod ``pod``'s captures in: a subdirectory named after the
+    pod when the watch captures ``several`` pods, so ``analyze DIR`` (a folder of pod folders,
+    sources/pod_inputs.py) reads each back as the pod it was, not all as one; ``directory`` itself for one pod,
+    as it always was (``analyze DIR`` reads that one pod)."""
+    return directory / pod if several else directory
+
+
+def usable_pod_dir(path: Path) -> None:
+    """Raise OSError unless ``path`` is absent or a directory that is not a link: root must not write a pod's
+    captures through a link someone planted where its subdirectory goes."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, "it is a symbolic link; refused")
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, "it is not a directory; refused")
+
+
 def open_copy(path: str, replace: bool = False):
     """Open ``path`` for a capture's copy, owner-only (0600: it holds the traffic's secrets), unbuffered. A
     symbolic link there is refused whatever ``replace`` says (O_NOFOLLOW: root must not write through a link
