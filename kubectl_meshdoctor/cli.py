@@ -75,7 +75,8 @@ interface names only (lo, eth0, ...): a pod is FILE:POD/. A kubectl logs --prefi
 pods they name. Two directories of one name are refused. Without a pod anywhere, all files are one pod.
 The interface of a capture comes from :IFACE, else pcapng interface blocks or Linux cooked headers, else its
 name (lo.pcap, reviews-eth0.pcap), else its content (loopback link or 127.0.0.0/8, ::1 traffic: lo; else
-eth0). Frame numbers in the report are the frame numbers Wireshark shows for that file.
+eth0); lo and eth0 merged into one file (mergecap) are told apart a packet at a time, by their interface's
+name, or by content where it has none. Frame numbers in the report are those Wireshark shows for that file.
 tshark yields only the packets a detector can act on (SYN, FIN, RST, HTTP/1 message starts, challenge-ACK
 candidates); the packet counts are of those.
 

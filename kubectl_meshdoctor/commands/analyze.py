@@ -66,6 +66,9 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         remove_stale_private_dirs(parent)
     captures = [a for a in args if kinds[a.path] == files.CAPTURE]
     logs = [a for a in args if kinds[a.path] == files.ENVOY_LOG]
+    # A pod's lo and eth0 merged into one pcapng whose interfaces have no name: each frame its own role.
+    roles = {a.path: r for a in captures if (r := files.mixed_roles(a)) is not None}
+    problems += [Problem(path, r.told) for path, r in roles.items()]
     slots = asyncio.Semaphore(jobs)
     shared = jobs < len(captures)
     # Captures that can share one stream go through one tshark, in capture-time order (sources/interleave.py).
@@ -84,6 +87,9 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
 
     def on_event(ev) -> None:
         if isinstance(ev, PacketEvent):
+            mixed = roles.get(ev.source) if roles else None
+            if mixed is not None and (role := mixed.role(ev.frame)) is not None:
+                ev = dataclasses.replace(ev, iface=role)
             if seen_once is None or not seen_once(ev):
                 pipeline.feed(ev)
         else:

@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import os
 import re
+import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from kubectl_meshdoctor.envoy.stats_prometheus import looks_like_prometheus
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
 from kubectl_meshdoctor.pcap_header import is_capture
 from kubectl_meshdoctor.sources.envoy_files import text_encoding
-from kubectl_meshdoctor.sources.iface_role import capture_role
+from kubectl_meshdoctor.sources.iface_role import FrameRoles, capture_role, frame_roles, is_mixed
 
 
 class InputError(Exception):
@@ -109,6 +110,24 @@ def with_role(a: CaptureArg) -> CaptureArg:
     except InputError:
         return a  # unreadable: analyze says so when it reads it
     return a if role is None else CaptureArg(a.path, role, False, a.pod, named=False)
+
+
+def mixed_roles(a: CaptureArg) -> FrameRoles | None:
+    """Each frame's role (lo or eth0) of capture ``a`` when it holds both on interfaces that name none
+    (mergecap of a pod's lo.pcap and eth0.pcap: sources/iface_role.py frame_roles), whatever the file is
+    called; None when the user gave its interface (``:IFACE``), or its interfaces or packets say theirs, or it
+    holds one role. Reads the file once more when it is mixed. Never raises: analyze names an unreadable file."""
+    if a.explicit:
+        return None
+    try:
+        if not is_mixed(_head(a.path)):
+            return None
+        with open(a.path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(a.path, "rb") if gz else open(a.path, "rb")) as fh:
+            return frame_roles(fh)
+    except (InputError, OSError, EOFError, zlib.error, struct.error):
+        return None
 
 
 # What a file given to analyze holds, told by its content (its name may say anything).
