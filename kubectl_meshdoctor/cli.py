@@ -71,8 +71,9 @@ named after the directory; every file in it is read by its content, and each pod
 (what else it holds, a subdirectory, a pipe, a broken link, is named in the report's problems and not read).
 A DIR holding only directories (watch --write-pcap DIR over several pods) is one pod each.
 FILE:POD/IFACE (or FILE:POD/) puts one file in pod POD (joining DIR POD, if given); FILE:IFACE takes
-interface names only (lo, eth0, ...): a pod is FILE:POD/. A kubectl logs --prefix file's lines go to the
-pods they name. Two directories of one name are refused. Without a pod anywhere, all files are one pod.
+interface names only (lo, eth0, ...): a pod is FILE:POD/. The lines of a kubectl logs --prefix (or stern)
+file go to the pods they name. Two directories of one name are refused. Without a pod anywhere, all files
+are one pod.
 The interface of a capture comes from :IFACE, else pcapng interface blocks or Linux cooked headers, else its
 name (lo.pcap, reviews-eth0.pcap), else its content (loopback link or 127.0.0.0/8, ::1 traffic: lo; else
 eth0); lo and eth0 merged into one file (mergecap) are told apart a packet at a time, by their interface's

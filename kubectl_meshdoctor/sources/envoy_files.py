@@ -140,7 +140,7 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
     runs ahead of the captures waits for them). ``log_format``: the mesh's own format (analyze --log-format),
     tried before the known ones. The pieces of a line a container runtime split (CRI `P`, Docker json-file's
     16 KiB pieces) are joined, and read as one line at the first piece's line number. Lines of no known kind
-    are counted and skipped. A log of several pods' lines (kubectl --prefix, sources/prefix_pods.py) is read once
+    are counted and skipped. A log of several pods' lines (kubectl --prefix, sources/log_pods.py) is read once
     a pod: ``only_pod``, just the lines a wrapper says are that pod's; ``except_pods``, every line but those of
     these pods (the line numbers stay the file's). Raises OSError when the file cannot be read."""
     result = LogRead()

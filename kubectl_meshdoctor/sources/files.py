@@ -39,7 +39,7 @@ class CaptureArg:
     ``iface``: the one given (``explicit``: it applies to every packet of the file), else what the file's name
     says (``lo.pcap`` -> lo; ``named``), else its stem until ``with_role`` reads the capture's content. ``pod``:
     the pod the file belongs to (None: the one unnamed pod of a run that names none). A log of several pods'
-    lines (kubectl --prefix, sources/prefix_pods.py) is read once a pod: ``line_pod``, only the lines that name
+    lines (kubectl --prefix, sources/log_pods.py) is read once a pod: ``line_pod``, only the lines that name
     that pod; ``except_pods``, every line but those naming one of these (they are read as their own pods')."""
 
     path: str

@@ -8,13 +8,14 @@ and one flow table fed both views makes failures that never happened. So each po
 - ``FILE``, ``FILE:IFACE``: with no pod named anywhere, every file is of one unnamed pod, as before pods
   were known; beside inputs that name pods, the file is of the pod named after its own directory (so
   ``analyze caller/ server/lo.pcap`` is two pods).
-- A log whose lines carry ``kubectl logs --prefix``'s ``[pod/NAME/CONTAINER]`` (sources/prefix_pods.py): its
-  lines go to the pods they name when it names several, or when it is a plain FILE beside inputs that name pods;
-  the lines that name none stay with the file's own pod.
+- A log whose lines carry ``kubectl logs --prefix``'s ``[pod/NAME/CONTAINER]`` or stern's ``POD CONTAINER``
+  (sources/log_pods.py): its lines go to the pods they name when it names several, or when it is a plain FILE
+  beside inputs that name pods; the lines that name none stay with the file's own pod.
 
 A pod name given by a directory (a DIR, or the directory of a plain FILE beside pods) is that directory's: two
 directories of one name would be two pods read as one, and are refused. A name the user gives (``FILE:POD/``) or
-a log's prefix gives joins the pod of that name, whatever gave it first: the report lists each pod's files.
+a log's wrapper gives joins the pod of that name, whatever gave it first: the report lists each pod's files. A
+file of a DIR that is also given as ``FILE:POD/`` is pod POD's only.
 
 What a DIR holds that is not read (a directory, a pipe, socket or device, a link to nothing or a link loop) is
 said, one ``Problem`` an entry; a FIFO is never opened (a read would block, and take the bytes of its writer).
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.core.findings import Problem
 
 from .files import CaptureArg, InputError, iface_from_name, names_iface
-from .prefix_pods import prefix_pods
+from .log_pods import log_pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,14 @@ def _top(arg: str) -> str | None:
     return None
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def pod_inputs(argv: Sequence[str]) -> PodInputs:
     """Each input file of ``argv`` (the arguments above) once, with its pod (None for all when no argument
     names one). Raises InputError (one line) for a directory that holds no file or cannot be listed, for two
@@ -144,17 +153,23 @@ def pod_inputs(argv: Sequence[str]) -> PodInputs:
     out: list[CaptureArg] = []
     skipped: list[Problem] = []
     pods = _Pods()
+    in_dirs: set[int] = set()  # id() of the args a DIR gave
     for arg in argv:
         why = _top(arg)
         if why is not None:
             skipped.append(Problem(arg, why))
         elif os.path.isdir(arg):
-            out += _dir_pods(arg, pods, skipped)
+            found = _dir_pods(arg, pods, skipped)
+            in_dirs.update(map(id, found))
+            out += found
         else:
             out.append(CaptureArg.parse(arg))
+    # A file of a DIR the user also gave a pod of its own (FILE:POD/) is that pod's only: the user said so.
+    given = {_identity(a.path) for a in out if id(a) not in in_dirs and a.pod is not None} - {None}
+    out = [a for a in out if id(a) not in in_dirs or _identity(a.path) not in given]
     if not out:
         raise InputError("; ".join(p.line() for p in skipped))
-    out = _by_prefix(out, any(a.pod is not None for a in out))
+    out = _by_log_pods(out, any(a.pod is not None for a in out))
     if any(a.pod is not None for a in out):
         placed = []
         for a in out:
@@ -167,17 +182,17 @@ def pod_inputs(argv: Sequence[str]) -> PodInputs:
     return PodInputs(tuple(dict.fromkeys(out)), tuple(skipped))  # a file given twice counts once
 
 
-def _by_prefix(args: list[CaptureArg], pods_named: bool) -> list[CaptureArg]:
-    """``args`` with each log of several pods' kubectl --prefix lines read once a pod it names (the module's
-    rule): one of a DIR, or one the user gave a pod (``FILE:POD/``), is split only when it names several."""
+def _by_log_pods(args: list[CaptureArg], pods_named: bool) -> list[CaptureArg]:
+    """``args`` with each log of several pods' lines (kubectl --prefix, stern) read once a pod it names (the
+    module's rule): one of a DIR, or one the user gave a pod (``FILE:POD/``), is split only when it names several."""
     out: list[CaptureArg] = []
     for a in args:
-        named = prefix_pods(a.path)
+        named = log_pods(a.path)
         given_pod = a.pod is not None
         if not named.pods or (len(named.pods) == 1 and (given_pod or not pods_named)):
             out.append(a)
             continue
-        if named.others:  # its unprefixed lines stay with the file's own pod
+        if named.others:  # its lines that name no pod stay with the file's own pod
             out.append(CaptureArg(a.path, a.iface, a.explicit, a.pod, a.named, except_pods=frozenset(named.pods)))
         out += [a.lines_of(p) for p in named.pods]
     return out

@@ -145,9 +145,11 @@ def test_a_bad_pod_argument_is_one_line_and_exit_2(tmp_path, case):
 MESH = DATA / "envoy-1.40-mesh" / "refused"
 
 
-def test_a_prefix_log_beside_pod_directories_keeps_its_lines_with_the_pods_it_names(tmp_path):
-    """`kubectl logs -l app=x -c istio-proxy --prefix > all.log` beside the pods' directories: each line is read
-    with the files of the pod its `[pod/NAME/CONTAINER] ` names, so the hop join finds both sidecars' lines."""
+@pytest.mark.parametrize("wrap", ["[pod/{pod}/istio-proxy] {line}", "{pod} istio-proxy {line}"],
+                         ids=["kubectl-prefix", "stern"])
+def test_a_several_pods_log_beside_pod_directories_keeps_its_lines_with_the_pods_it_names(tmp_path, wrap):
+    """`kubectl logs -l app=x -c istio-proxy --prefix > all.log` (or stern's) beside the pods' directories: each
+    line is read with the files of the pod it names, so the hop join finds both sidecars' lines."""
     lines = []
     for pod in ("caller", "server"):
         d = tmp_path / pod
@@ -155,7 +157,7 @@ def test_a_prefix_log_beside_pod_directories_keeps_its_lines_with_the_pods_it_na
         for f in (MESH / pod).iterdir():
             if f.name != "istio-proxy.log":
                 shutil.copy(f, d / f.name)
-        lines += [f"[pod/{pod}/istio-proxy] {line}" for line in (MESH / pod / "istio-proxy.log").read_text().splitlines()]
+        lines += [wrap.format(pod=pod, line=line) for line in (MESH / pod / "istio-proxy.log").read_text().splitlines()]
     (tmp_path / "all.log").write_text("\n".join(lines) + "\n")
     code, whole, _ = run(str(MESH / "caller"), str(MESH / "server"))
     code2, split, err = run(str(tmp_path / "caller"), str(tmp_path / "server"), str(tmp_path / "all.log"))

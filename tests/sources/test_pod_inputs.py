@@ -106,6 +106,12 @@ def test_a_name_the_user_gives_joins_the_pod_of_that_name(tmp_path):
     assert [pod for pod, _ in by_pod(got.files)] == ["caller"]
 
 
+def test_a_file_of_a_dir_given_a_pod_of_its_own_is_that_pods_only(tmp_path):
+    caller = _pod(tmp_path, "caller", "lo.pcap", "eth0.pcap")
+    got = pod_inputs([str(caller), f"{caller / 'eth0.pcap'}:server/"])
+    assert [(Path(a.path).name, a.pod) for a in got.files] == [("lo.pcap", "caller"), ("eth0.pcap", "server")]
+
+
 def test_a_folder_of_pod_folders_is_its_pods(tmp_path):
     root = tmp_path / "capture"
     _pod(root, "reviews-v1-7d9", "reviews-v1-7d9-lo.pcap", "reviews-v1-7d9-eth0.pcap")
