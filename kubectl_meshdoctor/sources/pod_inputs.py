@@ -72,7 +72,7 @@ def _entries(path: str) -> list[tuple[str, os.stat_result | None, OSError | None
         with os.scandir(path) as it:
             names = sorted(e.name for e in it)
     except OSError as e:
-        raise InputError(f"{path}: cannot list: {e.strerror or e}") from None
+        raise _NoFiles(f"{path}: cannot list: {e.strerror or e}") from None
     out: list[tuple[str, os.stat_result | None, OSError | None]] = []
     for n in names:
         full = os.path.join(path, n)
@@ -81,6 +81,10 @@ def _entries(path: str) -> list[tuple[str, os.stat_result | None, OSError | None
         except OSError as e:
             out.append((full, None, e))
     return out
+
+
+class _NoFiles(InputError):
+    """A directory that cannot be listed or holds no file: a problem of the run while other inputs are read."""
 
 
 class _Pods:
@@ -104,7 +108,10 @@ def _dir_pods(path: str, pods: _Pods, skipped: list[Problem]) -> list[CaptureArg
     if not regular and subdirs:
         out: list[CaptureArg] = []
         for d in subdirs:
-            out += _dir_pods_one(d, pods, skipped, _entries(d))
+            try:
+                out += _dir_pods_one(d, pods, skipped, _entries(d))
+            except _NoFiles as e:
+                skipped.append(Problem(d, str(e).removeprefix(f"{d}: ")))
         return out
     return _dir_pods_one(path, pods, skipped, entries)
 
@@ -122,8 +129,8 @@ def _dir_pods_one(path: str, pods: _Pods, skipped: list[Problem],
             skipped.append(Problem(p, why))
     if not files:
         held = f" (it holds {len(entries)} entries, none a regular file)" if entries else ""
-        raise InputError(f"{path}: no file in it{held} (a pod's directory holds its captures, Envoy logs and "
-                         f"dumps)")
+        raise _NoFiles(f"{path}: no file in it{held} (a pod's directory holds its captures, Envoy logs and "
+                       f"dumps)")
     return [CaptureArg(f, iface_from_name(f), False, pod, names_iface(f)) for f in files]
 
 
@@ -147,9 +154,9 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 def pod_inputs(argv: Sequence[str]) -> PodInputs:
     """Each input file of ``argv`` (the arguments above) once, with its pod (None for all when no argument
-    names one). Raises InputError (one line) for a directory that holds no file or cannot be listed, for two
-    directories of one name (two pods would be read as one), for ``FILE:WORD`` with WORD no interface name
-    (CaptureArg.parse), and when no argument is left to read."""
+    names one); a directory that holds no file or cannot be listed is a problem (``skipped``) and the rest is
+    read. Raises InputError (one line) for two directories of one name (two pods would be read as one), for
+    ``FILE:WORD`` with WORD no interface name (CaptureArg.parse), and when no argument is left to read."""
     out: list[CaptureArg] = []
     skipped: list[Problem] = []
     pods = _Pods()
@@ -159,7 +166,11 @@ def pod_inputs(argv: Sequence[str]) -> PodInputs:
         if why is not None:
             skipped.append(Problem(arg, why))
         elif os.path.isdir(arg):
-            found = _dir_pods(arg, pods, skipped)
+            try:
+                found = _dir_pods(arg, pods, skipped)
+            except _NoFiles as e:  # a pod none of whose files can be read: the others still are
+                skipped.append(Problem(arg, str(e).removeprefix(f"{arg}: ")))
+                continue
             in_dirs.update(map(id, found))
             out += found
         else:

@@ -124,3 +124,15 @@ def test_a_folder_of_pod_folders_is_its_pods(tmp_path):
     (root / "notes.txt").write_text("x\n")
     got = pod_inputs([str(root)])
     assert [a.pod for a in got.files] == ["capture"] and len(got.skipped) == 2
+
+
+def test_an_empty_pod_directory_beside_others_is_a_problem_and_alone_one_line(tmp_path):
+    caller = _pod(tmp_path, "caller", "lo.pcap")
+    (tmp_path / "server").mkdir()
+    os.mkfifo(tmp_path / "server" / "pipe")
+    got = pod_inputs([str(caller), str(tmp_path / "server")])
+    assert [a.pod for a in got.files] == ["caller"]
+    assert [p.where for p in got.skipped] == [str(tmp_path / "server" / "pipe"), str(tmp_path / "server")]
+    assert "no file in it (it holds 1 entries, none a regular file)" in got.skipped[1].what
+    with pytest.raises(InputError, match="no file in it"):
+        pod_inputs([str(tmp_path / "server")])
