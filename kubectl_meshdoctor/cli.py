@@ -67,11 +67,17 @@ examples:
 
 EPILOG_ANALYZE = """\
 Several pods (a caller and a server saw the same connections on their own eth0): give one DIR a pod,
-named after the directory; every file in it is read by its content, and each pod is analysed apart.
-FILE:POD/IFACE (or FILE:POD/) puts one file in pod POD. Without a pod anywhere, all files are one pod.
+named after the directory; every file in it is read by its content, and each pod is analysed apart
+(what else it holds, a subdirectory, a pipe, a broken link, is named in the report's problems and not read).
+A DIR holding only directories (watch --write-pcap DIR over several pods) is one pod each.
+FILE:POD/IFACE (or FILE:POD/) puts one file in pod POD (joining DIR POD, if given); FILE:IFACE takes
+interface names only (lo, eth0, ...): a pod is FILE:POD/. The lines of a kubectl logs --prefix (or stern)
+file go to the pods they name. Two directories of one name are refused. Without a pod anywhere, all files
+are one pod.
 The interface of a capture comes from :IFACE, else pcapng interface blocks or Linux cooked headers, else its
 name (lo.pcap, reviews-eth0.pcap), else its content (loopback link or 127.0.0.0/8, ::1 traffic: lo; else
-eth0). Frame numbers in the report are the frame numbers Wireshark shows for that file.
+eth0); lo and eth0 merged into one file (mergecap) are told apart a packet at a time, by their interface's
+name, or by content where it has none. Frame numbers in the report are those Wireshark shows for that file.
 tshark yields only the packets a detector can act on (SYN, FIN, RST, HTTP/1 message starts, challenge-ACK
 candidates); the packet counts are of those.
 
@@ -224,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the ephemeral container watch would add and the RBAC it needs; change nothing")
     w.add_argument("--write-pcap", type=Path, metavar="DIR",
                    help="also save the lo and eth0 captures in DIR as POD-IFACE.pcap, as captured, owner-only "
-                   "(add --full-capture for every TCP packet; they carry secrets: only on request). A file of "
+                   "(add --full-capture for every TCP packet; they carry secrets: only on request); with several "
+                   "pods in DIR/POD/, one folder a pod (analyze DIR reads them back as those pods). A file of "
                    "that name is refused unless --overwrite; a symbolic link always")
     w.add_argument("--overwrite", action="store_true",
                    help="with --write-pcap: replace capture files of the same name in DIR")
@@ -285,9 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the others are read; exit 2 only when nothing could be read.",
                        epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("files", nargs="+", metavar="FILE|DIR",
-                   help="FILE[:IFACE]: a capture (:IFACE names its interface), an access log or an admin dump, "
-                        "the kind read from the contents; FILE:POD/IFACE or FILE:POD/: one file of pod POD; "
-                        "DIR: one pod's files, the pod named after the directory")
+                   help="FILE[:IFACE]: a capture (:IFACE names its interface: lo, eth0, ...), an access log or an "
+                        "admin dump, the kind read from the contents; FILE:POD/IFACE or FILE:POD/: one file of "
+                        "pod POD; DIR: one pod's files, the pod named after the directory (or a folder of "
+                        "such directories)")
     a.add_argument("--tui", action="store_true", help="open the findings in the TUI (ladder diagrams, packets "
                    "pane, s saves a finding's packets); the report is printed when you quit")
     a.add_argument("--log-format", metavar="FORMAT",

@@ -4,6 +4,7 @@ dumps) through the same pipeline as a live capture, offline."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import os
 import signal
@@ -65,6 +66,9 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         remove_stale_private_dirs(parent)
     captures = [a for a in args if kinds[a.path] == files.CAPTURE]
     logs = [a for a in args if kinds[a.path] == files.ENVOY_LOG]
+    # A pod's lo and eth0 merged into one pcapng whose interfaces have no name: each frame its own role.
+    roles = {a.path: r for a in captures if (r := files.mixed_roles(a)) is not None}
+    problems += [Problem(path, r.told) for path, r in roles.items()]
     slots = asyncio.Semaphore(jobs)
     shared = jobs < len(captures)
     # Captures that can share one stream go through one tshark, in capture-time order (sources/interleave.py).
@@ -73,7 +77,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         readers = [functools.partial(_interleaved, captures, header)]
     else:
         readers = [functools.partial(read_capture, a, slots, shared) for a in captures]
-    readers += [functools.partial(read_access_log, a.path, log_format=log_format) for a in logs]
+    readers += [functools.partial(read_access_log, a.path, log_format=log_format, only_pod=a.line_pod,
+                                  except_pods=a.except_pods) for a in logs]
     # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
     # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
     held = len(captures) * (read_plan.CHUNK_PACKETS + HIGH_WATER) if shared else 0
@@ -82,6 +87,9 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
 
     def on_event(ev) -> None:
         if isinstance(ev, PacketEvent):
+            mixed = roles.get(ev.source) if roles else None
+            if mixed is not None and (role := mixed.role(ev.frame)) is not None:
+                ev = dataclasses.replace(ev, iface=role)
             if seen_once is None or not seen_once(ev):
                 pipeline.feed(ev)
         else:
@@ -155,16 +163,19 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
 
 
 async def analyze_pods(args: list[CaptureArg], new_pipeline: Callable[[str | None], Pipeline],
-                       jobs: int | None = None, log_format: LogFormat | None = None) -> Report:
+                       jobs: int | None = None, log_format: LogFormat | None = None,
+                       skipped: Sequence[Problem] = ()) -> Report:
     """``analyze`` for each pod of ``args`` (sources/pod_inputs.py) through a pipeline of its own,
     ``new_pipeline(pod)``, one pod after another: the same connection seen from a caller's and a server's eth0
     is two views, not one flow. One report (core/report_model.py merge_pod_reports); a pod none of whose files
-    can be read is a problem, and InputError (one line) only when no pod's can."""
+    can be read is a problem, and InputError (one line) only when no pod's can. ``skipped``: what the arguments
+    held that is not read (PodInputs.skipped), among the report's problems."""
     groups = by_pod(args)
     if len(groups) == 1 and groups[0][0] is None:
-        return await analyze(args, new_pipeline(None), jobs, log_format)
+        report = await analyze(args, new_pipeline(None), jobs, log_format)
+        return dataclasses.replace(report, problems=[*skipped, *report.problems])
     reports: list[Report] = []
-    failed: list[Problem] = []
+    failed: list[Problem] = list(skipped)
     for pod, files in groups:
         try:
             reports.append(await analyze(files, new_pipeline(pod), jobs, log_format))
@@ -289,8 +300,9 @@ class FileSession(Session):
     saves_evidence = True
 
     def __init__(self, captures: list[CaptureArg], redact: bool = True, jobs: int | None = None,
-                 log_format: LogFormat | None = None) -> None:
+                 log_format: LogFormat | None = None, skipped: Sequence[Problem] = ()) -> None:
         self.captures = captures
+        self.skipped = tuple(skipped)
         self.log_format = log_format
         self.redact = redact
         self.jobs = jobs
@@ -307,7 +319,8 @@ class FileSession(Session):
             return self._pipelines[-1]
 
         hooks.progress(f"reading {', '.join(c.path for c in self.captures)}")
-        report = await analyze_pods(self.captures, new_pipeline, jobs=self.jobs, log_format=self.log_format)
+        report = await analyze_pods(self.captures, new_pipeline, jobs=self.jobs, log_format=self.log_format,
+                                    skipped=self.skipped)
         hooks.progress(f"files read: {report.stats.packets} packets analysed; q quits")
         await hooks.stop.wait()
         return report
@@ -331,13 +344,14 @@ class FileSession(Session):
 def run(args) -> int:
     """`kubectl meshdoctor analyze FILE...`: the report of the captures, or the TUI with --tui."""
     try:
-        captures = pod_inputs(args.files)
+        inputs = pod_inputs(args.files)
     except InputError as e:
         return error(str(e))
     try:
         log_format = compile_format(args.log_format) if getattr(args, "log_format", None) else None
     except LogFormatError as e:
         return error(f"--log-format: {e}")
+    captures = list(inputs.files)
     if args.tui:
         from kubectl_meshdoctor.commands.tui import run_session
 
@@ -348,7 +362,7 @@ def run(args) -> int:
             return error(str(e))
         if not (sys.stdout.isatty() and sys.stdin.isatty()):
             return error("--tui needs a terminal (drop --tui to print the report)")
-        return run_session(FileSession(captures, args.redact, args.jobs, log_format), args.output)
+        return run_session(FileSession(captures, args.redact, args.jobs, log_format, inputs.skipped), args.output)
 
     stopped_by: list[int] = []
 
@@ -373,7 +387,8 @@ def run(args) -> int:
 
         ticker = asyncio.create_task(progress_line(pipelines, "analyzing"))
         try:
-            return await analyze_pods(captures, new_pipeline, jobs=args.jobs, log_format=log_format)
+            return await analyze_pods(captures, new_pipeline, jobs=args.jobs, log_format=log_format,
+                                      skipped=inputs.skipped)
         finally:
             ticker.cancel()
             # Removed while the loop runs: asyncio.run closes the loop's wakeup pipe before it removes them, and a

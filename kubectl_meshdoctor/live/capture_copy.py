@@ -15,6 +15,36 @@ def pcap_path(directory: Path, pod: str, iface: str) -> Path:
     return directory / f"{pod}-{iface}.pcap"
 
 
+def pod_pcap_dir(directory: Path, pod: str, several: bool) -> Path:
+    """The directory --write-pcap ``directory`` keeps pod ``pod``'s captures in: a subdirectory named after the
+    pod when the watch captures ``several`` pods, so ``analyze DIR`` (a folder of pod folders,
+    sources/pod_inputs.py) reads each back as the pod it was, not all as one; ``directory`` itself for one pod,
+    as it always was (``analyze DIR`` reads that one pod)."""
+    return directory / pod if several else directory
+
+
+def usable_pod_dir(path: Path) -> None:
+    """Raise OSError unless ``path`` is absent or a directory of this user's that is not a link: root must not
+    write a pod's captures through a link someone planted where its subdirectory goes, nor into another user's
+    directory (they could swap the files)."""
+    st = _owned(str(path))
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, "it is not a directory; refused")
+
+
+def _owned(path: str) -> os.stat_result | None:
+    """What is at ``path`` (None: nothing), unless it is a link or another user's: then OSError."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, "it is a symbolic link; refused")
+    if st.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"it belongs to another user (uid {st.st_uid}); refused")
+    return st
+
+
 def open_copy(path: str, replace: bool = False):
     """Open ``path`` for a capture's copy, owner-only (0600: it holds the traffic's secrets), unbuffered. A
     symbolic link there is refused whatever ``replace`` says (O_NOFOLLOW: root must not write through a link
@@ -37,16 +67,9 @@ def replaceable(path: str) -> None:
     """Raise OSError unless what is at ``path`` (if anything) is a regular file of this user's, the only kind
     --overwrite replaces: not a link (root writing through a planted one), not a FIFO (opening it would hang, and
     whoever reads it would get the capture), not another user's file (they could read it back)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise OSError(errno.ELOOP, "it is a symbolic link; refused")
-    if not stat.S_ISREG(st.st_mode):
+    st = _owned(path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
         raise OSError(errno.EPERM, "it is not a regular file; refused")
-    if st.st_uid != os.geteuid():
-        raise OSError(errno.EPERM, f"it belongs to another user (uid {st.st_uid}); refused")
 
 
 def copy_refusal(e: OSError, path: str) -> str:

@@ -200,7 +200,7 @@ class LiveRun:
             if in_pod:
                 pass  # no pcap bytes come: nothing to keep
             elif plan.write_pcap_dir is not None:
-                plan.write_pcap_dir.mkdir(parents=True, exist_ok=True)
+                plan.write_pcap_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # a pod's own: owner-only
                 tee = str(pcap_path(plan.write_pcap_dir, pod_name, iface))
                 state.pcap_files[iface] = tee
             elif plan.spool_dir is not None:

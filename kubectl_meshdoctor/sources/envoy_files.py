@@ -133,13 +133,16 @@ class _ComponentPusher:
 
 
 async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEvent], None], gate: Gate,
-                          log_format: LogFormat | None = None) -> LogRead:
+                          log_format: LogFormat | None = None, only_pod: str | None = None,
+                          except_pods: frozenset[str] = frozenset()) -> LogRead:
     """Push an AccessLogEvent for every access-log line of ``path`` and an EnvoyLogEvent for every fact of
     Envoy's component log in it, in file order, awaiting ``gate`` between batches (sources/merge.py: a log that
     runs ahead of the captures waits for them). ``log_format``: the mesh's own format (analyze --log-format),
     tried before the known ones. The pieces of a line a container runtime split (CRI `P`, Docker json-file's
     16 KiB pieces) are joined, and read as one line at the first piece's line number. Lines of no known kind
-    are counted and skipped. Raises OSError when the file cannot be read."""
+    are counted and skipped. A log of several pods' lines (kubectl --prefix, sources/log_pods.py) is read once
+    a pod: ``only_pod``, just the lines a wrapper says are that pod's; ``except_pods``, every line but those of
+    these pods (the line numbers stay the file's). Raises OSError when the file cannot be read."""
     result = LogRead()
     component = _ComponentPusher(path, push, result)
     pretty = _PrettyJson()
@@ -158,6 +161,8 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                 raw = line.rstrip("\r\n")
                 layers = layers_for(raw, log_format)
                 u = layers[-1]
+                if (only_pod is not None and u.pod != only_pod) or (except_pods and u.pod in except_pods):
+                    continue  # another pod's line: read with that pod's files
                 if u.partial:
                     first_piece = first_piece or result.lines
                     pieces.append(u.text)

@@ -3,10 +3,12 @@ its content (a capture, an Envoy log, an admin dump), and a capture's interface 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import os
 import re
+import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from kubectl_meshdoctor.envoy.stats_prometheus import looks_like_prometheus
 from kubectl_meshdoctor.envoy.wrappers import unwrap, unwrap_layers
 from kubectl_meshdoctor.pcap_header import is_capture
 from kubectl_meshdoctor.sources.envoy_files import text_encoding
-from kubectl_meshdoctor.sources.iface_role import capture_role
+from kubectl_meshdoctor.sources.iface_role import FrameRoles, capture_role, frame_roles, is_mixed
 
 
 class InputError(Exception):
@@ -36,30 +38,45 @@ class CaptureArg:
     """One input file from the command line: ``FILE``, ``FILE:IFACE``, ``FILE:POD/IFACE`` or ``FILE:POD/``.
     ``iface``: the one given (``explicit``: it applies to every packet of the file), else what the file's name
     says (``lo.pcap`` -> lo; ``named``), else its stem until ``with_role`` reads the capture's content. ``pod``:
-    the pod the file belongs to (None: the one unnamed pod of a run that names none)."""
+    the pod the file belongs to (None: the one unnamed pod of a run that names none). A log of several pods'
+    lines (kubectl --prefix, sources/log_pods.py) is read once a pod: ``line_pod``, only the lines that name
+    that pod; ``except_pods``, every line but those naming one of these (they are read as their own pods')."""
 
     path: str
     iface: str
     explicit: bool = False  # the user named the interface: it applies to every packet of the file
     pod: str | None = None
     named: bool = True  # the interface is the user's or the file name's, not a guess from its stem
+    line_pod: str | None = None
+    except_pods: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, arg: str) -> "CaptureArg":
+        """``arg`` as given. InputError (one line, teaching the right form) for ``FILE:WORD`` or
+        ``FILE:POD/WORD`` where WORD is no interface name (``lo``, ``eth0``, ...): ``FILE:server`` meant as pod
+        server must not become packets of an interface "server", which no detector reads."""
         if ":" in arg and not os.path.exists(arg):
             head, _, tail = arg.rpartition(":")
-            if head and re.fullmatch(_IFACE, tail):
-                return cls(head, tail, explicit=True)
-            m = re.fullmatch(f"({_POD})/({_IFACE})?", tail)
-            if head and m:
-                if m.group(2):
-                    return cls(head, m.group(2), explicit=True, pod=m.group(1))
-                return cls(head, iface_from_name(head), pod=m.group(1), named=names_iface(head))
+            m = re.fullmatch(f"(?:({_POD})/)?({_IFACE})?", tail)
+            if head and m and (m.group(1) or m.group(2)):
+                pod, iface = m.group(1), m.group(2)
+                if iface and not _is_iface_word(iface):
+                    pod_part = f"{pod}/" if pod else f"{iface}/"
+                    raise InputError(f"{arg}: {iface!r} is no interface name (lo, eth0, ethN, any, vethX, enX); "
+                                     f"for a file of pod {pod or iface} write {head}:{pod_part} (the interface "
+                                     f"then from the file's name or content) or {head}:{pod_part}eth0")
+                if iface:
+                    return cls(head, iface, explicit=True, pod=pod)
+                return cls(head, iface_from_name(head), pod=pod, named=names_iface(head))
         return cls(arg, iface_from_name(arg), named=names_iface(arg))
 
     def in_pod(self, pod: str) -> "CaptureArg":
         """This file as one of pod ``pod``'s."""
-        return CaptureArg(self.path, self.iface, self.explicit, pod, self.named)
+        return dataclasses.replace(self, pod=pod)
+
+    def lines_of(self, pod: str) -> "CaptureArg":
+        """This log as pod ``pod``'s: only its lines that name that pod."""
+        return dataclasses.replace(self, pod=pod, line_pod=pod, except_pods=frozenset())
 
 
 def _stem(path: str) -> str:
@@ -93,6 +110,24 @@ def with_role(a: CaptureArg) -> CaptureArg:
     except InputError:
         return a  # unreadable: analyze says so when it reads it
     return a if role is None else CaptureArg(a.path, role, False, a.pod, named=False)
+
+
+def mixed_roles(a: CaptureArg) -> FrameRoles | None:
+    """Each frame's role (lo or eth0) of capture ``a`` when it holds both on interfaces that name none
+    (mergecap of a pod's lo.pcap and eth0.pcap: sources/iface_role.py frame_roles), whatever the file is
+    called; None when the user gave its interface (``:IFACE``), or its interfaces or packets say theirs, or it
+    holds one role. Reads the file once more when it is mixed. Never raises: analyze names an unreadable file."""
+    if a.explicit:
+        return None
+    try:
+        if not is_mixed(_head(a.path)):
+            return None
+        with open(a.path, "rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with (gzip.open(a.path, "rb") if gz else open(a.path, "rb")) as fh:
+            return frame_roles(fh)
+    except (InputError, OSError, EOFError, zlib.error, struct.error):
+        return None
 
 
 # What a file given to analyze holds, told by its content (its name may say anything).

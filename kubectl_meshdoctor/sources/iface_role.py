@@ -140,3 +140,120 @@ def _if_name(head: bytes, pos: int, end: int, u16) -> str | None:
             return head[pos + 4:pos + 4 + length].decode("utf-8", "replace").rstrip("\0") or None
         pos += 4 + length + (-length % 4)
     return None
+
+
+# A pcapng that holds a pod's lo and eth0 in interface blocks without names: `mergecap lo.pcap eth0.pcap`
+# (pcap files carry no interface name, so neither do the IDBs mergecap makes of them). With its default
+# `-I all` mergecap folds the two equal IDBs (same link type, same snap length) into one; with `-I none` it
+# keeps one a file. Per packet tshark then knows no interface (it says "unknown"), and the file's default
+# (capture_role: any lo sign makes it lo) put every eth0 packet on lo. frame_roles tells each frame's role.
+_ROLE_CODES = {None: 0, LO: 1, ETH0: 2}
+ROLES = (None, LO, ETH0)  # FrameRoles.codes' values, by index
+
+
+class FrameRoles:
+    """Each frame's role of a capture whose interfaces say none (``codes[n - 1]`` for frame n: an index into
+    ROLES), and what was assumed, in one line (``told``)."""
+
+    __slots__ = ("codes", "told")
+
+    def __init__(self, codes: bytearray, told: str) -> None:
+        self.codes = codes
+        self.told = told
+
+    def role(self, frame: int) -> str | None:
+        """LO, ETH0, or None (a frame of no sign, or past the end)."""
+        return ROLES[self.codes[frame - 1]] if 0 < frame <= len(self.codes) else None
+
+
+def is_mixed(head: bytes) -> bool:
+    """Whether the sample in ``head`` holds both lo and eth0 traffic on interfaces that say no name and carry
+    no per-packet device (not a Linux cooked header, which tshark reads itself): its frames need
+    frame_roles, not one role for the file."""
+    seen: set[str] = set()
+    for n, (link, data, name) in enumerate(_records(head)):
+        if n >= SAMPLE_RECORDS or name is not None or link in (SLL, SLL2):
+            return False
+        role = _record_role(link, data)
+        if role is not None:
+            seen.add(role)
+    return len(seen) == 2
+
+
+def frame_roles(fh) -> FrameRoles | None:
+    """The role of every frame of the capture ``fh`` (a binary file object at its start: the decompressed
+    stream of a gzipped one) whose interfaces are named nowhere; None when it is not walked here (pcap with
+    FCS bits, no capture, a named interface). Several interface blocks (mergecap -I none): each block's role is
+    lo when any of its frames bears a loopback sign (capture_role's signs), else eth0, and every frame of it has
+    that role. One block (mergecap's default -I all folds lo and eth0 into one): each frame by its own signs.
+    Reads the whole stream once, a record at a time."""
+    first = fh.read(HEADER_LEN)
+    header = pcap_header(first)
+    codes = bytearray()
+    if header is not None:
+        if header.network >> 16:
+            return None
+        rec = struct.Struct(header.order + "8xI").unpack
+        while len(hdr := fh.read(16)) == 16:
+            data = fh.read(rec(hdr)[0])
+            codes.append(_ROLE_CODES[_record_role(header.link_type, data)])
+        return FrameRoles(codes, _told(codes, 1))
+    if first[:4] != SECTION_HEADER_BLOCK.to_bytes(4, "big"):
+        return None
+    return _pcapng_roles(fh, first)
+
+
+def _pcapng_roles(fh, first: bytes) -> FrameRoles | None:
+    order = pcapng_order(first)
+    if order is None:
+        return None
+    u16, u32 = struct.Struct(order + "H").unpack_from, struct.Struct(order + "I").unpack_from
+    links: list[int] = []  # the current section's interfaces' link types
+    base = 0  # interface numbers go on over sections in tshark's frame.interface_id; here a section's own
+    idb_of = []  # each frame's interface, across sections
+    codes = bytearray()
+    pending = first[8:]
+    blen = u32(first, 4)[0]
+    btype = SECTION_HEADER_BLOCK
+    while True:
+        if blen < 12 or blen % 4 or blen - 8 < len(pending):
+            break
+        body = pending + fh.read(blen - 8 - len(pending))
+        if len(body) < blen - 8:
+            break
+        if btype == SECTION_HEADER_BLOCK:
+            base += len(links)
+            links = []
+        elif btype == 1 and blen >= 20:
+            if _if_name(body, 8, blen - 12, u16) is not None:
+                return None  # named: tshark gives each packet its interface's name
+            links.append(u16(body, 0)[0])
+        elif btype in (2, 6) and blen >= 32:  # (obsolete) Packet Block, Enhanced Packet Block
+            iface = u16(body, 0)[0] if btype == 2 else u32(body, 0)[0]
+            caplen = u32(body, 12)[0]
+            link = links[iface] if iface < len(links) else -1
+            codes.append(_ROLE_CODES[_record_role(link, body[20:20 + caplen])])
+            idb_of.append(base + iface)
+        elif btype == 3 and links:  # Simple Packet Block: interface 0
+            codes.append(_ROLE_CODES[_record_role(links[0], body[4:blen - 12])])
+            idb_of.append(base)
+        head = fh.read(8)
+        if len(head) < 8:
+            break
+        btype, blen = u32(head, 0)[0], u32(head, 4)[0]
+        pending = b""
+    interfaces = sorted(set(idb_of))
+    if len(interfaces) > 1:
+        lo = {i for i, c in zip(idb_of, codes) if c == _ROLE_CODES[LO]}
+        ip = {i for i, c in zip(idb_of, codes) if c}
+        role = {i: _ROLE_CODES[LO] if i in lo else _ROLE_CODES[ETH0] if i in ip else 0 for i in interfaces}
+        codes = bytearray(role[i] for i in idb_of)
+    return FrameRoles(codes, _told(codes, len(interfaces)))
+
+
+def _told(codes: bytearray, interfaces: int) -> str:
+    lo, eth0 = codes.count(_ROLE_CODES[LO]), codes.count(_ROLE_CODES[ETH0])
+    how = (f"{interfaces} interfaces without a name (mergecap -I none of pcap files?): each one lo when a frame "
+           f"of it bears a loopback sign, else eth0" if interfaces > 1 else
+           "lo and eth0 in one interface without a name (mergecap of pcap files?): each frame by its own signs")
+    return f"{how} (loopback link, zero MACs, 127.0.0.0/8, ::1, to itself): {lo} frames lo, {eth0} eth0"

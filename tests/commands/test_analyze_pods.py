@@ -7,6 +7,7 @@ a little earlier or later)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -139,3 +140,55 @@ def test_a_bad_pod_argument_is_one_line_and_exit_2(tmp_path, case):
         args, said = [str(one), str(two / "caller")], "would both be pod caller"
     code, out, err = run(*args)
     assert code == 2 and not out and err.count("\n") == 1 and said in err and "Traceback" not in err
+
+
+MESH = DATA / "envoy-1.40-mesh" / "refused"
+
+
+@pytest.mark.parametrize("wrap", ["[pod/{pod}/istio-proxy] {line}", "{pod} istio-proxy {line}"],
+                         ids=["kubectl-prefix", "stern"])
+def test_a_several_pods_log_beside_pod_directories_keeps_its_lines_with_the_pods_it_names(tmp_path, wrap):
+    """`kubectl logs -l app=x -c istio-proxy --prefix > all.log` (or stern's) beside the pods' directories: each
+    line is read with the files of the pod it names, so the hop join finds both sidecars' lines."""
+    lines = []
+    for pod in ("caller", "server"):
+        d = tmp_path / pod
+        d.mkdir()
+        for f in (MESH / pod).iterdir():
+            if f.name != "istio-proxy.log":
+                shutil.copy(f, d / f.name)
+        lines += [wrap.format(pod=pod, line=line) for line in (MESH / pod / "istio-proxy.log").read_text().splitlines()]
+    (tmp_path / "all.log").write_text("\n".join(lines) + "\n")
+    code, whole, _ = run(str(MESH / "caller"), str(MESH / "server"))
+    code2, split, err = run(str(tmp_path / "caller"), str(tmp_path / "server"), str(tmp_path / "all.log"))
+    assert (code2, split["source"]["pods"]) == (code, ["caller", "server"]), err
+    def story(f: dict) -> tuple:
+        return f["detector"], f["pod"], f["title"], tuple((e["kind"], e["frame"], e["what"]) for e in f["evidence"])
+
+    assert whole["findings"] and Counter(map(story, split["findings"])) == Counter(map(story, whole["findings"]))
+    per_pod = {p["pod"]: p["files"] for p in split["source"]["per_pod"]}
+    assert all(str(tmp_path / "all.log") in per_pod[p] for p in ("caller", "server"))
+    # Alone, the file is the two pods it names.
+    _, alone, _ = run(str(tmp_path / "all.log"))
+    assert alone["source"]["pods"] == ["caller", "server"]
+
+
+def test_what_a_directory_holds_that_is_no_file_is_in_the_report_and_the_run_goes_on(tmp_path):
+    caller = pod_dir(tmp_path, "caller", COLLISION)
+    (caller / "loop").symlink_to("loop")
+    (caller / "gone").symlink_to("nowhere")
+    (caller / "more").mkdir()
+    os.mkfifo(caller / "pipe")
+    (tmp_path / "self").symlink_to("self")
+    code, report, err = run(str(caller), str(tmp_path / "self") + "/")
+    assert code == 1 and "Traceback" not in err, err
+    where = {p["where"]: p["what"] for p in report["problems"]}
+    assert {Path(w).name for w in where} >= {"loop", "gone", "more", "pipe", "self"}
+    assert any(f["detector"] == "tuple-collision" for f in report["findings"])
+
+
+@pytest.mark.parametrize("arg", ["{f}:server", "{f}:server/caller"])
+def test_a_pod_given_where_an_interface_goes_is_one_line_and_exit_2(tmp_path, arg):
+    shutil.copy(DATA / "lab-collision-lo.pcap", tmp_path / "x.pcap")
+    code, out, err = run(arg.format(f=tmp_path / "x.pcap"))
+    assert code == 2 and not out and err.count("\n") == 1 and f"{tmp_path / 'x.pcap'}:server/" in err

@@ -39,6 +39,9 @@ def recordings(tmp_path_factory):
             "any-sll1.pcap": ["tcpdump", "-i", "any", "-y", "LINUX_SLL", *TCPDUMP, "-w", str(out / "any-sll1.pcap"),
                               "tcp"],
             "both.pcapng": ["dumpcap", "-f", "tcp", "-i", "lo", "-i", "eth0", "-w", str(out / "both.pcapng")],
+            # One dumpcap an interface: pcapng whose interface block names it, for mergecap below.
+            "lo.pcapng": ["dumpcap", "-f", "tcp", "-i", "lo", "-w", str(out / "lo.pcapng")],
+            "eth0.pcapng": ["dumpcap", "-f", "tcp", "-i", "eth0", "-w", str(out / "eth0.pcapng")],
         }
         procs = [subprocess.Popen(run + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                  for cmd in commands.values()]
@@ -120,6 +123,22 @@ def test_mixed_captures_attribute_lo_and_eth0(recordings, name):
     assert wrong == {}
     reference = analyze(str(out / "lo.pcap"), str(out / "eth0.pcap"))
     assert collision_flows(analyze(str(out / name)), window) == collision_flows(reference, window) != set()
+
+
+@pytest.mark.parametrize("inputs, how", [(("lo.pcap", "eth0.pcap"), "all"), (("lo.pcap", "eth0.pcap"), "none"),
+                                         (("lo.pcapng", "eth0.pcapng"), "all")],
+                         ids=["unnamed-one-block", "unnamed-two-blocks", "named"])
+def test_a_mergecap_of_lo_and_eth0_reads_as_the_two_files(recordings, tmp_path, inputs, how):
+    """Issue 31, item 6: `mergecap` of a pod's two captures, called lo.pcapng (its name says nothing of what is
+    inside): each packet on its own interface, so the same collisions as the two files, on eth0."""
+    out, _, window = recordings
+    merged = tmp_path / "lo.pcapng"
+    subprocess.run(["mergecap", "-I", how, "-w", str(merged), *(str(out / n) for n in inputs)], check=True,
+                   capture_output=True)
+    report = analyze(str(merged))
+    reference = analyze(*(str(out / n) for n in inputs))
+    assert set(report["stats"]["interfaces"]) == {"lo", "eth0"}
+    assert collision_flows(report, window) == collision_flows(reference, window) != set()
 
 
 def test_two_files_are_merged_by_time(recordings):

@@ -190,6 +190,37 @@ def test_unknown_pod_is_one_line_exit_2(lab_state):
     assert proc.stderr.strip().count("\n") == 0 and 'pod "nope" not found' in proc.stderr
 
 
+def test_write_pcap_over_two_pods_keeps_a_folder_a_pod_that_analyze_reads_back_as_those_pods(lab_state, tmp_path):
+    """Issue 31, item 7: both pods' captures in one folder were read back by `analyze DIR` as one pod (two pods'
+    eth0 views in one flow table). One subfolder a pod, named after it; `analyze DIR` reads a folder of pod
+    folders as its pods, and finds the live run's collisions in the same pod at the same frames. A link planted
+    where a pod's folder goes is refused before any pod is touched."""
+    pcaps = tmp_path / "pcaps"
+    pcaps.mkdir()
+    (pcaps / "healthy").symlink_to(tmp_path)
+    proc = meshdoctor("watch", "pod/collision", "pod/healthy", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui",
+                      "--duration", "2", "--write-pcap", str(pcaps))
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "symbolic link" in proc.stderr
+    (pcaps / "healthy").unlink()
+    proc = meshdoctor("watch", "pod/collision", "pod/healthy", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui",
+                      "--duration", "7", "--write-pcap", str(pcaps), "-o", "json")
+    assert proc.returncode == 1, proc.stderr
+    live = json.loads(proc.stdout)
+    assert sorted(p.name for p in pcaps.iterdir()) == ["collision", "healthy"]
+    for pod in ("collision", "healthy"):
+        assert sorted(p.name for p in (pcaps / pod).iterdir()) == [f"{pod}-eth0.pcap", f"{pod}-lo.pcap"]
+        assert (pcaps / pod).stat().st_mode & 0o777 == 0o700
+    proc = meshdoctor("analyze", str(pcaps), "-o", "json")
+    assert proc.returncode == 1, proc.stderr
+    offline = json.loads(proc.stdout)
+    assert offline["source"]["pods"] == ["collision", "healthy"]
+
+    def key(f):
+        return (f["pod"], f["flow"]["client"], f["flow"]["server"], tuple(e["frame"] for e in f["evidence"][:2]))
+
+    assert {key(f) for f in collisions(offline)} == {key(f) for f in collisions(live)} != set()
+
+
 def test_write_pcap_refuses_a_planted_link_and_a_file_before_touching_the_pod(lab_state, tmp_path):
     """Issue 29, item 6: before any pod is touched, a POD-IFACE.pcap already in the directory (a file, or a link
     someone planted) is one line, exit 2; --overwrite replaces a file (owner-only), never a link."""

@@ -9,7 +9,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kubernetes.client import ApiClient
@@ -34,7 +34,7 @@ from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_d
 from kubectl_meshdoctor.kube.rbac import preflight
 from kubectl_meshdoctor.kube.target import Target, capturable_pods, describe_targets
 from kubectl_meshdoctor.lint import lint_pod
-from kubectl_meshdoctor.live.capture_copy import pcap_path, replaceable
+from kubectl_meshdoctor.live.capture_copy import pcap_path, pod_pcap_dir, replaceable, usable_pod_dir
 from kubectl_meshdoctor.live.dissect import SharedDissector
 from kubectl_meshdoctor.live.kernel import WATCHED, counter_deltas, read_kernel
 from kubectl_meshdoctor.live.run import CapturePlan, CaptureState, LiveRun
@@ -104,8 +104,15 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     what = describe_targets(opts.targets, opts.selector)
     progress(f"resolving {what} in namespace {opts.namespace}")
     pods = await unless_stopped(stop, capturable_pods, kube, opts.targets, opts.selector, opts.namespace, MAX_PODS)
+    several = len(pods) > 1
     if opts.write_pcap_dir is not None:  # before any pod is touched
-        paths = [pcap_path(opts.write_pcap_dir, pod.metadata.name, iface) for pod in pods for iface in opts.ifaces]
+        dirs = [pod_pcap_dir(opts.write_pcap_dir, pod.metadata.name, several) for pod in pods]
+        for d in dirs if several else ():
+            try:
+                usable_pod_dir(d)
+            except OSError as e:
+                raise KubeError(f"--write-pcap: {d}: {e.strerror} (remove it, or give another directory)") from None
+        paths = [pcap_path(d, pod.metadata.name, iface) for d, pod in zip(dirs, pods) for iface in opts.ifaces]
         for path in paths:  # root must not write through a link someone planted, nor into a FIFO, --overwrite or not
             try:
                 replaceable(str(path))
@@ -121,7 +128,9 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
     shared = SharedDissector()
 
     async def one(pod, st: WatchState, setup: asyncio.Semaphore | None) -> Report:
-        return await watch_pod(kube, opts, pod, factory(pod.metadata.name), stop, progress, st, setup, shared)
+        own = opts if opts.write_pcap_dir is None else replace(
+            opts, write_pcap_dir=pod_pcap_dir(opts.write_pcap_dir, pod.metadata.name, several))
+        return await watch_pod(kube, own, pod, factory(pod.metadata.name), stop, progress, st, setup, shared)
 
     try:
         if len(pods) == 1:
