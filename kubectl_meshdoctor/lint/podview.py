@@ -24,7 +24,9 @@ ANN_PROXY_CONFIG = "proxy.istio.io/config"
 ANN_STATUS = "sidecar.istio.io/status"
 ANN_REWRITE = "sidecar.istio.io/rewriteAppHTTPProbers"
 # A pod template change reaches the pods only when they are recreated (and injected again): every rule's note.
-RECREATE_NOTE = "# Then recreate the pods: kubectl rollout restart deployment/<owner> -n {ns}"
+RECREATE_NOTE = "# Then recreate the pods: {command}"
+# The controllers `kubectl rollout restart` takes (kubectl/pkg/polymorphichelpers/objectrestarter.go)
+RESTARTABLE = {"Deployment": "deployment", "StatefulSet": "statefulset", "DaemonSet": "daemonset"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,34 @@ class PodView:
             self.status_port = int(self.annotations.get("status.sidecar.istio.io/port", STATUS_PORT))
         except ValueError:
             self.status_port = STATUS_PORT
+
+    def workload(self) -> str | None:
+        """What owns the pod, as kubectl names it (``deployment/web``), from its controller ownerReference: a
+        ReplicaSet a Deployment made is ``<deployment>-<pod-template-hash>`` (the pod's label of that name),
+        so the Deployment's name is the ReplicaSet's without that suffix. None when the pod names no owner
+        (a spec written by hand, a bare pod)."""
+        refs = [r for r in self.meta.get("ownerReferences") or [] if isinstance(r, dict)]
+        ref = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+        if ref is None or not ref.get("name"):
+            return None
+        kind, name = str(ref.get("kind", "")), str(ref["name"])
+        suffix = f"-{self.labels.get('pod-template-hash', '')}"
+        if kind == "ReplicaSet" and suffix != "-" and name.endswith(suffix):
+            return f"deployment/{name[:-len(suffix)]}"
+        return f"{RESTARTABLE.get(kind, kind.lower())}/{name}"
+
+    def restart_command(self) -> str:
+        """The command that recreates the pod through what owns it: ``kubectl rollout restart deployment/web -n
+        NS`` for a controller rollout restart takes, ``deployment/<owner>`` when the pod names none, else
+        deleting the pod for its owner to create it again."""
+        workload = self.workload() or "deployment/<owner>"
+        if workload.split("/")[0] in RESTARTABLE.values():
+            return f"kubectl rollout restart {workload} -n {self.namespace}"
+        return f"kubectl delete pod {self.name} -n {self.namespace} (its owner, {workload}, creates it again)"
+
+    def recreate_note(self) -> str:
+        """The note every pod-template fix ends with: how this pod is recreated, injected again."""
+        return RECREATE_NOTE.format(command=self.restart_command())
 
     def app_ports(self) -> list[AppPort]:
         """TCP container ports of the app containers, first declaration of each number only."""

@@ -13,7 +13,7 @@ from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.remedies import exclude_inbound_ports, tproxy_interception
 
-from .podview import ANN_EXCLUDE, ANN_INCLUDE, RECREATE_NOTE, PodView, rule
+from .podview import ANN_EXCLUDE, ANN_INCLUDE, PodView, rule
 
 ISTIO_OWN_EXCLUDES = {15090, 15021, 15020, 15008}
 
@@ -100,7 +100,7 @@ def excluded_port_exposed(pv: PodView) -> list[Finding]:
             f"(or PeerAuthentication PERMISSIVE); the pods are recreated to apply it",
             annotations=((ANN_EXCLUDE, rest),)),)
         note = (f"# If {p.port} must bypass Envoy on purpose, restrict who can reach it with a Kubernetes "
-                f"NetworkPolicy on port {p.port}.\n" + RECREATE_NOTE.format(ns=pv.namespace))
+                f"NetworkPolicy on port {p.port}.\n" + pv.recreate_note())
         out.append(pv.finding(
             "excluded-port-exposed", Severity.INFO,
             f"app port {p.port} ({p.container}) is not captured by the sidecar: reachable without mTLS or policy",

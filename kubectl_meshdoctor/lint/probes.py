@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, RECREATE_NOTE, Container, PodView, json_key, placeholder, rule
+from .podview import ANN_PROXY_CONFIG, ANN_REWRITE, Container, PodView, json_key, placeholder, rule
 
 RESTART_THRESHOLD = 3  # restartCount at or above which restart-loop reports
 PROBE_KINDS = (("livenessProbe", "livez"), ("readinessProbe", "readyz"), ("startupProbe", "startupz"))
@@ -139,7 +139,7 @@ def probe_port(pv: PodView) -> list[Finding]:
                          f"  containers:\n  - name: {c.name}\n    {pr.kind}:\n      httpGet:\n"
                          f"        path: {placeholder('the path the app answers the probe on')}\n"
                          f"        port: {placeholder('an app port: ' + _declared(c))}"),),
-                       note=RECREATE_NOTE.format(ns=pv.namespace)),
+                       note=pv.recreate_note()),
                 fixes=fixes, container=c.name, probe=pr.kind))
             continue
         if pr.port is None or _port_matches(c, pr.port):
@@ -188,7 +188,7 @@ def probe_port(pv: PodView) -> list[Finding]:
                 yaml=template + f"  - name: {c.name}\n    ports:\n    - containerPort: {decl_num}\n"
                                 f"      name: {decl_name}\n      protocol: TCP"),
         )
-        remediation = render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace))
+        remediation = render(fixes, note=pv.recreate_note())
         out.append(pv.finding("probe-port", Severity.ERROR, title, pr.port if not named else None, ev, pr.path,
                               explanation, remediation, fixes=fixes, container=c.name, probe=pr.kind,
                               port=pr.port))
@@ -298,6 +298,6 @@ def probe_not_rewritten(pv: PodView) -> list[Finding]:
                 "the whole mesh; the kubelet's probe reaches the app through pilot-agent, around Envoy, and says "
                 "whether the app is up",
                 "the pods are recreated to apply it",
-                annotations=((ANN_REWRITE, "true"),)),), note=RECREATE_NOTE.format(ns=pv.namespace)),
+                annotations=((ANN_REWRITE, "true"),)),), note=pv.recreate_note()),
             fixes=fixes, container=pr.container.name, probe=pr.kind, port=num))
     return out

@@ -8,7 +8,7 @@ import yaml
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_STATUS, RECREATE_NOTE, SIDECAR, PodView, indented, json_key, rule
+from .podview import ANN_PROXY_CONFIG, ANN_STATUS, SIDECAR, PodView, indented, json_key, rule
 
 ANN_INJECT = "sidecar.istio.io/inject"  # a label (the annotation of that name is its deprecated form)
 
@@ -32,7 +32,7 @@ def inject_fix(namespace: str, opted_out: bool = False) -> Fix:
 
 # A pod that asks for the sidecar and has none was not seen by the injector: where to look, no fix to apply.
 ASKED_NOTE = ("# Not a fix the spec proves: the pod asks for the sidecar, so the injector did not see it. Recreate "
-              "it\n# (kubectl rollout restart deployment/<owner> -n {ns}); if it comes back without one, the "
+              "it\n# ({restart}); if it comes back without one, the "
               "webhook is not called\n# for it: kubectl get mutatingwebhookconfiguration -l app=sidecar-injector "
               "-o yaml (its namespaceSelector\n# and objectSelector; a namespace on istio.io/rev needs that "
               "revision's webhook), and istiod's log.")
@@ -72,10 +72,10 @@ def no_sidecar(pv: PodView) -> list[Finding]:
         why += " The pod is in ambient mode (ambient.istio.io/redirection: enabled): no sidecar by design."
     if selector == "true":
         fixes: tuple[Fix, ...] = ()
-        remediation = ASKED_NOTE.format(ns=pv.namespace)
+        remediation = ASKED_NOTE.format(restart=pv.restart_command())
     else:
         fixes = (inject_fix(pv.namespace, opted_out=selector == "false"),)
-        remediation = render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace))
+        remediation = render(fixes, note=pv.recreate_note())
     return [pv.finding(
         "no-sidecar", Severity.INFO if ambient else Severity.ERROR,
         f"pod {pv.name} has no {SIDECAR} sidecar (neither a container nor a native-sidecar init container)",
@@ -181,5 +181,5 @@ def hold_application(pv: PodView) -> list[Finding]:
              f"    {ANN_PROXY_CONFIG}: |-\n{indented(value, 6)}",  # |-: the value as the lab applies it
         annotations=((ANN_PROXY_CONFIG, value),)),)
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation,
-                       render(fixes, note=RECREATE_NOTE.format(ns=pv.namespace)), fixes=fixes,
+                       render(fixes, note=pv.recreate_note()), fixes=fixes,
                        annotation_asks=asked, annotation_invalid=invalid)]

@@ -457,3 +457,27 @@ def test_a_warning_grouped_over_several_pods_names_them_all():
     (group,) = [g for g in json.loads(render_json(report))["groups"] if g["detector"] == "redirect-exposure"]
     assert group["pods"] == ["orders-a", "orders-b", "orders-c"] and "pod" not in group and "server" not in group
     assert markdown.count("- pod: orders-a\n") == 1  # hold-application's own section only
+
+
+@pytest.mark.parametrize("owner, labels, command", [
+    ({"kind": "ReplicaSet", "name": "orders-7d9c8b6f5d", "controller": True}, {"pod-template-hash": "7d9c8b6f5d"},
+     "kubectl rollout restart deployment/orders -n shop"),
+    ({"kind": "StatefulSet", "name": "db", "controller": True}, {}, "kubectl rollout restart statefulset/db -n shop"),
+    ({"kind": "DaemonSet", "name": "agent", "controller": True}, {}, "kubectl rollout restart daemonset/agent -n shop"),
+    ({"kind": "ReplicaSet", "name": "legacy", "controller": True}, {},  # a ReplicaSet of its own: no rollout
+     "kubectl delete pod p -n shop (its owner, replicaset/legacy, creates it again)"),
+    ({"kind": "Job", "name": "once", "controller": True}, {}, "kubectl delete pod p -n shop (its owner, job/once, "),
+    (None, {}, "kubectl rollout restart deployment/<owner> -n shop"),  # a pod that names no owner
+])
+def test_the_recreate_note_names_the_pods_own_owner(owner, labels, command):
+    """Issue 32, item 7: a fix said `rollout restart deployment/<owner>` where the pod names its owner."""
+    from kubectl_meshdoctor.lint.podview import PodView
+
+    meta = {"name": "p", "namespace": "shop", "labels": labels, **({"ownerReferences": [owner]} if owner else {})}
+    assert command in PodView({"metadata": meta}).recreate_note()
+
+
+def test_a_reference_pods_fix_restarts_its_deployment():
+    findings = lint_pod(yaml.safe_load_all(REFERENCE.read_text()).__next__())
+    notes = [f.remediation for f in findings if "Then recreate the pods" in f.remediation]
+    assert notes and all("kubectl rollout restart deployment/orders -n " in n for n in notes)
