@@ -267,12 +267,27 @@ def _joined(f: Finding, own: list[int], folded: list[tuple[Finding, list[int], s
         {"pod": pod, "role": role, "logged": _said(join.lines[k].entry),
          "cluster": join.lines[k].entry.upstream_cluster, "request_id": join.lines[k].entry.request_id}
         for pod, k, role in told]
+    hops = _in_line_order(hops, [e for _, e in pairs])
     explanation = f.explanation
     for sentence in dict.fromkeys(_sentence(pod, join.lines[k].entry) for pod, k, _ in told):
         if sentence not in explanation:  # several requests relayed alike: said once
             explanation += sentence
     return replace(f, access_log=tuple(t for t, _ in pairs), entries=tuple(e for _, e in pairs),
                    explanation=explanation, details={**f.details, "hops": hops})
+
+
+def _in_line_order(hops: list[dict], entries: list[AccessLogEntry | None]) -> list[dict]:
+    """``hops`` (an earlier join's too) in the order of the lines each names; one naming none last."""
+    keys = [(_said(e), e.upstream_cluster, e.request_id) if e is not None else None for e in entries]
+    taken: set[int] = set()
+
+    def at(h: dict) -> int:
+        key = (h.get("logged"), h.get("cluster"), h.get("request_id"))
+        k = next((k for k, x in enumerate(keys) if x == key and k not in taken), len(keys))
+        taken.add(k)
+        return k
+
+    return sorted(hops, key=at) if all(isinstance(h, dict) for h in hops) else hops
 
 
 def _said(e: AccessLogEntry) -> str:

@@ -30,26 +30,27 @@ class Pod:
         return f"{self.ip}:{self.port}"
 
 
+def _line(code: int, flag: str, rid: str | None, dt: float, duration_ms: int, **addresses) -> str:
+    return render_text(TEXT_FORMATS[0].format, {
+        "ts": T0 + dt, "method": "GET", "path": "/orders", "protocol": "HTTP/1.1", "code": code,
+        "flags": () if flag == "-" else (flag,), "details": DETAILS[flag], "bytes_sent": 98,
+        "duration_ms": duration_ms, "request_id": rid, **addresses})
+
+
 def outbound(src: Pod, dst: Pod, code: int, flag: str, rid: str | None, dt: float, source_port: int,
              duration_ms: int = 3, with_local: bool = True, with_host: bool = True) -> str:
     """``src``'s sidecar's line of its call to ``dst`` (its outbound cluster), the connection from
     ``src.ip:source_port``."""
-    return render_text(TEXT_FORMATS[0].format, {
-        "ts": T0 + dt, "method": "GET", "path": "/orders", "protocol": "HTTP/1.1", "code": code,
-        "flags": () if flag == "-" else (flag,), "details": DETAILS[flag], "bytes_sent": 98,
-        "duration_ms": duration_ms, "request_id": rid, "upstream_host": dst.address if with_host else None,
-        "upstream_cluster": f"outbound|{dst.port}||{dst.service}.shop.svc.cluster.local",
-        "upstream_local": f"{src.ip}:{source_port}" if with_local else None, "downstream_local": "10.96.14.2:80",
-        "downstream_remote": f"{src.ip}:40100"})
+    return _line(code, flag, rid, dt, duration_ms, upstream_host=dst.address if with_host else None,
+                 upstream_cluster=f"outbound|{dst.port}||{dst.service}.shop.svc.cluster.local",
+                 upstream_local=f"{src.ip}:{source_port}" if with_local else None, downstream_local="10.96.14.2:80",
+                 downstream_remote=f"{src.ip}:40100")
 
 
 def inbound(src: Pod, dst: Pod, code: int, flag: str, rid: str | None, dt: float, source_port: int,
             duration_ms: int = 2, with_remote: bool = True, with_local: bool = True) -> str:
     """``dst``'s sidecar's line of ``src``'s call (its inbound cluster), the connection from
     ``src.ip:source_port``."""
-    return render_text(TEXT_FORMATS[0].format, {
-        "ts": T0 + dt, "method": "GET", "path": "/orders", "protocol": "HTTP/1.1", "code": code,
-        "flags": () if flag == "-" else (flag,), "details": DETAILS[flag], "bytes_sent": 98,
-        "duration_ms": duration_ms, "request_id": rid, "upstream_host": dst.address,
-        "upstream_cluster": f"inbound|{dst.port}||", "upstream_local": "127.0.0.6:53111",
-        "downstream_local": dst.address if with_local else None, "downstream_remote": f"{src.ip}:{source_port}" if with_remote else None})
+    return _line(code, flag, rid, dt, duration_ms, upstream_host=dst.address, upstream_cluster=f"inbound|{dst.port}||",
+                 upstream_local="127.0.0.6:53111", downstream_local=dst.address if with_local else None,
+                 downstream_remote=f"{src.ip}:{source_port}" if with_remote else None)
