@@ -269,7 +269,7 @@ def _joined(f: Finding, own: list[int], folded: list[tuple[Finding, list[int], s
         for pod, k, role in told]
     hops = _in_line_order(hops, [e for _, e in pairs])
     explanation = f.explanation
-    for sentence in dict.fromkeys(_sentence(pod, join.lines[k].entry) for pod, k, _ in told):
+    for sentence in dict.fromkeys(_sentence(pod, join.lines[k].entry, k in join.links.onward) for pod, k, _ in told):
         if sentence not in explanation:  # several requests relayed alike: said once
             explanation += sentence
     return replace(f, access_log=tuple(t for t, _ in pairs), entries=tuple(e for _, e in pairs),
@@ -294,12 +294,17 @@ def _said(e: AccessLogEntry) -> str:
     return f"{e.code} {','.join(e.flags) or '-'} {e.details}"
 
 
-def _sentence(pod: str | None, e: AccessLogEntry) -> str:
+def _sentence(pod: str | None, e: AccessLogEntry, called_on: bool) -> str:
+    """What the joined line of ``pod`` says to this finding; ``called_on``: its request went on from that pod's
+    app to a call of its own (a chain)."""
     if caller_side(e):
         who = f"pod {pod}'s sidecar" if pod else "the caller's sidecar"
         return (f" The caller saw it through {who}, which logged the same request as {_said(e)}: this hop's "
                 f"answer, passed on.")
     who = f"pod {pod}'s sidecar" if pod else "the server pod's sidecar"
+    if app_answered(e) and called_on:
+        return (f" Pod {pod or '?'}'s app answered its caller {e.code} (its sidecar logged {_said(e)} on its inbound "
+                f"cluster): the answer of the call it made for the request, this finding, passed on.")
     if app_answered(e):
         return (f" The server, {who}, logged the same request as {_said(e)} on its inbound cluster: its app "
                 f"answered {e.code}, and the sidecars only passed it on (not a failure of the mesh).")
