@@ -41,13 +41,15 @@ def logs(draw) -> tuple[list[Finding], list[LoggedLine]]:
             lines += [(src.name, out), (dst.name, inn)]
     findings: list[Finding] = []
     logged: list[LoggedLine] = []
-    for k, (pod, line) in enumerate(lines):
+    named = draw(st.booleans())  # analyze DIR per pod names them; plain files read together do not
+    for k, (name, line) in enumerate(lines):
+        pod = name if named else None
         entry = parse_line(line)
         fate = draw(st.sampled_from(["finding", "finding", "logged", "none", "with-previous"]))
         if fate == "with-previous" and findings and findings[-1].pod == pod:  # one finding of several requests
             findings[-1] = findings[-1].with_lines([(line, entry)])
         elif fate == "logged" and entry.code >= 500:
-            logged.append(LoggedLine(pod, line, entry, Evidence.log_line(f"{pod}.log", k, entry.ts, "line")))
+            logged.append(LoggedLine(pod, line, entry, Evidence.log_line(f"{name}.log", k, entry.ts, "line")))
         elif fate != "none":
             findings.append(Finding("x", Severity.ERROR, "t", NoFlow("counter", "c"), (), explanation="E.", pod=pod,
                                     ts=entry.ts, access_log=(line,), entries=(entry,)))
