@@ -23,7 +23,7 @@ from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
-from .hops import logged_entries
+from .hop_pairs import logged_entries
 
 # The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).

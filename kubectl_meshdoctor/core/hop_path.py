@@ -17,6 +17,7 @@ inbound|PORT||) and its sidecar's 127.0.0.6 (pilot/pkg/networking/core, InboundP
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -91,11 +92,35 @@ def with_end(f: Finding, own: frozenset[str]) -> Finding:
 
 
 def _own_entries(f: Finding) -> list[AccessLogEntry]:
-    """The finding's access-log lines logged by its own pod: a joined finding quotes the other pod's after its own
-    (core/hops.py), and names them in details["hops"]."""
-    others = len(f.details.get("hops", ())) if isinstance(f.details.get("hops"), list) else 0
-    lines = f.access_log[:len(f.access_log) - others] if others else f.access_log
-    return [e for e in map(parse_line, lines) if e is not None]
+    """The finding's access-log lines logged by its own pod: a joined finding quotes the other pods' too, in the
+    request's path order, and names each in details["hops"] (core/hops.py) by what it logged, its cluster and
+    its x-request-id; the other end of the same eth0 connection's line comes last (core/wire_join.py)."""
+    hops = f.details.get("hops")
+    ends = sum(1 for h in hops if isinstance(h, dict) and "logged" not in h) if isinstance(hops, list) else 0
+    others = Counter((h.get("logged"), h.get("cluster"), h.get("request_id")) for h in hops
+                     if isinstance(h, dict) and "logged" in h) if isinstance(hops, list) else Counter()
+    out = []
+    for e in (e for e in map(parse_line, f.access_log[:len(f.access_log) - ends]) if e is not None):
+        key = (f"{e.code} {','.join(e.flags) or '-'} {e.details}", e.upstream_cluster, e.request_id)
+        if others[key] > 0:
+            others[key] -= 1
+        else:
+            out.append(e)
+    return out
+
+
+def _relayed_from_app(f: Finding, entries: list[AccessLogEntry]) -> bool:
+    """Whether ``f``'s own lines all pass on the next hop's answer and the server pod's sidecar, joined, logged
+    that answer as its app's (via_upstream on its inbound cluster): the request failed in the app."""
+    hops = f.details.get("hops")
+    return (bool(entries) and all(e.details == RELAYED and _outbound(e) for e in entries) and isinstance(hops, list)
+            and any(isinstance(h, dict) and h.get("role") == "server" and str(h.get("logged", "")).endswith(
+                f" {RELAYED}") and str(h.get("cluster", "")).startswith("inbound|") for h in hops))
+
+
+def _outbound(e: AccessLogEntry) -> bool:
+    cluster = parse_istio_cluster(e.upstream_cluster)
+    return cluster is not None and cluster.direction == "outbound"
 
 
 def _role(f: Finding, entries: list[AccessLogEntry]) -> str:
@@ -148,7 +173,7 @@ def hop_of(f: Finding) -> Hop | None:
     if isinstance(flow, FlowRef) and flow.iface == "lo":
         leg = {"server": SERVER_TO_APP, "caller": CLIENT_TO_CALLER}.get(role)
         return Hop(leg, f.pod, role, also=also) if leg else None
-    leg = _leg_of_lines(role, entries)
+    leg = SERVER_TO_APP if _relayed_from_app(f, entries) else _leg_of_lines(role, entries)
     if leg is None and isinstance(flow, NoFlow) and flow.kind == COUNTER and role:
         leg = SERVER_TO_APP if role == "server" else CALLER_TO_SERVER
     return Hop(leg, f.pod, role, mtls and leg == CALLER_TO_SERVER, also) if leg else None

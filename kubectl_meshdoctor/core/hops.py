@@ -1,15 +1,26 @@
-"""One request across two hops of a mesh: the caller's sidecar (its outbound cluster) and the server pod's sidecar
-(its inbound cluster) each log it, under other flags.
+"""One request across the hops of a mesh: each sidecar on its path logs it, the callers' on an outbound cluster,
+the servers' on their inbound cluster, under other flags.
 
 A server sidecar's ``503 UF`` reaches the caller as ``503 - via_upstream`` (``URX`` where 503s are retried), its
-``502 UPE`` as ``502 - via_upstream``: the caller's line is the user's 503, the server's tells why. When both pods'
-logs were read, the caller's finding of a relayed answer is folded into the server-side finding of the same
-request, so each failing request is one finding that quotes both lines.
+``502 UPE`` as ``502 - via_upstream``: the caller's line is the user's 503, the server's tells why. When several
+pods' logs were read, the findings of one request are one finding that quotes every hop's line, in path order
+(the first caller's first), so each failing request is told once:
 
-Two lines are one request when they carry the same x-request-id (%REQ(X-REQUEST-ID)%: the caller's sidecar
-generates it and the server's keeps it, Envoy's http_conn_man/headers.rst), else when the caller's
-%UPSTREAM_LOCAL_ADDRESS% is the server's %DOWNSTREAM_REMOTE_ADDRESS% (the four-tuple of the hop's connection)
-and their times lie within JOIN_WINDOW_S.
+- a caller's finding of a relayed answer (every line via_upstream on an outbound cluster) goes into the finding
+  of the hop that answered it; where the server's line is a relay too (its app passed on the answer of a call
+  it made for the request: the same x-request-id, logged while the request was served), on to the next hop;
+- a server-side finding of its downstream going away (every line DC on its inbound cluster) goes into the
+  caller's finding of the same request: the caller's sidecar gave up (its route timeout: 504 UT), or its client;
+- a finding of the app's own answer (every line a 5xx via_upstream on an inbound cluster: the app answered it,
+  the sidecar passed it on) goes where the request's path goes on (the app's answer to a call of its own that
+  failed), else into the caller's finding of the same request, which quotes the line that relayed it;
+- a 5xx a sidecar logged that no finding quotes (``LoggedLine``: the app's own 500, relayed) goes to the finding
+  of its request's neighbouring line.
+Folds compose: each chain of them ends at one kept finding, and none ends at a finding that is itself folded; a
+cycle (which two relays of one line would make) is cut at its first finding. A real failure's finding is never
+folded into another. Which lines are the same request at one hop is core/hop_pairs.py's rule: the hop's
+four-tuple, else the server pod's address and the x-request-id within JOIN_WINDOW_S, else a unique
+x-request-id; each line pairs once, the nearest in time first.
 """
 
 from __future__ import annotations
@@ -17,52 +28,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from kubectl_meshdoctor.envoy.access_log import AccessLogEntry, parse_line
-from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
-from .findings import PACKET, Evidence, Finding, FlowRef
+from .findings import Evidence, Finding
+from .hop_pairs import HopLine, HopLinks, caller_side, direction, links, logged_entries, parsed_lines
+from .wire_join import one_request, same_connection
 
-JOIN_WINDOW_S = 5.0  # a caller's line and the server's of one connection: the request's start, both clocks
 RELAYED = "via_upstream"
+REAL, RELAY, GONE, APP = "real", "relay", "gone", "app"  # a finding's part in a request's path
 
 
 @dataclass(frozen=True, slots=True)
 class LoggedLine:
     """A 5xx answer a pod's sidecar logged that none of its findings quotes (the app's own 500, passed on): the
-    pod, the line as quoted, parsed, and where it was read. join_hops gives it to the other hop's finding of the
-    same request."""
+    pod, the line as quoted, parsed, and where it was read. join_hops gives it to the finding of its request's
+    neighbouring line."""
 
     pod: str | None
     text: str
     entry: AccessLogEntry
     evidence: Evidence
-
-
-def logged_entries(f: Finding) -> list[AccessLogEntry]:
-    """``f``'s access-log lines as the pipeline parsed them (any format it read, --log-format's too); a line that
-    came without its parse (a detector's own quote) read in the known formats, and left out when none fits."""
-    out = []
-    for text, entry in f.quoted_lines():
-        if entry is None:
-            entry = parse_line(text)
-        if entry is not None:
-            out.append(entry)
-    return out
-
-
-_entries = logged_entries
-
-
-def _direction(entry: AccessLogEntry) -> str | None:
-    cluster = parse_istio_cluster(entry.upstream_cluster)
-    return cluster.direction if cluster is not None else None
-
-
-def _same_request(caller: AccessLogEntry, server: AccessLogEntry) -> bool:
-    if caller.request_id and server.request_id:
-        return caller.request_id == server.request_id
-    return (caller.upstream_local is not None and caller.upstream_local == server.downstream_remote
-            and abs(caller.ts - server.ts) <= JOIN_WINDOW_S)
 
 
 def relayed_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
@@ -71,9 +56,7 @@ def relayed_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEnt
     caller's own, or a line not read."""
     if not entries or len(entries) != len(f.access_log):
         return []
-    if all(e.details == RELAYED and _direction(e) == "outbound" for e in entries):
-        return entries
-    return []
+    return entries if all(e.details == RELAYED and direction(e) == "outbound" for e in entries) else []
 
 
 def server_disconnect_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
@@ -82,207 +65,248 @@ def server_disconnect_only(f: Finding, entries: list[AccessLogEntry]) -> list[Ac
     otherwise."""
     if not entries or len(entries) != len(f.access_log):
         return []
-    if all("DC" in e.flags and _direction(e) == "inbound" for e in entries):
-        return entries
-    return []
+    return entries if all("DC" in e.flags and direction(e) == "inbound" for e in entries) else []
 
 
-def _caller_side(entry: AccessLogEntry) -> bool:
-    """A caller's sidecar's line: its upstream is another pod (an outbound cluster, or a passthrough one)."""
-    return _direction(entry) != "inbound" and entry.upstream_cluster is not None
+def app_answered(entry: AccessLogEntry) -> bool:
+    """A server sidecar passing on its app's 5xx: details via_upstream on an inbound cluster (Envoy's
+    response_code_details.rst: "The response code was set by the upstream", here the app)."""
+    return entry.code >= 500 and entry.details == RELAYED and direction(entry) == "inbound"
+
+
+def app_answered_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
+    """``entries`` when every one of ``f``'s lines is its app's 5xx, passed on (app_answered); [] otherwise."""
+    if not entries or len(entries) != len(f.access_log):
+        return []
+    return entries if all(map(app_answered, entries)) else []
 
 
 def join_hops(findings: list[Finding], logged: Sequence[LoggedLine] = ()) -> list[Finding]:
-    """``findings`` with each request's two hops made one finding:
-    - a caller's finding of a relayed answer (via_upstream) is folded into the server-side finding of the same
-      request: the server pod's sidecar failed, the caller passed its answer on;
-    - a server-side finding of its downstream going away (DC) is folded into the caller's finding of the same
-      request: the caller's sidecar gave up (its route timeout: 504 UT) or its client did (DC there too).
-    The finding kept gains the other's access-log lines and evidence and, in ``details["hops"]``, the other
-    pod and what it logged; the other is dropped. Findings of no such pair are kept as they are, in order.
-    A finding quoting a caller's relayed 5xx gains the server pod's line of the same request from ``logged`` (the
-    app's answer, logged at both hops: with_next_hop_lines).
-    Then one connection's eth0 seen from both its pods is one finding (same_connection), and so are the
-    attempts of one retried request (one_request)."""
-    return one_request(same_connection(with_next_hop_lines(_join_requests(findings), logged)))
+    """``findings`` with each request's hops made one finding (join_requests, the module's rules), then one
+    connection's eth0 seen from both its pods (same_connection) and the attempts of one retried request
+    (one_request). Findings of nothing joined are kept as they are, in order."""
+    return one_request(same_connection(join_requests(findings, logged)))
 
 
-def with_next_hop_lines(findings: list[Finding], logged: Sequence[LoggedLine]) -> list[Finding]:
-    """Each finding that quotes a caller's relayed 5xx (via_upstream on an outbound cluster) with the line another
-    pod's sidecar logged for the same request on its inbound cluster (x-request-id, else the hop's four-tuple),
-    each such line given once: the request's two hops quoted together."""
-    pool = [x for x in logged if _direction(x.entry) == "inbound"]
-    if not pool:
+@dataclass(slots=True)
+class _Join:
+    """The lines of a join and who quotes each: ``owner`` a finding's index, or None for a ``logged`` line."""
+
+    lines: list[HopLine]
+    texts: list[str]
+    owner: list[int | None]
+    logged: dict[int, LoggedLine]
+    kind: list[str]
+    nodes: list[list[int]]
+    links: HopLinks
+
+    def forward(self, s: int | None) -> int | None:
+        """The finding the request's path reaches from server line ``s`` on: a real failure, or a caller's relay
+        further on; None where it ends at an app's answer or a disconnect."""
+        seen: set[int] = set()
+        while s is not None and s not in seen:
+            seen.add(s)
+            o = self.owner[s]
+            if o is not None and self.kind[o] in (REAL, GONE):
+                return o if self.kind[o] == REAL else None
+            out = self.links.onward.get(s)
+            if out is None:
+                return None
+            if self.owner[out] is not None:
+                return self.owner[out]
+            s = self.links.server_of.get(out)
+        return None
+
+    def backward(self, s: int) -> int | None:
+        """The finding of the caller's line of server line ``s``'s request, through lines no finding quotes."""
+        c = self.links.caller_of.get(s)
+        seen: set[int] = set()
+        while c is not None and c not in seen:
+            seen.add(c)
+            if self.owner[c] is not None:
+                return self.owner[c]
+            inn = self.links.inward.get(c)
+            if inn is None:
+                return None
+            if self.owner[inn] is not None:
+                return self.owner[inn]
+            c = self.links.caller_of.get(inn)
+        return None
+
+    def target(self, i: int) -> int | None:
+        """Where finding ``i`` folds (the module's rules), or None: it is kept."""
+        for n in self.nodes[i]:
+            if self.kind[i] == RELAY:
+                t = self.forward(self.links.server_of.get(n))
+            elif self.kind[i] == GONE:
+                c = self.links.caller_of.get(n)
+                t = self.owner[c] if c is not None else None
+            elif self.kind[i] == APP:
+                t = self.forward(n)
+                t = t if t is not None and t != i else self.backward(n)
+            else:
+                return None
+            if t is not None and t != i:
+                return t
+        return None
+
+    def neighbour(self, n: int) -> int | None:
+        """The finding nearest to logged line ``n`` along its request's path (pairs before links), or None."""
+        todo, seen = [n], {n}
+        while todo:
+            k = todo.pop(0)
+            if self.owner[k] is not None:
+                return self.owner[k]
+            for m in (self.links.server_of.get(k), self.links.caller_of.get(k), self.links.inward.get(k),
+                      self.links.onward.get(k)):
+                if m is not None and m not in seen:
+                    seen.add(m)
+                    todo.append(m)
+        return None
+
+
+def _kind(f: Finding, entries: list[AccessLogEntry]) -> str:
+    if relayed_only(f, entries):
+        return RELAY
+    if server_disconnect_only(f, entries):
+        return GONE
+    return APP if app_answered_only(f, entries) else REAL
+
+
+def _roots(target: dict[int, int]) -> dict[int, int]:
+    """Each folded finding -> the kept finding its chain of folds ends at; a cycle is cut at its first member."""
+    out: dict[int, int] = {}
+    for start in sorted(target):
+        path, k = [], start
+        while k in target and k not in out and k not in path:
+            path.append(k)
+            k = target[k]
+        if k in path:  # a cycle: its member met first is kept
+            del target[k]
+            path = path[:path.index(k)] + path[path.index(k) + 1:]
+        root = out.get(k, k)
+        for p in path:
+            out[p] = root
+    return out
+
+
+def join_requests(findings: list[Finding], logged: Sequence[LoggedLine] = ()) -> list[Finding]:
+    """``findings`` with the findings of one request on several hops made one, and each ``logged`` line of a
+    request one of them joins given to it (the module's rules); each line still quoted once."""
+    parsed = [parsed_lines(f) for f in findings]  # each finding's lines read once: parse_line tries every format
+    lines, texts, owner, nodes = [], [], [], []
+    for i, (f, pl) in enumerate(zip(findings, parsed)):
+        nodes.append([])
+        for text, e in pl:
+            nodes[i].append(len(lines))
+            lines.append(HopLine(f.pod, e))
+            texts.append(text)
+            owner.append(i)
+    given: dict[int, LoggedLine] = {}
+    for x in logged:
+        given[len(lines)] = x
+        lines.append(HopLine(x.pod, x.entry))
+        texts.append(x.text)
+        owner.append(None)
+    callers = [k for k, h in enumerate(lines) if caller_side(h.entry)]
+    servers = [k for k, h in enumerate(lines) if direction(h.entry) == "inbound"]
+    kinds = [_kind(f, [e for _, e in pl]) for f, pl in zip(findings, parsed)]
+    join = _Join(lines, texts, owner, given, kinds, nodes, links(lines, callers, servers))
+    target = {i: t for i in range(len(findings)) if (t := join.target(i)) is not None}
+    roots = _roots(target)
+    members: dict[int, list[int]] = {}
+    for i in sorted(roots):
+        members.setdefault(roots[i], []).append(i)
+    extra: dict[int, list[int]] = {}
+    for n in sorted(given):
+        o = join.neighbour(n)
+        if o is not None:
+            extra.setdefault(roots.get(o, o), []).append(n)
+    if not members and not extra:
         return findings
-    used: set[int] = set()
+    depth = join.links.depth()
     out = []
-    for f in findings:
-        relayed = [e for e in _entries(f) if e.details == RELAYED and e.code >= 500 and _direction(e) == "outbound"]
-        found = [(k, x) for k, x in enumerate(pool) if k not in used and x.pod != f.pod
-                 and any(_same_request(e, x.entry) for e in relayed)]
-        if found:
-            used.update(k for k, _ in found)
-            f = replace(f.with_lines((x.text, x.entry) for _, x in found),
-                        evidence=f.evidence + tuple(x.evidence for _, x in found),
-                        details={**f.details, "hops": list(f.details.get("hops", ())) + [
-                            {"pod": x.pod, "role": "server", "logged": f"{x.entry.code} "
-                             f"{','.join(x.entry.flags) or '-'} {x.entry.details}",
-                             "cluster": x.entry.upstream_cluster, "request_id": x.entry.request_id}
-                            for _, x in found]})
+    for i, f in enumerate(findings):
+        if i in roots:
+            continue
+        if i in members or i in extra:
+            f = _joined(f, nodes[i], [(findings[m], nodes[m], kinds[m]) for m in members.get(i, ())],
+                        extra.get(i, ()), join, depth)
         out.append(f)
     return out
 
 
-def _wire_keys(f: Finding) -> list[tuple]:
-    """The eth0 connections a packet finding is of, as (detector, variant, client, server): its flow's, and those
-    of the other attempts of its request (one_request)."""
-    flow = f.flow
-    if not isinstance(flow, FlowRef) or flow.iface != "eth0" or not any(e.kind == PACKET for e in f.evidence):
-        return []
-    clients = [flow.client, *(a["client"] for a in f.details.get("attempts", ()))]
-    return [(f.detector, f.variant, c, flow.server) for c in dict.fromkeys(clients)]
+def _joined(f: Finding, own: list[int], folded: list[tuple[Finding, list[int], str]], extra: Sequence[int],
+            join: _Join, depth: dict[int, int]) -> Finding:
+    """``f`` (its lines ``own``) quoting the lines of ``folded`` (findings with their lines and kinds) and of
+    ``extra`` (logged lines), each told in ``details["hops"]`` and its explanation, its lines in path order (the
+    first caller's first; a line not read last, in the order quoted)."""
+    def place(k: int) -> tuple[int, float]:
+        return depth.get(k, 0), join.lines[k].entry.ts
+
+    node_of = {join.texts[k]: k for k in own}
+    pairs = f.quoted_lines()
+    told = []
+    for other, ks, kind in sorted(folded, key=lambda x: min(map(place, x[1]), default=(0, 0.0))):
+        f = replace(f, evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
+                    envoy_log=f.envoy_log + tuple(x for x in other.envoy_log if x not in f.envoy_log))
+        pairs += other.quoted_lines()
+        node_of.update({join.texts[k]: k for k in ks})
+        told += [(other.pod, k, "caller" if kind == RELAY else "server") for k in ks]
+    for n in sorted(extra, key=place):
+        x = join.logged[n]
+        f = replace(f, evidence=f.evidence + (x.evidence,))
+        pairs.append((x.text, x.entry))
+        node_of[x.text] = n
+        told.append((x.pod, n, "caller" if caller_side(x.entry) else "server"))
+    told.sort(key=lambda t: place(t[1]))  # hop by hop, as the lines
+    unique = list({t: (t, e) for t, e in reversed(pairs)}.values())[::-1]  # each line once, first quote kept
+    known = sorted((p for p in unique if p[0] in node_of), key=lambda p: place(node_of[p[0]]))
+    pairs = known + [p for p in unique if p[0] not in node_of]
+    hops = list(f.details.get("hops", ())) + [
+        {"pod": pod, "role": role, "logged": _said(join.lines[k].entry),
+         "cluster": join.lines[k].entry.upstream_cluster, "request_id": join.lines[k].entry.request_id}
+        for pod, k, role in told]
+    hops = _in_line_order(hops, [e for _, e in pairs])
+    explanation = f.explanation
+    for sentence in dict.fromkeys(_sentence(pod, join.lines[k].entry, k in join.links.onward) for pod, k, _ in told):
+        if sentence not in explanation:  # several requests relayed alike: said once
+            explanation += sentence
+    return replace(f, access_log=tuple(t for t, _ in pairs), entries=tuple(e for _, e in pairs),
+                   explanation=explanation, details={**f.details, "hops": hops})
 
 
-def _logged_by_server_end(f: Finding) -> bool:
-    """Whether ``f`` quotes the line of its connection's server end: the pod that accepted it logged it as its
-    downstream (%DOWNSTREAM_REMOTE_ADDRESS% the flow's client), on its inbound cluster or on none (a listener's
-    own line: ``0 NR filter_chain_not_found`` names no cluster)."""
-    return isinstance(f.flow, FlowRef) and any(e.downstream_remote == f.flow.client and _direction(e) != "outbound"
-                                               for e in _entries(f))
+def _in_line_order(hops: list[dict], entries: list[AccessLogEntry | None]) -> list[dict]:
+    """``hops`` (an earlier join's too) in the order of the lines each names; one naming none last."""
+    keys = [(_said(e), e.upstream_cluster, e.request_id) if e is not None else None for e in entries]
+    taken: set[int] = set()
+
+    def at(h: dict) -> int:
+        key = (h.get("logged"), h.get("cluster"), h.get("request_id"))
+        k = next((k for k, x in enumerate(keys) if x == key and k not in taken), len(keys))
+        taken.add(k)
+        return k
+
+    return sorted(hops, key=at) if all(isinstance(h, dict) for h in hops) else hops
 
 
-def same_connection(findings: list[Finding]) -> list[Finding]:
-    """``findings`` with the packet findings of one eth0 connection (same detector, variant and four-tuple)
-    made one: the caller's eth0 and the server pod's are the two ends of one veth (a pod's network, CNI), so
-    both captures hold the same frames. One is kept and gains the others' lines and names their captures: the
-    one quoting the connection's server end's line (the pod that accepted the connection said what it did with
-    it: the hop that failed), else the one quoting the most (the
-    caller's 503). Where neither was logged, the one of the pod that opened the connection (``details["end"]``,
-    pipeline.py: its own address is the flow's client; its kernel sent the SYNs), else the first; unless two
-    of them say they are the same end (copies of one pod's capture under two names), when each stands."""
-    groups: dict[tuple, list[int]] = {}
-    member_of: dict[int, tuple] = {}
-    for i, f in enumerate(findings):
-        for key in _wire_keys(f):
-            if i not in member_of and key in groups:  # a finding of several attempts joins the first group it meets
-                groups[key].append(i)
-                member_of[i] = key
-            elif i not in member_of:
-                groups[key] = [i]
-                member_of[i] = key
-            elif key not in groups:
-                groups[key] = groups[member_of[i]]
-    keep: dict[int, list[Finding]] = {}
-    dropped: set[int] = set()
-    for members in {id(m): m for m in groups.values()}.values():
-        pods = {findings[i].pod for i in members}
-        if len(members) < 2 or len(pods) < 2:
-            continue
-        ends = [findings[i].details.get("end") for i in members if findings[i].details.get("end")]
-        if not any(findings[i].access_log for i in members) and len(ends) != len(set(ends)):
-            continue  # two pods each its same end: not the two ends of one veth, so each reading stands
-        best = max(members, key=lambda i: (_logged_by_server_end(findings[i]), len(findings[i].access_log),
-                                           findings[i].details.get("end") == "client", -i))
-        keep[best] = [findings[i] for i in members if i != best]
-        dropped.update(i for i in members if i != best)
-    out = []
-    for i, f in enumerate(findings):
-        if i in dropped:
-            continue
-        for other in keep.get(i, ()):
-            frames = ", ".join(str(e.frame) for e in other.evidence if e.kind == PACKET)
-            source = next((e.source for e in other.evidence if e.kind == PACKET), "")
-            f = replace(f.with_lines(other.quoted_lines()),
-                        envoy_log=f.envoy_log + tuple(x for x in other.envoy_log if x not in f.envoy_log),
-                        explanation=f"{f.explanation} Pod {other.pod or '?'}'s capture of the same connection "
-                                    f"({source}, frames {frames}) holds the same packets: the two ends of one "
-                                    f"eth0 link.",
-                        details={**f.details, "hops": list(f.details.get("hops", ())) + [
-                            {"pod": other.pod, "role": "same connection", "source": source}]})
-        out.append(f)
-    return out
+def _said(e: AccessLogEntry) -> str:
+    return f"{e.code} {','.join(e.flags) or '-'} {e.details}"
 
 
-def one_request(findings: list[Finding]) -> list[Finding]:
-    """``findings`` with the packet findings of one retried request's attempts made one: a line flagged URX (the
-    retries spent, Envoy's %RESPONSE_FLAGS%) is one request however many connections its attempts took, and
-    each attempt's finding (same pod, detector, variant and server) quotes it. The first is kept, with the
-    others' evidence and, in ``details["attempts"]``, each other attempt's connection."""
-    first: dict[tuple, int] = {}
-    keep: dict[int, list[Finding]] = {}
-    dropped: set[int] = set()
-    for i, f in enumerate(findings):
-        retried = [line for line, e in zip(f.access_log, _entries(f)) if "URX" in e.flags]
-        if not retried or not isinstance(f.flow, FlowRef) or not any(e.kind == PACKET for e in f.evidence):
-            continue
-        key = (f.pod, f.detector, f.variant, f.flow.server, tuple(retried))
-        if key in first:
-            keep[first[key]].append(f)
-            dropped.add(i)
-        else:
-            first[key] = i
-            keep[i] = []
-    out = []
-    for i, f in enumerate(findings):
-        if i in dropped:
-            continue
-        others = keep.get(i, ())
-        if others:
-            attempts = [{"client": o.flow.client, "iface": o.flow.iface} for o in others]
-            f = replace(f.with_lines(x for o in others for x in o.quoted_lines()),
-                        evidence=f.evidence + tuple(e for o in others for e in o.evidence if e not in f.evidence),
-                        explanation=f"{f.explanation} The request was tried {len(others) + 1} times, each on a "
-                                    f"connection of its own (from "
-                                    f"{', '.join([f.flow.client, *(a['client'] for a in attempts)])}), each "
-                                    f"failing alike: Envoy logged it once, flagged URX (its retries spent).",
-                        details={**f.details, "attempts": list(f.details.get("attempts", ())) + attempts})
-        out.append(f)
-    return out
-
-
-def _join_requests(findings: list[Finding]) -> list[Finding]:
-    parsed = [_entries(f) for f in findings]  # each finding's lines read once: parse_line tries every format
-    inbound = [(i, [e for e in es if _direction(e) == "inbound"]) for i, es in enumerate(parsed)]
-    outbound = [(i, [e for e in es if _caller_side(e)]) for i, es in enumerate(parsed)]
-    folded: dict[int, list[tuple[Finding, list[AccessLogEntry], str]]] = {}
-    dropped: set[int] = set()
-    for j, (f, entries) in enumerate(zip(findings, parsed)):
-        for own, others, role in ((relayed_only(f, entries), inbound, "caller"),
-                                  (server_disconnect_only(f, entries), outbound, "server")):
-            if not own:
-                continue
-            target = next((i for i, theirs in others if i != j and i not in dropped
-                           and any(_same_request(*((a, b) if role == "caller" else (b, a)))
-                                   for a in own for b in theirs)), None)
-            if target is not None:
-                folded.setdefault(target, []).append((f, own, role))
-                dropped.add(j)
-                break
-    out = []
-    for i, f in enumerate(findings):
-        if i in dropped:
-            continue
-        for other, entries, role in folded.get(i, ()):
-            f = _fold(f, other, entries, role)
-        out.append(f)
-    return out
-
-
-def _fold(f: Finding, other: Finding, entries: list[AccessLogEntry], role: str) -> Finding:
-    added = [{"pod": other.pod, "role": role, "logged": f"{e.code} {','.join(e.flags) or '-'} {e.details}",
-              "cluster": e.upstream_cluster, "request_id": e.request_id} for e in entries]
-    hops = list(f.details.get("hops", ())) + added
-    said = "; ".join(dict.fromkeys(h["logged"] for h in added))
-    if role == "caller":
-        who = f"pod {other.pod}'s sidecar" if other.pod else "the caller's sidecar"
-        told = (f" The caller saw it through {who}, which logged the same request as {said}: this hop's "
+def _sentence(pod: str | None, e: AccessLogEntry, called_on: bool) -> str:
+    """What the joined line of ``pod`` says to this finding; ``called_on``: its request went on from that pod's
+    app to a call of its own (a chain)."""
+    if caller_side(e):
+        who = f"pod {pod}'s sidecar" if pod else "the caller's sidecar"
+        return (f" The caller saw it through {who}, which logged the same request as {_said(e)}: this hop's "
                 f"answer, passed on.")
-    else:
-        who = f"pod {other.pod}'s sidecar" if other.pod else "the server pod's sidecar"
-        told = (f" The next hop, {who}, logged the same request as {said}: it saw this side go away, "
-                f"the effect of this finding, not a failure of its own.")
-    return replace(f.with_lines(other.quoted_lines()),
-                   evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
-                   # several requests of one finding, each relayed alike: the sentence once
-                   explanation=f.explanation if told in f.explanation else f.explanation + told,
-                   details={**f.details, "hops": hops})
+    who = f"pod {pod}'s sidecar" if pod else "the server pod's sidecar"
+    if app_answered(e) and called_on:
+        return (f" Pod {pod or '?'}'s app answered its caller {e.code} (its sidecar logged {_said(e)} on its inbound "
+                f"cluster): the answer of the call it made for the request, this finding, passed on.")
+    if app_answered(e):
+        return (f" The server, {who}, logged the same request as {_said(e)} on its inbound cluster: its app "
+                f"answered {e.code}, and the sidecars only passed it on (not a failure of the mesh).")
+    return (f" The next hop, {who}, logged the same request as {_said(e)}: it saw this side go away, the effect "
+            f"of this finding, not a failure of its own.")

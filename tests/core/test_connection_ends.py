@@ -1,5 +1,5 @@
 """Which end of an eth0 connection a pod is (core/hop_path.py own_addresses, with_end), and one connection's
-frames captured in both pods read as one finding, kept at the pod that opened it (core/hops.py same_connection).
+frames captured in both pods read as one finding, kept at the pod that opened it (core/wire_join.py same_connection).
 The recordings are the lab's two-pod mesh (tests/data/envoy-1.40-mesh): the caller's eth0 and the server pod's
 are the two ends of one veth."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.hop_path import hop_of, own_addresses, with_end
-from kubectl_meshdoctor.core.hops import same_connection
+from kubectl_meshdoctor.core.wire_join import same_connection
 
 from ..helpers import analyze_json
 
