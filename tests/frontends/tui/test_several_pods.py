@@ -52,6 +52,15 @@ class Replayed(LiveSession):
         return None
 
 
+def held(scenario: str, pods: tuple[str, str]) -> tuple[Replayed, list[float], MeshDoctorApp]:
+    """A replayed watch whose joined view is made once, then again only when the test moves ``clock`` a minute on:
+    the rows as handed are seen first, then joined."""
+    session = Replayed(scenario, pods)
+    clock = [0.0]
+    session.joiner = LiveJoin(lambda: session.pipelines, every_s=60.0, clock=lambda: clock[0])
+    return session, clock, MeshDoctorApp(session)
+
+
 def rows(app) -> list[str]:
     table = app.query_one("#findings", DataTable)
     return [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
@@ -83,10 +92,7 @@ async def test_one_failure_of_two_pods_is_one_row_naming_both_before_the_run_end
 async def test_a_row_folded_into_another_hands_it_the_selection_and_loses_no_line(size):
     """refused: the server's upstream-refused, and the caller's next-hop (its relayed 503). The user picks the
     caller's row; then the join folds it into the server's, which takes the selection and quotes both lines."""
-    session = Replayed("refused", ("refused-caller", "refused"))
-    clock = [0.0]
-    session.joiner = LiveJoin(lambda: session.pipelines, every_s=60.0, clock=lambda: clock[0])
-    app = MeshDoctorApp(session)
+    session, clock, app = held("refused", ("refused-caller", "refused"))
     async with app.run_test(size=size) as pilot:
         table = app.query_one("#findings", DataTable)
         await wait_for(pilot, lambda: session.replayed.is_set() and len(app.findings) == 2 and len(rows(app)) == 2)
@@ -112,10 +118,7 @@ async def test_a_row_folded_into_another_hands_it_the_selection_and_loses_no_lin
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_a_joined_row_is_updated_in_place_and_keeps_the_selection(size):
-    session = Replayed("stale-keepalive", ("stale-keepalive-caller", "stale-keepalive"))
-    clock = [0.0]
-    session.joiner = LiveJoin(lambda: session.pipelines, every_s=60.0, clock=lambda: clock[0])
-    app = MeshDoctorApp(session)
+    session, clock, app = held("stale-keepalive", ("stale-keepalive-caller", "stale-keepalive"))
     async with app.run_test(size=size) as pilot:
         table = app.query_one("#findings", DataTable)
         await wait_for(pilot, lambda: session.replayed.is_set() and len(rows(app)) == 2)
