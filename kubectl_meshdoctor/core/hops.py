@@ -115,11 +115,13 @@ def with_next_hop_lines(findings: list[Finding], logged: Sequence[LoggedLine]) -
     if not pool:
         return findings
     used: set[int] = set()
+    index = _Lines([(k, [x.entry]) for k, x in enumerate(pool)], caller_side=False)
     out = []
     for f in findings:
         relayed = [e for e in _entries(f) if e.details == RELAYED and e.code >= 500 and _direction(e) == "outbound"]
-        found = [(k, x) for k, x in enumerate(pool) if k not in used and x.pod != f.pod
-                 and any(_same_request(e, x.entry) for e in relayed)]
+        near = sorted({k for e in relayed for k in index.candidates(e, caller_side=False)})
+        found = [(k, pool[k]) for k in near if k not in used and pool[k].pod != f.pod
+                 and any(_same_request(e, pool[k].entry) for e in relayed)]
         if found:
             used.update(k for k, _ in found)
             f = replace(f.with_lines((x.text, x.entry) for _, x in found),
@@ -235,10 +237,38 @@ def one_request(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+class _Lines:
+    """Each finding's lines of one side (a server's inbound ones, or a caller's), indexed by what _same_request
+    can match them on, so a request's other hop is looked up, not searched for among every finding (the live view
+    joins on a timer: core/live_join.py)."""
+
+    def __init__(self, lines: list[tuple[int, list[AccessLogEntry]]], caller_side: bool) -> None:
+        self.lines = dict(lines)
+        self.by_key: dict[tuple[str, str], set[int]] = {}
+        for i, entries in lines:
+            for e in entries:
+                if e.request_id:
+                    self.by_key.setdefault(("id", e.request_id), set()).add(i)
+                address = e.upstream_local if caller_side else e.downstream_remote
+                if address is not None:  # a kept-alive connection's requests share it: those with no id apart
+                    self.by_key.setdefault(("addr", address), set()).add(i)
+                    if not e.request_id:
+                        self.by_key.setdefault(("addr-no-id", address), set()).add(i)
+
+    def candidates(self, e: AccessLogEntry, caller_side: bool) -> set[int]:
+        """The findings whose lines may be of ``e``'s request (``e`` of the other side; ``caller_side`` as the
+        index was made with): the same x-request-id, or, where one of the two has none, the hop's four-tuple."""
+        address = e.downstream_remote if caller_side else e.upstream_local
+        if not e.request_id:
+            return self.by_key.get(("addr", address), set()) if address is not None else set()
+        found = self.by_key.get(("id", e.request_id), set())
+        return found | self.by_key.get(("addr-no-id", address), set()) if address is not None else found
+
+
 def _join_requests(findings: list[Finding]) -> list[Finding]:
     parsed = [_entries(f) for f in findings]  # each finding's lines read once: parse_line tries every format
-    inbound = [(i, [e for e in es if _direction(e) == "inbound"]) for i, es in enumerate(parsed)]
-    outbound = [(i, [e for e in es if _caller_side(e)]) for i, es in enumerate(parsed)]
+    inbound = _Lines([(i, [e for e in es if _direction(e) == "inbound"]) for i, es in enumerate(parsed)], False)
+    outbound = _Lines([(i, [e for e in es if _caller_side(e)]) for i, es in enumerate(parsed)], True)
     folded: dict[int, list[tuple[Finding, list[AccessLogEntry], str]]] = {}
     dropped: set[int] = set()
     for j, (f, entries) in enumerate(zip(findings, parsed)):
@@ -246,9 +276,12 @@ def _join_requests(findings: list[Finding]) -> list[Finding]:
                                   (server_disconnect_only(f, entries), outbound, "server")):
             if not own:
                 continue
-            target = next((i for i, theirs in others if i != j and i not in dropped
+            # the first finding in order with a line of the same request (_same_request decides, the index only
+            # narrows the look)
+            near = sorted({i for a in own for i in others.candidates(a, role == "server")})
+            target = next((i for i in near if i != j and i not in dropped
                            and any(_same_request(*((a, b) if role == "caller" else (b, a)))
-                                   for a in own for b in theirs)), None)
+                                   for a in own for b in others.lines[i])), None)
             if target is not None:
                 folded.setdefault(target, []).append((f, own, role))
                 dropped.add(j)
