@@ -20,6 +20,7 @@ from .hops import join_hops
 from .pipeline import Pipeline
 
 EVERY_S = 1.0  # seconds between two joins at most: a finding is seen in its joined form this long after it
+SHARE = 0.2  # at most this share of the time goes to joining: a join that took 0.3 s waits 1.5 s for the next
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +46,12 @@ class LiveJoin:
         self._view: JoinedView | None = None
         self._made_of: tuple | None = None
         self._made_at = 0.0
+        self._took = 0.0  # seconds the last join took
 
     def view(self) -> JoinedView | None:
-        """The newest view, made again if anything changed and the last was made ``every_s`` ago or more (or
-        every pipeline has finished); None before the first pipeline."""
+        """The newest view, made again if anything changed and the last was made ``every_s`` ago or more, and
+        longer where joining takes more than SHARE of the time (or every pipeline has finished); None before the
+        first pipeline."""
         pipelines = list(self.pipelines())
         if not pipelines:
             return None
@@ -57,11 +60,12 @@ class LiveJoin:
             return self._view
         now = self.clock()
         finished = all(p.finished for p in pipelines)
-        if self._view is not None and now - self._made_at < self.every_s and not finished:
+        if self._view is not None and now - self._made_at < max(self.every_s, self._took / SHARE) and not finished:
             return self._view
         self._made_of, self._made_at = made_of, now
         self.joins += 1
         self._view = JoinedView(tuple(joined(pipelines)), sum(p.emitted for p in pipelines))
+        self._took = self.clock() - now
         return self._view
 
 

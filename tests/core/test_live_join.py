@@ -73,3 +73,20 @@ def test_the_view_is_joined_again_only_when_something_changed_and_not_more_often
     clock[0] += 0.5
     again = live.view()
     assert live.joins == 2 and again.covers == first.covers + 1
+
+
+def test_a_slow_join_waits_longer_for_the_next():
+    pipelines, _ = run("refused")
+    clock = [100.0]
+
+    def slow_clock() -> float:
+        clock[0] += 0.5  # each reading half a second on: the join itself takes 0.5 s
+        return clock[0]
+
+    live = LiveJoin(lambda: pipelines, every_s=1.0, clock=slow_clock)
+    first = live.view()
+    pipelines[0].add_findings([first.findings[0]])
+    clock[0] += 1.0  # past every_s, not past 0.5 s / SHARE
+    assert live.view() is first and live.joins == 1
+    clock[0] += 2.0
+    assert live.view() is not first and live.joins == 2
