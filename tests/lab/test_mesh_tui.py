@@ -21,7 +21,8 @@ from kubectl_meshdoctor.kube.target import Target
 from meshdoctor_lab import lab
 from meshdoctor_lab.state import caller_pod_name
 
-from .lab_names import lab_name
+from .lab_names import caller_sidecar_lab
+from .test_envoy_debug_tui import wait_for
 
 pytestmark = pytest.mark.lab
 SCENARIOS = ("refused", "downstream-idle")
@@ -29,20 +30,8 @@ SCENARIOS = ("refused", "downstream-idle")
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
-    name = lab_name("t")
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, SCENARIOS, drivers=False,
-                   mesh=lab.MeshOptions(caller="sidecar"))
-    try:
+    with caller_sidecar_lab(tmp_path_factory, "t", SCENARIOS) as state:
         yield state
-    finally:
-        lab.down(state.state_dir)
-
-
-async def wait_for(pilot, what: str, condition, seconds: float = 90.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"{what}: not within {seconds} s"
-        await pilot.pause(0.1)
 
 
 def rows(app) -> list[str]:
@@ -60,7 +49,7 @@ async def test_one_failure_is_one_row_naming_both_pods_while_the_watch_runs(mesh
     app = MeshDoctorApp(session)
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, "both pods capturing", lambda: len(session.state.pods) == 2
-                       and all(st.phase == "capturing" for st in session.state.pods))
+                       and all(st.phase == "capturing" for st in session.state.pods), 90.0)
         result = await asyncio.to_thread(lab.trigger_round, mesh, scenario)
         assert result.statuses, result
 
@@ -73,7 +62,7 @@ async def test_one_failure_is_one_row_naming_both_pods_while_the_watch_runs(mesh
                     and any(f.detector == detector and any('" 503 ' in line and "outbound|5000||" in line
                                                            for line in f.access_log) for f in view.findings))
 
-        await wait_for(pilot, "the failure joined on screen", settled)
+        await wait_for(pilot, "the failure joined on screen", settled, 90.0)
         assert app.report is None  # before the end
         shown = errors()
         assert len(shown) == 1, rows(app)
