@@ -141,7 +141,7 @@ def build(case: int, rnd: random.Random):
         def pod(self):
             return h()
 
-        def clusters(self):
+        def clusters(self, pod=None):
             return lambda: clusters
 
         def loggers(self):

@@ -14,10 +14,11 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
-from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver
+from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines
 from kubectl_meshdoctor.commands.watch.headless_stop import merged_stats
 from kubectl_meshdoctor.core.events import ClustersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
+from kubectl_meshdoctor.core.live_join import JoinedView, LiveJoin
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.core.report_model import (
     DumpCounters,
@@ -309,6 +310,7 @@ class FileSession(Session):
         self.describe = f"files: {' '.join(c.path for c in captures)}"
         self._pipelines = [Pipeline.with_detectors(redact=redact)]
         self._save = evidence_saver({c.path: c.path for c in captures})
+        self.joiner = LiveJoin(lambda: self._pipelines)
 
     async def run(self, hooks: SessionHooks) -> Report:
         self._pipelines = []
@@ -336,6 +338,15 @@ class FileSession(Session):
     def access_log(self) -> list[AccessLogEntry]:
         """The lines of the access logs given, as the correlators hold them (the same the report quotes)."""
         return [e for p in self._pipelines for e in p.correlator.entries()]
+
+    def access_logs(self) -> dict[str, list[AccessLogEntry]]:
+        return pods_lines(self._pipelines)
+
+    def pods(self) -> list[str]:
+        return [p.ctx.pod for p in self._pipelines if p.ctx.pod]
+
+    def joined(self) -> JoinedView | None:
+        return self.joiner.view()
 
     def save_evidence(self, finding: Finding, path: str, overwrite: bool) -> str:
         return self._save(finding, path, overwrite)

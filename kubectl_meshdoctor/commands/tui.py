@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Mapping
 
 from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.pipeline import Pipeline
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.exit_codes import EXIT_OK, EXIT_USAGE
 from kubectl_meshdoctor.frontends.evidence_pcap import save_evidence
 from kubectl_meshdoctor.frontends.report import RENDERERS
@@ -28,6 +30,14 @@ def evidence_saver(sources: Mapping[str, str] | Callable[[], Mapping[str, str]])
         return f"saved {saved.packets} packets to {saved.path} ({frames})"
 
     return save
+
+
+def pods_lines(pipelines: list[Pipeline]) -> dict[str, list[AccessLogEntry]]:
+    """Each pod's access-log lines as its pipeline's correlator holds them (Session.access_logs), when there are
+    several pods ({} otherwise)."""
+    if len(pipelines) < 2:
+        return {}
+    return {p.ctx.pod or "?": p.correlator.entries() for p in pipelines}
 
 
 def run_session(session: Session, output: str, abandon: Callable[[], None] | None = None) -> int:

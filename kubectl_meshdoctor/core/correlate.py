@@ -174,6 +174,7 @@ class Correlator:
         self._by_request: dict[str, _Record] = {}
         self._evicted: list[_Record] = []  # left the window undecided: the pipeline has them decided at once
         self._next_line = 1
+        self.kept = 0  # requests kept so far (lines and stories), evicted or not: what a live view has seen
 
     def add(self, entry: AccessLogEntry, source: str | None = None, line: int = 0) -> None:
         """Keep access-log line ``entry``; ``source`` and ``line`` (1-based) name where it was read (a file
@@ -188,6 +189,7 @@ class Correlator:
             self._keep(_Record(first, story.entry(), story.source, story))
 
     def _keep(self, rec: _Record) -> None:
+        self.kept += 1
         if len(self._lines) == self._lines.maxlen:
             old = self._lines[0]
             if self._by_request.get(old.entry.request_id or "") is old:
@@ -225,6 +227,15 @@ class Correlator:
             return False
         ra, rb = a.entry.downstream_remote, b.entry.downstream_remote
         return ra is None or rb is None or ra == rb
+
+    def earliest_since(self, kept: int) -> float | None:
+        """The earliest start (seconds since the epoch) of the requests kept after the first ``kept`` of them (a
+        ``kept`` read before), or None when none was: the findings a newer line can be attached to end no earlier
+        than WINDOW_S before it (explains)."""
+        new = min(self.kept - kept, len(self._lines))
+        if new <= 0:
+            return None
+        return min(r.entry.ts for r in itertools.islice(reversed(self._lines), new))
 
     def entries(self) -> list[AccessLogEntry]:
         """The access-log lines kept (the newest MAX_LINES), in log order."""

@@ -10,6 +10,7 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.story import STORY_LOGGERS, StoryBuilder, StreamStory
 
 from .correlate import (
+    WINDOW_S,
     Claim,
     Correlator,
     attach_counters,
@@ -102,6 +103,11 @@ class Pipeline:
         # they tell which end of an eth0 connection it is. A SYN is captured after nat OUTPUT rewrote its
         # destination to a local one (REDIRECT); later segments' replies show the original destination again.
         self._on_lo: set[str] = set()
+        self.emitted = 0  # findings concluded so far, kept or not: each one on_finding was called with
+        self.finished = False
+        # so_far's: self.findings[i] with the lines it explains, and the correlator's count when they were attached
+        self._attached: list[Finding] = []
+        self._attached_kept = 0
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -198,6 +204,7 @@ class Pipeline:
         """End of input: let detectors conclude, link findings to the access-log lines they explain, report the
         failing lines nothing explains, attach the counters that back each finding (from the counters events
         seen); return every finding kept."""
+        self.finished = True
         for det in self.detectors:
             self._emit(det.finish())
         for builder in self._stories.values():
@@ -242,6 +249,30 @@ class Pipeline:
                                                    {d.id: d.kernel_counters for d in self.detectors}, backed)
         return self.findings
 
+    def so_far(self) -> tuple[list[Finding], tuple[LoggedLine, ...]]:
+        """Mid-run, what ``finish`` would make of the findings kept so far: each with the access-log and debug-log
+        lines it explains (Correlator.attach), the hops of one request joined (join_hops), and the 5xx lines no
+        finding quotes (as ``logged``); after ``finish``, its own. No detector concludes anything for it. A finding
+        is attached again only when a line read since the last call may be its (the line's request started no later
+        than WINDOW_S after the finding's evidence), so a call costs the new lines and the recent findings, not
+        every finding against every line; join_hops costs up to findings squared, so call it on a tick, not a
+        packet (core/live_join.py)."""
+        if self.finished:
+            return list(self.findings), self.logged
+        corr = self.correlator
+        earliest = corr.earliest_since(self._attached_kept)
+        self._attached_kept = corr.kept
+        if earliest is not None:
+            for i, f in enumerate(self.findings[:len(self._attached)]):
+                if of_the_wire(f) and max([e.ts for e in f.evidence if e.ts] or [f.ts]) + WINDOW_S >= earliest:
+                    self._attached[i] = self._redacted(corr.attach(f))
+        self._attached += [self._redacted(corr.attach(f)) for f in self.findings[len(self._attached):]]
+        own = own_addresses(self._on_lo)
+        joined = join_hops([with_end(f, own) for f in self._attached])
+        quoted = {line for f in joined for line in f.access_log}
+        return joined, tuple(LoggedLine(self.ctx.pod, text, entry, ev) for entry, text, ev in corr.answers()
+                             if text not in quoted)
+
     def _redacted(self, f: Finding) -> Finding:
         return redact_finding(f) if self.ctx.redact else f
 
@@ -255,6 +286,7 @@ class Pipeline:
                     self._wire.append(f)
             else:
                 self.stats.findings_dropped += 1
+            self.emitted += 1
             if self._on_finding is not None:
                 self._on_finding(f)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 PREFIX_ENV = "MESHDOCTOR_TEST_LAB_PREFIX"
 
@@ -17,3 +19,18 @@ def lab_name(tag: str = "", hex_digits: int = 4) -> str:
     """A new lab name: the prefix, ``tag`` and ``hex_digits`` random hex digits."""
     prefix = os.environ.get(PREFIX_ENV, "mdtest-")
     return f"{prefix}{tag}{secrets.token_hex((hex_digits + 1) // 2)[:hex_digits]}"
+
+
+@contextmanager
+def caller_sidecar_lab(tmp_path_factory, tag: str, scenarios: tuple[str, ...]) -> Iterator:
+    """A lab (named with ``tag``) of ``scenarios``, each pod called through a caller sidecar (`lab up --caller
+    sidecar`), no drivers (the test triggers each round); down on the way out."""
+    from meshdoctor_lab import lab
+
+    name = lab_name(tag)
+    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, scenarios, drivers=False,
+                   mesh=lab.MeshOptions(caller="sidecar"))
+    try:
+        yield state
+    finally:
+        lab.down(state.state_dir)

@@ -29,7 +29,7 @@ from meshdoctor_lab.scenarios import SETUPS
 from meshdoctor_lab.state import caller_pod_name
 
 from ..mesh_expected import EXPECTED, NOT_YET_ALONE, NOT_YET_BOTH, invented
-from .lab_names import lab_name
+from .lab_names import caller_sidecar_lab
 from .watching import capturing
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
@@ -39,13 +39,8 @@ SCENARIOS = tuple(s for (recording, s) in sorted(EXPECTED) if recording == "envo
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
-    name = lab_name("w")
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, SCENARIOS, drivers=False,
-                   mesh=lab.MeshOptions(caller="sidecar"))
-    try:
+    with caller_sidecar_lab(tmp_path_factory, "w", SCENARIOS) as state:
         yield state
-    finally:
-        lab.down(state.state_dir)
 
 
 def judged(report: dict) -> set[tuple[str, str, str]]:

@@ -10,11 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubectl_meshdoctor.commands.log_level import LoggerControl
-from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, run_session
+from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines, run_session
 from kubectl_meshdoctor.commands.watch.headless_stop import merged_stats
 from kubectl_meshdoctor.commands.watch.live import WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.live_join import JoinedView, LiveJoin
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.core.report_model import Report
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -50,8 +51,9 @@ class RunLoggerControl(LoggerControl):
 
 
 class LiveSession(Session):
-    """``watch`` on the cluster (live.py) with one fresh pipeline per pod; the Envoy panes show the first pod's
-    sidecar, reached through the same port-forward as ``log-level``."""
+    """``watch`` on the cluster (live.py) with one fresh pipeline per pod; the findings shown joined as the report
+    will join them (core/live_join.py); the Envoy panes show a pod's sidecar (the first, or the one asked for),
+    reached through the same port-forward as ``log-level``."""
 
     saves_evidence = True
     live = True
@@ -68,14 +70,20 @@ class LiveSession(Session):
         self.pipelines: list[Pipeline] = []
         self.state = WatchState()
         self._controls: dict[str, LoggerControl] = {}
+        self.joiner = LiveJoin(lambda: self.pipelines)  # the findings shown: joined as the report will be
+
+    def new_pipeline(self, hooks: SessionHooks, pod: str) -> Pipeline:
+        """A pod's pipeline, handing its findings to ``hooks`` and kept for the panes and the joined view."""
+        self.pipelines.append(Pipeline.with_detectors(on_finding=hooks.on_finding, redact=self.redact, pod=pod,
+                                                      keep_recent=KEEP_RECENT))
+        return self.pipelines[-1]
 
     async def run(self, hooks: SessionHooks) -> Report:
-        def make_pipeline(pod: str) -> Pipeline:
-            self.pipelines.append(Pipeline.with_detectors(on_finding=hooks.on_finding, redact=self.redact,
-                                                          pod=pod, keep_recent=KEEP_RECENT))
-            return self.pipelines[-1]
+        return await watch(self.kube, self.opts, lambda pod: self.new_pipeline(hooks, pod), hooks.stop,
+                           hooks.progress, self.state)
 
-        return await watch(self.kube, self.opts, make_pipeline, hooks.stop, hooks.progress, self.state)
+    def joined(self) -> JoinedView | None:
+        return self.joiner.view()
 
     def _states(self) -> list[WatchState]:
         return [self.state, *self.state.pods]
@@ -86,8 +94,12 @@ class LiveSession(Session):
     def pod(self) -> str | None:
         return self.state.pod or next((s.pod for s in self.state.pods if s.pod), None)
 
-    def loggers(self) -> LoggerControl | None:
-        pod = self.pod()
+    def pods(self) -> list[str]:
+        named = [st.pod for st in self.state.pods if st.pod]
+        return named or [p.ctx.pod for p in self.pipelines if p.ctx.pod] or ([self.state.pod] if self.state.pod else [])
+
+    def loggers(self, pod: str | None = None) -> LoggerControl | None:
+        pod = pod or self.pod()
         if pod is None:
             return None
         if pod not in self._controls:
@@ -96,14 +108,17 @@ class LiveSession(Session):
                                                               self.opts.admin_port), state)
         return self._controls[pod]
 
-    def clusters(self) -> Callable[[], dict] | None:
-        control = self.loggers()
+    def clusters(self, pod: str | None = None) -> Callable[[], dict] | None:
+        control = self.loggers(pod)
         if control is None:
             return None
         return lambda: parse_clusters(control.admin.get("/clusters", {"format": "json"}).body)
 
     def access_log(self) -> list[AccessLogEntry]:
         return [e for p in self.pipelines for e in p.correlator.entries()]
+
+    def access_logs(self) -> dict[str, list[AccessLogEntry]]:
+        return pods_lines(self.pipelines)
 
     def problems(self) -> list[str]:
         return [f"pod/{st.pod} {line}" for st in self._states() for line in st.stream_problems]

@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import PACKET, Finding, Problem, Severity
+from kubectl_meshdoctor.core.live_join import JoinedView
 from kubectl_meshdoctor.core.redact import redact_target
 from kubectl_meshdoctor.core.report_model import Report, ScreenSource
 from kubectl_meshdoctor.frontends.report import RENDERERS
@@ -30,6 +31,7 @@ from kubectl_meshdoctor.frontends.report import RENDERERS
 from .detail import finding_detail, finding_explanation, ladder_text
 from .signals import WIND_DOWN_S, StopSignals
 from .findings_list import FindingsList
+from .pod_names import pod_rows
 from .packet_filter import FilterError, PacketFilter, of_finding
 from ..shown import one_line
 from .plain import PlainStatic, PlainTable
@@ -95,8 +97,9 @@ class MeshDoctorApp(App[Report | None]):
         self.signalled: int | None = None  # the first stop signal that came
         self.held = False  # the session did not wind down within WIND_DOWN_S of the stop: left without it
         self.hooks = SessionHooks(on_finding=self._on_finding, progress=self._on_progress)
-        self.findings: list[Finding] = []
+        self.findings: list[Finding] = []  # as handed to on_finding
         self._shown = 0  # findings already in the list; the rest wait for a refresh (or for p)
+        self._view: JoinedView | None = None  # the findings as the report would give them (Session.joined)
         self.list: FindingsList | None = None  # the findings list's groups and selection, once mounted
         self.report: Report | None = None
         self.last_progress = "starting"
@@ -165,6 +168,9 @@ class MeshDoctorApp(App[Report | None]):
     async def _run_session(self) -> None:
         try:
             self.report = await self.session.run(self.hooks)
+            if self.report is not None:  # what the report gives is what the list shows from now on
+                self._view = JoinedView(tuple(self.report.findings), len(self.findings))
+                self._show_new_findings(self._view, force=True)
             self._on_progress("capture ended")
         except Exception as e:  # shown on screen and returned to the CLI, never a traceback
             self.error = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -186,11 +192,21 @@ class MeshDoctorApp(App[Report | None]):
             self._show_new_findings()
 
     # -- findings and detail ------------------------------------------------------------------------------
-    def _show_new_findings(self) -> None:
+    def shown_findings(self) -> list[Finding]:
+        """Every finding so far as the report would give them: the session's joined view, then those handed on
+        since it was made; the findings as handed where the session joins none."""
+        v = self._view
+        return [*v.findings, *self.findings[v.covers:]] if v is not None else self.findings
+
+    def _show_new_findings(self, view: JoinedView | None = None, force: bool = False) -> None:
         if self.list is None:
             return
-        for f in self.findings[self._shown:]:
-            self.list.add(f)
+        if view is not None and (view is not self._view or force):
+            self._view = view  # a finding may be filed again in its joined form: its row is updated in place
+            self.list.replace(self.shown_findings())
+        else:
+            for f in self.findings[self._shown:]:
+                self.list.add(f)
         self._shown = len(self.findings)
         before = self.selected
         self.list.redraw(self.query_one("#findings", DataTable).size.width)
@@ -295,22 +311,8 @@ class MeshDoctorApp(App[Report | None]):
         self.query_one("#findings", DataTable).focus()
 
     # -- header -------------------------------------------------------------------------------------------
-    def _pod_rows(self) -> dict[str, list]:
-        """pod -> [lo packets, eth0 packets, errors, warnings] when several pods are captured (``pod/iface``)."""
-        rows: dict[str, list] = {}
-        for key, st in self.session.stats().by_iface.items():
-            pod, sep, iface = key.rpartition("/")
-            if not sep:
-                return {}
-            row = rows.setdefault(pod, [0, 0, 0, 0])
-            row[0 if iface == "lo" else 1] += st.packets
-        for f in self.findings:
-            if f.pod in rows:
-                rows[f.pod][2 if f.severity is Severity.ERROR else 3] += f.severity is not Severity.INFO
-        return rows
-
     def _refresh_pods(self) -> None:
-        rows = self._pod_rows()
+        rows = pod_rows(self.session.stats(), self.shown_findings())
         table = self.query_one("#pods", DataTable)
         table.set_class(bool(rows), "many")
         for pod, values in sorted(rows.items()):
@@ -344,7 +346,7 @@ class MeshDoctorApp(App[Report | None]):
         state = f"PAUSED (p resumes; {held} new findings held)  " if self.paused else ""
         problems = self.session.problems()
         trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
-        return (f"{ifaces}  flows: {st.flows_seen}  findings: {len(self.findings)} (rows: {errors} error, "
+        return (f"{ifaces}  flows: {st.flows_seen}  findings: {len(self.shown_findings())} (rows: {errors} error, "
                 f"{warnings} warning)  {dropped}\n"
                 f"{state}{progress}{trouble}")
 
@@ -365,7 +367,9 @@ class MeshDoctorApp(App[Report | None]):
         if self.paused:
             return
         self._refresh_pods()
-        self._show_new_findings()
+        if self.list is not None:
+            self.list.note_pods(self.session.pods())
+        self._show_new_findings(self.session.joined() if self.report is None else None)
 
     # -- keys ---------------------------------------------------------------------------------------------
     def action_help(self) -> None:
@@ -418,8 +422,8 @@ class MeshDoctorApp(App[Report | None]):
     def report_now(self) -> Report:
         """The report as it stands: every finding so far (also those held while paused)."""
         problems = [Problem("watch", p) for p in self.session.problems()]
-        return self.report or Report(ScreenSource(self.session.describe), self.session.stats(), list(self.findings),
-                                     problems)
+        return self.report or Report(ScreenSource(self.session.describe), self.session.stats(),
+                                     self.shown_findings(), problems)
 
     def _export(self, path: str, overwrite: bool) -> None:
         fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(os.path.splitext(path)[1], "text")
@@ -433,7 +437,7 @@ class MeshDoctorApp(App[Report | None]):
         except OSError as e:
             self.notify(f"not exported: {e.strerror or e}", severity="error", timeout=8, markup=False)
             return
-        self.notify(f"report ({fmt}, {len(self.findings)} findings) written to {path}", timeout=8, markup=False)
+        self.notify(f"report ({fmt}, {len(self.shown_findings())} findings) written to {path}", timeout=8, markup=False)
 
     def action_loggers(self) -> None:
         """The sidecar's log levels, changed with a key (only once the run has found the proxy)."""
@@ -447,19 +451,19 @@ class MeshDoctorApp(App[Report | None]):
         self.push_screen(LoggersScreen(control))
 
     def action_clusters(self) -> None:
-        fetch = self.session.clusters()
-        if fetch is None:
+        if self.session.clusters() is None:
             self._on_progress("the proxy is not known yet: clusters are available once capturing" if self.session.live
                               else "recorded files have no sidecar to ask: clusters are for a live watch")
             return
         from .envoy import ClustersScreen
 
-        self.push_screen(ClustersScreen(fetch, self.session.pod() or "?"))
+        self.push_screen(ClustersScreen(self.session.clusters, self.session.pods() or [self.session.pod() or "?"]))
 
     def action_access_log(self) -> None:
         from .envoy import AccessLogScreen
 
-        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod(), self.session.redact))
+        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod(), self.session.redact,
+                                         self.session.access_logs))
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""

@@ -1,6 +1,8 @@
 """Envoy panes: the sidecar's clusters and hosts (counters that moved are highlighted) and its access log
 (response flags coloured, filterable). They render what the session hands them and fetch nothing themselves
-but through the session's callables, in worker threads."""
+but through the session's callables, in worker threads. With several pods each pane keeps them apart: `p` goes
+to the next pod's sidecar (the clusters pane: one pod's /clusters at a time, each a fetch of its own), and the
+access log names each line's pod, or shows one pod's lines."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from kubectl_meshdoctor.envoy.numbers import UINT64_DIGITS, ascii_int
 
 from ..shown import one_line
 from .plain import PlainStatic, PlainTable
+from .pod_names import short_names
 
 HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error", "rq_timeout", "rq_total")
 FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
@@ -59,18 +62,42 @@ def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
 
 
 class ClustersScreen(Screen):
-    """One row per (cluster, host) from GET /clusters, refreshed every REFRESH_S; a counter that grew since
-    the previous refresh is shown bold on yellow. Click a column header to sort by it."""
+    """One row per (cluster, host) from GET /clusters of one pod's sidecar, refreshed every REFRESH_S; a counter
+    that grew since the previous refresh is shown bold on yellow. Click a column header to sort by it. ``fetch``
+    gives a pod's fetcher (Session.clusters: None while its proxy is not known); ``pods`` are the run's, `p` goes
+    to the next."""
 
-    BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now")]
+    BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now"),
+                Binding("p", "next_pod", "next pod")]
     CSS = "#clusters-status { height: auto; padding: 0 1; background: $boost; }"
 
-    def __init__(self, fetch: Callable[[], dict[str, Cluster]], pod: str) -> None:
+    def __init__(self, fetch: Callable[[str | None], Callable[[], dict[str, Cluster]] | None],
+                 pods: list[str]) -> None:
         super().__init__()
-        self.fetch = fetch
-        self.pod = pod
+        self.fetch_of = fetch
+        self.pods = pods or ["?"]
+        self.at = 0
         self.previous: dict[tuple[str, str], dict[str, int]] = {}
         self.sort_column: str | None = None
+
+    @property
+    def pod(self) -> str:
+        return self.pods[self.at]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return len(self.pods) > 1 if action == "next_pod" else True
+
+    def action_next_pod(self) -> None:
+        self.at = (self.at + 1) % len(self.pods)
+        self.previous = {}  # another sidecar's counters: nothing grew since this one's last refresh
+        self.query_one("#clusters", DataTable).clear()
+        self._set_status(f"reading /clusters of pod/{one_line(self.pod)} ...")
+        self._title()
+        self.action_refresh()
+
+    def _title(self) -> None:
+        which = f" ({self.at + 1} of {len(self.pods)}; p: next pod)" if len(self.pods) > 1 else ""
+        self.sub_title = one_line(f"Envoy clusters of pod/{self.pod}") + which
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -85,18 +112,27 @@ class ClustersScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = one_line(f"Envoy clusters of pod/{self.pod}")
+        self._title()
         self.action_refresh()
         self.set_interval(REFRESH_S, self.action_refresh)
 
     @work(thread=True, exclusive=True, group="clusters")
     def action_refresh(self) -> None:
+        pod = self.pod
         try:
-            clusters = self.fetch()
+            fetch = self.fetch_of(pod if len(self.pods) > 1 else None)
+            if fetch is None:
+                raise LookupError(f"the proxy of pod/{pod} is not known yet")
+            clusters = fetch()
         except Exception as e:
-            self.app.call_from_thread(self._set_status, f"cannot read /clusters: {str(e).splitlines()[0]}")
+            self.app.call_from_thread(self._shown_if, pod, self._set_status,
+                                      f"cannot read /clusters of pod/{pod}: {str(e).splitlines()[0]}")
             return
-        self.app.call_from_thread(self.show_clusters, clusters)
+        self.app.call_from_thread(self._shown_if, pod, self.show_clusters, clusters)
+
+    def _shown_if(self, pod: str, show: Callable, *args) -> None:
+        if pod == self.pod:  # a fetch of the pod left behind (p pressed meanwhile) is not this pane's
+            show(*args)
 
     def _set_status(self, text: str) -> None:
         self.query_one("#clusters-status", Static).update(text)
@@ -126,8 +162,9 @@ class ClustersScreen(Screen):
         # Say what the table shows: one row a host, so a cluster without hosts has no row.
         empty = sum(1 for c in clusters.values() if not c.hosts)
         without = f" ({_count(empty, 'cluster')} {'has' if empty == 1 else 'have'} no hosts)" if empty else ""
-        self._set_status(f"{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; {moved} "
-                         f"counters moved since the last refresh (every {REFRESH_S:.0f} s)")
+        pod = f"pod/{one_line(self.pod)}: " if len(self.pods) > 1 else ""
+        self._set_status(f"{pod}{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; "
+                         f"{moved} counters moved since the last refresh (every {REFRESH_S:.0f} s)")
 
     @on(DataTable.HeaderSelected, "#clusters")
     def _sort(self, event: DataTable.HeaderSelected) -> None:
@@ -146,27 +183,66 @@ def _sort_key(value) -> tuple:
     return (0, number, "") if number is not None else (1, 0, text)
 
 
-class AccessLogScreen(Screen):
-    """The access-log lines followed so far, newest first; ``/`` filters by flag or any text of the line."""
+LOG_COLUMNS = ("time", "code", "flags", "details", "upstream host", "request")
 
-    BINDINGS = [Binding("escape,a", "app.pop_screen", "back"), Binding("slash", "filter", "filter")]
+
+class AccessLogScreen(Screen):
+    """The access-log lines followed so far, newest first; ``/`` filters by flag or any text of the line. With
+    several pods (``by_pod``: Session.access_logs) each row starts with its pod's short name, and `p` shows one
+    pod's lines, the next's, then every pod's again."""
+
+    BINDINGS = [Binding("escape,a", "app.pop_screen", "back"), Binding("slash", "filter", "filter"),
+                Binding("p", "next_pod", "next pod")]
     CSS = "#log-status { height: auto; padding: 0 1; background: $boost; }"
 
-    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str | None, redact: bool = True) -> None:
+    def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str | None, redact: bool = True,
+                 by_pod: Callable[[], dict[str, list[AccessLogEntry]]] | None = None) -> None:
         """``pod``: whose sidecar wrote the lines; None for the logs ``analyze --tui`` was given."""
         super().__init__()
         self.entries = entries
+        self.by_pod = by_pod or (lambda: {})
         self.pod = pod
         self.redact = redact
         self.filter_text = ""
-        self._shown = -1
+        self.only: str | None = None  # the one pod whose lines are shown (p), None: every pod's
+        self._pods: list[str] = []  # the pods the table has a column for, when several
+        self._shown: tuple = ()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return len(self._pods) > 1 if action == "next_pod" else True
+
+    def action_next_pod(self) -> None:
+        pods = [None, *self._pods]
+        self.only = pods[(pods.index(self.only) + 1) % len(pods)] if self.only in pods else None
+        self.refresh_entries(force=True)
+
+    def _rows(self) -> tuple[list[tuple[str | Text, ...]], int, int]:
+        """The rows shown (oldest first), the lines there are and how many carry response flags."""
+        logs = self.by_pod()
+        if len(logs) < 2:
+            entries = self.entries()
+            return ([cells for cells in (access_log_cells(e, self.redact) for e in entries)
+                     if row_matches(cells, self.filter_text)], len(entries), sum(1 for e in entries if e.flags))
+        if list(logs) != self._pods:
+            self._pods = list(logs)
+            table = self.query_one("#access-log", DataTable)
+            table.clear(columns=True)
+            for name in ("pod", *LOG_COLUMNS):
+                table.add_column(name, key=name)
+            self.refresh_bindings()  # p is shown now
+        names = short_names(logs)
+        lines = sorted(((e.ts, n, pod, e) for pod, entries in logs.items() if self.only in (None, pod)
+                        for n, e in enumerate(entries)), key=lambda x: x[:2])
+        rows = [cells for cells in ((Text(names[pod]), *access_log_cells(e, self.redact)) for _, _, pod, e in lines)
+                if row_matches(cells, self.filter_text)]
+        return rows, len(lines), sum(1 for *_, e in lines if e.flags)
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield PlainStatic("", id="log-status", markup=False)
         yield Input(placeholder="filter: a flag (UC) or any text, Enter to apply", id="log-filter")
         table = PlainTable(id="access-log", cursor_type="row", zebra_stripes=True)
-        for name in ("time", "code", "flags", "details", "upstream host", "request"):
+        for name in LOG_COLUMNS:
             table.add_column(name, key=name)
         yield table
         yield Footer()
@@ -184,20 +260,22 @@ class AccessLogScreen(Screen):
         return row_matches(access_log_cells(e, self.redact), self.filter_text)
 
     def refresh_entries(self, force: bool = False) -> None:
-        entries = self.entries()
-        if len(entries) == self._shown and not force:
+        counted = (len(self.entries()), tuple(len(v) for v in self.by_pod().values()))
+        if counted == self._shown and not force:
             return
-        self._shown = len(entries)
+        self._shown = counted
+        rows, total, failing = self._rows()
         table = self.query_one("#access-log", DataTable)
         table.clear()
-        rows = [cells for cells in (access_log_cells(e, self.redact) for e in entries)
-                if row_matches(cells, self.filter_text)]
         for cells in reversed(rows):
             table.add_row(*cells)
-        failing = sum(1 for e in entries if e.flags)
         filt = f", filter {self.filter_text!r}: {len(rows)} shown" if self.filter_text else ""
+        pods = ""
+        if len(self._pods) > 1:
+            pods = (f"pod/{one_line(self.only)} (p: next pod): " if self.only is not None
+                    else f"{len(self._pods)} pods (p: one pod's lines): ")
         self.query_one("#log-status", Static).update(
-            f"{len(entries)} access-log lines, {failing} with response flags{filt}")
+            f"{pods}{total} access-log lines, {failing} with response flags{filt}")
 
     def action_filter(self) -> None:
         self.query_one("#log-filter", Input).focus()

@@ -2,7 +2,10 @@
 times is one row that counts to 88; five framing violations of one app are five rows that say which is which.
 
 The list keeps its selection by group, not by row index: while findings arrive the highlighted row, the detail,
-the packets pane and `s` go on referring to the same problem, and to the instance the user stepped to.
+the packets pane and `s` go on referring to the same problem, and to the instance the user stepped to. During a
+run the findings are filed again in their joined form (core/live_join.py: a finding with the lines it explains, the
+two hops of one request one finding): a row whose finding was folded into another's goes, and the selection with
+it moves to the row that took it in. With several pods each row names its pod (pod_names.py).
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from kubectl_meshdoctor.core.findings import Finding, Severity
-from kubectl_meshdoctor.core.groups import FindingGroup, Grouper, GroupKey
+from kubectl_meshdoctor.core.groups import FindingGroup, Grouper, GroupKey, group_key
 
 from ..shown import one_line
+from .pod_names import other_pods, short_names
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _SHORT = {Severity.ERROR: "ERR", Severity.WARNING: "WARN", Severity.INFO: "INFO"}
@@ -24,12 +28,15 @@ _PADDING = 2  # DataTable's cell padding, one column on each side
 MAX_LABEL_LINES = 3
 
 
-def label_lines(g: FindingGroup, width: int) -> list[str]:
-    """The finding cell: the detector, its response flags and the server, then the group's label wrapped to
-    ``width`` columns (at most MAX_LABEL_LINES lines; a label's start tells rows apart, so a cut falls at its
-    end)."""
+def label_lines(g: FindingGroup, width: int, pods: dict[str, str] | None = None) -> list[str]:
+    """The finding cell: the pod (``pods``: pod -> its short name, given when the run has several; a joined
+    finding's as ``caller+server``), the detector, its response flags and the server, then the group's label
+    wrapped to ``width`` columns (at most MAX_LABEL_LINES lines; a label's start tells rows apart, so a cut falls
+    at its end)."""
     f = g.newest
     head = f"{f.detector}  {','.join(f.envoy_flags) or '-'}  {f.flow.server}"
+    if pods and f.pod is not None:
+        head = "+".join(pods.get(p) or one_line(p) for p in (f.pod, *other_pods(f))) + "  " + head
     wrapped = textwrap.wrap(g.label, max(width, 10), break_on_hyphens=False) or [""]  # Content-Length whole
     if len(wrapped) > MAX_LABEL_LINES:
         wrapped = wrapped[:MAX_LABEL_LINES]
@@ -48,18 +55,56 @@ class FindingsList:
         self.instance: int | None = None  # the instance stepped to (index into the group), None: the newest
         self.following = True  # until the user picks a row, the newest group is the selected one
         self._width = 0
-        self._drawn: list[tuple[GroupKey, int]] = []  # what the table shows: (group, its count), top first
+        # what the table shows, top first: (group, its count, its newest instance, the pods' names)
+        self._drawn: list[tuple[GroupKey, int, Finding, dict]] = []
+        self.pods: dict[str, None] = {}  # the run's pods, in the order met (a finding's, or the session's)
+        self._names: dict[str, str] = {}  # their short names, when there are several
         table.add_column("sev", key="sev", width=_SEV_WIDTH)
         table.add_column("finding", key="finding")
 
     def add(self, f: Finding) -> None:
+        self.note_pods([f.pod] if f.pod else [])
         group, new = self.grouper.add(f)
         if new:
             self.order.append(group)
 
+    def note_pods(self, pods: list[str]) -> None:
+        """The run's pods (each finding's are noted as it is filed): several, and every row names its pod."""
+        if any(p not in self.pods for p in pods):
+            self.pods.update(dict.fromkeys(pods))
+            self._names = short_names(self.pods) if len(self.pods) > 1 else {}
+
+    def replace(self, findings: list[Finding]) -> None:
+        """File ``findings`` instead of those filed so far: the same run's, some in their joined form. Groups
+        keep their place; a selected group that is no more hands the selection to the group of the finding that
+        took its newest in (one quoting the same evidence, or of the same connection), else to the newest."""
+        old = self.current()
+        place = {g.key: i for i, g in enumerate(self.order)}
+        self.grouper = Grouper()
+        order: list[FindingGroup] = []
+        for f in findings:
+            self.note_pods([f.pod] if f.pod else [])
+            group, new = self.grouper.add(f)
+            if new:
+                order.append(group)
+        self.order = sorted(order, key=lambda g: place.get(g.key, len(place)))  # stable: new ones in arrival order
+        g = self.group(self.selected)
+        if g is None and old is not None:
+            taken_in = next((f for f in findings if set(f.evidence) & set(old.evidence)), None) or next(
+                (f for f in findings if f.flow == old.flow and f.detector == old.detector), None)
+            if taken_in is not None:
+                self.selected, self.instance = group_key(taken_in), None
+            else:
+                self.selected, self.instance, self.following = None, None, True
+        elif g is not None and self.instance is not None and self.instance >= g.count - 1:
+            self.instance = None
+
+    def drawn_now(self) -> list[tuple]:
+        return [(g.key, g.count, g.newest, self._names) for g in self.groups()]
+
     def up_to_date(self) -> bool:
         """Whether the table shows every group filed, each with its count (what a redraw would draw)."""
-        return self._drawn == [(g.key, g.count) for g in self.groups()]
+        return _same(self._drawn, self.drawn_now())
 
     def groups(self) -> list[FindingGroup]:
         """Top row first: the newest group, as the list has always shown the newest finding first."""
@@ -90,7 +135,7 @@ class FindingsList:
 
     def _cells(self, g: FindingGroup, width: int) -> tuple[list, int]:
         f = g.newest
-        lines = [one_line(line) for line in label_lines(g, width)]  # the title quotes the traffic
+        lines = [one_line(line) for line in label_lines(g, width, self._names)]  # the title quotes the traffic
         sev = Text(_SHORT[f.severity], style=SEVERITY_STYLE[f.severity]) + Text(f"\n×{g.count}")
         return [sev, Text(lines[0], style="bold") + Text("\n" + "\n".join(lines[1:]))], max(len(lines), 2)
 
@@ -101,13 +146,13 @@ class FindingsList:
         if groups and (self.following or self.selected is None) and groups[0].key != self.selected:
             self.selected, self.instance = groups[0].key, None
         text_width = max(width - _SEV_WIDTH - 2 * _PADDING - 2, 16)  # 2: the scrollbar
-        drawn = [(g.key, g.count) for g in groups]
-        if [k for k, _ in drawn] == [k for k, _ in self._drawn] and width == self._width:
-            for (key, count), (_, before), g in zip(drawn, self._drawn, groups):
-                if count != before:  # a count moved: update in place, the cursor stays where it is
-                    (sev, finding), _ = self._cells(g, text_width)
-                    self.table.update_cell(repr(key), "finding", finding)
-                    self.table.update_cell(repr(key), "sev", sev)
+        drawn = self.drawn_now()
+        if [d[0] for d in drawn] == [d[0] for d in self._drawn] and width == self._width:
+            for now, before, g in zip(drawn, self._drawn, groups):
+                if not _same([now], [before]):  # a count moved, or the newest was joined: update in place, the
+                    (sev, finding), _ = self._cells(g, text_width)  # cursor stays where it is
+                    self.table.update_cell(repr(g.key), "finding", finding)
+                    self.table.update_cell(repr(g.key), "sev", sev)
             self._drawn = drawn
             return
         self._drawn, self._width = drawn, width
@@ -129,3 +174,9 @@ class FindingsList:
         self.following = False
         self.selected, self.instance = g.key, None
         return True
+
+
+def _same(a: list[tuple], b: list[tuple]) -> bool:
+    """Whether two drawings are alike: the same groups, counts and pods' names, each newest the same object."""
+    return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] and x[2] is y[2] and x[3] == y[3]
+                                    for x, y in zip(a, b))

@@ -31,7 +31,9 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("loggers", "D", "set every logger to debug"),
     ("loggers", "r", "reset the loggers to Istio's defaults"),
     ("loggers", "v", "watch: the loggers the detectors read at debug for this run; again: put back (also at q)"),
+    ("clusters", "p", "several pods: the next pod's clusters"),
     ("access log", "/", "filter lines (a response flag such as UF, a status, any text)"),
+    ("access log", "p", "several pods: one pod's lines, the next pod's, then every pod's"),
     ("any pane", "Esc", "back"),
 )
 

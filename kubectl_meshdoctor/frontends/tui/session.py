@@ -10,6 +10,7 @@ from typing import Protocol
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.live_join import JoinedView
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 from kubectl_meshdoctor.core.report_model import Report
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
@@ -58,17 +59,31 @@ class Session:
         """The pod whose sidecar the Envoy panes show, once known."""
         return None
 
+    def pods(self) -> list[str]:
+        """The pods of the run known so far, in the order the run names them ([] when it names none)."""
+        return []
+
+    def joined(self) -> JoinedView | None:
+        """The findings so far as the report would give them (core/live_join.py), asked on a timer; None when the
+        session has no such view (the findings as handed to ``on_finding`` are shown)."""
+        return None
+
     def loggers(self) -> Loggers | None:
         """The sidecar's loggers, once the proxy is known."""
         return None
 
-    def clusters(self) -> Callable[[], dict] | None:
-        """A fetcher of the sidecar's /clusters (parsed, envoy.clusters.parse_clusters), once known; it blocks."""
+    def clusters(self, pod: str | None = None) -> Callable[[], dict] | None:
+        """A fetcher of ``pod``'s sidecar's /clusters (parsed, envoy.clusters.parse_clusters; the first pod's when
+        None), once known; it blocks."""
         return None
 
     def access_log(self) -> list[AccessLogEntry]:
         """The access-log lines followed so far, in log order."""
         return []
+
+    def access_logs(self) -> dict[str, list[AccessLogEntry]]:
+        """Each pod's access-log lines so far, in its log's order, when the run has several pods ({} otherwise)."""
+        return {}
 
     def problems(self) -> list[str]:
         """Input trouble so far (a lost capture stream), one line each."""

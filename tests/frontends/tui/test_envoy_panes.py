@@ -42,7 +42,7 @@ class EnvoySession(Session):
     def pod(self):
         return "reviews"
 
-    def clusters(self):
+    def clusters(self, pod=None):
         return self._clusters
 
     def access_log(self):
