@@ -7,6 +7,7 @@ import json
 import re
 import textwrap
 import time
+from collections import Counter
 
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding
@@ -114,6 +115,17 @@ def _group_head(g: FindingGroup) -> str:
     return f"{f.severity.value.upper()} {f.detector}{flags}{pod}: {g.label}"
 
 
+def _sharing(groups) -> Counter:
+    """How many problems of a pod name each of its counters, by (pod, counter): an Envoy cluster's counter
+    counts every problem on that cluster, not the one it is shown with."""
+    return Counter((g.shown.pod, name) for g in groups for name in g.counters)
+
+
+def _whose(pod: str | None, name: str, sharing: Counter) -> str:
+    n = sharing[pod, name]
+    return "the run's" if n < 2 else f"the run's, for all {n} problems that name it"
+
+
 def render_text(report: Report) -> str:
     """A report a person reads in a terminal: one block per problem (group of alike findings), most severe
     first, each a screenful at most: how often and when, the newest instance in full, a few others by flow,
@@ -124,6 +136,7 @@ def render_text(report: Report) -> str:
     lines += [d.line() for d in report.debug_reports()]
     if not report.findings:
         lines.append("no findings")
+    sharing = _sharing(report.groups)
     for g in report.groups:
         f = g.shown
         lines.append("")
@@ -165,7 +178,7 @@ def render_text(report: Report) -> str:
                                    TEXT_WIDTH, initial_indent="  also: ", subsequent_indent="        ",
                                    break_on_hyphens=False, break_long_words=False)
         for name, value in sorted(g.counters.items()):
-            lines.append(f"  counter (the run's): {name} {value:+}")
+            lines.append(f"  counter ({_whose(f.pod, name, sharing)}): {name} {value:+}")
         if f.explanation:  # wrapped: a screenful per problem in a terminal, not one line 1,000 columns wide
             lines += textwrap.wrap(f.explanation, TEXT_WIDTH, initial_indent="  why: ", subsequent_indent="       ",
                                    break_on_hyphens=False, break_long_words=False)
@@ -225,6 +238,7 @@ def render_markdown(report: Report) -> str:
     if not groups:
         out.append("No findings.")
         return "\n".join(out) + "\n"
+    sharing = _sharing(groups)
     several_pods = len({f.pod for f in report.findings if f.pod}) > 1
     out += ["| severity | detector | Envoy flags | times | server | finding | first seen (UTC) | last seen (UTC) |",
             "|---|---|---|---|---|---|---|---|"]
@@ -248,7 +262,7 @@ def render_markdown(report: Report) -> str:
         if (hop := hop_of(f)) is not None:
             out.append(f"- hop: {_md(hop.text())}")
         for name, value in sorted(g.counters.items()):
-            out.append(f"- counter (the run's): `{name}` {value:+}")
+            out.append(f"- counter ({_whose(f.pod, name, sharing)}): `{name}` {value:+}")
         out += ["", f"Evidence of the {'newest' if f is g.newest else 'best evidenced'} instance:", "",
                 "| source | where | what |", "|---|---|---|"]
         out += [f"| {_cell(e.source)} | {_cell(e.locator())} | {_cell(e.what)} |" for e in f.evidence]

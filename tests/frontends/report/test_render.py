@@ -69,3 +69,19 @@ def test_a_multi_line_evidence_value_stays_indented_under_its_line():
     at = text.index("proxyStatsMatcher:")
     following = text[at:].splitlines()[1:3]
     assert following == [" " * 16 + "  inclusionPrefixes:", " " * 16 + "  - x"], following
+
+
+@pytest.mark.parametrize("case, said", [("framing", "the run's, for all 4 problems that name it"),
+                                         ("refused", "the run's)")])
+def test_a_cluster_counter_several_problems_name_is_said_to_be_theirs_together(case, said):
+    """Issue 32, item 6: each framing problem claimed the cluster's whole upstream_cx_protocol_error; the counter
+    is the cluster's, so the report says how many problems share it (a counter of one problem stays its own)."""
+    import subprocess
+    import sys
+
+    data = Path(__file__).resolve().parents[2] / "data" / "envoy-1.40" / case
+    for output in ("text", "markdown"):
+        out = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(data), "-o", output],
+                             capture_output=True, text=True, timeout=120).stdout
+        counters = [line for line in out.splitlines() if "counter (" in line]
+        assert counters and all(said in line for line in counters), counters
