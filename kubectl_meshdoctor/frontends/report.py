@@ -10,7 +10,7 @@ import time
 from collections import Counter
 
 from kubectl_meshdoctor import __version__
-from kubectl_meshdoctor.core.findings import ENVOY_LOG, Finding
+from kubectl_meshdoctor.core.findings import ENVOY_LOG, SPEC, Finding, NoFlow, Severity
 from kubectl_meshdoctor.core.fixes import note_of, render
 from kubectl_meshdoctor.core.hop_path import hop_of
 from kubectl_meshdoctor.core.groups import FindingGroup
@@ -52,6 +52,32 @@ def _headline(report: Report) -> str:
     ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
     return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")
+
+
+def verdict(report: Report) -> str | None:
+    """The report's first word on the run, one line: the failures seen (errors and warnings of traffic, by
+    problem), else ``no failure seen in N s of traffic (M requests)``; the pods' spec warnings (lint) counted
+    apart, for they are no failure seen. None for a lint report, and for a run that read nothing."""
+    if isinstance(report.source, LintSource):
+        return None
+    spec = [g for g in report.groups if isinstance(g.shown.flow, NoFlow) and g.shown.flow.kind == SPEC]
+    failing = [g for g in report.groups if g not in spec and g.shown.severity in (Severity.ERROR, Severity.WARNING)]
+    specs = f"; {len(spec)} spec warning{'' if len(spec) == 1 else 's'} of the pods (lint)" if spec else ""
+    if failing:
+        errors = sum(g.shown.severity is Severity.ERROR for g in failing)
+        named = ", ".join(dict.fromkeys(g.shown.detector for g in failing))
+        warnings = len(failing) - errors
+        return (f"verdict: {len(failing)} failure problem{'' if len(failing) == 1 else 's'} ({errors} error"
+                f"{'' if errors == 1 else 's'}, {warnings} warning{'' if warnings == 1 else 's'}): {named}{specs}")
+    logs = _logs_read(report)
+    requests = logs.access_log_lines if logs is not None else 0
+    st = report.stats
+    if not st.packets and not requests:
+        return None
+    seen = [f"{requests} request{'' if requests == 1 else 's'} logged" if requests else "",
+            f"{st.flows_seen} connection{'' if st.flows_seen == 1 else 's'}" if st.packets else ""]
+    span = f" in {st.duration_s:.0f} s of traffic" if st.duration_s >= 1 else ""
+    return f"verdict: no failure seen{span} ({', '.join(x for x in seen if x)}){specs}"
 
 
 def _logs_read(report: Report) -> LogLinesRead | None:
@@ -130,7 +156,7 @@ def render_text(report: Report) -> str:
     """A report a person reads in a terminal: one block per problem (group of alike findings), most severe
     first, each a screenful at most: how often and when, the newest instance in full, a few others by flow,
     the run's counters once, the explanation and the fix once."""
-    lines = [_headline(report), *_pods_read(report)]
+    lines = [_headline(report), *filter(None, [verdict(report)]), *_pods_read(report)]
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
     lines += [d.line() for d in report.debug_reports()]
@@ -226,6 +252,8 @@ def render_markdown(report: Report) -> str:
     """A report to paste into an incident ticket: a summary table of the problems, then one section each with
     its newest instance, a table of instances, the run's counters, the explanation and the fix."""
     out = ["# kubectl-meshdoctor report", "", _headline(report).split(": ", 1)[1] + ".", ""]
+    if (said := verdict(report)) is not None:
+        out += [f"**{_md(said)}**", ""]
     pods_read = _pods_read(report)
     out += [f"- {_md(line)}" for line in pods_read] + ([""] if pods_read else [])
     for p in report.problems:

@@ -164,6 +164,17 @@ def test_healthy_pod_has_no_error_finding(lab_state):
     assert report["stats"]["interfaces"]["lo"]["packets"] > 10
 
 
+def test_a_healthy_pods_text_report_starts_with_its_verdict(lab_state):
+    """Issue 32, item 7: a healthy pod's report was pages of spec warnings with no verdict; its second line (after
+    what was read) now says no failure was seen, in how much traffic, and that the warnings are the spec's."""
+    proc = meshdoctor("watch", "pod/healthy", "--kubeconfig", str(lab_state.kubeconfig), "--no-tui", "--duration",
+                      "5", "-o", "text")
+    assert proc.returncode == 0, proc.stderr
+    verdict = proc.stdout.splitlines()[1]
+    assert verdict.startswith("verdict: no failure seen in ") and " s of traffic (" in verdict, proc.stdout[:500]
+    assert "spec warnings of the pods (lint)" in verdict
+
+
 def test_capture_cut_mid_packet_is_analysed_up_to_the_cut(collision_run, tmp_path):
     _, _, pcaps = collision_run
     data = (pcaps / "collision-eth0.pcap").read_bytes()
