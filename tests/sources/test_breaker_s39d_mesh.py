@@ -63,3 +63,38 @@ def test_a_shared_request_id_and_a_small_clock_skew_keep_each_request_with_its_o
     paths = [[line.split('"')[1].split()[1] for line in f.get("access_log", ())] for f in report["findings"]]
     assert len(paths) == 5 and all(len(p) == 2 for p in paths), paths
     assert all(p[0] == p[1] for p in paths), paths
+
+
+def _access_lines(scenario: str, pod: str) -> list[str]:
+    return [line for line in (MESH / scenario / pod / "istio-proxy.log").read_text().splitlines()
+            if line.startswith("[20")]
+
+
+@pytest.mark.xfail(strict=True, reason="s39d: the caller's 503 UC and the server's 0 NR filter_chain_not_found of one "
+                   "connection (the caller's %UPSTREAM_LOCAL_ADDRESS% is the server's %DOWNSTREAM_REMOTE_ADDRESS%) "
+                   "stay two findings, the caller's a stale-keepalive")
+def test_both_pods_access_logs_link_a_callers_503_to_the_servers_tls_mismatch(tmp_path):
+    """mtls-strict, the two pods' access-log lines only (`kubectl logs -c istio-proxy` of each): the server's
+    sidecar logs the plaintext connection as `0 NR filter_chain_not_found` (no request, so no x-request-id), the
+    caller's as `503 UC`. The line's four-tuple is one (DESIGN.md, hop pairing rule 1: ids equal *when both
+    logged*), so the caller's 503 is the server's tls-mismatch, one finding quoting both lines."""
+    for pod in ("caller", "server"):
+        (tmp_path / pod).mkdir()
+        (tmp_path / pod / "istio-proxy.log").write_text("\n".join(_access_lines("mtls-strict", pod)) + "\n")
+    _, report = analyze_json(tmp_path / "caller", tmp_path / "server")
+    got = [(f["detector"], f["pod"], len(f.get("access_log", ()))) for f in report["findings"]]
+    assert got == [("tls-mismatch", "server", 2)], got
+
+
+@pytest.mark.xfail(strict=True, reason="s39d: with the caller's eth0 capture beside both access logs, the caller's "
+                   "and the server's tls-mismatch of one connection are two findings")
+def test_a_tls_mismatch_seen_from_both_pods_is_one_finding(tmp_path):
+    """mtls-strict: the caller's eth0.pcap and access log, the server's access log. The caller's capture shows
+    the plaintext request answered by RST, the server's line the same four-tuple: one finding."""
+    for pod in ("caller", "server"):
+        (tmp_path / pod).mkdir()
+        (tmp_path / pod / "istio-proxy.log").write_text("\n".join(_access_lines("mtls-strict", pod)) + "\n")
+    (tmp_path / "caller" / "eth0.pcap").write_bytes((MESH / "mtls-strict" / "caller" / "eth0.pcap").read_bytes())
+    _, report = analyze_json(tmp_path / "caller", tmp_path / "server")
+    got = [(f["detector"], f["pod"]) for f in report["findings"] if f["severity"] == "error"]
+    assert len(got) == 1 and got[0][0] == "tls-mismatch", got
