@@ -98,3 +98,18 @@ def test_a_tls_mismatch_seen_from_both_pods_is_one_finding(tmp_path):
     _, report = analyze_json(tmp_path / "caller", tmp_path / "server")
     got = [(f["detector"], f["pod"]) for f in report["findings"] if f["severity"] == "error"]
     assert len(got) == 1 and got[0][0] == "tls-mismatch", got
+
+
+@pytest.mark.xfail(strict=True, reason="s39d: a retried request (503 URX, three refused attempts) is three "
+                   "upstream-refused findings, each server line quoted three times, no details.attempts")
+def test_a_retried_requests_attempts_are_one_finding_each_line_quoted_once():
+    """envoy-1.40-mesh-retry503/refused, both pods as recorded: the caller's sidecar (Istio < 1.24's retry of a
+    503) logs one `503 URX via_upstream`, the server's sidecar one `503 UF` per attempt, and its lo capture one
+    SYN/RST per attempt. DESIGN.md: the attempts of one retried request are one finding, each attempt's
+    connection in details.attempts, and every line is quoted once."""
+    case = MESH.parent / "envoy-1.40-mesh-retry503" / "refused"
+    _, report = analyze_json(case / "caller", case / "server")
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    quoted = [line for f in report["findings"] for line in f.get("access_log", ())]
+    assert len(quoted) == len(set(quoted)), [(f["detector"], len(f.get("access_log", ()))) for f in errors]
+    assert len(errors) == 1 and len(errors[0]["details"].get("attempts", ())) == 3, errors[0]["details"]
