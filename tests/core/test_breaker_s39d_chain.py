@@ -22,17 +22,15 @@ def test_a_failure_at_the_chains_far_end_is_one_finding_quoting_every_hop(tmp_pa
     caller with it (a's inbound 503 via_upstream), the gateway passes that on. One finding, b's, quotes the four
     lines gateway, a, a, b (DESIGN.md: a caller's relayed 5xx goes into the finding of the hop that answered it,
     through any pod whose app passed the answer of its own call on)."""
-    lines = {
-        "gateway": [outbound(GATEWAY, A, 503, "-", RID, 0.0, 41000, duration_ms=10)],
-        "a": [inbound(GATEWAY, A, 503, "-", RID, 0.001, 41000, duration_ms=8),
-              outbound(A, B, 503, "-", RID, 0.002, 52000, duration_ms=5)],
-        "b": [inbound(A, B, 503, "UF", RID, 0.003, 52000, duration_ms=1)],
-    }
-    for pod, logged in lines.items():
+    gateway = outbound(GATEWAY, A, 503, "-", RID, 0.0, 41000, duration_ms=10)
+    a_in = inbound(GATEWAY, A, 503, "-", RID, 0.001, 41000, duration_ms=8)
+    a_out = outbound(A, B, 503, "-", RID, 0.002, 52000, duration_ms=5)
+    b_in = inbound(A, B, 503, "UF", RID, 0.003, 52000, duration_ms=1)
+    chain = [gateway, a_in, a_out, b_in]
+    for pod, logged in (("gateway", [gateway]), ("a", [a_in, a_out]), ("b", [b_in])):
         (tmp_path / pod).mkdir()
-        (tmp_path / pod / "istio-proxy.log").write_text("\n".join(logged) + "\n")
-    _, report = analyze_json(*(tmp_path / pod for pod in lines))
-    chain = [lines["gateway"][0], *lines["a"], lines["b"][0]]
+        (tmp_path / pod / "istio-proxy.log").write_text("".join(f"{line}\n" for line in logged))
+    _, report = analyze_json(tmp_path / "gateway", tmp_path / "a", tmp_path / "b")
     quoting = [f for f in report["findings"] if set(f.get("access_log", ())) & set(chain)]
     assert [(f["detector"], f["pod"]) for f in quoting] == [("upstream-refused", "b")], [
         (f["detector"], f["pod"], f.get("access_log")) for f in quoting]
