@@ -24,6 +24,7 @@ from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
 from .hop_pairs import logged_entries
+from .hop_path import DOWNSTREAM_FLAGS
 
 # The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
@@ -58,8 +59,16 @@ def _server_of(entry: AccessLogEntry) -> str | None:
 def access_log_flow(entry: AccessLogEntry) -> FlowRef:
     """The connection an access-log line speaks of: the caller (%DOWNSTREAM_REMOTE_ADDRESS%) and the app it
     was for (%UPSTREAM_HOST%, else %DOWNSTREAM_LOCAL_ADDRESS%, else the cluster it was routed to, as Envoy's
-    debug log may name no address); no interface (it was not seen on one)."""
-    return FlowRef(entry.downstream_remote or "-", _server_of(entry) or entry.upstream_cluster or "-", "")
+    debug log may name no address); no interface (it was not seen on one). A caller sidecar's line of its
+    upstream side (an outbound cluster, no downstream flag) speaks of its connection to the next pod:
+    %UPSTREAM_LOCAL_ADDRESS% (Envoy's "local address of the upstream connection"), for its
+    %DOWNSTREAM_REMOTE_ADDRESS% is its own client's socket on the pod's lo, which never crossed eth0."""
+    client = entry.downstream_remote
+    cluster = parse_istio_cluster(entry.upstream_cluster)
+    if (entry.upstream_local and cluster is not None and cluster.direction == "outbound"
+            and not set(entry.flags) & DOWNSTREAM_FLAGS):
+        client = entry.upstream_local
+    return FlowRef(client or "-", _server_of(entry) or entry.upstream_cluster or "-", "")
 
 
 def explains(f: Finding, entry: AccessLogEntry) -> bool:

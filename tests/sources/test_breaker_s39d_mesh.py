@@ -11,9 +11,6 @@ from ..helpers import analyze_json
 MESH = Path(__file__).parent.parent / "data" / "envoy-1.40-mesh"
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: a caller's access-log finding names the flow from the client app's "
-                   "socket (%DOWNSTREAM_REMOTE_ADDRESS%, before the REDIRECT) instead of the hop's own connection "
-                   "(%UPSTREAM_LOCAL_ADDRESS% -> %UPSTREAM_HOST%)")
 def test_a_callers_log_finding_names_its_hops_own_connection(tmp_path):
     """downstream-idle, the caller's access-log lines only (what `kubectl logs POD -c istio-proxy | grep` gives):
     the 503 UC is on the leg caller sidecar -> server sidecar, whose connection is the line's
