@@ -184,6 +184,10 @@ class Correlator:
         self._evicted: list[_Record] = []  # left the window undecided: the pipeline has them decided at once
         self._next_line = 1
         self.kept = 0  # requests kept so far (lines and stories), evicted or not: what a live view has seen
+        # A live run's capture start (CaptureStartEvent): a failing request that began earlier is context, counted
+        # in before_capture, not judged: no packet of it could be seen, nor, across pods, the other hop's line.
+        self.judged_from: float | None = None
+        self.before_capture = 0
 
     def add(self, entry: AccessLogEntry, source: str | None = None, line: int = 0) -> None:
         """Keep access-log line ``entry``; ``source`` and ``line`` (1-based) name where it was read (a file
@@ -326,6 +330,9 @@ class Correlator:
         rec.decided = True
         if rec.partner is not None:
             rec.partner.decided = True
+        if self.judged_from is not None and entry.ts < self.judged_from and entry.ts:
+            self.before_capture += failing
+            return None
         if any(explains(f, entry) for f in (wire if failing else by_details)):
             return None  # a finding of the wire speaks of it already (and quotes it: attach)
         evidence = ((Evidence.log_line(line.source, line.n, entry.ts, log_line_summary(entry)),)

@@ -335,6 +335,14 @@ class PodEvent:
     restarts: int
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureStartEvent:
+    """A live run's capture began at ``ts`` (seconds since the epoch) on every pod it watches: a request Envoy
+    logged that started earlier had no packet to be seen, so its line is context, not a failure to judge."""
+
+    ts: float
+
+
 # Something known about the pod that is not a packet. One dataclass per kind, so a consumer matches on the type.
 ContextEvent = (RedirectMapEvent | AccessLogEvent | EnvoyLogEvent | EnvoyCountersEvent | ClustersEvent
-                | KernelCountersEvent | ListenersEvent | PodEvent)
+                | KernelCountersEvent | ListenersEvent | PodEvent | CaptureStartEvent)

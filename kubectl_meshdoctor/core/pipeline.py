@@ -22,6 +22,7 @@ from .correlate import (
 from .detector import Detector, DetectorContext
 from .events import (
     AccessLogEvent,
+    CaptureStartEvent,
     ClustersEvent,
     ContextEvent,
     EnvoyCountersEvent,
@@ -183,6 +184,8 @@ class Pipeline:
                                                                       source=ev.source)
             case KernelCountersEvent():
                 self._kernel_moved = dict(ev.moved)
+            case CaptureStartEvent():
+                self.correlator.judged_from = max(self.correlator.judged_from or ev.ts, ev.ts)
         if self.correlator.evicted:
             self._emit(self.correlator.decide_evicted(self._wire, self._claims))
         for det in self.detectors:

@@ -202,3 +202,21 @@ def test_no_failure_is_lost_when_a_long_log_runs_past_the_window(tmp_path):
     asyncio.run(read_access_log(str(log), pipeline.context, gate))
     found = [f for f in pipeline.finish() if f.detector == "stale-keepalive"]
     assert sorted(line for f in found for line in f.access_log) == sorted(failures)
+
+
+def test_a_failing_line_of_a_request_before_the_capture_began_is_context_not_an_error():
+    """Issue 32, item 2: a watch opened with ERROR access-log ... without packet evidence for lines of requests
+    that ran before its capture began (the log is followed first). Live, the pipeline learns the capture's start
+    (CaptureStartEvent); a failing request that began earlier is counted as context, one that began later is
+    judged as before."""
+    from kubectl_meshdoctor.core.events import AccessLogEvent, CaptureStartEvent
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+
+    uf = parse_line(UF)
+    for start, errors, context in ((uf.ts + 0.5, 0, 1), (uf.ts - 0.5, 1, 0), (None, 1, 0)):
+        p = Pipeline.with_detectors(pod="orders")
+        if start is not None:
+            p.context(CaptureStartEvent(start))
+        p.context(AccessLogEvent(uf.ts, uf))
+        found = [f for f in p.finish() if f.severity is Severity.ERROR]
+        assert len(found) == errors and p.correlator.before_capture == context, (start, found)

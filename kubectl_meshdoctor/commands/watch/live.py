@@ -18,6 +18,7 @@ from kubectl_meshdoctor.commands.envoy_debug import EnvoyDebug
 from kubectl_meshdoctor.commands.watch.stopping import unless_stopped
 from kubectl_meshdoctor.commands.watch.ticking import QuietTicker
 from kubectl_meshdoctor.core.events import (
+    CaptureStartEvent,
     KernelCountersEvent,
     ListenersEvent,
     PodEvent,
@@ -89,6 +90,25 @@ class WatchState(CaptureState):
 
 
 PipelineFactory = Callable[[str], Pipeline]
+
+
+class CaptureStarts:
+    """When every pod's capture has begun, each pod's pipeline learns the latest start (CaptureStartEvent): a
+    request that began earlier is context, for its packets could not be seen, nor, across pods, the other hop's
+    line (each pod's log is followed from its own setup on). A pod that never starts leaves the rest unjudged by
+    time, as before."""
+
+    def __init__(self, pods: int) -> None:
+        self.pods = pods
+        self.pipelines: list[Pipeline] = []
+        self.latest = 0.0
+
+    def started(self, pipeline: Pipeline, ts: float) -> None:
+        self.pipelines.append(pipeline)
+        self.latest = max(self.latest, ts)
+        if len(self.pipelines) == self.pods:
+            for p in self.pipelines:
+                p.context(CaptureStartEvent(self.latest))
 MAX_PODS = 50  # pods one watch captures at once
 MAX_PARALLEL_SETUP = 8  # pods set up at once (container, exec, port-forward): bounded load on the API server
 
@@ -124,13 +144,15 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
             raise KubeError(f"--write-pcap: {taken[0]}{more} exists; give --overwrite to replace "
                             f"{'them' if more else 'it'}, or another directory")
     factory = pipelines if callable(pipelines) else (lambda _: pipelines)  # a Pipeline itself is not callable
+    starts = CaptureStarts(len(pods))
     # One tshark for every stream of every pod (live/dissect.py): ~160 MB, not ~160 MB a stream.
     shared = SharedDissector()
 
     async def one(pod, st: WatchState, setup: asyncio.Semaphore | None) -> Report:
         own = opts if opts.write_pcap_dir is None else replace(
             opts, write_pcap_dir=pod_pcap_dir(opts.write_pcap_dir, pod.metadata.name, several))
-        return await watch_pod(kube, own, pod, factory(pod.metadata.name), stop, progress, st, setup, shared)
+        return await watch_pod(kube, own, pod, factory(pod.metadata.name), stop, progress, st, setup, shared,
+                               starts)
 
     try:
         if len(pods) == 1:
@@ -187,7 +209,8 @@ def merge_reports(pods: list, reports: list) -> Report:
 
 async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, stop: asyncio.Event,
                     progress: Callable[[str], None], state: WatchState,
-                    setup: asyncio.Semaphore | None = None, shared: SharedDissector | None = None) -> Report:
+                    setup: asyncio.Semaphore | None = None, shared: SharedDissector | None = None,
+                    starts: CaptureStarts | None = None) -> Report:
     """Capture one pod: preflight, debug container, tcpdumps, Envoy side, kernel counters. Its streams are
     dissected by ``shared`` (the watch's; a new one if None)."""
     shared = shared or SharedDissector()
@@ -228,6 +251,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         try:
             async with setup:
                 await run.start()
+                (starts or CaptureStarts(1)).started(pipeline, time.time())
                 # A raise an earlier run left is put back (only a reused container can hold one), then ours.
                 await asyncio.to_thread(state.debug.start, opts.envoy_debug, dbg.reused)
             # --duration counts from here: the time spent adding the container and starting tcpdump is not capture.
@@ -258,6 +282,10 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.context(counters)
     pipeline.context(KernelCountersEvent(time.time(), kernel))
     findings = pipeline.finish()
+    if pipeline.correlator.before_capture:
+        problems.append(Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", f"{pipeline.correlator.before_capture} "
+                                f"failing access-log line(s) of requests that began before the capture did were "
+                                f"read as context, not judged: no packet of theirs could be seen"))
     capture = PodCapture(dbg.name, dbg.reused, tuple(opts.ifaces), captured.captures,
                          "full" if opts.full_capture else "lean", opts.dissect, dict(state.pcap_files) or None)
     envoy = SidecarSide(proxy.version, {k: dict(v) for k, v in counters.moved.items()}, log_summary(proxy),
