@@ -18,6 +18,7 @@ from kubectl_meshdoctor.core.report_model import (
     FilesSide,
     FilesSource,
     LintSource,
+    LiveSource,
     LogLinesRead,
     PerPodSide,
     Report,
@@ -49,7 +50,7 @@ def _headline(report: Report) -> str:
         skipped = logs.other_log_lines if logs is not None else 0
         return (f"kubectl-meshdoctor {__version__}: no capture; {', '.join(x for x in read if x)} read"
                 + (f"; {skipped} line(s) of no known kind skipped" if skipped else ""))
-    ifaces = ", ".join(f"{k} {v.packets}" for k, v in sorted(st.by_iface.items())) or "none"
+    ifaces = ", ".join(_iface_count(report, k) for k in sorted(set(st.by_iface) | set(_read_live(report)))) or "none"
     return (f"kubectl-meshdoctor {__version__}: {st.packets} packets analysed ({ifaces}), {st.flows_seen} flows, "
             f"{st.duration_s:.1f} s")
 
@@ -78,6 +79,20 @@ def verdict(report: Report) -> str | None:
             f"{st.flows_seen} connection{'' if st.flows_seen == 1 else 's'}" if st.packets else ""]
     span = f" in {st.duration_s:.0f} s of traffic" if st.duration_s >= 1 else ""
     return f"verdict: no failure seen{span} ({', '.join(x for x in seen if x)}){specs}"
+
+
+def _read_live(report: Report) -> dict[str, int]:
+    """A live run's frames read by each of its streams (``eth0``, ``pod/eth0``): offline they are by file."""
+    return report.stats.frames_read if isinstance(report.source, LiveSource) else {}
+
+
+def _iface_count(report: Report, key: str) -> str:
+    """``eth0 240``; with the frames read when the detectors were given fewer (the lean capture's prefilter keeps
+    the segments a detector acts on: an eth0 of pure ACKs analyses none of its frames)."""
+    st = report.stats.by_iface.get(key)
+    analysed = st.packets if st is not None else 0
+    read = _read_live(report).get(key, 0)
+    return f"{key} {analysed}" + (f" (of {read} read)" if read > analysed else "")
 
 
 def _logs_read(report: Report) -> LogLinesRead | None:

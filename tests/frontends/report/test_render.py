@@ -85,3 +85,19 @@ def test_a_cluster_counter_several_problems_name_is_said_to_be_theirs_together(c
                              capture_output=True, text=True, timeout=120).stdout
         counters = [line for line in out.splitlines() if "counter (" in line]
         assert counters and all(said in line for line in counters), counters
+
+
+def test_a_live_streams_frames_read_show_beside_the_packets_analysed():
+    """A new-user trial: a mesh watch said `refused-caller/lo 402, refused/lo 134`, no eth0 at all, though each
+    eth0 capture held 67 frames (the pure ACKs of a pooled mTLS connection, which the lean prefilter skips). The
+    headline now names every stream read, with what was read when fewer were analysed."""
+    from kubectl_meshdoctor.core.pipeline import IfaceStats, PipelineStats
+    from kubectl_meshdoctor.core.report_model import CaptureCounts, LiveSource, PodCapture, Report
+
+    stats = PipelineStats(packets=402, by_iface={"lo": IfaceStats(402, 1.0, 9.0)}, frames_read={"lo": 402,
+                                                                                                 "eth0": 67})
+    capture = PodCapture("meshdoctor-abc", False, ("lo", "eth0"),
+                         {"lo": CaptureCounts(402, 0, 402, 4096), "eth0": CaptureCounts(67, 0, 67, 5120)},
+                         "lean", "local")
+    head = render_text(Report(LiveSource(("refused",), "shop", capture), stats, [])).splitlines()[0]
+    assert "packets analysed (eth0 0 (of 67 read), lo 402)" in head, head
