@@ -58,14 +58,16 @@ def run(args) -> int:
                                    caller=args.caller, caller_retry_503=args.caller_retry_503)
             state = lab.up(args.name, state_dir, pods, mesh=mesh, fixes=fixes, on_start=lambda _: sys.stderr.write(
                 f"creating lab {args.name} with pods {', '.join(pods)}{fixed} ...\n"))
-            print(f"lab {state.name} is up: pods {', '.join(p.name for p in state.pods)} in namespace "
+            meshed = [p.name for p in state.pods if lab_injected(p.labels)]
+            callers = [caller_pod_name(name) for name in meshed] if state.mesh.caller_sidecar else []
+            print(f"lab {state.name} is up: pods {', '.join([p.name for p in state.pods] + callers)} in namespace "
                   f"{state.namespace}")
             print(f"kubeconfig: {state.kubeconfig}")
-            meshed = [p.name for p in state.pods if lab_injected(p.labels)]
-            hint = f"watch pod/{meshed[0]}" if meshed else f"lint pod/{state.pods[0].name}"  # watch needs a sidecar
-            if meshed and state.mesh.caller_sidecar:  # both hops of the request: where the 503 is seen, and why
-                hint = f"watch pod/{caller_pod_name(meshed[0])} pod/{meshed[0]}"
-            print(f"try:  {_ourselves()} {hint} --kubeconfig {state.kubeconfig}")
+            hints = [f"watch pod/{name}" for name in meshed] or [f"lint pod/{state.pods[0].name}"]  # watch: a sidecar
+            if callers:  # both hops of each request: where the 503 is seen, and why
+                hints = [f"watch pod/{caller} pod/{name}" for caller, name in zip(callers, meshed)]
+            for hint in hints:
+                print(f"try:  {_ourselves()} {hint} --kubeconfig {state.kubeconfig}")
         elif args.lab_command == "down":
             if not (Path(state_dir) / "state.json").exists():  # idempotent, as kubectl delete --ignore-not-found
                 print(f"no lab in {state_dir}: nothing to take down")
