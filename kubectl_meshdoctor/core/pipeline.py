@@ -31,7 +31,7 @@ from .events import (
     PacketEvent,
     RedirectMapEvent,
 )
-from .findings import Evidence, Finding
+from .findings import Evidence, Finding, Severity
 from .flows import FlowTable
 from .hop_path import own_addresses, with_end
 from .hops import LoggedLine, join_hops
@@ -109,6 +109,7 @@ class Pipeline:
         # so_far's: self.findings[i] with the lines it explains, and the correlator's count when they were attached
         self._attached: list[Finding] = []
         self._attached_kept = 0
+        self._info_slots: deque[int] = deque()  # where in self.findings the info findings are, oldest first
 
     @classmethod
     def with_detectors(cls, only: Iterable[str] | None = None, pod: str | None = None,
@@ -284,11 +285,24 @@ class Pipeline:
         # quotes a path or an access-log line; header values are the detectors' business (they know the fields).
         for f in map(self._redacted, found):
             if len(self.findings) < MAX_FINDINGS:
+                if f.severity is Severity.INFO:
+                    self._info_slots.append(len(self.findings))
                 self.findings.append(f)
                 if of_the_wire(f):
                     self._wire.append(f)
             else:
                 self.stats.findings_dropped += 1
+                if f.severity is not Severity.INFO and self._info_slots:
+                    # Full: a failure takes the slot of the oldest info finding (an app's own 5xx, told), which
+                    # is the one counted as dropped; a failure is never the one lost for an info.
+                    i = self._info_slots.popleft()
+                    if of_the_wire(self.findings[i]):
+                        self._wire = [w for w in self._wire if w is not self.findings[i]]
+                    self.findings[i] = f
+                    if i < len(self._attached):
+                        self._attached[i] = f  # attached again at finish (so_far: when a line may be its)
+                    if of_the_wire(f):
+                        self._wire.append(f)
             self.emitted += 1
             if self._on_finding is not None:
                 self._on_finding(f)

@@ -220,3 +220,21 @@ def test_a_failing_line_of_a_request_before_the_capture_began_is_context_not_an_
         p.context(AccessLogEvent(uf.ts, uf))
         found = [f for f in p.finish() if f.severity is Severity.ERROR]
         assert len(found) == errors and p.correlator.before_capture == context, (start, found)
+
+
+def test_a_full_pipeline_drops_an_info_finding_for_a_failure_never_the_failure(monkeypatch):
+    """An app answering thousands of 500s makes as many info findings (app-5xx); past MAX_FINDINGS a failure takes
+    the oldest info finding's slot, so the failure is listed and the report still counts one dropped."""
+    from kubectl_meshdoctor.core import pipeline as pipeline_module
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+
+    monkeypatch.setattr(pipeline_module, "MAX_FINDINGS", 3)
+    p = Pipeline.with_detectors(only=[], pod="orders")
+
+    def one(severity: Severity, n: int) -> Finding:
+        return Finding("app-5xx" if severity is Severity.INFO else "upstream-refused", severity, f"#{n}",
+                       FlowRef("10.0.0.1:1", "10.0.0.2:5000", ""), (), ts=float(n))
+
+    p.add_findings([one(Severity.INFO, n) for n in range(3)] + [one(Severity.ERROR, 3), one(Severity.ERROR, 4),
+                                                                 one(Severity.INFO, 5)])
+    assert sorted(f.title for f in p.findings) == ["#2", "#3", "#4"] and p.stats.findings_dropped == 3
