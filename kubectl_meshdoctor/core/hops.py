@@ -59,6 +59,17 @@ def relayed_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEnt
     return entries if all(e.details == RELAYED and direction(e) == "outbound" for e in entries) else []
 
 
+def relayed_through(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
+    """``entries`` when ``f`` is a pod passing on the answer of the call its app made (an earlier join of one
+    pod's lines, a chain's middle: its app's 5xx on its inbound cluster, app_answered, and its sidecar's relay of
+    the call, via_upstream on an outbound cluster, at least one of those); [] otherwise. Such a finding goes on
+    to the hop that answered the call, as a caller's relay does."""
+    if not entries or len(entries) != len(f.access_log):
+        return []
+    relays = [e.details == RELAYED and direction(e) == "outbound" for e in entries]
+    return entries if any(relays) and all(r or app_answered(e) for r, e in zip(relays, entries)) else []
+
+
 def server_disconnect_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
     """``entries`` (``f``'s access-log lines, parsed) when every one is the server pod's sidecar seeing its
     downstream go away (DC on its inbound cluster): the caller's doing, told by the caller's own line; []
@@ -166,7 +177,7 @@ class _Join:
 
 
 def _kind(f: Finding, entries: list[AccessLogEntry]) -> str:
-    if relayed_only(f, entries):
+    if relayed_only(f, entries) or relayed_through(f, entries):
         return RELAY
     if server_disconnect_only(f, entries):
         return GONE
@@ -247,12 +258,12 @@ def _joined(f: Finding, own: list[int], folded: list[tuple[Finding, list[int], s
     node_of = {join.texts[k]: k for k in own}
     pairs = f.quoted_lines()
     told = []
-    for other, ks, kind in sorted(folded, key=lambda x: min(map(place, x[1]), default=(0, 0.0))):
+    for other, ks, _ in sorted(folded, key=lambda x: min(map(place, x[1]), default=(0, 0.0))):
         f = replace(f, evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
                     envoy_log=f.envoy_log + tuple(x for x in other.envoy_log if x not in f.envoy_log))
         pairs += other.quoted_lines()
         node_of.update({join.texts[k]: k for k in ks})
-        told += [(other.pod, k, "caller" if kind == RELAY else "server") for k in ks]
+        told += [(other.pod, k, "caller" if caller_side(join.lines[k].entry) else "server") for k in ks]
     for n in sorted(extra, key=place):
         x = join.logged[n]
         f = replace(f, evidence=f.evidence + (x.evidence,))
