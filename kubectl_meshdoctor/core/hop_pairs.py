@@ -112,9 +112,9 @@ def _ids_agree(a: AccessLogEntry, b: AccessLogEntry) -> bool:
     return not (a.request_id and b.request_id) or a.request_id == b.request_id
 
 
-def _greedy(candidates: list[tuple[float, int, int]], taken_a: set[int], taken_b: set[int],
+def _greedy(candidates: list[tuple[object, int, int]], taken_a: set[int], taken_b: set[int],
             out: dict[int, int]) -> None:
-    for _, a, b in sorted(candidates):  # nearest in time first, then the earlier line: each line once
+    for _, a, b in sorted(candidates):  # the lowest cost (nearest in time) first, then the earlier line
         if a not in taken_a and b not in taken_b:
             taken_a.add(a)
             taken_b.add(b)
@@ -139,22 +139,51 @@ def _index(servers: Sequence[int], key, lines: Sequence[HopLine]) -> dict:
     return out
 
 
+def _other_request(a: AccessLogEntry, b: AccessLogEntry) -> bool:
+    """Whether the two lines name another method or path (%REQ(:METHOD)%, %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%:
+    the caller's sidecar sends both on as they came), each where both logged it."""
+    return bool(a.method and b.method and a.method != b.method) or bool(a.path and b.path and a.path != b.path)
+
+
+def _in_order(servers: Sequence[int], lines: Sequence[HopLine]) -> bool:
+    """Whether one connection's requests are answered in the order they were sent: HTTP/1.x (RFC 9112 section
+    9.3), by the server sidecar's %PROTOCOL% (its downstream, the hop's own); h2's streams are not."""
+    return all((lines[s].entry.protocol or "").upper().startswith("HTTP/1") for s in servers)
+
+
+def _by_four_tuple(lines: Sequence[HopLine], callers: Sequence[int], by_remote: dict) -> list[tuple]:
+    """Rule 1's candidates as (cost, caller, server): the same request's method and path first; then, on an
+    HTTP/1.x connection both sides logged alike (as many lines each), the k-th caller line with the k-th server
+    line (the order of requests on one connection, whatever the two clocks say); then the nearest start."""
+    on_conn: dict[str, list[int]] = defaultdict(list)
+    for c in callers:
+        e = lines[c].entry
+        if e.upstream_local is not None and e.upstream_local in by_remote:
+            on_conn[e.upstream_local].append(c)
+    cands = []
+    for conn, cs in on_conn.items():
+        times, members = by_remote[conn]
+        cs.sort(key=lambda k: lines[k].entry.ts)
+        ordered = len(cs) == len(members) and _in_order(members, lines)
+        rank = {s: n for n, s in enumerate(members)}
+        for n, c in enumerate(cs):
+            e = lines[c].entry
+            cands += [((_other_request(e, lines[s].entry), abs(rank[s] - n) if ordered else 0,
+                        abs(lines[s].entry.ts - e.ts)), c, s)
+                      for s in _within(times, members, e.ts, JOIN_WINDOW_S)
+                      if s != c and _ids_agree(e, lines[s].entry)]
+    return cands
+
+
 def pair_hops(lines: Sequence[HopLine], callers: Sequence[int], servers: Sequence[int]) -> dict[int, int]:
     """Caller line -> server line, one-to-one, by the module's rules; ``callers`` and ``servers`` index
-    ``lines`` (caller sidecars' outbound lines, server sidecars' inbound ones)."""
+    ``lines`` (caller sidecars' outbound lines, server sidecars' inbound ones, or a listener's own line of no
+    cluster)."""
     paired: dict[int, int] = {}
     used_c: set[int] = set()
     used_s: set[int] = set()
     by_remote = _index(servers, lambda e: e.downstream_remote, lines)
-    cands = []
-    for c in callers:
-        e = lines[c].entry
-        if e.upstream_local is None or e.upstream_local not in by_remote:
-            continue
-        times, members = by_remote[e.upstream_local]
-        cands += [(abs(lines[s].entry.ts - e.ts), c, s) for s in _within(times, members, e.ts, JOIN_WINDOW_S)
-                  if s != c and _ids_agree(e, lines[s].entry)]
-    _greedy(cands, used_c, used_s, paired)
+    _greedy(_by_four_tuple(lines, callers, by_remote), used_c, used_s, paired)
 
     by_local_id = _index(servers, lambda e: (e.downstream_local, e.request_id)
                          if e.downstream_local and e.request_id else None, lines)
@@ -164,8 +193,8 @@ def pair_hops(lines: Sequence[HopLine], callers: Sequence[int], servers: Sequenc
         if c in used_c or not (e.upstream_host and e.request_id):
             continue
         times, members = by_local_id.get((e.upstream_host, e.request_id), ((), ()))
-        cands += [(abs(lines[s].entry.ts - e.ts), c, s) for s in _within(list(times), list(members), e.ts,
-                                                                          JOIN_WINDOW_S)
+        cands += [((_other_request(e, lines[s].entry), abs(lines[s].entry.ts - e.ts)), c, s)
+                  for s in _within(list(times), list(members), e.ts, JOIN_WINDOW_S)
                   if s != c and s not in used_s
                   and not (e.upstream_local and lines[s].entry.downstream_remote)]  # rule 1 applied there
     _greedy(cands, used_c, used_s, paired)

@@ -44,9 +44,6 @@ def _shifted(line: str, seconds: float) -> str:
     return f"[{moved.strftime('%Y-%m-%dT%H:%M:%S.')}{moved.microsecond // 1000:03d}Z]" + line[line.index("]") + 1:]
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: with one x-request-id on every request of one connection (a client "
-                   "that sets it), a server clock 4 ms ahead pairs each caller line with another request's server "
-                   "line: nearest-in-time first does not keep the order of requests on one HTTP/1.1 connection")
 def test_a_shared_request_id_and_a_small_clock_skew_keep_each_request_with_its_own_line(tmp_path):
     """framing's five requests ride one caller->server connection (their %UPSTREAM_LOCAL_ADDRESS% is one), 2-5 ms
     apart. A client that sends one fixed x-request-id, and a server pod whose clock is 4 ms ahead: each finding
