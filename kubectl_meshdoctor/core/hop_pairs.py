@@ -4,11 +4,12 @@ A hop is a caller's sidecar's outbound line (its upstream the next pod) and the 
 line of the same request. Every hop of a chain (gateway -> a -> b) logs the same %REQ(X-REQUEST-ID)% (Envoy
 generates it at the edge and keeps it, Envoy's http_conn_man/headers.rst; Istio asks apps to pass it on), and a
 client may reuse one id (a fixed id, a retry), so an id alone does not say which hop. Lines pair one-to-one,
-each line at most once, by the first rule that applies, the nearest in time first:
+each line at most once, by the first rule that applies, the same method and path first, then the nearest in time:
 
 1. the hop's four-tuple: the caller's %UPSTREAM_LOCAL_ADDRESS% is the server's %DOWNSTREAM_REMOTE_ADDRESS%
    (the connection's source, which the server sidecar accepted), ids equal when both logged one, the two
-   starts within JOIN_WINDOW_S;
+   starts within JOIN_WINDOW_S; on an HTTP/1.x connection both sides logged as many lines of, the k-th caller
+   line with the k-th server line before the nearest (RFC 9112 section 9.3: answers in request order);
 2. where either side did not log those: the caller's %UPSTREAM_HOST% is the server's
    %DOWNSTREAM_LOCAL_ADDRESS% (the server pod's IP:port, which the server's sidecar reads after istio-iptables'
    REDIRECT as SO_ORIGINAL_DST), the ids equal, the starts within JOIN_WINDOW_S;
@@ -102,6 +103,18 @@ def direction(entry: AccessLogEntry) -> str | None:
 def caller_side(entry: AccessLogEntry) -> bool:
     """A caller's sidecar's line: its upstream is another pod (an outbound cluster, or a passthrough one)."""
     return direction(entry) != "inbound" and entry.upstream_cluster is not None
+
+
+def server_sides(lines: Sequence[HopLine], callers: Sequence[int]) -> list[int]:
+    """The lines (indices into ``lines``) of a server pod's sidecar taking a hop's connection in: those on an
+    inbound cluster, and a listener's own line of no cluster (``0 NR filter_chain_not_found``: the connection
+    matched no filter chain, so no request and no cluster) whose %DOWNSTREAM_REMOTE_ADDRESS% is a caller's
+    %UPSTREAM_LOCAL_ADDRESS% or whose %DOWNSTREAM_LOCAL_ADDRESS% a caller's %UPSTREAM_HOST%."""
+    sources = {lines[c].entry.upstream_local for c in callers} - {None}
+    hosts = {lines[c].entry.upstream_host for c in callers} - {None}
+    return [k for k, h in enumerate(lines) if direction(h.entry) == "inbound" or (
+        h.entry.upstream_cluster is None and (h.entry.downstream_remote in sources
+                                              or h.entry.downstream_local in hosts))]
 
 
 def _ip(address: str | None) -> str | None:

@@ -67,9 +67,6 @@ def _access_lines(scenario: str, pod: str) -> list[str]:
             if line.startswith("[20")]
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: the caller's 503 UC and the server's 0 NR filter_chain_not_found of one "
-                   "connection (the caller's %UPSTREAM_LOCAL_ADDRESS% is the server's %DOWNSTREAM_REMOTE_ADDRESS%) "
-                   "stay two findings, the caller's a stale-keepalive")
 def test_both_pods_access_logs_link_a_callers_503_to_the_servers_tls_mismatch(tmp_path):
     """mtls-strict, the two pods' access-log lines only (`kubectl logs -c istio-proxy` of each): the server's
     sidecar logs the plaintext connection as `0 NR filter_chain_not_found` (no request, so no x-request-id), the
@@ -83,8 +80,6 @@ def test_both_pods_access_logs_link_a_callers_503_to_the_servers_tls_mismatch(tm
     assert got == [("tls-mismatch", "server", 2)], got
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: with the caller's eth0 capture beside both access logs, the caller's "
-                   "and the server's tls-mismatch of one connection are two findings")
 def test_a_tls_mismatch_seen_from_both_pods_is_one_finding(tmp_path):
     """mtls-strict: the caller's eth0.pcap and access log, the server's access log. The caller's capture shows
     the plaintext request answered by RST, the server's line the same four-tuple: one finding."""
