@@ -92,8 +92,6 @@ def test_a_tls_mismatch_seen_from_both_pods_is_one_finding(tmp_path):
     assert len(got) == 1 and got[0][0] == "tls-mismatch", got
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: a retried request (503 URX, three refused attempts) is three "
-                   "upstream-refused findings, each server line quoted three times, no details.attempts")
 def test_a_retried_requests_attempts_are_one_finding_each_line_quoted_once():
     """envoy-1.40-mesh-retry503/refused, both pods as recorded: the caller's sidecar (Istio < 1.24's retry of a
     503) logs one `503 URX via_upstream`, the server's sidecar one `503 UF` per attempt, and its lo capture one
