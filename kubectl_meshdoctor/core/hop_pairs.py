@@ -4,11 +4,12 @@ A hop is a caller's sidecar's outbound line (its upstream the next pod) and the 
 line of the same request. Every hop of a chain (gateway -> a -> b) logs the same %REQ(X-REQUEST-ID)% (Envoy
 generates it at the edge and keeps it, Envoy's http_conn_man/headers.rst; Istio asks apps to pass it on), and a
 client may reuse one id (a fixed id, a retry), so an id alone does not say which hop. Lines pair one-to-one,
-each line at most once, by the first rule that applies, the nearest in time first:
+each line at most once, by the first rule that applies, the same method and path first, then the nearest in time:
 
 1. the hop's four-tuple: the caller's %UPSTREAM_LOCAL_ADDRESS% is the server's %DOWNSTREAM_REMOTE_ADDRESS%
    (the connection's source, which the server sidecar accepted), ids equal when both logged one, the two
-   starts within JOIN_WINDOW_S;
+   starts within JOIN_WINDOW_S; on an HTTP/1.x connection both sides logged as many lines of, the k-th caller
+   line with the k-th server line before the nearest (RFC 9112 section 9.3: answers in request order);
 2. where either side did not log those: the caller's %UPSTREAM_HOST% is the server's
    %DOWNSTREAM_LOCAL_ADDRESS% (the server pod's IP:port, which the server's sidecar reads after istio-iptables'
    REDIRECT as SO_ORIGINAL_DST), the ids equal, the starts within JOIN_WINDOW_S;
@@ -104,6 +105,18 @@ def caller_side(entry: AccessLogEntry) -> bool:
     return direction(entry) != "inbound" and entry.upstream_cluster is not None
 
 
+def server_sides(lines: Sequence[HopLine], callers: Sequence[int]) -> list[int]:
+    """The lines (indices into ``lines``) of a server pod's sidecar taking a hop's connection in: those on an
+    inbound cluster, and a listener's own line of no cluster (``0 NR filter_chain_not_found``: the connection
+    matched no filter chain, so no request and no cluster) whose %DOWNSTREAM_REMOTE_ADDRESS% is a caller's
+    %UPSTREAM_LOCAL_ADDRESS% or whose %DOWNSTREAM_LOCAL_ADDRESS% a caller's %UPSTREAM_HOST%."""
+    sources = {lines[c].entry.upstream_local for c in callers} - {None}
+    hosts = {lines[c].entry.upstream_host for c in callers} - {None}
+    return [k for k, h in enumerate(lines) if direction(h.entry) == "inbound" or (
+        h.entry.upstream_cluster is None and (h.entry.downstream_remote in sources
+                                              or h.entry.downstream_local in hosts))]
+
+
 def _ip(address: str | None) -> str | None:
     return address.rpartition(":")[0].strip("[]") if address and ":" in address else None
 
@@ -112,9 +125,9 @@ def _ids_agree(a: AccessLogEntry, b: AccessLogEntry) -> bool:
     return not (a.request_id and b.request_id) or a.request_id == b.request_id
 
 
-def _greedy(candidates: list[tuple[float, int, int]], taken_a: set[int], taken_b: set[int],
+def _greedy(candidates: list[tuple[object, int, int]], taken_a: set[int], taken_b: set[int],
             out: dict[int, int]) -> None:
-    for _, a, b in sorted(candidates):  # nearest in time first, then the earlier line: each line once
+    for _, a, b in sorted(candidates):  # the lowest cost (nearest in time) first, then the earlier line
         if a not in taken_a and b not in taken_b:
             taken_a.add(a)
             taken_b.add(b)
@@ -139,22 +152,51 @@ def _index(servers: Sequence[int], key, lines: Sequence[HopLine]) -> dict:
     return out
 
 
+def _other_request(a: AccessLogEntry, b: AccessLogEntry) -> bool:
+    """Whether the two lines name another method or path (%REQ(:METHOD)%, %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%:
+    the caller's sidecar sends both on as they came), each where both logged it."""
+    return bool(a.method and b.method and a.method != b.method) or bool(a.path and b.path and a.path != b.path)
+
+
+def _in_order(servers: Sequence[int], lines: Sequence[HopLine]) -> bool:
+    """Whether one connection's requests are answered in the order they were sent: HTTP/1.x (RFC 9112 section
+    9.3), by the server sidecar's %PROTOCOL% (its downstream, the hop's own); h2's streams are not."""
+    return all((lines[s].entry.protocol or "").upper().startswith("HTTP/1") for s in servers)
+
+
+def _by_four_tuple(lines: Sequence[HopLine], callers: Sequence[int], by_remote: dict) -> list[tuple]:
+    """Rule 1's candidates as (cost, caller, server): the same request's method and path first; then, on an
+    HTTP/1.x connection both sides logged alike (as many lines each), the k-th caller line with the k-th server
+    line (the order of requests on one connection, whatever the two clocks say); then the nearest start."""
+    on_conn: dict[str, list[int]] = defaultdict(list)
+    for c in callers:
+        e = lines[c].entry
+        if e.upstream_local is not None and e.upstream_local in by_remote:
+            on_conn[e.upstream_local].append(c)
+    cands = []
+    for conn, cs in on_conn.items():
+        times, members = by_remote[conn]
+        cs.sort(key=lambda k: lines[k].entry.ts)
+        ordered = len(cs) == len(members) and _in_order(members, lines)
+        rank = {s: n for n, s in enumerate(members)}
+        for n, c in enumerate(cs):
+            e = lines[c].entry
+            cands += [((_other_request(e, lines[s].entry), abs(rank[s] - n) if ordered else 0,
+                        abs(lines[s].entry.ts - e.ts)), c, s)
+                      for s in _within(times, members, e.ts, JOIN_WINDOW_S)
+                      if s != c and _ids_agree(e, lines[s].entry)]
+    return cands
+
+
 def pair_hops(lines: Sequence[HopLine], callers: Sequence[int], servers: Sequence[int]) -> dict[int, int]:
     """Caller line -> server line, one-to-one, by the module's rules; ``callers`` and ``servers`` index
-    ``lines`` (caller sidecars' outbound lines, server sidecars' inbound ones)."""
+    ``lines`` (caller sidecars' outbound lines, server sidecars' inbound ones, or a listener's own line of no
+    cluster)."""
     paired: dict[int, int] = {}
     used_c: set[int] = set()
     used_s: set[int] = set()
     by_remote = _index(servers, lambda e: e.downstream_remote, lines)
-    cands = []
-    for c in callers:
-        e = lines[c].entry
-        if e.upstream_local is None or e.upstream_local not in by_remote:
-            continue
-        times, members = by_remote[e.upstream_local]
-        cands += [(abs(lines[s].entry.ts - e.ts), c, s) for s in _within(times, members, e.ts, JOIN_WINDOW_S)
-                  if s != c and _ids_agree(e, lines[s].entry)]
-    _greedy(cands, used_c, used_s, paired)
+    _greedy(_by_four_tuple(lines, callers, by_remote), used_c, used_s, paired)
 
     by_local_id = _index(servers, lambda e: (e.downstream_local, e.request_id)
                          if e.downstream_local and e.request_id else None, lines)
@@ -164,8 +206,8 @@ def pair_hops(lines: Sequence[HopLine], callers: Sequence[int], servers: Sequenc
         if c in used_c or not (e.upstream_host and e.request_id):
             continue
         times, members = by_local_id.get((e.upstream_host, e.request_id), ((), ()))
-        cands += [(abs(lines[s].entry.ts - e.ts), c, s) for s in _within(list(times), list(members), e.ts,
-                                                                          JOIN_WINDOW_S)
+        cands += [((_other_request(e, lines[s].entry), abs(lines[s].entry.ts - e.ts)), c, s)
+                  for s in _within(list(times), list(members), e.ts, JOIN_WINDOW_S)
                   if s != c and s not in used_s
                   and not (e.upstream_local and lines[s].entry.downstream_remote)]  # rule 1 applied there
     _greedy(cands, used_c, used_s, paired)

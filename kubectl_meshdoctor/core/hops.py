@@ -9,6 +9,8 @@ pods' logs were read, the findings of one request are one finding that quotes ev
 - a caller's finding of a relayed answer (every line via_upstream on an outbound cluster) goes into the finding
   of the hop that answered it; where the server's line is a relay too (its app passed on the answer of a call
   it made for the request: the same x-request-id, logged while the request was served), on to the next hop;
+- a caller's finding of a connection the server's listener ended, saying so in a line of no cluster (``0 NR
+  filter_chain_not_found``, paired by the hop's four-tuple), goes into the finding that quotes that line;
 - a server-side finding of its downstream going away (every line DC on its inbound cluster) goes into the
   caller's finding of the same request: the caller's sidecar gave up (its route timeout: 504 UT), or its client;
 - a finding of the app's own answer (every line a 5xx via_upstream on an inbound cluster: the app answered it,
@@ -31,11 +33,11 @@ from dataclasses import dataclass, replace
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
 from .findings import Evidence, Finding
-from .hop_pairs import HopLine, HopLinks, caller_side, direction, links, logged_entries, parsed_lines
+from .hop_pairs import HopLine, HopLinks, caller_side, direction, links, logged_entries, parsed_lines, server_sides
 from .wire_join import one_request, same_connection
 
 RELAYED = "via_upstream"
-REAL, RELAY, GONE, APP = "real", "relay", "gone", "app"  # a finding's part in a request's path
+REAL, RELAY, GONE, APP, ENDED = "real", "relay", "gone", "app", "ended"  # a finding's part in a request's path
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,17 @@ def relayed_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEnt
     if not entries or len(entries) != len(f.access_log):
         return []
     return entries if all(e.details == RELAYED and direction(e) == "outbound" for e in entries) else []
+
+
+def relayed_through(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
+    """``entries`` when ``f`` is a pod passing on the answer of the call its app made (an earlier join of one
+    pod's lines, a chain's middle: its app's 5xx on its inbound cluster, app_answered, and its sidecar's relay of
+    the call, via_upstream on an outbound cluster, at least one of those); [] otherwise. Such a finding goes on
+    to the hop that answered the call, as a caller's relay does."""
+    if not entries or len(entries) != len(f.access_log):
+        return []
+    relays = [e.details == RELAYED and direction(e) == "outbound" for e in entries]
+    return entries if any(relays) and all(r or app_answered(e) for r, e in zip(relays, entries)) else []
 
 
 def server_disconnect_only(f: Finding, entries: list[AccessLogEntry]) -> list[AccessLogEntry]:
@@ -133,10 +146,20 @@ class _Join:
             c = self.links.caller_of.get(inn)
         return None
 
+    def ended(self, i: int) -> bool:
+        """Whether every line of finding ``i`` is a caller's of a connection the server's listener ended and said
+        so in a line of no cluster (``0 NR filter_chain_not_found``) that another finding quotes."""
+        ends = [self.links.server_of.get(n) for n in self.nodes[i]]
+        return bool(ends) and all(caller_side(self.lines[n].entry) for n in self.nodes[i]) and all(
+            s is not None and self.lines[s].entry.upstream_cluster is None and self.owner[s] not in (None, i)
+            for s in ends)
+
     def target(self, i: int) -> int | None:
         """Where finding ``i`` folds (the module's rules), or None: it is kept."""
         for n in self.nodes[i]:
-            if self.kind[i] == RELAY:
+            if self.kind[i] == ENDED:
+                t = self.owner[self.links.server_of[n]]
+            elif self.kind[i] == RELAY:
                 t = self.forward(self.links.server_of.get(n))
             elif self.kind[i] == GONE:
                 c = self.links.caller_of.get(n)
@@ -166,7 +189,7 @@ class _Join:
 
 
 def _kind(f: Finding, entries: list[AccessLogEntry]) -> str:
-    if relayed_only(f, entries):
+    if relayed_only(f, entries) or relayed_through(f, entries):
         return RELAY
     if server_disconnect_only(f, entries):
         return GONE
@@ -209,9 +232,12 @@ def join_requests(findings: list[Finding], logged: Sequence[LoggedLine] = ()) ->
         texts.append(x.text)
         owner.append(None)
     callers = [k for k, h in enumerate(lines) if caller_side(h.entry)]
-    servers = [k for k, h in enumerate(lines) if direction(h.entry) == "inbound"]
+    servers = server_sides(lines, callers)
     kinds = [_kind(f, [e for _, e in pl]) for f, pl in zip(findings, parsed)]
     join = _Join(lines, texts, owner, given, kinds, nodes, links(lines, callers, servers))
+    for i in range(len(findings)):
+        if kinds[i] == REAL and join.ended(i):
+            kinds[i] = ENDED
     target = {i: t for i in range(len(findings)) if (t := join.target(i)) is not None}
     roots = _roots(target)
     members: dict[int, list[int]] = {}
@@ -247,12 +273,12 @@ def _joined(f: Finding, own: list[int], folded: list[tuple[Finding, list[int], s
     node_of = {join.texts[k]: k for k in own}
     pairs = f.quoted_lines()
     told = []
-    for other, ks, kind in sorted(folded, key=lambda x: min(map(place, x[1]), default=(0, 0.0))):
+    for other, ks, _ in sorted(folded, key=lambda x: min(map(place, x[1]), default=(0, 0.0))):
         f = replace(f, evidence=f.evidence + tuple(x for x in other.evidence if x not in f.evidence),
                     envoy_log=f.envoy_log + tuple(x for x in other.envoy_log if x not in f.envoy_log))
         pairs += other.quoted_lines()
         node_of.update({join.texts[k]: k for k in ks})
-        told += [(other.pod, k, "caller" if kind == RELAY else "server") for k in ks]
+        told += [(other.pod, k, "caller" if caller_side(join.lines[k].entry) else "server") for k in ks]
     for n in sorted(extra, key=place):
         x = join.logged[n]
         f = replace(f, evidence=f.evidence + (x.evidence,))
@@ -297,6 +323,10 @@ def _said(e: AccessLogEntry) -> str:
 def _sentence(pod: str | None, e: AccessLogEntry, called_on: bool) -> str:
     """What the joined line of ``pod`` says to this finding; ``called_on``: its request went on from that pod's
     app to a call of its own (a chain)."""
+    if caller_side(e) and e.details != RELAYED:
+        who = f"pod {pod}'s sidecar" if pod else "the caller's sidecar"
+        return (f" The caller saw it through {who}, which logged the same connection as {_said(e)}: what the "
+                f"server's listener did to it, seen from the caller.")
     if caller_side(e):
         who = f"pod {pod}'s sidecar" if pod else "the caller's sidecar"
         return (f" The caller saw it through {who}, which logged the same request as {_said(e)}: this hop's "

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+
 from .findings import PACKET, Finding, FlowRef
-from .hop_pairs import direction, logged_entries
+from .hop_pairs import SAME_CLOCK_S, direction, logged_entries, parsed_lines
 
 
 def _wire_keys(f: Finding) -> list[tuple]:
@@ -79,38 +81,79 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _attempt_key(f: Finding) -> tuple | None:
+    """What the attempts of one request share, for a packet finding: its pod, detector, variant and server."""
+    if not isinstance(f.flow, FlowRef) or not any(e.kind == PACKET for e in f.evidence):
+        return None
+    return f.pod, f.detector, f.variant, f.flow.server
+
+
+def _of_attempts(f: Finding, lines: set[str], retried: list[AccessLogEntry]) -> bool:
+    """Whether every line ``f`` quotes is one of a retried request's attempts: a line the request's finding
+    quotes already (``lines``: the cross-pod join gave it the server's line of its hop), or the server's line of
+    the same x-request-id started within the retried line's span (an attempt's own request at the server pod,
+    one clock's millisecond either side)."""
+    if not f.access_log:
+        return False
+    spans = [(e.request_id, e.ts - SAME_CLOCK_S, e.ts + e.duration_ms / 1000 + SAME_CLOCK_S) for e in retried
+             if e.request_id]
+    parsed = dict(parsed_lines(f))
+
+    def in_span(e: AccessLogEntry | None) -> bool:
+        return e is not None and any(e.request_id == rid and lo <= e.ts <= hi for rid, lo, hi in spans)
+
+    return all(text in lines or in_span(parsed.get(text)) for text in f.access_log)
+
+
 def one_request(findings: list[Finding]) -> list[Finding]:
     """``findings`` with the packet findings of one retried request's attempts made one: a line flagged URX (the
-    retries spent, Envoy's %RESPONSE_FLAGS%) is one request however many connections its attempts took, and
-    each attempt's finding (same pod, detector, variant and server) quotes it. The first is kept, with the
-    others' evidence and, in ``details["attempts"]``, each other attempt's connection."""
+    retries spent, Envoy's %RESPONSE_FLAGS%) is one request however many connections its attempts took. Each
+    attempt's finding (same pod, detector, variant and server) quotes it, or quotes only lines of its attempts
+    (_of_attempts: the server pod's finding of an attempt whose hop the cross-pod join did not give the URX
+    line). The first quoting it is kept, with the others' evidence and lines, and in ``details["attempts"]``
+    every attempt's connection ({"client", "iface"}), its own first."""
     first: dict[tuple, int] = {}
     keep: dict[int, list[Finding]] = {}
     dropped: set[int] = set()
+    retried_of: dict[int, list[AccessLogEntry]] = {}
     for i, f in enumerate(findings):
-        retried = [line for line, e in zip(f.access_log, logged_entries(f)) if "URX" in e.flags]
-        if not retried or not isinstance(f.flow, FlowRef) or not any(e.kind == PACKET for e in f.evidence):
+        key = _attempt_key(f)
+        retried = [(line, e) for line, e in zip(f.access_log, logged_entries(f)) if "URX" in e.flags]
+        if not retried or key is None:
             continue
-        key = (f.pod, f.detector, f.variant, f.flow.server, tuple(retried))
+        key = (*key, tuple(line for line, _ in retried))
         if key in first:
             keep[first[key]].append(f)
             dropped.add(i)
         else:
             first[key] = i
             keep[i] = []
+            retried_of[i] = [e for _, e in retried]
+    for i, f in enumerate(findings):
+        key = _attempt_key(f)
+        if i in keep or i in dropped or key is None:
+            continue
+        for k, retried in retried_of.items():
+            lines = {t for g in (findings[k], *keep[k]) for t in g.access_log}
+            if _attempt_key(findings[k]) == key and _of_attempts(f, lines, retried):
+                keep[k].append(f)
+                dropped.add(i)
+                break
     out = []
     for i, f in enumerate(findings):
         if i in dropped:
             continue
         others = keep.get(i, ())
         if others:
-            attempts = [{"client": o.flow.client, "iface": o.flow.iface} for o in others]
+            attempts = list({a["client"]: a for a in [
+                *(f.details.get("attempts") or [{"client": f.flow.client, "iface": f.flow.iface}]),
+                *(a for o in others for a in (o.details.get("attempts")
+                                               or [{"client": o.flow.client, "iface": o.flow.iface}]))]}.values())
             f = replace(f.with_lines(x for o in others for x in o.quoted_lines()),
                         evidence=f.evidence + tuple(e for o in others for e in o.evidence if e not in f.evidence),
-                        explanation=f"{f.explanation} The request was tried {len(others) + 1} times, each on a "
-                                    f"connection of its own (from "
-                                    f"{', '.join([f.flow.client, *(a['client'] for a in attempts)])}), each "
-                                    f"failing alike: Envoy logged it once, flagged URX (its retries spent).",
-                        details={**f.details, "attempts": list(f.details.get("attempts", ())) + attempts})
+                        explanation=f"{f.explanation} The request was tried {len(attempts)} times, each on a "
+                                    f"connection of its own (from {', '.join(a['client'] for a in attempts)}), "
+                                    f"each failing alike: Envoy logged it once, flagged URX (its retries spent).",
+                        details={**f.details, "attempts": attempts})
         out.append(f)
     return out

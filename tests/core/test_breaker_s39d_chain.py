@@ -4,8 +4,6 @@ configuration/http/http_conn_man/response_code_details: `via_upstream`)."""
 
 from __future__ import annotations
 
-import pytest
-
 from ..helpers import analyze_json
 from .hop_lines import Pod, inbound, outbound
 
@@ -15,8 +13,6 @@ B = Pod("b", "10.244.2.40", 8080, "b")
 RID = "5d0c9a44-1e7b-4b1f-9a55-0c1f2e3d4b61"
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: a's own inbound line (its app relaying b's 503) keeps a's relayed "
-                   "503 from folding into b's UF finding: two findings, the chain split at a")
 def test_a_failure_at_the_chains_far_end_is_one_finding_quoting_every_hop(tmp_path):
     """b's sidecar cannot reach b's app (503 UF); a's sidecar passes it on (503 via_upstream), a's app answers its
     caller with it (a's inbound 503 via_upstream), the gateway passes that on. One finding, b's, quotes the four

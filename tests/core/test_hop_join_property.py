@@ -1,6 +1,7 @@
 """No join loses a line (core/hops.py): whatever requests, chains, shared x-request-ids and connections the pods'
 logs hold, every access-log line a finding quoted is quoted by exactly one finding after join_hops, and every
-logged line it used by exactly one too."""
+logged line it used by exactly one too; a chain failing at its far end is one finding, and the requests of one
+connection that share an x-request-id keep their own lines whatever the two clocks' skew."""
 
 from __future__ import annotations
 
@@ -68,3 +69,47 @@ def test_every_line_is_quoted_by_exactly_one_finding(case):
     assert all(quoted[x] == 1 for x in given_lines if x in quoted)
     assert set(quoted) <= {line for f in findings for line in f.access_log} | given_lines
     assert len(out) <= len(findings)
+
+
+def _finding(pod: str, lines: list[str]) -> Finding:
+    entries = tuple(parse_line(line) for line in lines)
+    return Finding("x", Severity.ERROR, "t", NoFlow("counter", "c"), (), explanation="E.", pod=pod,
+                   ts=entries[0].ts, access_log=tuple(lines), entries=entries)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 4), st.booleans())
+def test_a_chain_failing_at_its_far_end_is_one_finding_in_path_order(length, middles_joined):
+    """Every hop before the last passes the far end's 503 UF on (via_upstream, each middle pod's app answering its
+    caller with it): one finding, the far end's, quoting every line from the first caller's on."""
+    path = PODS[:length]
+    chain: list[tuple[str, str]] = []
+    for hop, (src, dst) in enumerate(zip(path, path[1:])):
+        last = hop == length - 2
+        chain += [(src.name, outbound(src, dst, 503, "-", "r1", hop * 0.002, 52000 + hop)),
+                  (dst.name, inbound(src, dst, 503, "UF" if last else "-", "r1", hop * 0.002 + 0.001, 52000 + hop))]
+    by_pod: dict[str, list[str]] = {}
+    for pod, line in chain:
+        by_pod.setdefault(pod, []).append(line)
+    findings = ([_finding(pod, lines) for pod, lines in by_pod.items()] if middles_joined
+                else [_finding(pod, [line]) for pod, line in chain])
+    out = join_hops(findings)
+    assert [(f.pod, f.access_log) for f in out] == [(path[-1].name, tuple(line for _, line in chain))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(2, 5), min_size=1, max_size=6), st.integers(0, 5))
+def test_one_connections_requests_of_one_id_pair_in_order_whatever_the_skew(gaps_ms, skew_ms):
+    """Requests on one HTTP/1.1 connection, one fixed x-request-id and one path, 2-5 ms apart, the server's clock
+    ``skew_ms`` ahead: each caller line stays with its own request's server line (told apart here by duration)."""
+    src, dst = PODS[0], PODS[1]
+    findings, at = [], 0.0
+    for n, gap in enumerate([0, *gaps_ms]):
+        at += gap / 1000
+        findings += [_finding("gateway", [outbound(src, dst, 503, "-", "r1", at, 52000, duration_ms=10 + n)]),
+                     _finding("a", [inbound(src, dst, 503, "UF", "r1", at + skew_ms / 1000, 52000,
+                                            duration_ms=10 + n)])]
+    out = join_hops(findings)
+    assert len(out) == len(gaps_ms) + 1
+    for f in out:
+        assert len({e.duration_ms for e in f.entries}) == 1 and len(f.entries) == 2, f.access_log

@@ -41,9 +41,6 @@ def _shifted(line: str, seconds: float) -> str:
     return f"[{moved.strftime('%Y-%m-%dT%H:%M:%S.')}{moved.microsecond // 1000:03d}Z]" + line[line.index("]") + 1:]
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: with one x-request-id on every request of one connection (a client "
-                   "that sets it), a server clock 4 ms ahead pairs each caller line with another request's server "
-                   "line: nearest-in-time first does not keep the order of requests on one HTTP/1.1 connection")
 def test_a_shared_request_id_and_a_small_clock_skew_keep_each_request_with_its_own_line(tmp_path):
     """framing's five requests ride one caller->server connection (their %UPSTREAM_LOCAL_ADDRESS% is one), 2-5 ms
     apart. A client that sends one fixed x-request-id, and a server pod whose clock is 4 ms ahead: each finding
@@ -67,9 +64,6 @@ def _access_lines(scenario: str, pod: str) -> list[str]:
             if line.startswith("[20")]
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: the caller's 503 UC and the server's 0 NR filter_chain_not_found of one "
-                   "connection (the caller's %UPSTREAM_LOCAL_ADDRESS% is the server's %DOWNSTREAM_REMOTE_ADDRESS%) "
-                   "stay two findings, the caller's a stale-keepalive")
 def test_both_pods_access_logs_link_a_callers_503_to_the_servers_tls_mismatch(tmp_path):
     """mtls-strict, the two pods' access-log lines only (`kubectl logs -c istio-proxy` of each): the server's
     sidecar logs the plaintext connection as `0 NR filter_chain_not_found` (no request, so no x-request-id), the
@@ -83,8 +77,6 @@ def test_both_pods_access_logs_link_a_callers_503_to_the_servers_tls_mismatch(tm
     assert got == [("tls-mismatch", "server", 2)], got
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: with the caller's eth0 capture beside both access logs, the caller's "
-                   "and the server's tls-mismatch of one connection are two findings")
 def test_a_tls_mismatch_seen_from_both_pods_is_one_finding(tmp_path):
     """mtls-strict: the caller's eth0.pcap and access log, the server's access log. The caller's capture shows
     the plaintext request answered by RST, the server's line the same four-tuple: one finding."""
@@ -97,8 +89,6 @@ def test_a_tls_mismatch_seen_from_both_pods_is_one_finding(tmp_path):
     assert len(got) == 1 and got[0][0] == "tls-mismatch", got
 
 
-@pytest.mark.xfail(strict=True, reason="s39d: a retried request (503 URX, three refused attempts) is three "
-                   "upstream-refused findings, each server line quoted three times, no details.attempts")
 def test_a_retried_requests_attempts_are_one_finding_each_line_quoted_once():
     """envoy-1.40-mesh-retry503/refused, both pods as recorded: the caller's sidecar (Istio < 1.24's retry of a
     503) logs one `503 URX via_upstream`, the server's sidecar one `503 UF` per attempt, and its lo capture one
