@@ -30,7 +30,7 @@ from kubectl_meshdoctor.frontends.report import RENDERERS
 
 from .detail_pane import DetailPane
 from .signals import WIND_DOWN_S, StopSignals
-from .status import status_text
+from .status_line import status_text
 from .findings_list import FindingsList, FindingsTable
 from .pod_names import fill_pods, pod_rows
 from .packet_filter import FilterError, PacketFilter, of_finding

@@ -42,28 +42,28 @@ def test_main_screen(snap_compare, monkeypatch, files, size):
     assert snap_compare(_app(files), terminal_size=size, run_before=_replayed)
 
 
+def _pressed(key: str, shown) -> object:
+    """A run_before: the replay drawn, then ``key`` pressed and ``shown(app)`` true."""
+
+    async def run_before(pilot) -> None:
+        await _replayed(pilot)
+        await pilot.press(key)
+        await wait_for(pilot, lambda: shown(pilot.app))
+        await pilot.pause(0.2)
+
+    return run_before
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_help_screen(snap_compare, monkeypatch, size):
     monkeypatch.chdir(DATA)
-
-    async def help_open(pilot) -> None:
-        await _replayed(pilot)
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
-        await pilot.pause(0.2)
-
-    assert snap_compare(_app(), terminal_size=size, run_before=help_open)
+    opened = _pressed("question_mark", lambda app: isinstance(app.screen, HelpScreen))
+    assert snap_compare(_app(), terminal_size=size, run_before=opened)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_detail_opened(snap_compare, monkeypatch, size):
     """Enter on the selected problem: at 80x24 its detail takes the screen (issue 32), at 160x45 it is focused."""
     monkeypatch.chdir(DATA)
-
-    async def detail_open(pilot) -> None:
-        await _replayed(pilot)
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: pilot.app.query_one("#detail-box").has_focus)
-        await pilot.pause(0.2)
-
-    assert snap_compare(_app(FRAMING), terminal_size=size, run_before=detail_open)
+    opened = _pressed("enter", lambda app: app.query_one("#detail-box").has_focus)
+    assert snap_compare(_app(FRAMING), terminal_size=size, run_before=opened)
