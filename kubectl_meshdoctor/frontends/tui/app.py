@@ -170,22 +170,23 @@ class MeshDoctorApp(App[Report | None]):
         self.call_after_refresh(self._show_new_findings)  # the panes' new widths are known after the layout
 
     def _apply_size(self, width: int, height: int) -> None:
-        self.screen.set_class(width < NARROW, "narrow")
-        self.screen.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "compact")
-        self.query_one(Footer).compact = self.compact()  # its keys closer together: more of them fit
+        main = self.default_screen  # also while a pane (help, clusters) is on top of it
+        main.set_class(width < NARROW, "narrow")
+        main.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "compact")
+        main.query_one(Footer).compact = self.compact()  # its keys closer together: more of them fit
         self._refresh_status()  # the header's line moves into the status line, or back
 
     def compact(self) -> bool:
         """One pane at a time: the list, the detail (Enter) or the packets (/); Esc goes back to the list."""
-        return self.screen.has_class("compact")
+        return self.default_screen.has_class("compact")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return not (action == "focus_next" and self.compact())  # one pane shown: Tab has nowhere to go
 
     def _show_pane(self, pane: str | None) -> None:
-        """In the compact layout show ``pane`` ("detail", "packets"; None: the list) and focus it."""
-        self.screen.set_class(pane == "detail", "show-detail")
-        self.screen.set_class(pane == "packets", "show-packets")
+        """In the compact layout show ``pane`` ("detail", "packets"; None: the list, focused in any layout)."""
+        self.default_screen.set_class(pane == "detail", "show-detail")
+        self.default_screen.set_class(pane == "packets", "show-packets")
         if pane is None:
             self.query_one("#findings", DataTable).focus()
 
@@ -281,10 +282,8 @@ class MeshDoctorApp(App[Report | None]):
         """Esc: clear the packets filter, else leave the detail or packets for the list."""
         if self.query_one("#filter", Input).has_class("shown") or self.packet_filter.text:
             self.action_clear_filter()
-        elif self.compact() and (self.screen.has_class("show-detail") or self.screen.has_class("show-packets")):
-            self._show_pane(None)
         else:
-            self.query_one("#findings", DataTable).focus()
+            self._show_pane(None)
 
     # -- packets pane -------------------------------------------------------------------------------------
     def _packets_shown(self) -> tuple[str, list[PacketEvent]]:

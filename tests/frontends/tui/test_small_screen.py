@@ -141,3 +141,21 @@ async def test_the_detail_being_read_holds_still_while_instances_arrive():
         await pilot.press("right_square_bracket")  # another instance: read from its top
         await wait_for(pilot, lambda: app.selected is group.instances[at_index] and detail.scroll_y == 0)
         await pilot.press("q")
+
+
+async def test_a_resize_under_the_help_changes_the_layout_beneath_it():
+    app = collision_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: app.default_screen.has_class("compact"))
+        assert not app.screen.has_class("compact")  # the help's own screen is not the one laid out
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        await pilot.pause(0.6)
+        assert shown(app)[0].strip().startswith("files: ")  # the target moved into the status line
+        await pilot.resize_terminal(160, 45)
+        await wait_for(pilot, lambda: not app.default_screen.has_class("compact"))
+        await pilot.press("q")
