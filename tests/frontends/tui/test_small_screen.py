@@ -17,7 +17,7 @@ from kubectl_meshdoctor.frontends.tui.screens import HelpScreen
 
 from .test_app import wait_for
 from .test_groups_tui import FRAMING, Arriving, args, drawn
-from .test_triage import collision_app, ready
+from .test_triage import collision_app, open_help, ready
 
 
 def shown(app) -> list[str]:
@@ -87,9 +87,7 @@ async def test_at_160x45_the_panes_stand_side_by_side_and_enter_focuses_the_deta
 async def test_help_is_wrapped_to_the_terminal_and_scrolls(size):
     app = collision_app()
     async with app.run_test(size=size) as pilot:
-        await ready(app, pilot)
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await open_help(app, pilot)
         await pilot.pause(0.2)
         box = app.screen.query_one("#help-scroll")
         assert box.has_focus and box.region.right <= size[0] and box.region.bottom <= size[1]
@@ -146,9 +144,7 @@ async def test_the_detail_being_read_holds_still_while_instances_arrive():
 async def test_a_resize_under_the_help_changes_the_layout_beneath_it():
     app = collision_app()
     async with app.run_test(size=(160, 45)) as pilot:
-        await ready(app, pilot)
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await open_help(app, pilot)
         await pilot.resize_terminal(80, 24)
         await wait_for(pilot, lambda: app.default_screen.has_class("compact"))
         assert not app.screen.has_class("compact")  # the help's own screen is not the one laid out

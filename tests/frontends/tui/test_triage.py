@@ -146,12 +146,17 @@ async def test_p_pauses_the_display_while_findings_keep_coming():
         await pilot.press("q")
 
 
+async def open_help(app, pilot) -> None:
+    """The replay at its end, then ? pressed and the help on top."""
+    await ready(app, pilot)
+    await pilot.press("question_mark")
+    await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+
+
 async def test_help_lists_every_key_of_the_footer():
     app = collision_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await ready(app, pilot)
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await open_help(app, pilot)
         text = str(app.screen.query_one("#help-keys", Static).render())
         for binding in app.BINDINGS:
             if binding.show:
