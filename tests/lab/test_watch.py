@@ -283,8 +283,8 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
         table = app.query_one("#findings", DataTable)
         deadline = time.monotonic() + 60
         def collision_row(i: int) -> bool:  # one row per problem: severity over count, detector first in the text
-            return str(table.get_row_at(i)[0]).startswith("ERR") and str(table.get_row_at(i)[1]).startswith(
-                "tuple-collision  UC,UF,URX")
+            return str(table.get_row_at(i)[0]).lstrip(" ▶").startswith("ERR") and str(  # ▶ marks the selected
+                table.get_row_at(i)[1]).startswith("tuple-collision  UC,UF,URX")
 
         while not any(collision_row(i) for i in range(table.row_count)):
             assert time.monotonic() < deadline, "no tuple-collision row within 60 s"

@@ -17,21 +17,22 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, ScrollableContainer, Vertical
+from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import PacketEvent
-from kubectl_meshdoctor.core.findings import PACKET, Finding, Problem, Severity
+from kubectl_meshdoctor.core.findings import PACKET, Finding, Problem
 from kubectl_meshdoctor.core.live_join import JoinedView
 from kubectl_meshdoctor.core.redact import redact_target
 from kubectl_meshdoctor.core.report_model import Report, ScreenSource
 from kubectl_meshdoctor.frontends.report import RENDERERS
 
-from .detail import finding_detail, finding_explanation, ladder_text
+from .detail_pane import DetailPane
 from .signals import WIND_DOWN_S, StopSignals
-from .findings_list import FindingsList
-from .pod_names import pod_rows
+from .status_line import status_text
+from .findings_list import FindingsList, FindingsTable
+from .pod_names import fill_pods, pod_rows
 from .packet_filter import FilterError, PacketFilter, of_finding
 from ..shown import one_line
 from .plain import PlainStatic, PlainTable
@@ -39,8 +40,8 @@ from .session import Session, SessionHooks
 
 PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match): a redraw stays short
 NARROW = 110  # below this many columns the panes stack
-# Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
-_WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
+# Below either, one pane at a time (issue 32: at 80x24 the detail had 4 lines): the list, Enter the detail, Esc back.
+COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 
 def _on_wire(f: Finding) -> str:
@@ -71,19 +72,30 @@ class MeshDoctorApp(App[Report | None]):
     Screen.narrow #main { layout: vertical; }
     Screen.narrow #left { width: 100%; height: 1fr; }
     Screen.narrow #detail-box { width: 100%; height: 1fr; border-left: none; border-top: solid $primary; }
+    Screen.compact Header { display: none; }
+    Screen.compact #main { layout: vertical; height: 1fr; }
+    Screen.compact #left { width: 100%; height: 1fr; }
+    Screen.compact #pods { max-height: 5; }
+    Screen.compact #detail-box, Screen.compact #packets-box { display: none; }
+    Screen.compact.show-detail #left, Screen.compact.show-packets #main { display: none; }
+    Screen.compact.show-detail #detail-box { display: block; width: 100%; height: 1fr; border: none; }
+    Screen.compact.show-packets #packets-box { display: block; height: 1fr; border: none; }
     """
-    BINDINGS = [Binding("q", "quit_clean", "Quit"),
+    # The footer shows the keys that matter first (after the findings table's Enter) and fits 80 columns;
+    # every key is in `?`.
+    BINDINGS = [Binding("escape", "back", "Back", key_display="Esc"),
                 Binding("question_mark", "help", "Help", key_display="?"),
+                Binding("q", "quit_clean", "Quit"),
                 Binding("slash", "filter", "Filter", key_display="/"),
-                Binding("p", "pause", "Pause"),
-                Binding("s", "save", "Save pcapng"),
+                Binding("p", "pause", "Pause", show=False),
+                Binding("s", "save", "Save"),
                 Binding("e", "export", "Export"),
-                Binding("l", "loggers", "Loggers"),
-                Binding("c", "clusters", "Clusters"),
-                Binding("a", "access_log", "Access log"),
-                Binding("escape", "clear_filter", "Clear filter", show=False),
+                Binding("l", "loggers", "Loggers", show=False),
+                Binding("c", "clusters", "Clusters", show=False),
+                Binding("a", "access_log", "Access log", show=False),
                 Binding("left_square_bracket", "instance(-1)", "Older instance", show=False),
                 Binding("right_square_bracket", "instance(1)", "Newer instance", show=False),
+                Binding("n", "instance(0)", "Newest instance", show=False),
                 Binding("ctrl+c", "quit_clean", "Quit", show=False)]
 
     def __init__(self, session: Session, stop_signals: tuple[int, ...] = (),
@@ -121,11 +133,8 @@ class MeshDoctorApp(App[Report | None]):
                 for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
                     pods.add_column(column, key=column)
                 yield pods
-                yield PlainTable(id="findings", cursor_type="row", zebra_stripes=True)
-            with ScrollableContainer(id="detail-box"):
-                yield PlainStatic("No findings yet.", id="detail", markup=False)
-                yield PlainStatic("", id="ladder", markup=False)
-                yield PlainStatic("", id="explain", markup=False)
+                yield FindingsTable(id="findings", cursor_type="row", zebra_stripes=True)
+            yield DetailPane(self._pin, id="detail-box")
         with Vertical(id="packets-box"):
             yield Input(placeholder="filter: ip, port, flags (S F R P .), lo/eth0, frame:N - Enter applies, "
                                     "Esc clears", id="filter")
@@ -133,14 +142,14 @@ class MeshDoctorApp(App[Report | None]):
             packets = PlainTable(id="packets", cursor_type="row", zebra_stripes=True)
             packets.add_columns("frame", "t (s)", "iface", "source", "destination", "flags", "len", "info")
             yield packets
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.stop_signals.install(asyncio.get_running_loop())
         self.list = FindingsList(self.query_one("#findings", DataTable))
         self.query_one("#findings", DataTable).focus()  # the arrow keys move through the findings at once
         self.sub_title = one_line(self.session.describe)
-        self._apply_width(self.size.width)
+        self._apply_size(self.size.width, self.size.height)
         self.set_interval(0.5, lambda: self._on_timer(self._refresh))
         # the costliest pane: once a second is enough to read
         self.set_interval(1.0, lambda: self._on_timer(self._refresh_packets))
@@ -157,11 +166,29 @@ class MeshDoctorApp(App[Report | None]):
         self.run_worker(self.action_quit_clean(), exit_on_error=False)
 
     def on_resize(self, event) -> None:
-        self._apply_width(event.size.width)
+        self._apply_size(event.size.width, event.size.height)
         self.call_after_refresh(self._show_new_findings)  # the panes' new widths are known after the layout
 
-    def _apply_width(self, width: int) -> None:
-        self.screen.set_class(width < NARROW, "narrow")
+    def _apply_size(self, width: int, height: int) -> None:
+        main = self.default_screen  # also while a pane (help, clusters) is on top of it
+        main.set_class(width < NARROW, "narrow")
+        main.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "compact")
+        main.query_one(Footer).compact = self.compact()  # its keys closer together: more of them fit
+        self._refresh_status()  # the header's line moves into the status line, or back
+
+    def compact(self) -> bool:
+        """One pane at a time: the list, the detail (Enter) or the packets (/); Esc goes back to the list."""
+        return self.default_screen.has_class("compact")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action == "focus_next" and self.compact())  # one pane shown: Tab has nowhere to go
+
+    def _show_pane(self, pane: str | None) -> None:
+        """In the compact layout show ``pane`` ("detail", "packets"; None: the list, focused in any layout)."""
+        self.default_screen.set_class(pane == "detail", "show-detail")
+        self.default_screen.set_class(pane == "packets", "show-packets")
+        if pane is None:
+            self.query_one("#findings", DataTable).focus()
 
     # -- the session --------------------------------------------------------------------------------------
     @work(exclusive=True, exit_on_error=False)
@@ -208,24 +235,22 @@ class MeshDoctorApp(App[Report | None]):
             for f in self.findings[self._shown:]:
                 self.list.add(f)
         self._shown = len(self.findings)
-        before = self.selected
         self.list.redraw(self.query_one("#findings", DataTable).size.width)
         current = self.list.current()
-        if current is not None and (current is not before or before is None):
-            self._select(current)
+        if current is not None:
+            self._select(current)  # also the same one: its instance line counts the instances since
 
     def _select(self, f: Finding) -> None:
-        self.selected = f
+        before, self.selected = self.selected, f
         g = self.list.group(self.list.selected) if self.list else None
-        head = ""
-        if g is not None and g.count > 1:
-            at = g.instances.index(f) + 1
-            head = (f"instance {at} of {g.count}{' (newest)' if at == g.count else ''}, seen {g.span_text()}"
-                    f"  -  [ older  ] newer\n")
-        self.query_one("#detail", Static).update(head + finding_detail(f, self.session.redact))
-        self.query_one("#ladder", Static).update(ladder_text(f))
-        self.query_one("#explain", Static).update(finding_explanation(f, self.session.redact))
-        self._refresh_packets()
+        self.query_one(DetailPane).show(f, g, self.session.redact)
+        if f is not before:
+            self._refresh_packets()
+
+    def _pin(self) -> None:
+        """The user reads the detail (focused it, scrolled it): what it shows holds still."""
+        if self.list is not None:
+            self.list.pin()
 
     @on(DataTable.RowHighlighted, "#findings")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -239,10 +264,26 @@ class MeshDoctorApp(App[Report | None]):
         if self.list.select_key(key) and (current := self.list.current()) is not None:
             self._select(current)
 
+    @on(DataTable.RowSelected, "#findings")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter (or a click on the selected row) opens the detail: the whole screen in the compact layout."""
+        self._pin()
+        if self.compact():
+            self._show_pane("detail")
+        self.query_one(DetailPane).focus()
+
     def action_instance(self, by: int) -> None:
-        """Step the detail (and packets, and `s`) to an older (-1) or newer (+1) instance of the group."""
-        if self.list is not None and self.list.step(by) and (current := self.list.current()) is not None:
+        """Step the detail (and packets, and `s`) to an older (-1) or newer (+1) instance of the group; 0: to
+        the newest."""
+        if self.list is not None and self.list.step(by or 1 << 30) and (current := self.list.current()) is not None:
             self._select(current)
+
+    def action_back(self) -> None:
+        """Esc: clear the packets filter, else leave the detail or packets for the list."""
+        if self.query_one("#filter", Input).has_class("shown") or self.packet_filter.text:
+            self.action_clear_filter()
+        else:
+            self._show_pane(None)
 
     # -- packets pane -------------------------------------------------------------------------------------
     def _packets_shown(self) -> tuple[str, list[PacketEvent]]:
@@ -282,6 +323,8 @@ class MeshDoctorApp(App[Report | None]):
                                                          + (f"  -  {self._filter_error}" if self._filter_error else ""))
 
     def action_filter(self) -> None:
+        if self.compact():
+            self._show_pane("packets")
         box = self.query_one("#filter", Input)
         box.add_class("shown")
         box.focus()
@@ -308,47 +351,15 @@ class MeshDoctorApp(App[Report | None]):
         self._filter_error = ""
         self._packets_key = None
         self._refresh_packets()
-        self.query_one("#findings", DataTable).focus()
+        self._show_pane(None)
 
     # -- header -------------------------------------------------------------------------------------------
-    def _refresh_pods(self) -> None:
-        rows = pod_rows(self.session.stats(), self.shown_findings())
-        table = self.query_one("#pods", DataTable)
-        table.set_class(bool(rows), "many")
-        for pod, values in sorted(rows.items()):
-            if pod in table.rows:
-                for column, value in zip(("lo pkts", "eth0 pkts", "errors", "warnings"), values):
-                    table.update_cell(pod, column, value)
-            else:
-                table.add_row(pod, *values, key=pod)
-
     def _status_text(self) -> str:
-        st = self.session.stats()
-        pods = {k.rpartition("/")[0] for k in st.by_iface}
-        if len(pods) > 1:
-            ifaces = f"{len(pods)} pods: {st.packets} pkts"
-        else:
-            ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
-        groups = self.list.groups() if self.list else []
-        errors = sum(1 for g in groups if g.newest.severity is Severity.ERROR)
-        warnings = sum(1 for g in groups if g.newest.severity is Severity.WARNING)
-        drops = self.session.drops()
-        if drops:
-            known = [v for v in drops.values() if v is not None]
-            dropped = f"drops: {sum(known)}" if len(known) == len(drops) else "drops: known when tcpdump ends"
-        else:
-            dropped = ""
-        progress = self.last_progress
-        waited = time.monotonic() - self._progress_since
-        if self.report is None and self.error is None and progress.startswith(_WAITING_STEPS) and waited >= 2:
-            progress += f" ({waited:.0f} s)"  # a slow step shows that it is still being waited on
-        held = len(self.findings) - self._shown
-        state = f"PAUSED (p resumes; {held} new findings held)  " if self.paused else ""
-        problems = self.session.problems()
-        trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
-        return (f"{ifaces}  flows: {st.flows_seen}  findings: {len(self.shown_findings())} (rows: {errors} error, "
-                f"{warnings} warning)  {dropped}\n"
-                f"{state}{progress}{trouble}")
+        return status_text(self.session, self.list.groups() if self.list else [], len(self.shown_findings()),
+                           self.last_progress, time.monotonic() - self._progress_since,
+                           self.report is not None or self.error is not None,
+                           len(self.findings) - self._shown if self.paused else None,
+                           one_line(self.session.describe) if self.compact() else "")  # the header is hidden
 
     def _on_timer(self, refresh: Callable[[], None]) -> None:
         """A timer's ``refresh`` of the panes, which are gone once the app is being torn down: a tick that
@@ -366,7 +377,7 @@ class MeshDoctorApp(App[Report | None]):
         self._refresh_status()
         if self.paused:
             return
-        self._refresh_pods()
+        fill_pods(self.query_one("#pods", DataTable), pod_rows(self.session.stats(), self.shown_findings()))
         if self.list is not None:
             self.list.note_pods(self.session.pods())
         self._show_new_findings(self.session.joined() if self.report is None else None)

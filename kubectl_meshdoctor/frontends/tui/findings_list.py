@@ -13,17 +13,20 @@ from __future__ import annotations
 import textwrap
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.groups import FindingGroup, Grouper, GroupKey, group_key
 
 from ..shown import one_line
+from .plain import PlainTable
 from .pod_names import other_pods, short_names
 
 SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _SHORT = {Severity.ERROR: "ERR", Severity.WARNING: "WARN", Severity.INFO: "INFO"}
-_SEV_WIDTH = 5  # the first column: ERR / WARN / INFO over the count (×88)
+_SEV_WIDTH = 6  # the first column: the selected row's mark, ERR / WARN / INFO over the count (×88)
+_MARK = "▶"  # before the selected row's severity
 _PADDING = 2  # DataTable's cell padding, one column on each side
 MAX_LABEL_LINES = 3
 
@@ -44,6 +47,14 @@ def label_lines(g: FindingGroup, width: int, pods: dict[str, str] | None = None)
     return [head[:width], *wrapped]
 
 
+class FindingsTable(PlainTable):
+    """The findings' table: Enter opens the selected problem's detail, and the footer says so first (and Tab,
+    to the detail and packets panes, where they are beside it)."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Detail", key_display="Enter"),
+                Binding("tab", "app.focus_next", "Pane", key_display="Tab")]
+
+
 class FindingsList:
     """The groups of the findings shown so far, drawn into ``table`` (a DataTable with cursor_type="row")."""
 
@@ -52,8 +63,10 @@ class FindingsList:
         self.grouper = Grouper()
         self.order: list[FindingGroup] = []  # in the order each group first appeared
         self.selected: GroupKey | None = None
-        self.instance: int | None = None  # the instance stepped to (index into the group), None: the newest
-        self.following = True  # until the user picks a row, the newest group is the selected one
+        # The instance shown (index into the group); None: the newest, only while ``following``. Once the user
+        # picks, steps or reads, it holds still as more instances arrive (issue 32).
+        self.instance: int | None = None
+        self.following = True  # until the user picks a row, the newest group (and its newest) is the selected one
         self._width = 0
         # what the table shows, top first: (group, its count, its newest instance, the pods' names)
         self._drawn: list[tuple[GroupKey, int, Finding, dict]] = []
@@ -94,13 +107,15 @@ class FindingsList:
                 (f for f in findings if f.flow == old.flow and f.detector == old.detector), None)
             if taken_in is not None:
                 self.selected, self.instance = group_key(taken_in), None
+                if not self.following and (took := self.group(self.selected)) is not None:
+                    self.instance = took.instances.index(taken_in) if taken_in in took.instances else took.count - 1
             else:
                 self.selected, self.instance, self.following = None, None, True
-        elif g is not None and self.instance is not None and self.instance >= g.count - 1:
-            self.instance = None
+        elif g is not None and self.instance is not None and self.instance >= g.count:
+            self.instance = g.count - 1
 
     def drawn_now(self) -> list[tuple]:
-        return [(g.key, g.count, g.newest, self._names) for g in self.groups()]
+        return [(g.key, g.count, g.newest, self._names, g.key == self.selected) for g in self.groups()]
 
     def up_to_date(self) -> bool:
         """Whether the table shows every group filed, each with its count (what a redraw would draw)."""
@@ -118,25 +133,36 @@ class FindingsList:
         g = self.group(self.selected)
         if g is None:
             return None
-        return g.instances[self.instance] if self.instance is not None else g.newest
+        return g.instances[min(self.instance, g.count - 1)] if self.instance is not None else g.newest
+
+    def pin(self) -> None:
+        """The user read, picked or stepped: the selected problem and instance hold still from now on, a new
+        group does not take the selection and a new instance does not replace the one shown."""
+        self.following = False
+        g = self.group(self.selected)
+        if g is not None and self.instance is None:
+            self.instance = g.count - 1
 
     def step(self, by: int) -> bool:
-        """Move to an older (-1) or newer (+1) instance of the selected group; False at either end."""
+        """Move to an older (-1) or newer (+1) instance of the selected group; False at either end. ``by`` past
+        an end goes to that end (``step(len)``: the newest)."""
         g = self.group(self.selected)
         if g is None:
             return False
         at = self.instance if self.instance is not None else g.count - 1
         to = min(max(at + by, 0), g.count - 1)
+        self.pin()
         if to == at:
             return False
-        self.following = False  # the user chose this problem's instance: a new group must not take it away
-        self.instance = None if to == g.count - 1 else to
+        self.instance = to
         return True
 
     def _cells(self, g: FindingGroup, width: int) -> tuple[list, int]:
         f = g.newest
         lines = [one_line(line) for line in label_lines(g, width, self._names)]  # the title quotes the traffic
-        sev = Text(_SHORT[f.severity], style=SEVERITY_STYLE[f.severity]) + Text(f"\n×{g.count}")
+        # A mark, not only the cursor's colour, tells the selected row (a terminal may show no colour).
+        mark = Text(_MARK, style="bold") if g.key == self.selected else Text(" ")
+        sev = mark + Text(_SHORT[f.severity], style=SEVERITY_STYLE[f.severity]) + Text(f"\n ×{g.count}")
         return [sev, Text(lines[0], style="bold") + Text("\n" + "\n".join(lines[1:]))], max(len(lines), 2)
 
     def redraw(self, width: int) -> None:
@@ -172,11 +198,12 @@ class FindingsList:
         if g is None or g.key == self.selected:
             return False
         self.following = False
-        self.selected, self.instance = g.key, None
+        self.selected, self.instance = g.key, g.count - 1
+        self.redraw(self._width)  # the mark moves to it
         return True
 
 
 def _same(a: list[tuple], b: list[tuple]) -> bool:
     """Whether two drawings are alike: the same groups, counts and pods' names, each newest the same object."""
     return len(a) == len(b) and all(x[0] == y[0] and x[1] == y[1] and x[2] is y[2] and x[3] == y[3]
-                                    for x, y in zip(a, b))
+                                    and x[4] == y[4] for x, y in zip(a, b))

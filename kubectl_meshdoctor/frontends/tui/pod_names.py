@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from textual.widgets import DataTable
+
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 
@@ -70,3 +72,14 @@ def pod_rows(stats: PipelineStats, findings: list[Finding]) -> dict[str, list]:
         if f.pod in rows:
             rows[f.pod][2 if f.severity is Severity.ERROR else 3] += f.severity is not Severity.INFO
     return rows
+
+
+def fill_pods(table: DataTable, rows: dict[str, list]) -> None:
+    """Show ``rows`` (``pod_rows``) in the pods table, updating a pod's row in place; shown only with rows."""
+    table.set_class(bool(rows), "many")
+    for pod, values in sorted(rows.items()):
+        if pod in table.rows:
+            for column, value in zip(("lo pkts", "eth0 pkts", "errors", "warnings"), values):
+                table.update_cell(pod, column, value)
+        else:
+            table.add_row(pod, *values, key=pod)

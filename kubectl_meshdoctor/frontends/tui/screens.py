@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import textwrap
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -16,15 +17,19 @@ from .plain import PlainStatic
 # Every key of the app and its panes, in the order a newcomer needs them.
 KEYS: tuple[tuple[str, str, str], ...] = (
     ("main", "↑ ↓ / click", "select a problem (one row per kind of finding): its detail, ladder and packets"),
-    ("main", "[ ]", "step to an older / newer instance of the selected problem"),
-    ("main", "/", "filter the packets pane (ip, port, flags, lo/eth0, frame:N); Esc clears"),
+    ("main", "Enter", "open the selected problem's detail (the whole screen below 100x30); Esc goes back"),
+    ("main", "PgUp PgDn", "scroll the detail (evidence, ladder, explanation, the fix) once it has the focus"),
+    ("main", "[ ]", "step to an older / newer instance of the selected problem (it holds still otherwise)"),
+    ("main", "n", "jump to the newest instance of the selected problem"),
+    ("main", "/", "filter the packets pane (ip, port, flags, lo/eth0, frame:N; below 100x30 it takes the "
+             "screen, Enter with no filter: the selected finding's packets); Esc clears"),
     ("main", "p", "pause / resume the display (the capture goes on; new findings are held)"),
     ("main", "s", "save the selected finding's packets as pcapng (asks for a path)"),
     ("main", "e", "export the report so far (.md, .json or text; asks for a path)"),
     ("main", "l", "the sidecar's Envoy loggers: change levels"),
     ("main", "c", "the sidecar's Envoy clusters and hosts"),
     ("main", "a", "the sidecar's access log"),
-    ("main", "tab", "move between findings, detail and packets"),
+    ("main", "Tab", "move between findings, detail and packets"),
     ("main", "?", "this help"),
     ("main", "q", "quit: stop tcpdump in the pod, print the report"),
     ("loggers", "t d i w e o", "set the selected logger to trace, debug, info, warning, error, off"),
@@ -38,30 +43,44 @@ KEYS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def help_text() -> str:
+_KEY_WIDTH = 13
+
+
+def help_text(width: int = 100) -> str:
+    """KEYS by pane, each key's text wrapped to ``width`` columns under itself (never cut at the right)."""
     lines, last = [], None
     for pane, key, what in KEYS:
         if pane != last:
             lines += ["" if last else "", f"{pane}"]
             last = pane
-        lines.append(f"  {key:<13} {what}")
+        lines += textwrap.wrap(f"  {key:<{_KEY_WIDTH}} {what}", max(width, 40),
+                               subsequent_indent=" " * (_KEY_WIDTH + 3))
     return "\n".join(lines).strip("\n")
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key, on top of the main screen; any of Esc, ? or q closes it."""
+    """Every key, on top of the main screen, wrapped to the terminal's width and scrolled (↑ ↓, PgUp PgDn, Home
+    End, the wheel) when it is taller; any of Esc, ? or q closes it."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical { width: 96; height: auto; max-height: 90%; border: thick $primary; background: $surface;
-                            padding: 0 1; }
+    HelpScreen > VerticalScroll { width: 100; max-width: 100%; height: auto; max-height: 100%;
+                                  border: thick $primary; background: $surface; padding: 0 1; }
     """
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    AUTO_FOCUS = "#help-scroll"
 
     def compose(self) -> ComposeResult:
-        with Vertical():
-            yield PlainStatic("kubectl meshdoctor: keys", classes="title")
-            yield PlainStatic(help_text(), id="help-keys", markup=False)
+        with VerticalScroll(id="help-scroll"):
+            yield PlainStatic("kubectl meshdoctor: keys (↑ ↓ PgUp PgDn scroll; Esc closes)", classes="title")
+            yield PlainStatic(help_text(self._text_width()), id="help-keys", markup=False)
+
+    def _text_width(self) -> int:
+        # the box's 100 columns or the terminal's, less its border (2), padding (2) and scrollbar (2)
+        return min(100, self.app.size.width) - 6
+
+    def on_resize(self) -> None:
+        self.query_one("#help-keys", PlainStatic).update(help_text(self._text_width()))
 
     def action_dismiss(self, result=None) -> None:
         self.dismiss(None)

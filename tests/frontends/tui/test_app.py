@@ -39,7 +39,7 @@ async def test_findings_appear_with_counts_and_detail_then_q_quits():
         table = app.query_one("#findings", DataTable)
         await wait_for(pilot, lambda: table.row_count >= 1)
         row = table.get_row_at(0)
-        assert str(row[0]) == "ERR\n×1"
+        assert str(row[0]) == "▶ERR\n ×1"  # the selected row is marked, not only coloured
         assert str(row[1]).startswith("tuple-collision  UC,UF,URX  198.18.1.2:5002\nchallenge ACK to a SYN for")
         lo, eth0 = prefiltered(DATA / "lab-collision-lo.pcap"), prefiltered(DATA / "lab-collision-eth0.pcap")
         await wait_for(pilot, lambda: f"lo: {lo} pkts" in screen_text(app, "#status")

@@ -48,7 +48,7 @@ async def test_a_three_minute_collision_is_one_row_that_counts(size):
     app = MeshDoctorApp(FileSession(args(COLLISION)))
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: "q quits" in screen_text(app, "#status"), seconds=60)
-        await wait_for(pilot, lambda: rows(app) == [("ERR\n×90", rows(app)[0][1])])
+        await wait_for(pilot, lambda: rows(app) == [("▶ERR\n ×90", rows(app)[0][1])])
         (sev, finding), = rows(app)
         assert finding.startswith("tuple-collision  UC,UF,URX  198.18.1.2:5002\nchallenge ACK to a SYN for")
         assert "findings: 90 (rows: 1 error, 0 warning)" in screen_text(app, "#status")
@@ -105,22 +105,28 @@ async def test_framing_violations_are_told_apart_and_the_selection_holds_while_f
         await pilot.press("down", "down")
         table = app.query_one("#findings", DataTable)
         chosen = app.list.group(app.list.selected)
+        picked, picked_count = app.selected, chosen.count
+        assert picked is chosen.newest
         assert table.get_row_at(table.cursor_row)[1].plain.endswith(chosen.label.split()[-1])
-        for _ in range(3):  # more findings of every group arrive: the chosen problem stays chosen
+        for _ in range(3):  # more findings of every group arrive: the chosen problem and instance hold still
             step.set()
             await wait_for(pilot, lambda: not step.is_set() and len(app.findings) == session.handed)
             await wait_for(pilot, lambda: drawn(app))
             assert app.list.group(app.list.selected) is chosen
             assert chosen.label in table.get_row_at(table.cursor_row)[1].plain.replace("\n", " ")
-            assert app.selected is chosen.newest  # the detail follows the group's newest instance
+            assert app.selected is picked and chosen.newest is not picked  # issue 32: no replacing while read
             assert chosen.label in screen_text(app, "#detail").replace("\n", " ") or \
-                chosen.newest.title in screen_text(app, "#detail")
-            assert f"({chosen.newest.flow.client} on lo)" in screen_text(app, "#packets-title")
+                picked.title in screen_text(app, "#detail")
+            # issue 32 item 4: the instance line follows the group's count
+            assert (f"instance {picked_count} of {chosen.count}, seen {chosen.count} times"
+                    f"") in screen_text(app, "#detail")
+            assert f"newer instances: {chosen.count - picked_count} (] steps" in screen_text(app, "#detail")
+            assert f"({picked.flow.client} on lo)" in screen_text(app, "#packets-title")
         # [ steps to an older instance: detail, packets and s go with it.
         await pilot.press("left_square_bracket")
-        older = chosen.instances[-2]
+        older = chosen.instances[picked_count - 2]
         assert app.selected is older
-        assert f"instance {chosen.count - 1} of {chosen.count}" in screen_text(app, "#detail")
+        assert f"instance {picked_count - 1} of {chosen.count}" in screen_text(app, "#detail")
         assert f"({older.flow.client} on lo)" in screen_text(app, "#packets-title")
         await pilot.press("s")
         await wait_for(pilot, lambda: app.screen.query("#prompt-path"))
@@ -130,7 +136,10 @@ async def test_framing_violations_are_told_apart_and_the_selection_holds_while_f
             f"meshdoctor-http-framing-{next(e.frame for e in older.evidence if e.frame)}.pcapng")
         await pilot.press("escape")
         await pilot.press("right_square_bracket")
+        assert app.selected is picked
+        await pilot.press("n")  # the newest instance at once
         assert app.selected is chosen.newest
+        assert f"instance {chosen.count} of {chosen.count} (newest)" in screen_text(app, "#detail")
         await pilot.press("q")
 
 

@@ -1,5 +1,6 @@
-"""Snapshots of the main screen and the help screen (pytest-textual-snapshot), over the lab's recorded collision
-and its mixed framing recording, at 80x24 and 160x45 (issue 16: nothing essential is cut at either).
+"""Snapshots of the main screen, the opened detail and the help screen (pytest-textual-snapshot), over the lab's
+recorded collision and its mixed framing recording, at 80x24 and 160x45 (issues 16 and 32: nothing essential is cut
+at either; below 100x30 one pane at a time).
 
 Stable by construction: a fixed terminal size, no clock in the header, times relative to the capture, file names
 relative to tests/data. Regenerate after an intended change of the screen with
@@ -41,13 +42,28 @@ def test_main_screen(snap_compare, monkeypatch, files, size):
     assert snap_compare(_app(files), terminal_size=size, run_before=_replayed)
 
 
-def test_help_screen(snap_compare, monkeypatch):
-    monkeypatch.chdir(DATA)
+def _pressed(key: str, shown) -> object:
+    """A run_before: the replay drawn, then ``key`` pressed and ``shown(app)`` true."""
 
-    async def help_open(pilot) -> None:
+    async def run_before(pilot) -> None:
         await _replayed(pilot)
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+        await pilot.press(key)
+        await wait_for(pilot, lambda: shown(pilot.app))
         await pilot.pause(0.2)
 
-    assert snap_compare(_app(), terminal_size=SIZES[1], run_before=help_open)
+    return run_before
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help_screen(snap_compare, monkeypatch, size):
+    monkeypatch.chdir(DATA)
+    opened = _pressed("question_mark", lambda app: isinstance(app.screen, HelpScreen))
+    assert snap_compare(_app(), terminal_size=size, run_before=opened)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_detail_opened(snap_compare, monkeypatch, size):
+    """Enter on the selected problem: at 80x24 its detail takes the screen (issue 32), at 160x45 it is focused."""
+    monkeypatch.chdir(DATA)
+    opened = _pressed("enter", lambda app: app.query_one("#detail-box").has_focus)
+    assert snap_compare(_app(FRAMING), terminal_size=size, run_before=opened)

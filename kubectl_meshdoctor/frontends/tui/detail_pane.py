@@ -1,0 +1,79 @@
+"""The detail pane: the selected problem's instance (its evidence, ladder, explanation and fix) under a line that
+says which instance it is and how many came since.
+
+What it shows holds still while the user reads (issue 32): a new instance of the problem only moves the line's
+counts, never the text below it or the scroll position. Another problem or another instance (``[`` ``]`` ``n``) is
+read from its top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import ScrollableContainer
+
+from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.groups import FindingGroup, GroupKey
+
+from .detail import finding_detail, finding_explanation, ladder_text
+from .plain import PlainStatic
+
+
+def instance_line(g: FindingGroup | None, f: Finding) -> str:
+    """Which instance of ``g`` is ``f`` and how many are newer: "instance 23 of 81, seen 81 times in 2 min
+    (30.0/min)  -  newer instances: 58 (] steps, n the newest)"; "" for a problem seen once."""
+    if g is None or g.count < 2 or f not in g.instances:
+        return ""
+    at = g.instances.index(f) + 1
+    newer = g.count - at
+    steps = f"newer instances: {newer} (] steps, n the newest)  [ older" if newer else "[ older  ] newer"
+    return f"instance {at} of {g.count}{' (newest)' if not newer else ''}, seen {g.span_text()}  -  {steps}"
+
+
+class DetailPane(ScrollableContainer):
+    """The pane (id ``detail-box``); ``on_read`` is called once the user scrolls it away from its top, the sign
+    that they read this instance (the caller then holds it: FindingsList.pin), or focuses it."""
+
+    BINDINGS = [Binding("pagedown", "page_down", "More", key_display="PgDn"),
+                Binding("left_square_bracket", "app.instance(-1)", "Older", key_display="["),
+                Binding("right_square_bracket", "app.instance(1)", "Newer", key_display="]")]
+
+    def __init__(self, on_read: Callable[[], None], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.on_read = on_read
+        self._shown: tuple[GroupKey | None, int] | None = None  # the problem and instance shown: read from the top
+        self._finding: Finding | None = None
+        self._line = ""
+
+    def compose(self) -> ComposeResult:
+        yield PlainStatic("No findings yet.", id="detail", markup=False)
+        yield PlainStatic("", id="ladder", markup=False)
+        yield PlainStatic("", id="explain", markup=False)
+
+    def show(self, f: Finding, g: FindingGroup | None, redact: bool) -> None:
+        """Show ``f`` (an instance of ``g``) under its instance line (whose counts move while the rest holds),
+        from the top when it is another problem or instance than the one shown."""
+        line = instance_line(g, f)
+        if f is self._finding and line == self._line:
+            return
+        self._line = line
+        self.query_one("#detail", PlainStatic).update((line + "\n" if line else "") + finding_detail(f, redact))
+        if f is self._finding:
+            return
+        self._finding = f
+        self.query_one("#ladder", PlainStatic).update(ladder_text(f))
+        self.query_one("#explain", PlainStatic).update(finding_explanation(f, redact))
+        shown = (g.key if g is not None else None, g.instances.index(f) if g is not None and f in g.instances else 0)
+        if shown != self._shown:
+            self._shown = shown
+            self.scroll_home(animate=False)
+
+    def on_focus(self) -> None:
+        self.on_read()
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if new > 0 and old == 0:
+            self.on_read()

@@ -1,0 +1,40 @@
+"""The status line under the header: packets per interface (or pods), flows, findings and rows by severity,
+tcpdump's drops, then what the run is doing (a slow step with its age) and its latest problem."""
+
+from __future__ import annotations
+
+from kubectl_meshdoctor.core.findings import Severity
+from kubectl_meshdoctor.core.groups import FindingGroup
+
+from .session import Session
+
+# Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
+WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
+
+
+def status_text(session: Session, groups: list[FindingGroup], findings: int, progress: str, waited: float,
+                finished: bool, held: int | None, where: str = "") -> str:
+    """``findings``: how many the list counts; ``waited``: seconds since ``progress`` came (shown for a
+    WAITING_STEPS step from 2 s on, while not ``finished``); ``held``: findings held while paused (None: not
+    paused); ``where``: a first line (the run's target, when the header is hidden)."""
+    st = session.stats()
+    pods = {k.rpartition("/")[0] for k in st.by_iface}
+    if len(pods) > 1:
+        ifaces = f"{len(pods)} pods: {st.packets} pkts"
+    else:
+        ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
+    errors = sum(1 for g in groups if g.newest.severity is Severity.ERROR)
+    warnings = sum(1 for g in groups if g.newest.severity is Severity.WARNING)
+    drops = session.drops()
+    if drops:
+        known = [v for v in drops.values() if v is not None]
+        dropped = f"drops: {sum(known)}" if len(known) == len(drops) else "drops: known when tcpdump ends"
+    else:
+        dropped = ""
+    if not finished and progress.startswith(WAITING_STEPS) and waited >= 2:
+        progress += f" ({waited:.0f} s)"  # a slow step shows that it is still being waited on
+    state = f"PAUSED (p resumes; {held} new findings held)  " if held is not None else ""
+    problems = session.problems()
+    trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
+    return (f"{where + chr(10) if where else ''}{ifaces}  flows: {st.flows_seen}  findings: {findings} "
+            f"(rows: {errors} error, {warnings} warning)  {dropped}\n{state}{progress}{trouble}")
