@@ -177,9 +177,9 @@ async def analyze_pods(args: list[CaptureArg], new_pipeline: Callable[[str | Non
         return dataclasses.replace(report, problems=[*skipped, *report.problems])
     reports: list[Report] = []
     failed: list[Problem] = list(skipped)
-    for pod, files in groups:
+    for pod, inputs in groups:
         try:
-            reports.append(await analyze(files, new_pipeline(pod), jobs, log_format))
+            reports.append(await analyze(inputs, new_pipeline(pod), jobs, log_format))
         except InputError as e:
             failed.append(Problem(f"pod/{pod}", str(e)))
     if not reports:

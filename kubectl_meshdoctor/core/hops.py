@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
 from .findings import Evidence, Finding
-from .hop_pairs import HopLine, HopLinks, caller_side, direction, links, logged_entries, parsed_lines, server_sides
+from .hop_pairs import HopLine, HopLinks, caller_side, direction, links, parsed_lines, server_sides
 from .wire_join import one_request, same_connection
 
 RELAYED = "via_upstream"
