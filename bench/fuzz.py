@@ -70,9 +70,11 @@ def _session(sid: int) -> list[psutil.Process]:
 def _nothing_read(report: dict) -> bool:
     envoy = report.get("envoy") or {}
     stats = report.get("stats") or {}
+    # One file can be several pods' (a `kubectl logs --prefix` log names each line's pod): each pod's side apart.
+    sides = list((envoy.get("per_pod") or {}).values()) or [envoy]
     return not (stats.get("packets") or any((stats.get("frames_read") or {}).values())
-                or envoy.get("access_log_lines") or envoy.get("component_log_entries")
-                or envoy.get("counters_moved") or envoy.get("clusters"))
+                or any(side.get("access_log_lines") or side.get("component_log_entries")
+                       or side.get("counters_moved") or side.get("clusters") for side in sides))
 
 
 def run_case(case: dict, timeout: float, max_rss_mb: float) -> dict:
