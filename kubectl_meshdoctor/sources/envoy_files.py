@@ -46,7 +46,7 @@ MAX_DUMP = 64 << 20  # characters of one /stats or /clusters dump read at most: 
 
 @dataclass(slots=True)
 class LogRead:
-    """What reading one log gave: ``lines`` read; ``entries`` among them that are access-log lines;
+    """What reading one log gave: ``lines`` read (of a log of several pods' lines, those of the pod read); ``entries`` among them that are access-log lines;
     ``component`` entries of Envoy's own log (a multi-line entry counts once), ``facts`` among them that a
     detector reads; ``unreadable`` lines that start as access-log lines do but give no entry (damaged, or
     written by no Envoy), the first of them at line ``first_unreadable``; ``partial`` entries read in part (a
@@ -148,29 +148,32 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
     pretty = _PrettyJson()
     pieces: list[str] = []
     first_piece = 0
+    position = 0  # the file's line number; ``result.lines`` counts only the lines this read keeps
     with open_text(path) as fh:
         while True:
             await gate()
             batch, cut = await asyncio.to_thread(_lines, fh, BATCH_LINES)
             for line in batch:
-                result.lines += 1
+                position += 1
                 if line is None:  # longer than MAX_LINE: skipped, its memory never held
+                    result.lines += 1  # whose it is cannot be told unread: counted for every pod reading the file
                     result.too_long += 1
-                    result.first_too_long = result.first_too_long or result.lines
+                    result.first_too_long = result.first_too_long or position
                     continue
                 raw = line.rstrip("\r\n")
                 layers = layers_for(raw, log_format)
                 u = layers[-1]
                 if (only_pod is not None and u.pod != only_pod) or (except_pods and u.pod in except_pods):
                     continue  # another pod's line: read with that pod's files
+                result.lines += 1
                 if u.partial:
-                    first_piece = first_piece or result.lines
+                    first_piece = first_piece or position
                     pieces.append(u.text)
                     if sum(map(len, pieces)) > MAX_JOINED:  # no line of Envoy's is that long
                         _unreadable(result, first_piece)
                         pieces, first_piece = [], 0
                     continue
-                number = result.lines
+                number = position
                 if pieces:
                     u = dataclasses.replace(u, text="".join(pieces) + u.text)
                     raw, number, layers = u.text, first_piece, (u,)
@@ -178,7 +181,7 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                 for one in pretty.take(layers, raw, number):
                     _read_one(result, *one, path, push, log_format, component)
             if cut is not None:  # a compressed log cut short, or its checksum wrong: every line before it read
-                result.problems.append(f"log cut short after line {result.lines} ({cut}); analysed up to there")
+                result.problems.append(f"log cut short after line {position} ({cut}); analysed up to there")
                 break
             if not batch:
                 break
@@ -201,7 +204,10 @@ async def read_access_log(path: str, push: Callable[[AccessLogEvent | EnvoyLogEv
                                f"{result.first_partial}: give the mesh's format with --log-format to read them "
                                f"whole")
     if not result.readable:
-        result.problems.append(f"nothing of Envoy's in its {result.lines} line(s): no access-log line (Istio's or "
+        whose = (f"the {result.lines} line(s) of pod {only_pod}" if only_pod is not None else
+                 f"the {result.lines} line(s) no prefix gives to another pod" if except_pods else
+                 f"its {result.lines} line(s)")
+        result.problems.append(f"nothing of Envoy's in {whose}: no access-log line (Istio's or "
                                f"Envoy's formats, TEXT or JSON, or the one --log-format gives; is access logging "
                                f"on: meshConfig.accessLogFile?) and no line of Envoy's own log")
     elif result.entries == 0 and result.facts == 0:

@@ -168,6 +168,9 @@ def test_a_several_pods_log_beside_pod_directories_keeps_its_lines_with_the_pods
     assert whole["findings"] and Counter(map(story, split["findings"])) == Counter(map(story, whole["findings"]))
     per_pod = {p["pod"]: p["files"] for p in split["source"]["per_pod"]}
     assert all(str(tmp_path / "all.log") in per_pod[p] for p in ("caller", "server"))
+    # Each pod counts its own lines of the shared file, as it counts its own log read alone, not the whole file.
+    for pod in ("caller", "server"):
+        assert split["envoy"]["per_pod"][pod]["log_lines"] == whole["envoy"]["per_pod"][pod]["log_lines"], pod
     # Alone, the file is the two pods it names.
     _, alone, _ = run(str(tmp_path / "all.log"))
     assert alone["source"]["pods"] == ["caller", "server"]
