@@ -122,7 +122,7 @@ class NextHop(Detector):
                 f"that came back from {answered}{spent}: Envoy's details say via_upstream, so the status was set "
                 f"upstream, not by this hop. The cause is in the next hop: the server pod's sidecar (a 503 UF or "
                 f"UC, a 502 UPE, a 504 UT of its own, each logged there) or its app. This pod's captures and "
-                f"counters show a healthy hop; read the server pod's side."),
+                f"counters show a healthy hop; the server pod's side tells which."),
             remediation=where_to_look(cluster, entry.upstream_host),
             pod=self.ctx.pod,
             ts=entry.ts,

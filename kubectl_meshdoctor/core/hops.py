@@ -258,6 +258,11 @@ def join_requests(findings: list[Finding], logged: Sequence[LoggedLine] = ()) ->
         if i in members or i in extra:
             f = _joined(f, nodes[i], [(findings[m], nodes[m], kinds[m]) for m in members.get(i, ())],
                         extra.get(i, ()), join, depth)
+            app = next((findings[m] for m in members.get(i, ()) if kinds[m] == APP), None)
+            if kinds[i] == RELAY and app is not None:
+                # The server pod's side, read, says its app answered: the relay's "read the next hop" is done, and
+                # what is left to do is the app's (its log for the request).
+                f = replace(f, fixes=app.fixes, remediation=app.remediation)
         out.append(f)
     return out
 

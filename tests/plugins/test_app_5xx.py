@@ -46,6 +46,9 @@ def test_the_callers_relayed_503_and_the_apps_answer_are_one_finding_at_the_app(
     assert f["access_log"] == [caller, server]
     assert f["hop"]["leg"] == "server sidecar -> app" and f["hop"]["also"] == ["orders"]
     assert "its app answered 503" in f["explanation"]
+    # the server pod's side was read: what is left is the app's log for the request, not "read that pod"
+    assert "kubectl logs orders -c" in f["remediation"] and RID in f["remediation"]
+    assert "read that pod's sidecar" not in f["remediation"] and "read the server pod" not in f["explanation"]
 
 
 def test_a_relayed_500_and_the_apps_answer_are_the_apps_finding(tmp_path):
