@@ -8,12 +8,14 @@ import re
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.core.findings import ENVOY_LOG, SPEC, Finding, NoFlow, Severity
 from kubectl_meshdoctor.core.fixes import note_of, render
 from kubectl_meshdoctor.core.hop_path import hop_of
 from kubectl_meshdoctor.core.groups import FindingGroup
+from kubectl_meshdoctor.core.pipeline import PipelineStats
 from kubectl_meshdoctor.core.report_model import (
     FilesSide,
     FilesSource,
@@ -56,13 +58,21 @@ def _headline(report: Report) -> str:
 
 
 def verdict(report: Report) -> str | None:
-    """The report's first word on the run, one line: the failures seen (errors and warnings of traffic, by
-    problem), else ``no failure seen in N s of traffic (M requests)``; the pods' spec warnings (lint) counted
-    apart, for they are no failure seen. None for a lint report, and for a run that read nothing."""
+    """The report's first word on the run, one line (verdict_of); None for a lint report, and for a run that read
+    nothing."""
     if isinstance(report.source, LintSource):
         return None
-    spec = [g for g in report.groups if isinstance(g.shown.flow, NoFlow) and g.shown.flow.kind == SPEC]
-    failing = [g for g in report.groups if g not in spec and g.shown.severity in (Severity.ERROR, Severity.WARNING)]
+    logs = _logs_read(report)
+    return verdict_of(report.groups, report.stats, logs.access_log_lines if logs is not None else 0)
+
+
+def verdict_of(groups: Sequence[FindingGroup], stats: PipelineStats, requests: int) -> str | None:
+    """One line on a run: the failures seen (errors and warnings of traffic, by problem: ``groups``), else ``no
+    failure seen in N s of traffic (M requests logged, K connections)`` from ``stats`` and the ``requests``
+    (access-log lines) read; the pods' spec warnings (lint) counted apart, for they are no failure seen. None
+    when nothing was read (no packet, no request). The report and the triage desk's status line say it alike."""
+    spec = [g for g in groups if isinstance(g.shown.flow, NoFlow) and g.shown.flow.kind == SPEC]
+    failing = [g for g in groups if g not in spec and g.shown.severity in (Severity.ERROR, Severity.WARNING)]
     specs = f"; {len(spec)} spec warning{'' if len(spec) == 1 else 's'} of the pods (lint)" if spec else ""
     if failing:
         errors = sum(g.shown.severity is Severity.ERROR for g in failing)
@@ -70,14 +80,11 @@ def verdict(report: Report) -> str | None:
         warnings = len(failing) - errors
         return (f"verdict: {len(failing)} failure problem{'' if len(failing) == 1 else 's'} ({errors} error"
                 f"{'' if errors == 1 else 's'}, {warnings} warning{'' if warnings == 1 else 's'}): {named}{specs}")
-    logs = _logs_read(report)
-    requests = logs.access_log_lines if logs is not None else 0
-    st = report.stats
-    if not st.packets and not requests:
+    if not stats.packets and not requests:
         return None
     seen = [f"{requests} request{'' if requests == 1 else 's'} logged" if requests else "",
-            f"{st.flows_seen} connection{'' if st.flows_seen == 1 else 's'}" if st.packets else ""]
-    span = f" in {st.duration_s:.0f} s of traffic" if st.duration_s >= 1 else ""
+            f"{stats.flows_seen} connection{'' if stats.flows_seen == 1 else 's'}" if stats.packets else ""]
+    span = f" in {stats.duration_s:.0f} s of traffic" if stats.duration_s >= 1 else ""
     return f"verdict: no failure seen{span} ({', '.join(x for x in seen if x)}){specs}"
 
 

@@ -1,10 +1,11 @@
-"""The status line under the header: packets per interface (or pods), flows, findings and rows by severity,
-tcpdump's drops, then what the run is doing (a slow step with its age) and its latest problem."""
+"""The status line under the header: packets per interface (or pods), flows, findings and tcpdump's drops; the
+verdict (the failures seen, or none, as the report's first line says it); then what the run is doing (a slow
+step with its age) and its latest problem."""
 
 from __future__ import annotations
 
-from kubectl_meshdoctor.core.findings import Severity
 from kubectl_meshdoctor.core.groups import FindingGroup
+from kubectl_meshdoctor.frontends.report import verdict_of
 
 from .session import Session
 
@@ -23,8 +24,9 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
         ifaces = f"{len(pods)} pods: {st.packets} pkts"
     else:
         ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
-    errors = sum(1 for g in groups if g.newest.severity is Severity.ERROR)
-    warnings = sum(1 for g in groups if g.newest.severity is Severity.WARNING)
+    said = verdict_of(groups, st, len(session.access_log()))
+    if said is not None and session.live and not finished:  # the capture goes on: what it has seen until now
+        said = said.replace("verdict:", "verdict so far:", 1)
     drops = session.drops()
     if drops:
         known = [v for v in drops.values() if v is not None]
@@ -36,5 +38,5 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     state = f"PAUSED (p resumes; {held} new findings held)  " if held is not None else ""
     problems = session.problems()
     trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
-    return (f"{where + chr(10) if where else ''}{ifaces}  flows: {st.flows_seen}  findings: {findings} "
-            f"(rows: {errors} error, {warnings} warning)  {dropped}\n{state}{progress}{trouble}")
+    return (f"{where + chr(10) if where else ''}{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}\n"
+            f"{said + chr(10) if said else ''}{state}{progress}{trouble}")
