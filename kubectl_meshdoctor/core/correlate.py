@@ -189,6 +189,14 @@ class Correlator:
         self.judged_from: float | None = None
         self.before_capture = 0
 
+    def before_capture_note(self) -> str | None:
+        """One line on the failing lines read as context (``before_capture``), for the report's problems and a
+        live screen's; None when there were none."""
+        if not self.before_capture:
+            return None
+        return (f"{self.before_capture} failing access-log line(s) of requests that began before the capture did "
+                f"were read as context, not judged: no packet of theirs could be seen")
+
     def add(self, entry: AccessLogEntry, source: str | None = None, line: int = 0) -> None:
         """Keep access-log line ``entry``; ``source`` and ``line`` (1-based) name where it was read (a file
         offline); by default the followed log and the order lines came in."""

@@ -282,10 +282,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.context(counters)
     pipeline.context(KernelCountersEvent(time.time(), kernel))
     findings = pipeline.finish()
-    if pipeline.correlator.before_capture:
-        problems.append(Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", f"{pipeline.correlator.before_capture} "
-                                f"failing access-log line(s) of requests that began before the capture did were "
-                                f"read as context, not judged: no packet of theirs could be seen"))
+    if (context := pipeline.correlator.before_capture_note()) is not None:
+        problems.append(Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", context))
     capture = PodCapture(dbg.name, dbg.reused, tuple(opts.ifaces), captured.captures,
                          "full" if opts.full_capture else "lean", opts.dissect, dict(state.pcap_files) or None)
     envoy = SidecarSide(proxy.version, {k: dict(v) for k, v in counters.moved.items()}, log_summary(proxy),

@@ -121,7 +121,10 @@ class LiveSession(Session):
         return pods_lines(self.pipelines)
 
     def problems(self) -> list[str]:
-        return [f"pod/{st.pod} {line}" for st in self._states() for line in st.stream_problems]
+        streams = [f"pod/{st.pod} {line}" for st in self._states() for line in st.stream_problems]
+        # said while the run goes on, not only in the report: the screen shows no error for them, and says why
+        return streams + [f"pod/{p.ctx.pod} {note}" for p in self.pipelines
+                          if (note := p.correlator.before_capture_note()) is not None]
 
     def drops(self) -> dict[str, int | None]:
         return {f"{cap.pod}/{cap.iface}": cap.dropped_by_kernel for st in self._states() for cap in st.captures}
