@@ -9,6 +9,7 @@ characters), so the same lines go into the TUI and into ``-o markdown`` reports.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.core.events import split_endpoint
@@ -17,6 +18,8 @@ from kubectl_meshdoctor.core.findings import Evidence, Finding
 LANES = ("client", "eth0", "sidecar", "app (lo)")
 _X = (0, 12, 36, 60)  # lane columns inside the diagram; labels fit between eth0 and sidecar, sidecar and app
 _TIME_W = 10  # "+1234.567 " column on the left
+_NAME_W = 32  # a row's evidence name at most ("#145 challenge ACK"); the evidence list carries the whole text
+_MIN_LANES = 40  # narrower, a label between two lanes would be cut to nothing: the diagram scrolls instead
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +62,33 @@ def arrows(f: Finding) -> list[Arrow]:
     return out
 
 
-def _row(arrow: Arrow) -> str:
-    width = _X[-1] + 1
+def _lanes(width: int | None, names: list[str]) -> tuple[int, ...]:
+    """The lanes' columns: _X, or spread over what ``width`` columns leave once the time column and the longest
+    of the rows' ``names`` (``#19 SYN``) are set beside them; the client -> eth0 gap stays the narrowest, for
+    labels go between eth0 and the sidecar, and the sidecar and the app."""
+    if width is None:
+        return _X
+    room = max(_MIN_LANES, width - _TIME_W - 2 - max(map(len, names), default=0) - 1)
+    eth0 = max(len(LANES[0]) + 3, room // 6)  # "client" and "eth0" apart in the header
+    sidecar = eth0 + (room - eth0) // 2
+    return (0, eth0, sidecar, room)
+
+
+def _name(arrow: Arrow) -> str:
+    what = arrow.what.split(" (")[0].split(", ")[0]  # its name; the evidence list carries the rest
+    if arrow.record and not what.startswith(arrow.record):  # the frame's TLS record leads: the label has no room
+        what = f"{arrow.record}: {what}"
+    return f"#{arrow.frame} {what}"[:_NAME_W]
+
+
+def _row(arrow: Arrow, lanes: tuple[int, ...]) -> str:
+    width = lanes[-1] + 1
     cells = [" "] * width
-    for x in _X:
+    for x in lanes:
         cells[x] = "│"
-    lo, hi = sorted((_X[arrow.start], _X[arrow.end]))
+    lo, hi = sorted((lanes[arrow.start], lanes[arrow.end]))
     for x in range(lo + 1, hi):
-        cells[x] = "┼" if x in _X else "─"
+        cells[x] = "┼" if x in lanes else "─"
     if arrow.end > arrow.start:
         cells[hi - 1] = "▶"
     else:
@@ -77,41 +99,47 @@ def _row(arrow: Arrow) -> str:
         label = label[: max(span - 1, 0)] + "… "
     at = lo + 2 + max((span - len(label)) // 2, 0)
     # Keep the eth0 crossing visible: a client <-> sidecar label goes between eth0 and the sidecar.
-    if lo < _X[1] < hi and at <= _X[1] < at + len(label):
-        at = _X[1] + 1 + max((hi - _X[1] - 2 - len(label)) // 2, 0)
+    if lo < lanes[1] < hi and at <= lanes[1] < at + len(label):
+        at = lanes[1] + 1 + max((hi - lanes[1] - 2 - len(label)) // 2, 0)
     for i, ch in enumerate(label):
         if lo < at + i < hi - 1 and cells[at + i] != "┼":
             cells[at + i] = ch
-    what = arrow.what.split(" (")[0].split(", ")[0]  # its name; the evidence list carries the rest
-    if arrow.record and not what.startswith(arrow.record):  # the frame's TLS record leads: the label has no room
-        what = f"{arrow.record}: {what}"
-    what = what[:32]  # the evidence list carries the whole text
-    return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  #{arrow.frame} {what}"
+    return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  {_name(arrow)}"
 
 
-def _header() -> list[str]:
-    width = _X[-1] + 1
+def _header(lanes: tuple[int, ...]) -> list[str]:
+    width = lanes[-1] + 1
     names = [" "] * (width + 12)
-    for x, name in zip(_X, LANES):
+    for x, name in zip(lanes, LANES):
         start = max(0, x - len(name) // 2) if x else 0
         for i, ch in enumerate(name):
             names[start + i] = ch
-    lanes = [" "] * width
-    for x in _X:
-        lanes[x] = "│"
-    return [f"{'ms':>{_TIME_W - 1}} " + "".join(names).rstrip(), " " * _TIME_W + "".join(lanes)]
+    drawn = [" "] * width
+    for x in lanes:
+        drawn[x] = "│"
+    return [f"{'ms':>{_TIME_W - 1}} " + "".join(names).rstrip(), " " * _TIME_W + "".join(drawn)]
 
 
-def _note(e: Evidence) -> str:
-    return f"{'':>{_TIME_W}}⋮ {e.cited()}"
+def _note(e: Evidence, width: int | None) -> list[str]:
+    """A note's lines: wrapped to ``width`` under its own start (never cut: the diagram's pane does not wrap)."""
+    head = f"{'':>{_TIME_W}}⋮ "
+    if width is None:
+        return [head + e.cited()]
+    return textwrap.wrap(e.cited(), max(width - len(head), 20), initial_indent=head,
+                         subsequent_indent=" " * len(head), break_long_words=True) or [head]
 
 
-def render_ladder(f: Finding) -> list[str]:
-    """The ladder diagram's lines for ``f`` (no trailing newlines); [] when no evidence is a packet.
-    Evidence without endpoints (log lines, a connection's first frame) follows as notes."""
+def render_ladder(f: Finding, width: int | None = None) -> list[str]:
+    """The ladder diagram's lines for ``f`` (no trailing newlines); [] when no evidence is a packet. ``width``:
+    the columns to fit (a pane's), the lanes drawn closer and the notes wrapped so that each row's frame and
+    name are whole; None, the diagram's own width (a report's). Evidence without endpoints (log lines, a
+    connection's first frame) follows as notes."""
     rows = arrows(f)
     if not rows:
         return []
-    lines = _header() + [_row(a) for a in rows]
-    lines += [_note(e) for e in f.evidence if not (e.src and e.dst)]
+    lanes = _lanes(width, [_name(a) for a in rows])
+    lines = _header(lanes) + [_row(a, lanes) for a in rows]
+    for e in f.evidence:
+        if not (e.src and e.dst):
+            lines += _note(e, width)
     return lines

@@ -47,3 +47,16 @@ def test_eth0_packet_from_the_pod_goes_to_the_client():
 def test_no_packet_evidence_no_diagram():
     f = Finding("lint", Severity.WARNING, "t", FlowRef("-", "pod:1", ""), (Evidence("spec", "", 0, 0.0, "x"),))
     assert render_ladder(f) == []
+
+
+def test_fitted_to_a_width_every_line_fits_and_each_row_keeps_its_frame_and_name():
+    f = _stale_keepalive()
+    f = Finding(f.detector, f.severity, f.title, f.flow, f.evidence + (
+        Evidence("p/" + "a-long-capture-name" * 6 + ".pcap", "", 4, 100.2, "first packet of the live connection"),))
+    for width in (66, 76, 84, 120):  # below ~64 the lanes stop shrinking and the pane scrolls (_MIN_LANES)
+        lines = render_ladder(f, width)
+        assert all(len(line) <= width for line in lines), (width, [len(x) for x in lines])
+        assert [line.rstrip().rsplit("  ", 1)[1] for line in lines[2:5]] == ["#10 FIN", "#11 request", "#12 RST"]
+        notes = " ".join(line.strip(" ⋮") for line in lines[5:])  # wrapped under themselves, nothing lost
+        assert "first packet of the live connection" in notes and "a-long-capture-name" in notes, notes
+    assert render_ladder(f) == render_ladder(f, None)  # a report's: the diagram's own width, as before

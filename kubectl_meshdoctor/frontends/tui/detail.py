@@ -39,6 +39,7 @@ def finding_explanation(f: Finding, redact: bool = True) -> str:
     return "\n".join(lines)
 
 
-def ladder_text(f: Finding) -> str:
-    ladder = render_ladder(f)
+def ladder_text(f: Finding, width: int | None = None) -> str:
+    """The ladder under its heading, fitted to ``width`` columns (render_ladder) when given."""
+    ladder = render_ladder(f, width)
     return "\n".join(["packets, ms since the first:", *ladder]) if ladder else ""

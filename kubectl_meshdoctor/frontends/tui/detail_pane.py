@@ -46,6 +46,7 @@ class DetailPane(ScrollableContainer):
         self._shown: tuple[GroupKey | None, int] | None = None  # the problem and instance shown: read from the top
         self._finding: Finding | None = None
         self._line = ""
+        self._ladder_width: int | None = None  # the width the ladder was last drawn for
 
     def compose(self) -> ComposeResult:
         yield PlainStatic("No findings yet.", id="detail", markup=False)
@@ -63,12 +64,25 @@ class DetailPane(ScrollableContainer):
         if f is self._finding:
             return
         self._finding = f
-        self.query_one("#ladder", PlainStatic).update(ladder_text(f))
+        self._ladder_width = None
+        self._fit_ladder()
         self.query_one("#explain", PlainStatic).update(finding_explanation(f, redact))
         shown = (g.key if g is not None else None, g.instances.index(f) if g is not None and f in g.instances else 0)
         if shown != self._shown:
             self._shown = shown
             self.scroll_home(animate=False)
+
+    def _fit_ladder(self) -> None:
+        """The ladder drawn for the pane's width (issue 32: its rows' names were cut at 160 columns); redrawn when
+        the width changes. A hidden pane (the compact layout's list) has none yet: drawn when shown."""
+        width = self.scrollable_content_region.width - 2  # the ladder's padding
+        if self._finding is None or width <= 0 or width == self._ladder_width:
+            return
+        self._ladder_width = width
+        self.query_one("#ladder", PlainStatic).update(ladder_text(self._finding, width))
+
+    def on_resize(self, event) -> None:
+        self.call_after_refresh(self._fit_ladder)  # the scrollbars' room is known after the layout
 
     def on_focus(self) -> None:
         self.on_read()
