@@ -105,12 +105,13 @@ async def test_help_is_wrapped_to_the_terminal_and_scrolls(size):
         await pilot.press("q")
 
 
-async def test_the_detail_being_read_holds_still_while_instances_arrive():
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_detail_being_read_holds_still_while_instances_arrive(size):
     recorded = await analyze(args(FRAMING), Pipeline.with_detectors())
     step = asyncio.Event()
     session = Arriving(recorded, step)
     app = MeshDoctorApp(session)
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=size) as pilot:
         step.set()
         await wait_for(pilot, lambda: not step.is_set() and len(app.findings) == session.handed)
         await wait_for(pilot, lambda: drawn(app))
