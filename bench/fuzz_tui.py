@@ -144,7 +144,7 @@ def build(case: int, rnd: random.Random):
         def clusters(self, pod=None):
             return lambda: clusters
 
-        def loggers(self):
+        def loggers(self, pod=None):
             return Loggers()
 
         def access_log(self):

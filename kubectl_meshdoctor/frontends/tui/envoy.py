@@ -61,43 +61,63 @@ def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
     return not f or any(f in str(cell).casefold() for cell in cells)
 
 
+def pod_of(pod: str | None) -> str:
+    """`` of pod/NAME`` for a pane's title and lines ("" when the run names no pod: one recorded pod's files)."""
+    return one_line(f" of pod/{pod}") if pod is not None else ""
+
+
+def why(e: BaseException) -> str:
+    """What went wrong, in one line: the error's first line, else its kind (an OSError may say nothing)."""
+    return one_line(str(e).splitlines()[0] if str(e).strip() else type(e).__name__)
+
+
 class ClustersScreen(Screen):
-    """One row per (cluster, host) from GET /clusters of one pod's sidecar, refreshed every REFRESH_S; a counter
-    that grew since the previous refresh is shown bold on yellow. Click a column header to sort by it. ``fetch``
-    gives a pod's fetcher (Session.clusters: None while its proxy is not known); ``pods`` are the run's, `p` goes
-    to the next."""
+    """One row per (cluster, host) from GET /clusters of one pod's sidecar, refreshed every REFRESH_S, or from the
+    dump given (``dump_of(pod)``: its files; read once, there is nothing to refresh); a counter that grew since
+    the previous refresh is shown bold on yellow. Click a column header to sort by it. ``fetch`` gives a pod's
+    fetcher (Session.clusters: None while its proxy is not known); ``pods`` are the run's, `p` goes to the next."""
 
     BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now"),
                 Binding("p", "next_pod", "next pod")]
     CSS = "#clusters-status { height: auto; padding: 0 1; background: $boost; }"
 
     def __init__(self, fetch: Callable[[str | None], Callable[[], dict[str, Cluster]] | None],
-                 pods: list[str]) -> None:
+                 pods: list[str], dump_of: Callable[[str | None], str | None] = lambda pod: None) -> None:
         super().__init__()
         self.fetch_of = fetch
-        self.pods = pods or ["?"]
+        self.dump_of = dump_of
+        self.pods: list[str | None] = list(pods) or [None]
         self.at = 0
         self.previous: dict[tuple[str, str], dict[str, int]] = {}
         self.sort_column: str | None = None
 
     @property
-    def pod(self) -> str:
+    def pod(self) -> str | None:
         return self.pods[self.at]
 
+    def _asked(self) -> str | None:
+        """The pod to ask the session for: None (its first) when the pane has one pod."""
+        return self.pod if len(self.pods) > 1 else None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "refresh":
+            return self.dump_of(self._asked()) is None  # a dump reads the same every time
         return len(self.pods) > 1 if action == "next_pod" else True
 
     def action_next_pod(self) -> None:
         self.at = (self.at + 1) % len(self.pods)
         self.previous = {}  # another sidecar's counters: nothing grew since this one's last refresh
         self.query_one("#clusters", DataTable).clear()
-        self._set_status(f"reading /clusters of pod/{one_line(self.pod)} ...")
+        self._set_status(f"reading /clusters{pod_of(self.pod)} ...")
         self._title()
+        self.refresh_bindings()
         self.action_refresh()
 
     def _title(self) -> None:
         which = f" ({self.at + 1} of {len(self.pods)}; p: next pod)" if len(self.pods) > 1 else ""
-        self.sub_title = one_line(f"Envoy clusters of pod/{self.pod}") + which
+        # a dump's files are on the status line: a path in the title would push the pod out of an 80-column one
+        what = "/clusters dump" if self.dump_of(self._asked()) is not None else "Envoy clusters"
+        self.sub_title = what + pod_of(self.pod) + which
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -114,19 +134,23 @@ class ClustersScreen(Screen):
     def on_mount(self) -> None:
         self._title()
         self.action_refresh()
-        self.set_interval(REFRESH_S, self.action_refresh)
+        self.set_interval(REFRESH_S, self._tick)
+
+    def _tick(self) -> None:
+        if self.dump_of(self._asked()) is None:
+            self.action_refresh()
 
     @work(thread=True, exclusive=True, group="clusters")
     def action_refresh(self) -> None:
         pod = self.pod
         try:
-            fetch = self.fetch_of(pod if len(self.pods) > 1 else None)
+            fetch = self.fetch_of(self._asked())
             if fetch is None:
-                raise LookupError(f"the proxy of pod/{pod} is not known yet")
+                raise LookupError(f"the proxy{pod_of(pod)} is not known yet")
             clusters = fetch()
         except Exception as e:
             self.app.call_from_thread(self._shown_if, pod, self._set_status,
-                                      f"cannot read /clusters of pod/{pod}: {str(e).splitlines()[0]}")
+                                      f"cannot read /clusters{pod_of(pod)}: {why(e)}")
             return
         self.app.call_from_thread(self._shown_if, pod, self.show_clusters, clusters)
 
@@ -163,8 +187,11 @@ class ClustersScreen(Screen):
         empty = sum(1 for c in clusters.values() if not c.hosts)
         without = f" ({_count(empty, 'cluster')} {'has' if empty == 1 else 'have'} no hosts)" if empty else ""
         pod = f"pod/{one_line(self.pod)}: " if len(self.pods) > 1 else ""
+        dump = self.dump_of(self._asked())
+        since = (f"{moved} counters moved since the last refresh (every {REFRESH_S:.0f} s)" if dump is None
+                 else one_line(f"as dumped in {dump}"))
         self._set_status(f"{pod}{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; "
-                         f"{moved} counters moved since the last refresh (every {REFRESH_S:.0f} s)")
+                         f"{since}")
 
     @on(DataTable.HeaderSelected, "#clusters")
     def _sort(self, event: DataTable.HeaderSelected) -> None:
