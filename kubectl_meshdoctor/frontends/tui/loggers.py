@@ -120,9 +120,11 @@ class LoggersScreen(Screen):
                                       f"cannot read levels: {str(e).splitlines()[0]}")
             return
         self.app.call_from_thread(self._shown_if, control, self._show, levels)
+        which = f" ({self.at + 1} of {len(self.pods)}; p: next pod)" if len(self.pods) > 1 else ""
+        # the pod on the status line too: an 80-column title cuts it
         self.app.call_from_thread(self._shown_if, control, self._set_status,
-                                  one_line(f"{len(levels)} loggers of pod/{control.pod}; ")
-                                  + "t d i w e o set the selected logger")
+                                  one_line(f"{len(levels)} loggers of pod/{control.pod}") + which
+                                  + "; t d i w e o set the selected logger")
 
     def _shown_if(self, control, show: Callable, *args) -> None:
         if control is self.control:  # a read of the pod left behind (p pressed meanwhile) is not this pane's
