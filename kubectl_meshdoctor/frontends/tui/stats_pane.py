@@ -39,6 +39,11 @@ def _failure(name: str) -> bool:
     return split is not None and is_cluster_failure_stat(split[1])
 
 
+def _columns(table: DataTable, label: str) -> None:
+    table.add_column(label, key="count")  # first: a stat's name is long, and an 80-column screen cuts it
+    table.add_column("stat", key="stat")
+
+
 class CountersScreen(Screen):
     """``fetch(pod)`` gives a pod's fetcher of its moved stats (Session.counters: EnvoyCountersEvent, whose
     ``stats`` are shown); ``pods`` are the run's ([]: one, unnamed); ``dump_of(pod)`` the dump files, None when
@@ -75,8 +80,7 @@ class CountersScreen(Screen):
         yield PlainStatic("reading /stats ...", id="counters-status", markup=False)
         yield Input(placeholder="filter: any part of a stat's name, Enter to apply", id="counters-filter")
         table = PlainTable(id="counters", cursor_type="row", zebra_stripes=True)
-        table.add_column("moved", key="moved")  # first: a stat's name is long, and an 80-column screen cuts it
-        table.add_column("stat", key="stat")
+        _columns(table, "moved")
         yield table
         yield Footer()
 
@@ -129,6 +133,11 @@ class CountersScreen(Screen):
         self.view = view
         table = self.query_one("#counters", DataTable)
         table.clear()
+        # one dump's stats are totals (and gauges) since Envoy started, not what moved
+        label = "value" if view.since == "Envoy's start" else "moved"
+        if str(next(iter(table.columns.values())).label) != label:
+            table.clear(columns=True)
+            _columns(table, label)
         shown = 0
         for name, value in sorted(view.stats.items()):
             cells = (Text(str(value)), Text(one_line(name), style="bold red" if _failure(name) else ""))

@@ -6,6 +6,7 @@ key opens nothing. Read at 80x24 and 160x45, on the characters the screen shows,
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
@@ -188,3 +189,24 @@ async def test_two_pods_dumps_are_stepped_with_p(size):
         await wait_for(pilot, lambda: "(p: next pod)" in words(shown(app))
                        and app.screen.query_one("#access-log", DataTable).row_count == 1)
         await pilot.press("escape", "q")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_a_damaged_dump_is_one_line_on_its_pane(tmp_path, size):
+    """A gzipped /stats dump cut short: its head reads as /stats (the pane is offered: a dump was given), its body
+    does not; the pane says so in one line, and the screen goes on."""
+    whole = gzip.compress((REFUSED / "server" / "stats-after.txt").read_bytes())
+    cut = tmp_path / "stats.txt.gz"
+    cut.write_bytes(whole[:len(whole) // 2])
+    app = MeshDoctorApp(FileSession([CaptureArg.parse(str(cut))]))
+    async with app.run_test(size=size) as pilot:
+        await read(app, pilot)
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(app.screen, CountersScreen)
+                       and "cannot read /stats" in words(shown(app)))
+        screen = words(shown(app))
+        assert "compressed file cut short or damaged" in screen, screen
+        assert "Traceback" not in screen
+        await pilot.press("escape")
+        assert app.is_running
+        await pilot.press("q")
