@@ -1,9 +1,12 @@
 """The triage desk's Envoy pane keys: `l` loggers, `c` clusters, `a` access log, `k` the /stats counters that
 moved. A mixin of MeshDoctorApp (app.py): which panes the session offers (Session.panes) and opening them. The
-panes themselves are in loggers.py, envoy.py and stats_pane.py; what they show comes from the session, which knows
-whether it is a sidecar asked now or files read (the panes only learn which file a dump is)."""
+panes themselves are in loggers.py, envoy.py and stats_pane.py (pod_pane.py: what c and k share); what they show
+comes from the session, which knows whether it is a sidecar asked now or files read (the panes only learn which
+file a dump is)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from textual.binding import Binding
 
@@ -56,13 +59,9 @@ class EnvoyPaneKeys:
         self.push_screen(LoggersScreen(self.session.loggers, self.session.pane_pods(LOGGERS)))
 
     def action_clusters(self) -> None:
-        if self.session.clusters() is None:
-            self._not_yet("clusters")
-            return
         from .envoy import ClustersScreen
 
-        self.push_screen(ClustersScreen(self.session.clusters, self.session.pane_pods(CLUSTERS),
-                                        lambda pod: self.session.dump_of(CLUSTERS, pod)))
+        self._open_per_pod(CLUSTERS, self.session.clusters, ClustersScreen)
 
     def action_access_log(self) -> None:
         from .envoy import AccessLogScreen
@@ -71,10 +70,13 @@ class EnvoyPaneKeys:
                                          self.session.access_logs))
 
     def action_counters(self) -> None:
-        if self.session.counters() is None:
-            self._not_yet("counters")
-            return
         from .stats_pane import CountersScreen
 
-        self.push_screen(CountersScreen(self.session.counters, self.session.pane_pods(COUNTERS),
-                                        lambda pod: self.session.dump_of(COUNTERS, pod)))
+        self._open_per_pod(COUNTERS, self.session.counters, CountersScreen)
+
+    def _open_per_pod(self, pane: str, fetch_of: Callable[[str | None], object], screen: type) -> None:
+        """A PodPane (pod_pane.py) over ``fetch_of``, once the session has the first pod's."""
+        if fetch_of(None) is None:
+            self._not_yet(pane)
+            return
+        self.push_screen(screen(fetch_of, self.session.pane_pods(pane), lambda pod: self.session.dump_of(pane, pod)))

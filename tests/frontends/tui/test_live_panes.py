@@ -17,7 +17,6 @@ from kubectl_meshdoctor.commands.watch.live_session import LiveSession
 from kubectl_meshdoctor.envoy.stats import parse_stats
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.frontends.tui.loggers import LoggersScreen
-from kubectl_meshdoctor.frontends.tui.session import Session
 from kubectl_meshdoctor.frontends.tui.stats_pane import CountersScreen
 from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube
@@ -25,36 +24,19 @@ from kubectl_meshdoctor.kube.target import parse_targets
 
 from ...local_envoy import CLUSTER, free_port, local_envoy
 from .test_app import wait_for
+from .test_several_pods import TwoSidecars
 from .test_small_screen import shown, words
 
 SIZES = [(80, 24), (160, 45)]
-PODS = ("reviews-v1-5d8f", "reviews-v2-7c4b")
+PODS = tuple(TwoSidecars().pods())  # the caller's and the server's
 
 
-class TwoProxies(Session):
+class TwoProxies(TwoSidecars):
     """A watch of two pods whose sidecars are two real Envoys: the loggers pane's controls, one a pod."""
 
-    describe = "two pods"
-    live = True
-
     def __init__(self, controls: dict[str, LoggerControl]) -> None:
+        super().__init__()
         self.controls = controls
-        self.asked: list[str | None] = []
-
-    async def run(self, hooks):
-        await hooks.stop.wait()
-        return None
-
-    def stats(self):
-        from kubectl_meshdoctor.core.pipeline import PipelineStats
-
-        return PipelineStats()
-
-    def pod(self):
-        return PODS[0]
-
-    def pods(self):
-        return list(PODS)
 
     def loggers(self, pod=None):
         self.asked.append(pod)

@@ -62,6 +62,14 @@ async def help_words(app, pilot) -> str:
     return words(seen)
 
 
+async def opened(app, pilot, key: str, screen: type, table: str) -> DataTable:
+    """``key`` pressed, its pane on top and rows in its table."""
+    await pilot.press(key)
+    await wait_for(pilot, lambda: isinstance(app.screen, screen) and app.screen.query_one(table, DataTable).row_count)
+    await pilot.pause(0.1)
+    return app.screen.query_one(table, DataTable)
+
+
 def stat_value(path: Path, name: str) -> int:
     """A counter's value in a /stats dump, read from its `name: value` line (0 when Envoy had not made it)."""
     m = re.search(rf"^{re.escape(name)}: (\d+)$", path.read_text(), re.M)
@@ -101,19 +109,13 @@ async def test_a_pods_log_and_dumps_are_its_panes(size):
         await pilot.pause(0.2)
         assert app.screen is app.default_screen
 
-        await pilot.press("a")
-        await wait_for(pilot, lambda: isinstance(app.screen, AccessLogScreen)
-                       and app.screen.query_one("#access-log", DataTable).row_count == 1)
-        await pilot.pause(0.1)
+        table = await opened(app, pilot, "a", AccessLogScreen, "#access-log")
         screen = words(shown(app))
         assert "1 access-log lines, 1 with response flags" in screen and "503 UF" in screen, screen
-        assert str(app.screen.query_one("#access-log", DataTable).get_row_at(0)[-1]) == "GET /refused"
+        assert table.row_count == 1 and str(table.get_row_at(0)[-1]) == "GET /refused"
         await pilot.press("escape")
 
-        await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(app.screen, ClustersScreen)
-                       and app.screen.query_one("#clusters", DataTable).row_count > 0)
-        await pilot.pause(0.1)
+        await opened(app, pilot, "c", ClustersScreen, "#clusters")
         lines = shown(app)
         screen = words(lines)
         assert "/clusters dump" in screen and "clusters.txt" in screen, screen  # a dump, and which
@@ -122,17 +124,13 @@ async def test_a_pods_log_and_dumps_are_its_panes(size):
         assert "refresh" not in lines[-1], lines[-1]  # f is not offered for a dump
         await pilot.press("escape")
 
-        await pilot.press("k")
-        await wait_for(pilot, lambda: isinstance(app.screen, CountersScreen)
-                       and app.screen.query_one("#counters", DataTable).row_count > 0)
-        await pilot.pause(0.1)
+        table = await opened(app, pilot, "k", CountersScreen, "#counters")
         screen = words(shown(app))
         name = "cluster.inbound|5000||;.upstream_cx_connect_fail"
         moved = stat_value(server / "stats-after.txt", name) - stat_value(server / "stats-before.txt", name)
         assert moved > 0
         assert "moved between the dumps" in screen and "/stats dumps" in screen, screen
         await pilot.press("slash", *"connect_fail", "enter")
-        table = app.screen.query_one("#counters", DataTable)
         await wait_for(pilot, lambda: table.row_count == 1)
         await pilot.pause(0.1)
         assert f"{moved} {name}" in words(shown(app))
@@ -147,10 +145,7 @@ async def test_two_pods_dumps_are_stepped_with_p(size):
     async with app.run_test(size=size) as pilot:
         await read(app, pilot)
 
-        await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(app.screen, ClustersScreen)
-                       and app.screen.query_one("#clusters", DataTable).row_count > 0)
-        table = app.screen.query_one("#clusters", DataTable)
+        table = await opened(app, pilot, "c", ClustersScreen, "#clusters")
 
         def clusters() -> set[str]:
             return {str(table.get_row_at(i)[0]) for i in range(table.row_count)}
@@ -165,10 +160,7 @@ async def test_two_pods_dumps_are_stepped_with_p(size):
         assert "pod/server: " in words(shown(app))
         await pilot.press("escape")
 
-        await pilot.press("k")
-        await wait_for(pilot, lambda: isinstance(app.screen, CountersScreen)
-                       and app.screen.query_one("#counters", DataTable).row_count > 0)
-        counters = app.screen.query_one("#counters", DataTable)
+        counters = await opened(app, pilot, "k", CountersScreen, "#counters")
 
         def names() -> set[str]:
             return {str(counters.get_row_at(i)[1]) for i in range(counters.row_count)}
@@ -182,12 +174,10 @@ async def test_two_pods_dumps_are_stepped_with_p(size):
         assert not any(n.startswith("cluster.outbound|5000||refused.") for n in names())
         await pilot.press("escape")
 
-        await pilot.press("a")
-        await wait_for(pilot, lambda: isinstance(app.screen, AccessLogScreen)
-                       and app.screen.query_one("#access-log", DataTable).row_count == 2)
+        lines = await opened(app, pilot, "a", AccessLogScreen, "#access-log")
+        await wait_for(pilot, lambda: lines.row_count == 2)  # both pods' lines
         await pilot.press("p")
-        await wait_for(pilot, lambda: "(p: next pod)" in words(shown(app))
-                       and app.screen.query_one("#access-log", DataTable).row_count == 1)
+        await wait_for(pilot, lambda: "(p: next pod)" in words(shown(app)) and lines.row_count == 1)
         await pilot.press("escape", "q")
 
 
