@@ -131,14 +131,16 @@ class LoggersScreen(Screen):
             show(*args)
 
     @work(thread=True, exclusive=True, group="loggers")
-    def _apply(self, spec: str, what: str) -> None:
+    def _apply(self, control, spec: str, what: str) -> None:
+        """``control``: the pod's whose table the key was pressed on, taken then (p may come before this runs)."""
         try:
-            levels = self.control.apply(spec)
+            levels = control.apply(spec)
         except Exception as e:
-            self.app.call_from_thread(self._set_status, f"not changed: {str(e).splitlines()[0]}")
+            self.app.call_from_thread(self._shown_if, control, self._set_status,
+                                      f"not changed: {str(e).splitlines()[0]}")
             return
-        self.app.call_from_thread(self._show, levels)
-        self.app.call_from_thread(self._set_status, f"{what}: confirmed by the proxy")
+        self.app.call_from_thread(self._shown_if, control, self._show, levels)
+        self.app.call_from_thread(self._shown_if, control, self._set_status, f"{what}: confirmed by the proxy")
 
     def selected_logger(self) -> str | None:
         table = self.query_one("#loggers", DataTable)
@@ -151,11 +153,11 @@ class LoggersScreen(Screen):
         if name is None:
             return
         self._set_status(f"setting {name} to {level} ...")
-        self._apply(f"{name}:{level}", f"{name}: {level}")
+        self._apply(self.control, f"{name}:{level}", f"{name}: {level}")
 
     def action_set_all(self, spec: str) -> None:
         self._set_status(f"setting every logger: {spec} ...")
-        self._apply(spec, "every logger: " + ("Istio defaults" if spec == "reset" else spec))
+        self._apply(self.control, spec, "every logger: " + ("Istio defaults" if spec == "reset" else spec))
 
     def action_run_debug(self) -> None:
         toggle = getattr(self.control, "toggle_run_debug", None)
@@ -163,14 +165,16 @@ class LoggersScreen(Screen):
             self._set_status("only a live watch raises the loggers its detectors read, for its run")
             return
         self._set_status("the detectors' loggers: asking the proxy ...")
-        self._toggle(toggle)
+        self._toggle(self.control, toggle)
 
     @work(thread=True, exclusive=True, group="loggers")
-    def _toggle(self, toggle) -> None:
+    def _toggle(self, control, toggle) -> None:
         try:
             levels, said = toggle()
         except Exception as e:
-            self.app.call_from_thread(self._set_status, f"not changed: {str(e).splitlines()[0]}")
+            self.app.call_from_thread(self._shown_if, control, self._set_status,
+                                      f"not changed: {str(e).splitlines()[0]}")
             return
-        self.app.call_from_thread(self._show, levels)
-        self.app.call_from_thread(self._set_status, said.split(": ", 1)[-1] if said else "nothing to do")
+        self.app.call_from_thread(self._shown_if, control, self._show, levels)
+        self.app.call_from_thread(self._shown_if, control, self._set_status,
+                                  said.split(": ", 1)[-1] if said else "nothing to do")
