@@ -55,14 +55,14 @@ def screen_output(app) -> str:
 
 def build(case: int, rnd: random.Random):
     """(session, markers) of one case."""
-    from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags
+    from kubectl_meshdoctor.core.events import EnvoyCountersEvent, HttpStart, PacketEvent, TcpFlags
     from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
     from kubectl_meshdoctor.core.pipeline import Pipeline
     from kubectl_meshdoctor.core.redact import redact_finding
     from kubectl_meshdoctor.envoy.access_log import parse_line
     from kubectl_meshdoctor.envoy.clusters import parse_clusters
     from kubectl_meshdoctor.core.report_model import FilesSource, Report
-    from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
+    from kubectl_meshdoctor.frontends.tui.session import COUNTERS, SIDECAR_PANES, Session, SessionHooks
 
     markers: list[str] = []
 
@@ -113,6 +113,8 @@ def build(case: int, rnd: random.Random):
                                                                         ("Cookie", secret())), (h(),), True, ("",)))
                for i in range(rnd.randint(1, 6))]
     names = {h(): rnd.choice(("debug", "info", "warning", h())) for _ in range(rnd.randint(1, 12))}
+    counters = EnvoyCountersEvent(now, {}, {f"cluster.{h()}.{h()}": rnd.randrange(1 << 40) for _ in range(8)},
+                                  rnd.choice(("the first dump", "Envoy's start", "the run")), None, h())
 
     class Loggers:
         pod = h()
@@ -144,8 +146,14 @@ def build(case: int, rnd: random.Random):
         def clusters(self, pod=None):
             return lambda: clusters
 
-        def loggers(self):
+        def loggers(self, pod=None):
             return Loggers()
+
+        def panes(self):
+            return SIDECAR_PANES | {COUNTERS}
+
+        def counters(self, pod=None):
+            return lambda: counters
 
         def access_log(self):
             return list(entries)
@@ -191,7 +199,7 @@ async def _drive(session, size, shown: list[tuple[str, str]], problems: list[str
                            (("question_mark",), "help"), (("escape",), "help closed")):
             await pilot.press(*keys)
             await up(pilot, pane)
-        for key, widget in (("a", "#access-log"), ("c", "#clusters"), ("l", "#loggers")):
+        for key, widget in (("a", "#access-log"), ("c", "#clusters"), ("l", "#loggers"), ("k", "#counters")):
             await pilot.press(key)
             if not await wait_for(pilot, lambda: app.screen.query(widget)):
                 problems.append(f"pane {widget} not shown")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines
 from kubectl_meshdoctor.commands.watch.headless_stop import merged_stats
-from kubectl_meshdoctor.core.events import ClustersEvent, PacketEvent
+from kubectl_meshdoctor.core.events import ClustersEvent, EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.live_join import JoinedView, LiveJoin
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
@@ -33,6 +33,9 @@ from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compile_format
 from kubectl_meshdoctor.exit_codes import by_signal
 from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.tui.session import ACCESS_LOG as LOG_PANE
+from kubectl_meshdoctor.frontends.tui.session import CLUSTERS as CLUSTERS_PANE
+from kubectl_meshdoctor.frontends.tui.session import COUNTERS as COUNTERS_PANE
 from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
 from kubectl_meshdoctor.sources import files, read_plan
@@ -296,7 +299,8 @@ def _envoy_side(args: list[CaptureArg], kinds: dict[str, str], logs: list[Captur
 class FileSession(Session):
     """Capture files (``sources.files.CaptureArg``, each with its pod, if any) through the real pipeline, one a
     pod, then on screen until q like a live run (``analyze --tui``, and the TUI's tests). ``jobs``: tsharks at
-    once (as ``analyze``'s)."""
+    once (as ``analyze``'s). The Envoy panes show what the files hold: the access-log lines read, the /clusters
+    and /stats dumps given (each pod's); there is no sidecar to ask, so no loggers."""
 
     saves_evidence = True
 
@@ -311,8 +315,29 @@ class FileSession(Session):
         self._pipelines = [Pipeline.with_detectors(redact=redact)]
         self._save = evidence_saver({c.path: c.path for c in captures})
         self.joiner = LiveJoin(lambda: self._pipelines)
+        self._dumps: dict[str, dict[str | None, list[str]]] = {CLUSTERS_PANE: {}, COUNTERS_PANE: {}}
+        self._log_seen = False
+
+    def _find_dumps(self) -> dict[str, dict[str | None, list[str]]]:
+        """The /clusters and /stats dumps given: pane -> pod -> paths, in the order given. One that cannot be
+        read is still the pane's (it says why); the report names it among its problems too."""
+        found: dict[str, dict[str | None, list[str]]] = {CLUSTERS_PANE: {}, COUNTERS_PANE: {}}
+        for c in self.captures:
+            try:
+                kind = files.input_kind(c.path, self.log_format)
+            except InputError:
+                continue
+            pane = {files.CLUSTERS: CLUSTERS_PANE, files.STATS: COUNTERS_PANE}.get(kind)
+            if pane is not None and c.path not in found[pane].get(c.pod, ()):
+                found[pane].setdefault(c.pod, []).append(c.path)
+        return found
+
+    def _dump_paths(self, pane: str, pod: str | None) -> list[str]:
+        by_pod = self._dumps.get(pane, {})
+        return by_pod.get(pod, []) if pod is not None else next(iter(by_pod.values()), [])
 
     async def run(self, hooks: SessionHooks) -> Report:
+        self._dumps = await asyncio.to_thread(self._find_dumps)
         self._pipelines = []
 
         def new_pipeline(pod: str | None) -> Pipeline:
@@ -344,6 +369,37 @@ class FileSession(Session):
 
     def pods(self) -> list[str]:
         return [p.ctx.pod for p in self._pipelines if p.ctx.pod]
+
+    def panes(self) -> frozenset[str]:
+        # The access log once a line was read (a log of Envoy's own lines alone has none to show).
+        self._log_seen = self._log_seen or any(p.correlator.entries() for p in self._pipelines)
+        return frozenset({pane for pane, by_pod in self._dumps.items() if by_pod}
+                         | ({LOG_PANE} if self._log_seen else set()))
+
+    def pane_pods(self, pane: str) -> list[str]:
+        if pane in self._dumps:
+            return [pod for pod in self._dumps[pane] if pod is not None]
+        return super().pane_pods(pane)
+
+    def clusters(self, pod: str | None = None) -> Callable[[], dict] | None:
+        paths = self._dump_paths(CLUSTERS_PANE, pod)
+        if not paths:
+            return None
+
+        def fetch() -> dict:
+            out: dict = {}
+            for path in paths:
+                out.update(read_clusters(path))
+            return out
+
+        return fetch
+
+    def counters(self, pod: str | None = None) -> Callable[[], EnvoyCountersEvent] | None:
+        paths = self._dump_paths(COUNTERS_PANE, pod)
+        return (lambda: read_counters(paths, time.time())[0]) if paths else None
+
+    def dump_of(self, pane: str, pod: str | None = None) -> str | None:
+        return ", ".join(self._dump_paths(pane, pod)) or None
 
     def joined(self) -> JoinedView | None:
         return self.joiner.view()

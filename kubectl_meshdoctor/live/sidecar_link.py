@@ -76,8 +76,6 @@ async def close_proxy(link: ProxyLink) -> EnvoyCountersEvent:
     """Stop following the log; return the counters that moved since ``open_proxy``: per cluster (cluster ->
     stat -> delta) and every stat by its full name (the HCM's and the listeners' too, which detectors read),
     empty when the admin API was not reachable."""
-    moved: dict[str, dict[str, int]] = {}
-    flat: dict[str, int] = {}
     if link.follower is not None:
         await asyncio.to_thread(link.follower.stop)
         if link.follower.error:
@@ -85,18 +83,32 @@ async def close_proxy(link: ProxyLink) -> EnvoyCountersEvent:
         if link.follower.dropped:
             link._problem(f"{link.follower.dropped} {SIDECAR_CONTAINER} log line(s) could not be read and were "
                           f"dropped; first: {link.follower.drop_reason}")
+    counters = EnvoyCountersEvent(time.time(), {}, {}, "the run", None, _stats_source(link.admin))
     if link.stats_before:
         try:
-            after = await asyncio.to_thread(_snapshot, link.admin)
-            flat = delta(link.stats_before, after)
-            moved = {cluster: dict(stats) for cluster, stats in by_cluster(flat).items()}
+            counters = await asyncio.to_thread(stats_moved, link.admin, link.stats_before)
         except (KubeError, ValueError) as e:
             link._problem(f"Envoy admin not reachable at the end, no counter deltas: {str(e).splitlines()[0]}")
     await asyncio.to_thread(link.admin.close)
     if link.log is not None:
         link.log.close()
-    return EnvoyCountersEvent(time.time(), moved, flat, "the run", None,
-                              f"pod/{link.admin.pod} {SIDECAR_CONTAINER} /stats")
+    return counters
+
+
+def _stats_source(admin: EnvoyAdmin) -> str:
+    return f"pod/{admin.pod} {SIDECAR_CONTAINER} /stats"
+
+
+def stats_moved(admin: EnvoyAdmin, before: dict) -> EnvoyCountersEvent:
+    """The sidecar's stats that moved since ``before`` (ProxyLink.stats_before: the run's first read), read now:
+    per cluster and by full name, since "the run" (a gauge that fell is kept, negative). Blocks. Raises KubeError
+    when the admin API cannot be reached, or when ``before`` is empty (it was not reachable at the start);
+    envoy.clusters.FormatError (a ValueError) for a body that is not /stats."""
+    if not before:
+        raise KubeError("no /stats read at the start of the run (Envoy admin was not reachable then)")
+    flat = delta(before, _snapshot(admin))
+    moved = {cluster: dict(stats) for cluster, stats in by_cluster(flat).items()}
+    return EnvoyCountersEvent(time.time(), moved, flat, "the run", None, _stats_source(admin))
 
 
 def log_summary(link: ProxyLink) -> LogLinesRead:

@@ -87,6 +87,7 @@ class WatchState(CaptureState):
     container: str | None = None
     pods: list["WatchState"] = field(default_factory=list)  # one per pod when watching many
     debug: EnvoyDebug | None = None  # the pod's Envoy log levels for the run (--envoy-debug, the TUI's v)
+    stats_before: dict = field(default_factory=dict)  # the sidecar's /stats at the run's start (the TUI's k)
 
 
 PipelineFactory = Callable[[str], Pipeline]
@@ -240,6 +241,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, ticker.wrap(pipeline.context),
                                  opts.admin_port)
         ticker.idle = proxy.log.idle if proxy.log else None
+        state.stats_before = proxy.stats_before
         max_s = int(opts.duration_s + 60) if opts.duration_s else opts.ttl_s
         state.debug = EnvoyDebug(kube, pod, dbg.name, proxy.admin, pipeline.envoy_loggers(), opts.admin_port,
                                  time.time() + max_s, progress)

@@ -13,7 +13,7 @@ from kubectl_meshdoctor.commands.log_level import LoggerControl
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines, run_session
 from kubectl_meshdoctor.commands.watch.headless_stop import merged_stats
 from kubectl_meshdoctor.commands.watch.live import WatchOptions, WatchState, watch
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.live_join import JoinedView, LiveJoin
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
@@ -24,7 +24,8 @@ from kubectl_meshdoctor.kube.admin import EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.kube.target import describe_targets
 from kubectl_meshdoctor.private_dirs import private_dir_prefix
-from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
+from kubectl_meshdoctor.frontends.tui.session import COUNTERS, SIDECAR_PANES, Session, SessionHooks
+from kubectl_meshdoctor.live.sidecar_link import stats_moved
 
 
 def _recent(pipelines: list[Pipeline]) -> list:
@@ -113,6 +114,17 @@ class LiveSession(Session):
         if control is None:
             return None
         return lambda: parse_clusters(control.admin.get("/clusters", {"format": "json"}).body)
+
+    def panes(self) -> frozenset[str]:
+        return SIDECAR_PANES | {COUNTERS}
+
+    def counters(self, pod: str | None = None) -> Callable[[], EnvoyCountersEvent] | None:
+        """``pod``'s sidecar's /stats now against the run's first read of them (WatchState.stats_before)."""
+        control = self.loggers(pod)
+        if control is None:
+            return None
+        state = next((st for st in self._states() if st.pod == control.pod), self.state)
+        return lambda: stats_moved(control.admin, state.stats_before)
 
     def access_log(self) -> list[AccessLogEntry]:
         return [e for p in self.pipelines for e in p.correlator.entries()]

@@ -29,6 +29,7 @@ from kubectl_meshdoctor.core.report_model import Report, ScreenSource
 from kubectl_meshdoctor.frontends.report import RENDERERS
 
 from .detail_pane import DetailPane
+from .envoy_keys import ENVOY_BINDINGS, EnvoyPaneKeys
 from .signals import WIND_DOWN_S, StopSignals
 from .status_line import status_text
 from .findings_list import FindingsList, FindingsTable
@@ -50,7 +51,7 @@ def _on_wire(f: Finding) -> str:
     return f"{conn.client} on {conn.iface}" if conn is not None and conn.iface else f.flow.text(labelled=False)
 
 
-class MeshDoctorApp(App[Report | None]):
+class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
     """Findings as they arrive, a detail view with the ladder diagram, a packets pane, Envoy panes."""
 
     TITLE = "kubectl meshdoctor"
@@ -90,9 +91,7 @@ class MeshDoctorApp(App[Report | None]):
                 Binding("p", "pause", "Pause", show=False),
                 Binding("s", "save", "Save"),
                 Binding("e", "export", "Export"),
-                Binding("l", "loggers", "Loggers", show=False),
-                Binding("c", "clusters", "Clusters", show=False),
-                Binding("a", "access_log", "Access log", show=False),
+                *ENVOY_BINDINGS,
                 Binding("left_square_bracket", "instance(-1)", "Older instance", show=False),
                 Binding("right_square_bracket", "instance(1)", "Newer instance", show=False),
                 Binding("n", "instance(0)", "Newest instance", show=False),
@@ -105,6 +104,7 @@ class MeshDoctorApp(App[Report | None]):
         the process's own app should take signals: a test's app would steal the test runner's handlers."""
         super().__init__()
         self.session = session
+        self.offered = session.panes()  # the Envoy panes offered now (envoy_keys.py), asked again on the timer
         self.stop_signals = StopSignals(stop_signals, self._on_stop_signal, abandon)
         self.signalled: int | None = None  # the first stop signal that came
         self.held = False  # the session did not wind down within WIND_DOWN_S of the stop: left without it
@@ -181,7 +181,9 @@ class MeshDoctorApp(App[Report | None]):
         return self.default_screen.has_class("compact")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action == "focus_next" and self.compact())  # one pane shown: Tab has nowhere to go
+        if action == "focus_next":
+            return not self.compact()  # one pane shown: Tab has nowhere to go
+        return self.pane_offered(action)
 
     def _show_pane(self, pane: str | None) -> None:
         """In the compact layout show ``pane`` ("detail", "packets"; None: the list, focused in any layout)."""
@@ -375,6 +377,7 @@ class MeshDoctorApp(App[Report | None]):
 
     def _refresh(self) -> None:
         self._refresh_status()
+        self.note_panes()
         if self.paused:
             return
         fill_pods(self.query_one("#pods", DataTable), pod_rows(self.session.stats(), self.shown_findings()))
@@ -386,7 +389,7 @@ class MeshDoctorApp(App[Report | None]):
     def action_help(self) -> None:
         from .screens import HelpScreen
 
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.offered))
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -449,32 +452,6 @@ class MeshDoctorApp(App[Report | None]):
             self.notify(f"not exported: {e.strerror or e}", severity="error", timeout=8, markup=False)
             return
         self.notify(f"report ({fmt}, {len(self.shown_findings())} findings) written to {path}", timeout=8, markup=False)
-
-    def action_loggers(self) -> None:
-        """The sidecar's log levels, changed with a key (only once the run has found the proxy)."""
-        control = self.session.loggers()
-        if control is None:
-            self._on_progress("the proxy is not known yet: loggers are available once capturing" if self.session.live
-                              else "recorded files have no sidecar to ask: loggers are for a live watch")
-            return
-        from .loggers import LoggersScreen
-
-        self.push_screen(LoggersScreen(control))
-
-    def action_clusters(self) -> None:
-        if self.session.clusters() is None:
-            self._on_progress("the proxy is not known yet: clusters are available once capturing" if self.session.live
-                              else "recorded files have no sidecar to ask: clusters are for a live watch")
-            return
-        from .envoy import ClustersScreen
-
-        self.push_screen(ClustersScreen(self.session.clusters, self.session.pods() or [self.session.pod() or "?"]))
-
-    def action_access_log(self) -> None:
-        from .envoy import AccessLogScreen
-
-        self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod(), self.session.redact,
-                                         self.session.access_logs))
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""

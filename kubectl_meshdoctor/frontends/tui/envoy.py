@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -24,6 +24,7 @@ from kubectl_meshdoctor.envoy.numbers import UINT64_DIGITS, ascii_int
 from ..shown import one_line
 from .plain import PlainStatic, PlainTable
 from .pod_names import short_names
+from .pod_pane import PodPane
 
 HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error", "rq_timeout", "rq_total")
 FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
@@ -61,43 +62,28 @@ def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
     return not f or any(f in str(cell).casefold() for cell in cells)
 
 
-class ClustersScreen(Screen):
-    """One row per (cluster, host) from GET /clusters of one pod's sidecar, refreshed every REFRESH_S; a counter
-    that grew since the previous refresh is shown bold on yellow. Click a column header to sort by it. ``fetch``
-    gives a pod's fetcher (Session.clusters: None while its proxy is not known); ``pods`` are the run's, `p` goes
-    to the next."""
+class ClustersScreen(PodPane):
+    """One row per (cluster, host) from GET /clusters of one pod's sidecar, refreshed every REFRESH_S, or from the
+    dump given (read once); a counter that grew since the previous refresh is shown bold on yellow. Click a column
+    header to sort by it. ``fetch``, ``pods``, ``dump_of``: as PodPane's (Session.clusters)."""
 
     BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now"),
                 Binding("p", "next_pod", "next pod")]
     CSS = "#clusters-status { height: auto; padding: 0 1; background: $boost; }"
+    READS = "/clusters"
 
     def __init__(self, fetch: Callable[[str | None], Callable[[], dict[str, Cluster]] | None],
-                 pods: list[str]) -> None:
-        super().__init__()
-        self.fetch_of = fetch
-        self.pods = pods or ["?"]
-        self.at = 0
+                 pods: list[str], dump_of: Callable[[str | None], str | None] = lambda pod: None) -> None:
+        super().__init__(fetch, pods, dump_of)
         self.previous: dict[tuple[str, str], dict[str, int]] = {}
         self.sort_column: str | None = None
 
-    @property
-    def pod(self) -> str:
-        return self.pods[self.at]
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return len(self.pods) > 1 if action == "next_pod" else True
-
     def action_next_pod(self) -> None:
-        self.at = (self.at + 1) % len(self.pods)
         self.previous = {}  # another sidecar's counters: nothing grew since this one's last refresh
         self.query_one("#clusters", DataTable).clear()
-        self._set_status(f"reading /clusters of pod/{one_line(self.pod)} ...")
-        self._title()
+        self.step()
+        self.set_title("Envoy clusters", "/clusters dump")
         self.action_refresh()
-
-    def _title(self) -> None:
-        which = f" ({self.at + 1} of {len(self.pods)}; p: next pod)" if len(self.pods) > 1 else ""
-        self.sub_title = one_line(f"Envoy clusters of pod/{self.pod}") + which
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -112,32 +98,14 @@ class ClustersScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self._title()
+        self.set_title("Envoy clusters", "/clusters dump")
         self.action_refresh()
-        self.set_interval(REFRESH_S, self.action_refresh)
+        self.set_interval(REFRESH_S, self.tick)
 
-    @work(thread=True, exclusive=True, group="clusters")
-    def action_refresh(self) -> None:
-        pod = self.pod
-        try:
-            fetch = self.fetch_of(pod if len(self.pods) > 1 else None)
-            if fetch is None:
-                raise LookupError(f"the proxy of pod/{pod} is not known yet")
-            clusters = fetch()
-        except Exception as e:
-            self.app.call_from_thread(self._shown_if, pod, self._set_status,
-                                      f"cannot read /clusters of pod/{pod}: {str(e).splitlines()[0]}")
-            return
-        self.app.call_from_thread(self._shown_if, pod, self.show_clusters, clusters)
-
-    def _shown_if(self, pod: str, show: Callable, *args) -> None:
-        if pod == self.pod:  # a fetch of the pod left behind (p pressed meanwhile) is not this pane's
-            show(*args)
-
-    def _set_status(self, text: str) -> None:
+    def set_status(self, text: str) -> None:
         self.query_one("#clusters-status", Static).update(text)
 
-    def show_clusters(self, clusters: dict[str, Cluster]) -> None:
+    def show(self, clusters: dict[str, Cluster]) -> None:
         table = self.query_one("#clusters", DataTable)
         table.clear()
         moved = 0
@@ -163,8 +131,11 @@ class ClustersScreen(Screen):
         empty = sum(1 for c in clusters.values() if not c.hosts)
         without = f" ({_count(empty, 'cluster')} {'has' if empty == 1 else 'have'} no hosts)" if empty else ""
         pod = f"pod/{one_line(self.pod)}: " if len(self.pods) > 1 else ""
-        self._set_status(f"{pod}{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; "
-                         f"{moved} counters moved since the last refresh (every {REFRESH_S:.0f} s)")
+        dump = self.dumped()
+        since = (f"{moved} counters moved since the last refresh (every {REFRESH_S:.0f} s)" if dump is None
+                 else one_line(f"as dumped in {dump}"))
+        self.set_status(f"{pod}{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; "
+                         f"{since}")
 
     @on(DataTable.HeaderSelected, "#clusters")
     def _sort(self, event: DataTable.HeaderSelected) -> None:

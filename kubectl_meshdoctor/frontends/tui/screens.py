@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from .plain import PlainStatic
+from .session import ACCESS_LOG, CLUSTERS, COUNTERS, LOGGERS
 
 # Every key of the app and its panes, in the order a newcomer needs them.
 KEYS: tuple[tuple[str, str, str], ...] = (
@@ -27,8 +28,10 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("main", "s", "save the selected finding's packets as pcapng (asks for a path)"),
     ("main", "e", "export the report so far (.md, .json or text; asks for a path)"),
     ("main", "l", "the sidecar's Envoy loggers: change levels"),
-    ("main", "c", "the sidecar's Envoy clusters and hosts"),
-    ("main", "a", "the sidecar's access log"),
+    ("main", "c", "the sidecar's Envoy clusters and hosts (offline: the /clusters dumps given)"),
+    ("main", "a", "the sidecar's access log (offline: the access-log lines of the logs given)"),
+    ("main", "k", "the sidecar's /stats counters that moved since the run began (offline: between the /stats "
+                  "dumps given, or since Envoy's start for one dump)"),
     ("main", "Tab", "move between findings, detail and packets"),
     ("main", "?", "this help"),
     ("main", "q", "quit: stop tcpdump in the pod, print the report"),
@@ -36,7 +39,12 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("loggers", "D", "set every logger to debug"),
     ("loggers", "r", "reset the loggers to Istio's defaults"),
     ("loggers", "v", "watch: the loggers the detectors read at debug for this run; again: put back (also at q)"),
+    ("loggers", "p", "several pods: the next pod's loggers"),
+    ("clusters", "f", "read /clusters again now (not for a dump)"),
     ("clusters", "p", "several pods: the next pod's clusters"),
+    ("counters", "/", "filter the counters by any part of their name"),
+    ("counters", "f", "read /stats again now (not for dumps)"),
+    ("counters", "p", "several pods: the next pod's counters"),
     ("access log", "/", "filter lines (a response flag such as UF, a status, any text)"),
     ("access log", "p", "several pods: one pod's lines, the next pod's, then every pod's"),
     ("any pane", "Esc", "back"),
@@ -44,12 +52,24 @@ KEYS: tuple[tuple[str, str, str], ...] = (
 
 
 _KEY_WIDTH = 13
+# The Envoy panes' lines of KEYS: the main screen's key that opens each, and the pane's own section.
+_PANE_KEYS = {("main", "l"): LOGGERS, ("main", "c"): CLUSTERS, ("main", "a"): ACCESS_LOG, ("main", "k"): COUNTERS}
+_PANE_SECTIONS = {"loggers": LOGGERS, "clusters": CLUSTERS, "access log": ACCESS_LOG, "counters": COUNTERS}
+ALL_PANES = frozenset(_PANE_SECTIONS.values())
 
 
-def help_text(width: int = 100) -> str:
-    """KEYS by pane, each key's text wrapped to ``width`` columns under itself (never cut at the right)."""
+def offered_keys(offered: frozenset[str] = ALL_PANES) -> list[tuple[str, str, str]]:
+    """The lines of KEYS for the Envoy panes in ``offered`` (Session.panes) and every other: a pane not offered
+    is not named."""
+    return [(pane, key, what) for pane, key, what in KEYS
+            if _PANE_KEYS.get((pane, key), _PANE_SECTIONS.get(pane)) in (None, *offered)]
+
+
+def help_text(width: int = 100, offered: frozenset[str] = ALL_PANES) -> str:
+    """KEYS by pane, each key's text wrapped to ``width`` columns under itself (never cut at the right); of the
+    Envoy panes only those ``offered``."""
     lines, last = [], None
-    for pane, key, what in KEYS:
+    for pane, key, what in offered_keys(offered):
         if pane != last:
             lines += ["" if last else "", f"{pane}"]
             last = pane
@@ -70,17 +90,22 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
     AUTO_FOCUS = "#help-scroll"
 
+    def __init__(self, offered: frozenset[str] = ALL_PANES) -> None:
+        """``offered``: the Envoy panes the session offers (Session.panes); the others' keys are not listed."""
+        super().__init__()
+        self.offered = offered
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-scroll"):
             yield PlainStatic("kubectl meshdoctor: keys (↑ ↓ PgUp PgDn scroll; Esc closes)", classes="title")
-            yield PlainStatic(help_text(self._text_width()), id="help-keys", markup=False)
+            yield PlainStatic(help_text(self._text_width(), self.offered), id="help-keys", markup=False)
 
     def _text_width(self) -> int:
         # the box's 100 columns or the terminal's, less its border (2), padding (2) and scrollbar (2)
         return min(100, self.app.size.width) - 6
 
     def on_resize(self) -> None:
-        self.query_one("#help-keys", PlainStatic).update(help_text(self._text_width()))
+        self.query_one("#help-keys", PlainStatic).update(help_text(self._text_width(), self.offered))
 
     def action_dismiss(self, result=None) -> None:
         self.dismiss(None)

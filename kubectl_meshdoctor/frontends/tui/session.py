@@ -8,12 +8,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.live_join import JoinedView
 from kubectl_meshdoctor.core.pipeline import PipelineStats
 from kubectl_meshdoctor.core.report_model import Report
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+
+
+# The Envoy panes a session may offer (Session.panes): the sidecar's loggers (l), clusters and hosts (c), access
+# log (a) and the /stats counters that moved (k).
+LOGGERS, CLUSTERS, ACCESS_LOG, COUNTERS = "loggers", "clusters", "access_log", "counters"
+SIDECAR_PANES = frozenset({LOGGERS, CLUSTERS, ACCESS_LOG})
 
 
 @dataclass(slots=True)
@@ -68,13 +74,37 @@ class Session:
         session has no such view (the findings as handed to ``on_finding`` are shown)."""
         return None
 
-    def loggers(self) -> Loggers | None:
-        """The sidecar's loggers, once the proxy is known."""
+    def panes(self) -> frozenset[str]:
+        """The Envoy panes the session offers now (LOGGERS, CLUSTERS, ACCESS_LOG, COUNTERS): those it has, or
+        will have once the run reaches the proxy; asked on a timer, so the set may grow. A pane not offered is
+        not on screen at all (no key, no help line). A session that says nothing offers the sidecar's three."""
+        return SIDECAR_PANES
+
+    def pane_pods(self, pane: str) -> list[str]:
+        """The pods whose ``pane`` the session can show, in the run's order (the pane's `p` steps through them);
+        [] when the run names none."""
+        return self.pods() or ([pod] if (pod := self.pod()) else [])
+
+    def loggers(self, pod: str | None = None) -> Loggers | None:
+        """``pod``'s sidecar's loggers (the first pod's when None), once the proxy is known."""
         return None
 
     def clusters(self, pod: str | None = None) -> Callable[[], dict] | None:
-        """A fetcher of ``pod``'s sidecar's /clusters (parsed, envoy.clusters.parse_clusters; the first pod's when
-        None), once known; it blocks."""
+        """A fetcher of ``pod``'s /clusters (parsed, envoy.clusters.parse_clusters; the first pod's when None):
+        its sidecar's now, or the dump given (``dump_of``); None while not known. It blocks, and raises
+        what reading raises (envoy.clusters.FormatError, OSError, kube.client.KubeError)."""
+        return None
+
+    def dump_of(self, pane: str, pod: str | None = None) -> str | None:
+        """The dump file(s) ``pane`` (CLUSTERS, COUNTERS) reads for ``pod``, comma-separated; None when it asks
+        the sidecar, now (and may ask again)."""
+        return None
+
+    def counters(self, pod: str | None = None) -> Callable[[], EnvoyCountersEvent] | None:
+        """A fetcher of ``pod``'s /stats that moved (the first pod's when None): between the dumps given, or
+        since Envoy's start for one dump (sources.envoy_files.read_counters), or since the run's first read of
+        the sidecar's; its ``since`` and ``source`` say which. None when the session has none. It blocks, and
+        raises what reading raises."""
         return None
 
     def access_log(self) -> list[AccessLogEntry]:

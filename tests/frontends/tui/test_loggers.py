@@ -37,7 +37,7 @@ class IdleSession(Session):
     def stats(self):
         return self.pipeline.stats
 
-    def loggers(self):
+    def loggers(self, pod=None):
         return self.control
 
 
@@ -113,6 +113,9 @@ async def test_every_key_of_the_loggers_screen_is_on_an_80x24_screen(tmp_path):
         shown = " ".join(" ".join(lines).split())
         for b in LoggersScreen.BINDINGS:
             keys = "/".join("esc" if k == "escape" else k for k in b.key.split(","))
+            if b.action == "next_pod":  # one pod: no next one, and the key is not named
+                assert f"{keys} {b.description}" not in shown
+                continue
             assert f"{keys} {b.description}" in shown, (b.key, b.description, lines)
 
 

@@ -1,4 +1,4 @@
-"""Snapshots of the main screen, the opened detail and the help screen (pytest-textual-snapshot), over the lab's
+"""Snapshots of the main screen, the opened detail, the help screen and the counters pane (pytest-textual-snapshot), over the lab's
 recorded collision and its mixed framing recording, at 80x24 and 160x45 (issues 16 and 32: nothing essential is cut
 at either; below 100x30 one pane at a time).
 
@@ -15,7 +15,9 @@ import pytest
 from kubectl_meshdoctor.commands.analyze import FileSession
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.frontends.tui.screens import HelpScreen
+from kubectl_meshdoctor.frontends.tui.stats_pane import CountersScreen
 from kubectl_meshdoctor.sources.files import CaptureArg
+from kubectl_meshdoctor.sources.pod_inputs import pod_inputs
 
 from .test_app import wait_for
 from .test_triage import ready
@@ -67,3 +69,20 @@ def test_detail_opened(snap_compare, monkeypatch, size):
     monkeypatch.chdir(DATA)
     opened = _pressed("enter", lambda app: app.query_one("#detail-box").has_focus)
     assert snap_compare(_app(FRAMING), terminal_size=size, run_before=opened)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_counters_pane(snap_compare, monkeypatch, size):
+    """k over a pod's /stats before and after (real Envoy 1.40's, the refused recording's server): the stats that
+    moved between the dumps, the cluster failures red, the dumps named (issue 32 item 10)."""
+    monkeypatch.chdir(DATA)
+    app = MeshDoctorApp(FileSession(list(pod_inputs(["envoy-1.40-mesh/refused/server"]).files)))
+
+    async def run_before(pilot) -> None:
+        await wait_for(pilot, lambda: "files read" in str(pilot.app.query_one("#status").render()))
+        await pilot.pause(0.6)  # the panes offered are the final ones
+        await pilot.press("k")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CountersScreen) and pilot.app.screen.view)
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -13,7 +13,7 @@ from kubectl_meshdoctor.commands.analyze import FileSession, analyze
 from kubectl_meshdoctor.core.findings import Severity
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
-from kubectl_meshdoctor.frontends.tui.screens import KEYS, HelpScreen, PathPrompt
+from kubectl_meshdoctor.frontends.tui.screens import KEYS, HelpScreen, PathPrompt, offered_keys
 from kubectl_meshdoctor.frontends.tui.session import Session
 from kubectl_meshdoctor.sources.files import CaptureArg
 
@@ -161,7 +161,11 @@ async def test_help_lists_every_key_of_the_footer():
         for binding in app.BINDINGS:
             if binding.show:
                 assert f"  {binding.key_display or binding.key}" in text, binding
-        assert all(what in " ".join(text.split()) for _, _, what in KEYS)  # wrapped to the box
+        # every key the session offers, wrapped to the box: of the captures alone, none of the Envoy panes'
+        assert app.offered == frozenset()
+        flat, kept = " ".join(text.split()), {what for _, _, what in offered_keys(app.offered)}
+        assert all(what in flat for what in kept)
+        assert not [what for _, _, what in KEYS if what not in kept and what in flat]
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
         await pilot.press("q")
