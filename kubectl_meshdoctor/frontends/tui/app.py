@@ -474,7 +474,7 @@ class MeshDoctorApp(App[Report | None]):
         from .envoy import AccessLogScreen
 
         self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod(), self.session.redact,
-                                         self.session.access_logs))
+                                         self.session.access_logs, self.selected))
 
     async def action_quit_clean(self) -> None:
         """Stop the capture (the tcpdumps end in the pod) and leave once the session has wound down."""
