@@ -17,6 +17,7 @@ from kubectl_meshdoctor.core.findings import Evidence, Finding
 LANES = ("client", "eth0", "sidecar", "app (lo)")
 _X = (0, 12, 36, 60)  # lane columns inside the diagram; labels fit between eth0 and sidecar, sidecar and app
 _TIME_W = 10  # "+1234.567 " column on the left
+NOTE_INDENT = _TIME_W + 2  # where a note's text starts (after "⋮ "): a wrapped row or note goes on there
 
 
 @dataclass(frozen=True, slots=True)

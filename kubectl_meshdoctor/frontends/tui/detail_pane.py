@@ -17,6 +17,9 @@ from textual.containers import ScrollableContainer
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.groups import FindingGroup, GroupKey
 
+from ..hanging import Hanging
+from ..ladder import NOTE_INDENT
+from ..shown import block
 from .detail import finding_detail, finding_explanation, ladder_text
 from .plain import PlainStatic
 
@@ -59,12 +62,14 @@ class DetailPane(ScrollableContainer):
         if f is self._finding and line == self._line:
             return
         self._line = line
-        self.query_one("#detail", PlainStatic).update((line + "\n" if line else "") + finding_detail(f, redact))
+        # Wrapped where drawn, each wrapped line under its own text (issue 32); block(): the traffic's text escaped
+        self.query_one("#detail", PlainStatic).update(Hanging(block((line + "\n" if line else "")
+                                                                    + finding_detail(f, redact))))
         if f is self._finding:
             return
         self._finding = f
-        self.query_one("#ladder", PlainStatic).update(ladder_text(f))
-        self.query_one("#explain", PlainStatic).update(finding_explanation(f, redact))
+        self.query_one("#ladder", PlainStatic).update(Hanging(block(ladder_text(f)), NOTE_INDENT))
+        self.query_one("#explain", PlainStatic).update(Hanging(block(finding_explanation(f, redact)), prose=True))
         shown = (g.key if g is not None else None, g.instances.index(f) if g is not None and f in g.instances else 0)
         if shown != self._shown:
             self._shown = shown
