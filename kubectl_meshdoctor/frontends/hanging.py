@@ -13,7 +13,8 @@ from rich.measure import Measurement
 from rich.text import Text
 
 MORE = 2  # a continuation's indent beyond its line's own
-_WORD = re.compile(r"[^ ]+ *| +")
+# A word and the spaces after it; a `code span` (a command to copy) is one word: broken only when wider than a line.
+_WORD = re.compile(r"(?:`[^`]*`|`(?![^`]*`)|[^ `])+ *| +")
 
 
 def _chop(word: str, room: int) -> tuple[str, str]:

@@ -50,3 +50,10 @@ def test_prose_goes_on_at_the_edge_and_a_yaml_comment_as_a_comment():
     assert hang(nested, 30, prose=True)[1].startswith("#     ")
     value = "    sidecar.istio.io/interceptionMode: TPROXY plus more"
     assert hang(value, 30, prose=True)[1].startswith("      ")
+
+
+def test_a_code_span_is_one_word():
+    line = "  read it with `kubectl logs POD -c istio-proxy` and then more words"
+    out = hang(line, 40)
+    assert "`kubectl logs POD -c istio-proxy`" in "\n".join(out) and all(len(x) <= 40 for x in out)
+    assert hang("an odd ` backtick here", 10) == ["an odd `", "  backtick", "  here"]
