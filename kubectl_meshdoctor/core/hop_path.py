@@ -192,14 +192,14 @@ class FlagsLogger:
     caller_ip: str = ""
 
     def text(self) -> str:
-        """``UC, UF, URX are logged by the sidecar that opened this connection, the caller at 198.18.1.1, not by
+        """``UC, UF, URX are logged by the caller's sidecar at 198.18.1.1 (it opened this connection; ...), not by
         this pod's``, or ``UF is logged by this pod's sidecar``."""
         flags = ", ".join(self.flags)
         verb = "is" if len(self.flags) == 1 else "are"
         if not self.caller_ip:
             return f"{flags} {verb} logged by this pod's sidecar"
-        return f"{flags} {verb} logged by the sidecar that opened this connection, the caller at {self.caller_ip}, " \
-               f"not by this pod's"
+        return f"{flags} {verb} logged by the caller's sidecar at {self.caller_ip} (it opened this connection; a " \
+               f"caller without a sidecar logs none), not by this pod's"
 
 
 def flags_logger(f: Finding) -> FlagsLogger | None:

@@ -304,12 +304,14 @@ def logged_elsewhere(f: Finding | None, entries: list[AccessLogEntry], pod: str 
     if logger is None or any(set(logger.flags) & set(e.flags) for e in entries):
         return ""
     flags = ", ".join(logger.flags)
+    pod = (f.pod or pod) if pod else None  # of several pods watched, the finding's own
     these = f"pod/{pod}'s sidecar logged none" if pod else "the lines read carry none"
     head = f"The selected {f.detector} explains {flags}: {these}."
     if not logger.caller_ip:
-        return one_line(f"{head} This pod's sidecar logs them (its access log off, or not read yet?).")
+        return one_line(f"{head} This pod's sidecar logs them: none logged yet, or its access log is off.")
     ip = logger.caller_ip
     both = f"or watch both: kubectl meshdoctor watch pod/{pod} pod/POD" if pod else "and give analyze that log too"
-    return one_line(f"{head} The caller's sidecar at {ip} logs them (it opened the connection).") + "\n" + one_line(
+    return one_line(f"{head} The caller's sidecar at {ip} logs them (it opened the connection; a "
+                    f"caller without a sidecar logs none).") + "\n" + one_line(
         f"Read it: kubectl get pods -A --field-selector status.podIP={ip}, then kubectl logs -n NS POD -c "
         f"istio-proxy ({both})")

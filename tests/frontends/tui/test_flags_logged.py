@@ -61,7 +61,8 @@ async def test_the_pane_says_the_callers_sidecar_logs_the_collisions_flags(size)
         lines = await open_access_log(app, pilot)
         text = words(lines)
         assert "The selected tuple-collision explains UC, UF, URX: pod/collision's sidecar logged none." in text, text
-        assert "The caller's sidecar at 198.18.1.1 logs them (it opened the connection)." in text
+        assert "The caller's sidecar at 198.18.1.1 logs them (it opened the connection; a caller without a sidecar " \
+               "logs none)." in text
         assert "kubectl get pods -A --field-selector status.podIP=198.18.1.1, then kubectl logs -n NS POD -c " \
                "istio-proxy (or watch both: kubectl meshdoctor watch pod/collision pod/POD)" in text
         assert all(len(line) <= size[0] for line in lines)
@@ -95,8 +96,8 @@ async def test_the_detail_says_whose_log_has_the_flags():
             assert detail.scroll_y < detail.max_scroll_y, text
             await pilot.press("pagedown")
             await pilot.pause(0.1)
-        assert "access log: UC, UF, URX are logged by the sidecar that opened this connection, the caller at " \
-               "198.18.1.1, not by this pod's" in text, text
+        assert "access log: UC, UF, URX are logged by the caller's sidecar at 198.18.1.1 (it opened this connection; " \
+               "a caller without a sidecar logs none), not by this pod's" in text, text
         await pilot.press("q")
 
 
@@ -106,4 +107,21 @@ async def test_a_hostile_pod_name_is_shown_as_text():
         text = words(await open_access_log(app, pilot))
         assert "pod/col[/]li\\x1b[31msion[@click=app.quit]'s sidecar logged none" in text, text
         assert "\x1b" not in text and app.is_running
+        await pilot.press("q")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_flags_of_the_pods_own_sidecar_are_said_to_be_its_own(size):
+    """A framing error on lo is logged by the pod's own sidecar: with no line read (no log given), it says so."""
+    app = MeshDoctorApp(FileSession([CaptureArg.parse(str(DATA / f))
+                                     for f in ("lab-framing-mixed-eth0.pcap", "lab-framing-mixed-lo.pcap")]))
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "q quits" in screen_text(app, "#status") and app.selected is not None)
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, AccessLogScreen) and "explains" in words(shown(app)))
+        text = words(shown(app))
+        assert "0 access-log lines" in text
+        assert "The selected http-framing explains UPE: the lines read carry none. This pod's sidecar logs them: " \
+               "none logged yet, or its access log is off." in text, text
+        assert "field-selector" not in text
         await pilot.press("q")
