@@ -32,7 +32,7 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compile_format
 from kubectl_meshdoctor.exit_codes import by_signal
-from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.report import rendered_for
 from kubectl_meshdoctor.frontends.tui.session import ACCESS_LOG as LOG_PANE
 from kubectl_meshdoctor.frontends.tui.session import CLUSTERS as CLUSTERS_PANE
 from kubectl_meshdoctor.frontends.tui.session import COUNTERS as COUNTERS_PANE
@@ -473,5 +473,5 @@ def run(args) -> int:
         if not stopped_by:
             raise
         return by_signal(stopped_by[0])
-    sys.stdout.write(RENDERERS[args.output](report))
+    sys.stdout.write(rendered_for(args.output, report, sys.stdout))
     return report.exit_code()

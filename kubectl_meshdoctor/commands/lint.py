@@ -13,7 +13,7 @@ from kubectl_meshdoctor.kube.client import KubeError, KubeOptions, api_call, con
 from kubectl_meshdoctor.kube.manifests import pods_of_file
 from kubectl_meshdoctor.kube.target import Target, resolve_pods
 from kubectl_meshdoctor.lint import lint_pods
-from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.report import rendered_for
 
 
 def _lint_file(args) -> int:
@@ -31,7 +31,7 @@ def _lint_file(args) -> int:
             where = "stdin" if args.filename == "-" else args.filename
             return error(f"{where}: pod {name} is not a Pod the API server would accept ({type(e).__name__}: {e})")
     report = Report(LintSource(tuple(names)), PipelineStats(), findings)
-    sys.stdout.write(RENDERERS[args.output](report))
+    sys.stdout.write(rendered_for(args.output, report, sys.stdout))
     return report.exit_code()
 
 
@@ -59,5 +59,5 @@ def run(args) -> int:
     findings = lint_pods([serialize(p) for p in pods])
     names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods]
     report = Report(LintSource(tuple(names)), PipelineStats(), findings)
-    sys.stdout.write(RENDERERS[args.output](report))
+    sys.stdout.write(rendered_for(args.output, report, sys.stdout))
     return report.exit_code()

@@ -12,7 +12,7 @@ from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.exit_codes import EXIT_OK, EXIT_USAGE
 from kubectl_meshdoctor.frontends.evidence_pcap import save_evidence
-from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.report import rendered_for
 from kubectl_meshdoctor.frontends.shown import one_line
 from kubectl_meshdoctor.frontends.tui.session import Session
 
@@ -55,7 +55,7 @@ def run_session(session: Session, output: str, abandon: Callable[[], None] | Non
             return EXIT_OK
         for p in report.problems:
             sys.stderr.write(f"problem: {one_line(p.line())}\n")
-        sys.stdout.write(RENDERERS[output](report))
+        sys.stdout.write(rendered_for(output, report, sys.stdout))
         sys.stdout.flush()
     except OSError:  # the terminal is gone (SIGHUP): nobody is left to read it, and that is no error of ours
         pass

@@ -177,3 +177,46 @@ def hop_of(f: Finding) -> Hop | None:
     if leg is None and isinstance(flow, NoFlow) and flow.kind == COUNTER and role:
         leg = SERVER_TO_APP if role == "server" else CALLER_TO_SERVER
     return Hop(leg, f.pod, role, mtls and leg == CALLER_TO_SERVER, also) if leg else None
+
+
+@dataclass(frozen=True, slots=True)
+class FlagsLogger:
+    """Whose sidecar writes the access-log lines that carry a finding's response ``flags``: the finding's own pod's
+    (``caller_ip`` empty), or the one that opened the finding's eth0 connection, a caller at ``caller_ip``.
+
+    Envoy sets an upstream flag (UC, UF, URX, UPE, ...) on the line of the sidecar whose upstream failed: for a
+    connection this pod accepted on eth0 that is the downstream caller's sidecar, and this pod's log has none
+    of it (Envoy's access-log response flags, docs/root/configuration/observability/access_log/usage.rst)."""
+
+    flags: tuple[str, ...]
+    caller_ip: str = ""
+
+    def text(self) -> str:
+        """``UC, UF, URX are logged by the caller's sidecar at 198.18.1.1 (it opened this connection; ...), not by
+        this pod's``, or ``UF is logged by this pod's sidecar``."""
+        flags = ", ".join(self.flags)
+        verb = "is" if len(self.flags) == 1 else "are"
+        if not self.caller_ip:
+            return f"{flags} {verb} logged by this pod's sidecar"
+        return f"{flags} {verb} logged by the caller's sidecar at {self.caller_ip} (it opened this connection; a " \
+               f"caller without a sidecar logs none), not by this pod's"
+
+
+def flags_logger(f: Finding) -> FlagsLogger | None:
+    """Whose access log carries ``f``'s response flags (``FlagsLogger``); None for a finding of no flag. On eth0 the
+    connection's client logs an upstream flag unless the pod is that client (``details["end"]`` "client"); a
+    downstream flag (DC, DPE, NR) is the accepting sidecar's own."""
+    if not f.envoy_flags:
+        return None
+    flow = f.flow
+    upstream = any(flag not in DOWNSTREAM_FLAGS for flag in f.envoy_flags)
+    if isinstance(flow, FlowRef) and flow.iface == "eth0" and upstream and f.details.get("end") != "client" \
+            and flow.client != "-":
+        return FlagsLogger(f.envoy_flags, flow.client.rsplit(":", 1)[0].strip("[]"))
+    return FlagsLogger(f.envoy_flags)
+
+
+def quotes_flags(f: Finding) -> bool:
+    """Whether an access-log line ``f`` quotes carries one of its response flags."""
+    wanted = set(f.envoy_flags)
+    return any(e is not None and wanted & set(e.flags) for e in map(parse_line, f.access_log))

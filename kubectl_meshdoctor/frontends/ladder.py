@@ -20,6 +20,7 @@ _X = (0, 12, 36, 60)  # lane columns inside the diagram; labels fit between eth0
 _TIME_W = 10  # "+1234.567 " column on the left
 _NAME_W = 32  # a row's evidence name at most ("#145 challenge ACK"); the evidence list carries the whole text
 _MIN_LANES = 40  # narrower, a label between two lanes would be cut to nothing: the diagram scrolls instead
+NOTE_INDENT = _TIME_W + 2  # where a note's text starts (after "⋮ "): a wrapped row or note goes on there
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,12 @@
 """Sinks that render a finished run's report (core/report_model.py): ``-o json`` (the stable contract of
-docs/DESIGN.md), ``-o text`` and ``-o markdown``."""
+docs/DESIGN.md), ``-o text`` and ``-o markdown``. ``-o text`` to a terminal is wrapped to its width
+(``rendered_for``); piped, or to a file, it is as ``RENDERERS`` give it."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import textwrap
 import time
 from collections import Counter
@@ -27,6 +29,7 @@ from kubectl_meshdoctor.core.report_model import (
     group_pods,
 )
 
+from .hanging import hang
 from .ladder import render_ladder
 from .shown import block
 
@@ -174,10 +177,18 @@ def _whose(pod: str | None, name: str, sharing: Counter) -> str:
     return "the run's" if n < 2 else f"the run's, for all {n} problems that name it"
 
 
-def render_text(report: Report) -> str:
+class _Verbatim(str):
+    """A line of the text report never wrapped: a fix's YAML (its comments but as comments), a quoted log line
+    (copied and searched for as is: a terminal's own soft wrap keeps a long line one line when copied)."""
+
+
+def render_text(report: Report, width: int | None = None) -> str:
     """A report a person reads in a terminal: one block per problem (group of alike findings), most severe
     first, each a screenful at most: how often and when, the newest instance in full, a few others by flow,
-    the run's counters once, the explanation and the fix once."""
+    the run's counters once, the explanation and the fix once. ``width``: a terminal's columns, every line
+    wrapped to it with a hanging indent (``frontends.hanging``) but a fix's YAML and the quoted log lines, and
+    its control bytes escaped; None (piped, a file): the explanations wrapped to TEXT_WIDTH, the rest as is."""
+    prose = min(width, TEXT_WIDTH) if width else TEXT_WIDTH
     lines = [_headline(report), *filter(None, [verdict(report)]), *_pods_read(report)]
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
@@ -210,11 +221,11 @@ def render_text(report: Report) -> str:
         for e in f.evidence:  # a multi-line value (a YAML annotation) stays under its own line
             lines.append(f"      evidence: {e.cited()}".replace("\n", "\n" + " " * 16))
         for line in f.access_log:
-            lines.append(f"      access log: {line}")
+            lines.append(_Verbatim(f"      access log: {line}"))
         quoted = {e.frame for e in f.evidence if e.kind == ENVOY_LOG}
         own = [line for line in f.envoy_log][:ENVOY_LINES_SHOWN] if not quoted else []
         for line in own:  # the lines a packet finding's request left in Envoy's debug log
-            lines.append(f"      envoy log: {line}")
+            lines.append(_Verbatim(f"      envoy log: {line}"))
         if len(f.envoy_log) > len(own) and own:
             lines.append(f"      envoy log: ... {len(f.envoy_log) - len(own)} more line(s) (-o json has them)")
         others = [i for i in g.instances if i is not f][-OTHERS_LISTED:]
@@ -223,32 +234,52 @@ def render_text(report: Report) -> str:
                                for o in reversed(others))
             more = g.count - 1 - len(others)
             lines += textwrap.wrap(f"{listed}" + (f" and {more} more (-o json lists every one)" if more else ""),
-                                   TEXT_WIDTH, initial_indent="  also: ", subsequent_indent="        ",
+                                   prose, initial_indent="  also: ", subsequent_indent="        ",
                                    break_on_hyphens=False, break_long_words=False)
         for name, value in sorted(g.counters.items()):
             lines.append(f"  counter ({_whose(f.pod, name, sharing)}): {name} {value:+}")
         if f.explanation:  # wrapped: a screenful per problem in a terminal, not one line 1,000 columns wide
-            lines += textwrap.wrap(f.explanation, TEXT_WIDTH, initial_indent="  why: ", subsequent_indent="       ",
-                                   break_on_hyphens=False, break_long_words=False)
-        lines += _fix_lines(f)
+            lines += hang(f"  why: {f.explanation}", prose, indent=7) if width else \
+                textwrap.wrap(f.explanation, prose, initial_indent="  why: ", subsequent_indent="       ",
+                              break_on_hyphens=False, break_long_words=False)
+        lines += _fix_lines(f, prose)
+    if width:  # each line's own escapes first: they widen it
+        lines = [part for line in lines for one in line.split("\n") for part in _wrapped(line, block(one), width)]
     return "\n".join(lines) + "\n"
 
 
-def _fix_lines(f: Finding) -> list[str]:
+def _wrapped(line: str, one: str, width: int) -> list[str]:
+    """``one`` (a line of ``line``) wrapped to ``width``: a _Verbatim line kept whole, but for a YAML comment,
+    which goes on as a comment (``#   ...``: the fix still parses, a `command` in it stays on one line)."""
+    if not isinstance(line, _Verbatim):
+        return hang(one, width)
+    return hang(one, width, prose=True) if one.lstrip().startswith("#") else [one]
+
+
+def rendered_for(output: str, report: Report, stream) -> str:
+    """``report`` as ``-o output`` for ``stream``: ``-o text`` to a terminal wrapped to its width
+    (shutil.get_terminal_size: $COLUMNS, else the terminal's), anything else as ``RENDERERS`` give it, so a
+    pipe, a file and the golden reports read as before."""
+    if output == "text" and stream.isatty():
+        return render_text(report, max(shutil.get_terminal_size().columns, 40))
+    return RENDERERS[output](report)
+
+
+def _fix_lines(f: Finding, width: int = TEXT_WIDTH) -> list[str]:
     """The text report's fix: the first fix in full (it keeps the most), the others by name, so that a problem
-    stays a screenful; markdown and JSON give every fix's YAML."""
+    stays a screenful; markdown and JSON give every fix's YAML. Its YAML and notes (commands) are _Verbatim."""
     if not f.fixes or (f.remediation and not f.remediation.startswith(render(f.fixes))):  # the detector's own text
-        return ["  fix:", *("    " + ln for ln in f.remediation.splitlines())] if f.remediation else []
+        return ["  fix:", *(_Verbatim("    " + ln) for ln in f.remediation.splitlines())] if f.remediation else []
     first, n = f.fixes[0], len(f.fixes)
-    wrap = dict(width=TEXT_WIDTH, subsequent_indent="      ", break_on_hyphens=False, break_long_words=False)
+    wrap = dict(width=width, subsequent_indent="      ", break_on_hyphens=False, break_long_words=False)
     lines = textwrap.wrap(f"fix: 1 of {n} ({first.name}), {first.title}", initial_indent="  ", **wrap)
     lines += textwrap.wrap(f"keeps: {first.keeps}; costs: {first.costs}", initial_indent="    ", **wrap)
-    lines += ["    " + ln for ln in first.text.splitlines()]
+    lines += [_Verbatim("    " + ln) for ln in first.text.splitlines()]
     for i, fix in enumerate(f.fixes[1:], start=2):
         lines += textwrap.wrap(f"or {i} of {n} ({fix.name}), {fix.title}", initial_indent="  ", **wrap)
     if n > 1:
         lines.append("  (-o markdown or -o json: every fix, with what it keeps and costs)")
-    lines += ["    " + ln for ln in note_of(f.remediation, f.fixes).splitlines()]
+    lines += [_Verbatim("    " + ln) for ln in note_of(f.remediation, f.fixes).splitlines()]
     return lines
 
 

@@ -21,7 +21,7 @@ from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, container_spec, new_con
 from kubectl_meshdoctor.kube.rbac import WATCH_PERMISSIONS, preflight, role_yaml
 from kubectl_meshdoctor.kube.target import capturable_pods, describe_targets, parse_targets
 from kubectl_meshdoctor.private_dirs import remove_stale_private_dirs
-from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.frontends.report import rendered_for
 from kubectl_meshdoctor.frontends.shown import one_line
 
 
@@ -179,7 +179,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
             ticker.cancel()
         for p in report.problems:
             sys.stderr.write(f"problem: {one_line(p.line())}\n")
-        sys.stdout.write(RENDERERS[output](report))
+        sys.stdout.write(rendered_for(output, report, sys.stdout))
         if not ended:
             leave_now(report.exit_code())  # the threads the API server holds are not waited for
         return report.exit_code()

@@ -34,7 +34,7 @@ from .signals import WIND_DOWN_S, StopSignals
 from .status_line import status_text
 from .findings_list import FindingsList, FindingsTable
 from .pod_names import fill_pods, pod_rows
-from .packet_filter import FilterError, PacketFilter, of_finding
+from .packet_filter import FilterError, PacketFilter, of_selected
 from ..shown import one_line
 from .plain import PlainStatic, PlainTable
 from .session import Session, SessionHooks
@@ -43,12 +43,6 @@ PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match)
 NARROW = 110  # below this many columns the panes stack
 # Below either, one pane at a time (issue 32: at 80x24 the detail had 4 lines): the list, Enter the detail, Esc back.
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
-
-
-def _on_wire(f: Finding) -> str:
-    """What of the wire the packets pane shows for ``f``: its client on its interface, else what it is about."""
-    conn = f.connection
-    return f"{conn.client} on {conn.iface}" if conn is not None and conn.iface else f.flow.text(labelled=False)
 
 
 class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
@@ -293,8 +287,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         if self.packet_filter.text:
             title, keep = f"filter: {self.packet_filter.text}", self.packet_filter.matches
         elif self.selected is not None:
-            f = self.selected
-            title, keep = f"packets of the selected finding ({_on_wire(f)})", (lambda ev: of_finding(f, ev))
+            title, keep = of_selected(self.selected)
         else:
             title, keep = "latest packets analysed", (lambda ev: True)
         rows = [ev for ev in packets if keep(ev)][-PACKET_ROWS:]
@@ -313,7 +306,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         t0 = min(firsts) if firsts else (rows[0].ts if rows else 0.0)
         table = self.query_one("#packets", DataTable)
         table.clear()
-        evidence = {(e.source, e.frame) for e in self.selected.evidence} if self.selected else set()
+        evidence = {(e.source, e.frame) for e in self.selected.evidence if e.kind == PACKET} if self.selected else set()
         for ev in rows:
             info = redact_target(ev.http.start_line, self.session.redact) if ev.http else ""
             style = "bold" if (ev.source, ev.frame) in evidence else ""

@@ -4,7 +4,7 @@ the fix. Plain text (PlainStatic shows it, never as markup: titles carry bracket
 from __future__ import annotations
 
 from kubectl_meshdoctor.core.findings import Finding
-from kubectl_meshdoctor.core.hop_path import hop_of
+from kubectl_meshdoctor.core.hop_path import flags_logger, hop_of, quotes_flags
 from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS, SENSITIVE_QUERY_PARAMS
 from kubectl_meshdoctor.frontends.ladder import render_ladder
 
@@ -23,6 +23,8 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
     lines.append("evidence:")
     lines += [f"  {e.cited()}" for e in f.evidence]  # each by its kind: frame, line, counter, spec field
     lines += [f"  access log: {line}" for line in f.access_log]
+    if (logger := flags_logger(f)) is not None and logger.caller_ip and not quotes_flags(f):
+        lines.append(f"  access log: {logger.text()}")  # the pod's own log has none of them: say whose has
     lines += [f"  counter: {name} {value:+}" for name, value in sorted(f.counters.items())]
     return "\n".join(lines)
 

@@ -17,6 +17,9 @@ from textual.containers import ScrollableContainer
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.groups import FindingGroup, GroupKey
 
+from ..hanging import Hanging
+from ..ladder import NOTE_INDENT
+from ..shown import block
 from .detail import finding_detail, finding_explanation, ladder_text
 from .plain import PlainStatic
 
@@ -60,13 +63,15 @@ class DetailPane(ScrollableContainer):
         if f is self._finding and line == self._line:
             return
         self._line = line
-        self.query_one("#detail", PlainStatic).update((line + "\n" if line else "") + finding_detail(f, redact))
+        # Wrapped where drawn, each wrapped line under its own text (issue 32); block(): the traffic's text escaped
+        self.query_one("#detail", PlainStatic).update(Hanging(block((line + "\n" if line else "")
+                                                                    + finding_detail(f, redact))))
         if f is self._finding:
             return
         self._finding = f
         self._ladder_width = None
         self._fit_ladder()
-        self.query_one("#explain", PlainStatic).update(finding_explanation(f, redact))
+        self.query_one("#explain", PlainStatic).update(Hanging(block(finding_explanation(f, redact)), prose=True))
         shown = (g.key if g is not None else None, g.instances.index(f) if g is not None and f in g.instances else 0)
         if shown != self._shown:
             self._shown = shown
@@ -79,7 +84,8 @@ class DetailPane(ScrollableContainer):
         if self._finding is None or width <= 0 or width == self._ladder_width:
             return
         self._ladder_width = width
-        self.query_one("#ladder", PlainStatic).update(ladder_text(self._finding, width))
+        # fitted, its rows stand whole; below the narrowest lanes a row goes on under its time column
+        self.query_one("#ladder", PlainStatic).update(Hanging(block(ladder_text(self._finding, width)), NOTE_INDENT))
 
     def on_resize(self, event) -> None:
         self.call_after_refresh(self._fit_ladder)  # the scrollbars' room is known after the layout

@@ -16,6 +16,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.hop_path import flags_logger
 from kubectl_meshdoctor.core.redact import redact_target
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import Cluster
@@ -160,16 +162,21 @@ LOG_COLUMNS = ("time", "code", "flags", "details", "upstream host", "request")
 class AccessLogScreen(Screen):
     """The access-log lines followed so far, newest first; ``/`` filters by flag or any text of the line. With
     several pods (``by_pod``: Session.access_logs) each row starts with its pod's short name, and `p` shows one
-    pod's lines, the next's, then every pod's again."""
+    pod's lines, the next's, then every pod's again. Opened on a ``finding`` with response flags that no line read
+    carries, its status says whose sidecar logs them and how to read that log (``logged_elsewhere``)."""
 
     BINDINGS = [Binding("escape,a", "app.pop_screen", "back"), Binding("slash", "filter", "filter"),
                 Binding("p", "next_pod", "next pod")]
-    CSS = "#log-status { height: auto; padding: 0 1; background: $boost; }"
+    # The table takes what is left: a table of its own height scrolled the screen, the status out of sight.
+    CSS = "#log-status { height: auto; padding: 0 1; background: $boost; }\n#access-log { height: 1fr; }"
 
     def __init__(self, entries: Callable[[], list[AccessLogEntry]], pod: str | None, redact: bool = True,
-                 by_pod: Callable[[], dict[str, list[AccessLogEntry]]] | None = None) -> None:
-        """``pod``: whose sidecar wrote the lines; None for the logs ``analyze --tui`` was given."""
+                 by_pod: Callable[[], dict[str, list[AccessLogEntry]]] | None = None,
+                 finding: Finding | None = None) -> None:
+        """``pod``: whose sidecar wrote the lines; None for the logs ``analyze --tui`` was given. ``finding``: the
+        one selected when the pane was opened."""
         super().__init__()
+        self.finding = finding
         self.entries = entries
         self.by_pod = by_pod or (lambda: {})
         self.pod = pod
@@ -245,8 +252,10 @@ class AccessLogScreen(Screen):
         if len(self._pods) > 1:
             pods = (f"pod/{one_line(self.only)} (p: next pod): " if self.only is not None
                     else f"{len(self._pods)} pods (p: one pod's lines): ")
+        note = logged_elsewhere(self.finding, [*self.entries(), *(e for v in self.by_pod().values() for e in v)],
+                                self.pod)
         self.query_one("#log-status", Static).update(
-            f"{pods}{total} access-log lines, {failing} with response flags{filt}")
+            f"{pods}{total} access-log lines, {failing} with response flags{filt}" + (f"\n{note}" if note else ""))
 
     def action_filter(self) -> None:
         self.query_one("#log-filter", Input).focus()
@@ -256,3 +265,24 @@ class AccessLogScreen(Screen):
         self.filter_text = event.value
         self.query_one("#access-log", DataTable).focus()
         self.refresh_entries(force=True)
+
+
+def logged_elsewhere(f: Finding | None, entries: list[AccessLogEntry], pod: str | None) -> str:
+    """For a selected finding ``f`` whose response flags no line of ``entries`` carries: which flags it explains,
+    that the lines read have none, whose sidecar logs them (core.hop_path.flags_logger) and how to read that log;
+    "" when a line carries one, or ``f`` has no flag. ``pod``: the pod whose log this is (None: files given)."""
+    logger = flags_logger(f) if f is not None else None
+    if logger is None or any(set(logger.flags) & set(e.flags) for e in entries):
+        return ""
+    flags = ", ".join(logger.flags)
+    pod = (f.pod or pod) if pod else None  # of several pods watched, the finding's own
+    these = f"pod/{pod}'s sidecar logged none" if pod else "the lines read carry none"
+    head = f"The selected {f.detector} explains {flags}: {these}."
+    if not logger.caller_ip:
+        return one_line(f"{head} This pod's sidecar logs them: none logged yet, or its access log is off.")
+    ip = logger.caller_ip
+    both = f"or watch both: kubectl meshdoctor watch pod/{pod} pod/POD" if pod else "and give analyze that log too"
+    return one_line(f"{head} The caller's sidecar at {ip} logs them (it opened the connection; a "
+                    f"caller without a sidecar logs none).") + "\n" + one_line(
+        f"Read it: kubectl get pods -A --field-selector status.podIP={ip}, then kubectl logs -n NS POD -c "
+        f"istio-proxy ({both})")

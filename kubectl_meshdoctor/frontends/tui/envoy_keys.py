@@ -67,7 +67,7 @@ class EnvoyPaneKeys:
         from .envoy import AccessLogScreen
 
         self.push_screen(AccessLogScreen(self.session.access_log, self.session.pod(), self.session.redact,
-                                         self.session.access_logs))
+                                         self.session.access_logs, self.selected))
 
     def action_counters(self) -> None:
         from .stats_pane import CountersScreen

@@ -5,10 +5,11 @@ Plain functions over PacketEvents, so the TUI only renders what they select."""
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.core.events import PacketEvent
-from kubectl_meshdoctor.core.findings import Finding
+from kubectl_meshdoctor.core.findings import PACKET, Finding
 
 _FLAG_CHARS = frozenset("SFRP.")
 HELP = "terms, all must match: an ip, a port, flags (S F R P . e.g. R or S.), lo/eth0, frame:N; key:value works too"
@@ -102,3 +103,16 @@ def of_finding(f: Finding, ev: PacketEvent) -> bool:
             return True
     conn = f.connection  # a finding of no connection (a spec's, the counters') has only its evidence frames
     return conn is not None and ev.iface == conn.iface and conn.client in (ev.src_endpoint, ev.dst_endpoint)
+
+
+def of_selected(f: Finding) -> tuple[str, Callable[[PacketEvent], bool]]:
+    """The packets pane's title and filter for the selected finding ``f``: its packets (``of_finding``: its
+    client on its interface, else what it is about); for a finding of no connection and no packet evidence (a
+    pod's spec, Envoy's counters) the latest packets, said so, rather than an empty pane titled by a placeholder
+    flow (issue 32)."""
+    conn = f.connection
+    if conn is None and not any(e.kind == PACKET for e in f.evidence):
+        return f"selected: {f.flow.text(labelled=False)}, no packets of its own; latest packets analysed", \
+            (lambda ev: True)
+    where = f"{conn.client} on {conn.iface}" if conn is not None and conn.iface else f.flow.text(labelled=False)
+    return f"packets of the selected finding ({where})", (lambda ev: of_finding(f, ev))

@@ -30,7 +30,9 @@ async def wait_for(pilot, condition, seconds: float = 30.0) -> None:
 
 
 def screen_text(app, selector: str) -> str:
-    return str(app.query_one(selector, Static).render())
+    """The pane's text: a Rich renderable's as given (the detail's Hanging: unwrapped), else as rendered."""
+    pane = app.query_one(selector, Static)
+    return str(pane.content) if hasattr(pane.content, "__rich_console__") else str(pane.render())
 
 
 async def test_findings_appear_with_counts_and_detail_then_q_quits():

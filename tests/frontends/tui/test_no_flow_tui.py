@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
-from kubectl_meshdoctor.commands.analyze import analyze
+from kubectl_meshdoctor.commands.analyze import FileSession, analyze
 from kubectl_meshdoctor.core.findings import COUNTER, SPEC, Finding
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.core.report_model import LintSource, Report
@@ -20,6 +20,7 @@ from kubectl_meshdoctor.frontends.tui.session import Session
 from kubectl_meshdoctor.sources.files import CaptureArg
 
 from .test_app import screen_text, wait_for
+from .test_small_screen import shown, words
 
 ROOT = Path(__file__).resolve().parent.parents[2]
 PLACEHOLDERS = ("frame 0", "- ->", "-> -", " on \n", "line 0")
@@ -99,3 +100,39 @@ async def test_a_spec_finding_shows_no_flow_and_names_its_fields(size):
 @pytest.mark.parametrize("size", [(80, 24), (160, 45)])
 async def test_a_counter_finding_shows_no_flow_and_names_its_counters(size):
     await check_each_finding(await counter_findings(), size, COUNTER, "Envoy's counters")
+
+
+class AlsoSpec(FileSession):
+    """The lab's collision recording, and the pod's spec findings lint gives at a watch's start."""
+
+    def __init__(self, spec: list[Finding]) -> None:
+        super().__init__([CaptureArg.parse(str(ROOT / "tests" / "data" / f))
+                          for f in ("lab-collision-eth0.pcap", "lab-collision-lo.pcap")])
+        self.spec = spec
+
+    async def run(self, hooks):
+        for f in self.spec:
+            hooks.on_finding(f)
+        return await super().run(hooks)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_packets_pane_of_a_spec_finding_says_it_has_none_and_shows_the_latest(size):
+    app = MeshDoctorApp(AlsoSpec(spec_findings()))
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "q quits" in screen_text(app, "#status") and app.list.up_to_date())
+        while app.selected.connection is not None:  # the collision (an error) first, then the spec's warnings
+            await pilot.press("down")
+            await pilot.pause(0.1)
+        f = app.selected
+        if app.compact():
+            await pilot.press("slash")  # the packets pane, full screen
+        table = app.query_one("#packets", DataTable)
+        await wait_for(pilot, lambda: table.row_count > 0)
+        await pilot.pause(0.2)
+        text = words(shown(app))
+        assert f"selected: {f.flow.server} (the pod's spec: no connection), no packets of its own; latest packets " \
+               f"analysed: {table.row_count} packets" in text, text
+        assert table.row_count == len(app.session.packets())  # the latest, every one the run keeps
+        assert "evidence in bold" not in text and "frame 0" not in text and "- on" not in text
+        await pilot.press("q")
