@@ -18,7 +18,7 @@ from kubectl_meshdoctor.core.findings import Evidence, Finding
 LANES = ("client", "eth0", "sidecar", "app (lo)")
 _X = (0, 12, 36, 60)  # lane columns inside the diagram; labels fit between eth0 and sidecar, sidecar and app
 _TIME_W = 10  # "+1234.567 " column on the left
-_NAME_W = 32  # a row's evidence name at most ("#145 challenge ACK"); the evidence list carries the whole text
+_NAME_W = 32  # a row's evidence name at most (after its "#145 "); the evidence list carries the whole text
 _MIN_LANES = 40  # narrower, a label between two lanes would be cut to nothing: the diagram scrolls instead
 NOTE_INDENT = _TIME_W + 2  # where a note's text starts (after "⋮ "): a wrapped row or note goes on there
 
@@ -79,7 +79,7 @@ def _name(arrow: Arrow) -> str:
     what = arrow.what.split(" (")[0].split(", ")[0]  # its name; the evidence list carries the rest
     if arrow.record and not what.startswith(arrow.record):  # the frame's TLS record leads: the label has no room
         what = f"{arrow.record}: {what}"
-    return f"#{arrow.frame} {what}"[:_NAME_W]
+    return f"#{arrow.frame} {what[:_NAME_W]}"
 
 
 def _row(arrow: Arrow, lanes: tuple[int, ...]) -> str:

@@ -111,16 +111,21 @@ async def test_a_hostile_pod_name_is_shown_as_text():
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 45)])
-async def test_flags_of_the_pods_own_sidecar_are_said_to_be_its_own(size):
-    """A framing error on lo is logged by the pod's own sidecar: with no line read (no log given), it says so."""
+async def test_flags_of_the_pods_own_sidecar_are_said_to_be_its_own(size, tmp_path):
+    """A framing error on lo is logged by the pod's own sidecar: with a log given that holds none of its lines (only
+    200s), it says so. (Captures alone offer no access-log pane: there is no log to show.)"""
+    healthy = DATA / "envoy-1.40-mesh" / "healthy" / "server" / "istio-proxy.log"
+    ok = [line for line in healthy.read_text().splitlines() if line.startswith("[20") and '" 200 ' in line]
+    (tmp_path / "access.log").write_text("\n".join(ok) + "\n")
     app = MeshDoctorApp(FileSession([CaptureArg.parse(str(DATA / f))
-                                     for f in ("lab-framing-mixed-eth0.pcap", "lab-framing-mixed-lo.pcap")]))
+                                     for f in ("lab-framing-mixed-eth0.pcap", "lab-framing-mixed-lo.pcap")]
+                                    + [CaptureArg.parse(str(tmp_path / "access.log"))]))
     async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: "q quits" in screen_text(app, "#status") and app.selected is not None)
         await pilot.press("a")
         await wait_for(pilot, lambda: isinstance(app.screen, AccessLogScreen) and "explains" in words(shown(app)))
         text = words(shown(app))
-        assert "0 access-log lines" in text
+        assert f"{len(ok)} access-log lines" in text, text
         assert "The selected http-framing explains UPE: the lines read carry none. This pod's sidecar logs them: " \
                "none logged yet, or its access log is off." in text, text
         assert "field-selector" not in text
