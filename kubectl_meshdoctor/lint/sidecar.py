@@ -6,9 +6,10 @@ from __future__ import annotations
 import yaml
 
 from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core import remedies
 from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_STATUS, SIDECAR, PodView, indented, json_key, rule
+from .podview import ANN_PROXY_CONFIG, ANN_STATUS, SIDECAR, PodView, json_key, rule
 
 ANN_INJECT = "sidecar.istio.io/inject"  # a label (the annotation of that name is its deprecated form)
 
@@ -170,16 +171,7 @@ def hold_application(pv: PodView) -> list[Finding]:
         explanation += (f" Its {ANN_PROXY_CONFIG} annotation is not a ProxyConfig mapping in YAML, which Istio's "
                         f"injector refuses (ApplyProxyConfig), so the pod was injected before it was set.")
     value = yaml.safe_dump(cfg, default_flow_style=False, sort_keys=False).rstrip("\n")
-    fixes = (Fix(
-        "hold-application", f"start the app only once {SIDECAR} is ready",
-        "the whole mesh",
-        "the app starts a second or two later (once Envoy has its configuration); the pods are recreated to "
-        "apply it (mesh-wide instead: meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true)"
-        + ("; the annotation's current value is not a ProxyConfig mapping (the injector refuses such a pod), so "
-           "this replaces it: write back what it meant" if invalid else ""),
-        yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
-             f"    {ANN_PROXY_CONFIG}: |-\n{indented(value, 6)}",  # |-: the value as the lab applies it
-        annotations=((ANN_PROXY_CONFIG, value),)),)
+    fixes = (remedies.hold_application(value, replaces_invalid=invalid),)
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation,
                        render(fixes, note=pv.recreate_note()), fixes=fixes,
                        annotation_asks=asked, annotation_invalid=invalid)]

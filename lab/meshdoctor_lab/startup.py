@@ -1,0 +1,201 @@
+"""A pod's start as the kubelet orders it, with real Envoy as its sidecar: the startup-ordering class.
+
+The pod namespace holds istio-init's outbound rules (netns.istio_outbound_rules: every TCP connection of the app
+REDIRECTed to 15001), an app that calls a server in the next namespace from the moment it starts, and the
+sidecar: real Envoy with the lab's ``virtualOutbound`` listener on 15001 and PassthroughCluster (bootstrap.py).
+The orders (``ORDERS``), after the kubelet (kubelet kuberuntime_manager.go SyncPod; KEP-753):
+
+- ``classic``: containers start one after the other without waiting for any, app first (the injector appends
+  istio-proxy last when nothing holds the app): the app's first calls race Envoy's start.
+- ``held``: holdApplicationUntilProxyStarts: istio-proxy first, and its postStart ``pilot-agent wait`` blocks the
+  next container until the proxy is ready (pilot-agent polls its readiness, which asks Envoy's admin
+  ``/ready``: LIVE once the static listeners are bound).
+- ``native``: istio-proxy as an init container with restartPolicy Always: the kubelet starts it and waits for its
+  startupProbe (the same readiness) before the app containers.
+
+Run as root: ``python -m meshdoctor_lab.startup OUTDIR --prefix P --order classic`` records ``lo.pcap``,
+``eth0.pcap``, ``nstat.txt`` (the pod namespace's kernel counters that moved) and ``app.log`` (one line per
+call: ``ok`` or the errno's name) in OUTDIR, then removes its namespaces and processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshdoctor_lab import istio_proxy, netns
+from meshdoctor_lab.bootstrap import egress_clusters, sidecar_bootstrap, virtual_outbound
+from meshdoctor_lab.captures import Interface, capturing
+from meshdoctor_lab.sidecar_settings import SidecarSettings
+from meshdoctor_lab.state import LabError
+
+ORDERS = ("classic", "held", "native")
+SERVER_PORT = 5000
+READY_URL = "http://127.0.0.1:15000/ready"  # Envoy admin: 200 "LIVE" once initialized
+READY_WITHIN_S = 20.0
+POLL_S = 0.05  # pilot-agent wait polls every 500 ms; the startupProbe every second: faster here, same order
+CALLS = 60
+CALL_PERIOD_S = 0.02
+PROCESS_EXIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class StartupRun:
+    """What one start recorded: the app's call results in order, the kernel counters that moved, and when the
+    app and the sidecar started (epoch seconds)."""
+
+    calls: tuple[str, ...]
+    counters: dict[str, int]
+    app_started: float
+    sidecar_started: float
+
+
+# The app: COUNT connects to HOST:PORT every PERIOD s, one line each on stdout (ok, or the errno's name).
+_APP = """\
+import errno, socket, sys, time
+for _ in range({count}):
+    with socket.socket() as s:
+        s.settimeout(2.0)
+        try:
+            s.connect(({host!r}, {port}))
+            s.sendall(b"ping\\n")
+            s.recv(64)  # the echo: read before closing, so the close is a FIN, not a reset
+            print("ok", flush=True)
+        except OSError as exc:
+            print(errno.errorcode.get(exc.errno or 0, str(exc)), flush=True)
+    time.sleep({period})
+"""
+
+
+def _ready() -> bool:
+    try:
+        with urllib.request.urlopen(READY_URL, timeout=1.0) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _wait_ready(pod_ns: str, envoy: subprocess.Popen) -> None:
+    """Wait, as pilot-agent wait or the kubelet's startupProbe does, until Envoy reports ready."""
+    deadline = time.monotonic() + READY_WITHIN_S
+    probe = [sys.executable, "-c", f"import urllib.request,sys; urllib.request.urlopen({READY_URL!r}, timeout=1)"]
+    while subprocess.run(netns.in_netns(pod_ns, *probe), capture_output=True, check=False).returncode != 0:
+        if envoy.poll() is not None or time.monotonic() > deadline:
+            raise LabError("the sidecar did not become ready")
+        time.sleep(POLL_S)
+
+
+def _nstat(pod_ns: str) -> dict[str, int]:
+    out = netns.run(netns.in_netns(pod_ns, "nstat", "-a", "-z", "--json"))
+    return {k: int(v) for k, v in json.loads(out).get("kernel", {}).items()}
+
+
+@contextmanager
+def _pod_network(prefix: str) -> Iterator[tuple[str, str, str]]:
+    pod_ns, server_ns = f"{prefix}-start", f"{prefix}-start-c"
+    server_ip, pod_ip = netns.pod_addresses(250)
+    try:
+        netns.create_pod_network(pod_ns, server_ns, pod_ip, server_ip, interception="NONE")
+        netns.install_caller_rules(pod_ns)
+        yield pod_ns, server_ns, server_ip
+    finally:
+        for ns in (pod_ns, server_ns):
+            netns.delete_netns(ns)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=PROCESS_EXIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=PROCESS_EXIT_S)
+
+
+def record(outdir: Path, prefix: str, order: str, calls: int = CALLS) -> StartupRun:
+    """Start the pod in ``order`` and record it into ``outdir``. Raises LabError (namespaces removed)."""
+    if order not in ORDERS:
+        raise LabError(f"start order {order!r}: one of {', '.join(ORDERS)}")
+    outdir.mkdir(parents=True, exist_ok=True)
+    config = json.dumps(sidecar_bootstrap("startup", "default", "", SidecarSettings(),
+                                          [virtual_outbound(SidecarSettings())], egress_clusters(), None))
+    envoy_argv = istio_proxy.envoy_argv(istio_proxy.envoy_binary(), config)
+    procs: list[subprocess.Popen] = []
+    with _pod_network(prefix) as (pod_ns, server_ns, server_ip):
+        try:
+            procs.append(subprocess.Popen(netns.in_netns(server_ns, sys.executable, "-m", "meshdoctor_lab.apps",
+                                                         "tcp-echo", "--port", str(SERVER_PORT)),
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            deadline = time.monotonic() + READY_WITHIN_S
+            while SERVER_PORT not in netns.listening_ports(server_ns):
+                if time.monotonic() > deadline:
+                    raise LabError("the server did not listen")
+                time.sleep(POLL_S)
+            before = _nstat(pod_ns)
+            istio_proxy.prepare_container_log(outdir / "envoy.log")  # Envoy (uid 1337) writes /dev/stdout there
+            # The app calls out the moment it runs (a start-up fetch): its loop alone, without the lab's imports.
+            app_argv = netns.in_netns(pod_ns, sys.executable, "-S", "-c", _APP.format(
+                host=server_ip, port=SERVER_PORT, count=calls, period=CALL_PERIOD_S))
+            with capturing({outdir / "lo.pcap": Interface(pod_ns, "lo"),
+                            outdir / "eth0.pcap": Interface(pod_ns, "eth0")}), \
+                    open(outdir / "app.log", "w") as app_log, open(outdir / "envoy.log", "a") as envoy_log:
+                def start_sidecar() -> tuple[subprocess.Popen, float]:
+                    p = subprocess.Popen(envoy_argv_ns, stdout=envoy_log, stderr=subprocess.STDOUT)
+                    procs.append(p)
+                    return p, time.time()
+
+                def start_app() -> tuple[subprocess.Popen, float]:
+                    p = subprocess.Popen(app_argv, stdout=app_log, stderr=subprocess.STDOUT)
+                    procs.append(p)
+                    return p, time.time()
+
+                envoy_argv_ns = netns.in_netns(pod_ns, *envoy_argv)
+                if order == "classic":  # in spec order, without waiting: the app is first
+                    app, app_started = start_app()
+                    envoy, sidecar_started = start_sidecar()
+                else:  # held / native: the sidecar first, the app once it is ready
+                    envoy, sidecar_started = start_sidecar()
+                    _wait_ready(pod_ns, envoy)
+                    app, app_started = start_app()
+                app.wait(timeout=calls * (CALL_PERIOD_S + 2.5) + PROCESS_EXIT_S)
+            after = _nstat(pod_ns)
+        finally:
+            for p in reversed(procs):
+                _stop(p)
+    moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    (outdir / "nstat.txt").write_text("".join(f"{k} {v}\n" for k, v in sorted(moved.items())))
+    (outdir / "started.json").write_text(json.dumps({"app": app_started, "istio-proxy": sidecar_started}) + "\n")
+    lines = tuple((outdir / "app.log").read_text().split())
+    return StartupRun(lines, moved, app_started, sidecar_started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m meshdoctor_lab.startup", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--prefix", required=True, help="network namespace prefix (the lab's)")
+    parser.add_argument("--order", choices=ORDERS, default="classic")
+    parser.add_argument("--calls", type=int, default=CALLS)
+    args = parser.parse_args(argv)
+    try:
+        run = record(args.outdir, args.prefix, args.order, args.calls)
+    except LabError as exc:
+        print(f"startup: {exc}", file=sys.stderr)
+        return 1
+    refused = sum(1 for c in run.calls if c == "ECONNREFUSED")
+    print(f"{args.order}: {len(run.calls)} calls, {refused} refused, kernel counters moved: "
+          f"{ {k: v for k, v in run.counters.items() if k.startswith('Tcp')} }")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
