@@ -138,9 +138,12 @@ class StartupOrdering(Detector):
             evidence.append(Evidence.spec_field(
                 where, f"status.containerStatuses[{SIDECAR_CONTAINER}].state.running.startedAt",
                 _iso(pod.sidecar_started)))
-            started = f" istio-proxy's current run started {pod.sidecar_started - syn.ts:+.3f} s from this SYN"
+            gap = syn.ts - pod.sidecar_started
+            started = (f" When the pod was read, istio-proxy's current run had started {abs(gap):.0f} s "
+                       f"{'before' if gap >= 0 else 'after'} this SYN (status startedAt, to the second)")
             if pod.app_started is not None:
-                started += f", {pod.sidecar_started - pod.app_started:+.3f} s from the app's"
+                lag = pod.sidecar_started - pod.app_started
+                started += f", {abs(lag):.0f} s {'after' if lag >= 0 else 'before'} the app's first container"
             started += "."
         fixes = FIXES if cause in ("not-held", "unknown") else ()
         return Finding(

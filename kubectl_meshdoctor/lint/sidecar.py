@@ -3,8 +3,11 @@ app can start before it)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import yaml
 
+from kubectl_meshdoctor.core.events import PodEvent
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core import remedies
 from kubectl_meshdoctor.core.fixes import Fix, render
@@ -175,3 +178,30 @@ def hold_application(pv: PodView) -> list[Finding]:
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation,
                        render(fixes, note=pv.recreate_note()), fixes=fixes,
                        annotation_asks=asked, annotation_invalid=invalid)]
+
+
+def _started_at(status: dict) -> float | None:
+    """A container status's ``state.running.startedAt`` (RFC 3339, seconds) as seconds since the epoch."""
+    text = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_event(pod: dict, ts: float) -> PodEvent:
+    """What the pod's status and spec say of its start, for the detectors (core/events.py PodEvent): the app
+    containers' restarts (the sidecar's aside, as `kubectl get pod` counts them), istio-proxy's restarts and when
+    its current run and the first app container's began, and how the spec holds the app until the proxy is
+    ready (hold-application's reading: "native sidecar", "postStart pilot-agent wait", or ""; None without a
+    sidecar). ``pod``: the API's JSON (camelCase)."""
+    pv = PodView(pod)
+    sidecar = pv.statuses.get(SIDECAR, ({}, ""))[0]
+    apps = [pv.statuses[c.name][0] for c in pv.app_containers if c.name in pv.statuses]
+    app_starts = [t for t in map(_started_at, apps) if t is not None]
+    return PodEvent(ts, pv.name, sum(int(st.get("restartCount") or 0) for st in apps),
+                    sidecar_restarts=int(sidecar.get("restartCount") or 0), sidecar_started=_started_at(sidecar),
+                    app_started=min(app_starts) if app_starts else None,
+                    hold=None if pv.sidecar is None else _hold_effective(pv)[1])

@@ -26,16 +26,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshdoctor_lab import istio_proxy, netns
-from meshdoctor_lab.bootstrap import egress_clusters, sidecar_bootstrap, virtual_outbound
+from meshdoctor_lab import istio_proxy, lab, netns, processes
+from meshdoctor_lab.apps import HTTP_PORT
+from meshdoctor_lab.bootstrap import OUTBOUND_PORT, egress_clusters, sidecar_bootstrap, virtual_outbound
 from meshdoctor_lab.captures import Interface, capturing
 from meshdoctor_lab.sidecar_settings import SidecarSettings
-from meshdoctor_lab.state import LabError
+from meshdoctor_lab.state import LabError, LabState, read_state
 
 ORDERS = ("classic", "held", "native")
 SERVER_PORT = 5000
@@ -58,21 +59,33 @@ class StartupRun:
     sidecar_started: float
 
 
-# The app: COUNT connects to HOST:PORT every PERIOD s, one line each on stdout (ok, or the errno's name).
+# The app: COUNT connects to HOST:PORT every PERIOD s, each sending REQUEST and reading the answer to its end
+# (so its close is a FIN, not a reset), one line each on stdout: ok, or the errno's name.
 _APP = """\
 import errno, socket, sys, time
 for _ in range({count}):
     with socket.socket() as s:
-        s.settimeout(2.0)
+        s.settimeout(5.0)
         try:
             s.connect(({host!r}, {port}))
-            s.sendall(b"ping\\n")
-            s.recv(64)  # the echo: read before closing, so the close is a FIN, not a reset
+            s.sendall({request!r})
+            while s.recv(4096) and {read_to_end}:
+                pass
             print("ok", flush=True)
         except OSError as exc:
             print(errno.errorcode.get(exc.errno or 0, str(exc)), flush=True)
     time.sleep({period})
 """
+ECHO_REQUEST = b"ping\n"  # the tcp-echo server answers it and stays open: one read
+
+
+def app_argv(ns: str, host: str, port: int, calls: int, request: bytes = ECHO_REQUEST) -> list[str]:
+    """The app's argv in namespace ``ns``: its loop alone (``python -S``, none of the lab's imports), so it calls
+    out the moment it runs, as an app's start-up fetch does. An HTTP ``request`` with ``Connection: close`` is
+    read to its end."""
+    return netns.in_netns(ns, sys.executable, "-S", "-c", _APP.format(
+        host=host, port=port, count=calls, period=CALL_PERIOD_S, request=request,
+        read_to_end=request != ECHO_REQUEST))
 
 
 def _ready() -> bool:
@@ -83,14 +96,53 @@ def _ready() -> bool:
         return False
 
 
-def _wait_ready(pod_ns: str, envoy: subprocess.Popen) -> None:
-    """Wait, as pilot-agent wait or the kubelet's startupProbe does, until Envoy reports ready."""
+def _wait_ready(pod_ns: str, alive: Callable[[], bool]) -> None:
+    """Wait, as pilot-agent wait or the kubelet's startupProbe does, until Envoy reports ready. Raises LabError
+    when it dies (``alive`` turns False) or READY_WITHIN_S passes."""
     deadline = time.monotonic() + READY_WITHIN_S
-    probe = [sys.executable, "-c", f"import urllib.request,sys; urllib.request.urlopen({READY_URL!r}, timeout=1)"]
+    probe = [sys.executable, "-S", "-c", f"import urllib.request; urllib.request.urlopen({READY_URL!r}, timeout=1)"]
     while subprocess.run(netns.in_netns(pod_ns, *probe), capture_output=True, check=False).returncode != 0:
-        if envoy.poll() is not None or time.monotonic() > deadline:
+        if not alive() or time.monotonic() > deadline:
             raise LabError("the sidecar did not become ready")
         time.sleep(POLL_S)
+
+
+def start_caller_pod(state: LabState, pod: str, order: str, calls: int = CALLS) -> tuple[LabState, tuple[str, ...]]:
+    """Start the caller pod of lab pod ``pod`` (`lab up --caller sidecar`) again in ``order``: its sidecar
+    stopped, then its app (calls to the pod's HTTP port, REDIRECTed to the caller sidecar) and its sidecar
+    (lab.start_caller_sidecar: pilot-agent's work, then Envoy) started as the kubelet orders them. The network
+    namespace stays, as a pod's sandbox does across its containers' starts, so a watch keeps capturing it.
+    Returns the new state and the app's call results. Raises LabError."""
+    if order not in ORDERS:
+        raise LabError(f"start order {order!r}: one of {', '.join(ORDERS)}")
+    state = read_state(state.state_dir) or state  # its file is current: an earlier start changed the pids
+    key = f"{pod}/caller"
+    if key not in state.pids:
+        raise LabError(f"pod {pod} has no caller sidecar (lab up --caller sidecar)")
+    lab_pod = state.pod(pod)
+    processes.stop(state.pids[key], state.started.get(key))
+    deadline = time.monotonic() + READY_WITHIN_S
+    while OUTBOUND_PORT in netns.listening_ports(lab_pod.client_netns):
+        if time.monotonic() > deadline:
+            raise LabError(f"pod {pod}'s caller sidecar did not stop")
+        time.sleep(POLL_S)
+    request = (f"GET / HTTP/1.1\r\nHost: {pod}:{HTTP_PORT}\r\nConnection: close\r\n\r\n").encode()
+    argv = app_argv(lab_pod.client_netns, lab_pod.pod_ip, HTTP_PORT, calls, request)
+    app: subprocess.Popen | None = None
+    try:
+        if order == "classic":  # in spec order without waiting: the app, then istio-proxy
+            app = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            state = lab.start_caller_sidecar(state, pod)
+        else:  # held (postStart pilot-agent wait) or native (startupProbe): the app once the sidecar is ready
+            state = lab.start_caller_sidecar(state, pod)
+            pid, started = state.pids[key], state.started.get(key)
+            _wait_ready(lab_pod.client_netns, lambda: processes.live_process(pid, started) is not None)
+            app = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        out, _ = app.communicate(timeout=calls * (CALL_PERIOD_S + 5.5) + PROCESS_EXIT_S)
+    finally:
+        if app is not None:
+            _stop(app)
+    return state, tuple(out.split())
 
 
 def _nstat(pod_ns: str) -> dict[str, int]:
@@ -142,9 +194,7 @@ def record(outdir: Path, prefix: str, order: str, calls: int = CALLS) -> Startup
                 time.sleep(POLL_S)
             before = _nstat(pod_ns)
             istio_proxy.prepare_container_log(outdir / "envoy.log")  # Envoy (uid 1337) writes /dev/stdout there
-            # The app calls out the moment it runs (a start-up fetch): its loop alone, without the lab's imports.
-            app_argv = netns.in_netns(pod_ns, sys.executable, "-S", "-c", _APP.format(
-                host=server_ip, port=SERVER_PORT, count=calls, period=CALL_PERIOD_S))
+            app = app_argv(pod_ns, server_ip, SERVER_PORT, calls)
             with capturing({outdir / "lo.pcap": Interface(pod_ns, "lo"),
                             outdir / "eth0.pcap": Interface(pod_ns, "eth0")}), \
                     open(outdir / "app.log", "w") as app_log, open(outdir / "envoy.log", "a") as envoy_log:
@@ -154,19 +204,19 @@ def record(outdir: Path, prefix: str, order: str, calls: int = CALLS) -> Startup
                     return p, time.time()
 
                 def start_app() -> tuple[subprocess.Popen, float]:
-                    p = subprocess.Popen(app_argv, stdout=app_log, stderr=subprocess.STDOUT)
+                    p = subprocess.Popen(app, stdout=app_log, stderr=subprocess.STDOUT)
                     procs.append(p)
                     return p, time.time()
 
                 envoy_argv_ns = netns.in_netns(pod_ns, *envoy_argv)
                 if order == "classic":  # in spec order, without waiting: the app is first
-                    app, app_started = start_app()
+                    app_proc, app_started = start_app()
                     envoy, sidecar_started = start_sidecar()
                 else:  # held / native: the sidecar first, the app once it is ready
                     envoy, sidecar_started = start_sidecar()
-                    _wait_ready(pod_ns, envoy)
-                    app, app_started = start_app()
-                app.wait(timeout=calls * (CALL_PERIOD_S + 2.5) + PROCESS_EXIT_S)
+                    _wait_ready(pod_ns, lambda: envoy.poll() is None)
+                    app_proc, app_started = start_app()
+                app_proc.wait(timeout=calls * (CALL_PERIOD_S + 2.5) + PROCESS_EXIT_S)
             after = _nstat(pod_ns)
         finally:
             for p in reversed(procs):

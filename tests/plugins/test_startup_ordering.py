@@ -88,6 +88,6 @@ def test_the_pod_s_spec_and_status_name_the_start(pod, cause, fixes):
     spec = [e for e in f.evidence if e.frame is None]
     assert bool(spec) == (pod is not None)
     if pod is not None and pod.sidecar_started is not None:
-        assert any("startedAt" in e.what for e in spec) and "istio-proxy's current run started" in f.explanation
+        assert any("startedAt" in e.what for e in spec) and "istio-proxy's current run had started" in f.explanation
     if cause == "held":
         assert "native sidecar" in f.explanation and "--previous" in f.remediation

@@ -1,0 +1,79 @@
+"""Issue 33's startup-ordering, live: the mesh lab's caller pod started again as the kubelet starts it, its app
+calling the pod through its own sidecar (real Envoy 1.40) from the moment it runs. Classic order (the app, then
+istio-proxy, nobody waiting): the app's first calls are refused at its REDIRECT, and `watch` of the caller pod and
+`analyze` of what it saved name startup-ordering with the packets on lo. Held (istio-proxy first, the app once it
+is ready, as pilot-agent wait or a native sidecar's startupProbe orders it): the same calls, no error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.lint import RULES
+from meshdoctor_lab import startup
+from meshdoctor_lab.state import caller_pod_name
+
+from .lab_names import caller_sidecar_lab
+from .watching import capturing
+
+pytestmark = pytest.mark.lab
+
+POD = "healthy"
+CALLER = caller_pod_name(POD)
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory):
+    with caller_sidecar_lab(tmp_path_factory, "so", (POD,)) as state:
+        yield state
+
+
+def start_watched(state, order: str, out: Path) -> tuple[dict, tuple[str, ...]]:
+    """watch the caller pod while it starts in ``order``: (the watch's report, the app's call results)."""
+    with capturing(state, f"pod/{CALLER}", "--write-pcap", str(out)) as run:
+        _, calls = startup.start_caller_pod(state, POD, order)
+        report = run.stop()
+    return report, calls
+
+
+def analyze(out: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(out), "-o", "json"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def errors(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["severity"] == "error" and f["detector"] not in RULES]
+
+
+def test_an_app_started_before_its_sidecar_is_named_live_and_offline(mesh, tmp_path):
+    report, calls = start_watched(mesh, "classic", tmp_path)
+    refused = calls.count("ECONNREFUSED")
+    # Real Envoy took its time to listen: the app's first calls were refused, the later ones served.
+    assert refused >= 1 and calls[refused:] == ("ok",) * (len(calls) - refused), calls
+    live = errors(report)
+    assert {f["detector"] for f in live} == {"startup-ordering"} and len(live) == refused, live
+    for f in live:
+        syn, rst = f["evidence"][:2]
+        assert (syn["iface"], syn["flags"], syn["dst"]) == ("lo", "S", "127.0.0.1:15001")
+        # the RST carries what the app dialled: the called pod's address, not the REDIRECT's
+        assert rst["flags"] == "R." and rst["src"] == f["flow"]["server"] == f"{mesh.pod(POD).pod_ip}:5000"
+        assert f["pod"] == CALLER and f["details"]["cause"] == "not-held"
+        assert [x["name"] for x in f["fixes"]] == ["hold-application", "native-sidecar"]
+        # joined to the spec: lint's hold-application reading of the caller pod
+        assert any("hold-application" in e["what"] for e in f["evidence"] if e["kind"] == "spec"), f["evidence"]
+    assert "hold-application" in {f["detector"] for f in report["findings"]}  # lint's own warning, still there
+    offline = errors(analyze(tmp_path))
+    assert {f["detector"] for f in offline} == {"startup-ordering"} and len(offline) == refused
+
+
+@pytest.mark.parametrize("order", ["held", "native"])
+def test_the_app_started_once_its_sidecar_is_ready_has_no_error(mesh, tmp_path, order):
+    report, calls = start_watched(mesh, order, tmp_path)
+    assert calls == ("ok",) * startup.CALLS
+    assert errors(report) == [] and errors(analyze(tmp_path)) == []
