@@ -26,12 +26,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshdoctor_lab import istio_proxy, lab, netns, processes
+from meshdoctor_lab.applied_fixes import PROXY_CONFIG, holds_application
 from meshdoctor_lab.apps import HTTP_PORT
 from meshdoctor_lab.bootstrap import OUTBOUND_PORT, egress_clusters, sidecar_bootstrap, virtual_outbound
 from meshdoctor_lab.captures import Interface, capturing
@@ -39,6 +40,7 @@ from meshdoctor_lab.sidecar_settings import SidecarSettings
 from meshdoctor_lab.state import LabError, LabState, read_state
 
 ORDERS = ("classic", "held", "native")
+NATIVE_SIDECAR = "sidecar.istio.io/nativeSidecar"  # Istio >= 1.24: per pod, over ENABLE_NATIVE_SIDECARS
 SERVER_PORT = 5000
 READY_URL = "http://127.0.0.1:15000/ready"  # Envoy admin: 200 "LIVE" once initialized
 READY_WITHIN_S = 20.0
@@ -105,6 +107,16 @@ def _wait_ready(pod_ns: str, alive: Callable[[], bool]) -> None:
         if not alive() or time.monotonic() > deadline:
             raise LabError("the sidecar did not become ready")
         time.sleep(POLL_S)
+
+
+def order_of(annotations: Mapping[str, str]) -> str:
+    """The start order a pod template's ``annotations`` give it, as the injector renders them (istio/istio
+    pkg/kube/inject): "native" for ``sidecar.istio.io/nativeSidecar: "true"`` (istio-proxy an init container with
+    restartPolicy Always), "held" for ``proxy.istio.io/config`` with holdApplicationUntilProxyStarts (istio-proxy
+    first, postStart ``pilot-agent wait``), else "classic". How the lab applies a fix's annotations to a start."""
+    if annotations.get(NATIVE_SIDECAR) == "true":
+        return "native"
+    return "held" if holds_application(annotations.get(PROXY_CONFIG, "")) else "classic"
 
 
 def start_caller_pod(state: LabState, pod: str, order: str, calls: int = CALLS) -> tuple[LabState, tuple[str, ...]]:

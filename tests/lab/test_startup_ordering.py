@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.lint import RULES
+from kubectl_meshdoctor_plugins import startup_ordering
 from meshdoctor_lab import startup
 from meshdoctor_lab.state import caller_pod_name
 
@@ -72,8 +73,11 @@ def test_an_app_started_before_its_sidecar_is_named_live_and_offline(mesh, tmp_p
     assert {f["detector"] for f in offline} == {"startup-ordering"} and len(offline) == refused
 
 
-@pytest.mark.parametrize("order", ["held", "native"])
-def test_the_app_started_once_its_sidecar_is_ready_has_no_error(mesh, tmp_path, order):
+@pytest.mark.parametrize("fix", startup_ordering.FIXES, ids=lambda f: f.name)
+def test_each_printed_fix_starts_the_app_once_its_sidecar_is_ready_with_no_error(mesh, tmp_path, fix):
+    """The finding's fixes, applied as their annotations say (startup.order_of): the same calls, none refused."""
+    order = startup.order_of(dict(fix.annotations))
+    assert order != "classic"
     report, calls = start_watched(mesh, order, tmp_path)
     assert calls == ("ok",) * startup.CALLS
     assert errors(report) == [] and errors(analyze(tmp_path)) == []

@@ -91,3 +91,12 @@ def test_the_pod_s_spec_and_status_name_the_start(pod, cause, fixes):
         assert any("startedAt" in e.what for e in spec) and "istio-proxy's current run had started" in f.explanation
     if cause == "held":
         assert "native sidecar" in f.explanation and "--previous" in f.remediation
+
+
+def test_the_printed_fixes_are_start_orders_the_lab_applies():
+    """The lab proves each fix by the start order its annotations make (tests/lab/test_startup_ordering.py)."""
+    from kubectl_meshdoctor_plugins.startup_ordering import FIXES
+    from meshdoctor_lab.startup import order_of
+
+    assert [order_of(dict(f.annotations)) for f in FIXES] == ["held", "native"]
+    assert order_of({}) == order_of({"proxy.istio.io/config": "holdApplicationUntilProxyStarts: false"}) == "classic"
