@@ -65,6 +65,9 @@ def test_an_app_started_before_its_sidecar_is_named_live_and_offline(mesh, tmp_p
         # the RST carries what the app dialled: the called pod's address, not the REDIRECT's
         assert rst["flags"] == "R." and rst["src"] == f["flow"]["server"] == f"{mesh.pod(POD).pod_ip}:5000"
         assert f["pod"] == CALLER and f["details"]["cause"] == "not-held"
+        # the caller pod's kernel counted each refusal (nstat in its namespace, before and after the watch)
+        moved = {k.rsplit(".", 1)[-1].rsplit("/", 1)[-1]: v for k, v in f["counters"].items()}
+        assert moved.get("TcpAttemptFails", 0) >= refused and moved.get("TcpOutRsts", 0) >= refused, f["counters"]
         assert [x["name"] for x in f["fixes"]] == ["hold-application", "native-sidecar"]
         # joined to the spec: lint's hold-application reading of the caller pod
         assert any("hold-application" in e["what"] for e in f["evidence"] if e["kind"] == "spec"), f["evidence"]
