@@ -24,7 +24,9 @@ waits for an answer from the SYN's own destination, so the two never claim the s
 The fixes order the pod's start: holdApplicationUntilProxyStarts (the injector's postStart ``pilot-agent wait``
 blocks the kubelet from starting the app containers until Envoy is ready) or a native sidecar (an init container
 with restartPolicy Always, started and probed before the app; KEP-753). The same packets come from an app that
-outlives a sidecar restart; the pod's status (PodEvent) tells which.
+outlives a sidecar restart: the capture tells it when the sidecar accepted the app's connections earlier in the
+run, and the pod's status (PodEvent: istio-proxy's restarts, the spec's hold) when it was read; neither gets the
+start-order fixes.
 """
 
 from __future__ import annotations
@@ -56,10 +58,13 @@ class _Call:
     syn: PacketEvent
 
 
-def _cause(pod: PodEvent | None, ts: float) -> str:
-    """Which start the refusal belongs to: "sidecar-restarted" (istio-proxy restarted and its current run began
+def _cause(pod: PodEvent | None, ts: float, served_at: float | None) -> str:
+    """Which start the refusal belongs to: "sidecar-stopped" (the sidecar accepted the app's connections earlier
+    in the capture, at ``served_at``), "sidecar-restarted" (istio-proxy restarted and its current run began
     after ``ts``, or at all when it is not known when), "not-held" (the spec lets the app start first), "held"
     (the spec holds the app: the sidecar was down later in the pod's life), "unknown" (no pod status)."""
+    if served_at is not None and served_at < ts:
+        return "sidecar-stopped"
     if pod is None or pod.hold is None:
         return "sidecar-restarted" if pod is not None and pod.sidecar_restarts else "unknown"
     if pod.sidecar_restarts and (pod.sidecar_started is None or pod.sidecar_started >= ts - 1.0):
@@ -75,6 +80,11 @@ _CAUSE_TEXT = {
             "the sidecar stopped listening while the app ran (restarted, or killed).",
     "sidecar-restarted": "The istio-proxy container has restarted {restarts} time(s): while it was down the "
                          "app's calls were refused. Read why (kubectl logs -c istio-proxy --previous).",
+    "sidecar-stopped": "Earlier in this capture the sidecar accepted the app's connections on 15001 (the last "
+                       "{served} s before this one): it stopped listening since, so this is not the pod's start but "
+                       "istio-proxy going down while the app ran (a crash, an OOM kill, a restart: kubectl get pod "
+                       "counts its RESTARTS; kubectl logs -c istio-proxy --previous says why). "
+                       "holdApplicationUntilProxyStarts and a native sidecar order only the start.",
     "unknown": "Typical cause: the app starts (or runs) before its sidecar listens: a classic sidecar without "
                "holdApplicationUntilProxyStarts, or a sidecar restart.",
 }
@@ -88,6 +98,7 @@ class StartupOrdering(Detector):
         super().__init__(ctx)
         self._pending = PendingSyns(ttl_s=30.0)
         self._pod: PodEvent | None = None
+        self._served_at: float | None = None  # the last REDIRECTed SYN the sidecar answered: it listened then
 
     def on_context(self, ev: ContextEvent) -> Iterable[Finding]:
         if isinstance(ev, PodEvent):
@@ -107,6 +118,7 @@ class StartupOrdering(Detector):
             return ()
         syn = call.syn
         if ev.is_syn_ack:
+            self._served_at = ev.ts
             self._pending.pop(key)  # the sidecar listens (its answer too shows the original destination)
             return ()
         if not ev.is_rst or ev.ack != (syn.seq + 1) % 2**32:
@@ -123,7 +135,7 @@ class StartupOrdering(Detector):
 
     def _finding(self, syn: PacketEvent, rst: PacketEvent) -> Finding:
         dest = endpoint(rst.src, rst.sport)
-        cause = _cause(self._pod, syn.ts)
+        cause = _cause(self._pod, syn.ts, self._served_at)
         pod = self._pod
         evidence = [Evidence.of(syn, f"SYN from the app to {dest}, REDIRECTed to {syn.dst_endpoint}"),
                     Evidence.of(rst, f"RST from {dest} (conntrack's reverse NAT): nothing listens on "
@@ -145,12 +157,13 @@ class StartupOrdering(Detector):
                 lag = pod.sidecar_started - pod.app_started
                 started += f", {abs(lag):.0f} s {'after' if lag >= 0 else 'before'} the app's first container"
             started += "."
-        fixes = FIXES if cause in ("not-held", "unknown") else ()
+        at_start = cause in ("not-held", "unknown")
+        fixes = FIXES if at_start else ()
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
             title=f"The app's connection to {dest} was refused in its own pod: the sidecar was not listening on "
-                  f"{OUTBOUND_CAPTURE_PORT} yet",
+                  f"{OUTBOUND_CAPTURE_PORT} {'yet' if at_start else 'any more'}",
             flow=FlowRef(syn.src_endpoint, dest, syn.iface),
             evidence=tuple(evidence),
             explanation=(
@@ -160,7 +173,8 @@ class StartupOrdering(Detector):
                 f"with ECONNREFUSED. The RST carries {dest}, the original destination, because conntrack "
                 f"reverses the REDIRECT on the reply. Nothing left the pod and Envoy, not listening, logged and "
                 f"counted nothing; the pod's TcpAttemptFails and TcpOutRsts count it. "
-                + _CAUSE_TEXT[cause].format(hold=pod.hold if pod else "", restarts=pod.sidecar_restarts if pod else 0)
+                + _CAUSE_TEXT[cause].format(hold=pod.hold if pod else "", restarts=pod.sidecar_restarts if pod else 0,
+                                            served=f"{syn.ts - (self._served_at or syn.ts):.1f}")
                 + started),
             remediation=render(fixes) if fixes else (
                 f"# The start order is right; find why istio-proxy stopped listening:\n"
@@ -169,7 +183,9 @@ class StartupOrdering(Detector):
             pod=self.ctx.pod,
             ts=rst.ts,
             details={"cause": cause, "original_destination": dest, "redirected_to": syn.dst_endpoint},
-            variant=f"refused before the sidecar listened ({cause})",
+            variant=(f"refused while the sidecar was down ({cause})" if cause in ("sidecar-stopped", "held",
+                                                                                "sidecar-restarted")
+                     else f"refused before the sidecar listened ({cause})"),
         )
 
     def on_tick(self, now: float) -> Iterable[Finding]:

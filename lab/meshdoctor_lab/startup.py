@@ -46,6 +46,7 @@ READY_URL = "http://127.0.0.1:15000/ready"  # Envoy admin: 200 "LIVE" once initi
 READY_WITHIN_S = 20.0
 POLL_S = 0.05  # pilot-agent wait polls every 500 ms; the startupProbe every second: faster here, same order
 CALLS = 60
+SERVED_FIRST = 5  # restart_caller_sidecar: the app's calls served before its sidecar goes down
 CALL_PERIOD_S = 0.02
 PROCESS_EXIT_S = 10.0
 
@@ -62,20 +63,22 @@ class StartupRun:
 
 
 # The app: COUNT connects to HOST:PORT every PERIOD s, each sending REQUEST and reading the answer to its end
-# (so its close is a FIN, not a reset), one line each on stdout: ok, or the errno's name.
+# (so its close is a FIN, not a reset), one line each on stdout: ok or the errno's name, and its source port.
 _APP = """\
 import errno, socket, sys, time
 for _ in range({count}):
     with socket.socket() as s:
         s.settimeout(5.0)
+        s.bind(("", 0))  # bound before connect: its port stays known when the connect fails
         try:
             s.connect(({host!r}, {port}))
             s.sendall({request!r})
             while s.recv(4096) and {read_to_end}:
                 pass
-            print("ok", flush=True)
+            result = "ok"
         except OSError as exc:
-            print(errno.errorcode.get(exc.errno or 0, str(exc)), flush=True)
+            result = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        print(result, s.getsockname()[1], flush=True)
     time.sleep({period})
 """
 ECHO_REQUEST = b"ping\n"  # the tcp-echo server answers it and stays open: one read
@@ -109,6 +112,62 @@ def _wait_ready(pod_ns: str, alive: Callable[[], bool]) -> None:
         time.sleep(POLL_S)
 
 
+def _stop_caller_sidecar(state: LabState, pod: str) -> LabState:
+    """Stop pod ``pod``'s caller sidecar (its Envoy, by its recorded pid) and wait until 15001 is free; the state as
+    its file holds it now (an earlier start changed the pids). Raises LabError."""
+    state = read_state(state.state_dir) or state
+    key = f"{pod}/caller"
+    if key not in state.pids:
+        raise LabError(f"pod {pod} has no caller sidecar (lab up --caller sidecar)")
+    processes.stop(state.pids[key], state.started.get(key))
+    deadline = time.monotonic() + READY_WITHIN_S
+    while OUTBOUND_PORT in netns.listening_ports(state.pod(pod).client_netns):
+        if time.monotonic() > deadline:
+            raise LabError(f"pod {pod}'s caller sidecar did not stop")
+        time.sleep(POLL_S)
+    return state
+
+
+def _caller_app(state: LabState, pod: str, calls: int) -> list[str]:
+    lab_pod = state.pod(pod)
+    request = f"GET / HTTP/1.1\r\nHost: {pod}:{HTTP_PORT}\r\nConnection: close\r\n\r\n".encode()
+    return app_argv(lab_pod.client_netns, lab_pod.pod_ip, HTTP_PORT, calls, request)
+
+
+def restart_caller_sidecar(state: LabState, pod: str, calls: int = CALLS) -> tuple[LabState, tuple[str, ...]]:
+    """istio-proxy of pod ``pod``'s caller pod goes down while its app calls out (a crash, an OOM kill), and the
+    kubelet starts it again: the app's loop runs throughout; the sidecar is stopped once the app has been served
+    ``SERVED_FIRST`` times and started again once the app has been refused. Returns the new state and the app's
+    call results. Raises LabError (also when the app ends before either)."""
+    app = subprocess.Popen(_caller_app(state, pod, calls), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True)
+    lines: list[list[str]] = []
+    try:
+        assert app.stdout is not None
+        for wanted, act in (("ok", lambda: _stop_caller_sidecar(state, pod)),
+                            ("ECONNREFUSED", lambda: lab.start_caller_sidecar(state, pod))):
+            seen = 0
+            while seen < (SERVED_FIRST if wanted == "ok" else 1):
+                line = app.stdout.readline().split()
+                if not line:
+                    raise LabError(f"the app ended before it was {'served' if wanted == 'ok' else 'refused'}")
+                lines.append(line)
+                seen += line[0] == wanted
+            state = act()
+        # the rest through the same reader: communicate(timeout=...) reads the pipe itself and would drop what
+        # readline already buffered. The app's loop is bounded (count calls, each within its timeout).
+        out = app.stdout.read()
+        app.wait(timeout=PROCESS_EXIT_S)
+    finally:
+        _stop(app)
+    return state, _calls([*lines, *(line.split() for line in out.splitlines())])
+
+
+def _calls(lines: list[list[str]]) -> tuple[tuple[str, int], ...]:
+    """The app's lines as (result, source port)."""
+    return tuple((line[0], int(line[1])) for line in lines if len(line) == 2)
+
+
 def order_of(annotations: Mapping[str, str]) -> str:
     """The start order a pod template's ``annotations`` give it, as the injector renders them (istio/istio
     pkg/kube/inject): "native" for ``sidecar.istio.io/nativeSidecar: "true"`` (istio-proxy an init container with
@@ -124,22 +183,11 @@ def start_caller_pod(state: LabState, pod: str, order: str, calls: int = CALLS) 
     stopped, then its app (calls to the pod's HTTP port, REDIRECTed to the caller sidecar) and its sidecar
     (lab.start_caller_sidecar: pilot-agent's work, then Envoy) started as the kubelet orders them. The network
     namespace stays, as a pod's sandbox does across its containers' starts, so a watch keeps capturing it.
-    Returns the new state and the app's call results. Raises LabError."""
+    Returns the new state and the app's calls as (result, source port). Raises LabError."""
     if order not in ORDERS:
         raise LabError(f"start order {order!r}: one of {', '.join(ORDERS)}")
-    state = read_state(state.state_dir) or state  # its file is current: an earlier start changed the pids
-    key = f"{pod}/caller"
-    if key not in state.pids:
-        raise LabError(f"pod {pod} has no caller sidecar (lab up --caller sidecar)")
-    lab_pod = state.pod(pod)
-    processes.stop(state.pids[key], state.started.get(key))
-    deadline = time.monotonic() + READY_WITHIN_S
-    while OUTBOUND_PORT in netns.listening_ports(lab_pod.client_netns):
-        if time.monotonic() > deadline:
-            raise LabError(f"pod {pod}'s caller sidecar did not stop")
-        time.sleep(POLL_S)
-    request = (f"GET / HTTP/1.1\r\nHost: {pod}:{HTTP_PORT}\r\nConnection: close\r\n\r\n").encode()
-    argv = app_argv(lab_pod.client_netns, lab_pod.pod_ip, HTTP_PORT, calls, request)
+    state = _stop_caller_sidecar(state, pod)
+    argv = _caller_app(state, pod, calls)
     app: subprocess.Popen | None = None
     try:
         if order == "classic":  # in spec order without waiting: the app, then istio-proxy
@@ -147,14 +195,14 @@ def start_caller_pod(state: LabState, pod: str, order: str, calls: int = CALLS) 
             state = lab.start_caller_sidecar(state, pod)
         else:  # held (postStart pilot-agent wait) or native (startupProbe): the app once the sidecar is ready
             state = lab.start_caller_sidecar(state, pod)
-            pid, started = state.pids[key], state.started.get(key)
-            _wait_ready(lab_pod.client_netns, lambda: processes.live_process(pid, started) is not None)
+            pid, started = state.pids[f"{pod}/caller"], state.started.get(f"{pod}/caller")
+            _wait_ready(state.pod(pod).client_netns, lambda: processes.live_process(pid, started) is not None)
             app = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         out, _ = app.communicate(timeout=calls * (CALL_PERIOD_S + 5.5) + PROCESS_EXIT_S)
     finally:
         if app is not None:
             _stop(app)
-    return state, tuple(out.split())
+    return state, _calls([line.split() for line in out.splitlines()])
 
 
 def _nstat(pod_ns: str) -> dict[str, int]:
@@ -236,7 +284,7 @@ def record(outdir: Path, prefix: str, order: str, calls: int = CALLS) -> Startup
     moved = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     (outdir / "nstat.txt").write_text("".join(f"{k} {v}\n" for k, v in sorted(moved.items())))
     (outdir / "started.json").write_text(json.dumps({"app": app_started, "istio-proxy": sidecar_started}) + "\n")
-    lines = tuple((outdir / "app.log").read_text().split())
+    lines = tuple(r for r, _ in _calls([line.split() for line in (outdir / "app.log").read_text().splitlines()]))
     return StartupRun(lines, moved, app_started, sidecar_started)
 
 

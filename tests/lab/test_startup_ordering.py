@@ -33,12 +33,13 @@ def mesh(tmp_path_factory):
         yield state
 
 
-def start_watched(state, order: str, out: Path) -> tuple[dict, tuple[str, ...]]:
-    """watch the caller pod while it starts in ``order``: (the watch's report, the app's call results)."""
+def start_watched(state, order: str, out: Path) -> tuple[dict, tuple[str, ...], set[int]]:
+    """watch the caller pod while it starts in ``order``: (the watch's report, the app's call results, the source
+    ports of its refused calls)."""
     with capturing(state, f"pod/{CALLER}", "--write-pcap", str(out)) as run:
         _, calls = startup.start_caller_pod(state, POD, order)
         report = run.stop()
-    return report, calls
+    return report, tuple(r for r, _ in calls), {p for r, p in calls if r == "ECONNREFUSED"}
 
 
 def analyze(out: Path) -> dict:
@@ -52,13 +53,19 @@ def errors(report: dict) -> list[dict]:
     return [f for f in report["findings"] if f["severity"] == "error" and f["detector"] not in RULES]
 
 
+def ports(findings: list[dict]) -> set[int]:
+    """The app's source ports the findings name (their flow's client)."""
+    return {int(f["flow"]["client"].rpartition(":")[2]) for f in findings}
+
+
 def test_an_app_started_before_its_sidecar_is_named_live_and_offline(mesh, tmp_path):
-    report, calls = start_watched(mesh, "classic", tmp_path)
-    refused = calls.count("ECONNREFUSED")
+    report, calls, refused = start_watched(mesh, "classic", tmp_path)
     # Real Envoy took its time to listen: the app's first calls were refused, the later ones served.
-    assert refused >= 1 and calls[refused:] == ("ok",) * (len(calls) - refused), calls
+    n = len(refused)
+    assert n >= 1 and calls[n:] == ("ok",) * (len(calls) - n), calls
     live = errors(report)
-    assert {f["detector"] for f in live} == {"startup-ordering"} and len(live) == refused, live
+    # one finding per refused call, each naming that call's source port
+    assert {f["detector"] for f in live} == {"startup-ordering"} and ports(live) == refused and len(live) == n, live
     for f in live:
         syn, rst = f["evidence"][:2]
         assert (syn["iface"], syn["flags"], syn["dst"]) == ("lo", "S", "127.0.0.1:15001")
@@ -67,13 +74,13 @@ def test_an_app_started_before_its_sidecar_is_named_live_and_offline(mesh, tmp_p
         assert f["pod"] == CALLER and f["details"]["cause"] == "not-held"
         # the caller pod's kernel counted each refusal (nstat in its namespace, before and after the watch)
         moved = {k.rsplit(".", 1)[-1].rsplit("/", 1)[-1]: v for k, v in f["counters"].items()}
-        assert moved.get("TcpAttemptFails", 0) >= refused and moved.get("TcpOutRsts", 0) >= refused, f["counters"]
+        assert moved.get("TcpAttemptFails", 0) >= n and moved.get("TcpOutRsts", 0) >= n, f["counters"]
         assert [x["name"] for x in f["fixes"]] == ["hold-application", "native-sidecar"]
         # joined to the spec: lint's hold-application reading of the caller pod
         assert any("hold-application" in e["what"] for e in f["evidence"] if e["kind"] == "spec"), f["evidence"]
     assert "hold-application" in {f["detector"] for f in report["findings"]}  # lint's own warning, still there
     offline = errors(analyze(tmp_path))
-    assert {f["detector"] for f in offline} == {"startup-ordering"} and len(offline) == refused
+    assert {f["detector"] for f in offline} == {"startup-ordering"} and ports(offline) == refused
 
 
 @pytest.mark.parametrize("fix", startup_ordering.FIXES, ids=lambda f: f.name)
@@ -81,6 +88,21 @@ def test_each_printed_fix_starts_the_app_once_its_sidecar_is_ready_with_no_error
     """The finding's fixes, applied as their annotations say (startup.order_of): the same calls, none refused."""
     order = startup.order_of(dict(fix.annotations))
     assert order != "classic"
-    report, calls = start_watched(mesh, order, tmp_path)
+    report, calls, _ = start_watched(mesh, order, tmp_path)
     assert calls == ("ok",) * startup.CALLS
     assert errors(report) == [] and errors(analyze(tmp_path)) == []
+
+
+def test_a_sidecar_that_goes_down_while_the_app_runs_is_not_called_a_start(mesh, tmp_path):
+    """istio-proxy stopped after serving the app, then started again (as the kubelet restarts a container): the
+    same packets, but the capture saw the sidecar serve first, so no start-order fix is offered."""
+    with capturing(mesh, f"pod/{CALLER}", "--write-pcap", str(tmp_path)) as run:
+        _, calls = startup.restart_caller_sidecar(mesh, POD)
+        report = run.stop()
+    refused = {p for r, p in calls if r == "ECONNREFUSED"}
+    assert len(calls) == startup.CALLS and refused, calls
+    assert [r for r, _ in calls[:startup.SERVED_FIRST]] == ["ok"] * startup.SERVED_FIRST
+    live = errors(report)
+    assert {f["detector"] for f in live} == {"startup-ordering"} and ports(live) == refused, (calls, ports(live))
+    assert all(f["details"]["cause"] == "sidecar-stopped" and not f.get("fixes") for f in live), live
+    assert ports(errors(analyze(tmp_path))) == refused

@@ -100,3 +100,15 @@ def test_the_printed_fixes_are_start_orders_the_lab_applies():
 
     assert [order_of(dict(f.annotations)) for f in FIXES] == ["held", "native"]
     assert order_of({}) == order_of({"proxy.istio.io/config": "holdApplicationUntilProxyStarts: false"}) == "classic"
+
+
+def test_a_refusal_after_the_sidecar_served_the_app_is_a_sidecar_that_stopped():
+    """The same packets once the sidecar has accepted the app's connections in this capture: it went down while
+    the app ran (a crash, a restart), which no start order fixes."""
+    w = Wire(iface="lo")
+    w.pkt("198.18.250.2:40000", REDIRECTED, S, 10)
+    w.pkt(DEST, "198.18.250.2:40000", S | A, 900, 11)  # served: the answer de-NATed as the RST is
+    refused(w)
+    (f,) = run(w.events, only=["startup-ordering"])
+    assert f.details["cause"] == "sidecar-stopped" and f.fixes == () and "any more" in f.title
+    assert "--previous" in f.remediation and "order only the start" in f.explanation
