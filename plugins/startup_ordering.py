@@ -148,7 +148,8 @@ class StartupOrdering(Detector):
                 pod.hold or "no: a classic sidecar without postStart pilot-agent wait"))
         if pod is not None and pod.sidecar_started is not None:
             evidence.append(Evidence.spec_field(
-                where, f"status.containerStatuses[{SIDECAR_CONTAINER}].state.running.startedAt",
+                where, f"status.{'initContainerStatuses' if pod.hold == 'native sidecar' else 'containerStatuses'}"
+                       f"[{SIDECAR_CONTAINER}].state.running.startedAt",
                 _iso(pod.sidecar_started)))
             gap = syn.ts - pod.sidecar_started
             started = (f" When the pod was read, istio-proxy's current run had started {abs(gap):.0f} s "
@@ -177,8 +178,9 @@ class StartupOrdering(Detector):
                                             served=f"{syn.ts - (self._served_at or syn.ts):.1f}")
                 + started),
             remediation=render(fixes) if fixes else (
-                f"# The start order is right; find why istio-proxy stopped listening:\n"
-                f"kubectl logs <pod> -c {SIDECAR_CONTAINER} --previous"),
+                ("# The spec already starts the app after the sidecar; " if cause == "held" else "# ")
+                + f"find why {SIDECAR_CONTAINER} stopped listening while the app ran:\n"
+                f"kubectl logs {pod.name if pod else '<pod>'} -c {SIDECAR_CONTAINER} --previous"),
             fixes=fixes,
             pod=self.ctx.pod,
             ts=rst.ts,
