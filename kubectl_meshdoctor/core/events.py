@@ -328,11 +328,19 @@ class ListenersEvent:
 @dataclass(frozen=True, slots=True)
 class PodEvent:
     """What the pod's status says when a watch starts: ``restarts`` of its app containers (the sidecar's aside),
-    as `kubectl get pod` counts them."""
+    as `kubectl get pod` counts them; ``sidecar_restarts`` the istio-proxy container's. ``sidecar_started`` and
+    ``app_started``: when istio-proxy's current run and the first app container's began (their
+    ``state.running.startedAt``, seconds since the epoch; None when not running or not read). ``hold``: how the
+    spec makes the app wait for the proxy (lint's hold-application: "native sidecar", "postStart pilot-agent
+    wait", "" for not at all; None when the spec was not read)."""
 
     ts: float
     name: str
     restarts: int
+    sidecar_restarts: int = 0
+    sidecar_started: float | None = None
+    app_started: float | None = None
+    hold: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

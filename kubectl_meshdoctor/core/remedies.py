@@ -102,3 +102,40 @@ spec:
       protocol: {protocol}
       name: {protocol.lower()}-{port}
     defaultEndpoint: {default_endpoint}"""
+
+
+PROXY_CONFIG = "proxy.istio.io/config"
+NATIVE_SIDECAR = "sidecar.istio.io/nativeSidecar"
+SIDECAR_CONTAINER = "istio-proxy"
+
+
+def hold_application(proxy_config: str = "holdApplicationUntilProxyStarts: true", replaces_invalid: bool = False
+                     ) -> Fix:
+    """holdApplicationUntilProxyStarts: the injector puts istio-proxy first with a postStart ``pilot-agent wait``
+    (istio/istio injection-template.yaml), so the kubelet starts the app only once Envoy is ready.
+    ``proxy_config``: the whole ``proxy.istio.io/config`` value to write (the pod's other ProxyConfig fields kept,
+    as YAML); ``replaces_invalid``: the pod's current value is not a ProxyConfig mapping."""
+    body = "\n".join("      " + line if line else line for line in proxy_config.splitlines())
+    return Fix(
+        "hold-application", f"start the app only once {SIDECAR_CONTAINER} is ready",
+        "the whole mesh",
+        "the app starts a second or two later (once Envoy has its configuration); the pods are recreated to "
+        "apply it (mesh-wide instead: meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true)"
+        + ("; the annotation's current value is not a ProxyConfig mapping (the injector refuses such a pod), so "
+           "this replaces it: write back what it meant" if replaces_invalid else ""),
+        yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
+             f"    {PROXY_CONFIG}: |-\n{body}",  # |-: the value as the lab applies it
+        annotations=((PROXY_CONFIG, proxy_config),))
+
+
+def native_sidecar() -> Fix:
+    """The sidecar as a Kubernetes native sidecar: an init container with restartPolicy Always, which the
+    kubelet starts, and whose startupProbe it waits on, before any app container (KEP-753; stable in Kubernetes
+    1.33). Istio's per-pod switch is the ``sidecar.istio.io/nativeSidecar`` annotation (Istio >= 1.24, over
+    istiod's ENABLE_NATIVE_SIDECARS)."""
+    return Fix(
+        "native-sidecar", f"inject {SIDECAR_CONTAINER} as a native sidecar, started and probed before the app",
+        "the whole mesh; the sidecar also outlives the app at shutdown",
+        "Kubernetes >= 1.29 (native sidecars on by default; stable in 1.33) and Istio >= 1.24 for the per-pod "
+        "annotation; the pods are recreated to apply it",
+        annotations=((NATIVE_SIDECAR, "true"),))

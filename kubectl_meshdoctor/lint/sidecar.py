@@ -3,12 +3,16 @@ app can start before it)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import yaml
 
+from kubectl_meshdoctor.core.events import PodEvent
 from kubectl_meshdoctor.core.findings import Finding, Severity
+from kubectl_meshdoctor.core import remedies
 from kubectl_meshdoctor.core.fixes import Fix, render
 
-from .podview import ANN_PROXY_CONFIG, ANN_STATUS, SIDECAR, PodView, indented, json_key, rule
+from .podview import ANN_PROXY_CONFIG, ANN_STATUS, SIDECAR, PodView, json_key, rule
 
 ANN_INJECT = "sidecar.istio.io/inject"  # a label (the annotation of that name is its deprecated form)
 
@@ -170,16 +174,34 @@ def hold_application(pv: PodView) -> list[Finding]:
         explanation += (f" Its {ANN_PROXY_CONFIG} annotation is not a ProxyConfig mapping in YAML, which Istio's "
                         f"injector refuses (ApplyProxyConfig), so the pod was injected before it was set.")
     value = yaml.safe_dump(cfg, default_flow_style=False, sort_keys=False).rstrip("\n")
-    fixes = (Fix(
-        "hold-application", f"start the app only once {SIDECAR} is ready",
-        "the whole mesh",
-        "the app starts a second or two later (once Envoy has its configuration); the pods are recreated to "
-        "apply it (mesh-wide instead: meshConfig.defaultConfig.holdApplicationUntilProxyStarts: true)"
-        + ("; the annotation's current value is not a ProxyConfig mapping (the injector refuses such a pod), so "
-           "this replaces it: write back what it meant" if invalid else ""),
-        yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
-             f"    {ANN_PROXY_CONFIG}: |-\n{indented(value, 6)}",  # |-: the value as the lab applies it
-        annotations=((ANN_PROXY_CONFIG, value),)),)
+    fixes = (remedies.hold_application(value, replaces_invalid=invalid),)
     return [pv.finding("hold-application", Severity.WARNING, title, None, ev, ann_path, explanation,
                        render(fixes, note=pv.recreate_note()), fixes=fixes,
                        annotation_asks=asked, annotation_invalid=invalid)]
+
+
+def _started_at(status: dict) -> float | None:
+    """A container status's ``state.running.startedAt`` (RFC 3339, seconds) as seconds since the epoch."""
+    text = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_event(pod: dict, ts: float) -> PodEvent:
+    """What the pod's status and spec say of its start, for the detectors (core/events.py PodEvent): the app
+    containers' restarts (the sidecar's aside, as `kubectl get pod` counts them), istio-proxy's restarts and when
+    its current run and the first app container's began, and how the spec holds the app until the proxy is
+    ready (hold-application's reading: "native sidecar", "postStart pilot-agent wait", or ""; None without a
+    sidecar). ``pod``: the API's JSON (camelCase)."""
+    pv = PodView(pod)
+    sidecar = pv.statuses.get(SIDECAR, ({}, ""))[0]
+    apps = [pv.statuses[c.name][0] for c in pv.app_containers if c.name in pv.statuses]
+    app_starts = [t for t in map(_started_at, apps) if t is not None]
+    return PodEvent(ts, pv.name, sum(int(st.get("restartCount") or 0) for st in apps),
+                    sidecar_restarts=int(sidecar.get("restartCount") or 0), sidecar_started=_started_at(sidecar),
+                    app_started=min(app_starts) if app_starts else None,
+                    hold=None if pv.sidecar is None else _hold_effective(pv)[1])

@@ -428,6 +428,14 @@ def _pod_processes(pod: LabPod, state: LabState,
             else [*app_processes, sidecar_process])
 
 
+def start_caller_sidecar(state: LabState, pod: str) -> LabState:
+    """(Re)start pod ``pod``'s caller sidecar as the kubelet starts its container: pilot-agent's work before
+    Envoy (the workload certificate, the bootstrap), then Envoy. Raises LabError, KeyError (no such pod)."""
+    lab_pod = state.pod(pod)
+    _, setup = _pod_setup(lab_pod, state)
+    return _start_caller(state, lab_pod, istio_proxy.envoy_binary(), in_mesh=lab_fixes.injected(setup.labels))
+
+
 def _start_caller(state: LabState, pod: LabPod, envoy: str, in_mesh: bool) -> LabState:
     """istio-init's outbound rules in the pod's client namespace and the caller sidecar (uid 1337) there;
     ``in_mesh``: the pod has a sidecar, so its endpoint is labelled for mTLS (else the caller sends plaintext)."""

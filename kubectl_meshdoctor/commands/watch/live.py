@@ -21,7 +21,6 @@ from kubectl_meshdoctor.core.events import (
     CaptureStartEvent,
     KernelCountersEvent,
     ListenersEvent,
-    PodEvent,
     RedirectMapEvent,
 )
 from kubectl_meshdoctor.core.findings import Problem
@@ -35,6 +34,7 @@ from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_d
 from kubectl_meshdoctor.kube.rbac import preflight
 from kubectl_meshdoctor.kube.target import Target, capturable_pods, describe_targets
 from kubectl_meshdoctor.lint import lint_pod
+from kubectl_meshdoctor.lint.sidecar import pod_event
 from kubectl_meshdoctor.live.capture_copy import pcap_path, pod_pcap_dir, replaceable, usable_pod_dir
 from kubectl_meshdoctor.live.dissect import SharedDissector
 from kubectl_meshdoctor.live.kernel import WATCHED, counter_deltas, read_kernel
@@ -220,11 +220,10 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.ctx.pod = pod_name
     pipeline.correlator.pod = pod_name
     pipeline.context(RedirectMapEvent(time.time(), redirect_map_from_annotations(pod.metadata.annotations)))
-    statuses = (pod.status.container_statuses if pod.status else None) or []
-    app_statuses = [st for st in statuses if st.name != SIDECAR_CONTAINER]
-    pipeline.context(PodEvent(time.time(), pod_name, sum(st.restart_count or 0 for st in app_statuses)))
+    as_json = ApiClient().sanitize_for_serialization(pod)
+    pipeline.context(pod_event(as_json, time.time()))
     # The spec's own warnings first (docs/DESIGN.md: lint runs at the start of watch); they never fail the run.
-    pipeline.add_findings(lint_pod(ApiClient().sanitize_for_serialization(pod)))
+    pipeline.add_findings(lint_pod(as_json))
     setup = setup or asyncio.Semaphore(1)
     async with setup:  # the API-heavy part; the capture itself then runs for every pod at once
         state.phase = "preflight"

@@ -1,0 +1,108 @@
+"""Issue 33's startup-ordering, live: the mesh lab's caller pod started again as the kubelet starts it, its app
+calling the pod through its own sidecar (real Envoy 1.40) from the moment it runs. Classic order (the app, then
+istio-proxy, nobody waiting): the app's first calls are refused at its REDIRECT, and `watch` of the caller pod and
+`analyze` of what it saved name startup-ordering with the packets on lo. Held (istio-proxy first, the app once it
+is ready, as pilot-agent wait or a native sidecar's startupProbe orders it): the same calls, no error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.lint import RULES
+from kubectl_meshdoctor_plugins import startup_ordering
+from meshdoctor_lab import startup
+from meshdoctor_lab.state import caller_pod_name
+
+from .lab_names import caller_sidecar_lab
+from .watching import capturing
+
+pytestmark = pytest.mark.lab
+
+POD = "healthy"
+CALLER = caller_pod_name(POD)
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory):
+    with caller_sidecar_lab(tmp_path_factory, "so", (POD,)) as state:
+        yield state
+
+
+def start_watched(state, order: str, out: Path) -> tuple[dict, tuple[str, ...], set[int]]:
+    """watch the caller pod while it starts in ``order``: (the watch's report, the app's call results, the source
+    ports of its refused calls)."""
+    with capturing(state, f"pod/{CALLER}", "--write-pcap", str(out)) as run:
+        _, calls = startup.start_caller_pod(state, POD, order)
+        report = run.stop()
+    return report, tuple(r for r, _ in calls), {p for r, p in calls if r == "ECONNREFUSED"}
+
+
+def analyze(out: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(out), "-o", "json"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def errors(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["severity"] == "error" and f["detector"] not in RULES]
+
+
+def ports(findings: list[dict]) -> set[int]:
+    """The app's source ports the findings name (their flow's client)."""
+    return {int(f["flow"]["client"].rpartition(":")[2]) for f in findings}
+
+
+def test_an_app_started_before_its_sidecar_is_named_live_and_offline(mesh, tmp_path):
+    report, calls, refused = start_watched(mesh, "classic", tmp_path)
+    # Real Envoy took its time to listen: the app's first calls were refused, the later ones served.
+    n = len(refused)
+    assert n >= 1 and calls[n:] == ("ok",) * (len(calls) - n), calls
+    live = errors(report)
+    # one finding per refused call, each naming that call's source port
+    assert {f["detector"] for f in live} == {"startup-ordering"} and ports(live) == refused and len(live) == n, live
+    for f in live:
+        syn, rst = f["evidence"][:2]
+        assert (syn["iface"], syn["flags"], syn["dst"]) == ("lo", "S", "127.0.0.1:15001")
+        # the RST carries what the app dialled: the called pod's address, not the REDIRECT's
+        assert rst["flags"] == "R." and rst["src"] == f["flow"]["server"] == f"{mesh.pod(POD).pod_ip}:5000"
+        assert f["pod"] == CALLER and f["details"]["cause"] == "not-held"
+        # the caller pod's kernel counted each refusal (nstat in its namespace, before and after the watch)
+        moved = {k.rsplit(".", 1)[-1].rsplit("/", 1)[-1]: v for k, v in f["counters"].items()}
+        assert moved.get("TcpAttemptFails", 0) >= n and moved.get("TcpOutRsts", 0) >= n, f["counters"]
+        assert [x["name"] for x in f["fixes"]] == ["hold-application", "native-sidecar"]
+        # joined to the spec: lint's hold-application reading of the caller pod
+        assert any("hold-application" in e["what"] for e in f["evidence"] if e["kind"] == "spec"), f["evidence"]
+    assert "hold-application" in {f["detector"] for f in report["findings"]}  # lint's own warning, still there
+    offline = errors(analyze(tmp_path))
+    assert {f["detector"] for f in offline} == {"startup-ordering"} and ports(offline) == refused
+
+
+@pytest.mark.parametrize("fix", startup_ordering.FIXES, ids=lambda f: f.name)
+def test_each_printed_fix_starts_the_app_once_its_sidecar_is_ready_with_no_error(mesh, tmp_path, fix):
+    """The finding's fixes, applied as their annotations say (startup.order_of): the same calls, none refused."""
+    order = startup.order_of(dict(fix.annotations))
+    assert order != "classic"
+    report, calls, _ = start_watched(mesh, order, tmp_path)
+    assert calls == ("ok",) * startup.CALLS
+    assert errors(report) == [] and errors(analyze(tmp_path)) == []
+
+
+def test_a_sidecar_that_goes_down_while_the_app_runs_is_not_called_a_start(mesh, tmp_path):
+    """istio-proxy stopped after serving the app, then started again (as the kubelet restarts a container): the
+    same packets, but the capture saw the sidecar serve first, so no start-order fix is offered."""
+    with capturing(mesh, f"pod/{CALLER}", "--write-pcap", str(tmp_path)) as run:
+        _, calls = startup.restart_caller_sidecar(mesh, POD)
+        report = run.stop()
+    refused = {p for r, p in calls if r == "ECONNREFUSED"}
+    assert len(calls) == startup.CALLS and refused, calls
+    assert [r for r, _ in calls[:startup.SERVED_FIRST]] == ["ok"] * startup.SERVED_FIRST
+    live = errors(report)
+    assert {f["detector"] for f in live} == {"startup-ordering"} and ports(live) == refused, (calls, ports(live))
+    assert all(f["details"]["cause"] == "sidecar-stopped" and not f.get("fixes") for f in live), live
+    assert ports(errors(analyze(tmp_path))) == refused
