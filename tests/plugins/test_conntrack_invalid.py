@@ -113,6 +113,20 @@ def test_lo_and_an_uncaptured_port_are_not_this_class():
     assert p.finish() == []
 
 
+def test_a_plaintext_upload_reset_without_ack_is_not_an_mtls_only_port():
+    """The lab's plain-client round: a plaintext POST, then the app port's RST without ACK. tls-mismatch took it for
+    a STRICT listener closing the request unread, whose RST (real Envoy 1.40) carries ACK."""
+    w = Wire()
+    w.handshake(C, POD, cseq=1000, sseq=5000)
+    w.pkt(C, POD, P | A, 1001, 5001, http=b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n")
+    w.pkt(POD, C, A, 5001, 1101)
+    w.pkt(POD, C, R, 5001)
+    assert [f.detector for f in run(w.events)] == ["conntrack-invalid"]
+    w.events[-1] = type(w.events[-1])(**{**{s: getattr(w.events[-1], s) for s in w.events[-1].__slots__},
+                                         "flags": R | A})
+    assert [f.detector for f in run(w.events)] == ["tls-mismatch"]
+
+
 def test_one_finding_a_connection():
     w = live_wire()
     w.pkt(POD, C, R, 5001)
