@@ -74,6 +74,8 @@ class ConntrackInvalid(Detector):
     id = "conntrack-invalid"
     # conntrack -S's invalid (/proc/net/stat/nf_conntrack) counts the segment and the RST; nstat's TcpOutRsts the RST.
     kernel_counters = ("ConntrackInvalid", "TcpOutRsts")
+    # The calling sidecar's outbound cluster: its connection closed by the peer under the request (the lab's caller).
+    envoy_counters = ("upstream_cx_destroy_remote_with_active_rq",)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -142,15 +144,16 @@ class ConntrackInvalid(Detector):
             envoy_flags=("UC", "DC"),
             response_code_details=DETAILS,
             explanation=(
-                f"Istio REDIRECTs port {rst.sport} to the sidecar's {listener} in the nat table, which sees only "
-                f"segments conntrack tracks. A segment of this live connection reached the app's port {rst.sport} "
-                f"instead, where no socket owns the connection, and the kernel answered it with an RST without ACK "
-                f"({seen}). The pod never closed or reset the connection before. That is what conntrack does with a "
-                f"segment outside the connection's window: it marks it INVALID (conntrack -S: invalid), the nat "
-                f"table skips it, and the kernel's RST carries the sequence number the caller expects, so the "
-                f"caller's kernel resets the connection. A calling sidecar logs 503 UC (connection termination) for "
-                f"the request on it; this pod's sidecar still holds its half and logs the request only when its "
-                f"own timeouts end it (0 DC, or a 408)."),
+                f"Istio REDIRECTs port {rst.sport} to the sidecar's {listener} in the nat table of the pod that serves "
+                f"{ref.server}, and the nat table sees only segments conntrack tracks. A segment of this live "
+                f"connection reached the app's port {rst.sport} instead, where no socket owns the connection, and "
+                f"that pod's kernel answered it with an RST without ACK ({seen}); its side had neither closed nor "
+                f"reset the connection before. That is what conntrack does with a segment outside the connection's "
+                f"window: it marks it INVALID (conntrack -S: invalid), the nat table skips it, and the kernel's RST "
+                f"carries the sequence number the caller expects, so the caller's kernel resets the connection. A "
+                f"calling sidecar logs 503 UC (connection termination) for the request on it; the sidecar of "
+                f"{ref.server} still holds its half and logs the request only when its own timeouts end it (0 DC, or "
+                f"a 408). The fixes belong to the pod that serves {ref.server}."),
             fixes=fixes(),
             pod=self.ctx.pod,
             ts=rst.ts,
