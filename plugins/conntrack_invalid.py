@@ -66,7 +66,8 @@ def fixes() -> tuple[Fix, ...]:
             "the whole mesh",
             "a node-wide sysctl (every pod's conntrack stops judging TCP windows); a DaemonSet or the node's image",
             yaml="# on each node (or in a privileged DaemonSet): out-of-window segments stay tracked, so they are\n"
-                 "# REDIRECTed like the rest of their connection\nsysctl -w net.netfilter.nf_conntrack_tcp_be_liberal=1"),
+                 "# REDIRECTed like the rest of their connection\n"
+                 "sysctl -w net.netfilter.nf_conntrack_tcp_be_liberal=1"),
     )
 
 

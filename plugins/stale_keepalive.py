@@ -382,12 +382,15 @@ class StaleKeepalive(Detector):
         http = {c for stat in ("upstream_cx_http1_total", "upstream_cx_http2_total", "upstream_cx_http3_total")
                 for c in scoped(counters.stats, "cluster", stat)}
         return [f for f in counter_findings(
-            self.id, counters, COUNTERS, what="Stale keep-alive: pooled connections closed under requests (503 UC)",
+            self.id, counters, COUNTERS,
+            what="Pooled connections closed under requests (503 UC), cause not in the counters",
             explanation=("The upstream closed pooled connections while a request was on them: Envoy answers each "
-                         "503 UC (connection_termination). Most often Envoy reused a connection the app was "
-                         "closing for idleness (the app's keep-alive timeout is shorter than Envoy's pool's)."),
-            envoy_flags=("UC",), fixes=fixes(None),
-            remediation=render(fixes(None), RETRY_NOTE), pod=self.ctx.pod)
+                         "503 UC (connection_termination). The counters cannot tell why: an app closing idle "
+                         "keep-alive connections as Envoy reuses them (the keep-alive race), an app aborting "
+                         "mid-request, or the upstream pod's kernel resetting the connection (a conntrack-INVALID "
+                         "segment that bypassed Istio's REDIRECT: conntrack-invalid). Capture next: the upstream pod "
+                         "(kubectl meshdoctor watch pod/<pod>) or the sidecar's debug log (--envoy-debug)."),
+            envoy_flags=("UC",), remediation=UNPROVEN_REMEDIATION, pod=self.ctx.pod)
             if f.flow.server in http or f.flow.server == "istio_requests_total"]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:

@@ -98,3 +98,15 @@ def test_the_text_report_shows_the_instance_envoys_own_log_proves(tmp_path):
     assert "envoy log: [C" in proven and "using existing" in proven and "idleTimeout" in proven
     assert unproven.startswith("connection closed under the request (cause not in this evidence)")
     assert "none yet: the cause is not in this evidence" in unproven and "idleTimeout" not in unproven
+
+
+def test_the_counters_alone_name_no_cause():
+    """Envoy's stats of the lab's stale-keepalive round count 503 UC closes; so would a conntrack-INVALID reset
+    (issue 33): the counters finding names no cause, prints no fix and says what to capture."""
+    data = Path(__file__).resolve().parent.parent / "data" / "envoy-1.40" / "stale-keepalive"
+    code, report = analyze(data / "stats-before.txt", data / "stats-after.txt")
+    found = [f for f in report["findings"] if f["detector"] == "stale-keepalive"]
+    assert code == 1 and found
+    for f in found:
+        assert "cause not in the counters" in f["title"] and "conntrack-invalid" in f["explanation"]
+        assert "Most often" not in f["explanation"] and not f.get("fixes") and "none yet" in f["remediation"]
