@@ -82,6 +82,12 @@ RETRY_NOTE = ("# Retries (a VirtualService with retries.retryOn: reset,connect-f
               "# happen from the callers; they do not stop the race.")
 
 
+# No fix is printed for a 503 UC whose cause the evidence does not show: each cause has its own.
+UNPROVEN_REMEDIATION = ("# none yet: the cause is not in this evidence. Capture the upstream pod (kubectl meshdoctor "
+                        "watch pod/<pod>)\n# or this sidecar's debug log (--envoy-debug); the finding they give "
+                        "prints its fix.")
+
+
 def keepalive_timeout(response: PacketEvent | None) -> float | None:
     """The keep-alive timeout (seconds) the app announced on ``response``, from its ``Keep-Alive: timeout=N``
     header (as Node.js, Apache and others send; draft-thomson-hybi-http-timeout section 2), else None."""
@@ -376,12 +382,15 @@ class StaleKeepalive(Detector):
         http = {c for stat in ("upstream_cx_http1_total", "upstream_cx_http2_total", "upstream_cx_http3_total")
                 for c in scoped(counters.stats, "cluster", stat)}
         return [f for f in counter_findings(
-            self.id, counters, COUNTERS, what="Stale keep-alive: pooled connections closed under requests (503 UC)",
+            self.id, counters, COUNTERS,
+            what="Pooled connections closed under requests (503 UC), cause not in the counters",
             explanation=("The upstream closed pooled connections while a request was on them: Envoy answers each "
-                         "503 UC (connection_termination). Most often Envoy reused a connection the app was "
-                         "closing for idleness (the app's keep-alive timeout is shorter than Envoy's pool's)."),
-            envoy_flags=("UC",), fixes=fixes(None),
-            remediation=render(fixes(None), RETRY_NOTE), pod=self.ctx.pod)
+                         "503 UC (connection_termination). The counters cannot tell why: an app closing idle "
+                         "keep-alive connections as Envoy reuses them (the keep-alive race), an app aborting "
+                         "mid-request, or the upstream pod's kernel resetting the connection (a conntrack-INVALID "
+                         "segment that bypassed Istio's REDIRECT: conntrack-invalid). Capture next: the upstream pod "
+                         "(kubectl meshdoctor watch pod/<pod>) or the sidecar's debug log (--envoy-debug)."),
+            envoy_flags=("UC",), remediation=UNPROVEN_REMEDIATION, pod=self.ctx.pod)
             if f.flow.server in http or f.flow.server == "istio_requests_total"]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
@@ -416,28 +425,37 @@ class StaleKeepalive(Detector):
                    f"{closed}: {how}. Envoy then reset the request: upstream reset, connection termination. That "
                    f"is the keep-alive race: {who} closes idle connections sooner than Envoy's pool lets go of them.")
         else:
+            # Nothing here shows a pooled connection closed by its peer, so no cause is named (issue 33): a
+            # conntrack-INVALID segment reset by the upstream pod's kernel logs the same line, and its fix is not
+            # the keep-alive race's.
+            upstream_pod = "the upstream pod" if outbound else "this pod"
             why = (f"Envoy's access log says the connection to {who} went away while {request} was on it (503 UC, "
-                   f"{entry.details or 'connection termination'}). Most often that is the keep-alive race: Envoy "
-                   f"reused a pooled connection {who} was closing for idleness. An app that crashes or closes "
-                   f"mid-request logs the same; to tell, raise the sidecar's pool and connection loggers "
-                   f"(kubectl meshdoctor watch --envoy-debug) or capture lo (the app's FIN or RST under the request).")
+                   f"{entry.details or 'connection termination'}). The access log cannot tell why; it is logged "
+                   f"alike for a pooled connection {who} closed as the request went out (the keep-alive race), "
+                   f"for an app that crashed or aborted mid-request, and for a reset by {upstream_pod}'s kernel "
+                   f"when a conntrack-INVALID segment bypassed Istio's REDIRECT (conntrack-invalid: an RST without "
+                   f"ACK from the app's port). Capture next: {upstream_pod}'s eth0 and lo (kubectl meshdoctor watch "
+                   f"pod/<pod>: the FIN or RST under the request, and from which port), and this sidecar's pool "
+                   f"and connection loggers (kubectl meshdoctor watch --envoy-debug: a reused pooled connection "
+                   f"closed by its peer is the keep-alive race).")
         keepalive = idle if proven and idle is not None and idle > 0 else None
         return Finding(
             detector=self.id,
             severity=Severity.ERROR,
             title=(f"Envoy reused an idle pooled connection to {flow.server} that {who.split(' (')[0]} was closing "
                    f"(503 UC)" if proven else
-                   f"{flow.server}'s connection closed under {request} (503 UC): likely a stale keep-alive"),
-            variant="request on a connection the app was closing" if not outbound
-            else "request on a connection the upstream was closing",
+                   f"{flow.server}'s connection closed under {request} (503 UC): cause not in this evidence"),
+            variant=("request on a connection the app was closing" if not outbound
+                     else "request on a connection the upstream was closing") if proven
+            else "connection closed under the request (cause not in this evidence)",
             flow=flow,
             evidence=(evidence,),
             envoy_flags=("UC",),
             response_code_details=entry.details or "",
             explanation=why + (" The caller's sidecar retries such 503s by default (Istio's retry on reset): the "
                                "user sees them when the retries are spent." if outbound else ""),
-            fixes=fixes(keepalive, seen_idle=True),
-            remediation=render(fixes(keepalive, seen_idle=True), RETRY_NOTE),
+            fixes=fixes(keepalive, seen_idle=True) if proven else (),
+            remediation=render(fixes(keepalive, seen_idle=True), RETRY_NOTE) if proven else UNPROVEN_REMEDIATION,
             pod=self.ctx.pod,
             ts=entry.ts,
             details={"from": "envoy-log" if story is not None else "access-log", "proven": bool(proven),

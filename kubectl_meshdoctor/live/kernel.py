@@ -26,7 +26,8 @@ TCP_LISTEN = "0A"
 
 def parse_counters(text: str) -> dict[str, int]:
     """Counters named as nstat names them (``TcpExtTCPChallengeACK``), conntrack ones summed over CPUs as
-    ``ConntrackInsertFailed``/``ConntrackDrop``. Unknown or malformed lines are skipped."""
+    ``ConntrackInsertFailed``/``ConntrackDrop``/``ConntrackInvalid`` (``conntrack -S``'s insert_failed, drop,
+    invalid). Unknown or malformed lines are skipped."""
     out: dict[str, int] = {}
     proc, _, conntrack = text.partition("#tcp")[0].partition("#conntrack")
     lines = proc.splitlines()
@@ -42,7 +43,8 @@ def parse_counters(text: str) -> dict[str, int]:
     rows = [ln.split() for ln in conntrack.strip().splitlines()]
     if rows and rows[0] and rows[0][0] == "entries":
         head = rows[0]
-        for key, name in (("insert_failed", "ConntrackInsertFailed"), ("drop", "ConntrackDrop")):
+        for key, name in (("insert_failed", "ConntrackInsertFailed"), ("drop", "ConntrackDrop"),
+                          ("invalid", "ConntrackInvalid")):
             if key in head:
                 i = head.index(key)
                 out[name] = sum(n for r in rows[1:] if len(r) > i and (n := _hex32(r[i])) is not None)

@@ -5,7 +5,8 @@ finding's ``fixes[]``), never the detector, so the annotations and values a lab 
 pastes. The annotations go on the lab's Pod object and from there where Istio's injector takes them:
 ``sidecar.istio.io/interceptionMode`` into istio-init's ``-m`` (the TPROXY rules, policy routing, a transparent
 Envoy listener, istio-proxy run as root), ``traffic.sidecar.istio.io/excludeInboundPorts`` into its ``-d`` list
-(a RETURN rule), ``proxy.istio.io/config``'s holdApplicationUntilProxyStarts and
+(a RETURN rule), ``proxy.istio.io/config``'s proxyMetadata INVALID_DROP into istio-init's environment (its mangle
+rule dropping conntrack-INVALID packets), its holdApplicationUntilProxyStarts and
 ``sidecar.istio.io/rewriteAppHTTPProbers`` into the containers (apiserver/injection.py); the label
 ``sidecar.istio.io/inject`` decides whether the pod is injected at all (``injected``). A fix in the app, in
 Envoy's configuration or in the client is applied by its name (SETUP_CHANGES, CLIENT_FIXES).
@@ -66,6 +67,19 @@ def holds_application(proxy_config: str) -> bool:
         return False
     return isinstance(cfg, dict) and cfg.get("holdApplicationUntilProxyStarts") is True
 
+
+def drops_invalid(proxy_config: str) -> bool:
+    """Whether a ``proxy.istio.io/config`` value sets ``proxyMetadata.INVALID_DROP`` true: the injection template
+    passes proxyMetadata to istio-init's environment, where istio-iptables reads INVALID_DROP (istio/istio
+    tools/istio-iptables/pkg/cmd/root.go; strconv.ParseBool's true values)."""
+    try:
+        cfg = yaml.safe_load(proxy_config) if proxy_config else None
+    except yaml.YAMLError:
+        return False
+    meta = cfg.get("proxyMetadata") if isinstance(cfg, dict) else None
+    value = meta.get("INVALID_DROP") if isinstance(meta, dict) else None
+    return str(value) in ("1", "t", "T", "TRUE", "true", "True")
+
 # Fixes the scenario's client applies itself (its round changes); the mesh is left as it is.
 CLIENT_FIXES = frozenset({CLIENT_PORT_FIX, CALLER_IDLE_FIX, CALLER_HTTP11_FIX, CALLER_NO_UPGRADE_FIX,
                           CALLER_VALID_REQUEST_FIX, CALLER_TIMEOUT_FIX, CALLER_NO_HALF_CLOSE_FIX})
@@ -94,6 +108,8 @@ SETUP_CHANGES: dict[str, Callable[[PodSetup], PodSetup]] = {
     "sidecar-localhost": lambda setup: replace(setup, sidecar=replace(setup.sidecar, legacy_inbound=True)),
     # the VirtualService's last http route without match: istiod renders it as a route on prefix /
     DEFAULT_ROUTE_FIX: lambda setup: replace(setup, sidecar=replace(setup.sidecar, vs_catch_all=True)),
+    # a node sysctl in the cluster; the pod namespace's own in the lab (the kernel keeps it per namespace)
+    "conntrack-be-liberal": lambda setup: replace(setup, conntrack_be_liberal=True),
 }
 
 
@@ -216,6 +232,11 @@ class PodFix:
     def holds_application(self) -> bool:
         """The app starts only once the sidecar is ready (the lab starts Envoy first and waits for it)."""
         return holds_application(dict(self.annotations).get(PROXY_CONFIG, ""))
+
+    @property
+    def drops_invalid(self) -> bool:
+        """istio-init adds its mangle rule dropping conntrack-INVALID packets (netns.ISTIO_DROP_INVALID_RULES)."""
+        return drops_invalid(dict(self.annotations).get(PROXY_CONFIG, ""))
 
     def setup(self, setup: PodSetup) -> PodSetup:
         """``setup`` with this fix's change to the app or Envoy (unchanged for a fix of rules or client)."""

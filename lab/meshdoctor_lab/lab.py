@@ -353,7 +353,8 @@ def _bring_up(
         netns.create_pod_network(pod.netns, pod.client_netns, pod.pod_ip, pod.client_ip,
                                  local_ports=setup.local_ports,
                                  interception=fix.interception if lab_fixes.injected(setup.labels) else "NONE",
-                                 excluded_ports=fix.excluded_ports)
+                                 excluded_ports=fix.excluded_ports, drop_invalid=fix.drops_invalid,
+                                 conntrack_be_liberal=setup.conntrack_be_liberal)
         (state.state_dir / pod.name).mkdir(exist_ok=True)
         istio_proxy.prepare_container_log(processes.log_path(state, f"{pod.name}/sidecar"))
         if pod.certs:

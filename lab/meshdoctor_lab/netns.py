@@ -49,6 +49,16 @@ ISTIO_NAT_RULES = """\
 COMMIT
 """
 
+# What istio-init adds when its INVALID_DROP is true (proxyMetadata INVALID_DROP: "true"), before its nat rules:
+# istio/istio tools/istio-iptables/pkg/capture/run.go (DropInvalid) and testdata/drop-invalid.golden.
+ISTIO_DROP_INVALID_RULES = """\
+* mangle
+-N ISTIO_DROP
+-A PREROUTING -m conntrack --ctstate INVALID -j ISTIO_DROP
+-A ISTIO_DROP -j DROP
+COMMIT
+"""
+
 # The same for `sidecar.istio.io/interceptionMode: TPROXY` (`istio-iptables ... -m TPROXY`): istio/istio's golden
 # testdata/inbound-ports-wildcard-tproxy.golden, plus the -d exclusions run.go writes into the inbound table
 # (mangle here) before the conntrack rule, and the outbound catch-all a real pod's `-i *` adds (in the nat part,
@@ -157,11 +167,13 @@ def netns_exists(netns: str) -> bool:
 
 def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: str,
                        local_ports: tuple[int, int] | None = None, interception: str = "REDIRECT",
-                       excluded_ports: Sequence[int] = ()) -> None:
+                       excluded_ports: Sequence[int] = (), drop_invalid: bool = False,
+                       conntrack_be_liberal: bool = False) -> None:
     """Create the pod and client namespaces, the eth0 veth pair, addresses, and Istio's rules for
     ``interception`` with ``excluded_ports`` out of inbound capture (istio_rules; none for NONE, a pod without a
-    sidecar); ``local_ports`` narrows the
-    pod namespace's ip_local_port_range (the ports its sidecar dials the app from).
+    sidecar), with ISTIO_DROP_INVALID_RULES first when ``drop_invalid``; ``local_ports`` narrows the
+    pod namespace's ip_local_port_range (the ports its sidecar dials the app from); ``conntrack_be_liberal`` sets
+    its net.netfilter.nf_conntrack_tcp_be_liberal to 1.
 
     Raises LabError (leaving whatever was created for delete_netns to remove) when a step fails.
     """
@@ -179,9 +191,13 @@ def create_pod_network(netns: str, client_netns: str, pod_ip: str, client_ip: st
     run(in_netns(client_netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={lo} {hi}"))
     if local_ports is not None:
         run(in_netns(netns, "sysctl", "-q", "-w", f"net.ipv4.ip_local_port_range={local_ports[0]} {local_ports[1]}"))
+    if conntrack_be_liberal:
+        run(in_netns(netns, "sysctl", "-q", "-w", "net.netfilter.nf_conntrack_tcp_be_liberal=1"))
     if interception == "NONE":  # a pod without a sidecar: no istio-init, so no rules
         return
     run(in_netns(netns, "iptables-restore"), input_text=istio_rules(interception, excluded_ports))
+    if drop_invalid:  # --noflush: TPROXY's rules have a mangle table of their own
+        run(in_netns(netns, "iptables-restore", "--noflush"), input_text=ISTIO_DROP_INVALID_RULES)
     if interception == "TPROXY":  # istio-iptables' policy routing: marked packets are delivered locally
         run(in_netns(netns, "ip", "-f", "inet", "rule", "add", "fwmark", str(TPROXY_MARK), "lookup",
                      str(TPROXY_ROUTE_TABLE)))

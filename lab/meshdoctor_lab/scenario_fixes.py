@@ -21,6 +21,7 @@ from meshdoctor_lab.scenarios.table import (
 from kubectl_meshdoctor.lint.sidecar import inject_fix
 from kubectl_meshdoctor_plugins import (
     circuit_breaker_overflow,
+    conntrack_invalid,
     downstream_disconnect,
     downstream_protocol_error,
     http_framing,
@@ -62,6 +63,8 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "tls-to-plaintext": lambda: (tls_mismatch.TLS_DISABLE,),
     # lint's no-sidecar: the pod opts out of injection (tests/lab/test_lint_lab.py proves its fix)
     "no-sidecar": lambda: (inject_fix("<namespace>", opted_out=True),),
+    # istio-init's INVALID_DROP rule, or the pod namespace's conntrack judging no windows
+    "conntrack-invalid": conntrack_invalid.fixes,
 }
 
 

@@ -163,3 +163,22 @@ def test_the_policy_classes_lab_fixes_become_the_istio_settings_they_name():
         pod_fix("x", settings=(("DestinationRule.trafficPolicy.tls.mode", "SIMPLE"),))
     with pytest.raises(LabError, match="does not render"):
         pod_fix("x", settings=(("PeerAuthentication.portLevelMtls[http].mode", "PERMISSIVE"),))
+
+
+def test_the_conntrack_invalid_fixes_become_istio_inits_rule_and_the_namespaces_sysctl():
+    """invalid-drop's annotation is proxyMetadata INVALID_DROP, which istio-init reads (strconv.ParseBool); the lab
+    then adds istio/istio's drop-invalid.golden mangle rules. conntrack-be-liberal is the namespace's sysctl."""
+    from meshdoctor_lab.applied_fixes import drops_invalid
+    from meshdoctor_lab.netns import ISTIO_DROP_INVALID_RULES
+    from meshdoctor_lab.scenarios.table import SETUPS
+
+    drop = lab_fix("conntrack-invalid", "invalid-drop")
+    applied = pod_fix(drop.name, drop.annotations, drop.settings, drop.labels)
+    assert applied.drops_invalid and not applied.setup(SETUPS["conntrack-invalid"]).conntrack_be_liberal
+    assert "-A PREROUTING -m conntrack --ctstate INVALID -j ISTIO_DROP\n-A ISTIO_DROP -j DROP\n" \
+        in ISTIO_DROP_INVALID_RULES
+    liberal = lab_fix("conntrack-invalid", "conntrack-be-liberal")
+    applied = pod_fix(liberal.name, liberal.annotations, liberal.settings, liberal.labels)
+    assert not applied.drops_invalid and applied.setup(SETUPS["conntrack-invalid"]).conntrack_be_liberal
+    assert [drops_invalid(v) for v in ('proxyMetadata:\n  INVALID_DROP: "false"\n', "proxyMetadata: {}", "", "[",
+                                       "proxyMetadata:\n  INVALID_DROP: true\n")] == [False, False, False, False, True]

@@ -29,7 +29,8 @@ FAILING = {"collision": ("tuple-collision",), "refused": ("upstream-refused",),
            "downstream-idle": ("stale-keepalive",), "http10": ("downstream-protocol-error",),
            "slow-app": ("upstream-timeout", "downstream-disconnect"), "goaway": ("upstream-goaway",),
            "overflow": ("circuit-breaker-overflow",), "outlier": ("no-healthy-upstream",), "no-route": ("no-route",),
-           "mtls-strict": ("tls-mismatch",), "tls-to-plaintext": ("tls-mismatch",)}
+           "mtls-strict": ("tls-mismatch",), "tls-to-plaintext": ("tls-mismatch",),
+           "conntrack-invalid": ("conntrack-invalid",)}
 # the classes whose findings are warnings (the others' are errors)
 WARNINGS = ("downstream-disconnect", "no-route")
 # scenario -> the fix printed first: the one that keeps the most of the mesh
@@ -38,7 +39,7 @@ FIRST = {"collision": "tproxy", "refused": "app-listens", "refused-localhost": "
          "downstream-idle": "caller-idle-timeout", "http10": "caller-http11",
          "slow-app": "route-timeout", "goaway": "retry-refused-stream", "overflow": "pool-limits",
          "outlier": "min-health-percent", "no-route": "default-route", "mtls-strict": "permissive-mtls",
-         "tls-to-plaintext": "tls-disable"}
+         "tls-to-plaintext": "tls-disable", "conntrack-invalid": "invalid-drop"}
 # A fix of one of a round's several failures: the request it is about is then served (the others fail still).
 FIXED_REQUEST = {"caller-http11": "/http10", "accept-http10": "GET /http10", "caller-no-upgrade": "/upgrade",
                  "caller-valid-request": "/malformed", "route-timeout": f"/slow/{SLOW_TOO_LONG}",

@@ -10,7 +10,7 @@ SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
     "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
     "no-sidecar", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext", "healthy-strict",
-    "healthy-strict-h2", "healthy-short",
+    "healthy-strict-h2", "healthy-short", "conntrack-invalid",
 )
 # seconds: the stale-keepalive app closes idle keep-alive connections after this, and says so in each response
 # (`Keep-Alive: timeout=1`, whole seconds as the header has them): what its printed idle-timeout fix is made from
@@ -117,6 +117,9 @@ class PodSetup:
     # and the callers' DestinationRule tls.mode (None: auto mTLS), unless a fix sets one.
     called_labels: tuple[tuple[str, str], ...] | None = None
     callers_tls_mode: str | None = None
+    # The pod namespace's net.netfilter.nf_conntrack_tcp_be_liberal (the conntrack-be-liberal fix): conntrack
+    # keeps out-of-window segments tracked, so the nat REDIRECT still takes them.
+    conntrack_be_liberal: bool = False
 
 
 SETUPS: dict[str, PodSetup] = {
@@ -166,4 +169,7 @@ SETUPS: dict[str, PodSetup] = {
     # (cluster_traffic_policy.go applyConnectionPool; cluster_builder.go buildInboundCluster): no keep-alive on
     # any hop, every request its own mTLS connection between the sidecars and its own connection to the app.
     "healthy-short": PodSetup(sidecar=SidecarSettings(upstream_max_requests_per_connection=1)),
+    # An upload into which the round writes one out-of-window segment (invalid_rounds.py): conntrack marks it
+    # INVALID, it skips the REDIRECT and the app's port resets the caller's connection.
+    "conntrack-invalid": PodSetup(),
 }
