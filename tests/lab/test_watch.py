@@ -260,7 +260,7 @@ def test_write_pcap_refuses_a_planted_link_and_a_file_before_touching_the_pod(la
 async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, tmp_path):
     """What README command 1 shows: the TUI on pod/collision, the finding with its eth0 frames and ladder; s saves
     its packets from the spool as a pcapng that analyze reads back to the same finding; q to leave."""
-    from textual.widgets import DataTable, Input, Static
+    from textual.widgets import DataTable, Input
 
     from kubectl_meshdoctor.commands.analyze import analyze
     from kubectl_meshdoctor.commands.watch.live import WatchOptions
@@ -271,6 +271,8 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
     from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
     from kubectl_meshdoctor.frontends.tui.screens import PathPrompt
     from kubectl_meshdoctor.sources.files import CaptureArg
+
+    from ..frontends.tui.test_app import screen_text
 
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
     spool = tmp_path / "spool"
@@ -289,9 +291,9 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
         while not any(collision_row(i) for i in range(table.row_count)):
             assert time.monotonic() < deadline, "no tuple-collision row within 60 s"
             await pilot.pause(0.1)
-        detail = str(app.query_one("#detail", Static).render())
+        detail = screen_text(app, "#detail")  # its text, not the hanging-indent renderable's repr
         assert "collision/eth0 frame" in detail and ": SYN" in detail and "challenge ACK" in detail
-        ladder = str(app.query_one("#ladder", Static).render())
+        ladder = screen_text(app, "#ladder")
         assert "▶" in ladder and "◀" in ladder  # the ladder: SYN to the sidecar, challenge ACK back
         assert tcpdumps_in(pod.netns)  # the capture really runs while the screen is up
         table.move_cursor(row=next(i for i in range(table.row_count) if collision_row(i)))
