@@ -1,0 +1,26 @@
+"""Defects of the triage desk found by trying to break it at small and odd terminal sizes (issue 32 follow-up).
+Each test fails today and is marked xfail(strict=True); the reason says what the user sees and should see."""
+
+from __future__ import annotations
+
+import pytest
+
+from .test_small_screen import shown, words
+from .test_triage import collision_app, ready
+
+
+@pytest.mark.xfail(strict=True, reason="a 40-column pane (an 80-column tmux split): `?` help lines break "
+                                       "mid-sentence ('(one' alone, then an indented rest); each key's text "
+                                       "should wrap once, under itself")
+async def test_help_in_a_40_column_pane_wraps_each_key_once():
+    app = collision_app()
+    async with app.run_test(size=(40, 20)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.5)
+        lines = [line.strip("█▀▄▁▂▃▄▅▆▇ ") for line in shown(app)]
+        assert "select a problem (one row per kind" in " ".join(words(lines).split())
+        # No line of the help is a lone word left by a second wrap of an already wrapped line.
+        assert not any(line in ("(one", "(the", "detail,") for line in lines), lines
+        await pilot.press("escape")
+        await pilot.press("q")
