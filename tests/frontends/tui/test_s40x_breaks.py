@@ -24,3 +24,32 @@ async def test_help_in_a_40_column_pane_wraps_each_key_once():
         assert not any(line in ("(one", "(the", "detail,") for line in lines), lines
         await pilot.press("escape")
         await pilot.press("q")
+
+
+async def test_export_over_an_existing_file_at_80x24_shows_the_whole_warning_in_the_box():
+    """The path prompt was 90 columns wide on an 80-column terminal: its right border gone and the warning cut
+    to '... or change' (fixed with a max-width, one line)."""
+    import os
+    import tempfile
+
+    app = collision_app()
+    with tempfile.TemporaryDirectory(prefix="s40x-") as tmp:
+        existing = os.path.join(tmp, "r.md")
+        with open(existing, "w") as fh:
+            fh.write("old")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await ready(app, pilot)
+            await pilot.press("e")
+            await pilot.pause(0.3)
+            box = app.screen.query_one("#prompt-path")
+            box.value = existing
+            await pilot.press("enter")
+            await pilot.pause(0.3)
+            lines = shown(app)
+            assert "exists: Enter again to overwrite it, or change the path" in words(lines)
+            boxed = [line for line in lines if line.startswith("█")]
+            assert boxed and all(line.rstrip().endswith("█") for line in boxed), boxed  # right border drawn
+            await pilot.press("escape")
+            await pilot.press("q")
+        with open(existing) as fh:
+            assert fh.read() == "old"
