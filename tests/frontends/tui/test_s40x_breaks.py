@@ -53,3 +53,29 @@ async def test_export_over_an_existing_file_at_80x24_shows_the_whole_warning_in_
             await pilot.press("q")
         with open(existing) as fh:
             assert fh.read() == "old"
+
+
+@pytest.mark.xfail(strict=True, reason="analyze of 12 files at 80x24: the header names every file on its own line, "
+                                       "16 of 24 lines, and leaves the findings list 7 rows (3 problems; with "
+                                       "more files none); the header should fold the files (e.g. 'files: 12 in "
+                                       "6 directories') and leave the list at least 10 rows")
+async def test_a_dozen_files_at_80x24_leave_the_findings_list_on_the_screen():
+    import glob
+    from pathlib import Path
+
+    from kubectl_meshdoctor.commands.analyze import FileSession
+    from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+    from kubectl_meshdoctor.sources.files import CaptureArg
+
+    from .test_app import wait_for
+
+    mesh = Path(__file__).parent.parent.parent / "data" / "envoy-1.40-mesh"
+    files = sorted(f for s in ("framing", "refused", "stale-keepalive") for f in glob.glob(f"{mesh}/{s}/*/*.pcap"))
+    assert len(files) == 12
+    app = MeshDoctorApp(FileSession([CaptureArg.parse(f) for f in files]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "q quits" in words(shown(app)), seconds=60)
+        await pilot.pause(0.3)
+        assert app.query_one("#findings").region.height >= 10
+        assert any("▶" in line for line in shown(app)), shown(app)  # the selected problem is in sight
+        await pilot.press("q")
