@@ -117,7 +117,8 @@ class PathPrompt(ModalScreen[tuple[str, bool] | None]):
 
     DEFAULT_CSS = """
     PathPrompt { align: center middle; }
-    PathPrompt > Vertical { width: 90; height: auto; border: thick $primary; background: $surface; padding: 0 1; }
+    PathPrompt > Vertical { width: 90; max-width: 100%; height: auto; border: thick $primary; background: $surface;
+                             padding: 0 1; }
     #prompt-warning { color: $warning; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
