@@ -33,6 +33,7 @@ from kubectl_meshdoctor.envoy.clusters import FormatError
 from kubectl_meshdoctor.envoy.log_format import LogFormat, LogFormatError, compile_format
 from kubectl_meshdoctor.exit_codes import by_signal
 from kubectl_meshdoctor.frontends.report import rendered_for
+from kubectl_meshdoctor.frontends.shown import files_described
 from kubectl_meshdoctor.frontends.tui.session import ACCESS_LOG as LOG_PANE
 from kubectl_meshdoctor.frontends.tui.session import CLUSTERS as CLUSTERS_PANE
 from kubectl_meshdoctor.frontends.tui.session import COUNTERS as COUNTERS_PANE
@@ -311,7 +312,7 @@ class FileSession(Session):
         self.log_format = log_format
         self.redact = redact
         self.jobs = jobs
-        self.describe = f"files: {' '.join(c.path for c in captures)}"
+        self.describe = files_described([c.path for c in captures])
         self._pipelines = [Pipeline.with_detectors(redact=redact)]
         self._save = evidence_saver({c.path: c.path for c in captures})
         self.joiner = LiveJoin(lambda: self._pipelines)

@@ -9,6 +9,8 @@ character is shown as its escape (``\\x1b``, ``\\u202e``): visible, and what the
 
 from __future__ import annotations
 
+import os
+
 # C0 controls, DEL, C1 controls, and Unicode's bidirectional embeddings, overrides and isolates.
 _UNSAFE = (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _ONE_LINE = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _UNSAFE}
@@ -36,3 +38,17 @@ def is_safe(text: str, *, lines: bool = False) -> bool:
     """Whether ``text`` needs no escaping (``lines``: newlines and tabs allowed)."""
     table = _BLOCK if lines else _ONE_LINE
     return not any(ord(ch) in table for ch in text)
+
+
+def files_described(paths: list[str]) -> str:
+    """The files of an offline run as the screen's header names them: each, up to three; more, by count and the
+    directory they share, so that a dozen captures do not take the screen of an 80x24 terminal."""
+    if len(paths) <= 3:
+        return f"files: {' '.join(paths)}"
+    dirs = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    try:
+        under = os.path.commonpath(sorted(dirs))
+    except ValueError:  # no directory in common
+        under = ""
+    where = f" under {under}" if under and under != os.sep else ""
+    return f"files: {len(paths)} in {len(dirs)} director{'y' if len(dirs) == 1 else 'ies'}{where}"

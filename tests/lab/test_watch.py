@@ -16,6 +16,7 @@ import pytest
 
 from meshdoctor_lab import lab
 
+from ..frontends.tui.test_app import screen_text
 from ..waiting import wait_until
 from .watching import Faults, capturing
 from .lab_names import lab_name
@@ -272,11 +273,8 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
     from kubectl_meshdoctor.frontends.tui.screens import PathPrompt
     from kubectl_meshdoctor.sources.files import CaptureArg
 
-    from ..frontends.tui.test_app import screen_text
-
     kube = connect(KubeOptions(kubeconfig=str(lab_state.kubeconfig)))
-    spool = tmp_path / "spool"
-    spool.mkdir()
+    (spool := tmp_path / "spool").mkdir()
     app = MeshDoctorApp(LiveSession(kube, WatchOptions((Target("pod", "collision"),), kube.namespace,
                                                         spool_dir=spool)))
     pod = lab_state.pod("collision")

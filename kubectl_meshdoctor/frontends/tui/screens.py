@@ -73,7 +73,7 @@ def help_text(width: int = 100, offered: frozenset[str] = ALL_PANES) -> str:
         if pane != last:
             lines += ["" if last else "", f"{pane}"]
             last = pane
-        lines += textwrap.wrap(f"  {key:<{_KEY_WIDTH}} {what}", max(width, 40),
+        lines += textwrap.wrap(f"  {key:<{_KEY_WIDTH}} {what}", max(width, _KEY_WIDTH + 3 + 12),
                                subsequent_indent=" " * (_KEY_WIDTH + 3))
     return "\n".join(lines).strip("\n")
 

@@ -14,10 +14,13 @@ WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "readi
 
 
 def status_text(session: Session, groups: list[FindingGroup], findings: int, progress: str, waited: float,
-                finished: bool, held: int | None, where: str = "") -> str:
+                finished: bool, held: int | None, where: str = "", width: int = 0) -> str:
     """``findings``: how many the list counts; ``waited``: seconds since ``progress`` came (shown for a
     WAITING_STEPS step from 2 s on, while not ``finished``); ``held``: findings held while paused (None: not
-    paused); ``where``: a first line (the run's target, when the header is hidden)."""
+    paused); ``where``: a first line (the run's target, when the header is hidden), cut to two lines of ``width``
+    columns when given: on a small terminal the list's rows matter more than the rest of a long target."""
+    if width > 1 and len(where) > 2 * width:
+        where = where[:2 * width - 1] + "…"
     st = session.stats()
     pods = {k.rpartition("/")[0] for k in st.by_iface}
     if len(pods) > 1:

@@ -1,5 +1,5 @@
 """Defects of the triage desk found by trying to break it at small and odd terminal sizes (issue 32 follow-up).
-Each test fails today and is marked xfail(strict=True); the reason says what the user sees and should see."""
+Each was a failing test (xfail, strict) when found; each is fixed, and the test says what the user sees."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from .test_small_screen import shown, words
 from .test_triage import collision_app, ready
 
 
-@pytest.mark.xfail(strict=True, reason="a 40-column pane (an 80-column tmux split): `?` help lines break "
-                                       "mid-sentence ('(one' alone, then an indented rest); each key's text "
-                                       "should wrap once, under itself")
 async def test_help_in_a_40_column_pane_wraps_each_key_once():
     app = collision_app()
     async with app.run_test(size=(40, 20)) as pilot:
@@ -55,10 +52,6 @@ async def test_export_over_an_existing_file_at_80x24_shows_the_whole_warning_in_
             assert fh.read() == "old"
 
 
-@pytest.mark.xfail(strict=True, reason="analyze of 12 files at 80x24: the header names every file on its own line, "
-                                       "16 of 24 lines, and leaves the findings list 7 rows (3 problems; with "
-                                       "more files none); the header should fold the files (e.g. 'files: 12 in "
-                                       "6 directories') and leave the list at least 10 rows")
 async def test_a_dozen_files_at_80x24_leave_the_findings_list_on_the_screen():
     import glob
     from pathlib import Path
@@ -81,9 +74,6 @@ async def test_a_dozen_files_at_80x24_leave_the_findings_list_on_the_screen():
         await pilot.press("q")
 
 
-@pytest.mark.xfail(strict=True, reason="the fix's YAML at 80x24: a long '# Fix 2 of 3 ...' comment wraps to column "
-                                       "0 without its '#', so the lines a user copies from the screen are no "
-                                       "longer valid YAML; a wrapped comment should go on with '#'")
 async def test_the_fix_yaml_at_80x24_wraps_its_comments_as_comments():
     from kubectl_meshdoctor.frontends.tui.detail_pane import DetailPane
 
