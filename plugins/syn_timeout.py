@@ -5,6 +5,11 @@ Linux retransmits an unanswered SYN after 1 s, then 3 s, 7 s, ... (``tcp_syn_ret
 sees. Envoy logs UF once its connect timeout fires, URX when retries run out. SYNs that share
 a client port with a redirected connection belong to ``tuple-collision`` and are left to it.
 
+A SYN that got an answer was not dropped, whatever followed: an ACK of an old connection (``tuple-collision``),
+an RST (``upstream-refused``) are other detectors' stories. A SYN resent within QUICK_RESEND_S got an answer even
+when the capture lacks it: the client's kernel resends at once after an answer it rejected. Those attempts get
+an honest "cannot tell" finding that says what to capture, never "dropped".
+
 Without a capture, Envoy's logs name it: a UF whose reset reason is ``connection_timeout`` (Envoy's connect
 timeout fired: 10 s in Istio by default) or whose connect errno is ETIMEDOUT (110, ``Connection timed out``) or
 EHOSTUNREACH (113, ``No route to host``: an ICMP or a firewall's reject where no SYN-ACK comes), and the debug
@@ -57,13 +62,20 @@ _REMEDIATION = (
 
 
 GIVE_UP_AFTER_S = 10.0  # silence after the last retransmission before an unanswered attempt is reported
+# Seconds: a SYN resent sooner than this after the one before was answered. An unanswered SYN waits the initial
+# RTO, 1 s (RFC 6298 section 2.1), but a SYN-SENT socket that gets an ACK it does not accept answers it with an RST
+# (RFC 9293 section 3.10.7.3) and Linux resends its SYN at once (tcp_input.c tcp_rcv_synsent_state_process: the
+# retransmit timer set to TCP_TIMEOUT_MIN; 11-15 ms in the lab on 6.18).
+QUICK_RESEND_S = 0.2
 
 
 @dataclass(slots=True)
 class _Pending:
     syn: PacketEvent
     retransmits: int = 0
-    answered: bool = False  # by something other than a SYN-ACK (RST, challenge ACK): other detectors' story
+    answered: bool = False  # since the last SYN, by something other than a SYN-ACK (RST, an old connection's ACK)
+    answer: PacketEvent | None = None  # the first such answer captured: the attempt is another detector's story
+    resent_at_once: PacketEvent | None = None  # a SYN resent within QUICK_RESEND_S: answered, answer not captured
     last: PacketEvent | None = None
     reported: bool = False
 
@@ -86,9 +98,11 @@ class SynTimeout(Detector):
             self.id, counters, (CounterSignal("cluster", "upstream_cx_connect_timeout",
                                               "connects that got no answer within the connect timeout"),),
             what="Upstream connects timed out: SYNs with no answer (503 UF)",
-            explanation=("Envoy's SYNs to the upstream went unanswered until its connect timeout (10 s in Istio by "
-                         "default) fired: something between drops them, or the upstream's accept queue is full. "
-                         "Envoy answers 503 UF (URX when retries are spent)."),
+            explanation=("Envoy's connects to the upstream got no SYN-ACK before its connect timeout (10 s in Istio "
+                         "by default) fired; the counter cannot tell why: SYNs (or their answers) dropped, a full "
+                         "accept queue, or answers the kernel rejected (an ACK of an old connection on the same "
+                         "four-tuple). Envoy answers 503 UF (URX when retries are spent). Capture eth0 and lo with "
+                         "every packet (watch --full-capture) to see what answers the SYNs."),
             envoy_flags=("UF",), 
             remediation=_REMEDIATION, pod=self.ctx.pod)
 
@@ -116,11 +130,13 @@ class SynTimeout(Detector):
             variant="connect got no answer",
             response_code_details=entry.details or "",
             explanation=(
-                f"The sidecar tried to connect to {flow.server} for {request} and {why}: its SYNs got no SYN-ACK "
-                f"and no RST. Something between drops them (a NetworkPolicy, a firewall, a node's conntrack "
-                f"table), the endpoint is gone from the network (a stale endpoint), or its accept queue is full. "
-                f"Envoy answered UF (URX once retries are spent). Capture eth0 (and lo for the app's own port) "
-                f"while it happens to see where the SYNs stop."),
+                f"The sidecar tried to connect to {flow.server} for {request} and {why}: no SYN-ACK came back in "
+                f"time. The log cannot tell why: the SYNs or their answers were dropped (a NetworkPolicy, a "
+                f"firewall, a node's conntrack table), the endpoint is gone from the network (a stale endpoint), "
+                f"its accept queue is full, or each SYN was answered by something the kernel rejects (an ACK of an "
+                f"old connection on the same four-tuple). Envoy answered UF (URX once retries are spent). Capture "
+                f"eth0 and lo with every packet (watch --full-capture) while it happens to see what answers the "
+                f"SYNs, if anything."),
             remediation=_REMEDIATION,
             pod=self.ctx.pod,
             ts=entry.ts,
@@ -130,26 +146,37 @@ class SynTimeout(Detector):
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.is_syn:
             return self._on_syn(ev)
-        key = PendingSyns.key_of_answer(ev)
-        pending = self._pending.get(key)
+        pending = self._pending.get(PendingSyns.key_of_answer(ev))
+        if pending is None and ev.iface == "lo":
+            pending = self._pending.of_client(ev)  # REDIRECTed on the way out, its source restored on the answer
         if pending is None:
             return ()
         if not ev.is_syn_ack:
             pending.answered = True
+            pending.answer = pending.answer or ev
             return ()
-        self._pending.pop(key)
-        if pending.retransmits and not pending.reported:
+        self._pending.pop(PendingSyns.key_of_syn(pending.syn))
+        if pending.retransmits and not pending.reported and pending.answer is None:
             return (self._finding(pending, answer=ev),)
         return ()
 
     def on_tick(self, now: float) -> Iterable[Finding]:
-        out = [self._finding(p) for p in self._pending.values()
-               if p.retransmits and not p.reported and p.last is not None and now - p.last.ts > GIVE_UP_AFTER_S]
+        out = [self._conclude(p) for p in self._pending.values()
+               if self._due(p) and p.last is not None and now - p.last.ts > GIVE_UP_AFTER_S]
         self._pending.expire(now)
         return out
 
     def finish(self) -> Iterable[Finding]:
-        return [self._finding(p) for p in self._pending.values() if p.retransmits and not p.reported]
+        return [self._conclude(p) for p in self._pending.values() if self._due(p)]
+
+    @staticmethod
+    def _due(p: _Pending) -> bool:
+        """An attempt this detector reports: resent, never reported, and no answer captured (a captured answer,
+        an old connection's ACK or an RST, is tuple-collision's or upstream-refused's story, never a drop)."""
+        return bool(p.retransmits or p.resent_at_once) and not p.reported and p.answer is None
+
+    def _conclude(self, p: _Pending) -> Finding:
+        return self._unseen_answer(p) if p.resent_at_once is not None else self._finding(p)
 
     def _on_syn(self, ev: PacketEvent) -> Iterable[Finding]:
         key = PendingSyns.key_of_syn(ev)
@@ -163,7 +190,10 @@ class SynTimeout(Detector):
         if pending.answered:
             pending.answered = False  # the client retries after an answer it rejected; not a silent drop
             return ()
-        pending.retransmits += 1
+        if ev.ts - (pending.last or pending.syn).ts < QUICK_RESEND_S:
+            pending.resent_at_once = pending.resent_at_once or ev  # answered, though the capture lacks the answer
+        else:
+            pending.retransmits += 1
         pending.last = ev
         return ()
 
@@ -191,14 +221,52 @@ class SynTimeout(Detector):
             variant="SYN retransmitted, no answer",
             response_code_details="upstream_reset_before_response_started{connection_timeout}",
             explanation=(
-                f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and got no SYN-ACK, RST or ICMP; the kernel "
-                f"retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s ({outcome}; Linux backs off "
-                f"as RFC 6298 section 5 says, after linear first retries from 6.7 on). Something between drops "
-                f"it, or the listener's accept queue is full. Envoy "
+                f"{syn.src_endpoint} sent a SYN to {syn.dst_endpoint} and the capture holds no SYN-ACK, RST or "
+                f"other answer to it; the kernel retransmitted it {n} time{'s' if n > 1 else ''} over {waited:.1f} s "
+                f"({outcome}; Linux backs off as RFC 6298 section 5 says, after linear first retries from 6.7 on), "
+                f"each after a full timeout, as it does when nothing at all came back. Something between this capture "
+                f"and the listener drops the SYNs or their answers, or the listener's accept queue is full. Envoy "
                 f"logs UF when its connect timeout fires (URX once retries are spent); callers see slow or failed "
                 f"requests."),
             remediation=_REMEDIATION,
             pod=self.ctx.pod,
             ts=(answer or last).ts,
             details={"retransmits": n, "waited_s": round(waited, 6), "answered": answer is not None},
+        )
+
+    def _unseen_answer(self, pending: _Pending) -> Finding:
+        """An attempt resent at once (QUICK_RESEND_S): answered by something this capture does not hold."""
+        pending.reported = True
+        syn, quick = pending.syn, pending.resent_at_once
+        assert quick is not None
+        last = pending.last or quick
+        gap = quick.ts - syn.ts
+        evidence = [Evidence.of(syn, "SYN"),
+                    Evidence.of(quick, f"the same SYN resent {gap * 1000:.0f} ms later: an answer came and was "
+                                       f"rejected (an unanswered SYN waits 1 s)")]
+        if last is not quick:
+            evidence.append(Evidence.of(last, f"SYN resent again, {last.ts - syn.ts:.3f} s after the first"))
+        return Finding(
+            detector=self.id,
+            severity=Severity.ERROR if pending.retransmits else Severity.WARNING,
+            title=f"SYN to {syn.dst_endpoint} was answered, but not with a SYN-ACK (the answer is not in the capture)",
+            flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
+            evidence=tuple(evidence),
+            envoy_flags=(),
+            variant="SYN answered, answer not captured",
+            response_code_details="",
+            explanation=(
+                f"{syn.src_endpoint}'s kernel resent its SYN to {syn.dst_endpoint} {gap * 1000:.0f} ms after the "
+                f"first, where a SYN nobody answers waits 1 s (RFC 6298 section 2.1): it got an answer it rejected "
+                f"and reset (RFC 9293 section 3.10.7.3; Linux then resends at once), so the SYN was not dropped. "
+                f"The answer is not in this capture, so it cannot tell what sent it: most often a socket still "
+                f"holding the same four-tuple (an old connection's ACK: tuple-collision), else an RST or ICMP error. "
+                f"{'Later SYNs kept failing: the connect stalls. ' if pending.retransmits else ''}"
+                f"Capture lo and eth0 with every packet (watch --full-capture), and read nstat's "
+                f"TcpExtTCPChallengeACK and TcpExtTCPACKSkippedFinWait2 and `ss -tan state fin-wait-2` in the "
+                f"pod while it happens."),
+            remediation="# No fix can be read from the capture: capture the answer first (watch --full-capture).",
+            pod=self.ctx.pod,
+            ts=last.ts,
+            details={"retransmits": pending.retransmits, "resent_after_s": round(gap, 6), "answered": True},
         )

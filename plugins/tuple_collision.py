@@ -8,6 +8,17 @@ for the live connection, so the pod resets that connection, and retransmits its 
 then succeeds: the live connection is the casualty (its next request meets an RST: UC in a calling sidecar).
 Or the SYN is silently dropped (a conntrack clash) and retransmitted after a second or more (UF, URX once
 retries run out). Seen on the pod's ``eth0``, before the nat rules rewrite the port.
+
+The outbound variant (OUTBOUND_VARIANT), on ``lo``: ISTIO_REDIRECT sends every outbound connection of the app to
+127.0.0.1:15001, so the four-tuple inside the pod is (app ip:port, 127.0.0.1:15001) whatever the destination.
+When the sidecar closed such a connection first, its orphaned socket waits in FIN-WAIT-2 (``tcp_fin_timeout``,
+60 s by default); if conntrack forgot the connection meanwhile, the app's own FIN leaves un-NATed and never
+reaches it. A new connect from the same app port then meets that socket: it answers the SYN with an ACK carrying
+the old connection's numbers (tcp_minisocks.c tcp_timewait_state_process, a SYN out of window in FIN-WAIT-2).
+The app's kernel answers with an RST whose sequence number is that ACK's ack; where it gets through the stale
+socket dies and the SYN, resent at once, succeeds (seen in the lab on 6.18: ~15 ms lost); where the RST is
+dropped (a conntrack INVALID drop), every resent SYN meets the same ACK until connect() times out. The SYN never
+reaches Envoy: no sidecar logs anything.
 """
 
 from __future__ import annotations
@@ -16,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
-from kubectl_meshdoctor.core.events import PacketEvent, endpoint
+from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags, endpoint
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.flows import Flow
@@ -52,20 +63,54 @@ def fixes(port: int) -> tuple[Fix, ...]:
     )
 
 
+OUTBOUND_VARIANT = "outbound SYN met the caller sidecar's half-closed :15001 socket"
+# Seconds: a SYN resent later than this after the first met the stale socket after the client's RST: the
+# RST did not free the four-tuple (dropped on its way), and the connect stalls until it times out.
+STALLED_AFTER_S = 0.5
+
+
+def outbound_fixes() -> tuple[Fix, ...]:
+    """The fixes of the outbound collision: the app stops reusing its source port."""
+    return (
+        Fix("client-port", "let the app's kernel choose each connection's source port",
+            "the whole mesh; only the app changes",
+            "a change in the app (it binds a fixed source port, or an SO_REUSEADDR port pool, for its connects)",
+            yaml="# in the app: connect() without bind(), or bind to port 0, so that each connection gets an "
+                 "ephemeral\n# port the kernel knows is free of its own sockets (net.ipv4.ip_local_port_range); "
+                 "the sidecar's\n# half-closed socket on 127.0.0.1:15001 then never shares the new four-tuple"),
+    )
+
+
+@dataclass(slots=True)
+class _Outbound:
+    """An app's SYN to the outbound listener on lo, and what answered it."""
+
+    syn: PacketEvent
+    stale_ack: PacketEvent | None = None  # the first ACK of an old connection answering it
+    acks: int = 0
+    rst: PacketEvent | None = None  # the app's RST carrying the stale ACK's ack
+    resent: list[PacketEvent] = field(default_factory=list)
+    reported: bool = False
+
+
 class TupleCollision(Detector):
     id = "tuple-collision"
-    # The kernel counts the challenge ACK it sends (RFC 5961 section 4) and conntrack the insert it refuses.
-    kernel_counters = ("TcpExtTCPChallengeACK", "ConntrackInsertFailed", "ConntrackDrop")
+    # The kernel counts the challenge ACK it sends (RFC 5961 section 4) and conntrack the insert it refuses; a
+    # FIN-WAIT-2 socket's ACKs it rate-limits (the outbound variant).
+    kernel_counters = ("TcpExtTCPChallengeACK", "ConntrackInsertFailed", "ConntrackDrop",
+                       "TcpExtTCPACKSkippedFinWait2")
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._pending = PendingSyns(ttl_s=60.0)
+        self._outbound = PendingSyns(ttl_s=180.0)
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.iface == "lo":
             # Inbound REDIRECT happens in PREROUTING, for packets that arrive from outside; on lo the sidecar's
             # upstream connections (from 127.0.0.6) are RETURNed, so one source port to two app ports is normal.
-            return ()
+            # What lo shows is the outbound side: the app's SYNs REDIRECTed to 15001.
+            return self._on_loopback(ev)
         if ev.is_syn:
             return self._on_syn(ev, flow)
         if ev.is_rst:
@@ -105,10 +150,102 @@ class TupleCollision(Detector):
                 found.append(self._challenge_ack(p, p.challenge))
                 p.challenge = None
         self._pending.expire(now)
+        self._outbound.expire(now)
         return found
 
     def finish(self) -> Iterable[Finding]:
-        return [self._challenge_ack(p, p.challenge) for p in self._pending.values() if p.challenge is not None]
+        found = [self._challenge_ack(p, p.challenge) for p in self._pending.values() if p.challenge is not None]
+        return found + [self._stale_socket(o, None) for o in self._outbound.values()
+                        if o.stale_ack is not None and not o.reported]
+
+    def _on_loopback(self, ev: PacketEvent) -> Iterable[Finding]:
+        """The outbound variant (module docstring): a SYN to the outbound listener, the old connection's ACK
+        answering it (its source restored by conntrack: of_client), the app's RST, the resent SYN."""
+        if ev.is_syn:
+            if ev.dport != self.ctx.redirect_map.outbound_port or not ev.dst.startswith("127."):
+                return ()
+            key = PendingSyns.key_of_syn(ev)
+            attempt = self._outbound.get(key)
+            if attempt is None or attempt.syn.seq != ev.seq:
+                self._outbound.add(key, _Outbound(ev))
+                return ()
+            attempt.resent.append(ev)
+            if attempt.stale_ack is not None and not attempt.reported and ev.ts - attempt.syn.ts > STALLED_AFTER_S:
+                return (self._stale_socket(attempt, None),)  # the RST freed nothing: the connect stalls
+            return ()
+        if ev.is_rst:
+            attempt = self._outbound.get(PendingSyns.key_of_syn(ev))
+            if attempt is not None and attempt.stale_ack is not None and ev.seq == attempt.stale_ack.ack:
+                attempt.rst = attempt.rst or ev
+            return ()
+        attempt = self._outbound.of_client(ev)
+        if attempt is None:
+            return ()
+        if ev.is_syn_ack:
+            self._outbound.pop(PendingSyns.key_of_syn(attempt.syn))
+            if attempt.stale_ack is not None and not attempt.reported:
+                return (self._stale_socket(attempt, ev),)
+            return ()
+        if ev.flags == TcpFlags.ACK and ev.ack != (attempt.syn.seq + 1) % 2**32:
+            # An ACK without SYN answering a SYN: a socket that owns the four-tuple, not the listener.
+            attempt.acks += 1
+            attempt.stale_ack = attempt.stale_ack or ev
+        return ()
+
+    def _stale_socket(self, attempt: _Outbound, synack: PacketEvent | None) -> Finding:
+        """The outbound variant's finding: a warning when the resent SYN got its SYN-ACK (``synack``), an error
+        when the connect stalled (SYNs resent after STALLED_AFTER_S, or none answered in the capture)."""
+        attempt.reported = True
+        syn, ack = attempt.syn, attempt.stale_ack
+        assert ack is not None
+        evidence = [Evidence.of(syn, f"the app's SYN to {syn.dst_endpoint} (REDIRECTed to the outbound listener)"),
+                    Evidence.of(ack, f"ACK from {ack.src_endpoint} with the old connection's numbers (ack {ack.ack}, "
+                                     f"not SYN seq+1 {(syn.seq + 1) % 2**32}): a socket still holds the four-tuple")]
+        if attempt.rst is not None:
+            evidence.append(Evidence.of(attempt.rst, f"the app's RST, seq {attempt.rst.seq} (the ACK's ack)"))
+        if synack is not None:
+            lost = synack.ts - syn.ts
+            evidence.append(Evidence.of(synack, f"SYN-ACK {lost * 1000:.0f} ms after the first SYN: the stale "
+                                                f"socket is gone"))
+            outcome = (f"Here the app's RST got through: the stale socket died and the SYN, resent at once, was "
+                       f"answered {lost * 1000:.0f} ms after the first. That delay is the cost this time; where the "
+                       f"RST is dropped (conntrack INVALID), the connect stalls until it times out.")
+            severity, ts = Severity.WARNING, synack.ts
+        else:
+            last = attempt.resent[-1] if attempt.resent else ack
+            if attempt.resent:
+                evidence.append(Evidence.of(last, f"SYN resent {last.ts - syn.ts:.3f} s after the first, "
+                                                  f"{attempt.acks} stale ACK(s) so far, no SYN-ACK"))
+            why = ("not in the capture: dropped before lo, as a conntrack INVALID drop does" if attempt.rst is None
+                   else "it did not kill the socket")
+            outcome = (f"The app's RST did not free the four-tuple ({why}): "
+                       f"every resent SYN meets the stale socket, no SYN-ACK comes, and the app's connect() times "
+                       f"out.")
+            severity, ts = Severity.ERROR, last.ts
+        return Finding(
+            detector=self.id,
+            severity=severity,
+            title=f"The app's SYN from {syn.src_endpoint} met the caller sidecar's half-closed socket on "
+                  f"{syn.dst_endpoint}",
+            flow=FlowRef(syn.src_endpoint, syn.dst_endpoint, syn.iface),
+            evidence=tuple(evidence),
+            envoy_flags=(),
+            explanation=(
+                f"Istio REDIRECTs the app's outbound connections to {syn.dst_endpoint}, so every connection from "
+                f"{syn.src_endpoint} is the same four-tuple inside the pod, whatever its destination. The sidecar "
+                f"closed an earlier connection from this port first; its socket still waits in FIN-WAIT-2 "
+                f"(net.ipv4.tcp_fin_timeout, 60 s by default) after conntrack forgot the connection, so the app's "
+                f"FIN never reached it. The new SYN was answered not by a SYN-ACK but by that socket's ACK with the "
+                f"old connection's numbers; the SYN was not dropped. {outcome} The SYN never reaches Envoy, so no "
+                f"sidecar logs anything: the app sees a slow or failed connect. Check: `ss -tan state fin-wait-2` "
+                f"in the pod shows 127.0.0.1:{syn.dport} to {syn.src_endpoint}; nstat TcpExtTCPACKSkippedFinWait2."),
+            fixes=outbound_fixes(),
+            pod=self.ctx.pod,
+            ts=ts,
+            details={"stale_acks": attempt.acks, "stalled": synack is None,
+                     "lost_s": round(synack.ts - syn.ts, 6) if synack is not None else None},
+            variant=OUTBOUND_VARIANT,
+        )
 
     def backed_by_counters(self, f: Finding) -> bool:
         return bool(f.envoy_flags)  # the exposure (the SYN succeeded) carries no flag: no failure to back

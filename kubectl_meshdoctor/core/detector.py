@@ -105,6 +105,7 @@ class PendingSyns:
         self.max_items = max_items
         self.ttl_s = ttl_s
         self._items: dict = {}
+        self._clients: dict = {}  # (iface, client endpoint) -> key, for answers whose source NAT rewrote
 
     @staticmethod
     def key_of_syn(ev: PacketEvent) -> tuple:
@@ -118,17 +119,26 @@ class PendingSyns:
     def get(self, key):
         return self._items.get(key)
 
+    def of_client(self, ev: PacketEvent):
+        """The attempt of the client endpoint ``ev`` is sent to on its interface, whoever sends it: on ``lo`` an
+        outbound SYN shows its REDIRECTed destination (127.0.0.1:15001) and its answer the original one, as
+        conntrack restores the source before the answer is looped back. None when there is none."""
+        key = self._clients.get((ev.iface, (ev.dst, ev.dport)))
+        return self._items.get(key) if key is not None else None
+
     def add(self, key, value) -> None:
         if len(self._items) >= self.max_items and key not in self._items:
-            self._items.pop(next(iter(self._items)))
+            self.pop(next(iter(self._items)))
         self._items[key] = value
+        self._clients[(key[0], key[1])] = key
 
     def pop(self, key) -> None:
-        self._items.pop(key, None)
+        if self._items.pop(key, None) is not None and self._clients.get((key[0], key[1])) == key:
+            del self._clients[(key[0], key[1])]
 
     def values(self) -> list:
         return list(self._items.values())
 
     def expire(self, now: float) -> None:
         for k in [k for k, v in self._items.items() if now - v.syn.ts > self.ttl_s]:
-            del self._items[k]
+            self.pop(k)

@@ -237,6 +237,9 @@ class RedirectMap:
     include_all: bool = True
     included: frozenset[int] = frozenset()
     excluded: frozenset[int] = frozenset({15008, 15090, 15021, 15020})
+    # Where ISTIO_REDIRECT sends the app's outbound connections (istio-iptables -p, 15001 by default): on lo
+    # their SYNs show 127.0.0.1:15001 as the destination.
+    outbound_port: int = 15001
 
     def listener_for(self, port: int) -> int | None:
         """The listener port a connection to ``port`` is REDIRECTed to, or None when it is not captured."""

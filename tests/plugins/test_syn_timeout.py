@@ -61,3 +61,39 @@ def test_new_syn_with_new_seq_is_not_a_retransmission():
     w.pkt(C, SRV, S, 1)
     w.pkt(C, SRV, S, 99, dt=1.0)
     assert run(w.events, only=["syn-timeout"]) == []
+
+
+# On lo an outbound SYN shows its REDIRECTed destination and its answer the original one (conntrack restores it).
+APP, OUTBOUND, ORIGINAL = "198.18.0.1:41021", "127.0.0.1:15001", "198.18.0.2:5000"
+
+
+def test_syn_resent_at_once_was_answered_and_is_never_called_dropped():
+    w = Wire(iface="lo")
+    w.pkt(APP, OUTBOUND, S, 1)
+    w.pkt(APP, OUTBOUND, S, 1, dt=0.011)  # the kernel rejected an answer this capture lacks
+    for _ in range(4):
+        w.pkt(APP, OUTBOUND, S, 1, dt=1.02)
+    (f,) = run(w.events, only=["syn-timeout"])
+    assert f.variant == "SYN answered, answer not captured" and f.details["answered"]
+    assert f.severity is Severity.ERROR and f.details["retransmits"] == 4
+    assert "not dropped" in f.explanation and "--full-capture" in f.explanation
+    assert "Something between" not in f.explanation and not f.envoy_flags
+
+
+def test_an_old_connections_ack_on_lo_answers_the_redirected_syn():
+    w = Wire(iface="lo")
+    w.pkt(APP, OUTBOUND, S, 1)
+    for _ in range(4):
+        w.pkt(ORIGINAL, APP, A, 900, 61)  # FIN-WAIT-2 socket's ACK, de-NATed source
+        w.pkt(APP, OUTBOUND, S, 1, dt=1.02)
+    assert run(w.events, only=["syn-timeout"]) == []
+
+
+def test_a_syn_ack_from_the_original_destination_ends_the_attempt_on_lo():
+    w = Wire(iface="lo")
+    w.pkt(APP, OUTBOUND, S, 1)
+    w.pkt(APP, OUTBOUND, S, 1, dt=1.0)
+    w.pkt(ORIGINAL, APP, S | A, 10, 2)
+    (f,) = run(w.events, only=["syn-timeout"])
+    assert f.details["answered"] and f.variant == "SYN retransmitted, no answer"
+    assert [e.frame for e in f.evidence] == [1, 2, 3]
