@@ -54,8 +54,8 @@ def access_log_cells(e: AccessLogEntry, redact: bool = True) -> tuple[str | Text
     # its control bytes escaped before Rich's Text drops some of them (frontends/shown.py).
     return (Text(time.strftime("%H:%M:%S", time.localtime(ms // 1000)) + f".{ms % 1000:03d}"),
             Text(str(e.code), style="bold red" if e.code >= 500 or e.code == 0 else ""),
-            flags_text(e.flags), Text(one_line(e.details or "-")), Text(one_line(e.upstream_host or "-")),
-            Text(one_line(request)))
+            flags_text(e.flags), Text(one_line(e.upstream_host or "-")), Text(one_line(request)),
+            Text(one_line(e.details or "-")))
 
 
 def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
@@ -156,7 +156,9 @@ def _sort_key(value) -> tuple:
     return (0, number, "") if number is not None else (1, 0, text)
 
 
-LOG_COLUMNS = ("time", "code", "flags", "details", "upstream host", "request")
+# details last: its long values (upstream_reset_before_response_started{...}) pushed the upstream host and the
+# request past the right of an 80-column screen; cut at the right, they are still in the row (and the filter)
+LOG_COLUMNS = ("time", "code", "flags", "upstream host", "request", "details")
 
 
 class AccessLogScreen(Screen):
@@ -285,4 +287,5 @@ def logged_elsewhere(f: Finding | None, entries: list[AccessLogEntry], pod: str 
     return one_line(f"{head} The caller's sidecar at {ip} logs them (it opened the connection; a "
                     f"caller without a sidecar logs none).") + "\n" + one_line(
         f"Read it: kubectl get pods -A --field-selector status.podIP={ip}, then kubectl logs -n NS POD -c "
-        f"istio-proxy ({both})")
+        f"istio-proxy ({both}); no pod found: the caller is outside the mesh, and only its own client saw the "
+        f"failure")

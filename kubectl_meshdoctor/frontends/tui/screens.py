@@ -24,7 +24,7 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("main", "n", "jump to the newest instance of the selected problem"),
     ("main", "/", "filter the packets pane (ip, port, flags, lo/eth0, frame:N; below 100x30 it takes the "
              "screen, Enter with no filter: the selected finding's packets); Esc clears"),
-    ("main", "p", "pause / resume the display (the capture goes on; new findings are held)"),
+    ("main", "p", "pause / resume the display (a live capture goes on; new findings are held)"),
     ("main", "s", "save the selected finding's packets as pcapng (asks for a path)"),
     ("main", "e", "export the report so far (.md, .json or text; asks for a path)"),
     ("main", "l", "the sidecar's Envoy loggers: change levels"),
@@ -34,7 +34,7 @@ KEYS: tuple[tuple[str, str, str], ...] = (
                   "dumps given, or since Envoy's start for one dump)"),
     ("main", "Tab", "move between findings, detail and packets"),
     ("main", "?", "this help"),
-    ("main", "q", "quit: stop tcpdump in the pod, print the report"),
+    ("main", "q", "quit and print the report (live: tcpdump ends in the pod first)"),
     ("loggers", "t d i w e o", "set the selected logger to trace, debug, info, warning, error, off"),
     ("loggers", "D", "set every logger to debug"),
     ("loggers", "r", "reset the loggers to Istio's defaults"),

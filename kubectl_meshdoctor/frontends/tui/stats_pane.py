@@ -34,14 +34,21 @@ def _since(view: EnvoyCountersEvent) -> str:
     return f"moved since {view.since}'s first read of /stats (read again every {COUNTERS_REFRESH_S:.0f} s)"
 
 
-def _failure(name: str) -> bool:
-    split = split_cluster_stat(name)
-    return split is not None and is_cluster_failure_stat(split[1])
-
-
 def _columns(table: DataTable, label: str) -> None:
     table.add_column(label, key="count")  # first: a stat's name is long, and an 80-column screen cuts it
     table.add_column("stat", key="stat")
+    # last: Istio's cluster names (outbound|5000||svc.ns.svc.cluster.local) are long; cut at the right of an
+    # 80-column screen, the stat before them stays whole (all 15 rows of one cluster read alike otherwise)
+    table.add_column("cluster", key="cluster")
+
+
+def stat_cells(name: str, value: int) -> tuple[Text, Text, Text]:
+    """The counters pane's row for stat ``name``: its value, the stat (of a cluster's, what follows the cluster's
+    name, envoy.stats.split_cluster_stat), the cluster ("" for a stat of no cluster)."""
+    split = split_cluster_stat(name)
+    stat, cluster = (split[1], split[0]) if split is not None else (name, "")
+    style = "bold red" if split is not None and is_cluster_failure_stat(split[1]) else ""
+    return Text(str(value)), Text(one_line(stat), style=style), Text(one_line(cluster))
 
 
 class CountersScreen(PodPane):
@@ -96,7 +103,7 @@ class CountersScreen(PodPane):
             _columns(table, label)
         shown = 0
         for name, value in sorted(view.stats.items()):
-            cells = (Text(str(value)), Text(one_line(name), style="bold red" if _failure(name) else ""))
+            cells = stat_cells(name, value)
             if row_matches(cells, self.filter_text):
                 table.add_row(*cells)
                 shown += 1

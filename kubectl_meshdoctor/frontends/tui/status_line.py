@@ -26,14 +26,14 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     if len(pods) > 1:
         ifaces = f"{len(pods)} pods: {st.packets} pkts"
     else:
-        ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or "no packets yet"
+        ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or ("no packets yet" if session.live else "no packets")
     said = verdict_of(groups, st, len(session.access_log()))
     if said is not None and session.live and not finished:  # the capture goes on: what it has seen until now
         said = said.replace("verdict:", "verdict so far:", 1)
     drops = session.drops()
     if drops:
         known = [v for v in drops.values() if v is not None]
-        dropped = f"drops: {sum(known)}" if len(known) == len(drops) else "drops: known when tcpdump ends"
+        dropped = f"drops: {sum(known)}" if len(known) == len(drops) else "drops: at the end"
     else:
         dropped = ""
     if not finished and progress.startswith(WAITING_STEPS) and waited >= 2:

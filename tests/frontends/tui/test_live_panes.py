@@ -131,7 +131,7 @@ async def test_k_shows_the_sidecars_counters_that_moved_since_the_run_began(tmp_
                 await wait_for(pilot, lambda: table.row_count == 1)
                 await pilot.pause(0.1)
                 screen = words(shown(app))
-                assert f"3 {name}" in screen, screen
+                assert f"3 upstream_cx_connect_fail {CLUSTER}" in screen, screen  # the stat, then its cluster
                 assert "moved since the run's first read of /stats" in screen and "refresh now" in screen
                 await pilot.press("escape", "q")
         finally:

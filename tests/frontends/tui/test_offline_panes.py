@@ -103,6 +103,8 @@ async def test_a_pods_log_and_dumps_are_its_panes(size):
     app = MeshDoctorApp(session_of(server))
     async with app.run_test(size=size) as pilot:
         await read(app, pilot)
+        footer = shown(app)[-1]  # a, where the 503 is told, is in the footer itself once a log is read
+        assert "a Log" in footer and "q Quit" in footer, footer
         text = await help_words(app, pilot)
         assert all(PANE_KEYS[k] in text for k in "cak") and PANE_KEYS["l"] not in text, text
         await pilot.press("l")
@@ -112,7 +114,7 @@ async def test_a_pods_log_and_dumps_are_its_panes(size):
         table = await opened(app, pilot, "a", AccessLogScreen, "#access-log")
         screen = words(shown(app))
         assert {"503", "UF"} <= set(screen.split()), screen  # its code and response flag, on screen
-        assert table.row_count == 1 and str(table.get_row_at(0)[-1]) == "GET /refused"
+        assert table.row_count == 1 and str(table.get_row_at(0)[4]) == "GET /refused"
         await pilot.press("escape")
 
         await opened(app, pilot, "c", ClustersScreen, "#clusters")
@@ -133,8 +135,8 @@ async def test_a_pods_log_and_dumps_are_its_panes(size):
         await pilot.press("slash", *"connect_fail", "enter")
         await wait_for(pilot, lambda: table.row_count == 1)
         await pilot.pause(0.1)
-        assert f"{moved} {name}" in words(shown(app))
-        assert [str(c) for c in table.get_row_at(0)] == [str(moved), name]
+        assert f"{moved} upstream_cx_connect_fail" in words(shown(app))  # the stat whole; its cluster after it
+        assert [str(c) for c in table.get_row_at(0)] == [str(moved), "upstream_cx_connect_fail", "inbound|5000||"]
         await pilot.press("escape", "escape", "q")
 
 
@@ -162,8 +164,9 @@ async def test_two_pods_dumps_are_stepped_with_p(size):
 
         counters = await opened(app, pilot, "k", CountersScreen, "#counters")
 
-        def names() -> set[str]:
-            return {str(counters.get_row_at(i)[1]) for i in range(counters.row_count)}
+        def names() -> set[str]:  # each row's stat by its full name, as /stats writes it
+            return {f"cluster.{row[2]};.{row[1]}" if str(row[2]) else str(row[1])
+                    for row in (counters.get_row_at(i) for i in range(counters.row_count))}
 
         assert "pod/caller (1 of 2; p: next pod)" in app.screen.sub_title
         assert "pod/caller: " in words(shown(app))
