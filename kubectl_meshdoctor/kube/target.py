@@ -80,7 +80,11 @@ def check_capturable(pod) -> None:
 def parse_targets(args: Sequence[str]) -> tuple[Target, ...]:
     """The pods and deployments a command names, in kubectl's forms: ``pod/a deploy/b`` (each KIND/NAME, a bare
     NAME being a pod) or ``pods a b`` (a kind, then names of that kind). Each once, in the order given. Raises
-    ValueError on an unknown kind, or a kind word followed by a KIND/NAME (kubectl refuses that mix too)."""
+    ValueError on an unknown kind, a kind word alone, or a kind word followed by a KIND/NAME (kubectl refuses
+    that mix too)."""
+    if len(args) == 1 and args[0].lower() in _KINDS:  # `watch pods`: kubectl would list them; we need a name
+        raise ValueError(f'"{args[0]}" names a kind but no {args[0]}: give at least one ({args[0]} NAME..., '
+                         f'{args[0]}/NAME, or -l SELECTOR)')
     if len(args) > 1 and "/" not in args[0] and args[0].lower() in _KINDS:
         if any("/" in name for name in args[1:]):
             raise ValueError(f'"{args[0]}" names a kind, so the names after it take no KIND/ of their own '
