@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from meshdoctor_lab.state import LabError, LabState, caller_pod_name, write_state
+from meshdoctor_lab.state import EndedRun, LabError, LabState, caller_pod_name, write_state
 
 _POLL = 0.05  # seconds between readiness checks
 _STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
@@ -102,9 +102,34 @@ def _reap(pid: int) -> None:
 
 def stop(pid: int, started: float | None) -> bool:
     """SIGTERM the process group of a lab process, SIGKILL after _STOP_GRACE seconds. True when it is gone."""
+    return _stop(pid, started, (signal.SIGTERM, signal.SIGKILL)) is not None
+
+
+def end_run(state: LabState, key: str, *, crash: bool = False) -> LabState:
+    """End the process ``key`` as a container ends, and record the run in the state (``ended``) for the API
+    server's restartCount, lastState and events: SIGTERM, then SIGKILL after _STOP_GRACE seconds (the kubelet's
+    stop: terminationGracePeriodSeconds); ``crash``: SIGKILL at once (a crash, an OOM kill). Returns the state
+    as written. Raises LabError when the process does not end, KeyError when the lab has no such process."""
+    pid, started = state.pids[key], state.started.get(key)
+    signals = (signal.SIGKILL,) if crash else (signal.SIGTERM, signal.SIGKILL)
+    sig = _stop(pid, started, signals)
+    if sig is None:
+        raise LabError(f"{key} (pid {pid}) did not end")
+    # A process already gone exited on its own, its status unknown here: the kubelet's Error for a container that
+    # ends unasked with a nonzero code is the likely reading, and 1 the commonest such code.
+    code = 0 if sig == signal.SIGTERM else 128 + int(sig) if sig else 1
+    run = EndedRun(started or time.time(), time.time(), code)
+    state = replace(state, ended={**state.ended, key: (*state.ended.get(key, ()), run)})
+    write_state(state)
+    return state
+
+
+def _stop(pid: int, started: float | None, signals: tuple[signal.Signals, ...]) -> signal.Signals | int | None:
+    """Send ``signals`` in turn to a lab process's group, each given _STOP_GRACE seconds: the signal after which
+    it was gone (0 when it was gone before any), None when it outlived them all."""
     if live_process(pid, started) is None:
-        return True
-    for sig, grace in ((signal.SIGTERM, _STOP_GRACE), (signal.SIGKILL, _STOP_GRACE)):
+        return 0
+    for sig in signals:
         try:
             # Lab processes lead their own session, so the group holds exactly what they spawned.
             if os.getpgid(pid) == pid:
@@ -112,10 +137,10 @@ def stop(pid: int, started: float | None) -> bool:
             else:
                 os.kill(pid, sig)
         except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + grace
+            return sig
+        deadline = time.monotonic() + _STOP_GRACE
         while time.monotonic() < deadline:
             if live_process(pid, started) is None:
-                return True
+                return sig
             time.sleep(_POLL)
-    return live_process(pid, started) is None
+    return signals[-1] if live_process(pid, started) is None else None

@@ -112,14 +112,19 @@ def _wait_ready(pod_ns: str, alive: Callable[[], bool]) -> None:
         time.sleep(POLL_S)
 
 
-def _stop_caller_sidecar(state: LabState, pod: str) -> LabState:
+def _stop_caller_sidecar(state: LabState, pod: str, *, crash: bool = False) -> LabState:
     """Stop pod ``pod``'s caller sidecar (its Envoy, by its recorded pid) and wait until 15001 is free; the state as
-    its file holds it now (an earlier start changed the pids). Raises LabError."""
+    its file holds it now (an earlier start changed the pids). ``crash``: killed as a crash or an OOM kill ends a
+    container, which the API server then counts as a restart of istio-proxy (its lastState, exit code 137);
+    otherwise stopped as a pod that goes away before it is created again. Raises LabError."""
     state = read_state(state.state_dir) or state
     key = f"{pod}/caller"
     if key not in state.pids:
         raise LabError(f"pod {pod} has no caller sidecar (lab up --caller sidecar)")
-    processes.stop(state.pids[key], state.started.get(key))
+    if crash:
+        state = processes.end_run(state, key, crash=True)
+    else:
+        processes.stop(state.pids[key], state.started.get(key))
     deadline = time.monotonic() + READY_WITHIN_S
     while OUTBOUND_PORT in netns.listening_ports(state.pod(pod).client_netns):
         if time.monotonic() > deadline:
@@ -144,7 +149,7 @@ def restart_caller_sidecar(state: LabState, pod: str, calls: int = CALLS) -> tup
     lines: list[list[str]] = []
     try:
         assert app.stdout is not None
-        for wanted, act in (("ok", lambda: _stop_caller_sidecar(state, pod)),
+        for wanted, act in (("ok", lambda: _stop_caller_sidecar(state, pod, crash=True)),
                             ("ECONNREFUSED", lambda: lab.start_caller_sidecar(state, pod))):
             seen = 0
             while seen < (SERVED_FIRST if wanted == "ok" else 1):

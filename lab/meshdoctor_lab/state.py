@@ -161,11 +161,36 @@ class LabObservation:
 
 
 @dataclass(frozen=True)
+class EndedRun:
+    """One earlier run of a lab process that the lab ended as a container ends: ``started`` and ``finished``
+    (seconds since the epoch), the ``exit_code`` the kubelet reports for it (0 for a process that exited on
+    SIGTERM, as Envoy and pilot-agent do; 128 + 9 = 137 for one SIGKILLed: a crash, an OOM kill) and the
+    kubelet's ``reason`` for it ("Completed" for 0, "Error" otherwise: kubelet kuberuntime_container.go)."""
+
+    started: float
+    finished: float
+    exit_code: int
+
+    @property
+    def reason(self) -> str:
+        return "Completed" if self.exit_code == 0 else "Error"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"started": self.started, "finished": self.finished, "exit_code": self.exit_code}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "EndedRun":
+        return cls(float(data["started"]), float(data["finished"]), int(data["exit_code"]))
+
+
+@dataclass(frozen=True)
 class LabState:
     """A lab as `up` left it. `pids` maps `<pod>/<role>` (and `apiserver`) to a process id.
 
     `started` maps the same keys to the process start time (seconds since epoch, as psutil reports it) so
-    that `down` never kills a recycled pid.
+    that `down` never kills a recycled pid. `ended` maps a key to its earlier runs, oldest first, when the lab
+    ended and restarted that process as the kubelet restarts a container (the API server's restartCount and
+    lastState, and the pod's events, come from it).
     """
 
     name: str
@@ -178,6 +203,7 @@ class LabState:
     started: Mapping[str, float] = field(default_factory=dict)
     mesh: MeshOptions = MeshOptions()
     observed: LabObservation | None = None
+    ended: Mapping[str, tuple[EndedRun, ...]] = field(default_factory=dict)
 
     def pod(self, name: str) -> LabPod:
         """The pod called `name`; raises KeyError when the lab has none."""
@@ -197,6 +223,7 @@ class LabState:
             "pids": dict(self.pids),
             "started": dict(self.started),
             "mesh": self.mesh.to_json(),
+            **({"ended": {k: [r.to_json() for r in runs] for k, runs in self.ended.items()}} if self.ended else {}),
         }
 
     @classmethod
@@ -211,6 +238,7 @@ class LabState:
             pids={k: int(v) for k, v in data.get("pids", {}).items()},
             started={k: float(v) for k, v in data.get("started", {}).items()},
             mesh=MeshOptions.from_json(data.get("mesh") or {}),
+            ended={k: tuple(EndedRun.from_json(r) for r in runs) for k, runs in (data.get("ended") or {}).items()},
         )
 
 

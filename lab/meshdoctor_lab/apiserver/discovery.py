@@ -55,6 +55,8 @@ CORE_V1_RESOURCES: dict[str, Any] = {
          "singularName": "namespace"},
         {**_res("pods", "Pod", ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
                 short=["po"]), "singularName": "pod", "categories": ["all"]},
+        {**_res("events", "Event", ["create", "delete", "deletecollection", "get", "list", "patch", "update",
+                                    "watch"], short=["ev"]), "singularName": "event"},
         _res("pods/attach", "PodAttachOptions", ["create", "get"]),
         _res("pods/ephemeralcontainers", "Pod", ["get", "patch", "update"]),
         _res("pods/exec", "PodExecOptions", ["create", "get"]),

@@ -88,6 +88,19 @@ _POD_FIELDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
 }
 
 
+# The Event fields a real server selects on (pkg/registry/core/event/strategy.go ToSelectableFields).
+_EVENT_FIELDS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "metadata.name": lambda o: o["metadata"]["name"],
+    "metadata.namespace": lambda o: o["metadata"]["namespace"],
+    **{f"involvedObject.{k}": (lambda k: lambda o: str(o["involvedObject"].get(k, "")))(k)
+       for k in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+    "reason": lambda o: o.get("reason", ""),
+    "reportingComponent": lambda o: o.get("reportingComponent", ""),
+    "source": lambda o: (o.get("source") or {}).get("component", ""),
+    "type": lambda o: o.get("type", ""),
+}
+
+
 def field_matcher(text: str | None, kind: str = "Pod") -> Callable[[Mapping[str, Any]], bool]:
     """A predicate over an object for `fieldSelector`; raises SelectorError on unknown fields."""
     reqs = []
@@ -96,7 +109,7 @@ def field_matcher(text: str | None, kind: str = "Pod") -> Callable[[Mapping[str,
         if not m:
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{part.strip()}'")
         key, op, value = m.group(1), m.group(2), m.group(3)
-        getter = _POD_FIELDS.get(key) if kind == "Pod" else (
+        getter = _POD_FIELDS.get(key) if kind == "Pod" else _EVENT_FIELDS.get(key) if kind == "Event" else (
             _POD_FIELDS[key] if key in ("metadata.name", "metadata.namespace") else None)
         if getter is None:
             raise SelectorError(f'field label not supported: {key}')

