@@ -90,6 +90,30 @@ _CAUSE_TEXT = {
 }
 
 
+# The kubelet's events that tell a sidecar's runs apart (kube/pod_events.py): quoted beside a refusal.
+RUN_EVENTS = ("Started", "Killing", "BackOff", "Unhealthy")
+MAX_RUN_EVENTS = 3
+
+
+def _restart_evidence(pod: PodEvent | None, where: str, ts: float) -> list[Evidence]:
+    """istio-proxy's last run's end (lastState.terminated) and the kubelet's latest events about its runs up to
+    a minute after ``ts``, where the pod was read."""
+    if pod is None:
+        return []
+    out = []
+    if pod.sidecar_last_exit is not None:
+        x = pod.sidecar_last_exit
+        out.append(Evidence.spec_field(
+            where, f"status.containerStatuses[{SIDECAR_CONTAINER}].lastState.terminated",
+            f"exitCode {x.exit_code}, reason {x.reason or '-'}"
+            + (f", finishedAt {_iso(x.finished)}" if x.finished is not None else "")))
+    runs = [e for e in pod.history if e.container == SIDECAR_CONTAINER and e.reason in RUN_EVENTS and e.ts <= ts + 60]
+    for e in runs[-MAX_RUN_EVENTS:]:
+        out.append(Evidence.spec_field(where, f"event {e.reason} ({e.container}, {_iso(e.ts)})",
+                                       e.message + (f" (x{e.count})" if e.count > 1 else "")))
+    return out
+
+
 class StartupOrdering(Detector):
     id = "startup-ordering"
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
@@ -158,6 +182,12 @@ class StartupOrdering(Detector):
                 lag = pod.sidecar_started - pod.app_started
                 started += f", {abs(lag):.0f} s {'after' if lag >= 0 else 'before'} the app's first container"
             started += "."
+        evidence += _restart_evidence(pod, where, syn.ts)
+        if pod is not None and pod.sidecar_last_exit is not None and cause != "not-held":
+            x = pod.sidecar_last_exit
+            started += (f" Its previous run ended with exit code {x.exit_code} ({x.reason or 'no reason given'})"
+                        + (": killed by SIGKILL, as the kernel's OOM killer or a kill -9 ends it"
+                           if x.exit_code == 137 else "") + ".")
         at_start = cause in ("not-held", "unknown")
         fixes = FIXES if at_start else ()
         return Finding(

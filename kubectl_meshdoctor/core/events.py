@@ -329,13 +329,38 @@ class ListenersEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ContainerEvent:
+    """One of the kubelet's events about a container of the pod (a core/v1 Event whose involvedObject.fieldPath
+    names it): ``ts`` its lastTimestamp (seconds since the epoch), ``reason`` the kubelet's (Created, Started,
+    Killing, BackOff, Unhealthy, ...; pkg/kubelet/events/event.go), ``count`` how many times it was seen."""
+
+    ts: float
+    container: str
+    reason: str
+    message: str
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerExit:
+    """How a container's previous run ended (its status's ``lastState.terminated``): ``finished`` (seconds since
+    the epoch, None when not given), the ``exit_code`` (128 + N: killed by signal N, so 137 is SIGKILL: an OOM
+    kill or a crash the kernel ended) and the kubelet's ``reason`` (Completed, Error, OOMKilled)."""
+
+    finished: float | None
+    exit_code: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class PodEvent:
     """What the pod's status says when a watch starts: ``restarts`` of its app containers (the sidecar's aside),
     as `kubectl get pod` counts them; ``sidecar_restarts`` the istio-proxy container's. ``sidecar_started`` and
     ``app_started``: when istio-proxy's current run and the first app container's began (their
     ``state.running.startedAt``, seconds since the epoch; None when not running or not read). ``hold``: how the
     spec makes the app wait for the proxy (lint's hold-application: "native sidecar", "postStart pilot-agent
-    wait", "" for not at all; None when the spec was not read)."""
+    wait", "" for not at all; None when the spec was not read). ``sidecar_last_exit``: how istio-proxy's previous
+    run ended; ``history``: the kubelet's events about the containers, where they could be read."""
 
     ts: float
     name: str
@@ -344,6 +369,9 @@ class PodEvent:
     sidecar_started: float | None = None
     app_started: float | None = None
     hold: str | None = None
+    sidecar_last_exit: ContainerExit | None = None
+    # the kubelet's events about the pod's containers, oldest first (empty when not read: kube/pod_events.py)
+    history: tuple[ContainerEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,9 @@ WATCH_PERMISSIONS = (
     Permission("get", "pods", "portforward", False, "read the sidecar's Envoy admin API (websocket)"),
     Permission("create", "pods", "portforward", False, "read the sidecar's Envoy admin API"),
     Permission("get", "pods", "log", False, "follow the istio-proxy access log"),
+    Permission("list", "events", "", False, "quote the kubelet's events of the pod's containers (restarts)"),
 )
+EVENTS = WATCH_PERMISSIONS[-1]
 
 
 def missing_permissions(kube: Kube, namespace: str, needed=WATCH_PERMISSIONS) -> list[Permission] | None:

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import yaml
 
-from kubectl_meshdoctor.core.events import PodEvent
+from kubectl_meshdoctor.core.events import ContainerExit, PodEvent
 from kubectl_meshdoctor.core.findings import Finding, Severity
 from kubectl_meshdoctor.core import remedies
 from kubectl_meshdoctor.core.fixes import Fix, render
@@ -180,15 +180,31 @@ def hold_application(pv: PodView) -> list[Finding]:
                        annotation_asks=asked, annotation_invalid=invalid)]
 
 
-def _started_at(status: dict) -> float | None:
-    """A container status's ``state.running.startedAt`` (RFC 3339, seconds) as seconds since the epoch."""
-    text = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+def _rfc3339(text: object) -> float | None:
+    """An API timestamp (RFC 3339, seconds) as seconds since the epoch; None when absent or not one."""
     if not isinstance(text, str):
         return None
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def _started_at(status: dict) -> float | None:
+    """A container status's ``state.running.startedAt`` as seconds since the epoch."""
+    return _rfc3339(((status.get("state") or {}).get("running") or {}).get("startedAt"))
+
+
+def _last_exit(status: dict) -> ContainerExit | None:
+    """A container status's ``lastState.terminated``: how its previous run ended."""
+    done = (status.get("lastState") or {}).get("terminated")
+    if not isinstance(done, dict):
+        return None
+    try:
+        code = int(done.get("exitCode"))
+    except (TypeError, ValueError):
+        return None
+    return ContainerExit(_rfc3339(done.get("finishedAt")), code, str(done.get("reason") or ""))
 
 
 def pod_event(pod: dict, ts: float) -> PodEvent:
@@ -203,5 +219,6 @@ def pod_event(pod: dict, ts: float) -> PodEvent:
     app_starts = [t for t in map(_started_at, apps) if t is not None]
     return PodEvent(ts, pv.name, sum(int(st.get("restartCount") or 0) for st in apps),
                     sidecar_restarts=int(sidecar.get("restartCount") or 0), sidecar_started=_started_at(sidecar),
+                    sidecar_last_exit=_last_exit(sidecar),
                     app_started=min(app_starts) if app_starts else None,
                     hold=None if pv.sidecar is None else _hold_effective(pv)[1])

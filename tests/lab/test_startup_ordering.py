@@ -106,3 +106,32 @@ def test_a_sidecar_that_goes_down_while_the_app_runs_is_not_called_a_start(mesh,
     assert {f["detector"] for f in live} == {"startup-ordering"} and ports(live) == refused, (calls, ports(live))
     assert all(f["details"]["cause"] == "sidecar-stopped" and not f.get("fixes") for f in live), live
     assert ports(errors(analyze(tmp_path))) == refused
+
+    # What kubectl shows of it, as on a cluster: the container restarted once, its last run killed (137, Error),
+    # and the kubelet's events of both runs, with no Killing (nobody asked it to stop).
+    (proxy,) = [c for c in kubectl(mesh, "get", "pod", CALLER)["status"]["containerStatuses"]
+                if c["name"] == "istio-proxy"]
+    last = proxy["lastState"]["terminated"]
+    assert proxy["restartCount"] == 1 and (last["exitCode"], last["reason"]) == (137, "Error"), proxy
+    assert "running" in proxy["state"] and proxy["state"]["running"]["startedAt"] >= last["finishedAt"]
+    events = kubectl(mesh, "get", "events", "--field-selector", f"involvedObject.name={CALLER}")["items"]
+    of_proxy = [e["reason"] for e in events if e["involvedObject"].get("fieldPath") == "spec.containers{istio-proxy}"]
+    assert of_proxy.count("Started") == 2 and "Killing" not in of_proxy, events
+
+    # A second crash, watched: the watch read the pod with that history, so the findings quote how the last run
+    # ended and the kubelet's events of the runs (the product's reading: kube/pod_events.py).
+    with capturing(mesh, f"pod/{CALLER}") as run:
+        _, calls = startup.restart_caller_sidecar(mesh, POD)
+        report = run.stop()
+    again = errors(report)
+    assert again and {f["detector"] for f in again} == {"startup-ordering"}, calls
+    spec = [e["what"] for e in again[0]["evidence"] if e["kind"] == "spec"]
+    assert any(w.startswith("status.containerStatuses[istio-proxy].lastState.terminated = exitCode 137") for w in spec)
+    assert sum(w.startswith("event Started (istio-proxy") for w in spec) == 2, spec
+
+
+def kubectl(state, *args: str) -> dict:
+    proc = subprocess.run(["kubectl", "--kubeconfig", str(state.kubeconfig), *args, "-o", "json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.core.events import PodEvent
+from kubectl_meshdoctor.core.events import ContainerEvent, ContainerExit, PodEvent
 from kubectl_meshdoctor.core.pipeline import Pipeline
 
 from ..helpers import A, R, S, Wire, analyze_json, run
@@ -91,6 +91,34 @@ def test_the_pod_s_spec_and_status_name_the_start(pod, cause, fixes):
         assert any("startedAt" in e.what for e in spec) and "istio-proxy's current run had started" in f.explanation
     if cause == "held":
         assert "native sidecar" in f.explanation and "--previous" in f.remediation
+
+
+def test_a_restarted_sidecar_s_last_exit_and_the_kubelet_s_events_are_its_evidence():
+    """The pod as watch reads it after istio-proxy was killed and started again: its lastState (exit 137) and
+    the kubelet's events of its runs (kube/pod_events.py) are quoted; events of the app, or of after the
+    refusal by more than a minute, are not."""
+    t = 1_764_439_300.0
+    history = (ContainerEvent(t, "istio-proxy", "Started", "Started container istio-proxy"),
+               ContainerEvent(t + 1, "app", "Started", "Started container app"),
+               ContainerEvent(t + 50, "istio-proxy", "Created", "Created container: istio-proxy"),
+               ContainerEvent(t + 50, "istio-proxy", "Started", "Started container istio-proxy"),
+               ContainerEvent(t + 900, "istio-proxy", "Killing", "Stopping container istio-proxy"))
+    pod = PodEvent(0.0, "web", 0, sidecar_restarts=1, sidecar_started=t + 50, hold="native sidecar",
+                   sidecar_last_exit=ContainerExit(t + 49, 137, "Error"), history=history)
+    p = Pipeline.with_detectors(only=["startup-ordering"], pod="web")
+    p.context(pod)
+    w = Wire(iface="lo", t0=t + 40)
+    refused(w)
+    for ev in w.events:
+        p.feed(ev)
+    (f,) = p.finish()
+    assert f.details["cause"] == "sidecar-restarted" and not f.fixes
+    spec = [e.what for e in f.evidence if e.frame is None]
+    assert any(w.startswith("status.containerStatuses[istio-proxy].lastState.terminated = exitCode 137, reason "
+                            "Error") for w in spec), spec
+    events = [w for w in spec if w.startswith("event ")]
+    assert [w.split(" ")[1] for w in events] == ["Started", "Started"] and not any("app" in w for w in events)
+    assert "exit code 137 (Error): killed by SIGKILL" in f.explanation
 
 
 def test_the_printed_fixes_are_start_orders_the_lab_applies():

@@ -19,6 +19,7 @@ from kubectl_meshdoctor.commands.watch.stopping import unless_stopped
 from kubectl_meshdoctor.commands.watch.ticking import QuietTicker
 from kubectl_meshdoctor.core.events import (
     CaptureStartEvent,
+    ContainerEvent,
     KernelCountersEvent,
     ListenersEvent,
     RedirectMapEvent,
@@ -31,7 +32,8 @@ from kubectl_meshdoctor.core.report_model import (KernelSide, LiveSource, PerPod
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
 from kubectl_meshdoctor.kube.client import Kube, KubeError
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
-from kubectl_meshdoctor.kube.rbac import preflight
+from kubectl_meshdoctor.kube.pod_events import container_events
+from kubectl_meshdoctor.kube.rbac import EVENTS, preflight
 from kubectl_meshdoctor.kube.target import Target, capturable_pods, describe_targets
 from kubectl_meshdoctor.lint import lint_pod
 from kubectl_meshdoctor.lint.sidecar import pod_event
@@ -221,7 +223,6 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     pipeline.correlator.pod = pod_name
     pipeline.context(RedirectMapEvent(time.time(), redirect_map_from_annotations(pod.metadata.annotations)))
     as_json = ApiClient().sanitize_for_serialization(pod)
-    pipeline.context(pod_event(as_json, time.time()))
     # The spec's own warnings first (docs/DESIGN.md: lint runs at the start of watch); they never fail the run.
     pipeline.add_findings(lint_pod(as_json))
     setup = setup or asyncio.Semaphore(1)
@@ -234,6 +235,10 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                                    opts.start_timeout_s, progress, opts.profile)
         state.container = dbg.name
         problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
+        # preflight has said it once where `list events` is denied
+        history = () if any(str(EVENTS) in w for w in warnings) else await _container_events(kube, pod, problems,
+                                                                                               stop)
+        pipeline.context(replace(pod_event(as_json, time.time()), history=history))
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems, pipeline)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
         ticker = QuietTicker(pipeline)
@@ -292,6 +297,19 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     nothing = captured.captured_nothing  # scripts read the exit code, not the problems
     return Report(LiveSource((pod_name,), pod.metadata.namespace, capture), pipeline.stats, findings, problems,
                   envoy=envoy, kernel=KernelSide(kernel), captured_nothing=nothing, logged=pipeline.logged)
+
+
+async def _container_events(kube: Kube, pod, problems: list[Problem],
+                            stop: asyncio.Event) -> tuple[ContainerEvent, ...]:
+    """The kubelet's events about the pod's containers (kube/pod_events.py); none, and a problem line, where
+    they cannot be read (RBAC without `list events`): the run goes on without them."""
+    try:
+        read = await unless_stopped(stop, container_events, kube, pod.metadata.namespace, pod.metadata.name,
+                                    pod.metadata.uid)
+    except KubeError as e:
+        problems.append(Problem(f"pod/{pod.metadata.name}", f"its events were not read: {e}"))
+        return ()
+    return tuple(ContainerEvent(*e) for e in read)
 
 
 async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem],
