@@ -107,6 +107,9 @@ def _cause(listening: frozenset[tuple[str, int]] | None, ip: str, port: int, res
     return "restarting" if restarts else "not-listening"
 
 
+# A variant names its cause; "unknown" says what was missing: the pod's listening sockets and restarts, which a
+# live watch reads and a capture alone does not hold.
+_LABEL = {"unknown": "why: not in this evidence"}
 _CAUSE_TEXT = {
     "bound-to-localhost": "The pod's kernel shows the app listening on {port} on 127.0.0.1 only: it refuses "
                           "connections to the pod IP, which is where Istio >= 1.10's sidecar connects.",
@@ -211,7 +214,7 @@ class UpstreamRefused(Detector):
             response_code_details=entry.details or "",
             details={"cause": cause, "restarts": self._restarts,
                      "from": "envoy-log" if story is not None else "access-log"},
-            variant=f"connection refused ({cause})",
+            variant=f"connection refused ({_LABEL.get(cause, cause)})",
         )
 
     def __init__(self, ctx) -> None:
@@ -260,7 +263,7 @@ class UpstreamRefused(Detector):
             ts=ev.ts,
             response_code_details=DETAILS,
             details={"cause": cause, "restarts": self._restarts},
-            variant=f"connection refused ({cause})",
+            variant=f"connection refused ({_LABEL.get(cause, cause)})",
         ),)
 
     def on_tick(self, now: float) -> Iterable[Finding]:

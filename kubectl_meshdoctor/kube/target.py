@@ -32,9 +32,17 @@ def resolve_pods(kube: Kube, target: Target, namespace: str):
     """The V1Pod objects ``target`` names, running ones first. Raises KubeError when there are none."""
     missing = f'{target.kind} "{target.name}" not found in namespace "{namespace}"'
     what = f"reading {target.kind}/{target.name}"
+    read = kube.core.read_namespaced_pod if target.kind == "pod" else kube.apps.read_namespaced_deployment
+    try:
+        found = api_call(kube, what, read, target.name, namespace, not_found=missing)
+    except KubeError as e:
+        if str(e) == missing and not _namespace_exists(kube, namespace):
+            raise KubeError(f'namespace "{namespace}" not found (looking for {target.kind}/{target.name}; '
+                            "kubectl get namespaces lists them)") from None
+        raise
     if target.kind == "pod":
-        return [api_call(kube, what, kube.core.read_namespaced_pod, target.name, namespace, not_found=missing)]
-    dep = api_call(kube, what, kube.apps.read_namespaced_deployment, target.name, namespace, not_found=missing)
+        return [found]
+    dep = found
     labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
     if not labels:
         raise KubeError(f"deployment/{target.name} has no matchLabels selector to find its pods")
@@ -44,6 +52,16 @@ def resolve_pods(kube: Kube, target: Target, namespace: str):
     if not pods:
         raise KubeError(f"deployment/{target.name} has no pods in namespace \"{namespace}\"")
     return sorted(pods, key=lambda p: (p.status.phase != "Running", p.metadata.name))
+
+
+def _namespace_exists(kube: Kube, namespace: str) -> bool:
+    """False only when the API server says the namespace does not exist (404); True when it does, or cannot
+    be asked (reading namespaces is cluster-scoped, and often not granted)."""
+    try:
+        api_call(kube, f"reading namespace {namespace}", kube.core.read_namespace, namespace, not_found="absent")
+    except KubeError as e:
+        return str(e) != "absent"
+    return True
 
 
 def pods_by_selector(kube: Kube, selector: str, namespace: str):

@@ -389,7 +389,7 @@ def test_kubectl_flags_context_namespace_and_deploy(lab_state):
     assert 'context "prod" not found' in bad_ctx.stderr and lab_state.name in bad_ctx.stderr
     bad_ns = meshdoctor("watch", "pod/healthy", "--kubeconfig", kc, "-n", "elsewhere", "--no-tui")
     assert bad_ns.returncode == 2 and bad_ns.stderr.count("\n") == 1
-    assert 'pod "healthy" not found in namespace "elsewhere"' in bad_ns.stderr
+    assert 'namespace "elsewhere" not found (looking for pod/healthy' in bad_ns.stderr
 
 
 @pytest.fixture
