@@ -5,6 +5,7 @@ docs/DESIGN.md), ``-o text`` and ``-o markdown``. ``-o text`` to a terminal is w
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import textwrap
@@ -122,8 +123,15 @@ def _pods_read(report: Report) -> list[str]:
     out = []
     for s in source.per_pod:
         what = {**(s.kinds or {}), **(s.interfaces or {})}
-        out.append(f"pod/{s.pod}: " + ", ".join(f"{f} ({what.get(f, 'capture')})" for f in s.files))
+        dirs = {os.path.dirname(f) for f in s.files}
+        # a pod directory's half-dozen files: its directory once, so the header stays a line a pod
+        shared = next(iter(dirs)) if len(dirs) == 1 and len(s.files) >= FILES_FACTORED else ""
+        out.append(f"pod/{s.pod}" + (f" (in {shared}{os.sep})" if shared else "") + ": " + ", ".join(
+            f"{os.path.basename(f) if shared else f} ({what.get(f, 'capture')})" for f in s.files))
     return out
+
+
+FILES_FACTORED = 3  # files of one pod, all in one directory, from which the header names that directory once
 
 
 TEXT_WIDTH = 118  # columns the text report wraps its explanations to

@@ -122,6 +122,10 @@ def test_the_text_report_names_each_pod_and_what_was_read_as_whose(tmp_path):
     caller = pod_dir(tmp_path, "caller", COLLISION, shift="0.0003")
     _, text, _ = run(str(server), str(caller), output="text")
     assert f"pod/server: {server / 'x.pcap'} (lo), {server / 'y.pcapng'} (eth0)" in text
+    # a third file (a /clusters dump): the directory is named once
+    shutil.copy(DATA / "envoy-1.40-mesh" / "refused" / "server" / "clusters.txt", server)
+    _, text, _ = run(str(server), str(caller), output="text")
+    assert f"pod/server (in {server}/): clusters.txt (clusters), x.pcap (lo), y.pcapng (eth0)" in text
     assert "ERROR tuple-collision [UC,UF,URX] pod/caller:" in text
     assert "ERROR tuple-collision [UC,UF,URX] pod/server:" in text
     _, md, _ = run(str(server), str(caller), output="markdown")
