@@ -365,6 +365,9 @@ class FileSession(Session):
         """The lines of the access logs given, as the correlators hold them (the same the report quotes)."""
         return [e for p in self._pipelines for e in p.correlator.entries()]
 
+    def access_log_count(self) -> int:
+        return sum(p.correlator.entries_count() for p in self._pipelines)
+
     def access_logs(self) -> dict[str, list[AccessLogEntry]]:
         return pods_lines(self._pipelines)
 

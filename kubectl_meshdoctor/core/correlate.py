@@ -258,6 +258,10 @@ class Correlator:
             return None
         return min(r.entry.ts for r in itertools.islice(reversed(self._lines), new))
 
+    def entries_count(self) -> int:
+        """How many access-log lines are kept: len(entries()) without building the list."""
+        return sum(r.story is None for r in self._lines)
+
     def entries(self) -> list[AccessLogEntry]:
         """The access-log lines kept (the newest MAX_LINES), in log order."""
         return [r.entry for r in self._lines if r.story is None]

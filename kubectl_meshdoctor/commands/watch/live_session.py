@@ -129,6 +129,9 @@ class LiveSession(Session):
     def access_log(self) -> list[AccessLogEntry]:
         return [e for p in self.pipelines for e in p.correlator.entries()]
 
+    def access_log_count(self) -> int:
+        return sum(p.correlator.entries_count() for p in self.pipelines)
+
     def access_logs(self) -> dict[str, list[AccessLogEntry]]:
         return pods_lines(self.pipelines)
 

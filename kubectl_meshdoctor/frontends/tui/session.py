@@ -111,6 +111,10 @@ class Session:
         """The access-log lines followed so far, in log order."""
         return []
 
+    def access_log_count(self) -> int:
+        """How many access-log lines access_log() would give (the status line asks twice a second)."""
+        return len(self.access_log())
+
     def access_logs(self) -> dict[str, list[AccessLogEntry]]:
         """Each pod's access-log lines so far, in its log's order, when the run has several pods ({} otherwise)."""
         return {}

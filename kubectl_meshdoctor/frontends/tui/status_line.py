@@ -27,7 +27,7 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
         ifaces = f"{len(pods)} pods: {st.packets} pkts"
     else:
         ifaces = "  ".join(f"{k}: {v.packets} pkts" for k, v in sorted(st.by_iface.items())) or ("no packets yet" if session.live else "no packets")
-    said = verdict_of(groups, st, len(session.access_log()))
+    said = verdict_of(groups, st, session.access_log_count())
     if said is not None and session.live and not finished:  # the capture goes on: what it has seen until now
         said = said.replace("verdict:", "verdict so far:", 1)
     drops = session.drops()
