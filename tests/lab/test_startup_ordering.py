@@ -34,16 +34,28 @@ def mesh(tmp_path_factory):
 
 
 def start_watched(state, order: str, out: Path) -> tuple[dict, tuple[str, ...], set[int]]:
-    """watch the caller pod while it starts in ``order``: (the watch's report, the app's call results, the source
-    ports of its refused calls)."""
-    with capturing(state, f"pod/{CALLER}", "--write-pcap", str(out)) as run:
-        _, calls = startup.start_caller_pod(state, POD, order)
-        report = run.stop()
+    """watch the caller pod, and the pod it calls, while the caller starts in ``order``, each writing its captures
+    and then its sidecar's log to a directory named after it under ``out``: (the caller's watch's report, the
+    app's call results, the source ports of its refused calls)."""
+    with capturing(state, f"pod/{POD}", "--write-pcap", str(out / POD)) as called:
+        with capturing(state, f"pod/{CALLER}", "--write-pcap", str(out / CALLER)) as run:
+            _, calls = startup.start_caller_pod(state, POD, order)
+            report = run.stop()
+        assert errors(called.stop()) == []  # nothing of it reached the called pod
+    for pod in (POD, CALLER):
+        (out / pod / "istio-proxy.log").write_text(kubectl_logs(state, pod))
     return report, tuple(r for r, _ in calls), {p for r, p in calls if r == "ECONNREFUSED"}
 
 
-def analyze(out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(out), "-o", "json"],
+def kubectl_logs(state, pod: str) -> str:
+    proc = subprocess.run(["kubectl", "--kubeconfig", str(state.kubeconfig), "logs", pod, "-c", "istio-proxy"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def analyze(*dirs: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, dirs), "-o", "json"],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
@@ -79,8 +91,12 @@ def test_an_app_started_before_its_sidecar_is_named_live_and_offline(mesh, tmp_p
         # joined to the spec: lint's hold-application reading of the caller pod
         assert any("hold-application" in e["what"] for e in f["evidence"] if e["kind"] == "spec"), f["evidence"]
     assert "hold-application" in {f["detector"] for f in report["findings"]}  # lint's own warning, still there
-    offline = errors(analyze(tmp_path))
+    # offline: the caller pod's directory, the called pod's (where nothing of it arrived), and both
+    offline = errors(analyze(tmp_path / CALLER))
     assert {f["detector"] for f in offline} == {"startup-ordering"} and ports(offline) == refused
+    assert errors(analyze(tmp_path / POD)) == []
+    both = errors(analyze(tmp_path / CALLER, tmp_path / POD))
+    assert {(f["detector"], f["pod"]) for f in both} == {("startup-ordering", CALLER)} and ports(both) == refused
 
 
 @pytest.mark.parametrize("fix", startup_ordering.FIXES, ids=lambda f: f.name)
@@ -90,7 +106,7 @@ def test_each_printed_fix_starts_the_app_once_its_sidecar_is_ready_with_no_error
     assert order != "classic"
     report, calls, _ = start_watched(mesh, order, tmp_path)
     assert calls == ("ok",) * startup.CALLS
-    assert errors(report) == [] and errors(analyze(tmp_path)) == []
+    assert errors(report) == [] and errors(analyze(tmp_path / CALLER, tmp_path / POD)) == []
 
 
 def test_a_sidecar_that_goes_down_while_the_app_runs_is_not_called_a_start(mesh, tmp_path):
