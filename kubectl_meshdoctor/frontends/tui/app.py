@@ -49,6 +49,9 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
     """Findings as they arrive, a detail view with the ladder diagram, a packets pane, Envoy panes."""
 
     TITLE = "kubectl meshdoctor"
+    # Textual's own command palette (^p: themes, screenshots) is no part of this tool: its key and the header's ⭘
+    # that opens it would stand in the panes' footers beside ours
+    ENABLE_COMMAND_PALETTE = False
     CSS = """
     #status { height: auto; padding: 0 1; background: $boost; }
     #main { height: 2fr; }
@@ -119,7 +122,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
 
     # -- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
+        yield Header(show_clock=False, icon="")
         yield PlainStatic(self._status_text(), id="status", markup=False)
         with Horizontal(id="main"):
             with Vertical(id="left"):

@@ -88,7 +88,7 @@ class ClustersScreen(PodPane):
         self.action_refresh()
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield Header(icon="")
         yield PlainStatic("reading /clusters ...", id="clusters-status", markup=False)
         table = PlainTable(id="clusters", cursor_type="row", zebra_stripes=True)
         table.add_column("cluster", key="cluster")
@@ -218,7 +218,7 @@ class AccessLogScreen(Screen):
         return rows, len(lines), sum(1 for *_, e in lines if e.flags)
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield Header(icon="")
         yield PlainStatic("", id="log-status", markup=False)
         yield Input(placeholder="filter: a flag (UC) or any text, Enter to apply", id="log-filter")
         table = PlainTable(id="access-log", cursor_type="row", zebra_stripes=True)

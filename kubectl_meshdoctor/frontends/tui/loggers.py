@@ -76,7 +76,7 @@ class LoggersScreen(Screen):
         self.sub_title = one_line(f"Envoy loggers of pod/{self.control.pod}") + which
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield Header(icon="")
         yield PlainStatic(self.status, id="loggers-status", markup=False)
         keys = [b for b in self.BINDINGS if b.action != "next_pod" or len(self.pods) > 1]
         yield PlainStatic(keys_help(keys), id="loggers-keys", markup=False)

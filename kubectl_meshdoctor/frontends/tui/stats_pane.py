@@ -68,7 +68,7 @@ class CountersScreen(PodPane):
         self.view: EnvoyCountersEvent | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield Header(icon="")
         yield PlainStatic("reading /stats ...", id="counters-status", markup=False)
         yield Input(placeholder="filter: any part of a stat's name, Enter to apply", id="counters-filter")
         table = PlainTable(id="counters", cursor_type="row", zebra_stripes=True)

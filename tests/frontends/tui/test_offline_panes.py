@@ -42,6 +42,13 @@ async def read(app, pilot) -> None:
     await pilot.pause(0.6)  # one refresh tick after the end: the keys offered are the final ones
 
 
+def no_palette(app) -> None:
+    """Neither the header's ⭘ nor the footer's ^p of Textual's command palette is on the screen (the new-user trial
+    read them as the tool's)."""
+    screen = "\n".join(shown(app))
+    assert "⭘" not in screen and "palette" not in screen, screen
+
+
 async def help_words(app, pilot) -> str:
     """Every line `?` shows, scrolled from its top to its end, as one line of words."""
     await pilot.press("question_mark")
@@ -111,13 +118,20 @@ async def test_a_pods_log_and_dumps_are_its_panes(size):
         await pilot.pause(0.2)
         assert app.screen is app.default_screen
 
+        no_palette(app)
+        await pilot.press("ctrl+p")  # Textual's command palette is not this tool's: the key opens nothing
+        await pilot.pause(0.2)
+        assert app.screen is app.default_screen
+
         table = await opened(app, pilot, "a", AccessLogScreen, "#access-log")
         screen = words(shown(app))
+        no_palette(app)
         assert {"503", "UF"} <= set(screen.split()), screen  # its code and response flag, on screen
         assert table.row_count == 1 and str(table.get_row_at(0)[4]) == "GET /refused"
         await pilot.press("escape")
 
         await opened(app, pilot, "c", ClustersScreen, "#clusters")
+        no_palette(app)
         lines = shown(app)
         screen = words(lines)
         assert "/clusters dump" in screen and "clusters.txt" in screen, screen  # a dump, and which
