@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kubectl_meshdoctor.core.groups import FindingGroup
 from kubectl_meshdoctor.frontends.report import verdict_of
+from kubectl_meshdoctor.frontends.shown import one_line
 
 from .session import Session
 
@@ -40,6 +41,13 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
         progress += f" ({waited:.0f} s)"  # a slow step shows that it is still being waited on
     state = f"PAUSED (p resumes; {held} new findings held)  " if held is not None else ""
     problems = session.problems()
-    trouble = f"\nproblems ({len(problems)}): {problems[-1]}" if problems else ""
+    trouble = f"\n{_cut(f'problems ({len(problems)}): {problems[-1]}', width)}" if problems else ""
     return (f"{where + chr(10) if where else ''}{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}\n"
-            f"{said + chr(10) if said else ''}{state}{progress}{trouble}")
+            f"{said + chr(10) if said else ''}{_cut(state + progress, width)}{trouble}")
+
+
+def _cut(line: str, width: int) -> str:
+    """``line`` in one row of ``width`` columns (0: as it is): what the run is doing and its latest problem are
+    one row each, so that on 80x24 the findings keep the screen (the report and `?` have them whole)."""
+    line = one_line(line)  # its control bytes as the screen shows them: escaped, so as wide as their escapes
+    return line if width <= 1 or len(line) <= width else line[:width - 1] + "…"
