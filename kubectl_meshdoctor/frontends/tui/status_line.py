@@ -4,6 +4,8 @@ step with its age) and its latest problem."""
 
 from __future__ import annotations
 
+import textwrap
+
 from kubectl_meshdoctor.core.groups import FindingGroup
 from kubectl_meshdoctor.frontends.report import verdict_of
 from kubectl_meshdoctor.frontends.shown import one_line
@@ -41,13 +43,20 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
         progress += f" ({waited:.0f} s)"  # a slow step shows that it is still being waited on
     state = f"PAUSED (p resumes; {held} new findings held)  " if held is not None else ""
     problems = session.problems()
-    trouble = f"\n{_cut(f'problems ({len(problems)}): {problems[-1]}', width)}" if problems else ""
+    trouble = f"\n{_cut(f'problems ({len(problems)}): {problems[-1]}', width, rows=2)}" if problems else ""
     return (f"{where + chr(10) if where else ''}{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}\n"
             f"{said + chr(10) if said else ''}{_cut(state + progress, width)}{trouble}")
 
 
-def _cut(line: str, width: int) -> str:
-    """``line`` in one row of ``width`` columns (0: as it is): what the run is doing and its latest problem are
-    one row each, so that on 80x24 the findings keep the screen (the report and `?` have them whole)."""
+def _cut(line: str, width: int, rows: int = 1) -> str:
+    """``line`` in ``rows`` rows of ``width`` columns (0: as it is): what the run is doing is one row, its latest
+    problem two, so that on 80x24 the findings keep the screen (the report has them whole)."""
     line = one_line(line)  # its control bytes as the screen shows them: escaped, so as wide as their escapes
-    return line if width <= 1 or len(line) <= width else line[:width - 1] + "…"
+    if width <= 1 or len(line) <= width:
+        return line
+    # wrapped here as the screen wraps (at spaces), so that the rows kept are the rows shown
+    wrapped = textwrap.wrap(line, width, break_long_words=True, break_on_hyphens=False)
+    if len(wrapped) > rows:
+        wrapped = wrapped[:rows]
+        wrapped[-1] = wrapped[-1][:width - 1] + "…"
+    return "\n".join(wrapped)

@@ -35,7 +35,7 @@ def packet_rows(app) -> list[list[str]]:
 async def ready(app, pilot) -> None:
     """The replay has run to its end and the collision is selected."""
     table = app.query_one("#findings", DataTable)
-    await wait_for(pilot, lambda: table.row_count >= 1 and "q quits" in screen_text(app, "#status")
+    await wait_for(pilot, lambda: table.row_count >= 1 and "files read" in screen_text(app, "#status")
                    and app.query_one("#packets", DataTable).row_count > 0)
 
 
