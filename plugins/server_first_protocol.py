@@ -29,7 +29,8 @@ Istio's default stats inclusion list keeps no ``listener.*`` stat but ``downstre
 
 On packets the finding is a connection on ``lo`` to the outbound capture port that the client closed (FIN) at
 least MIN_WAIT_S after the handshake with no byte sent by either side: the client waited for the server to speak
-first. A client that opens a connection and never uses it (a pool's spare) looks the same; the explanation says
+first. The FIN's sequence and acknowledgment numbers tell that no byte passed (the SYN's and SYN-ACK's plus one),
+so the data segments a live watch leaves out on ``lo`` (its lean BPF) are not needed. A client that opens a connection and never uses it (a pool's spare) looks the same; the explanation says
 so, and the counter at the caller tells the sniffing listener.
 """
 
@@ -105,9 +106,14 @@ class ServerFirstProtocol(Detector):
         if not ev.is_fin:
             return ()  # the handshake's ACK, keep-alive probes
         self._waiting.pop(key)
-        if conn.syn_ack is None or ev.ts - conn.syn_ack.ts < MIN_WAIT_S:
+        syn_ack = conn.syn_ack
+        if syn_ack is None or ev.ts - syn_ack.ts < MIN_WAIT_S:
             return ()
-        return (self._finding(conn, conn.syn_ack, ev),)
+        # The FIN's sequence number is the client's first byte's, its ACK the sidecar's: no byte either way
+        # (RFC 9293 section 3.4), even when the capture left the data segments out (watch's lean BPF on lo).
+        if ev.seq != (conn.syn.seq + 1) % 2**32 or ev.ack != (syn_ack.seq + 1) % 2**32:
+            return ()
+        return (self._finding(conn, syn_ack, ev),)
 
     def _from_sidecar(self, conn: _Waiting, ev: PacketEvent) -> None:
         key = (ev.iface, ev.dst, ev.dport)
