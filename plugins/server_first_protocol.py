@@ -130,12 +130,10 @@ class ServerFirstProtocol(Detector):
         dest = endpoint(syn_ack.src, syn_ack.sport)
         waited = fin.ts - syn_ack.ts
         return Finding(
-            detector=self.id,
-            severity=Severity.ERROR,
+            detector=self.id, severity=Severity.ERROR, flow=FlowRef(syn.src_endpoint, dest, syn.iface),
             title=f"The app's connection to {dest} carried no byte for {waited:.1f} s and the app closed it: its "
                   f"sidecar waited for the client to speak first (protocol sniffing) and never dialled {dest}",
             variant="the client waited for the server's greeting",
-            flow=FlowRef(syn.src_endpoint, dest, syn.iface),
             evidence=(Evidence.of(syn, f"SYN from the app to {dest}, REDIRECTed to its sidecar at "
                                        f"{syn.dst_endpoint}"),
                       Evidence.of(syn_ack, f"SYN-ACK from the sidecar (shown as {dest}): it accepted the "
@@ -156,8 +154,7 @@ class ServerFirstProtocol(Detector):
                 f"inclusion list drops it). A client that opens a connection and never uses it looks the same "
                 f"on the wire; that counter at the caller, or the port's protocol in its Service, tells them "
                 f"apart."),
-            envoy_flags=(),
-            fixes=fixes(syn_ack.sport),
+            fixes=fixes(syn_ack.sport),  # no envoy_flags: Envoy logs no line for it
             pod=self.ctx.pod,
             ts=fin.ts,
             details={"original_destination": dest, "redirected_to": syn.dst_endpoint,

@@ -15,22 +15,17 @@ import json
 import shutil
 import subprocess
 import sys
-from contextlib import ExitStack
-from pathlib import Path
 
 import pytest
 
 from kubectl_meshdoctor.envoy.access_log import parse_line
-from kubectl_meshdoctor.lint import RULES
-from meshdoctor_lab import lab
 from meshdoctor_lab.apps import ECHO_PORT
 from meshdoctor_lab.scenario_fixes import lab_fix
 from meshdoctor_lab.scenarios.table import SERVER_FIRST_WAIT
-from meshdoctor_lab.state import caller_pod_name
 
-from .lab_names import lab_name
-from .test_mesh_watch import analyze, kubectl_logs
-from .watching import capturing
+from .lab_names import caller_sidecar_lab
+from .test_conntrack_invalid_lab import errors, watched_round  # watch the pod and its caller during one round
+from .test_mesh_watch import analyze
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
 
@@ -41,33 +36,9 @@ DETECTOR = "server-first-protocol"
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
-    name = lab_name("f")
-    state = lab.up(name, tmp_path_factory.mktemp("lab") / name, (SCENARIO, *(f"{p}={SCENARIO}" for p in FIXED)),
-                   drivers=False, mesh=lab.MeshOptions(caller="sidecar"),
-                   fixes={pod: lab_fix(SCENARIO, fix) for pod, fix in FIXED.items()})
-    try:
+    fixes = {pod: lab_fix(SCENARIO, fix) for pod, fix in FIXED.items()}
+    with caller_sidecar_lab(tmp_path_factory, "f", (SCENARIO, *(f"{p}={SCENARIO}" for p in FIXED)), fixes) as state:
         yield state
-    finally:
-        lab.down(state.state_dir)
-
-
-def errors(report: dict) -> list[dict]:
-    return [f for f in report["findings"] if f["severity"] == "error" and f["detector"] not in RULES]
-
-
-def watched_round(state, server: str, tmp_path: Path):
-    """watch the pod and its caller (each writing its captures to a directory named after it) while one round
-    runs; each directory then gets its sidecar's log. Returns (round, {side: report}, {side: directory})."""
-    caller = caller_pod_name(server)
-    dirs = {"server": tmp_path / server, "caller": tmp_path / caller}
-    with ExitStack() as stack:
-        runs = {side: stack.enter_context(capturing(state, f"pod/{pod}", "--write-pcap", str(dirs[side])))
-                for side, pod in (("server", server), ("caller", caller))}
-        result = lab.trigger_round(state, server)
-        reports = {side: run.stop() for side, run in runs.items()}
-    for side, pod in (("server", server), ("caller", caller)):
-        (dirs[side] / "istio-proxy.log").write_text(kubectl_logs(state, pod))
-    return result, reports, dirs
 
 
 def test_watch_and_analyze_name_the_sniffed_server_first_port(mesh, tmp_path):

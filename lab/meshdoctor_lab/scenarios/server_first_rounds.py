@@ -46,9 +46,9 @@ def server_first_round(pod: LabPod, tally: Tally) -> None:
                                         f"(got {got!r})")
                     continue
                 sock.settimeout(IO_TIMEOUT)
-                if echo_exchange(sock, f"meshdoctor-after-greeting {i}\n".encode()):
-                    tally.echo_ok += 1
-                else:
+                echoed = echo_exchange(sock, f"meshdoctor-after-greeting {i}\n".encode())
+                tally.echo_ok += echoed
+                if not echoed:
                     tally.errors.append(f"echo on :{ECHO_PORT} after the greeting came back wrong")
         except OSError as exc:
             tally.errors.append(f"server-first :{ECHO_PORT}: {one_line(exc)}")
