@@ -16,13 +16,15 @@ accept, a client that waits 3 s for it, through a caller sidecar with istiod's s
 
 - the caller's ``lo``: the client's SYN REDIRECTed to ``127.0.0.1:15001``, the sidecar's SYN-ACK (from the
   original destination, conntrack's reverse NAT), then no byte either way until the client's FIN after 3 s; the
-  sidecar answers FIN within a millisecond. Nothing on the caller's ``eth0`` and nothing at the server's pod: the
+  sidecar answers FIN within 2 ms. Nothing on the caller's ``eth0`` and nothing at the server's pod: the
   server's sidecar never sees a SYN, the server never accepts, its greeting is never written.
-- counters: only the sniffed listener's ``listener.VIP_PORT.downstream_listener_filter_remote_close`` (one per
-  connection; Envoy's docs/root/configuration/listeners/stats.rst: "listener filter ... remote close"). The
-  listener's ``downstream_cx_total``, the HCM's ``downstream_cx_total`` and the cluster's ``upstream_cx_total`` do
-  not move: a connection still in the listener filters is no connection of the listener yet
-  (``downstream_pre_cx_active`` while it waits). No access-log line in either sidecar, so no response flag.
+- counters: only the sniffed listener's ``listener.VIP_PORT.downstream_listener_filter_remote_close``, one per
+  connection (Envoy's docs/root/configuration/listeners/stats.rst: "Total connections closed by remote when peek
+  data for listener filters"). The listener's ``downstream_cx_total``, the HCM's ``downstream_cx_total`` and the
+  cluster's ``upstream_cx_total`` do not move: a socket still in the listener filters is no connection of the
+  listener yet (``downstream_pre_cx_active``: "Sockets currently undergoing listener filter processing"). No
+  access-log line in either sidecar, so no response flag. With a protocolDetectionTimeout set, Envoy would count
+  ``downstream_pre_cx_timeout`` and go on with the default (tcp_proxy) chain: not measured, not claimed here.
 
 Istio's default stats inclusion list keeps no ``listener.*`` stat but ``downstream_cx_active``
 (pkg/bootstrap/config.go): the counter needs ``proxyStatsMatcher.inclusionPrefixes: [listener]`` on the caller.
@@ -30,8 +32,9 @@ Istio's default stats inclusion list keeps no ``listener.*`` stat but ``downstre
 On packets the finding is a connection on ``lo`` to the outbound capture port that the client closed (FIN) at
 least MIN_WAIT_S after the handshake with no byte sent by either side: the client waited for the server to speak
 first. The FIN's sequence and acknowledgment numbers tell that no byte passed (the SYN's and SYN-ACK's plus one),
-so the data segments a live watch leaves out on ``lo`` (its lean BPF) are not needed. A client that opens a connection and never uses it (a pool's spare) looks the same; the explanation says
-so, and the counter at the caller tells the sniffing listener.
+so the data segments a live watch leaves out on ``lo`` (its lean BPF) are not needed. A client that opens a
+connection and never uses it (a pool's spare) looks the same; the explanation says so, and the counter at the
+caller tells the sniffing listener.
 """
 
 from __future__ import annotations

@@ -361,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m meshdoctor_lab.apps", description=__doc__)
     parser.add_argument("app", choices=("http", "h2c", "tcp-echo", "server-first"))
     parser.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 = unreachable via eth0)")
-    parser.add_argument("--port", type=int, help="listen port (default 5000 for http, 5002 for tcp-echo and server-first)")
+    parser.add_argument("--port", type=int,
+                        help="listen port (default 5000 for http, 5002 for tcp-echo and server-first)")
     parser.add_argument("--idle-timeout", type=float, help="http: close keep-alive connections idle this long (s)")
     parser.add_argument("--close-delay", type=float, default=0.0,
                         help="http: seconds from the idle timer to close(), not reading meanwhile")

@@ -8,7 +8,7 @@ the ``allow_any`` virtual host to PassthroughCluster last), route/route.go ``Bui
 ``setTimeout`` (route ``default``: timeout 0s or a VirtualService's, ``max_grpc_timeout`` the same),
 route/retry/retry.go (the default retry policy), cluster_builder.go and cluster_tls.go (``outbound|PORT||HOST``,
 auto mTLS as ``transport_socket_matches`` on the endpoint's ``tlsMode``), a TCP port's ``VIP_PORT`` listener
-with a tcp_proxy.
+with a tcp_proxy, a port of no declared protocol's sniffed ``VIP_PORT`` listener (``sniffed_listener``).
 
 What differs, and why: the endpoint is static (no EDS: the lab has no istiod) and the pod IP stands in for the
 service's ClusterIP; the HTTP mTLS connection offers what istio/proxy's ``istio.alpn`` filter would set
@@ -62,8 +62,8 @@ TLS_MODE_METADATA = "envoy.transport_socket_match"  # the endpoint metadata tran
 class CallerPod:
     """A caller and the one service it calls: the caller pod's ``name``, ``namespace`` and ``ip``; the called
     pod's ``target`` name, ``target_ip`` (standing in for its service's ClusterIP) and ``ports`` (port ->
-    "http"|"tcp"|"auto", the last sniffed); the caller's workload certificate; ``retry_503``: Istio < 1.24's default retry policy;
-    ``target_in_mesh``: the called pod has a sidecar (its endpoint carries ``tlsMode: istio``, so auto mTLS
+    "http"|"tcp"|"auto", the last sniffed); the caller's workload certificate; ``retry_503``: Istio < 1.24's
+    default retry policy; ``target_in_mesh``: the called pod has a sidecar (its endpoint carries ``tlsMode: istio``, so auto mTLS
     picks Istio mTLS; without it, plaintext)."""
 
     name: str

@@ -5,9 +5,9 @@
 `watch` of the caller's pod names server-first-protocol from its lo (the connection to 15001 that carried no byte
 until the client's FIN), backed by the sniffed listener's downstream_listener_filter_remote_close; `analyze` names
 it from the caller's directory and from both pods' directories. The server's pod sees nothing of it (its sidecar
-never gets a SYN: its captures hold no frame), so its directory alone names nothing, and neither sidecar logs a line. The same round on pods
-with each printed fix applied (the port declared TCP) gets the greeting, with no error.
-Needs root, iproute2, iptables, openssl, tcpdump, tshark and kubectl."""
+never gets a SYN: its captures hold no frame), so its directory alone names nothing, and neither sidecar logs a
+line. The same round on pods with each printed fix applied (the port declared TCP) gets the greeting, with no
+error. Needs root, iproute2, iptables, openssl, tcpdump, tshark and kubectl."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def test_watch_and_analyze_name_the_sniffed_server_first_port(mesh, tmp_path):
     assert fin["flags"] == "F." and fin["ts"] - syn_ack["ts"] >= SERVER_FIRST_WAIT - 0.1
     assert {f["name"] for f in first["fixes"]} == set(FIXED.values())
     # the caller's sniffed listener counted both connections the clients closed while it waited
-    remote_close = {k: v for k, v in first["counters"].items() if k.endswith(".downstream_listener_filter_remote_close")}
+    remote_close = {k: v for k, v in first["counters"].items()
+                    if k.endswith(".downstream_listener_filter_remote_close")}
     assert list(remote_close.values()) == [2], first["counters"]
     assert errors(reports["server"]) == [], reports["server"]["findings"]
 
