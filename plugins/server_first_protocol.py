@@ -154,8 +154,9 @@ class ServerFirstProtocol(Detector):
                 f"never connected to {dest}: the server never accepted a connection and its greeting was never "
                 f"written. Envoy logs no access-log line for it; the caller's sidecar counts it as "
                 f"listener.<address>_{syn_ack.sport}.{REMOTE_CLOSE} (a listener stat: Istio's default stats "
-                f"inclusion list drops it). A client that opens a connection and never uses it looks the same "
-                f"on the wire; that counter at the caller, or the port's protocol in its Service, tells them "
+                f"inclusion list drops it). A client that opens a connection and never uses it, or a server that "
+                f"never greets on a port declared TCP, looks the same on the wire; that counter at the caller "
+                f"(it moves only where the sidecar sniffed), or the port's protocol in its Service, tells them "
                 f"apart."),
             fixes=fixes(syn_ack.sport),  # no envoy_flags: Envoy logs no line for it
             pod=self.ctx.pod,
