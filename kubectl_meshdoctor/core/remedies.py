@@ -139,3 +139,36 @@ def native_sidecar() -> Fix:
         "Kubernetes >= 1.29 (native sidecars on by default; stable in 1.33) and Istio >= 1.24 for the per-pod "
         "annotation; the pods are recreated to apply it",
         annotations=((NATIVE_SIDECAR, "true"),))
+
+
+def _service_port(port: int, lines: str) -> str:
+    return f"""\
+apiVersion: v1
+kind: Service
+metadata:
+  name: <service>
+  namespace: <namespace>
+spec:
+  ports:
+  - port: {port}
+{lines}"""
+
+
+def tcp_service_port(port: int) -> tuple[Fix, ...]:
+    """Declare the Service's ``port`` TCP, so that istiod renders its callers' outbound listener as a tcp_proxy
+    with no ``http_inspector``: ``appProtocol: tcp`` (read first), or a port name with the ``tcp-`` prefix
+    (Istio's protocol selection, istio.io "Protocol Selection"; pilot/pkg/networking/core listener.go
+    ListenerProtocolTCP). The fix of a server-first protocol on a sniffed or HTTP port: the sidecar then dials
+    the server at once and relays what it writes first."""
+    keeps = ("mTLS, AuthorizationPolicy (its TCP fields) and TCP telemetry; the callers' sidecars connect to the "
+             "server as soon as the client connects and relay its greeting")
+    costs = ("no HTTP routing, retries or HTTP metrics on this port (a server-first protocol is not HTTP); the "
+             "callers' sidecars get the new listener when istiod pushes it, and connections already open stay as "
+             "they are")
+    return (
+        Fix("app-protocol-tcp", f"declare the Service's port {port} TCP with appProtocol: tcp", keeps, costs,
+            yaml=_service_port(port, "    appProtocol: tcp   # Istio reads appProtocol before the port's name")),
+        Fix("tcp-port-name", f"name the Service's port {port} with Istio's tcp- prefix (e.g. tcp-<name>)", keeps,
+            costs + "; clients that look the port up by name need the new one",
+            yaml=_service_port(port, "    name: tcp-<name>   # the prefix says the protocol: tcp")),
+    )

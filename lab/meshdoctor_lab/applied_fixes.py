@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import yaml
 
 from meshdoctor_lab.scenarios.table import (
+    APP_PROTOCOL_TCP_FIX,
     CALLER_HTTP11_FIX,
     CALLER_IDLE_FIX,
     CALLER_NO_HALF_CLOSE_FIX,
@@ -37,6 +38,7 @@ from meshdoctor_lab.scenarios.table import (
     PERMISSIVE_MTLS_SETTINGS,
     POOL_LIMITS_FIX,
     POOL_LIMITS_SETTINGS,
+    TCP_PORT_NAME_FIX,
     TLS_DISABLE_FIX,
     TLS_DISABLE_SETTINGS,
     PodSetup,
@@ -110,6 +112,10 @@ SETUP_CHANGES: dict[str, Callable[[PodSetup], PodSetup]] = {
     DEFAULT_ROUTE_FIX: lambda setup: replace(setup, sidecar=replace(setup.sidecar, vs_catch_all=True)),
     # a node sysctl in the cluster; the pod namespace's own in the lab (the kernel keeps it per namespace)
     "conntrack-be-liberal": lambda setup: replace(setup, conntrack_be_liberal=True),
+    # the Service port's protocol declared TCP (its name's `tcp-` prefix, or appProtocol: tcp, which istiod reads
+    # first): the lab reads a port's protocol from its name, so both are that name
+    TCP_PORT_NAME_FIX: lambda setup: replace(setup, tcp_port_name="tcp-greeting"),
+    APP_PROTOCOL_TCP_FIX: lambda setup: replace(setup, tcp_port_name="tcp-greeting"),
 }
 
 

@@ -19,6 +19,7 @@ Run in a pod namespace:
     python -m meshdoctor_lab.apps http [--port 5000] [--bind 0.0.0.0] [--idle-timeout S] [--broken-framing]
     python -m meshdoctor_lab.apps http --fast [--port 5000] [--also-port 15020]
     python -m meshdoctor_lab.apps tcp-echo [--port 5002] [--bind 0.0.0.0]
+    python -m meshdoctor_lab.apps server-first [--port 5002]   # writes GREETING on accept, then echoes
 """
 
 from __future__ import annotations
@@ -338,11 +339,30 @@ class EchoApp:
             writer.close()
 
 
+# What the server-first app writes on accept, before it reads anything (a MySQL server's handshake, an SMTP 220).
+GREETING = b"220 meshdoctor-lab server-first ready\r\n"
+
+
+class ServerFirstApp(EchoApp):
+    """A server-first TCP server (MySQL, SMTP, FTP shape): on accept it writes GREETING and only then reads;
+    afterwards it echoes like EchoApp. Its client waits for the greeting before it writes."""
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            writer.write(GREETING)
+            await writer.drain()
+        except (ConnectionError, OSError):
+            writer.close()
+            return
+        await super()._handle(reader, writer)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m meshdoctor_lab.apps", description=__doc__)
-    parser.add_argument("app", choices=("http", "h2c", "tcp-echo"))
+    parser.add_argument("app", choices=("http", "h2c", "tcp-echo", "server-first"))
     parser.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 = unreachable via eth0)")
-    parser.add_argument("--port", type=int, help="listen port (default 5000 for http, 5002 for tcp-echo)")
+    parser.add_argument("--port", type=int,
+                        help="listen port (default 5000 for http, 5002 for tcp-echo and server-first)")
     parser.add_argument("--idle-timeout", type=float, help="http: close keep-alive connections idle this long (s)")
     parser.add_argument("--close-delay", type=float, default=0.0,
                         help="http: seconds from the idle timer to close(), not reading meanwhile")
@@ -366,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         app = HttpApp(HttpAppConfig(
             bind=args.bind, port=args.port or HTTP_PORT, idle_timeout=args.idle_timeout,
             close_delay=args.close_delay, broken_framing=args.broken_framing))
+    elif args.app == "server-first":
+        app = ServerFirstApp(EchoAppConfig(bind=args.bind, port=args.port or ECHO_PORT))
     else:
         app = EchoApp(EchoAppConfig(bind=args.bind, port=args.port or ECHO_PORT))
     try:

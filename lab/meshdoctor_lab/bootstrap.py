@@ -80,9 +80,9 @@ ISTIO_JSON_FORMAT: dict[str, str] = {
 ENVOY_LOG_FORMAT = "%Y-%m-%dT%T.%fZ\t%l\tenvoy %n %g:%#\t%v\tthread=%t"
 
 # What the lab pods add to Istio's stats inclusion list (proxyStatsMatcher.inclusionPrefixes), and the
-# prefixes Istio's bootstrap always includes (pkg/bootstrap/config.go).
-PROXY_STATS_PREFIXES = ("cluster.inbound", "http.inbound", "cluster.outbound", "http.outbound",
-                        "listener.0.0.0.0_15006")
+# prefixes Istio's bootstrap always includes (pkg/bootstrap/config.go). `listener.`: every listener's own stats
+# (virtualInbound's, and an outbound listener's such as a sniffed port's downstream_listener_filter_remote_close).
+PROXY_STATS_PREFIXES = ("cluster.inbound", "http.inbound", "cluster.outbound", "http.outbound", "listener.")
 ISTIO_DEFAULT_STATS_PREFIXES = ("reporter=", "cluster_manager", "listener_manager", "server", "cluster.xds-grpc",
                                 "wasm", "component", "istio")
 

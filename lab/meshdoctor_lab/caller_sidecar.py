@@ -8,7 +8,7 @@ the ``allow_any`` virtual host to PassthroughCluster last), route/route.go ``Bui
 ``setTimeout`` (route ``default``: timeout 0s or a VirtualService's, ``max_grpc_timeout`` the same),
 route/retry/retry.go (the default retry policy), cluster_builder.go and cluster_tls.go (``outbound|PORT||HOST``,
 auto mTLS as ``transport_socket_matches`` on the endpoint's ``tlsMode``), a TCP port's ``VIP_PORT`` listener
-with a tcp_proxy.
+with a tcp_proxy, a port of no declared protocol's sniffed ``VIP_PORT`` listener (``sniffed_listener``).
 
 What differs, and why: the endpoint is static (no EDS: the lab has no istiod) and the pod IP stands in for the
 service's ClusterIP; the HTTP mTLS connection offers what istio/proxy's ``istio.alpn`` filter would set
@@ -52,6 +52,9 @@ DEFAULT_RETRIES = 2
 # Istio < 1.24 also retried 503 (RetriableStatusCodes [503]); 1.24 left it out unless
 # EXCLUDE_UNSAFE_503_FROM_DEFAULT_RETRY=false, and 1.27 removed that switch (commits 65aaaf4f8c5, 748c90d41d4).
 RETRIABLE_503 = (503,)
+# listener.go plaintextHTTPALPNs: what the http_inspector's verdict must be for the sniffed port's HCM chain
+SNIFFED_HTTP_ALPNS = ("http/1.1", "h2c")
+PROTOCOL_DETECTION_TIMEOUT = "0s"  # meshConfig.protocolDetectionTimeout's default (pkg/config/mesh/mesh.go)
 TLS_MODE_METADATA = "envoy.transport_socket_match"  # the endpoint metadata transport_socket_matches look at
 
 
@@ -59,8 +62,8 @@ TLS_MODE_METADATA = "envoy.transport_socket_match"  # the endpoint metadata tran
 class CallerPod:
     """A caller and the one service it calls: the caller pod's ``name``, ``namespace`` and ``ip``; the called
     pod's ``target`` name, ``target_ip`` (standing in for its service's ClusterIP) and ``ports`` (port ->
-    "http"|"tcp"); the caller's workload certificate; ``retry_503``: Istio < 1.24's default retry policy;
-    ``target_in_mesh``: the called pod has a sidecar (its endpoint carries ``tlsMode: istio``, so auto mTLS
+    "http"|"tcp"|"auto", the last sniffed); the caller's workload certificate; ``retry_503``: Istio < 1.24's
+    default retry policy; ``target_in_mesh``: the called pod has a sidecar (its endpoint carries ``tlsMode: istio``, so auto mTLS
     picks Istio mTLS; without it, plaintext)."""
 
     name: str
@@ -146,6 +149,8 @@ def outbound_listener(caller: CallerPod, port: int, kind: str, settings: Sidecar
     """``0.0.0.0_PORT`` (an HTTP port: an outbound HCM) or ``VIP_PORT`` (a TCP port: a tcp_proxy), not bound:
     virtualOutbound hands them the connections dialled at that port (or address and port)."""
     cluster = outbound_cluster_name(caller.target, caller.namespace, port)
+    if kind == "auto":
+        return sniffed_listener(caller, port, settings)
     if kind == "http":
         hcm = hcm_filter(f"outbound_0.0.0.0_{port};", outbound_route_config(caller, port, settings), settings)
         # istiod sets the client certificate details (APPEND_FORWARD, XFCC) on inbound HCMs only
@@ -157,6 +162,32 @@ def outbound_listener(caller: CallerPod, port: int, kind: str, settings: Sidecar
     return {"name": name, "address": {"socket_address": {"address": address, "port_value": port}},
             "traffic_direction": "OUTBOUND", "bind_to_port": False,
             "filter_chains": [{"filters": filters}]}
+
+
+def sniffed_listener(caller: CallerPod, port: int, settings: SidecarSettings) -> dict[str, Any]:
+    """``VIP_PORT`` for a port of no declared protocol (a name without a protocol prefix, no appProtocol), as
+    istiod renders it (listener.go buildSidecarOutboundListener, ListenerProtocolAuto, and
+    buildListenerFromEntry): the ``http_inspector`` listener filter sniffs the first bytes the client sends; the
+    HCM chain (stat prefix ``outbound_VIP_PORT;``, route config ``HOST:PORT``) matches its application
+    protocols ``http/1.1``/``h2c`` on raw_buffer, the tcp_proxy chain is the default. ``listener_filters_timeout``
+    is meshConfig.protocolDetectionTimeout, 0s (no timeout) since Istio 1.8 (commit 47a5927bdc7), with
+    ``continue_on_listener_filters_timeout``: so a client that sends nothing first waits for ever."""
+    cluster = outbound_cluster_name(caller.target, caller.namespace, port)
+    host = service_host(caller.target, caller.namespace)
+    name = f"{caller.target_ip}_{port}"
+    route = {**outbound_route_config(caller, port, settings), "name": f"{host}:{port}"}
+    hcm = hcm_filter(f"outbound_{name};", route, settings)
+    del hcm["typed_config"]["forward_client_cert_details"]
+    http_chain = {"filter_chain_match": {"transport_protocol": "raw_buffer",
+                                         "application_protocols": list(SNIFFED_HTTP_ALPNS)}, "filters": [hcm]}
+    tcp_chain = {"filters": [tcp_proxy_filter(cluster, cluster, settings)]}
+    return {"name": name, "address": {"socket_address": {"address": caller.target_ip, "port_value": port}},
+            "traffic_direction": "OUTBOUND", "bind_to_port": False,
+            "listener_filters": [{"name": "envoy.filters.listener.http_inspector", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector"}}],
+            "listener_filters_timeout": PROTOCOL_DETECTION_TIMEOUT,
+            "continue_on_listener_filters_timeout": True,
+            "filter_chains": [http_chain], "default_filter_chain": tcp_chain}
 
 
 def outbound_cluster(caller: CallerPod, port: int, kind: str, settings: SidecarSettings) -> dict[str, Any]:

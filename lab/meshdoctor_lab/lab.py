@@ -321,8 +321,11 @@ def _with_fix(pod: LabPod, fix: lab_fixes.LabFix | None) -> LabPod:
     ``called_labels`` if set, the fix's over them). Raises LabError for a fix the lab cannot apply."""
     fix = fix or lab_fixes.LabFix("")
     applied = lab_fixes.pod_fix(fix.name, fix.annotations, fix.settings, fix.labels)
-    labels = applied.setup(_scenario_setup(pod)).labels
-    return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings, labels=labels)
+    setup = applied.setup(_scenario_setup(pod))
+    # the :5002 port's name says its protocol to Istio (port_kind): the scenario's, or the one a fix gives it
+    ports = tuple(replace(p, name=setup.tcp_port_name) if p.port == ECHO_PORT else p for p in pod.ports)
+    return replace(pod, fix=applied.name, annotations=applied.annotations, settings=applied.settings,
+                   labels=setup.labels, ports=ports)
 
 
 def _with_certs(pod: LabPod, state_dir: Path, mesh: MeshOptions) -> LabPod:
@@ -399,11 +402,25 @@ def _bring_up(
     return state
 
 
+# Istio's protocol prefixes of port names that are not HTTP (pkg/config/protocol/instance.go Parse)
+_TCP_PREFIXES = ("tcp", "tls", "https", "mongo", "redis", "mysql")
+
+
 def port_kind(name: str) -> str:
-    """"http" or "tcp": how Istio treats a container port by its name's protocol prefix (`http`, `http-web`,
-    `http2`, `grpc` ... are HTTP; anything else is TCP here, as with protocol sniffing off)."""
+    """"http", "tcp" or "auto": how Istio treats a container port by its name's protocol prefix (`http`,
+    `http-web`, `http2`, `grpc` ... are HTTP; `tcp`, `tls`, `mysql` ... TCP; a name without a known prefix
+    is sniffed: protocol detection, on by default for outbound)."""
     prefix = name.split("-", 1)[0]  # `grpc-web` is `grpc` here
-    return "http" if prefix in ("http", "http2", "grpc") else "tcp"
+    if prefix in ("http", "http2", "grpc"):
+        return "http"
+    return "tcp" if prefix in _TCP_PREFIXES else "auto"
+
+
+def inbound_kind(name: str) -> str:
+    """The pod's own sidecar renders a sniffed port as TCP: through a caller sidecar its inbound side reads the
+    protocol from the mTLS ALPN, not by sniffing (the lab does not render inbound sniffing)."""
+    kind = port_kind(name)
+    return "tcp" if kind == "auto" else kind
 
 
 def _pod_processes(pod: LabPod, state: LabState,
@@ -416,12 +433,12 @@ def _pod_processes(pod: LabPod, state: LabState,
     app_processes: list[tuple[str, list[str], dict[str, str] | None]] = []
     if setup.app_http is not None:
         app_processes.append(("app-http", [*apps, setup.app_kind, "--port", str(HTTP_PORT), *setup.app_http], None))
-    app_processes.append(("app-tcp", [*apps, "tcp-echo", "--port", str(ECHO_PORT)], None))
+    app_processes.append(("app-tcp", [*apps, setup.tcp_app, "--port", str(ECHO_PORT)], None))
     if not lab_fixes.injected(setup.labels):
         return app_processes
     issued = pki.workload(Path(pod.certs), spiffe_id(state.namespace)) if pod.certs else None
     config = bootstrap_text(BootstrapPod(pod.name, state.namespace, pod.pod_ip,
-                                         tuple((p.port, port_kind(p.name)) for p in pod.ports),
+                                         tuple((p.port, inbound_kind(p.name)) for p in pod.ports),
                                          issued.identity() if issued else None), sidecar)
     sidecar_process = ("sidecar", istio_proxy.envoy_argv(envoy, config, tproxy=fix.interception == "TPROXY"),
                        {pki.KEY_ENV: issued.key.read_text()} if issued else None)

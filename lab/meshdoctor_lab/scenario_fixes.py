@@ -27,6 +27,7 @@ from kubectl_meshdoctor_plugins import (
     http_framing,
     no_healthy_upstream,
     no_route,
+    server_first_protocol,
     source_port_exhaustion,
     stale_keepalive,
     tls_mismatch,
@@ -65,6 +66,8 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "no-sidecar": lambda: (inject_fix("<namespace>", opted_out=True),),
     # istio-init's INVALID_DROP rule, or the pod namespace's conntrack judging no windows
     "conntrack-invalid": conntrack_invalid.fixes,
+    # the callers dial the server-first app's port (5002): declared TCP, the sidecar relays its greeting
+    "server-first": lambda: server_first_protocol.fixes(ECHO_PORT),
 }
 
 

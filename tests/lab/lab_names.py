@@ -22,14 +22,15 @@ def lab_name(tag: str = "", hex_digits: int = 4) -> str:
 
 
 @contextmanager
-def caller_sidecar_lab(tmp_path_factory, tag: str, scenarios: tuple[str, ...]) -> Iterator:
+def caller_sidecar_lab(tmp_path_factory, tag: str, scenarios: tuple[str, ...], fixes=None) -> Iterator:
     """A lab (named with ``tag``) of ``scenarios``, each pod called through a caller sidecar (`lab up --caller
-    sidecar`), no drivers (the test triggers each round); down on the way out."""
+    sidecar`), no drivers (the test triggers each round), ``fixes`` (pod -> LabFix) applied; down on the way
+    out."""
     from meshdoctor_lab import lab
 
     name = lab_name(tag)
     state = lab.up(name, tmp_path_factory.mktemp("lab") / name, scenarios, drivers=False,
-                   mesh=lab.MeshOptions(caller="sidecar"))
+                   mesh=lab.MeshOptions(caller="sidecar"), fixes=fixes)
     try:
         yield state
     finally:

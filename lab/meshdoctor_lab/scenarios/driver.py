@@ -25,6 +25,7 @@ from .policy_rounds import (
 )
 from .port_reuse import port_reuse_round
 from .rounds import IO_TIMEOUT, RoundResult, Tally
+from .server_first_rounds import server_first_round
 from .table import SCENARIOS
 from .tcp_rounds import healthy_round, syn_drop_round
 
@@ -74,6 +75,7 @@ _ROUNDS: dict[str, Callable[[LabPod, "Tally"], None]] = {
     "healthy-strict-h2": healthy_mesh_round,
     "healthy-short": healthy_mesh_round,
     "conntrack-invalid": conntrack_invalid_round,
+    "server-first": server_first_round,
 }
 
 

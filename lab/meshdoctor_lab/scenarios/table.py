@@ -10,7 +10,7 @@ SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
     "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
     "no-sidecar", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext", "healthy-strict",
-    "healthy-strict-h2", "healthy-short", "conntrack-invalid",
+    "healthy-strict-h2", "healthy-short", "conntrack-invalid", "server-first",
 )
 # seconds: the stale-keepalive app closes idle keep-alive connections after this, and says so in each response
 # (`Keep-Alive: timeout=1`, whole seconds as the header has them): what its printed idle-timeout fix is made from
@@ -100,6 +100,12 @@ PERMISSIVE_MTLS_SETTINGS = (("PeerAuthentication.portLevelMtls[5000].mode", "PER
 TLS_DISABLE_FIX = "tls-disable"
 TLS_DISABLE_SETTINGS = (("DestinationRule.trafficPolicy.tls.mode", "DISABLE"),)
 
+# server-first: the :5002 port's name, no protocol prefix (Istio sniffs it); the fix names it tcp-greeting.
+SERVER_FIRST_PORT_NAME = "greeting"
+SERVER_FIRST_WAIT = 3.0  # seconds the round's client waits for the greeting before it gives up and closes
+TCP_PORT_NAME_FIX = "tcp-port-name"
+APP_PROTOCOL_TCP_FIX = "app-protocol-tcp"
+
 
 @dataclass(frozen=True)
 class PodSetup:
@@ -120,6 +126,10 @@ class PodSetup:
     # The pod namespace's net.netfilter.nf_conntrack_tcp_be_liberal (the conntrack-be-liberal fix): conntrack
     # keeps out-of-window segments tracked, so the nat REDIRECT still takes them.
     conntrack_be_liberal: bool = False
+    # The app on :5002 (`apps tcp-echo` or `apps server-first`) and that container port's name: its protocol
+    # prefix is how Istio reads the port's protocol (lab.port_kind); a name without one is sniffed.
+    tcp_app: str = "tcp-echo"
+    tcp_port_name: str = "tcp-echo"
 
 
 SETUPS: dict[str, PodSetup] = {
@@ -172,4 +182,7 @@ SETUPS: dict[str, PodSetup] = {
     # An upload into which the round writes one out-of-window segment (invalid_rounds.py): conntrack marks it
     # INVALID, it skips the REDIRECT and the app's port resets the caller's connection.
     "conntrack-invalid": PodSetup(),
+    # A server-first app (it writes a greeting on accept) on a port whose name declares no protocol: the callers'
+    # sidecars sniff it (http_inspector), waiting for the client's first bytes, which the client never sends.
+    "server-first": PodSetup(tcp_app="server-first", tcp_port_name=SERVER_FIRST_PORT_NAME),
 }
