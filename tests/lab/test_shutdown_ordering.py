@@ -1,0 +1,86 @@
+"""Issue 33's shutdown-ordering, live: the mesh lab's pod called through its caller pod's sidecar over mTLS while its
+own sidecar is stopped as pilot-agent stops it (lab/meshdoctor_lab/shutdown.py: drain_listeners, the drain, then
+SIGKILL). Classic (a 5 s drain, the app still serving, the callers still calling): `watch` of both pods and
+`analyze` of each pod's saved directory and of both name shutdown-ordering with the packets on eth0 and the
+caller's 503 lines. Each printed fix, applied as its annotations say: the same calls, no error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.lint import RULES
+from kubectl_meshdoctor_plugins import shutdown_ordering
+from meshdoctor_lab import shutdown
+from meshdoctor_lab.state import caller_pod_name
+
+from .lab_names import caller_sidecar_lab
+from .watching import capturing
+
+pytestmark = pytest.mark.lab
+
+POD = "healthy"
+CALLER = caller_pod_name(POD)
+
+
+def shut_down_watched(tmp_path_factory, out: Path, order: str, drain_s: float) -> tuple[dict, shutdown.ShutdownRun,
+                                                                                       str]:
+    """A lab of its own (the pod's sidecar does not come back), both pods watched while the pod shuts down:
+    (the watch's report, the run, the pod's address)."""
+    with caller_sidecar_lab(tmp_path_factory, "sd", (POD,)) as state:
+        with capturing(state, f"pod/{POD} pod/{CALLER}", "--write-pcap", str(out)) as watch:
+            run = shutdown.shut_down(state, POD, order, drain_s)
+            report = watch.stop()
+        return report, run, f"{state.pod(POD).pod_ip}:5000"
+
+
+def analyze(*dirs: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, dirs), "-o", "json"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def errors(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["severity"] == "error" and f["detector"] not in RULES]
+
+
+def named(findings: list[dict], pod_ip: str) -> None:
+    """Only shutdown-ordering, refusals and the cut connection, each with its packets from the pod's port."""
+    assert findings and {f["detector"] for f in findings} == {"shutdown-ordering"}, \
+        {(f["detector"], f.get("variant")) for f in findings}
+    refusals = [f for f in findings if f["envoy_flags"] == ["UF", "URX"]]
+    assert refusals
+    for f in refusals:
+        syn, rst = f["evidence"][:2]
+        assert (syn["iface"], syn["flags"], syn["dst"]) == ("eth0", "S", pod_ip)
+        assert rst["flags"] == "R." and rst["src"] == pod_ip and f["flow"]["server"] == pod_ip
+
+
+def test_a_sidecar_killed_while_callers_still_call_is_named_live_and_offline(tmp_path_factory, tmp_path):
+    report, run, pod_ip = shut_down_watched(tmp_path_factory, tmp_path, "classic", shutdown.TERMINATION_DRAIN_S)
+    failed = run.failed()
+    # served until the kill, then refused: the drain alone fails nothing
+    assert failed and all(c.ts >= run.drained for c in failed) and len(run.calls) - len(failed) > 10, run.calls
+    assert any(c.result == "503" and c.path.startswith("/slow/") for c in failed), failed  # in flight at the kill
+    live = errors(report)
+    named(live, pod_ip)
+    lines = [line for f in live for line in f.get("access_log", [])]
+    assert any(" 503 URX,UF " in line and "Connection_refused" in line for line in lines), lines
+    assert any(" 503 UC " in line for f in live if f["envoy_flags"] == ["UC"] for line in f["access_log"]), live
+    for pod in (POD, CALLER):  # each pod's own saved directory: its eth0 holds the same packets
+        named(errors(analyze(tmp_path / pod)), pod_ip)
+    named(errors(analyze(tmp_path / POD, tmp_path / CALLER)), pod_ip)
+
+
+@pytest.mark.parametrize("fix", shutdown_ordering.FIXES, ids=lambda f: f.name)
+def test_each_printed_fix_keeps_every_call_served(tmp_path_factory, tmp_path, fix):
+    order, drain_s = shutdown.order_of(dict(fix.annotations))
+    assert order != "classic"
+    report, run, _ = shut_down_watched(tmp_path_factory, tmp_path, order, drain_s)
+    assert run.calls and run.failed() == (), run.failed()
+    assert errors(report) == [] and errors(analyze(tmp_path / POD, tmp_path / CALLER)) == []
