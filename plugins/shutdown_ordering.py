@@ -45,6 +45,9 @@ from kubectl_meshdoctor.core.remedies import SIDECAR_CONTAINER, native_sidecar, 
 MAX_ENDPOINTS = 1000  # the pod's own ports and the peers it calls: bounded all the same
 MAX_CLOSES = 2000
 CLOSE_KEPT_S = 60.0  # a close older than this (packet time) can no longer be the exit's
+DETAILS = {("UF", "URX"): "upstream_reset_before_response_started{remote_connection_failure|"
+                          "delayed_connect_error:_Connection_refused}",
+           ("UC",): "upstream_reset_before_response_started{connection_termination}"}
 ENVOY_FIELDS = ("x-envoy-upstream-service-time", "x-envoy-decorator-operation")
 
 
@@ -126,25 +129,31 @@ class ShutdownOrdering(Detector):
             served.last_accept, served.accepted = ev, served.accepted + 1
             return ()
         if served is None or (src != flow.server):
-            if ev.tls is not None and ev.tls.is_encrypted_alert and (ev.dst, ev.dport) == flow.server:
-                flow.notes["client-alert"] = True  # the caller closed first (its close_notify): not the exit's
+            if (ev.dst, ev.dport) == flow.server:
+                if ev.tls is not None and ev.tls.is_encrypted_alert:
+                    flow.notes["client-alert"] = True  # the caller closed first (its close_notify): not the exit's
+                elif _connection_close(ev):
+                    flow.notes["asked-close"] = True  # its answer's connection: close is the caller's, not a drain
             return ()
         if ev.is_rst:
             attempt = self._pending.get(PendingSyns.key_of_answer(ev))
             if attempt is not None and ev.ack == (attempt.syn.seq + 1) % 2**32:
                 self._pending.pop(PendingSyns.key_of_answer(ev))
                 return self._refused(served, attempt.syn, ev)
-            return ()
         if served.sidecar is None and ((ev.tls is not None and ev.tls.is_server_hello) or _envoy_response(ev)):
             served.sidecar = ev
-        if _connection_close(ev):
+        if _connection_close(ev) and not ev.http.is_request:
             flow.notes["drain-close"] = True
-            served.drains += 1
-            served.drain = served.drain or ev
-        if ev.is_fin and not flow.client_fin and not flow.notes.get("client-alert") \
-                and not flow.notes.get("drain-close"):
-            served.closes.append(ev)  # the server closed first, with no connection: close said before
-            del served.closes[:-MAX_CLOSES]
+            if not flow.notes.get("asked-close"):  # Envoy's own: an HTTP/1.1 keep-alive request told to go
+                served.drains += 1
+                served.drain = served.drain or ev
+        if (ev.is_fin or ev.is_rst) and not flow.notes.get("server-closed"):
+            flow.notes["server-closed"] = True
+            if not flow.client_fin and not flow.notes.get("client-alert") and not flow.notes.get("drain-close"):
+                # the server closed (or reset: a connection the kernel held that Envoy never took) first, with no
+                # connection: close said before
+                served.closes.append(ev)
+                del served.closes[:-MAX_CLOSES]
         return ()
 
     def _bound(self) -> None:
@@ -165,21 +174,26 @@ class ShutdownOrdering(Detector):
         return findings
 
     def _timeline(self, served: _Served) -> tuple[list[Evidence], str, dict]:
-        """The evidence and words of the shutdown's timeline: the drain (when seen), the last accepted connection,
-        the first refusal; the pod's status when it was read."""
+        """The words and details of the shutdown's timeline: the sidecar's sign, the drain (when seen), the last
+        accepted connection, the first refusal, by frame; the pod's status when it was read (evidence). The
+        packets of the timeline are named, not evidence: an access-log line is held to a finding by its evidence's
+        times (core/correlate.py explains), and the capture's first ServerHello would stretch that to the start."""
         assert served.exited is not None
-        evidence = [Evidence.of(served.last_accept, "SYN-ACK: the last connection the sidecar accepted")]
-        details: dict = {"last_accepted_ts": round(served.last_accept.ts, 6),
-                         "exited_by_ts": round(served.exited.ts, 6), "accepted": served.accepted}
-        text = (f"The sidecar accepted its last connection at frame {served.last_accept.frame} and refused from "
-                f"frame {served.exited.frame} on ({served.exited.ts - served.last_accept.ts:.3f} s later): it "
-                f"exited in between.")
+        last, exited = served.last_accept, served.exited
+        evidence: list[Evidence] = []
+        details: dict = {"last_accepted": {"frame": last.frame, "ts": round(last.ts, 6)},
+                         "exited_by": {"frame": exited.frame, "ts": round(exited.ts, 6)}, "accepted": served.accepted}
+        text = (f"The sidecar accepted its last connection at {last.source} frame {last.frame} (SYN-ACK) and refused "
+                f"from frame {exited.frame} on ({exited.ts - last.ts:.3f} s later): it exited in between.")
+        if served.sidecar is not None:
+            sign = served.sidecar
+            details["sidecar_seen"] = {"frame": sign.frame, "ts": round(sign.ts, 6)}
+            text += (f" A sidecar answered there at frame {sign.frame} ("
+                     f"{'its mTLS ServerHello' if sign.tls is not None else 'Envoy fields in its response'}).")
         if served.drain is not None:
-            evidence.insert(0, Evidence.of(served.drain, "HTTP/1 response with connection: close: the sidecar "
-                                                         "drains (pilot-agent's drain_listeners)"))
-            gap = served.exited.ts - served.drain.ts
-            details.update(drain_started_ts=round(served.drain.ts, 6), drained_s=round(gap, 3),
-                           drain_responses=served.drains)
+            gap = exited.ts - served.drain.ts
+            details["drain"] = {"frame": served.drain.frame, "ts": round(served.drain.ts, 6),
+                                "responses": served.drains, "seconds": round(gap, 3)}
             text += (f" It had been draining since frame {served.drain.frame}: {served.drains} response(s) with "
                      f"`connection: close` over {gap:.1f} s before the exit, pilot-agent's terminationDrainDuration "
                      f"(5 s unless set).")
@@ -198,58 +212,44 @@ class ShutdownOrdering(Detector):
                                                     "it."))
         return evidence, text, details
 
-    def _common(self, served: _Served) -> tuple[list[Evidence], str, dict]:
-        evidence, text, details = self._timeline(served)
-        if served.sidecar is not None:
-            evidence.append(Evidence.of(served.sidecar, "a sidecar answered here (mTLS ServerHello / Envoy's "
-                                                        "response fields)"))
-        return evidence, text, details
+    def _finding(self, served: _Served, flow: FlowRef, first: tuple[Evidence, ...], flags: tuple[str, ...],
+                 text: str, ts: float, title: str, variant: str) -> Finding:
+        """A finding of this shutdown: ``first`` its own packets, then the timeline's words."""
+        evidence, timeline, details = self._timeline(served)
+        return Finding(
+            detector=self.id, severity=Severity.ERROR, title=title, flow=flow, evidence=(*first, *evidence),
+            envoy_flags=flags, response_code_details=DETAILS[flags], explanation=text + timeline + NOTE_EXIT_ON_ZERO,
+            remediation=render(FIXES), fixes=FIXES, pod=self.ctx.pod, ts=ts,
+            details={"cause": "sidecar-exited", **details}, variant=variant)
 
     def _refusal(self, served: _Served, syn: PacketEvent, rst: PacketEvent) -> Finding:
-        evidence, timeline, details = self._common(served)
         port = rst.src_endpoint
-        return Finding(
-            detector=self.id, severity=Severity.ERROR,
-            title=f"Connection to {port} refused after its sidecar exited: the app's callers were still calling",
-            flow=FlowRef(syn.src_endpoint, port, syn.iface),
-            evidence=(Evidence.of(syn, f"SYN to {port}"),
-                      Evidence.of(rst, f"RST from {port}: nothing listens on the sidecar's inbound port any more"),
-                      *evidence),
-            envoy_flags=("UF", "URX"),
-            response_code_details="upstream_reset_before_response_started{remote_connection_failure|"
-                                  "delayed_connect_error:_Connection_refused}",
-            explanation=(
-                f"{port} accepted connections earlier in this capture, through its sidecar, and now answers a SYN "
-                f"with RST after {1e6 * (rst.ts - syn.ts):.0f} us: istio-init's REDIRECT still sends it to 15006, "
-                f"where the killed Envoy no longer listens (RFC 9293 section 3.10.7.1). This is a classic sidecar's "
-                f"shutdown: pilot-agent drains for terminationDrainDuration, then kills Envoy, while the app serves "
-                f"out its grace period and callers, which learn of the endpoint's removal later, still call. The "
-                f"caller's sidecar retries and logs 503 URX,UF ... Connection_refused. " + timeline
-                + NOTE_EXIT_ON_ZERO),
-            remediation=render(FIXES), fixes=FIXES, pod=self.ctx.pod, ts=rst.ts,
-            details={"cause": "sidecar-exited", **details},
-            variant="connection refused after the sidecar exited")
+        return self._finding(
+            served, FlowRef(syn.src_endpoint, port, syn.iface),
+            (Evidence.of(syn, f"SYN to {port}"),
+             Evidence.of(rst, f"RST from {port}: nothing listens on the sidecar's inbound port any more")),
+            ("UF", "URX"),
+            f"{port} accepted connections earlier in this capture, through its sidecar, and now answers a SYN with "
+            f"RST after {1e6 * (rst.ts - syn.ts):.0f} us: istio-init's REDIRECT still sends it to 15006, where the "
+            f"killed Envoy no longer listens (RFC 9293 section 3.10.7.1). This is a classic sidecar's shutdown: "
+            f"pilot-agent drains for terminationDrainDuration, then kills Envoy, while the app serves out its grace "
+            f"period and callers, which learn of the endpoint's removal later, still call. The caller's sidecar "
+            f"retries and logs 503 URX,UF ... Connection_refused. ",
+            rst.ts, f"Connection to {port} refused after its sidecar exited: the app's callers were still calling",
+            "connection refused after the sidecar exited")
 
     def _cut(self, served: _Served, fin: PacketEvent) -> Finding:
-        evidence, timeline, details = self._common(served)
         port = fin.src_endpoint
-        return Finding(
-            detector=self.id, severity=Severity.ERROR,
-            title=f"{port}'s sidecar exited under an open connection: its request in flight is lost (503 UC)",
-            flow=FlowRef(fin.dst_endpoint, port, fin.iface),
-            evidence=(Evidence.of(fin, f"FIN from {port} with no response: the killed sidecar's socket closed"),
-                      *evidence),
-            envoy_flags=("UC",),
-            response_code_details="upstream_reset_before_response_started{connection_termination}",
-            explanation=(
-                f"The sidecar at {port} closed this connection when it exited: the kernel closes a killed "
-                f"process's sockets, so the connections it still held were ended at once with no answer (during "
-                f"the drain a served connection is closed after its response, so one still open carried a "
-                f"request). The caller's sidecar logs the request in flight as 503 UC "
-                f"upstream_reset_before_response_started{{connection_termination}}. " + timeline),
-            remediation=render(FIXES), fixes=FIXES, pod=self.ctx.pod, ts=fin.ts,
-            details={"cause": "sidecar-exited", **details},
-            variant="connection closed by the sidecar's exit")
+        return self._finding(
+            served, FlowRef(fin.dst_endpoint, port, fin.iface),
+            (Evidence.of(fin, f"{'RST' if fin.is_rst else 'FIN'} from {port} with no response: the killed sidecar's "
+                              f"socket closed"),), ("UC",),
+            f"The sidecar at {port} closed this connection when it exited: the kernel closes a killed process's "
+            f"sockets, so the connections it still held were ended at once with no answer (during the drain a served "
+            f"connection is closed after its response, so one still open carried a request). The caller's sidecar "
+            f"logs the request in flight as 503 UC upstream_reset_before_response_started{{connection_termination}}. ",
+            fin.ts, f"{port}'s sidecar exited under an open connection: its request in flight is lost (503 UC)",
+            "connection closed by the sidecar's exit")
 
     def on_tick(self, now: float) -> Iterable[Finding]:
         self._pending.expire(now)

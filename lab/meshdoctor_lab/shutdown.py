@@ -1,7 +1,7 @@
 """A pod's shutdown as the kubelet and pilot-agent order it, with real Envoy as its sidecar: shutdown-ordering.
 
 The mesh lab's pod (`lab up --caller sidecar`) is called by its caller pod's app through the caller's sidecar over
-Istio mTLS, every ``CALL_PERIOD_S`` for ``TRAFFIC_S`` after the pod's shutdown begins (a caller learns of the
+Istio mTLS (without a caller sidecar, by its client in plaintext: the drain's ``connection: close`` shows), every ``CALL_PERIOD_S`` for ``TRAFFIC_S`` after the pod's shutdown begins (a caller learns of the
 endpoint's removal only later: EndpointSlice, istiod's push, the caller's EDS), one slow request among them that is
 in flight ``IN_FLIGHT_S`` before the classic sidecar's exit. The pod's app keeps serving for its grace period
 (``APP_GRACE_S``), as an app that finishes its work on SIGTERM does. The sidecar stops as pilot-agent stops it
@@ -52,27 +52,25 @@ IN_FLIGHT_S = 1.5  # the slow request starts this long before the classic sideca
 SLOW_S = 3.0  # ...and takes this long in the app
 EXIT_WITHIN_S = 30.0
 
-# The caller pod's app: a call every PERIOD s for SECONDS s (one connection each, Connection: close, read to its
-# end), and one call of /slow/SLOW after SLOW_AT s; a line each: the time it started, the status or errno's name,
-# the path.
+# The caller pod's app: a call every PERIOD s for SECONDS s, each on a connection of its own (HTTP/1.1 keep-alive:
+# the answer read by its Content-Length, then the app closes), and one call of /slow/SLOW after SLOW_AT s; a line
+# each: the time it started, the status or the error's errno name (else its type), the path.
 _CALLER = """\
-import errno, socket, threading, time
+import errno, http.client, threading, time
 def call(path):
     t = time.time()
-    with socket.socket() as s:
-        s.settimeout(20.0)
-        try:
-            s.connect(({host!r}, {port}))
-            s.sendall(("GET " + path + " HTTP/1.1\\r\\nHost: {name}\\r\\nConnection: close\\r\\n\\r\\n").encode())
-            data = b""
-            while True:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            result = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else "empty"
-        except OSError as exc:
-            result = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    conn = http.client.HTTPConnection({host!r}, {port}, timeout=20.0)
+    try:
+        conn.request("GET", path, headers={{"Host": {name!r}}})
+        answer = conn.getresponse()
+        answer.read()
+        result = str(answer.status)
+    except OSError as exc:
+        result = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    except http.client.HTTPException as exc:
+        result = type(exc).__name__
+    finally:
+        conn.close()
     print(f"{{t:.6f}} {{result}} {{path}}", flush=True)
 slow = threading.Timer({slow_at}, call, ("/slow/{slow}",))
 slow.start()
@@ -199,8 +197,8 @@ def shut_down(state: LabState, pod: str, order: str = "classic", drain_s: float 
     state = read_state(state.state_dir) or state
     lab_pod = state.pod(pod)
     key = f"{pod}/sidecar"
-    if key not in state.pids or f"{pod}/caller" not in state.pids:
-        raise LabError(f"pod {pod} needs its sidecar and a caller sidecar (lab up --caller sidecar)")
+    if key not in state.pids:
+        raise LabError(f"pod {pod} has no sidecar")
     began = time.time() + 1.0  # the caller calls a second before the shutdown begins: served, pooled
     slow_at = 1.0 + TERMINATION_DRAIN_S - IN_FLIGHT_S
     script = _CALLER.format(host=lab_pod.pod_ip, port=HTTP_PORT, name=f"{pod}:{HTTP_PORT}", slow_at=slow_at,

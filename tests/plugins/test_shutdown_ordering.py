@@ -34,20 +34,21 @@ def test_the_recorded_classic_shutdown_is_named_on_both_pods_with_every_failed_l
         syn, rst = f["evidence"][:2]
         assert (syn["flags"], syn["dst"], rst["flags"], rst["src"]) == ("S", POD, "R.", POD)
         assert syn["src"].startswith(CALLER) and f["flow"]["server"] == POD
-        last = next(e for e in f["evidence"] if "last connection" in e["what"])
-        assert last["flags"] == "S." and last["src"] == POD and last["ts"] < rst["ts"]
-        assert any(e.get("record") == "ServerHello" and e["src"] == POD for e in f["evidence"])
+        assert f["details"]["last_accepted"]["ts"] < f["details"]["exited_by"]["ts"] <= rst["ts"]
+        assert f["details"]["sidecar_seen"]["ts"] < f["details"]["last_accepted"]["ts"]  # its ServerHello
         assert [x["name"] for x in f["fixes"]] == ["native-sidecar", "termination-drain"]
     # every 503 URX,UF the caller logged is quoted by a refusal; its 503 UC by the connection the exit cut
+    # (a line that names no connection, a failed connect's, is held to packets within core/correlate.py's
+    # UNPINNED_WINDOW_S: with calls 0.1 s apart a neighbour's line is quoted too)
     quoted = {line for f in refusals for line in f.get("access_log", [])}
-    assert set(caller_lines("URX,UF")) <= quoted and len(caller_lines("URX,UF")) == 29
+    assert quoted == set(caller_lines("URX,UF")) and len(quoted) == 27
     (uc,) = caller_lines("UC")
     cut = cuts[0]
     assert cut["access_log"] == [uc] and cut["flow"]["server"] == POD
     fin = cut["evidence"][0]
     assert fin["flags"] == "F." and fin["src"] == POD and fin["payload_len"] == 0
     # the cut is the exit's: after the last accepted connection, before the first refusal
-    assert cut["details"]["last_accepted_ts"] - 0.05 <= fin["ts"] <= cut["details"]["exited_by_ts"]
+    assert cut["details"]["last_accepted"]["ts"] - 0.05 <= fin["ts"] <= cut["details"]["exited_by"]["ts"]
 
 
 def test_the_recorded_longer_drain_has_no_finding():
@@ -98,3 +99,44 @@ def test_refusals_on_lo_are_left_to_startup_ordering():
 def test_the_fixes_are_the_proven_ones():
     assert [f.name for f in shutdown_ordering.FIXES] == ["native-sidecar", "termination-drain"]
     assert dict(shutdown_ordering.FIXES[1].annotations)["proxy.istio.io/config"] == "terminationDrainDuration: 20s"
+
+
+def plain(w: Wire, client: str, close_asked: bool, drain: bool) -> None:
+    """A plaintext HTTP/1.1 call the sidecar answers (Envoy's x-envoy-upstream-service-time), with the drain's
+    ``connection: close`` when ``drain``."""
+    w.pkt(client, POD, S, 100)
+    w.pkt(POD, client, S | A, 5000, 101, dt=0.0001)
+    asked = b"Connection: close\r\n" if close_asked else b""
+    w.pkt(client, POD, P | A, 101, 5001, http=b"GET / HTTP/1.1\r\nHost: pod\r\n" + asked + b"\r\n")
+    told = b"connection: close\r\n" if drain or close_asked else b""
+    w.pkt(POD, client, P | A, 5001, 130, http=b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n"
+          b"x-envoy-upstream-service-time: 1\r\n" + told + b"\r\nok")
+
+
+def test_the_drain_is_the_connection_close_of_a_keep_alive_request():
+    w = Wire(iface="eth0")
+    plain(w, f"{CALLER}:40000", close_asked=False, drain=False)
+    plain(w, f"{CALLER}:40002", close_asked=False, drain=True)
+    plain(w, f"{CALLER}:40004", close_asked=False, drain=True)
+    refused(w, f"{CALLER}:40006")
+    (f,) = [f for f in run(w.events) if f.detector == "shutdown-ordering"]
+    assert f.details["drain"]["responses"] == 2 and f.details["drain"]["frame"] == 8  # the first told to go
+    w = Wire(iface="eth0")
+    plain(w, f"{CALLER}:40000", close_asked=True, drain=False)  # the caller asked for the close itself
+    refused(w, f"{CALLER}:40006")
+    (f,) = [f for f in run(w.events) if f.detector == "shutdown-ordering"]
+    assert "drain" not in f.details
+
+
+def test_the_recorded_plaintext_drain_and_exit():
+    """The same shutdown with a plaintext caller (no caller sidecar): the drain's connection: close shows."""
+    code, report = analyze_json(DATA / "lab-shutdown-plain" / "healthy")
+    found = [f for f in report["findings"] if f["detector"] == "shutdown-ordering"]
+    assert code == 1 and found
+    drain = found[0]["details"]["drain"]
+    # pilot-agent's terminationDrainDuration (5 s) between the first connection: close and the exit, each
+    # response told to go meanwhile
+    assert 4.0 < drain["seconds"] < 5.5 and drain["responses"] >= 30, drain
+    cuts = [f for f in found if f["envoy_flags"] == ["UC"]]
+    # at the kill: the slow request's connection (FIN) and one the kernel had queued for Envoy (RST)
+    assert sorted(f["evidence"][0]["flags"] for f in cuts) == ["F.", "R."], cuts
