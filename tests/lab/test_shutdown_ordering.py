@@ -6,9 +6,6 @@ caller's 503 lines. Each printed fix, applied as its annotations say: the same c
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,7 @@ from meshdoctor_lab import shutdown
 from meshdoctor_lab.state import caller_pod_name
 
 from .lab_names import caller_sidecar_lab
+from .test_mesh_watch import analyze
 from .watching import capturing
 
 pytestmark = pytest.mark.lab
@@ -36,13 +34,6 @@ def shut_down_watched(tmp_path_factory, out: Path, order: str, drain_s: float) -
             run = shutdown.shut_down(state, POD, order, drain_s)
             report = watch.stop()
         return report, run, f"{state.pod(POD).pod_ip}:5000"
-
-
-def analyze(*dirs: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, dirs), "-o", "json"],
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode in (0, 1), proc.stderr
-    return json.loads(proc.stdout)
 
 
 def errors(report: dict) -> list[dict]:
