@@ -206,10 +206,13 @@ class ShutdownOrdering(Detector):
             where = f"pod/{pod.name}"
             evidence.append(Evidence.spec_field(where, f"status.containerStatuses[{SIDECAR_CONTAINER}].restartCount",
                                                 str(pod.sidecar_restarts)))
-            text += (f" When {where} was read, {SIDECAR_CONTAINER} had restarted {pod.sidecar_restarts} time(s)"
-                     + (": a restart (kubectl logs -c istio-proxy --previous says why), not only a termination."
-                        if pod.sidecar_restarts else "; the pod's termination (kubectl get events: Killing) ends "
-                                                    "it."))
+            text += (f" When {where}'s status was read (as the watch began), {SIDECAR_CONTAINER} had restarted "
+                     f"{pod.sidecar_restarts} time(s)"
+                     + (": it has gone down before (kubectl logs -c istio-proxy --previous says why)."
+                        if pod.sidecar_restarts else ".")
+                     + f" Which this exit was: kubectl get pod {pod.name} (RESTARTS: istio-proxy restarted) or "
+                       f"kubectl get events --field-selector involvedObject.name={pod.name} (Killing: the pod's "
+                       f"termination).")
         return evidence, text, details
 
     def _finding(self, served: _Served, flow: FlowRef, first: tuple[Evidence, ...], flags: tuple[str, ...],

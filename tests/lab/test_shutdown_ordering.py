@@ -60,6 +60,9 @@ def test_a_sidecar_killed_while_callers_still_call_is_named_live_and_offline(tmp
     assert any(c.result == "503" and c.path.startswith("/slow/") for c in failed), failed  # in flight at the kill
     live = errors(report)
     named(live, pod_ip)
+    # the pods' status, read as the watch began, is named: istio-proxy had not restarted
+    assert all(any(e["kind"] == "spec" and "[istio-proxy].restartCount = 0" in e["what"] for e in f["evidence"])
+               for f in live), live
     lines = [line for f in live for line in f.get("access_log", [])]
     assert any(" 503 URX,UF " in line and "Connection_refused" in line for line in lines), lines
     assert any(" 503 UC " in line for f in live if f["envoy_flags"] == ["UC"] for line in f["access_log"]), live
@@ -75,3 +78,17 @@ def test_each_printed_fix_keeps_every_call_served(tmp_path_factory, tmp_path, fi
     report, run, _ = shut_down_watched(tmp_path_factory, tmp_path, order, drain_s)
     assert run.calls and run.failed() == (), run.failed()
     assert errors(report) == [] and errors(analyze(tmp_path / POD, tmp_path / CALLER)) == []
+
+
+def test_exit_on_zero_active_connections_is_no_fix_while_callers_call(tmp_path_factory, tmp_path):
+    """Why EXIT_ON_ZERO_ACTIVE_CONNECTIONS is a note, not a printed fix: pilot-agent exits once Envoy's
+    downstream_cx_active is 0 after its minimum drain, which it is between two calls (each connection is closed
+    after its answer while draining), so callers still calling are refused as in the classic order."""
+    config = 'proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "true"'
+    order, drain_s = shutdown.order_of({"proxy.istio.io/config": config})
+    assert order == "exit-on-zero"
+    report, run, pod_ip = shut_down_watched(tmp_path_factory, tmp_path, order, drain_s)
+    assert run.killed - run.drained >= shutdown.MINIMUM_DRAIN_S and run.killed < run.began + shutdown.TRAFFIC_S
+    assert run.failed(), run.calls
+    named(errors(report), pod_ip)
+    assert "EXIT_ON_ZERO_ACTIVE_CONNECTIONS" in errors(report)[0]["explanation"]
