@@ -1,10 +1,12 @@
 """A pod's shutdown as the kubelet and pilot-agent order it, with real Envoy as its sidecar: shutdown-ordering.
 
 The mesh lab's pod (`lab up --caller sidecar`) is called by its caller pod's app through the caller's sidecar over
-Istio mTLS (without a caller sidecar, by its client in plaintext: the drain's ``connection: close`` shows), every ``CALL_PERIOD_S`` for ``TRAFFIC_S`` after the pod's shutdown begins (a caller learns of the
-endpoint's removal only later: EndpointSlice, istiod's push, the caller's EDS), one slow request among them that is
-in flight ``IN_FLIGHT_S`` before the classic sidecar's exit. The pod's app keeps serving for its grace period
-(``APP_GRACE_S``), as an app that finishes its work on SIGTERM does. The sidecar stops as pilot-agent stops it
+Istio mTLS (without a caller sidecar, by its client in plaintext: the drain's ``connection: close`` shows), every
+``CALL_PERIOD_S`` for ``TRAFFIC_S`` after the pod's shutdown begins (a caller learns of the endpoint's removal only
+later: EndpointSlice, istiod's push, the caller's EDS), one slow request among them that is in flight
+``IN_FLIGHT_S`` before the classic sidecar's exit; with ``outbound``, the pod's app also keeps a connection out.
+The pod's app keeps serving for its grace period (``APP_GRACE_S``), as an app that finishes its work on SIGTERM
+does. The sidecar stops as pilot-agent stops it
 (istio/istio pkg/envoy/agent.go ``terminate``, pkg/envoy/admin.go ``DrainListeners``, pkg/envoy/proxy.go ``Run``):
 
 - SIGTERM (``classic``): ``POST /drain_listeners?inboundonly&graceful`` to Envoy's admin (Envoy started with
@@ -48,6 +50,7 @@ ACTIVE_CHECK_S = 1.0  # agent.go activeConnectionCheckDelay
 TRAFFIC_S = 9.0  # how long callers keep calling after the shutdown began
 APP_GRACE_S = 11.0  # the app serves this long after SIGTERM (its terminationGracePeriodSeconds covers it)
 CALL_PERIOD_S = 0.1
+OUTBOUND_PERIOD_S = 0.2
 IN_FLIGHT_S = 1.5  # the slow request starts this long before the classic sidecar's exit...
 SLOW_S = 3.0  # ...and takes this long in the app
 EXIT_WITHIN_S = 30.0
@@ -82,6 +85,32 @@ slow.join()
 """
 
 
+OUTBOUND_PORT = 7000  # the tcp-echo the pod's app keeps a connection to, in the client namespace (outside the pod)
+# The pod's app calling out (shut_down's ``outbound``): one pooled connection to HOST:PORT (REDIRECTed to its
+# sidecar's 15001), a ping every PERIOD s for SECONDS s, connecting again after an EOF or an error; a line each
+# time something happens: the time, and connected, EOF or the errno's name.
+_OUTBOUND = """\
+import errno, socket, time
+end, s = time.time() + {seconds}, None
+while time.time() < end:
+    try:
+        if s is None:
+            s = socket.create_connection(({host!r}, {port}), timeout=2.0)
+            print(f"{{time.time():.6f}} connected", flush=True)
+        s.sendall(b"ping\\n")
+        if not s.recv(100):
+            print(f"{{time.time():.6f}} EOF", flush=True)
+            s.close()
+            s = None
+    except OSError as exc:
+        print(f"{{time.time():.6f}} {{errno.errorcode.get(exc.errno or 0, type(exc).__name__)}}", flush=True)
+        if s is not None:
+            s.close()
+        s = None
+    time.sleep({period})
+"""
+
+
 @dataclass(frozen=True)
 class Call:
     """One call of the caller pod's app: when it started (epoch seconds), its HTTP status or errno name, path."""
@@ -94,7 +123,8 @@ class Call:
 @dataclass(frozen=True)
 class ShutdownRun:
     """What one shutdown did: the caller's calls, when it began (the kubelet's SIGTERM), when the sidecar was told
-    to drain and when it was killed (epoch seconds), and the app's exit (None: still running)."""
+    to drain and when it was killed (epoch seconds), the app's exit (None: still running), and with ``outbound`` what
+    the app's own pooled connection out went through."""
 
     order: str
     calls: tuple[Call, ...]
@@ -102,6 +132,7 @@ class ShutdownRun:
     drained: float
     killed: float
     app_stopped: float | None
+    outbound: tuple[tuple[float, str], ...] = ()  # the pod's app's own calls out: (time, connected/EOF/errno)
 
     def failed(self) -> tuple[Call, ...]:
         return tuple(c for c in self.calls if c.result != "200")
@@ -182,16 +213,25 @@ def _stop_app(state: LabState, pod: str) -> float:
     return time.time()
 
 
+def _wait_listening(ns: str, port: int) -> None:
+    deadline = time.monotonic() + EXIT_WITHIN_S
+    while port not in netns.listening_ports(ns):
+        if time.monotonic() > deadline:
+            raise LabError(f"nothing listens on {port} in {ns}")
+        time.sleep(0.05)
+
+
 def _wait_until(t: float) -> None:
     while (left := t - time.time()) > 0:
         time.sleep(min(left, 0.05))
 
 
-def shut_down(state: LabState, pod: str, order: str = "classic", drain_s: float = TERMINATION_DRAIN_S
-              ) -> ShutdownRun:
+def shut_down(state: LabState, pod: str, order: str = "classic", drain_s: float = TERMINATION_DRAIN_S,
+              outbound: bool = False) -> ShutdownRun:
     """Shut lab pod ``pod``'s sidecar down in ``order`` (``drain_s``: terminationDrainDuration, seconds, for classic
-    and drain-longer) while its caller pod's app calls it; returns the run. The pod's sidecar is gone afterwards
-    (and, for ``native``, its app): bring the lab down after. Raises LabError."""
+    and drain-longer) while its caller pod's app calls it, and with ``outbound`` while the pod's app keeps a
+    connection out (through its sidecar's 15001 to a tcp-echo in the client namespace); returns the run. The pod's
+    sidecar is gone afterwards (and, for ``native``, its app): bring the lab down after. Raises LabError."""
     if order not in ORDERS:
         raise LabError(f"shutdown order {order!r}: one of {', '.join(ORDERS)}")
     state = read_state(state.state_dir) or state
@@ -203,9 +243,19 @@ def shut_down(state: LabState, pod: str, order: str = "classic", drain_s: float 
     slow_at = 1.0 + TERMINATION_DRAIN_S - IN_FLIGHT_S
     script = _CALLER.format(host=lab_pod.pod_ip, port=HTTP_PORT, name=f"{pod}:{HTTP_PORT}", slow_at=slow_at,
                             slow=SLOW_S, seconds=1.0 + TRAFFIC_S, period=CALL_PERIOD_S)
+    helpers: list[subprocess.Popen] = []
+    if outbound:
+        echo = (sys.executable, "-m", "meshdoctor_lab.apps", "tcp-echo", "--port", str(OUTBOUND_PORT))
+        helpers.append(subprocess.Popen(netns.in_netns(lab_pod.client_netns, *echo),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait_listening(lab_pod.client_netns, OUTBOUND_PORT)
+        helpers.append(subprocess.Popen(netns.in_netns(lab_pod.netns, sys.executable, "-S", "-c", _OUTBOUND.format(
+            host=lab_pod.client_ip, port=OUTBOUND_PORT, seconds=1.0 + TRAFFIC_S, period=OUTBOUND_PERIOD_S)),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     caller = subprocess.Popen(netns.in_netns(lab_pod.client_netns, sys.executable, "-S", "-c", script),
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     app_stopped: float | None = None
+    outbound_lines = ""
     try:
         _wait_until(began)
         if order == "native":  # the app containers first: they serve out their grace, then exit
@@ -229,13 +279,18 @@ def shut_down(state: LabState, pod: str, order: str = "classic", drain_s: float 
         _kill(state, key)
         killed = time.time()
         out, _ = caller.communicate(timeout=TRAFFIC_S + SLOW_S + 60.0)
+        if outbound:
+            outbound_lines, _ = helpers[1].communicate(timeout=TRAFFIC_S + 60.0)
     finally:
-        if caller.poll() is None:
-            caller.kill()
-            caller.wait(timeout=EXIT_WITHIN_S)
+        for proc in (caller, *helpers):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=EXIT_WITHIN_S)
     calls = tuple(Call(float(t), result, path) for t, result, path in
                   (line.split() for line in out.splitlines() if len(line.split()) == 3))
-    return ShutdownRun(order, calls, began, drained, killed, app_stopped)
+    events = tuple((float(t), what) for t, what in
+                   (line.split() for line in outbound_lines.splitlines() if len(line.split()) == 2))
+    return ShutdownRun(order, calls, began, drained, killed, app_stopped, events)
 
 
 def main(argv: list[str] | None = None) -> int:

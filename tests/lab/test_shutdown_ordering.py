@@ -92,3 +92,23 @@ def test_exit_on_zero_active_connections_is_no_fix_while_callers_call(tmp_path_f
     assert run.failed(), run.calls
     named(errors(report), pod_ip)
     assert "EXIT_ON_ZERO_ACTIVE_CONNECTIONS" in errors(report)[0]["explanation"]
+
+
+def test_the_apps_own_calls_out_are_startup_orderings_and_no_packet_is_claimed_twice(tmp_path_factory, tmp_path):
+    """The pod's app keeps a connection out through its sidecar's 15001: at the kill it reads EOF, then its
+    connects are refused at the REDIRECT on lo (ECONNREFUSED). That is startup-ordering's sidecar-stopped (the
+    sidecar had served the app earlier in the capture); shutdown-ordering reads eth0 only."""
+    with caller_sidecar_lab(tmp_path_factory, "sd", (POD,)) as state:
+        with capturing(state, f"pod/{POD}", "--write-pcap", str(tmp_path)) as watch:
+            run = shutdown.shut_down(state, POD, "classic", outbound=True)
+            report = watch.stop()
+    events = [what for ts, what in run.outbound if ts >= run.killed - 0.5]
+    assert "EOF" in events and "ECONNREFUSED" in events[events.index("EOF"):], run.outbound
+    for found in (errors(report), errors(analyze(tmp_path))):  # one pod watched: its files in tmp_path itself
+        by = {f["detector"]: f for f in found}
+        assert set(by) == {"shutdown-ordering", "startup-ordering"}, set(by)
+        assert {f["flow"]["iface"] for f in found if f["detector"] == "shutdown-ordering"} == {"eth0"}
+        stopped = [f for f in found if f["detector"] == "startup-ordering"]
+        assert all(f["flow"]["iface"] == "lo" and f["details"]["cause"] == "sidecar-stopped" for f in stopped)
+        packets = [(e["source"], e["frame"]) for f in found for e in f["evidence"] if e["kind"] == "packet"]
+        assert len(packets) == len(set(packets))  # no packet is evidence of two findings
