@@ -20,7 +20,9 @@ pod's ``eth0``, which the caller's and the server's captures both hold:
   the caller's sidecar retries and logs ``503 URX,UF
   upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}``;
 - before it, over plaintext, the drain's ``connection: close`` on the sidecar's responses (over mTLS it is
-  encrypted, and the capture shows only that connections are closed after each request).
+  encrypted, and the capture shows only that connections are closed after each request);
+- the caller's outbound cluster counts ``upstream_cx_connect_fail`` (every refused attempt) and
+  ``upstream_cx_destroy_remote_with_active_rq`` (the request in flight); the pod's Envoy, killed, has none to read.
 
 A refusal counts only from an endpoint that accepted before in the capture and showed a sidecar's signs: a TLS
 ServerHello (Istio's mTLS is terminated by the sidecar), or an HTTP/1 response with Envoy's own fields
