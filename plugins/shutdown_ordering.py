@@ -236,10 +236,11 @@ class ShutdownOrdering(Detector):
             ("UF", "URX"),
             f"{port} accepted connections earlier in this capture, through its sidecar, and now answers a SYN with "
             f"RST after {1e6 * (rst.ts - syn.ts):.0f} us: istio-init's REDIRECT still sends it to 15006, where the "
-            f"killed Envoy no longer listens (RFC 9293 section 3.10.7.1). This is a classic sidecar's shutdown: "
+            f"killed Envoy no longer listens (RFC 9293 section 3.10.7.1). A classic sidecar's shutdown does this: "
             f"pilot-agent drains for terminationDrainDuration, then kills Envoy, while the app serves out its grace "
-            f"period and callers, which learn of the endpoint's removal later, still call. The caller's sidecar "
-            f"retries and logs 503 URX,UF ... Connection_refused. ",
+            f"period and callers, which learn of the endpoint's removal later, still call (a crash or OOM kill of "
+            f"istio-proxy looks the same, without the drain before it). The caller's sidecar retries and logs 503 "
+            f"URX,UF ... Connection_refused. ",
             rst.ts, f"Connection to {port} refused after its sidecar exited: the app's callers were still calling",
             "connection refused after the sidecar exited")
 
