@@ -140,3 +140,15 @@ def test_the_recorded_plaintext_drain_and_exit():
     cuts = [f for f in found if f["envoy_flags"] == ["UC"]]
     # at the kill: the slow request's connection (FIN) and one the kernel had queued for Envoy (RST)
     assert sorted(f["evidence"][0]["flags"] for f in cuts) == ["F.", "R."], cuts
+
+
+def test_a_sidecar_back_after_an_exit_starts_a_new_timeline():
+    w = Wire(iface="eth0")
+    served(w, f"{CALLER}:40000")
+    refused(w, f"{CALLER}:40001")
+    first_exit = w.frame
+    served(w, f"{CALLER}:40002")  # istio-proxy restarted: it accepts (and speaks mTLS) again
+    refused(w, f"{CALLER}:40003")
+    found = [f for f in run(w.events) if f.detector == "shutdown-ordering"]
+    assert [f.details["exited_by"]["frame"] for f in found] == [first_exit, w.frame]
+    assert found[1].details["last_accepted"]["frame"] > first_exit
