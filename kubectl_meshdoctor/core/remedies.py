@@ -172,3 +172,19 @@ def tcp_service_port(port: int) -> tuple[Fix, ...]:
             costs + "; clients that look the port up by name need the new one",
             yaml=_service_port(port, "    name: tcp-<name>   # the prefix says the protocol: tcp")),
     )
+
+
+def termination_drain_duration(seconds: int) -> Fix:
+    """ProxyConfig ``terminationDrainDuration`` (default 5 s: istio/istio pkg/config/mesh/mesh.go): how long
+    pilot-agent lets Envoy drain after the pod's SIGTERM before it kills it (pkg/envoy/agent.go ``terminate``).
+    ``seconds``: at least the app's own grace (what it takes to finish after SIGTERM, and for callers to stop
+    calling), and below the pod's terminationGracePeriodSeconds, after which the kubelet kills everything."""
+    proxy_config = f"terminationDrainDuration: {seconds}s"
+    return Fix(
+        "termination-drain", f"let {SIDECAR_CONTAINER} drain for {seconds} s, as long as the app's grace",
+        "the whole mesh; callers are told to go (connection: close, GOAWAY) from the first second",
+        "the pod takes as long to stop as the drain (keep terminationGracePeriodSeconds above it); the pods are "
+        "recreated to apply it (mesh-wide: meshConfig.defaultConfig.terminationDrainDuration)",
+        yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
+             f"    {PROXY_CONFIG}: |-\n      {proxy_config}",
+        annotations=((PROXY_CONFIG, proxy_config),))
