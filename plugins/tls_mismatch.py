@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from kubectl_meshdoctor.core.correlate import access_log_flow
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.detector import Detector
-from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
+from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent, endpoint
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix
 from kubectl_meshdoctor.core.mtls import hello_evidence, hello_of, istio_sni, remember_hello
@@ -40,6 +40,11 @@ from kubectl_meshdoctor.envoy.story import StreamStory
 PLAINTEXT, TLS_TO_PLAINTEXT, HANDSHAKE = "plaintext-to-mtls", "tls-to-plaintext", "handshake"
 FILTER_CHAIN_NOT_FOUND = "filter_chain_not_found"
 _NOTE = "tls-mismatch"
+_SYN_NOTE = "tls-mismatch-syn"  # a SYN of the connection not yet answered by a SYN-ACK
+# seconds a plaintext finding waits for a refusal of the same port (a listener gone, not a filter chain): after
+# real Envoy's exit the callers' next SYN, 0.1 s after it reset its queued connections, was refused
+# (tests/data/lab-shutdown-plain); callers retry within seconds, and a finding shown 5 s late costs little
+HOLD_S = 5.0
 # TLS errors BoringSSL reports when the peer did not speak TLS at all (it answered a ClientHello in plaintext).
 _NOT_TLS = ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "packet length too long", "PACKET_LENGTH_TOO_LONG")
 _TLS_MARKS = ("TLS_error", "TLS error", "SSL_routines", "SSL routines", "CERTIFICATE_VERIFY_FAILED", "TLSV1_ALERT",
@@ -111,13 +116,28 @@ class TlsMismatch(Detector):
     envoy_counters = ("ssl.connection_error", "upstream_cx_connect_fail", "listener.no_filter_chain_match")
     envoy_loggers = ("conn_handler", "connection", "filter", "router", "http")
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # plaintext findings held HOLD_S for a refusal of the same port: (its RST's time, the finding)
+        self._held: list[tuple[float, Finding]] = []
+
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         """Plaintext to an mTLS-only port: the first request of a new connection on eth0, answered by the pod's
-        RST with no byte of response (the listener closed it unread: no filter chain matched)."""
+        RST with no byte of response (the listener closed it unread: no filter chain matched). Held HOLD_S: a
+        SYN to the same port refused in that time says the listener itself went away (a sidecar's exit resets
+        the connections still in its accept queue the same way), which is no filter chain's doing."""
         if ev.iface != "eth0" or not flow.syn_seen:
             return ()
         remember_hello(ev, flow)
         from_server = (ev.src, ev.sport) == flow.server
+        if ev.is_syn and not ev.is_syn_ack:
+            flow.notes[_SYN_NOTE] = True
+        elif from_server and ev.is_syn_ack:
+            flow.notes.pop(_SYN_NOTE, None)
+        elif from_server and ev.is_rst and flow.notes.pop(_SYN_NOTE, None):
+            server = endpoint(*flow.server)
+            self._held = [(t, f) for t, f in self._held if f.flow.server != server]  # the port refuses now
+            return ()
         note = flow.notes.get(_NOTE)
         if not from_server:
             if note is None and ev.tls is not None and ev.tls.is_client_hello:
@@ -144,7 +164,7 @@ class TlsMismatch(Detector):
             return ()
         req = note["request"]
         ref = FlowRef.of(flow)
-        return (Finding(
+        self._held.append((ev.ts, Finding(
             detector=self.id,
             severity=Severity.ERROR,
             title=f"{ref.client} spoke plaintext HTTP to {ref.server}: the pod reset the connection unread "
@@ -166,7 +186,17 @@ class TlsMismatch(Detector):
             pod=self.ctx.pod,
             ts=ev.ts,
             details={"kind": PLAINTEXT},
-        ),)
+        )))
+        return ()
+
+    def on_tick(self, now: float) -> Iterable[Finding]:
+        due = [f for t, f in self._held if t + HOLD_S <= now]
+        self._held = [(t, f) for t, f in self._held if t + HOLD_S > now]
+        return due
+
+    def finish(self) -> Iterable[Finding]:
+        held, self._held = self._held, []
+        return [f for _, f in held]
 
     def _hello_answered(self, ev: PacketEvent, flow: Flow, note: dict) -> Iterable[Finding]:
         """mTLS to a plaintext port: the server's first answer to the ClientHello is the start of an HTTP/1

@@ -14,7 +14,7 @@ from kubectl_meshdoctor.core.mtls import istio_sni
 from kubectl_meshdoctor.frontends.ladder import render_ladder
 from kubectl_meshdoctor.sources import tshark
 
-from ..helpers import A, F, P, R, Wire, analyze_json, run
+from ..helpers import A, F, P, R, S, Wire, analyze_json, run
 
 MESH = Path(__file__).resolve().parent.parent / "data" / "envoy-1.40-mesh"
 IDLE = MESH / "downstream-idle"
@@ -130,6 +130,29 @@ def test_a_plaintext_request_on_an_mtls_port_is_still_read_as_before():
     w.pkt(POD, CALLER, R | A, 5001, 1030)
     (f,) = run(w.events, only=["tls-mismatch"])
     assert f.details["kind"] == "plaintext-to-mtls" and f.envoy_flags == ("NR",)
+
+
+def test_a_reset_of_the_listener_s_queue_at_a_sidecar_s_exit_is_not_a_filter_chain_s():
+    """The same packets as a STRICT port's, a plaintext request reset unread, come from a sidecar's exit resetting
+    a connection still in its accept queue (real Envoy, tests/data/lab-shutdown-plain: frames 579 and 582). The
+    port refusing the next SYN (frame 586, 0.1 s on) tells the listener went away: no tls-mismatch then."""
+    assert run(_events(MESH.parent / "lab-shutdown-plain" / "healthy" / "eth0.pcap"), only=["tls-mismatch"]) == []
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, P | A, 1001, 5001, http=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    w.pkt(POD, CALLER, R | A, 5001, 1030)
+    later = "198.18.1.1:36480"
+    w.pkt(later, POD, S, 7000, dt=4.0)  # refused within HOLD_S: the listener is gone
+    w.pkt(POD, later, R | A, 0, 7001)
+    assert run(w.events, only=["tls-mismatch"]) == []
+    held = Wire(iface="eth0")
+    held.handshake(CALLER, POD)
+    held.pkt(CALLER, POD, P | A, 1001, 5001, http=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    held.pkt(POD, CALLER, R | A, 5001, 1030)
+    held.pkt(later, POD, S, 7000, dt=6.0)  # refused after the hold: the finding stands
+    held.pkt(POD, later, R | A, 0, 7001)
+    (f,) = run(held.events, only=["tls-mismatch"])
+    assert f.details["kind"] == "plaintext-to-mtls"
 
 
 LOADED = MESH.parent / "envoy-1.40-mesh-loaded" / "downstream-idle" / "server" / "eth0.pcap"
