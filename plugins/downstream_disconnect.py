@@ -105,6 +105,11 @@ class DownstreamDisconnect(Detector):
         if request is None or not from_client or not (ev.is_fin or ev.is_rst):
             return ()
         del flow.notes[_NOTE]
+        if flow.server_fin and ev is not request:
+            # the pod closed first, its response never written (a sidecar's exit, an idle close racing the
+            # request): the caller's FIN answers that close, it did not give up (real Envoy 1.40's exit,
+            # tests/data/lab-shutdown-plain frames 581 and 583)
+            return ()
         waited_ms = int(round((ev.ts - request.ts) * 1000))
         what = "FIN" if ev.is_fin else "RST"
         # Bytes the caller sent after the request's first segment (a body): their segments are not read here,

@@ -45,6 +45,17 @@ def test_a_caller_that_closes_before_its_response_is_a_downstream_disconnect():
     assert f.envoy_flags == ("DC",) and [e.frame for e in f.evidence] == [4, 5] and "400 ms" in f.title
 
 
+def test_a_caller_whose_fin_answers_the_pod_s_close_did_not_give_up():
+    """The pod closed first with the request unanswered (a sidecar's exit: real Envoy 1.40 in
+    tests/data/lab-shutdown-plain, its FIN then the caller's): not the caller's disconnect."""
+    w = Wire(iface="eth0")
+    w.handshake(CALLER, POD)
+    w.pkt(CALLER, POD, P | A, 1001, 5001, http=GET)
+    w.pkt(POD, CALLER, F | A, 5001, 1001 + len(GET), dt=1.4)
+    w.pkt(CALLER, POD, F | A, 1001 + len(GET), 5002, dt=0.0002)
+    assert run(w.events, only=["downstream-disconnect"]) == []
+
+
 def test_a_caller_that_closes_after_its_response_is_healthy():
     w = exchange(GET, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", 0.1)
     w.pkt(CALLER, POD, F | A, 1001 + len(GET), 5100, dt=0.1)
