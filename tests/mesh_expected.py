@@ -65,6 +65,11 @@ EXPECTED = {
     # quotes its 503 UC
     ("envoy-1.40-mesh", "conntrack-invalid"): ({("conntrack-invalid", "error")}, {("conntrack-invalid", "error")},
                                                {("conntrack-invalid", "error", "caller")}),
+    # a server-first app behind a port the caller's sidecar sniffs: the caller's lo shows its connections silent
+    # until the client gives up, its sniffing listener counts downstream_listener_filter_remote_close; nothing
+    # reaches the server pod
+    ("envoy-1.40-mesh", "server-first"): ({("server-first-protocol", "error")}, set(),
+                                          {("server-first-protocol", "error", "caller")}),
     # the healthy mesh: PERMISSIVE and STRICT, HTTP/1.1 and h2 between the sidecars, requests kept alive, short
     # ones that ask `Connection: close`, and no keep-alive on any hop (healthy-short): nothing but the spec's lint
     ("envoy-1.40-mesh", "healthy-http"): (set(), set(), set()),
