@@ -65,6 +65,8 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "no-sidecar": lambda: (inject_fix("<namespace>", opted_out=True),),
     # istio-init's INVALID_DROP rule, or the pod namespace's conntrack judging no windows
     "conntrack-invalid": conntrack_invalid.fixes,
+    # the app stops reusing its source port (the caller's finding, on its lo)
+    "outbound-stale": tuple_collision.outbound_fixes,
 }
 
 
