@@ -8,17 +8,19 @@ record's link, IP and TCP headers with ``struct`` and skips a record only when i
 
 - kept: frame 1; TCP with SYN, FIN or RST; TCP payload starting with an HTTP/1 start (http1.START_PREFIXES);
   a segment without payload on a conversation whose latest SYN was seen and no SYN-ACK after it, or that saw a
-  FIN after its latest SYN (or with no SYN at all): PREFILTER's two ``tcp.completeness`` tests (a challenge ACK;
-  a socket's ACK after its connection closed), tracked here per address/port pair in either direction. The
-  second is kept wider than tshark keeps it (tshark drops it where the conversation saw a SYN before the FIN):
-  "FIN since the latest SYN" holds wherever tshark shows FIN without SYN, since tshark starts a new conversation
-  at a SYN, and it needs no memory of the conversations that never closed; and the first record of every
-  conversation (tshark counts nothing of it in tcp.completeness but a SYN: see _Conversations);
+  FIN or RST after its latest SYN (or with no SYN at all): PREFILTER's ``tcp.completeness`` tests (a challenge
+  ACK; a socket's ACK after its connection ended), tracked here per address/port pair in either direction. The
+  second is kept wider than tshark keeps it (tshark drops it where the conversation saw a SYN before): "FIN or
+  RST since the latest SYN" holds wherever tshark shows one of them without SYN, since tshark starts a new
+  conversation at a SYN, and it needs no memory of the conversations that never ended; and every record of a
+  conversation until it has had two with ACK, SYN, FIN or RST (tshark counts nothing of a first frame but a SYN, and keeps a
+  pure ACK while it shows nothing: see _Conversations);
 - kept too, for tshark to decide as without the pass: anything not parsed here (not TCP, IP fragments, IPv6
   extension headers, link types or VLAN stacks not walked, headers cut by the snap length, lengths that do not
   add up, a TCP header length under 20 bytes);
 - skipped: the rest (TCP segments with payload that is not an HTTP/1 start, segments without payload on
-  conversations whose handshake was answered or never seen, and with no FIN since their latest SYN).
+  conversations whose handshake was answered or never seen, with no FIN or RST since their latest SYN, and
+  two flagged records before).
 
 A file it cannot follow (gzip, a link type of no use, a pcapng section of its own, a block type it does not
 know, a record length that cannot be) gives None: the caller reads the file as without the pass.
@@ -66,10 +68,10 @@ _MAX_BLOCK = 1 << 24  # a pcapng block this long is a damaged file
 MAX_FRAME = 262_144
 BLOCK = 1 << 20  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
 MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pure ACK is kept (safety first)
-# Conversations with a FIN since their latest SYN: one a closed connection that never reopened (a set entry is
+# Conversations with a FIN or RST since their latest SYN: one a closed connection that never reopened (a set entry is
 # ~100 bytes: 20 MB at the bound); past it every pure ACK is kept (safety first).
 MAX_CLOSED = 200_000
-MAX_SEEN = 400_000  # conversations remembered as seen (~100 bytes each); past it a new one is kept whole
+MAX_SEEN = 200_000  # conversations whose records are counted (~100 bytes each); past it a new one is kept whole
 
 # Verdicts of _classify.
 KEEP, SKIP = True, False
@@ -93,33 +95,39 @@ class PrepassResult:
 
 class _Conversations:
     """What the pass knows of each conversation (address/port pair, either direction): ``pending``, its latest
-    SYN (no ACK) seen and no SYN-ACK after it; ``closed``, a FIN since its latest SYN (or ever, with no SYN);
-    ``seen``, any record of it. A pure ACK on a conversation in neither of the first two is one PREFILTER
-    drops: answered with its SYN seen and not closed since, or never opened nor closed.
+    SYN (no ACK) seen and no SYN-ACK after it; ``closed``, a FIN or RST since its latest SYN (or ever, with no SYN);
+    ``flagged``, how many of its records had ACK, SYN, FIN or RST (counted to 2). A pure ACK on a conversation in
+    neither of the first two, with two flagged records before it, is one PREFILTER drops: answered with its SYN
+    seen and not closed since, or never opened nor closed, and showing some tcp.completeness bit.
 
-    ``seen`` is there because tshark 4.0 counts nothing of a conversation's first frame in tcp.completeness but
-    a SYN (a first FIN, as when a capture starts mid-connection, is never counted): skipping that frame would
-    make the next one first and its FIN uncounted. So the first record of every conversation is kept (a SYN or
-    SYN-ACK, kept anyway, for all but the conversations a capture starts in the middle of)."""
+    The count is there because tshark 4.0 counts nothing of a conversation's first frame but a SYN (a first FIN,
+    as when a capture starts mid-connection, is never counted) while each later frame with one of those flags
+    adds a bit: PREFILTER keeps a pure ACK while the bits are 0, and a skipped frame would move which frame is
+    first. So every record of a conversation is kept until it has had two flagged ones (for a conversation with
+    its handshake, the SYN and SYN-ACK, kept anyway); later frames of both files then show a bit, and the ones
+    skipped add only ACK and data bits, which no test of PREFILTER reads."""
 
     def __init__(self) -> None:
         self.pending: set[bytes] = set()
         self.closed: set[bytes] = set()
-        self.seen: set[bytes] = set()
+        self.flagged: dict[bytes, int] = {}
         self.overflow = False
 
-    def first(self, key: bytes) -> bool:
-        """Whether this record may be its conversation's first: past MAX_SEEN a key not seen is new or was
-        never stored, so every record of it is kept (safety first)."""
-        if key in self.seen:
-            return False
-        if len(self.seen) < MAX_SEEN:
-            self.seen.add(key)
-        return True
+    def early(self, key: bytes, flags: int) -> bool:
+        """Whether tshark may show this record's conversation with no completeness bit (fewer than two flagged
+        records before it), counting this one; past MAX_SEEN a conversation not counted always may."""
+        seen = self.flagged.get(key)
+        if seen is None:
+            if len(self.flagged) >= MAX_SEEN:
+                return True
+            seen = self.flagged[key] = 0
+        if seen < 2 and flags & 0x17:
+            self.flagged[key] = seen + 1
+        return seen < 2
 
     def update(self, key: bytes, flags: int) -> None:
         """A SYN, FIN or RST record (kept): the handshake and close state it changes."""
-        self.first(key)
+        self.early(key, flags)
         if flags & 0x02 and not flags & 0x10:  # SYN alone: a (new) handshake starts, whatever came before
             if len(self.pending) >= MAX_PENDING:
                 self.overflow = True
@@ -127,7 +135,7 @@ class _Conversations:
             self.closed.discard(key)  # tshark starts a new conversation here: its FIN bit starts clear
         elif (flags & 0x17) == 0x12:  # SYN-ACK and nothing else: the narrowest test, so we keep more
             self.pending.discard(key)
-        if flags & 0x01:  # FIN, whatever else is set (a FIN with SYN or RST included: we keep more)
+        if flags & 0x05:  # FIN or RST, whatever else is set (with a SYN too: we keep more)
             if len(self.closed) >= MAX_CLOSED:
                 self.overflow = True
             self.closed.add(key)
@@ -216,7 +224,7 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
     if flags & 0x07:  # FIN, SYN, RST
         conv.update(key, flags)
         return KEEP
-    first = conv.first(key)
+    first = conv.early(key, flags)
     if payload:
         start = tcp + doff
         if payload < 4 or end - start < 4:

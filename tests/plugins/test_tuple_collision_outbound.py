@@ -3,6 +3,7 @@
 called dropped."""
 
 import asyncio
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,19 @@ def test_an_ordinary_outbound_connect_on_lo_is_no_collision():
     w.pkt("198.18.0.2:5000", "198.18.0.1:41001", S | A, 9000, 7001)  # its source restored by conntrack
     w.pkt("198.18.0.1:41001", "127.0.0.1:15001", A, 7001, 9001)
     assert run(w.events, only=["tuple-collision", "syn-timeout"]) == []
+
+
+@pytest.mark.parametrize("prepass", ["0", "1"])
+def test_a_capture_begun_after_the_old_connections_fin_still_names_it(monkeypatch, tmp_path, prepass):
+    """watch started while the sidecar's socket already waited in FIN-WAIT-2: the capture (frames 7 on of the
+    recording) holds nothing of the old connection, and the stale ACK is the first frame of its conversation
+    (tcp.completeness 0), which the display filter and the pre-pass keep."""
+    cut = tmp_path / "lo.pcap"
+    subprocess.run(["editcap", "-r", str(DATA / "lab-outbound-stale-lo.pcap"), str(cut), "7-33"], check=True,
+                   capture_output=True)
+    monkeypatch.setenv("MESHDOCTOR_PREPASS", prepass)
+    report = asyncio.run(analyze([CaptureArg.parse(str(cut))], Pipeline.with_detectors()))
+    mine = sorted((f for f in report.findings if f.detector == "tuple-collision"), key=lambda f: f.ts)
+    assert [f.variant for f in mine] == [OUTBOUND_VARIANT] * 2
+    assert [[(e.flags, e.frame) for e in f.evidence] for f in mine] == [
+        [("S", 1), (".", 2), ("R", 3), ("S.", 5)], [("S", 17), (".", 18), ("S", 20)]]
