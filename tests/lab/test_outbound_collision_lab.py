@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kubectl_meshdoctor.envoy.access_log import parse_line
 from kubectl_meshdoctor.lint import RULES
 from kubectl_meshdoctor_plugins.tuple_collision import OUTBOUND_VARIANT
 from meshdoctor_lab import lab
@@ -21,7 +22,7 @@ from meshdoctor_lab.scenario_fixes import lab_fix
 from meshdoctor_lab.state import caller_pod_name
 
 from .lab_names import lab_name
-from .test_mesh_watch import analyze
+from .test_mesh_watch import analyze, kubectl_logs
 from .watching import capturing
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
@@ -73,6 +74,10 @@ def test_watch_and_analyze_name_the_stale_socket_at_the_caller(mesh, tmp_path):
     assert live["severity"] == "warning"  # the RST got through: the SYN sent again was answered
     assert [f["name"] for f in live["fixes"]] == ["client-port"]
     assert not [f for f in report["findings"] if f["detector"] == "syn-timeout"]
+
+    # The SYN never reached Envoy: the caller sidecar logged the two GETs, each 200 with no response flag.
+    entries = [e for e in map(parse_line, kubectl_logs(mesh, caller_pod_name(SCENARIO)).splitlines()) if e]
+    assert [(e.code, e.flags) for e in entries][-2:] == [(200, ())] * 2, entries
 
     (saved,) = outbound(analyze(tmp_path / "caller"))
     assert saved["variant"] == OUTBOUND_VARIANT
