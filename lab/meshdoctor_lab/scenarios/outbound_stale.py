@@ -18,6 +18,10 @@ connection to the pod's port 5000 to 127.0.0.1:15001. One round:
    3.10.7.4: an unacceptable segment is answered with an ACK; Linux counts it in TcpExtTCPACKSkippedFinWait2),
    the app's kernel answers that with RST, and the SYN sent again is the listener's.
 
+Seen in the lab with an INVALID drop in the caller's namespace (mangle PREROUTING `--ctstate INVALID -j DROP`,
+as Istio's INVALID_DROP renders it): the pod's RST to step 3's FIN is INVALID too and dropped, the app's socket
+stays in LAST-ACK, and the round times out waiting for it to go.
+
 Every wait is a condition with a deadline (ROUND_DEADLINE_S in all); the round's socket operations time out after
 IO_TIMEOUT.
 """
@@ -28,8 +32,8 @@ import socket
 import struct
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from collections.abc import Iterator
 
 from meshdoctor_lab.apps import HTTP_PORT
 from meshdoctor_lab.state import LabPod
@@ -82,7 +86,19 @@ def conntrack_has(src: str, sport: int) -> bool:
     return any(line.strip() for line in out.splitlines())
 
 
-def _wait(what: str, done, deadline: float, tally: Tally) -> bool:
+def _half_closed(app: tuple[str, int]) -> bool:
+    """Whether the caller sidecar's socket of the connection from ``app`` waits in FIN-WAIT-2 on :15001."""
+    return any(local == ("127.0.0.1", OUTBOUND_PORT) and remote == app and state == FIN_WAIT2
+               for local, remote, state in tcp_sockets())
+
+
+def _apps_socket(app: tuple[str, int]) -> bool:
+    """Whether the app still has a socket from ``app`` to the pod's HTTP port (any state)."""
+    return any(local == app and remote[1] == HTTP_PORT for local, remote, _ in tcp_sockets())
+
+
+def _wait(what: str, done: Callable[[], bool], deadline: float, tally: Tally) -> bool:
+    """Polls ``done`` until it holds (True) or ``deadline`` (time.monotonic) passes (False, an error tallied)."""
     while not done():
         if time.monotonic() > deadline:
             tally.errors.append(f"timed out waiting for {what}")
@@ -107,6 +123,8 @@ def _get(s: socket.socket, pod: LabPod, path: str, tally: Tally) -> None:
 
 
 def outbound_stale_round(pod: LabPod, tally: Tally) -> None:
+    """One round (module docstring), in the caller's namespace: the two GETs in ``tally.http``, the second
+    connect's time in ``tally.second_connect_s``, its source port in ``tally.client_port``."""
     if pod.caller != "sidecar":
         tally.errors.append("outbound-stale needs a caller sidecar (lab up --caller sidecar)")
         return
@@ -118,17 +136,13 @@ def outbound_stale_round(pod: LabPod, tally: Tally) -> None:
             try:
                 _get(first, pod, "/first", tally)
                 app = (pod.client_ip, port)
-                half_closed = lambda: any(  # noqa: E731
-                    loc == ("127.0.0.1", OUTBOUND_PORT) and rem == app and st == FIN_WAIT2
-                    for loc, rem, st in tcp_sockets())
-                if not _wait("the caller sidecar's FIN-WAIT-2 socket", half_closed, deadline, tally):
+                if not _wait("the caller sidecar's FIN-WAIT-2 socket", lambda: _half_closed(app), deadline, tally):
                     return
                 if not _wait("conntrack to forget the connection", lambda: not conntrack_has(*app), deadline, tally):
                     return
             finally:
                 first.close()
-            mine = lambda: any(loc == app and rem[1] == HTTP_PORT for loc, rem, _ in tcp_sockets())  # noqa: E731
-            if not _wait("the app's closed socket to go", lambda: not mine(), deadline, tally):
+            if not _wait("the app's closed socket to go", lambda: not _apps_socket(app), deadline, tally):
                 return
             second = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             with second:
