@@ -75,9 +75,12 @@ def outbound_fixes() -> tuple[Fix, ...]:
         Fix("client-port", "let the app's kernel choose each connection's source port",
             "the whole mesh; only the app changes",
             "a change in the app (it binds a fixed source port, or an SO_REUSEADDR port pool, for its connects)",
-            yaml="# in the app: connect() without bind(), or bind to port 0, so that each connection gets an "
-                 "ephemeral\n# port the kernel knows is free of its own sockets (net.ipv4.ip_local_port_range); "
-                 "the sidecar's\n# half-closed socket on 127.0.0.1:15001 then never shares the new four-tuple"),
+            yaml="# in the app: connect() without bind(), so that the kernel picks each connection's ephemeral "
+                 "port\n# (net.ipv4.ip_local_port_range). Linux moves on by a few even ports per connect to the "
+                 "same\n# destination (RFC 6056 section 3.3.4, __inet_hash_connect), so a port comes back to it "
+                 "only\n# after the range has turned, thousands of connects later: past the 60 s "
+                 "(net.ipv4.tcp_fin_timeout)\n# the sidecar's half-closed socket on 127.0.0.1:15001 lives, "
+                 "unless the app opens more than\n# about 50 connections a second to that destination"),
     )
 
 

@@ -61,9 +61,14 @@ def lean_filter(iface: str | None = None) -> str:
     this pod's sidecar closed, and requests the sidecar refuses); the TLS records an mTLS hop shows without
     keys, as the offline prefilter keeps them (sources/tls_records.py: hellos, alerts, TLS 1.3's encrypted
     alert); on the pod's other interfaces pure ACKs too (a
-    challenge ACK is one: four-tuple collisions are seen on eth0). Full-size data segments and the ACKs of
-    transfers on lo, most of a busy pod's packets and nearly all its bytes, stay in the pod. IPv6 is kept
-    whole: BPF cannot index TCP behind an IPv6 header. bench/RESULTS.md has what it saves."""
+    challenge ACK is one: four-tuple collisions are seen on eth0); on lo the pure ACKs between two addresses
+    outside 127.0.0.0/8 only. Those are the replies of the app's outbound connections, whose source conntrack
+    restores to the original destination after nat OUTPUT's REDIRECT to 127.0.0.1:15001: a caller sidecar's
+    FIN-WAIT-2 socket answering the app's new SYN from the same port with the old connection's ACK is one
+    (tuple-collision's outbound variant). The inbound hop's pure ACKs (127.0.0.6 to the app) and the app's own
+    towards 127.0.0.1:15001 stay in the pod. Full-size data segments and the ACKs of transfers on lo, most of a
+    busy pod's packets and nearly all its bytes, stay in the pod. IPv6 is kept whole: BPF cannot index TCP
+    behind an IPv6 header. bench/RESULTS.md has what it saves."""
     payload = "tcp[((tcp[12]&0xf0)>>2):4]"
     offset = "((tcp[12]&0xf0)>>2)"
     # A BPF load reads 1, 2 or 4 bytes: a longer prefix is a 4-byte load and the bytes after it, last, because
@@ -72,7 +77,8 @@ def lean_filter(iface: str | None = None) -> str:
                             for at, part in ((0, p[:4]), (4, p[4:])) if part) for p in RECORD_PREFIXES]
     starts = " or ".join([f"{payload} = 0x{p.hex()}" for p in START_PREFIXES] + [f"({r})" for r in records])
     pure_ack = "ip[2:2] - ((ip[0]&0xf)<<2) - ((tcp[12]&0xf0)>>2) == 0"
-    wanted = [starts] if iface == "lo" else [pure_ack, starts]
+    replies = f"({pure_ack} and not src net 127.0.0.0/8 and not dst net 127.0.0.0/8)"
+    wanted = [replies, starts] if iface == "lo" else [pure_ack, starts]
     return (f"(ip and tcp and (tcp[tcpflags] & (tcp-syn|tcp-fin|tcp-rst) != 0 or {' or '.join(wanted)}))"
             " or (ip6 and tcp)")
 

@@ -7,13 +7,20 @@ thirds of its work is for packets no detector acts on (bulk segments and their A
 record's link, IP and TCP headers with ``struct`` and skips a record only when it is sure PREFILTER drops it:
 
 - kept: frame 1; TCP with SYN, FIN or RST; TCP payload starting with an HTTP/1 start (http1.START_PREFIXES);
-  a segment without payload on a conversation whose latest SYN was seen and no SYN-ACK after it (PREFILTER's
-  ``tcp.completeness`` test, tracked here per address/port pair in either direction);
+  a segment without payload on a conversation whose latest SYN was seen and no SYN-ACK after it, or that saw a
+  FIN or RST after its latest SYN (or with no SYN at all): PREFILTER's ``tcp.completeness`` tests (a challenge
+  ACK; a socket's ACK after its connection ended), tracked here per address/port pair in either direction. The
+  second is kept wider than tshark keeps it (tshark drops it where the conversation saw a SYN before): "FIN or
+  RST since the latest SYN" holds wherever tshark shows one of them without SYN, since tshark starts a new
+  conversation at a SYN, and it needs no memory of the conversations that never ended; and every record of a
+  conversation until it has had two with ACK, SYN, FIN or RST (tshark counts nothing of a first frame but a SYN, and keeps a
+  pure ACK while it shows nothing: see _Conversations);
 - kept too, for tshark to decide as without the pass: anything not parsed here (not TCP, IP fragments, IPv6
   extension headers, link types or VLAN stacks not walked, headers cut by the snap length, lengths that do not
   add up, a TCP header length under 20 bytes);
 - skipped: the rest (TCP segments with payload that is not an HTTP/1 start, segments without payload on
-  conversations whose handshake was answered or never seen).
+  conversations whose handshake was answered or never seen, with no FIN or RST since their latest SYN, and
+  two flagged records before).
 
 A file it cannot follow (gzip, a link type of no use, a pcapng section of its own, a block type it does not
 know, a record length that cannot be) gives None: the caller reads the file as without the pass.
@@ -61,6 +68,10 @@ _MAX_BLOCK = 1 << 24  # a pcapng block this long is a damaged file
 MAX_FRAME = 262_144
 BLOCK = 1 << 20  # bytes read at a time (buffered reads: a memory map would count the whole file as RSS)
 MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pure ACK is kept (safety first)
+# Conversations with a FIN or RST since their latest SYN: one a closed connection that never reopened (a set entry is
+# ~100 bytes: 20 MB at the bound); past it every pure ACK is kept (safety first).
+MAX_CLOSED = 200_000
+MAX_SEEN = 200_000  # conversations whose records are counted (~100 bytes each); past it a new one is kept whole
 
 # Verdicts of _classify.
 KEEP, SKIP = True, False
@@ -83,22 +94,55 @@ class PrepassResult:
 
 
 class _Conversations:
-    """Conversations whose latest SYN (no ACK) was seen and no SYN-ACK after it. An answered or never-opened
-    conversation is absent: PREFILTER drops its pure ACKs either way."""
+    """What the pass knows of each conversation (address/port pair, either direction): ``pending``, its latest
+    SYN (no ACK) seen and no SYN-ACK after it; ``closed``, a FIN or RST since its latest SYN (or ever, with no SYN);
+    ``flagged``, how many of its records had ACK, SYN, FIN or RST (counted to 2). A pure ACK on a conversation in
+    neither of the first two, with two flagged records before it, is one PREFILTER drops: answered with its SYN
+    seen and not closed since, or never opened nor closed, and showing some tcp.completeness bit.
+
+    The count is there because tshark 4.0 counts nothing of a conversation's first frame but a SYN (a first FIN,
+    as when a capture starts mid-connection, is never counted) while each later frame with one of those flags
+    adds a bit: PREFILTER keeps a pure ACK while the bits are 0, and a skipped frame would move which frame is
+    first. So every record of a conversation is kept until it has had two flagged ones (for a conversation with
+    its handshake, the SYN and SYN-ACK, kept anyway); later frames of both files then show a bit, and the ones
+    skipped add only ACK and data bits, which no test of PREFILTER reads."""
 
     def __init__(self) -> None:
         self.pending: set[bytes] = set()
+        self.closed: set[bytes] = set()
+        self.flagged: dict[bytes, int] = {}
         self.overflow = False
 
-    def update_and_want_ack(self, a: bytes, b: bytes, flags: int, pure: bool) -> bool:
-        key = a + b if a <= b else b + a
+    def early(self, key: bytes, flags: int) -> bool:
+        """Whether tshark may show this record's conversation with no completeness bit (fewer than two flagged
+        records before it), counting this one; past MAX_SEEN a conversation not counted always may."""
+        seen = self.flagged.get(key)
+        if seen is None:
+            if len(self.flagged) >= MAX_SEEN:
+                return True
+            seen = self.flagged[key] = 0
+        if seen < 2 and flags & 0x17:
+            self.flagged[key] = seen + 1
+        return seen < 2
+
+    def update(self, key: bytes, flags: int) -> None:
+        """A SYN, FIN or RST record (kept): the handshake and close state it changes."""
+        self.early(key, flags)
         if flags & 0x02 and not flags & 0x10:  # SYN alone: a (new) handshake starts, whatever came before
             if len(self.pending) >= MAX_PENDING:
                 self.overflow = True
             self.pending.add(key)
+            self.closed.discard(key)  # tshark starts a new conversation here: its FIN bit starts clear
         elif (flags & 0x17) == 0x12:  # SYN-ACK and nothing else: the narrowest test, so we keep more
             self.pending.discard(key)
-        return pure and (self.overflow or key in self.pending)
+        if flags & 0x05:  # FIN or RST, whatever else is set (with a SYN too: we keep more)
+            if len(self.closed) >= MAX_CLOSED:
+                self.overflow = True
+            self.closed.add(key)
+
+    def want_ack(self, key: bytes) -> bool:
+        """Whether PREFILTER may keep a pure ACK of this conversation."""
+        return self.overflow or key in self.pending or key in self.closed
 
 
 def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _Conversations) -> bool | int:
@@ -176,23 +220,24 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
         return KEEP  # tshark reports these as undissectable: it must see them
     flags = buf[tcp + 13]
     payload = seg - doff
+    key = a + b if a <= b else b + a
     if flags & 0x07:  # FIN, SYN, RST
-        if flags & 0x02:
-            conv.update_and_want_ack(a, b, flags, False)
+        conv.update(key, flags)
         return KEEP
+    first = conv.early(key, flags)
     if payload:
         start = tcp + doff
         if payload < 4 or end - start < 4:
             return KEEP  # too little sent or captured to tell
         if buf[start:start + 4] not in _STARTS:
             # a TLS record read whole (a hello, an alert), or the 5 bytes of an encrypted alert's header
-            return KEEP if buf[start:start + 5].startswith(RECORD_PREFIXES) else SKIP
+            return KEEP if first or buf[start:start + 5].startswith(RECORD_PREFIXES) else SKIP
         # The parser reads an HTTP/1 start up to its header block's end, never the body: the bytes after it
         # need not cross to tshark, nor tshark's hex of them back (an HTTP/1 start with its first body bytes in
         # one full-size segment was most of the stream's bytes on bench/gen's traffic).
         head_end = buf.find(b"\r\n\r\n", start, min(end, tcp + seg))
         return KEEP if head_end < 0 or head_end + 4 >= end else head_end + 4 - o
-    return conv.update_and_want_ack(a, b, flags, True)
+    return first or conv.want_ack(key)
 
 
 class _Out:

@@ -39,8 +39,21 @@ def _hex(prefix: bytes) -> str:
 # The packets a detector can conclude anything from: connection set-up and tear-down (SYN, FIN, RST), the start
 # of an HTTP/1 message (framing on lo; the request in a stale keep-alive race), the TLS records an mTLS hop shows
 # without keys (a handshake or alert record, TLS 1.3's 19-byte encrypted alert: tls_records.RECORD_PREFIXES; a
-# few a connection, never its application data), and a pure ACK on a connection
-# whose SYN was seen but no SYN-ACK (tcp.completeness bits 1 and 2): a challenge ACK (RFC 5961 section 4).
+# few a connection, never its application data), and pure ACKs of three kinds, by what tshark saw of the
+# conversation before it (tcp.completeness: 1 SYN, 2 SYN-ACK, 4 ACK, 8 data, 16 FIN, 32 RST; tshark 4.0 in one
+# pass shows the bits of the conversation's earlier packets): on a conversation whose SYN was seen but no SYN-ACK,
+# a challenge ACK (RFC 5961 section 4); on a conversation that saw a FIN or RST and never a SYN, the ACK of a
+# socket that outlived its connection (an RST too: one tshark reading lo and eth0 in one stream,
+# sources/interleave.py, files the un-NATed FIN and the pod's RST on eth0 under the same address pair). The
+# second is the reply half of a NATed connection on lo: conntrack restores the original destination as the
+# source of the sidecar's packets, so tshark files them apart from the app's SYN to 127.0.0.1:15001 and sees no
+# SYN there; a FIN-WAIT-2 socket answering a new SYN with the old connection's ACK is
+# one (tuple-collision's outbound variant, tests/data/lab-outbound-stale-lo.pcap frames 8 and 24). It costs the
+# ACKs that follow a FIN on such conversations: the last ACK of each teardown, a few a connection. tshark counts
+# nothing of a conversation's first frame but a SYN, and every later frame with a flag adds a bit; so a pure ACK
+# is kept too while the conversation shows none (completeness 0): the first two frames of a conversation whose
+# SYN was not seen. That is the same stale ACK when the capture (or a new tshark, -M, sources/interleave.py)
+# began after the old connection's FIN: its conversation starts with it.
 # Full-size segments and the ACKs of established transfers, most of a busy pod's packets, are not yielded.
 # Live, ``frame.number == 1`` also yields the first frame of every -M session, so a restart of the numbering is
 # always seen (PREFILTER). A file has no sessions (FILE_PREFILTER): its frame 1 counts only as any other frame
@@ -48,7 +61,9 @@ def _hex(prefix: bytes) -> str:
 FILE_PREFILTER = ("tcp && (tcp.flags & 0x07 || (tcp.len > 0 && ("  # tshark 4.0: no byte strings in sets
              + " || ".join([f"tcp.payload[0:4] == {_hex(s)}" for s in START_PREFIXES]
                            + [f"tcp.payload[0:{len(s)}] == {_hex(s)}" for s in RECORD_PREFIXES])
-             + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02)))"
+             + ")) || (tcp.len == 0 && (tcp.completeness & 0x01) && !(tcp.completeness & 0x02))"
+             " || (tcp.len == 0 && (tcp.completeness & 0x30) && !(tcp.completeness & 0x01))"
+             " || (tcp.len == 0 && tcp.completeness == 0))"
              # A TCP packet tshark could not dissect to its flags (a header length under 20, a frame captured
              # short): yielded so that it is counted as undissectable and named, never silently dropped.
              " || ((ip.proto == 6 || ipv6.nxt == 6) && !tcp.flags)")

@@ -68,6 +68,8 @@ SCENARIO_FIXES: dict[str, Callable[[], tuple[Fix, ...]]] = {
     "conntrack-invalid": conntrack_invalid.fixes,
     # the callers dial the server-first app's port (5002): declared TCP, the sidecar relays its greeting
     "server-first": lambda: server_first_protocol.fixes(ECHO_PORT),
+    # the app stops reusing its source port (the caller's finding, on its lo)
+    "outbound-stale": tuple_collision.outbound_fixes,
 }
 
 

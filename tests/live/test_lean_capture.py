@@ -168,3 +168,33 @@ def test_jobs_below_one_is_refused():
     with pytest.raises(ValueError):
         asyncio.run(analyze([CaptureArg.parse(str(DATA / "lab-collision-lo.pcap"))], Pipeline.with_detectors(),
                             jobs=0))
+
+
+def test_lo_keeps_the_pure_acks_between_non_loopback_ends_only(tmp_path):
+    """On lo the lean filter keeps a pure ACK only when neither end is in 127.0.0.0/8: the replies of the app's
+    outbound connections, their source the original destination restored by conntrack (a caller sidecar's
+    FIN-WAIT-2 socket answering a new SYN is one). The app's ACKs to 127.0.0.1:15001 and the inbound hop's from
+    127.0.0.6 stay in the pod."""
+    from tests.sources.test_prepass_ack_rules import A, APP, REPLY, S, _segment, write_pcap
+
+    inbound = ("127.0.0.6", 40000, "198.18.0.1", 5000)
+    acks = [_segment(*APP, A, 1, 2, b""), _segment(*REPLY, A, 3, 4, b""), _segment(*inbound, A, 5, 6, b""),
+            _segment(*APP, S, 7, 0, b""), _segment(*REPLY, A, 8, 9, b"data")]
+    whole, lean = tmp_path / "lo.pcap", tmp_path / "lean.pcap"
+    write_pcap(whole, acks)
+    subprocess.run(["tcpdump", "-r", str(whole), "-w", str(lean), lean_filter("lo")], check=True, capture_output=True)
+    kept = subprocess.run(["tcpdump", "-r", str(lean), "-nn"], check=True, capture_output=True, text=True).stdout
+    assert [line.split(" IP ", 1)[1].split(":")[0] for line in kept.splitlines()] == [
+        "198.18.0.2.5000 > 198.18.0.1.41030", "198.18.0.1.41030 > 127.0.0.1.15001"]
+
+
+def test_the_stale_sockets_ack_crosses_the_lean_filter_and_is_named(tmp_path):
+    """tests/data/lab-outbound-stale-lo.pcap read through the lo lean filter again: the stale socket's ACKs
+    (frames 8 and 24, from 198.18.1.2:5000, the original destination) cross it, and both outcomes are named."""
+    out = tmp_path / "lo.pcap"
+    subprocess.run(["tcpdump", "-r", str(DATA / "lab-outbound-stale-lo.pcap"), "-w", str(out), lean_filter("lo")],
+                   check=True, capture_output=True)
+    report, _ = _findings([out])
+    assert sorted([(e.flags, e.frame) for e in f.evidence] for f in report.findings
+                  if f.detector == "tuple-collision") == [[("S", 7), (".", 8), ("R", 9), ("S.", 11)],
+                                                          [("S", 23), (".", 24), ("S", 26)]]

@@ -3,6 +3,7 @@
 called dropped."""
 
 import asyncio
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,6 @@ import pytest
 from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.findings import Severity
 from kubectl_meshdoctor.core.pipeline import Pipeline
-from kubectl_meshdoctor.sources import tshark
 from kubectl_meshdoctor.sources.files import CaptureArg
 from kubectl_meshdoctor_plugins.tuple_collision import OUTBOUND_VARIANT
 
@@ -18,17 +18,18 @@ DATA = Path(__file__).parent.parent / "data"
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/tshark").exists(), reason="needs tshark")
 
 
-def _findings(*names, monkeypatch=None):
-    if monkeypatch is not None:
-        # The reader's display filter (and the prepass that mirrors it) drops the stale socket's pure ACK today
-        # (its tshark stream shows no SYN); the detector is shown what the file holds.
-        monkeypatch.setattr(tshark, "FILE_PREFILTER", tshark.ALL_TCP)
+def _findings(*names):
     report = asyncio.run(analyze([CaptureArg.parse(str(DATA / n)) for n in names], Pipeline.with_detectors()))
     return [f for f in report.findings if f.flow.iface]
 
 
-def test_both_outcomes_are_the_outbound_collision_with_the_old_connections_ack(monkeypatch):
-    found = _findings("lab-outbound-stale-lo.pcap", "lab-outbound-stale-eth0.pcap", monkeypatch=monkeypatch)
+@pytest.mark.parametrize("prepass", ["0", "1"])
+def test_both_outcomes_are_the_outbound_collision_with_the_old_connections_ack(monkeypatch, prepass):
+    """The real read path, display filter and (forced, as for a file over its threshold) the record pre-pass:
+    the stale socket's ACK is on the conversation tshark files the de-NATed replies under, which saw the old
+    connection's FIN and never a SYN (FILE_PREFILTER keeps it)."""
+    monkeypatch.setenv("MESHDOCTOR_PREPASS", prepass)
+    found = _findings("lab-outbound-stale-lo.pcap", "lab-outbound-stale-eth0.pcap")
     mine = sorted((f for f in found if f.detector == "tuple-collision"), key=lambda f: f.ts)
     assert [f.variant for f in mine] == [OUTBOUND_VARIANT] * 2
     retried, stalled = mine
@@ -64,3 +65,19 @@ def test_an_ordinary_outbound_connect_on_lo_is_no_collision():
     w.pkt("198.18.0.2:5000", "198.18.0.1:41001", S | A, 9000, 7001)  # its source restored by conntrack
     w.pkt("198.18.0.1:41001", "127.0.0.1:15001", A, 7001, 9001)
     assert run(w.events, only=["tuple-collision", "syn-timeout"]) == []
+
+
+@pytest.mark.parametrize("prepass", ["0", "1"])
+def test_a_capture_begun_after_the_old_connections_fin_still_names_it(monkeypatch, tmp_path, prepass):
+    """watch started while the sidecar's socket already waited in FIN-WAIT-2: the capture (frames 7 on of the
+    recording) holds nothing of the old connection, and the stale ACK is the first frame of its conversation
+    (tcp.completeness 0), which the display filter and the pre-pass keep."""
+    cut = tmp_path / "lo.pcap"
+    subprocess.run(["editcap", "-r", str(DATA / "lab-outbound-stale-lo.pcap"), str(cut), "7-33"], check=True,
+                   capture_output=True)
+    monkeypatch.setenv("MESHDOCTOR_PREPASS", prepass)
+    report = asyncio.run(analyze([CaptureArg.parse(str(cut))], Pipeline.with_detectors()))
+    mine = sorted((f for f in report.findings if f.detector == "tuple-collision"), key=lambda f: f.ts)
+    assert [f.variant for f in mine] == [OUTBOUND_VARIANT] * 2
+    assert [[(e.flags, e.frame) for e in f.evidence] for f in mine] == [
+        [("S", 1), (".", 2), ("R", 3), ("S.", 5)], [("S", 17), (".", 18), ("S", 20)]]

@@ -14,6 +14,7 @@ from meshdoctor_lab.state import LabPod
 from .caller_rounds import downstream_idle_round, h2_round, http10_round, port_exhaustion_round, slow_app_round
 from .healthy_rounds import healthy_mesh_round
 from .invalid_rounds import conntrack_invalid_round
+from .outbound_stale import outbound_stale_round
 from .http_rounds import framing_round, healthy_http_round, refused_round, stale_keepalive_round
 from .load import load_round
 from .policy_rounds import (
@@ -76,6 +77,7 @@ _ROUNDS: dict[str, Callable[[LabPod, "Tally"], None]] = {
     "healthy-short": healthy_mesh_round,
     "conntrack-invalid": conntrack_invalid_round,
     "server-first": server_first_round,
+    "outbound-stale": outbound_stale_round,
 }
 
 

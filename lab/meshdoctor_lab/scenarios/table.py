@@ -10,7 +10,7 @@ SCENARIOS = (
     "collision", "remap", "healthy", "healthy-http", "framing", "stale-keepalive", "refused", "refused-localhost",
     "syn-drop", "load", "slow-app", "http10", "port-exhaustion", "downstream-idle", "goaway", "healthy-h2",
     "no-sidecar", "overflow", "outlier", "no-route", "mtls-strict", "tls-to-plaintext", "healthy-strict",
-    "healthy-strict-h2", "healthy-short", "conntrack-invalid", "server-first",
+    "healthy-strict-h2", "healthy-short", "conntrack-invalid", "server-first", "outbound-stale",
 )
 # seconds: the stale-keepalive app closes idle keep-alive connections after this, and says so in each response
 # (`Keep-Alive: timeout=1`, whole seconds as the header has them): what its printed idle-timeout fix is made from
@@ -185,4 +185,7 @@ SETUPS: dict[str, PodSetup] = {
     # A server-first app (it writes a greeting on accept) on a port whose name declares no protocol: the callers'
     # sidecars sniff it (http_inspector), waiting for the client's first bytes, which the client never sends.
     "server-first": PodSetup(tcp_app="server-first", tcp_port_name=SERVER_FIRST_PORT_NAME),
+    # The app reconnects from its source port while the caller sidecar still holds that port's earlier connection
+    # half-closed on 127.0.0.1:15001 (outbound_stale.py; needs --caller sidecar). The pod itself is healthy-http's.
+    "outbound-stale": PodSetup(),
 }
