@@ -42,6 +42,7 @@ from kubectl_meshdoctor.core.events import ContextEvent, PacketEvent, PodEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severity
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
+from kubectl_meshdoctor.core.pod_history import last_exit_words, sidecar_runs_evidence
 from kubectl_meshdoctor.core.remedies import SIDECAR_CONTAINER, native_sidecar, termination_drain_duration
 
 MAX_ENDPOINTS = 1000  # the pod's own ports and the peers it calls: bounded all the same
@@ -208,10 +209,11 @@ class ShutdownOrdering(Detector):
             where = f"pod/{pod.name}"
             evidence.append(Evidence.spec_field(where, f"status.containerStatuses[{SIDECAR_CONTAINER}].restartCount",
                                                 str(pod.sidecar_restarts)))
+            evidence += sidecar_runs_evidence(pod, exited.ts)
             text += (f" When {where}'s status was read (as the watch began), {SIDECAR_CONTAINER} had restarted "
                      f"{pod.sidecar_restarts} time(s)"
                      + (": it has gone down before (kubectl logs -c istio-proxy --previous says why)."
-                        if pod.sidecar_restarts else ".")
+                        if pod.sidecar_restarts else ".") + last_exit_words(pod)
                      + f" Which this exit was: kubectl get pod {pod.name} (RESTARTS: istio-proxy restarted) or "
                        f"kubectl get events --field-selector involvedObject.name={pod.name} (Killing: the pod's "
                        f"termination).")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from kubectl_meshdoctor.core.detector import Detector, PendingSyns
 from kubectl_meshdoctor.core.events import ContextEvent, PacketEvent, PodEvent, endpoint
@@ -41,16 +40,13 @@ from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severit
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.hop_path import OUTBOUND_CAPTURE_PORT
+from kubectl_meshdoctor.core.pod_history import iso, last_exit_words, sidecar_runs_evidence
 from kubectl_meshdoctor.core.remedies import SIDECAR_CONTAINER, hold_application, native_sidecar
 
 # REDIRECT of a locally generated packet rewrites its destination to the loopback address (netfilter's
 # nf_nat_redirect: 127.0.0.1, ::1 for ip6tables)
 REDIRECT_TARGETS = ("127.0.0.1", "::1")
 FIXES: tuple[Fix, ...] = (hold_application(), native_sidecar())
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(slots=True)
@@ -88,30 +84,6 @@ _CAUSE_TEXT = {
     "unknown": "Typical cause: the app starts (or runs) before its sidecar listens: a classic sidecar without "
                "holdApplicationUntilProxyStarts, or a sidecar restart.",
 }
-
-
-# The kubelet's events that tell a sidecar's runs apart (kube/pod_events.py): quoted beside a refusal.
-RUN_EVENTS = ("Started", "Killing", "BackOff", "Unhealthy")
-MAX_RUN_EVENTS = 3
-
-
-def _restart_evidence(pod: PodEvent | None, where: str, ts: float) -> list[Evidence]:
-    """istio-proxy's last run's end (lastState.terminated) and the kubelet's latest events about its runs up to
-    a minute after ``ts``, where the pod was read."""
-    if pod is None:
-        return []
-    out = []
-    if pod.sidecar_last_exit is not None:
-        x = pod.sidecar_last_exit
-        out.append(Evidence.spec_field(
-            where, f"status.containerStatuses[{SIDECAR_CONTAINER}].lastState.terminated",
-            f"exitCode {x.exit_code}, reason {x.reason or '-'}"
-            + (f", finishedAt {_iso(x.finished)}" if x.finished is not None else "")))
-    runs = [e for e in pod.history if e.container == SIDECAR_CONTAINER and e.reason in RUN_EVENTS and e.ts <= ts + 60]
-    for e in runs[-MAX_RUN_EVENTS:]:
-        out.append(Evidence.spec_field(where, f"event {e.reason} ({e.container}, {_iso(e.ts)})",
-                                       e.message + (f" (x{e.count})" if e.count > 1 else "")))
-    return out
 
 
 class StartupOrdering(Detector):
@@ -174,7 +146,7 @@ class StartupOrdering(Detector):
             evidence.append(Evidence.spec_field(
                 where, f"status.{'initContainerStatuses' if pod.hold == 'native sidecar' else 'containerStatuses'}"
                        f"[{SIDECAR_CONTAINER}].state.running.startedAt",
-                _iso(pod.sidecar_started)))
+                iso(pod.sidecar_started)))
             gap = syn.ts - pod.sidecar_started
             started = (f" When the pod was read, istio-proxy's current run had started {abs(gap):.0f} s "
                        f"{'before' if gap >= 0 else 'after'} this SYN (status startedAt, to the second)")
@@ -182,12 +154,9 @@ class StartupOrdering(Detector):
                 lag = pod.sidecar_started - pod.app_started
                 started += f", {abs(lag):.0f} s {'after' if lag >= 0 else 'before'} the app's first container"
             started += "."
-        evidence += _restart_evidence(pod, where, syn.ts)
-        if pod is not None and pod.sidecar_last_exit is not None and cause != "not-held":
-            x = pod.sidecar_last_exit
-            started += (f" Its previous run ended with exit code {x.exit_code} ({x.reason or 'no reason given'})"
-                        + (": killed by SIGKILL, as the kernel's OOM killer or a kill -9 ends it"
-                           if x.exit_code == 137 else "") + ".")
+        evidence += sidecar_runs_evidence(pod, syn.ts)
+        if cause != "not-held":
+            started += last_exit_words(pod)
         at_start = cause in ("not-held", "unknown")
         fixes = FIXES if at_start else ()
         return Finding(

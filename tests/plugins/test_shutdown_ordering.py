@@ -152,3 +152,27 @@ def test_a_sidecar_back_after_an_exit_starts_a_new_timeline():
     found = [f for f in run(w.events) if f.detector == "shutdown-ordering"]
     assert [f.details["exited_by"]["frame"] for f in found] == [first_exit, w.frame]
     assert found[1].details["last_accepted"]["frame"] > first_exit
+
+
+def test_the_pod_s_earlier_sidecar_runs_are_quoted_where_watch_read_them():
+    """The pod as watch read it: istio-proxy killed once before (lastState exit 137) and the kubelet's events of
+    its runs (kube/pod_events.py): the finding quotes both (core/pod_history.py)."""
+    from kubectl_meshdoctor.core.events import ContainerEvent, ContainerExit, PodEvent
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+
+    w = Wire(iface="eth0")
+    served(w, f"{CALLER}:40000")
+    refused(w, f"{CALLER}:40001")
+    t = w.events[0].ts
+    pod = PodEvent(t - 100, "web", 0, sidecar_restarts=1, sidecar_started=t - 50,
+                   sidecar_last_exit=ContainerExit(t - 51, 137, "Error"),
+                   history=(ContainerEvent(t - 50, "istio-proxy", "Started", "Started container istio-proxy"),))
+    p = Pipeline.with_detectors(only=["shutdown-ordering"], pod="web")
+    p.context(pod)
+    for ev in w.events:
+        p.feed(ev)
+    (f,) = p.finish()
+    spec = [e.what for e in f.evidence if e.frame is None]
+    assert any(s.startswith("status.containerStatuses[istio-proxy].lastState.terminated = exitCode 137") for s in spec)
+    assert any(s.startswith("event Started (istio-proxy") for s in spec), spec
+    assert "killed by SIGKILL" in f.explanation
