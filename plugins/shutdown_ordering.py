@@ -102,6 +102,7 @@ def _envoy_response(ev: PacketEvent) -> bool:
 
 class ShutdownOrdering(Detector):
     id = "shutdown-ordering"
+    pod_runs = True
     envoy_counters = ("upstream_cx_connect_fail", "upstream_cx_destroy_remote_with_active_rq")
     kernel_counters = ("TcpOutRsts",)
 
@@ -205,7 +206,7 @@ class ShutdownOrdering(Detector):
                      "terminationDrainDuration, 5 s unless set) is encrypted on an mTLS hop: the capture shows "
                      "only connections closed after their request.")
         pod = self._pod
-        if pod is not None:
+        if pod is not None and last.src in pod.ips:  # its own sidecar exited, not a peer's it called
             where = f"pod/{pod.name}"
             evidence.append(Evidence.spec_field(where, f"status.containerStatuses[{SIDECAR_CONTAINER}].restartCount",
                                                 str(pod.sidecar_restarts)))

@@ -88,6 +88,7 @@ _CAUSE_TEXT = {
 
 class StartupOrdering(Detector):
     id = "startup-ordering"
+    pod_runs = True
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
 
     def __init__(self, ctx) -> None:

@@ -51,6 +51,9 @@ class Detector:
     # The Envoy loggers whose debug lines this detector reads (from_envoy_log's stories are made of them):
     # `watch --envoy-debug` raises exactly the union of these, for the run only.
     envoy_loggers: ClassVar[tuple[str, ...]] = ()
+    # Whether its findings quote the sidecar's runs (core/pod_history.py): the pod read again when the run ends
+    # (its status, the kubelet's events) adds the runs that ended or began since, a termination watched.
+    pod_runs: ClassVar[bool] = False
 
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx

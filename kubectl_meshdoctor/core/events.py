@@ -343,13 +343,15 @@ class ContainerEvent:
 
 @dataclass(frozen=True, slots=True)
 class ContainerExit:
-    """How a container's previous run ended (its status's ``lastState.terminated``): ``finished`` (seconds since
+    """How a container's latest run ended (its status's ``state.terminated`` while it is ``down``, else its
+    ``lastState.terminated``): ``finished`` (seconds since
     the epoch, None when not given), the ``exit_code`` (128 + N: killed by signal N, so 137 is SIGKILL: an OOM
     kill or a crash the kernel ended) and the kubelet's ``reason`` (Completed, Error, OOMKilled)."""
 
     finished: float | None
     exit_code: int
     reason: str
+    down: bool = False  # the container's current state (state.terminated: not restarted yet), not its lastState
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +374,7 @@ class PodEvent:
     sidecar_last_exit: ContainerExit | None = None
     # the kubelet's events about the pod's containers, oldest first (empty when not read: kube/pod_events.py)
     history: tuple[ContainerEvent, ...] = ()
+    ips: tuple[str, ...] = ()  # status.podIPs: what tells a finding about this pod's sidecar from one about a peer's
 
 
 @dataclass(frozen=True, slots=True)

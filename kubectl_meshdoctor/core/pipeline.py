@@ -29,12 +29,14 @@ from .events import (
     EnvoyLogEvent,
     KernelCountersEvent,
     PacketEvent,
+    PodEvent,
     RedirectMapEvent,
 )
 from .findings import Evidence, Finding, Severity
 from .flows import FlowTable
 from .hop_path import own_addresses, with_end
 from .hops import LoggedLine, join_hops
+from .pod_history import attach_sidecar_runs
 from .redact import redact_finding
 from .registry import load_detectors
 
@@ -96,6 +98,7 @@ class Pipeline:
                         if type(d).from_access_log is not Detector.from_access_log
                         or type(d).from_envoy_log is not Detector.from_envoy_log]
         self._kernel_moved: dict[str, int] = {}
+        self._pods: list[PodEvent] = []  # the pod as read at the start, and at the end when read again
         self._stories: dict[tuple[str, str | None], StoryBuilder] = {}  # per Envoy: its log's source, its pod
         self._counters: EnvoyCountersEvent | None = None
         # After finish: the 5xx answers the sidecar logged that no finding quotes, for the other hop's finding
@@ -185,6 +188,8 @@ class Pipeline:
                                                                       source=ev.source)
             case KernelCountersEvent():
                 self._kernel_moved = dict(ev.moved)
+            case PodEvent():
+                self._pods = [*self._pods[:1], ev]
             case CaptureStartEvent():
                 self.correlator.judged_from = max(self.correlator.judged_from or ev.ts, ev.ts)
         if self.correlator.evicted:
@@ -251,6 +256,9 @@ class Pipeline:
         if self._kernel_moved:
             self.findings = attach_kernel_counters(self.findings, self._kernel_moved,
                                                    {d.id: d.kernel_counters for d in self.detectors}, backed)
+        if len(self._pods) > 1:
+            self.findings = attach_sidecar_runs(self.findings, self._pods[-1],
+                                                {d.id for d in self.detectors if d.pod_runs})
         return self.findings
 
     def so_far(self) -> tuple[list[Finding], tuple[LoggedLine, ...]]:

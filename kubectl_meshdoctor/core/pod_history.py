@@ -1,14 +1,17 @@
-"""What the pod's API objects say of its sidecar's runs, as evidence a lifecycle finding quotes: istio-proxy's
-previous run's end (its status's lastState.terminated) and the kubelet's events about its runs (Started,
-Killing, BackOff, Unhealthy: pkg/kubelet/events/event.go), as watch read them when it began
-(core/events.py PodEvent; kube/pod_events.py)."""
+"""What the pod's API objects say of its sidecar's runs, as evidence a lifecycle finding quotes: how istio-proxy's
+latest run ended (its status's state.terminated while it is down, else lastState.terminated) and the kubelet's
+events about its runs (Started, Killing, BackOff, Unhealthy: pkg/kubelet/events/event.go), as watch read them
+when it began and, for a run with a lifecycle finding, again when it ended (core/events.py PodEvent;
+kube/pod_events.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from .events import PodEvent
-from .findings import Evidence
+from .findings import SPEC, Evidence, Finding
 from .remedies import SIDECAR_CONTAINER
 
 # The kubelet's events that tell a sidecar's runs apart.
@@ -32,7 +35,7 @@ def sidecar_runs_evidence(pod: PodEvent | None, ts: float) -> list[Evidence]:
     if pod.sidecar_last_exit is not None:
         x = pod.sidecar_last_exit
         out.append(Evidence.spec_field(
-            where, f"status.containerStatuses[{SIDECAR_CONTAINER}].lastState.terminated",
+            where, f"status.containerStatuses[{SIDECAR_CONTAINER}].{'state' if x.down else 'lastState'}.terminated",
             f"exitCode {x.exit_code}, reason {x.reason or '-'}"
             + (f", finishedAt {iso(x.finished)}" if x.finished is not None else "")))
     runs = [e for e in pod.history
@@ -44,10 +47,26 @@ def sidecar_runs_evidence(pod: PodEvent | None, ts: float) -> list[Evidence]:
 
 
 def last_exit_words(pod: PodEvent | None) -> str:
-    """A sentence on how istio-proxy's previous run ended ("" when not known): exit 137 named a SIGKILL."""
+    """A sentence on how istio-proxy's latest run ended ("" when not known): exit 137 named a SIGKILL."""
     if pod is None or pod.sidecar_last_exit is None:
         return ""
     x = pod.sidecar_last_exit
-    return (f" Its previous run ended with exit code {x.exit_code} ({x.reason or 'no reason given'})"
+    run = "last" if x.down else "previous"
+    return (f" Its {run} run ended with exit code {x.exit_code} ({x.reason or 'no reason given'})"
             + (": killed by SIGKILL, as the kernel's OOM killer or a kill -9 ends it" if x.exit_code == 137 else "")
             + ".")
+
+
+def attach_sidecar_runs(findings: Iterable[Finding], pod: PodEvent, detectors: set[str]) -> list[Finding]:
+    """``findings``, those of ``detectors`` that quote ``pod``'s status (their detector found its own sidecar
+    concerned, not a peer's), with the runs evidence of ``pod`` (read again at the run's end) they do not quote
+    yet: a sidecar's exit or restart watched, told by its status and events."""
+    where = f"pod/{pod.name}"
+    out = []
+    for f in findings:
+        if f.detector in detectors and any(e.kind == SPEC and e.source == where for e in f.evidence):
+            have = {(e.name, e.what) for e in f.evidence}
+            new = tuple(e for e in sidecar_runs_evidence(pod, f.ts) if (e.name, e.what) not in have)
+            f = replace(f, evidence=f.evidence + new) if new else f
+        out.append(f)
+    return out

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 
-from .findings import PACKET, Finding, FlowRef
+from .findings import PACKET, SPEC, Finding, FlowRef
 from .hop_pairs import SAME_CLOCK_S, direction, logged_entries, parsed_lines
 
 
@@ -72,6 +72,9 @@ def same_connection(findings: list[Finding]) -> list[Finding]:
             source = next((e.source for e in other.evidence if e.kind == PACKET), "")
             f = replace(f.with_lines(other.quoted_lines()),
                         envoy_log=f.envoy_log + tuple(x for x in other.envoy_log if x not in f.envoy_log),
+                        # what the other pod's API objects said of it (its sidecar's runs) stays with the finding
+                        evidence=f.evidence + tuple(e for e in other.evidence if e.kind == SPEC
+                                                    and e not in f.evidence),
                         explanation=f"{f.explanation} Pod {other.pod or '?'}'s capture of the same connection "
                                     f"({source}, frames {frames}) holds the same packets: the two ends of one "
                                     f"eth0 link.",

@@ -195,16 +195,25 @@ def _started_at(status: dict) -> float | None:
     return _rfc3339(((status.get("state") or {}).get("running") or {}).get("startedAt"))
 
 
+def _pod_ips(pod: dict) -> tuple[str, ...]:
+    """The pod's addresses: ``status.podIPs[].ip``, else ``status.podIP``."""
+    status = pod.get("status") or {}
+    ips = [str(x.get("ip")) for x in status.get("podIPs") or () if isinstance(x, dict) and x.get("ip")]
+    return tuple(ips) or ((str(status["podIP"]),) if status.get("podIP") else ())
+
+
 def _last_exit(status: dict) -> ContainerExit | None:
-    """A container status's ``lastState.terminated``: how its previous run ended."""
-    done = (status.get("lastState") or {}).get("terminated")
+    """How a container's latest run ended: its ``state.terminated`` while it is down, else its
+    ``lastState.terminated`` (the run before this one)."""
+    down = (status.get("state") or {}).get("terminated")
+    done = down if isinstance(down, dict) else (status.get("lastState") or {}).get("terminated")
     if not isinstance(done, dict):
         return None
     try:
         code = int(done.get("exitCode"))
     except (TypeError, ValueError):
         return None
-    return ContainerExit(_rfc3339(done.get("finishedAt")), code, str(done.get("reason") or ""))
+    return ContainerExit(_rfc3339(done.get("finishedAt")), code, str(done.get("reason") or ""), done is down)
 
 
 def pod_event(pod: dict, ts: float) -> PodEvent:
@@ -219,6 +228,6 @@ def pod_event(pod: dict, ts: float) -> PodEvent:
     app_starts = [t for t in map(_started_at, apps) if t is not None]
     return PodEvent(ts, pv.name, sum(int(st.get("restartCount") or 0) for st in apps),
                     sidecar_restarts=int(sidecar.get("restartCount") or 0), sidecar_started=_started_at(sidecar),
-                    sidecar_last_exit=_last_exit(sidecar),
+                    sidecar_last_exit=_last_exit(sidecar), ips=_pod_ips(pod),
                     app_started=min(app_starts) if app_starts else None,
                     hold=None if pv.sidecar is None else _hold_effective(pv)[1])

@@ -112,13 +112,19 @@ def end_run(state: LabState, key: str, *, crash: bool = False) -> LabState:
     as written. Raises LabError when the process does not end, KeyError when the lab has no such process."""
     pid, started = state.pids[key], state.started.get(key)
     signals = (signal.SIGKILL,) if crash else (signal.SIGTERM, signal.SIGKILL)
+    asked = None if crash else time.time()
     sig = _stop(pid, started, signals)
     if sig is None:
         raise LabError(f"{key} (pid {pid}) did not end")
     # A process already gone exited on its own, its status unknown here: the kubelet's Error for a container that
     # ends unasked with a nonzero code is the likely reading, and 1 the commonest such code.
     code = 0 if sig == signal.SIGTERM else 128 + int(sig) if sig else 1
-    run = EndedRun(started or time.time(), time.time(), code)
+    return record_end(state, key, EndedRun(started or time.time(), time.time(), code, asked))
+
+
+def record_end(state: LabState, key: str, run: EndedRun) -> LabState:
+    """Add ``run`` to the runs ``key`` ended (state ``ended``) and write the state: a driver that ends a process
+    its own way (pilot-agent's drain, then SIGKILL) says how the kubelet saw it end."""
     state = replace(state, ended={**state.ended, key: (*state.ended.get(key, ()), run)})
     write_state(state)
     return state

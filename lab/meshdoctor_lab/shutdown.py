@@ -40,7 +40,7 @@ from meshdoctor_lab import netns, processes
 from meshdoctor_lab.applied_fixes import PROXY_CONFIG
 from meshdoctor_lab.apps import HTTP_PORT
 from meshdoctor_lab.startup import NATIVE_SIDECAR
-from meshdoctor_lab.state import LabError, LabState, read_state
+from meshdoctor_lab.state import EndedRun, LabError, LabState, read_state
 
 ORDERS = ("classic", "exit-on-zero", "drain-longer", "native")
 ADMIN = "http://127.0.0.1:15000"
@@ -278,6 +278,10 @@ def shut_down(state: LabState, pod: str, order: str = "classic", drain_s: float 
                 _wait_until(drained + drain_s)
         _kill(state, key)
         killed = time.time()
+        # as the kubelet saw it: asked to stop by its SIGTERM (a native sidecar's once the app had exited),
+        # pilot-agent's exit 0 once it had killed Envoy (pkg/envoy/agent.go Run returns after terminate)
+        state = processes.record_end(state, key, EndedRun(state.started.get(key) or began, killed, 0,
+                                                          app_stopped if order == "native" else drained))
         out, _ = caller.communicate(timeout=TRAFFIC_S + SLOW_S + 60.0)
         if outbound:
             outbound_lines, _ = helpers[1].communicate(timeout=TRAFFIC_S + 60.0)

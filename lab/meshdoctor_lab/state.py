@@ -164,23 +164,28 @@ class LabObservation:
 class EndedRun:
     """One earlier run of a lab process that the lab ended as a container ends: ``started`` and ``finished``
     (seconds since the epoch), the ``exit_code`` the kubelet reports for it (0 for a process that exited on
-    SIGTERM, as Envoy and pilot-agent do; 128 + 9 = 137 for one SIGKILLed: a crash, an OOM kill) and the
-    kubelet's ``reason`` for it ("Completed" for 0, "Error" otherwise: kubelet kuberuntime_container.go)."""
+    SIGTERM, as Envoy and pilot-agent do; 128 + 9 = 137 for one SIGKILLed: a crash, an OOM kill), the kubelet's
+    ``reason`` for it ("Completed" for 0, "Error" otherwise: kubelet kuberuntime_container.go) and, for a run the
+    kubelet stopped, when it ``asked`` (its SIGTERM: the Killing event)."""
 
     started: float
     finished: float
     exit_code: int
+    asked: float | None = None  # when the kubelet asked it to stop (its SIGTERM; the Killing event), None: a crash
 
     @property
     def reason(self) -> str:
         return "Completed" if self.exit_code == 0 else "Error"
 
     def to_json(self) -> dict[str, Any]:
-        return {"started": self.started, "finished": self.finished, "exit_code": self.exit_code}
+        return {"started": self.started, "finished": self.finished, "exit_code": self.exit_code,
+                **({"asked": self.asked} if self.asked is not None else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "EndedRun":
-        return cls(float(data["started"]), float(data["finished"]), int(data["exit_code"]))
+        asked = data.get("asked")
+        return cls(float(data["started"]), float(data["finished"]), int(data["exit_code"]),
+                   float(asked) if asked is not None else None)
 
 
 @dataclass(frozen=True)

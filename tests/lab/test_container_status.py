@@ -32,7 +32,7 @@ def test_a_crash_then_a_restart_is_one_restart_with_the_killed_run_as_last_state
 
 
 def test_a_container_down_now_is_terminated_not_ready_and_a_stop_is_the_kubelets_killing():
-    stopped = EndedRun(T0, T0 + 60, 0)
+    stopped = EndedRun(T0, T0 + 60, 0, asked=T0 + 55)
     runs = ContainerRuns(T0, (stopped,))  # ended, not started again: `started` still holds the ended run's
     st = container_status("uid", "app", "img:1", runs, T0)
     assert not runs.running and (st["ready"], st["started"], st["lastState"]) == (False, False, {})

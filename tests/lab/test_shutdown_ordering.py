@@ -60,9 +60,17 @@ def test_a_sidecar_killed_while_callers_still_call_is_named_live_and_offline(tmp
     assert any(c.result == "503" and c.path.startswith("/slow/") for c in failed), failed  # in flight at the kill
     live = errors(report)
     named(live, pod_ip)
-    # the pods' status, read as the watch began, is named: istio-proxy had not restarted
+    # the pod's status, read as the watch began, is named (istio-proxy had not restarted), and never the caller's:
+    # its sidecar is not the one that exited; the two ends of the link are one finding, with the pod's status
+    spec_of = [{e["source"]: e["what"] for e in f["evidence"] if e["kind"] == "spec"} for f in live]
+    assert all(f"pod/{POD}" in s and f"pod/{CALLER}" not in s for s in spec_of), spec_of
     assert all(any(e["kind"] == "spec" and "[istio-proxy].restartCount = 0" in e["what"] for e in f["evidence"])
                for f in live), live
+    # and as it ended: the kubelet asked istio-proxy to stop (Killing), pilot-agent exited 0 after the drain
+    spec = {e["what"].split(" = ")[0].split(" (")[0]: e["what"] for f in live
+            for e in f["evidence"] if e["kind"] == "spec"}
+    assert "event Killing" in spec and spec["event Killing"].endswith("Stopping container istio-proxy"), spec
+    assert "exitCode 0, reason Completed" in spec["status.containerStatuses[istio-proxy].state.terminated"], spec
     lines = [line for f in live for line in f.get("access_log", [])]
     assert any(" 503 URX,UF " in line and "Connection_refused" in line for line in lines), lines
     assert any(" 503 UC " in line for f in live if f["envoy_flags"] == ["UC"] for line in f["access_log"]), live

@@ -135,7 +135,8 @@ def test_a_sidecar_that_goes_down_while_the_app_runs_is_not_called_a_start(mesh,
     assert of_proxy.count("Started") == 2 and "Killing" not in of_proxy, events
 
     # A second crash, watched: the watch read the pod with that history, so the findings quote how the last run
-    # ended and the kubelet's events of the runs (the product's reading: kube/pod_events.py).
+    # ended and the kubelet's events of the runs (the product's reading: kube/pod_events.py); read again as the
+    # watch ends, the third run's Started too.
     with capturing(mesh, f"pod/{CALLER}") as run:
         _, calls = startup.restart_caller_sidecar(mesh, POD)
         report = run.stop()
@@ -143,7 +144,7 @@ def test_a_sidecar_that_goes_down_while_the_app_runs_is_not_called_a_start(mesh,
     assert again and {f["detector"] for f in again} == {"startup-ordering"}, calls
     spec = [e["what"] for e in again[0]["evidence"] if e["kind"] == "spec"]
     assert any(w.startswith("status.containerStatuses[istio-proxy].lastState.terminated = exitCode 137") for w in spec)
-    assert sum(w.startswith("event Started (istio-proxy") for w in spec) == 2, spec
+    assert sum(w.startswith("event Started (istio-proxy") for w in spec) == 3, spec
 
 
 def kubectl(state, *args: str) -> dict:

@@ -154,9 +154,12 @@ def test_a_sidecar_back_after_an_exit_starts_a_new_timeline():
     assert found[1].details["last_accepted"]["frame"] > first_exit
 
 
-def test_the_pod_s_earlier_sidecar_runs_are_quoted_where_watch_read_them():
+def test_the_pod_s_sidecar_runs_are_quoted_as_watch_read_them_at_its_start_and_end():
     """The pod as watch read it: istio-proxy killed once before (lastState exit 137) and the kubelet's events of
-    its runs (kube/pod_events.py): the finding quotes both (core/pod_history.py)."""
+    its runs (kube/pod_events.py); read again at the end, the kubelet's Killing of the exit watched and its end
+    (exit 0: pilot-agent's after its drain). The finding quotes all, each once (core/pod_history.py)."""
+    from dataclasses import replace
+
     from kubectl_meshdoctor.core.events import ContainerEvent, ContainerExit, PodEvent
     from kubectl_meshdoctor.core.pipeline import Pipeline
 
@@ -166,13 +169,28 @@ def test_the_pod_s_earlier_sidecar_runs_are_quoted_where_watch_read_them():
     t = w.events[0].ts
     pod = PodEvent(t - 100, "web", 0, sidecar_restarts=1, sidecar_started=t - 50,
                    sidecar_last_exit=ContainerExit(t - 51, 137, "Error"),
-                   history=(ContainerEvent(t - 50, "istio-proxy", "Started", "Started container istio-proxy"),))
+                   history=(ContainerEvent(t - 50, "istio-proxy", "Started", "Started container istio-proxy"),),
+                   ips=(POD.split(":")[0],))
+    # watched from the caller's pod, the refusing port is a peer's: the caller's own status is no evidence of it
+    p = Pipeline.with_detectors(only=["shutdown-ordering"], pod="caller")
+    p.context(replace(pod, name="caller", ips=(CALLER,)))
+    for ev in w.events:
+        p.feed(ev)
+    (f,) = p.finish()
+    assert not [e for e in f.evidence if e.kind == "spec"], f.evidence
     p = Pipeline.with_detectors(only=["shutdown-ordering"], pod="web")
     p.context(pod)
     for ev in w.events:
         p.feed(ev)
+    # the pod read again as the watch ends: the kubelet's Killing of this exit, and its end in lastState
+    exit_ts = w.events[-1].ts
+    killing = ContainerEvent(exit_ts - 5, "istio-proxy", "Killing", "Stopping container istio-proxy")
+    p.context(replace(pod, sidecar_last_exit=ContainerExit(exit_ts, 0, "Completed"), history=(*pod.history, killing)))
     (f,) = p.finish()
     spec = [e.what for e in f.evidence if e.frame is None]
     assert any(s.startswith("status.containerStatuses[istio-proxy].lastState.terminated = exitCode 137") for s in spec)
-    assert any(s.startswith("event Started (istio-proxy") for s in spec), spec
+    assert any(s.startswith("status.containerStatuses[istio-proxy].lastState.terminated = exitCode 0, reason "
+                            "Completed") for s in spec), spec
+    assert sum(s.startswith("event Started (istio-proxy") for s in spec) == 1, spec  # not quoted twice
+    assert any(s.startswith("event Killing (istio-proxy") for s in spec), spec
     assert "killed by SIGKILL" in f.explanation

@@ -22,6 +22,7 @@ from kubectl_meshdoctor.core.events import (
     ContainerEvent,
     KernelCountersEvent,
     ListenersEvent,
+    PodEvent,
     RedirectMapEvent,
 )
 from kubectl_meshdoctor.core.findings import Problem
@@ -30,7 +31,7 @@ from kubectl_meshdoctor.core.hops import join_hops
 from kubectl_meshdoctor.core.report_model import (KernelSide, LiveSource, PerPodSide, PodCapture, Report,
                                                   SidecarSide)
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
-from kubectl_meshdoctor.kube.client import Kube, KubeError
+from kubectl_meshdoctor.kube.client import Kube, KubeError, api_call
 from kubectl_meshdoctor.kube.debug import DEFAULT_IMAGE, DEFAULT_TTL_S, ensure_debug_container
 from kubectl_meshdoctor.kube.pod_events import container_events
 from kubectl_meshdoctor.kube.rbac import EVENTS, preflight
@@ -236,8 +237,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         state.container = dbg.name
         problems: list[Problem] = [Problem(f"pod/{pod_name}", w) for w in warnings]
         # preflight has said it once where `list events` is denied
-        history = () if any(str(EVENTS) in w for w in warnings) else await _container_events(kube, pod, problems,
-                                                                                               stop)
+        events_denied = any(str(EVENTS) in w for w in warnings)
+        history = () if events_denied else await _container_events(kube, pod, problems, stop)
         pipeline.context(replace(pod_event(as_json, time.time()), history=history))
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems, pipeline)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
@@ -287,6 +288,9 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     kernel = counter_deltas(kernel_before, kernel_after, tuple(watched)) if kernel_after else {}
     pipeline.context(counters)
     pipeline.context(KernelCountersEvent(time.time(), kernel))
+    if any(d.pod_runs for d in pipeline.detectors if any(f.detector == d.id for f in pipeline.findings)):
+        # a lifecycle finding: the sidecar's runs that ended or began while it was watched (its events)
+        pipeline.context(await _pod_at_end(kube, pod, as_json, events_denied))
     findings = pipeline.finish()
     if (context := pipeline.correlator.before_capture_note()) is not None:
         problems.append(Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", context))
@@ -310,6 +314,26 @@ async def _container_events(kube: Kube, pod, problems: list[Problem],
         problems.append(Problem(f"pod/{pod.metadata.name}", f"its events were not read: {e}"))
         return ()
     return tuple(ContainerEvent(*e) for e in read)
+
+
+async def _pod_at_end(kube: Kube, pod, as_json: dict, events_denied: bool) -> PodEvent:
+    """The pod as the capture ends: its status read again (the one read at the start where it is gone: a
+    termination watched) and the kubelet's events since (none where they cannot be read; said at the start)."""
+    name, namespace = pod.metadata.name, pod.metadata.namespace
+    try:
+        fresh = await asyncio.to_thread(api_call, kube, f"reading pod/{name} again", kube.core.read_namespaced_pod,
+                                        name, namespace)
+        as_json = ApiClient().sanitize_for_serialization(fresh)
+    except KubeError:
+        pass
+    history: tuple[ContainerEvent, ...] = ()
+    if not events_denied:
+        try:
+            read = await asyncio.to_thread(container_events, kube, namespace, name, pod.metadata.uid)
+            history = tuple(ContainerEvent(*e) for e in read)
+        except KubeError:
+            pass
+    return replace(pod_event(as_json, time.time()), history=history)
 
 
 async def _kernel_counters(kube: Kube, pod, container: str, problems: list[Problem],

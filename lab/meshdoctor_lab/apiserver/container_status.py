@@ -9,7 +9,7 @@ lab drives (startup.restart_caller_sidecar: istio-proxy killed and started again
   ``state.terminated`` while the container is down;
 - core/v1 Events whose ``involvedObject`` is the pod and ``fieldPath`` the container (``spec.containers{NAME}``):
   ``Created`` ("Created container: NAME") and ``Started`` ("Started container NAME") at each run's start,
-  ``Killing`` ("Stopping container NAME") at the end of a run the kubelet stopped (exit code 0 here), none for a
+  ``Killing`` ("Stopping container NAME") when the kubelet asked a run to stop (its SIGTERM), none for a
   crash; the kubelet's reasons and messages (pkg/kubelet/events/event.go; kuberuntime_container.go
   startContainer, killContainer).
 """
@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -97,8 +97,11 @@ class ProcessRuns:
         self._refresh()
         keys = [f"{pod}/{role}" for role in CONTAINER_ROLES.get(container, ())]
         starts = [self._started[k] for k in keys if k in self._started]
-        ended = tuple(sorted((r for k in keys for r in self._ended.get(k, ())), key=lambda r: r.started))
-        return ContainerRuns(max(starts) if starts else None, ended)
+        ended: list[EndedRun] = []
+        for r in sorted((r for k in keys for r in self._ended.get(k, ())), key=lambda r: r.started):
+            # never started before the run before it finished (psutil's whole-second btime: ContainerRuns.started)
+            ended.append(replace(r, started=max(r.started, ended[-1].finished)) if ended else r)
+        return ContainerRuns(max(starts) if starts else None, tuple(ended))
 
 
 def _terminated(uid: str, name: str, run: EndedRun, index: int) -> dict[str, Any]:
@@ -134,7 +137,7 @@ def container_events(runs: ContainerRuns, name: str, default_started: float) -> 
     starts = [r.started for r in runs.ended] + ([runs.started(default_started)] if runs.running else [])
     for ts in starts:
         out += [(ts, "Created", f"Created container: {name}"), (ts, "Started", f"Started container {name}")]
-    out += [(r.finished, "Killing", f"Stopping container {name}") for r in runs.ended if r.exit_code == 0]
+    out += [(r.asked, "Killing", f"Stopping container {name}") for r in runs.ended if r.asked is not None]
     return sorted(out)
 
 
