@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -142,6 +143,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
+        self._ui = (threading.get_ident(), asyncio.get_running_loop())
         self.stop_signals.install(asyncio.get_running_loop())
         self.list = FindingsList(self.query_one("#findings", DataTable))
         self.query_one("#findings", DataTable).focus()  # the arrow keys move through the findings at once
@@ -205,6 +207,12 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
             self.exit(self.report)
 
     def _on_progress(self, message: str) -> None:
+        ui = getattr(self, "_ui", None)
+        if ui is not None and threading.get_ident() != ui[0]:
+            # said from a thread of the watch's API calls (kube/debug.py waits on the debug container in one):
+            # the screen is the event loop's, and Textual's widgets need its context (active_app)
+            ui[1].call_soon_threadsafe(self._on_progress, message)
+            return
         self.last_progress = message
         self._progress_since = time.monotonic()
         # A new phase (the files read to their end, the capture stopped): every pane shows it now, not at its

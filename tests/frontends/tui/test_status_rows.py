@@ -37,3 +37,24 @@ async def test_the_step_is_one_row_and_the_latest_problem_two(size):
             assert "(connection lost) [/] \\x1b[31mxxx" in problem[0], problem
         # the target (when the header is hidden, as at 80x24), the counts, the verdict, the step, the problem's two
         assert status.region.height == (6 if size == (80, 24) else 5), rows
+
+
+async def test_a_step_said_from_an_api_call_s_thread_is_drawn_by_the_app_s_own_thread():
+    """watch's API calls run in threads of their own (commands/watch/stopping.py), and kube/debug.py says its steps
+    from there: under CI's load one reached the widgets outside the app's context and the run ended with
+    'error: <ContextVar name='active_app'...>' (the race itself is not reproduced here). A step said from a raw
+    thread is handed to the app's loop: the screen is redrawn on the app's thread, and shows it."""
+    import threading
+
+    app = MeshDoctorApp(replay_session("lab-collision-eth0.pcap:eth0"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "files read" in "\n".join(shown(app)))
+        drawn_on: list[int] = []
+        refresh = app._refresh
+        app._refresh = lambda: (drawn_on.append(threading.get_ident()), refresh())[1]
+        said = threading.Thread(target=app.hooks.progress, args=("adding ephemeral container meshdoctor-x",))
+        said.start()
+        said.join(5)
+        await wait_for(pilot, lambda: any("adding ephemeral container" in line for line in shown(app)))
+        assert app.error is None and app.last_progress == "adding ephemeral container meshdoctor-x"
+        assert drawn_on and set(drawn_on) == {threading.get_ident()}, drawn_on  # the test's loop is the app's
