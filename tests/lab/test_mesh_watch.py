@@ -34,7 +34,11 @@ from .watching import capturing
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
 
-SCENARIOS = tuple(s for (recording, s) in sorted(EXPECTED) if recording == "envoy-1.40-mesh")
+# Issue 33's classes have lab tests of their own that watch each pod and both and analyze each directory and both
+# (test_conntrack_invalid_lab.py, test_server_first_lab.py, test_outbound_collision_lab.py): their recordings are
+# in the table for analyze, not run again here (CI's time).
+OWN_LAB_TEST = frozenset({"conntrack-invalid", "server-first", "outbound-stale"})
+SCENARIOS = tuple(s for (recording, s) in sorted(EXPECTED) if recording == "envoy-1.40-mesh" and s not in OWN_LAB_TEST)
 
 
 @pytest.fixture(scope="module")
