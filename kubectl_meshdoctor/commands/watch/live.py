@@ -288,7 +288,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     kernel = counter_deltas(kernel_before, kernel_after, tuple(watched)) if kernel_after else {}
     pipeline.context(counters)
     pipeline.context(KernelCountersEvent(time.time(), kernel))
-    if any(d.pod_runs for d in pipeline.detectors if any(f.detector == d.id for f in pipeline.findings)):
+    lifecycle = {d.id for d in pipeline.detectors if d.pod_runs}
+    if any(f.detector in lifecycle for f in pipeline.findings):
         # a lifecycle finding: the sidecar's runs that ended or began while it was watched (its events)
         pipeline.context(await _pod_at_end(kube, pod, as_json, events_denied))
     findings = pipeline.finish()
@@ -308,12 +309,16 @@ async def _container_events(kube: Kube, pod, problems: list[Problem],
     """The kubelet's events about the pod's containers (kube/pod_events.py); none, and a problem line, where
     they cannot be read (RBAC without `list events`): the run goes on without them."""
     try:
-        read = await unless_stopped(stop, container_events, kube, pod.metadata.namespace, pod.metadata.name,
-                                    pod.metadata.uid)
+        return await unless_stopped(stop, _read_events, kube, pod)
     except KubeError as e:
         problems.append(Problem(f"pod/{pod.metadata.name}", f"its events were not read: {e}"))
         return ()
-    return tuple(ContainerEvent(*e) for e in read)
+
+
+def _read_events(kube: Kube, pod) -> tuple[ContainerEvent, ...]:
+    """kube/pod_events.py's reading of the pod's events, as the core's ContainerEvents. Raises KubeError."""
+    return tuple(ContainerEvent(*e) for e in container_events(kube, pod.metadata.namespace, pod.metadata.name,
+                                                              pod.metadata.uid))
 
 
 async def _pod_at_end(kube: Kube, pod, as_json: dict, events_denied: bool) -> PodEvent:
@@ -329,8 +334,7 @@ async def _pod_at_end(kube: Kube, pod, as_json: dict, events_denied: bool) -> Po
     history: tuple[ContainerEvent, ...] = ()
     if not events_denied:
         try:
-            read = await asyncio.to_thread(container_events, kube, namespace, name, pod.metadata.uid)
-            history = tuple(ContainerEvent(*e) for e in read)
+            history = await asyncio.to_thread(_read_events, kube, pod)
         except KubeError:
             pass
     return replace(pod_event(as_json, time.time()), history=history)
