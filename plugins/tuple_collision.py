@@ -18,7 +18,9 @@ the old connection's numbers (tcp_minisocks.c tcp_timewait_state_process, a SYN 
 The app's kernel answers with an RST whose sequence number is that ACK's ack; where it gets through the stale
 socket dies and the SYN, resent at once, succeeds (seen in the lab on 6.18: ~15 ms lost); where the RST is
 dropped (a conntrack INVALID drop), every resent SYN meets the same ACK until connect() times out. The SYN never
-reaches Envoy: no sidecar logs anything.
+reaches Envoy: no sidecar logs anything. A TIME-WAIT socket of a sidecar that is down answers the same way (tcp_v4_rcv:
+a SYN that TCP_TW_SYN would hand to a listener, with none, gets the ACK); the app's RST frees it and the resent SYN
+is refused. That is no collision: the refusal is the failure, named by the refusal's detectors.
 """
 
 from __future__ import annotations
@@ -180,9 +182,16 @@ class TupleCollision(Detector):
             attempt = self._outbound.get(PendingSyns.key_of_syn(ev))
             if attempt is not None and attempt.stale_ack is not None and ev.seq == attempt.stale_ack.ack:
                 attempt.rst = attempt.rst or ev
-            return ()
+                return ()
         attempt = self._outbound.of_client(ev)
         if attempt is None:
+            return ()
+        if ev.is_rst and ev.ack == (attempt.syn.seq + 1) % 2**32:
+            # The SYN refused: the app's RST freed the four-tuple and nothing listens on 15001 (the sidecar is
+            # down). The stale socket cost nothing here; the refusal is the failure, and the refusal's detectors
+            # (startup-ordering, upstream-refused) name it. Seen in the lab when a sidecar is killed and the app
+            # binds a port again whose earlier connection the dead sidecar's TIME-WAIT socket still holds.
+            self._outbound.pop(PendingSyns.key_of_syn(attempt.syn))
             return ()
         if ev.is_syn_ack:
             self._outbound.pop(PendingSyns.key_of_syn(attempt.syn))

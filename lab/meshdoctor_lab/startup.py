@@ -69,7 +69,8 @@ import errno, socket, sys, time
 for _ in range({count}):
     with socket.socket() as s:
         s.settimeout(5.0)
-        s.bind(("", 0))  # bound before connect: its port stays known when the connect fails
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("", {bind_port}))  # bound before connect: its port stays known when the connect fails
         try:
             s.connect(({host!r}, {port}))
             s.sendall({request!r})
@@ -84,13 +85,14 @@ for _ in range({count}):
 ECHO_REQUEST = b"ping\n"  # the tcp-echo server answers it and stays open: one read
 
 
-def app_argv(ns: str, host: str, port: int, calls: int, request: bytes = ECHO_REQUEST) -> list[str]:
+def app_argv(ns: str, host: str, port: int, calls: int, request: bytes = ECHO_REQUEST, bind_port: int = 0) -> list[str]:
     """The app's argv in namespace ``ns``: its loop alone (``python -S``, none of the lab's imports), so it calls
     out the moment it runs, as an app's start-up fetch does. An HTTP ``request`` with ``Connection: close`` is
-    read to its end."""
+    read to its end. ``bind_port``: the source port of every call (SO_REUSEADDR, as an app with a port pool
+    binds); 0, the kernel's pick."""
     return netns.in_netns(ns, sys.executable, "-S", "-c", _APP.format(
         host=host, port=port, count=calls, period=CALL_PERIOD_S, request=request,
-        read_to_end=request != ECHO_REQUEST))
+        read_to_end=request != ECHO_REQUEST, bind_port=bind_port))
 
 
 def _ready() -> bool:
@@ -133,10 +135,31 @@ def _stop_caller_sidecar(state: LabState, pod: str, *, crash: bool = False) -> L
     return state
 
 
-def _caller_app(state: LabState, pod: str, calls: int) -> list[str]:
+def _caller_app(state: LabState, pod: str, calls: int, bind_port: int = 0) -> list[str]:
     lab_pod = state.pod(pod)
     request = f"GET / HTTP/1.1\r\nHost: {pod}:{HTTP_PORT}\r\nConnection: close\r\n\r\n".encode()
-    return app_argv(lab_pod.client_netns, lab_pod.pod_ip, HTTP_PORT, calls, request)
+    return app_argv(lab_pod.client_netns, lab_pod.pod_ip, HTTP_PORT, calls, request, bind_port)
+
+
+def reuse_port_after_crash(state: LabState, pod: str, port: int) -> tuple[LabState, tuple[tuple[str, int], ...], int]:
+    """The app of pod ``pod``'s caller calls from source port ``port`` through its sidecar (``Connection: close``:
+    Envoy closes first, so its accepted socket on 127.0.0.1:15001 ends in TIME-WAIT, 60 s), istio-proxy is killed
+    (a crash), and the app calls again from the same port before the kubelet has started it again; then it is
+    started. Returns the new state, both calls as (result, source port), and how many TIME-WAIT sockets held
+    (127.0.0.1:15001, the app's port) just before the second call (``ss``). Raises LabError."""
+    ns = state.pod(pod).client_netns
+
+    def call() -> tuple[tuple[str, int], ...]:
+        proc = subprocess.run(_caller_app(state, pod, 1, port), capture_output=True, text=True,
+                              timeout=5.5 + PROCESS_EXIT_S, check=False)
+        return _calls([line.split() for line in proc.stdout.splitlines()])
+
+    first = call()
+    state = _stop_caller_sidecar(state, pod, crash=True)
+    held = netns.run(netns.in_netns(ns, "ss", "-Htn", "state", "time-wait", "src", f"127.0.0.1:{OUTBOUND_PORT}",
+                                    "dport", f"= :{port}"))
+    second = call()
+    return lab.start_caller_sidecar(state, pod), first + second, len(held.splitlines())
 
 
 def restart_caller_sidecar(state: LabState, pod: str, calls: int = CALLS) -> tuple[LabState, tuple[str, ...]]:

@@ -152,3 +152,26 @@ def kubectl(state, *args: str) -> dict:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+REUSED_PORT = 40123  # in the lab's fixed-port range (netns.CLIENT_FIXED_PORTS): the kernel picks no other call's
+
+
+def test_a_port_reused_while_the_sidecar_is_down_is_a_refusal_not_a_collision(mesh, tmp_path):
+    """The app calls from one port, istio-proxy is killed, the app calls again from that port. The dead sidecar's
+    TIME-WAIT socket still holds the four-tuple on 127.0.0.1:15001 and answers the SYN with an ACK of the old
+    connection (no listener takes it); the app's RST frees it and the resent SYN is refused. Seen in CI with the
+    kernel's own port picks. The failure is the refusal (startup-ordering, sidecar-stopped), not a collision."""
+    with capturing(mesh, f"pod/{CALLER}", "--write-pcap", str(tmp_path)) as run:
+        _, calls, held = startup.reuse_port_after_crash(mesh, POD, REUSED_PORT)
+        report = run.stop()
+    assert calls == (("ok", REUSED_PORT), ("ECONNREFUSED", REUSED_PORT)) and held == 1, (calls, held)
+    # the stale socket answered: on lo, a pure ACK to the app's port that is not the SYN's (tshark's reading)
+    (lo,) = tmp_path.glob("*lo*.pcap")
+    acks = subprocess.run(["tshark", "-r", str(lo), "-Y", f"tcp.dstport == {REUSED_PORT} && tcp.flags == 0x010",
+                           "-T", "fields", "-e", "frame.number"], capture_output=True, text=True, timeout=60)
+    assert acks.returncode == 0 and acks.stdout.split(), acks
+    for found in (report, analyze(tmp_path)):
+        assert {f["detector"] for f in errors(found)} == {"startup-ordering"}, errors(found)
+        assert ports(errors(found)) == {REUSED_PORT}
+        assert not [f for f in found["findings"] if f["detector"] == "tuple-collision"]

@@ -81,3 +81,13 @@ def test_a_capture_begun_after_the_old_connections_fin_still_names_it(monkeypatc
     assert [f.variant for f in mine] == [OUTBOUND_VARIANT] * 2
     assert [[(e.flags, e.frame) for e in f.evidence] for f in mine] == [
         [("S", 1), (".", 2), ("R", 3), ("S.", 5)], [("S", 17), (".", 18), ("S", 20)]]
+
+
+def test_a_dead_sidecars_time_wait_socket_then_a_refusal_is_no_collision():
+    """The app's port meets the killed sidecar's TIME-WAIT socket (its ACK, the app's RST), then the resent SYN is
+    refused: the refusal is the failure, named as the sidecar going down, and no collision is reported."""
+    found = _findings("lab-sidecar-crash-reused-port-lo.pcap")
+    assert not [f for f in found if f.detector == "tuple-collision"], found
+    (refused,) = [f for f in found if f.severity is Severity.ERROR]
+    assert refused.detector == "startup-ordering" and refused.flow.client.endswith(":40123")
+    assert [e.frame for e in refused.evidence if e.kind == "packet"][:2] == [12, 13]
