@@ -10,7 +10,6 @@ Needs root, iproute2, iptables, openssl, tcpdump, tshark and kubectl."""
 from __future__ import annotations
 
 import shutil
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from meshdoctor_lab.state import caller_pod_name
 
 from .lab_names import lab_name
 from .test_mesh_watch import analyze, kubectl_logs
-from .watching import capturing
+from .watching import capturing_all, stop_all
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
 
@@ -53,11 +52,11 @@ def watched_round(state, server: str, tmp_path: Path):
     runs; each directory then gets its sidecar's log. Returns (round, {side: report}, {side: directory})."""
     caller = caller_pod_name(server)
     dirs = {"server": tmp_path / server, "caller": tmp_path / caller}
-    with ExitStack() as stack:
-        runs = {side: stack.enter_context(capturing(state, f"pod/{pod}", "--write-pcap", str(dirs[side])))
-                for side, pod in (("server", server), ("caller", caller))}
+    sides = {"server": server, "caller": caller}
+    with capturing_all(state, *((f"pod/{pod}", "--write-pcap", str(dirs[side])) for side, pod in sides.items())) \
+            as runs:
         result = lab.trigger_round(state, server)
-        reports = {side: run.stop() for side, run in runs.items()}
+        reports = dict(zip(sides, stop_all(runs)))
     for side, pod in (("server", server), ("caller", caller)):
         (dirs[side] / "istio-proxy.log").write_text(kubectl_logs(state, pod))
     return result, reports, dirs

@@ -16,7 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
-from contextlib import ExitStack
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from meshdoctor_lab.state import caller_pod_name
 
 from ..mesh_expected import EXPECTED, NOT_YET_ALONE, NOT_YET_BOTH, invented
 from .lab_names import caller_sidecar_lab
-from .watching import capturing
+from .watching import capturing_all, stop_all
 
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
 
@@ -68,6 +68,17 @@ def analyze(*dirs: Path, empty: bool = False) -> dict:
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode in ((0, 1, 2) if empty else (0, 1)), proc.stderr
     return json.loads(proc.stdout)
+
+
+def analyze_all(*dir_sets: tuple[Path, ...], empty: Collection[int] = ()) -> list[dict]:
+    """``analyze`` of each set of directories, all run at once; ``empty``: the indexes of the sets that may hold
+    nothing to read (as ``analyze``'s ``empty``)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, dirs), "-o", "json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for dirs in dir_sets]
+    outputs = [proc.communicate(timeout=180) for proc in procs]
+    for i, (proc, (_, stderr)) in enumerate(zip(procs, outputs)):
+        assert proc.returncode in ((0, 1, 2) if i in empty else (0, 1)), stderr
+    return [json.loads(stdout) for stdout, _ in outputs]
 
 
 def failing_lines(log: str) -> list[str]:
@@ -116,14 +127,13 @@ def test_each_hop_and_both_name_the_failure_at_the_hop_that_failed(mesh, scenari
     server, caller = scenario, caller_pod_name(scenario)
     in_mesh = _sidecar(scenario)
     dirs = {"caller": tmp_path / caller, "server": tmp_path / server}  # analyze names each pod after its directory
-    with ExitStack() as stack:
-        runs = {"caller": stack.enter_context(capturing(mesh, f"pod/{caller}", "--write-pcap", str(dirs["caller"])))}
-        if in_mesh:
-            runs["server"] = stack.enter_context(capturing(mesh, f"pod/{server}", "--write-pcap",
-                                                           str(dirs["server"])))
-            runs["both"] = stack.enter_context(capturing(mesh, f"pod/{caller} pod/{server}"))
+    watches = {"caller": (f"pod/{caller}", "--write-pcap", str(dirs["caller"]))}
+    if in_mesh:
+        watches |= {"server": (f"pod/{server}", "--write-pcap", str(dirs["server"])),
+                    "both": (f"pod/{caller} pod/{server}",)}
+    with capturing_all(mesh, *watches.values()) as runs:
         result = lab.trigger_round(mesh, scenario)
-        reports = {side: run.stop() for side, run in runs.items()}
+        reports = dict(zip(watches, stop_all(runs)))
     logs = {"caller": kubectl_logs(mesh, caller), "server": kubectl_logs(mesh, server) if in_mesh else ""}
     for side, log in logs.items():
         if log:
@@ -148,8 +158,12 @@ def test_each_hop_and_both_name_the_failure_at_the_hop_that_failed(mesh, scenari
     for report in reports.values():
         assert not {f["detector"] for f in report["findings"]} & invented(_case(scenario))
 
-    # offline, from what the user now holds: each pod's directory alone, then both
-    assert judged(analyze(dirs["caller"])) == {(d, s, "caller") for d, s in caller_want}
-    if in_mesh:
-        assert judged(analyze(dirs["server"], empty=not server_want)) == {(d, s, "server") for d, s in server_want}
-        assert judged(analyze(dirs["caller"], dirs["server"])) == both_want
+    # offline, from what the user now holds: each pod's directory alone, then both (the three run at once)
+    if not in_mesh:
+        assert judged(analyze(dirs["caller"])) == {(d, s, "caller") for d, s in caller_want}
+        return
+    alone, server_alone, together = analyze_all((dirs["caller"],), (dirs["server"],), (dirs["caller"], dirs["server"]),
+                                                empty=() if server_want else (1,))
+    assert judged(alone) == {(d, s, "caller") for d, s in caller_want}
+    assert judged(server_alone) == {(d, s, "server") for d, s in server_want}
+    assert judged(together) == both_want

@@ -19,7 +19,7 @@ from meshdoctor_lab import startup
 from meshdoctor_lab.state import caller_pod_name
 
 from .lab_names import caller_sidecar_lab
-from .watching import capturing
+from .watching import capturing, capturing_all, stop_all
 
 pytestmark = pytest.mark.lab
 
@@ -37,11 +37,11 @@ def start_watched(state, order: str, out: Path) -> tuple[dict, tuple[str, ...], 
     """watch the caller pod, and the pod it calls, while the caller starts in ``order``, each writing its captures
     and then its sidecar's log to a directory named after it under ``out``: (the caller's watch's report, the
     app's call results, the source ports of its refused calls)."""
-    with capturing(state, f"pod/{POD}", "--write-pcap", str(out / POD)) as called:
-        with capturing(state, f"pod/{CALLER}", "--write-pcap", str(out / CALLER)) as run:
-            _, calls = startup.start_caller_pod(state, POD, order)
-            report = run.stop()
-        assert errors(called.stop()) == []  # nothing of it reached the called pod
+    with capturing_all(state, (f"pod/{POD}", "--write-pcap", str(out / POD)),
+                       (f"pod/{CALLER}", "--write-pcap", str(out / CALLER))) as runs:
+        _, calls = startup.start_caller_pod(state, POD, order)
+        called, report = stop_all(runs)
+    assert errors(called) == []  # nothing of it reached the called pod
     for pod in (POD, CALLER):
         (out / pod / "istio-proxy.log").write_text(kubectl_logs(state, pod))
     return report, tuple(r for r, _ in calls), {p for r, p in calls if r == "ECONNREFUSED"}
