@@ -13,7 +13,9 @@ an honest "cannot tell" finding that says what to capture, never "dropped".
 Without a capture, Envoy's logs name it: a UF whose reset reason is ``connection_timeout`` (Envoy's connect
 timeout fired: 10 s in Istio by default) or whose connect errno is ETIMEDOUT (110, ``Connection timed out``) or
 EHOSTUNREACH (113, ``No route to host``: an ICMP or a firewall's reject where no SYN-ACK comes), and the debug
-log's ``connect timeout`` on the upstream connection.
+log's ``connect timeout`` on the upstream connection. A UF line that names no reason (a TCP proxy's, or Envoy's
+before response_code_details) is read by its duration: one connect timeout of Istio's 10 s default or Envoy's 5 s
+(or up to three attempts of one), where a refused connect fails within milliseconds (timed_out_by_duration).
 """
 
 from __future__ import annotations
@@ -36,6 +38,35 @@ ETIMEDOUT, EHOSTUNREACH = 110, 113
 _UNANSWERED = {ETIMEDOUT: "the connect timed out (ETIMEDOUT)", EHOSTUNREACH: "no route to the host (EHOSTUNREACH)"}
 
 
+# Connect timeouts a UF's duration is read against when its line names no reason (a TCP proxy's line, Envoy before
+# response_code_details): Istio's meshConfig.connectTimeout default (10 s, its DestinationRule connectTimeout
+# too) and Envoy's own cluster connect_timeout default (5 s, config.cluster.v3.Cluster). Envoy's timer fires a few
+# ms either side of it (9994 to 10001 ms in the lines of istio/istio#17139 and #56356): TIMER_SLACK of it.
+CONNECT_TIMEOUTS_MS = (10_000, 5_000)
+TIMER_SLACK = 0.01
+MAX_ATTEMPTS = 3  # Istio's default retry policy: 2 retries after the first attempt
+RETRY_BACKOFF_MS = 250  # Envoy's retry back-off ceiling at its 25 ms base (10 times it): the most a retry adds
+
+
+def timed_out_by_duration(entry: AccessLogEntry) -> str | None:
+    """Why a UF line's duration says Envoy's connect timeout fired: it lasted one connect timeout of
+    CONNECT_TIMEOUTS_MS (or MAX_ATTEMPTS of them, with back-offs between), where a refused connect fails within
+    milliseconds. None when the line gives a reason of its own or lasted anything else."""
+    if "UF" not in entry.flags or entry.details or entry.upstream_failure:
+        return None
+    for timeout in CONNECT_TIMEOUTS_MS:
+        for attempts in range(1, MAX_ATTEMPTS + 1):
+            low = attempts * timeout * (1 - TIMER_SLACK)
+            high = attempts * timeout * (1 + TIMER_SLACK) + (attempts - 1) * RETRY_BACKOFF_MS
+            if low <= entry.duration_ms <= high:
+                which = ("Istio's default connectTimeout" if timeout == CONNECT_TIMEOUTS_MS[0]
+                         else "Envoy's default cluster connect_timeout")
+                times = f"{attempts} attempts of " if attempts > 1 else ""
+                return (f"Envoy's connect timeout fired (the line lasted {entry.duration_ms} ms: {times}{which}, "
+                        f"{timeout // 1000} s; a refused connect fails within milliseconds)")
+    return None
+
+
 def unanswered(entry: AccessLogEntry, story: StreamStory | None = None) -> str | None:
     """Why Envoy's line (or story) says the upstream connect got no answer, in words; None when it does not."""
     if story is not None and (story.timeout == "connect timeout" or story.reset_reason == "connection timeout"):
@@ -47,7 +78,9 @@ def unanswered(entry: AccessLogEntry, story: StreamStory | None = None) -> str |
         return "Envoy's connect timeout fired"
     errno = next((e for e in ((reset.errno if reset else None), transport_errno(entry.upstream_failure),
                               story.errno if story else None) if e is not None), None)
-    return _UNANSWERED.get(errno) if errno is not None else None
+    if errno is not None:
+        return _UNANSWERED.get(errno)
+    return timed_out_by_duration(entry) if story is None else None
 
 ERROR_AFTER_RETRANSMITS = 3
 

@@ -53,6 +53,9 @@ EXPECTED: dict[str, tuple[str, frozenset[str]]] = {
     # A gateway passing on its upstream's 502 (outbound cluster, via_upstream): the next hop answered it (next-hop).
     "llmd-502-via-upstream.txt": ("envoy-log", frozenset({"next-hop"})),
     "proxywasm-372-stern-tab.txt": ("envoy-log", frozenset()),
+    # UF,URX lines naming no reason that lasted Istio's 10 s connectTimeout (9994 to 10001 ms): a connect timeout
+    "istio-17139-json-ufurx.txt": ("envoy-log", frozenset({"syn-timeout"})),
+    "istio-56356-ufurx-10s.txt": ("envoy-log", frozenset({"syn-timeout"})),
 }
 
 # Still wrong, and why (SOURCES.md, "Found, not fixed").
@@ -60,11 +63,6 @@ XFAIL: dict[str, tuple[str, frozenset[str], str]] = {
     "appmesh-ingress-stats.txt": ("stats", frozenset({"stale-keepalive"}),
                                   "stale-keepalive's counter rule wants the cluster's upstream_cx_http*_total, "
                                   "which the grep-filtered excerpt lacks"),
-    "istio-17139-json-ufurx.txt": ("envoy-log", frozenset({"syn-timeout"}),
-                                   "UF,URX after 10001 ms is the 10 s connectTimeout firing; no detector reads "
-                                   "a connect timeout from an access log's duration"),
-    "istio-56356-ufurx-10s.txt": ("envoy-log", frozenset({"syn-timeout"}),
-                                  "UF,URX after ~10 s (connectTimeout); as istio-17139"),
     "istio-47037-ur-debug.txt": ("envoy-log", frozenset({"access-log"}),
                                  "an upstream HTTP/2 stream closed with error 2 then 'request reset': no story "
                                  "ends in a failure without the router's own reset line"),
