@@ -14,8 +14,8 @@ Without a capture, Envoy's logs name it: a UF whose reset reason is ``connection
 timeout fired: 10 s in Istio by default) or whose connect errno is ETIMEDOUT (110, ``Connection timed out``) or
 EHOSTUNREACH (113, ``No route to host``: an ICMP or a firewall's reject where no SYN-ACK comes), and the debug
 log's ``connect timeout`` on the upstream connection. A UF line that names no reason (a TCP proxy's, or Envoy's
-before response_code_details) is read by its duration: one connect timeout of Istio's 10 s default or Envoy's 5 s
-(or up to three attempts of one), where a refused connect fails within milliseconds (timed_out_by_duration).
+before response_code_details) is read by its duration: one connect timeout of Istio's 10 s default, Envoy's 5 s or
+Istio's 1 s of before 1.5 (or up to three attempts of one), where a refused connect fails within milliseconds (timed_out_by_duration).
 """
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ _UNANSWERED = {ETIMEDOUT: "the connect timed out (ETIMEDOUT)", EHOSTUNREACH: "no
 
 # Connect timeouts a UF's duration is read against when its line names no reason (a TCP proxy's line, Envoy before
 # response_code_details): Istio's meshConfig.connectTimeout default (10 s, its DestinationRule connectTimeout
-# too) and Envoy's own cluster connect_timeout default (5 s, config.cluster.v3.Cluster). Envoy's timer fires a few
-# ms either side of it (9994 to 10001 ms in the lines of istio/istio#17139 and #56356): TIMER_SLACK of it.
-CONNECT_TIMEOUTS_MS = (10_000, 5_000)
+# too), Envoy's own cluster connect_timeout default (5 s, config.cluster.v3.Cluster) and Istio's default before
+# istio/istio#20920 (1 s: Istio 1.0 - 1.4, istio/istio#11319). Envoy's timer fires a few ms either side of it (9994
+# to 10001 ms in the lines of istio/istio#17139 and #56356): TIMER_SLACK of it.
+CONNECT_TIMEOUTS_MS = (10_000, 5_000, 1_000)
+_DEFAULT_OF = {10_000: "Istio's default connectTimeout", 5_000: "Envoy's default cluster connect_timeout",
+               1_000: "Istio's default connectTimeout before 1.5"}
 TIMER_SLACK = 0.01
 MAX_ATTEMPTS = 3  # Istio's default retry policy: 2 retries after the first attempt
 RETRY_BACKOFF_MS = 250  # Envoy's retry back-off ceiling at its 25 ms base (10 times it): the most a retry adds
@@ -59,11 +62,9 @@ def timed_out_by_duration(entry: AccessLogEntry) -> str | None:
             low = attempts * timeout * (1 - TIMER_SLACK)
             high = attempts * timeout * (1 + TIMER_SLACK) + (attempts - 1) * RETRY_BACKOFF_MS
             if low <= entry.duration_ms <= high:
-                which = ("Istio's default connectTimeout" if timeout == CONNECT_TIMEOUTS_MS[0]
-                         else "Envoy's default cluster connect_timeout")
                 times = f"{attempts} attempts of " if attempts > 1 else ""
-                return (f"Envoy's connect timeout fired (the line lasted {entry.duration_ms} ms: {times}{which}, "
-                        f"{timeout // 1000} s; a refused connect fails within milliseconds)")
+                return (f"Envoy's connect timeout fired (the line lasted {entry.duration_ms} ms: {times}"
+                        f"{_DEFAULT_OF[timeout]}, {timeout // 1000} s; a refused connect fails within milliseconds)")
     return None
 
 
