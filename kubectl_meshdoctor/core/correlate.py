@@ -30,6 +30,16 @@ from .hop_path import DOWNSTREAM_FLAGS
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
 FAILURE_FLAGS = frozenset({"UC", "UF", "UPE", "URX", "UH", "UT", "UR", "UO", "LR", "DPE", "NR", "DC", "RL", "UAEX",
                            "RLSE", "SI", "NC", "OM", "DT", "UMSDR", "IH", "LH", "UDO", "DF", "DR"})
+
+
+def envoys_own_5xx(entry: AccessLogEntry) -> bool:
+    """A 5xx no upstream answered and no flag names: no response flag, no %UPSTREAM_HOST%, details (when the
+    format has them) other than ``via_upstream``. A filter's local reply before any upstream was picked (Istio's
+    Mixer policy check, 1.0 - 1.4, answered 503 so, istio/istio#8692), which is a failure a user meets."""
+    return (entry.code >= 500 and not entry.flags and entry.upstream_host is None
+            and entry.details != "via_upstream")
+
+
 WINDOW_S = 3.0  # how far a line's request may start before, or end after, the packet that decided
 # The same for a line that names no connection to hold the packets to (a failed connect's UF has no
 # %UPSTREAM_LOCAL_ADDRESS%): the packets of its request lie within the request's own span, which Envoy logs to
@@ -59,8 +69,9 @@ def _server_of(entry: AccessLogEntry) -> str | None:
 def access_log_flow(entry: AccessLogEntry) -> FlowRef:
     """The connection an access-log line speaks of: the caller (%DOWNSTREAM_REMOTE_ADDRESS%) and the app it
     was for (%UPSTREAM_HOST%, else %DOWNSTREAM_LOCAL_ADDRESS%, else the cluster it was routed to, as Envoy's
-    debug log may name no address); no interface (it was not seen on one). A caller sidecar's line of its
-    upstream side (an outbound cluster, no downstream flag) speaks of its connection to the next pod:
+    debug log may name no address, else the request's :authority); no interface (it was not seen on one). A
+    caller sidecar's line of its upstream side (an outbound cluster, no downstream flag) speaks of its connection
+    to the next pod:
     %UPSTREAM_LOCAL_ADDRESS% (Envoy's "local address of the upstream connection"), for its
     %DOWNSTREAM_REMOTE_ADDRESS% is its own client's socket on the pod's lo, which never crossed eth0."""
     client = entry.downstream_remote
@@ -68,7 +79,7 @@ def access_log_flow(entry: AccessLogEntry) -> FlowRef:
     if (entry.upstream_local and cluster is not None and cluster.direction == "outbound"
             and not set(entry.flags) & DOWNSTREAM_FLAGS):
         client = entry.upstream_local
-    return FlowRef(client or "-", _server_of(entry) or entry.upstream_cluster or "-", "")
+    return FlowRef(client or "-", _server_of(entry) or entry.upstream_cluster or entry.authority or "-", "")
 
 
 def explains(f: Finding, entry: AccessLogEntry) -> bool:
@@ -336,7 +347,8 @@ class Correlator:
         line = rec if rec.story is None else rec.partner
         story = rec.story if rec.story is not None else (rec.partner.story if rec.partner else None)
         entry = line.entry if line is not None else rec.entry
-        failing = bool(set(entry.flags) & FAILURE_FLAGS) or (story is not None and story.failed)
+        failing = (bool(set(entry.flags) & FAILURE_FLAGS) or (story is not None and story.failed)
+                   or envoys_own_5xx(entry))
         if not failing and not claims:
             return None
         rec.decided = True
@@ -370,12 +382,12 @@ class Correlator:
         server = flow.server
         request = f"{entry.method} {entry.path}" if entry.method else "a TCP connection"
         said = "Envoy's debug log tells of" if evidence.kind == ENVOY_LOG else "Envoy logged"
-        shown = ",".join(entry.flags) or entry.details or "a failure"
+        shown = ",".join(entry.flags) or entry.details or ("a local reply" if envoys_own_5xx(entry) else "a failure")
         return Finding(
             detector="access-log",
             # The caller going away (DC, DR) is the caller's doing, as a 4xx is: a warning.
             severity=(Severity.ERROR if (entry.code >= 500 or entry.code == 0)
-                      and not set(entry.flags) <= {"DC", "DR"} else Severity.WARNING),
+                      and not (entry.flags and set(entry.flags) <= {"DC", "DR"}) else Severity.WARNING),
             title=f"{said} {shown} ({entry.code}) for {server} with no packet evidence",
             flow=flow,
             evidence=(evidence,),
@@ -384,6 +396,11 @@ class Correlator:
             response_code_details=entry.details or "",
             explanation=(f"The sidecar answered {request} with {entry.code}"
                          + (f" and response flags {','.join(entry.flags)}: {meanings}" if flags else "")
+                         + (": no upstream host and no response flag, so the sidecar answered it itself before "
+                            "any upstream was picked (a filter's local reply: a policy check such as Istio's "
+                            "Mixer in 1.0 - 1.4, ext_authz, RBAC, a Wasm or Lua filter, a direct response); "
+                            "Envoy's debug log (http and router at debug) names the filter"
+                            if envoys_own_5xx(entry) else "")
                          + ". No packet in the capture explains it (the failure may lie outside the captured "
                            "interfaces or before the capture started)."),
             remediation=f"# What to capture next: {nxt}.",

@@ -56,6 +56,8 @@ EXPECTED: dict[str, tuple[str, frozenset[str]]] = {
     # UF,URX lines naming no reason that lasted Istio's 10 s connectTimeout (9994 to 10001 ms): a connect timeout
     "istio-17139-json-ufurx.txt": ("envoy-log", frozenset({"syn-timeout"})),
     "istio-56356-ufurx-10s.txt": ("envoy-log", frozenset({"syn-timeout"})),
+    # 503 with no flag and no upstream host: the sidecar's own answer (Istio 1.0's Mixer), an access-log finding
+    "istio-8692-istio10-503.txt": ("envoy-log", frozenset({"access-log"})),
 }
 
 # Still wrong, and why (SOURCES.md, "Found, not fixed").
@@ -66,9 +68,6 @@ XFAIL: dict[str, tuple[str, frozenset[str], str]] = {
     "istio-47037-ur-debug.txt": ("envoy-log", frozenset({"access-log"}),
                                  "an upstream HTTP/2 stream closed with error 2 then 'request reset': no story "
                                  "ends in a failure without the router's own reset line"),
-    "istio-8692-istio10-503.txt": ("envoy-log", frozenset({"access-log"}),
-                                   "a 503 with no flag and no upstream host (Envoy's own, Istio 1.0) is read as "
-                                   "the upstream's answer"),
     "istio-6085-docker-json-uf.txt": ("envoy-log", frozenset({"syn-timeout"}),
                                       "its request field lost the space before HTTP/1.1: not even read in part"),
     "envoy-3771-metadata-trace.txt": ("envoy-log", frozenset(),
