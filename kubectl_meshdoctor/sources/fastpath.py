@@ -18,9 +18,11 @@ pass writes, ``per_chunk`` records each) is read once more, in order, and:
   goes to tshark as without the fast path, in a chunk file of its own, so tshark sees exactly what it saw before.
 
 tcp.completeness as tshark 4.0 computes it (epan/dissectors/packet-tcp.c, dissect_tcp), with the options
-analyze runs it with (tcp.analyze_sequence_numbers off): one tshark reads one chunk, and a conversation is one
-address/port pair in either direction for the whole chunk (its port-reuse split needs TCP_S_BASE_SEQ_SET, which
-only the sequence analysis sets; a SYN after a FIN stays in the same conversation). Each frame shows the value
+analyze runs it with (tcp.analyze_sequence_numbers off), checked against tshark 4.0.17 itself
+(tests/sources/test_fastpath.py): one tshark reads one chunk; a conversation is one address/port pair in either
+direction, until a SYN without ACK whose seq differs from its flow's base sequence number (the flow's first seq,
+or seq - 1 when that segment was no SYN, or the other flow's first ACK - 1; a SYN-ACK of another seq moves it)
+starts a new one at completeness 1 (port reuse, even with no FIN or RST before it). Each frame shows the value
 from before its own update. A new conversation starts at 0, and its first frame adds SYN (1) only when it is a
 SYN without ACK (and data, 8, when such a SYN carries payload); every later frame adds SYN-ACK (2) for SYN+ACK,
 ACK (4) or DATA (8) for ACK without SYN (by tcp.len), FIN (16) for FIN with ACK, RST (32) for RST.
@@ -157,26 +159,47 @@ def _no_tcp(buf: bytes, l4: int, end: int, proto: int, icmp: int) -> int:
     return DIRTY
 
 
-def shown_completeness(conversations: dict[bytes, int], key: bytes, flags: int, payload: int) -> int:
-    """The tcp.completeness tshark 4.0 shows for a frame of conversation ``key`` with TCP ``flags`` and
-    ``payload`` bytes, given ``conversations`` (key -> its completeness so far), which it then updates
-    (module docstring)."""
-    c = conversations.get(key)
-    if c is None:
-        conversations[key] = ((9 if payload else 1) if flags & 0x12 == 0x02 else 0)
-        return 0
-    n = c
-    if flags & 0x12 == 0x12:
-        n |= 2
-    elif flags & 0x12 == 0x10:
-        n |= 8 if payload else 4
-    if flags & 0x11 == 0x11:
-        n |= 16
-    if flags & 0x04:
-        n |= 32
-    if n != c:
-        conversations[key] = n
-    return c
+def shown_completeness(conversations: dict[bytes, list], src: bytes, sport: int, dst: bytes, dport: int,
+                       flags: int, seq: int, ack: int, payload: int) -> int:
+    """The tcp.completeness tshark 4.0 shows for a TCP frame (``flags`` its header's, ``payload`` bytes of it),
+    given ``conversations`` (address/port pair -> [completeness, base seq of flow 1, of flow 2], a base None
+    until set), which it then updates as tshark does (module docstring)."""
+    a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+    key = a + b if a <= b else b + a
+    # tshark's flow of this direction (get_tcp_conversation_data): flow 1 when the source address sorts after
+    # the destination's, or the addresses are equal and the source port is the larger
+    fwd, rev = (1, 2) if src > dst or (src == dst and sport > dport) else (2, 1)
+    conv = conversations.get(key)
+    new = conv is None
+    pure_syn = flags & 0x12 == 0x02
+    if new:
+        conv = conversations[key] = [0, None, None]
+    elif conv[fwd] is not None and seq != conv[fwd]:
+        if pure_syn:  # a SYN of another connection on the same ports: tshark starts a new conversation, at 1
+            conv = conversations[key] = [1, None, None]
+        elif flags & 0x12 == 0x12:  # a SYN-ACK of another: its base moves
+            conv[fwd] = seq
+    shown = conv[0]
+    if new:
+        conv[0] = (9 if payload else 1) if pure_syn else 0
+    else:
+        n = shown
+        if flags & 0x12 == 0x12:
+            n |= 2
+        elif flags & 0x12 == 0x10:
+            n |= 8 if payload else 4
+        if flags & 0x11 == 0x11:
+            n |= 16
+        if flags & 0x04:
+            n |= 32
+        conv[0] = n
+    # Each flow's base sequence number, from its first segment (a SYN's seq, else seq - 1), or from the first
+    # ACK the other flow sends (ack - 1): what the next SYN's seq is compared with.
+    if conv[fwd] is None:
+        conv[fwd] = seq if flags & 0x02 else (seq - 1) & 0xFFFFFFFF
+    if conv[rev] is None and flags & 0x10:
+        conv[rev] = (ack - 1) & 0xFFFFFFFF
+    return shown
 
 
 def prefilter_keeps_pure_ack(c: int) -> bool:
@@ -284,7 +307,7 @@ class FastSink:
     def _plan(self, held: list[tuple[int, bytes]]) -> list | None:
         """Each held item's fate in order: (frame, record) for tshark, (0, block) copied, (-frame, event
         fields) decided here; None when the chunk has a record not read here."""
-        conversations: dict[bytes, int] = {}
+        conversations: dict[bytes, list] = {}
         plan: list = []
         for frame, data in held:
             if not frame:
@@ -296,8 +319,7 @@ class FastSink:
             if read is IRRELEVANT:
                 continue
             ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex), name = read
-            a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
-            shown = shown_completeness(conversations, a + b if a <= b else b + a, flags, payload)
+            shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
             if payload:
                 plan.append((frame, data))
             elif flags & 0x07 or prefilter_keeps_pure_ack(shown):
