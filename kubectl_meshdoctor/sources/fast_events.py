@@ -9,7 +9,7 @@ Each field is what tshark 4.0 prints for it and sources/tshark.py's packet_from_
 ``frame.time_epoch`` is the record's time to the nanosecond (``secs.nnnnnnnnn``), read back with ``float``;
 ``ip.src``/``ipv6.src`` are the address as glibc's ``inet_ntop`` writes it (tshark 4.0's ws_inet_ntop4/6 call
 it: RFC 5952's compression, an IPv4-mapped or -compatible address with its dotted quad), which Python's
-``socket.inet_ntop`` calls too; the interface is ``_iface_of`` of the pcapng interface name and the Linux cooked
+``socket.inet_ntop`` calls too; the interface is ``iface_of`` of the pcapng interface name and the Linux cooked
 header's hardware type and interface index, printed as tshark prints them (decimal).
 """
 
@@ -20,9 +20,11 @@ import sys
 from array import array
 from collections.abc import Iterator
 
-from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
 
-from .tshark import _FLAGS, _iface_of
+from .tshark import iface_of
+
+_FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once, as packet_from_fields does
 
 
 class FastEvents:
@@ -53,7 +55,7 @@ class FastEvents:
         p = self._pair_index.get(key)
         if p is None:
             p = self._pair_index[key] = len(self._pairs)
-            self._pairs.append((_address(src), _address(dst)))
+            self._pairs.append((address_text(src), address_text(dst)))
         w = self._where_index.get(where)
         if w is None:
             w = self._where_index[where] = len(self._wheres)
@@ -70,7 +72,7 @@ class FastEvents:
     def events(self, source: str, default_iface: str, force_iface: bool) -> Iterator[PacketEvent]:
         """The events in the order added, as packet_from_fields makes them for ``source`` (its interface
         ``default_iface``, on every event with ``force_iface``)."""
-        ifaces = [default_iface if force_iface else _iface_of(name, hatype, ifindex, default_iface)
+        ifaces = [default_iface if force_iface else iface_of(name, hatype, ifindex, default_iface)
                   for name, hatype, ifindex in self._wheres]
         pairs = self._pairs
         for i in range(len(self.frames)):
@@ -80,7 +82,7 @@ class FastEvents:
                               ports & 0xFFFF, _FLAGS[self.flags[i]], self.seq[i], self.ack[i], 0, None, None)
 
 
-def _address(raw: bytes) -> str:
+def address_text(raw: bytes) -> str:
     """An address's bytes as tshark prints them (module docstring), interned as packet_from_fields does."""
     return sys.intern(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw))
 

@@ -30,6 +30,7 @@ ACK (4) or DATA (8) for ACK without SYN (by tcp.len), FIN (16) for FIN with ACK,
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -37,8 +38,17 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.pcap_header import HEADER_LEN, PcapHeader, is_pcapng, pcap_header, pcapng_order
 
 from .fast_events import FastEvents, epoch
-from .prepass import (ETHERNET, LOOP, NULL, RAW, RAW4, RAW6, SLL, SLL2, Damaged, PrepassResult, Stopped, _Out,
-                      _pcapng, _SLL_HATYPES, _BSD_INET6, walk_pcap)
+from .prepass import (ETHERNET, LOOP, NULL, RAW, RAW4, RAW6, SLL, SLL2, Damaged, PrepassResult, Stopped, ChunkFiles,
+                      walk_pcapng, SLL_HATYPES, BSD_INET6, walk_pcap)
+
+# Whether the fast path runs; MESHDOCTOR_FASTPATH=0 turns it off, =1 on (tests and bench/run compare the two).
+FASTPATH = True
+
+
+def fastpath_wanted() -> bool:
+    env = os.environ.get("MESHDOCTOR_FASTPATH")
+    return env == "1" if env in ("0", "1") else FASTPATH
+
 
 IRRELEVANT, DIRTY = 0, 1  # what _segment says of a record that is no TCP segment read here
 _NO_TCP_ETHERTYPES = frozenset((0x0806, 0x8035, 0x88CC))  # ARP, RARP, LLDP: never an IP datagram
@@ -70,7 +80,7 @@ def _link(buf: bytes, o: int, caplen: int, link: int) -> tuple[int, int, str, st
             return DIRTY
         ha = (buf[o + 2] << 8) | buf[o + 3]
         etype, ip, hatype = (buf[o + 14] << 8) | buf[o + 15], o + 16, str(ha)
-        if ha not in _SLL_HATYPES:
+        if ha not in SLL_HATYPES:
             return DIRTY
     elif link == SLL2:
         if caplen < 20:
@@ -78,7 +88,7 @@ def _link(buf: bytes, o: int, caplen: int, link: int) -> tuple[int, int, str, st
         ha = (buf[o + 8] << 8) | buf[o + 9]
         etype, ip, hatype = (buf[o] << 8) | buf[o + 1], o + 20, str(ha)
         ifindex = str(int.from_bytes(buf[o + 4:o + 8], "big"))
-        if ha not in _SLL_HATYPES:
+        if ha not in SLL_HATYPES:
             return DIRTY
     elif link in (RAW, RAW4, RAW6):
         if caplen < 1:
@@ -91,7 +101,7 @@ def _link(buf: bytes, o: int, caplen: int, link: int) -> tuple[int, int, str, st
         if caplen < 4 or buf[o + 1] or buf[o + 2] or (buf[o] and buf[o + 3]):
             return DIRTY
         family = buf[o + 3] if buf[o] == 0 else buf[o]
-        etype, ip = (0x0800 if family == 2 else 0x86DD if family in _BSD_INET6 else 0), o + 4
+        etype, ip = (0x0800 if family == 2 else 0x86DD if family in BSD_INET6 else 0), o + 4
         if not etype:
             return DIRTY
     else:
@@ -240,11 +250,11 @@ class _Iface:
 
 
 class FastSink:
-    """The pre-pass's output (prepass._Out's interface): kept records held a chunk at a time, then split between
+    """The pre-pass's output (prepass.ChunkFiles's interface): kept records held a chunk at a time, then split between
     tshark's chunk files and the events decided here (module docstring)."""
 
     def __init__(self, into: str, ext: str, per_chunk: int) -> None:
-        self._out = _Out(into, ext, per_chunk)
+        self._out = ChunkFiles(into, ext, per_chunk)
         self.preamble = self._out.preamble
         self.chunks = self._out.chunks
         self.per_chunk = per_chunk
@@ -254,6 +264,9 @@ class FastSink:
         self._held: list[tuple[int, bytes]] = []  # (frame, record) or (0, another block)
         self._records = 0
         self._preamble_at_start = b""
+        self._order: str | None = None  # pcapng: the section's byte order, from its header block
+        self._record_header = struct.Struct("<IIII")  # pcap: set with the file header's byte order
+        self._epb = struct.Struct("<7I")
 
     def record(self, data, frame: int) -> None:
         if not self._records:
@@ -266,9 +279,11 @@ class FastSink:
     def other(self, data) -> None:
         data = bytes(data)
         if self.pcap is None:  # pcapng: an Interface Description Block is read for the records after it
-            order = pcapng_order(bytes(self.preamble[:12]))
-            if order is not None and len(data) >= 20 and struct.unpack_from(order + "I", data)[0] == 1:
-                self._ifaces.append(_Iface(data, order))
+            if self._order is None:
+                self._order = pcapng_order(bytes(self.preamble[:12])) or "<"
+                self._epb = struct.Struct(self._order + "7I")
+            if len(data) >= 20 and struct.unpack_from(self._order + "I", data)[0] == 1:
+                self._ifaces.append(_Iface(data, self._order))
         if self._records:
             self._held.append((0, data))
         else:
@@ -328,20 +343,13 @@ class FastSink:
 
     def _read(self, data: bytes):
         """(ts, segment, interface name) of a held record, or IRRELEVANT/DIRTY."""
-        pcap = self.pcap
-        if pcap is not None:
-            secs, frac, caplen, wirelen = struct.unpack_from(pcap.order + "IIII", data)
-            if frac >= (1_000_000_000 if pcap.nanoseconds else 1_000_000):
-                return DIRTY
-            seg = _segment(data, 16, caplen, wirelen, pcap.link_type)
-            if isinstance(seg, int):
-                return seg
-            return epoch(secs, frac if pcap.nanoseconds else frac * 1000), seg, ""
-        order = pcapng_order(bytes(self.preamble[:12]))
-        btype = struct.unpack_from(order + "I", data)[0]
+        if self.pcap is not None:
+            return read_pcap_record(data, self.pcap, self._record_header)
+        if len(data) < 28:
+            return DIRTY
+        btype, _, iface_id, high, low, caplen, wirelen = self._epb.unpack_from(data)  # EPB's first 28 bytes
         if btype != 6:
             return DIRTY  # a Simple Packet Block has no time stamp; the obsolete Packet Block: not read here
-        iface_id, high, low, caplen, wirelen = struct.unpack_from(order + "IIIII", data, 8)
         iface = self._ifaces[iface_id] if iface_id < len(self._ifaces) else None
         if iface is None or iface.units is None or iface.name is None:
             return DIRTY
@@ -353,6 +361,18 @@ class FastSink:
         return epoch(ts // units, ts % units * (1_000_000_000 // units)), seg, iface.name
 
 
+def read_pcap_record(data: bytes, pcap: PcapHeader, record_header: struct.Struct):
+    """(ts, segment as _segment gives it, "") of a pcap record (its 16-byte header, then the frame) of a file
+    headed ``pcap`` (``record_header``: Struct("IIII") in its byte order), or IRRELEVANT/DIRTY."""
+    secs, frac, caplen, wirelen = record_header.unpack_from(data)
+    if frac >= (1_000_000_000 if pcap.nanoseconds else 1_000_000):
+        return DIRTY
+    seg = _segment(data, 16, caplen, wirelen, pcap.link_type)
+    if isinstance(seg, int):
+        return seg
+    return epoch(secs, frac if pcap.nanoseconds else frac * 1000), seg, ""
+
+
 def fast_prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None) -> FastPrepass | None:
     """prepass.prepass with the fast path: the records left for tshark in chunk files in ``into`` (``per_chunk``
     at most each), the events decided here in frame order. None when the pre-pass does not follow the file."""
@@ -362,13 +382,14 @@ def fast_prepass(path: str, into: str, per_chunk: int, stop: threading.Event | N
         try:
             if is_pcapng(head):
                 sink = FastSink(into, ".pcapng", per_chunk)
-                result = _pcapng(fh, head, sink, stop)
+                result = walk_pcapng(fh, head, sink, stop)
             else:
                 header = pcap_header(head)
                 if header is None:
                     return None
                 sink = FastSink(into, ".pcap", per_chunk)
                 sink.pcap = header
+                sink._record_header = struct.Struct(header.order + "IIII")
                 result = walk_pcap(fh, header, sink, stop)
             if result is None:
                 return None

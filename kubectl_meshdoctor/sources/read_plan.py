@@ -19,7 +19,7 @@ import threading
 
 from kubectl_meshdoctor.private_dirs import private_dir_prefix
 from kubectl_meshdoctor.sources.captools import complete_frames, split_capture
-from kubectl_meshdoctor.sources.fastpath import FastPrepass, fast_prepass
+from kubectl_meshdoctor.sources.fastpath import FastPrepass, fast_prepass, fastpath_wanted
 from kubectl_meshdoctor.sources.files import CaptureArg
 from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
@@ -57,15 +57,9 @@ PREPASS_ABOVE_BYTES: int | None = 4 << 20
 PREPASS_CHUNK_PACKETS = 12_000
 
 
-# The pre-pass's fast path (sources/fastpath.py): the events of kept records without TCP payload are made by the
-# pass itself, only the rest go to tshark. MESHDOCTOR_FASTPATH=0 turns it off, =1 on (tests compare the two).
-FASTPATH = True
+# The pre-pass's fast path (sources/fastpath.py, fastpath_wanted): the events of kept records without TCP payload
+# are made by the pass itself, only the rest go to tshark.
 FAST_GATE_EVERY = 4096  # events handed on between two waits at the merge's gate, after tshark's last chunk
-
-
-def _fastpath_wanted() -> bool:
-    env = os.environ.get("MESHDOCTOR_FASTPATH")
-    return env == "1" if env in ("0", "1") else FASTPATH
 
 
 def _scratch_usable(parent: str) -> bool:
@@ -146,7 +140,7 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
     if PREPASS in first:
         with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the capture's bytes
                                          dir=parent if os.access(parent, os.W_OK) else None) as tmp:
-            fast = _fastpath_wanted()
+            fast = fastpath_wanted()
             kept = await _run_prepass(a.path, tmp, fast)
             if isinstance(kept, FastPrepass):
                 return await _read_fast(kept, a, read, on_event, gate)
