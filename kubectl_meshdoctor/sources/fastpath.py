@@ -35,11 +35,11 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from kubectl_meshdoctor.pcap_header import HEADER_LEN, PcapHeader, is_pcapng, pcap_header, pcapng_order
+from kubectl_meshdoctor.pcap_header import PcapHeader, pcap_header, pcapng_order
 
 from .fast_events import FastEvents, epoch
-from .prepass import (ETHERNET, LOOP, NULL, RAW, RAW4, RAW6, SLL, SLL2, Damaged, PrepassResult, Stopped, ChunkFiles,
-                      walk_pcapng, SLL_HATYPES, BSD_INET6, walk_pcap)
+from .prepass import (BSD_INET6, ETHERNET, LOOP, NULL, RAW, RAW4, RAW6, SLL, SLL2, SLL_HATYPES, ChunkFiles,
+                      PrepassResult, prepass)
 
 # Whether the fast path runs; MESHDOCTOR_FASTPATH=0 turns it off, =1 on (tests and bench/run compare the two).
 FASTPATH = True
@@ -269,6 +269,10 @@ class FastSink:
         self._epb = struct.Struct("<7I")
 
     def record(self, data, frame: int) -> None:
+        if self.pcap is None and not self._ifaces:  # a pcap file: its header is the preamble
+            self.pcap = pcap_header(bytes(self.preamble))
+            if self.pcap is not None:
+                self._record_header = struct.Struct(self.pcap.order + "IIII")
         if not self._records:
             self._preamble_at_start = bytes(self.preamble)
         self._held.append((frame, bytes(data)))
@@ -376,28 +380,11 @@ def read_pcap_record(data: bytes, pcap: PcapHeader, record_header: struct.Struct
 def fast_prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None) -> FastPrepass | None:
     """prepass.prepass with the fast path: the records left for tshark in chunk files in ``into`` (``per_chunk``
     at most each), the events decided here in frame order. None when the pre-pass does not follow the file."""
-    with open(path, "rb") as fh:
-        head = fh.read(HEADER_LEN)
-        sink = None
-        try:
-            if is_pcapng(head):
-                sink = FastSink(into, ".pcapng", per_chunk)
-                result = walk_pcapng(fh, head, sink, stop)
-            else:
-                header = pcap_header(head)
-                if header is None:
-                    return None
-                sink = FastSink(into, ".pcap", per_chunk)
-                sink.pcap = header
-                sink._record_header = struct.Struct(header.order + "IIII")
-                result = walk_pcap(fh, header, sink, stop)
-            if result is None:
-                return None
-            sink.close()
-            return FastPrepass(result, sink.events)
-        except (Damaged, Stopped):
-            return None
-        finally:
-            if sink is not None:
-                sink._out.close()
+    sinks: list[FastSink] = []
 
+    def output(into: str, ext: str, per_chunk: int) -> FastSink:
+        sinks.append(FastSink(into, ext, per_chunk))
+        return sinks[-1]
+
+    result = prepass(path, into, per_chunk, stop, output)
+    return None if result is None else FastPrepass(result, sinks[0].events)

@@ -287,20 +287,24 @@ def _refill(fh, buf: bytes, pos: int, stop: threading.Event | None, block: int =
     return buf[pos:] + more if more else None
 
 
-def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None) -> PrepassResult | None:
+def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None,
+            output=None) -> PrepassResult | None:
     """Filter capture ``path`` into chunk files in directory ``into`` (``per_chunk`` kept records each). None when
     the file is not one this pass can follow (the caller then reads it whole). ``stop`` ends it early (None is
-    returned then too); the chunk files it wrote are the caller's to remove (they are in ``into``)."""
+    returned then too); the chunk files it wrote are the caller's to remove (they are in ``into``). ``output``:
+    what takes the kept records, made as ``output(into, ext, per_chunk)`` (ChunkFiles' interface; its
+    ``close`` runs before the result is used; sources/fastpath.py's FastSink), else ChunkFiles."""
+    make = output or ChunkFiles
     with open(path, "rb") as fh:
         head = fh.read(HEADER_LEN)
         out = None
         try:
             if is_pcapng(head):
-                out = ChunkFiles(into, ".pcapng", per_chunk)
+                out = make(into, ".pcapng", per_chunk)
                 return walk_pcapng(fh, head, out, stop)
             header = pcap_header(head)
             if header is not None:
-                out = ChunkFiles(into, ".pcap", per_chunk)
+                out = make(into, ".pcap", per_chunk)
                 return walk_pcap(fh, header, out, stop)
             return None
         except (Damaged, Stopped):

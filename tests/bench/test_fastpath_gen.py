@@ -19,16 +19,18 @@ from tests.sources.test_fastpath import same_stream
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
 
 
+def _report(paths, fast: str, monkeypatch):
+    monkeypatch.setenv("MESHDOCTOR_PREPASS", "1")
+    monkeypatch.setenv("MESHDOCTOR_FASTPATH", fast)
+    return asyncio.run(analyze([CaptureArg.parse(str(p)) for p in paths], Pipeline.with_detectors()))
+
+
 def test_generated_traffic_gives_the_same_report_and_events_with_the_fast_path(tmp_path, monkeypatch):
     gen.generate(tmp_path, 20_000, 5, jobs=1)
     paths = [tmp_path / f for f in gen.FILES.values()]
-    reports = {}
-    for fast in ("0", "1"):
-        monkeypatch.setenv("MESHDOCTOR_PREPASS", "1")
-        monkeypatch.setenv("MESHDOCTOR_FASTPATH", fast)
-        reports[fast] = asyncio.run(analyze([CaptureArg.parse(str(p)) for p in paths], Pipeline.with_detectors()))
-    assert reports["1"].findings == reports["0"].findings and reports["1"].findings
-    assert reports["1"].stats == reports["0"].stats and reports["1"].problems == reports["0"].problems
+    without, with_ = (_report(paths, fast, monkeypatch) for fast in "01")
+    assert with_.findings == without.findings and with_.findings
+    assert with_.stats == without.stats and with_.problems == without.problems
     monkeypatch.setattr(read_plan, "PREPASS_CHUNK_PACKETS", 3_000)
     for p in paths:
         assert len(same_stream(p, monkeypatch)) > 1_000
