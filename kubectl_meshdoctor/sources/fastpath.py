@@ -250,8 +250,8 @@ class _Iface:
 
 
 class FastSink:
-    """The pre-pass's output (prepass.ChunkFiles's interface): kept records held a chunk at a time, then split between
-    tshark's chunk files and the events decided here (module docstring)."""
+    """The pre-pass's output (prepass.ChunkFiles's interface): kept records held a chunk at a time, then split
+    between tshark's chunk files and the events decided here (module docstring)."""
 
     def __init__(self, into: str, ext: str, per_chunk: int) -> None:
         self._out = ChunkFiles(into, ext, per_chunk)

@@ -312,7 +312,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             os.close(read_fd)  # a merger blocked on the full pipe gets EPIPE
         while not sessions.empty():  # pipes the merger opened that no tshark read
             left = sessions.get_nowait()
-            if left is not None:
+            if left is not None and left[0] != DRAIN:
                 os.close(left[0])
         for t in threads:
             await asyncio.to_thread(t.join)

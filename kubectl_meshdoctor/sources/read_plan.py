@@ -93,8 +93,8 @@ def interleave_header(paths: list[str]) -> bytes | None:
 
 
 async def _run_prepass(path: str, into: str, fast: bool = False) -> PrepassResult | FastPrepass | None:
-    """prepass() (fast_prepass() with ``fast``) in a thread (the event loop, a TUI's screen, goes on); cancelled, it is stopped and waited for
-    before the caller removes ``into``, so no chunk is written after."""
+    """prepass() (fast_prepass() with ``fast``) in a thread (the event loop, a TUI's screen, goes on); cancelled,
+    it is stopped and waited for before the caller removes ``into``, so no chunk is written after."""
     stop = threading.Event()
     per_chunk = min(PREPASS_CHUNK_PACKETS, CHUNK_PACKETS)  # a test's small CHUNK_PACKETS applies here too
     task = asyncio.ensure_future(asyncio.to_thread(fast_prepass if fast else prepass, path, into, per_chunk, stop))

@@ -18,6 +18,7 @@ from kubectl_meshdoctor.commands.analyze import analyze
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.sources import fastpath, prepass, read_plan
 from kubectl_meshdoctor.sources.files import CaptureArg
+from tests.sources.test_undissectable import bad_header_length, captured_short, with_bad_frames
 from tests.sources.fast_captures import (ETHERNET, RAW, SLL, A, F, P, R, S, framed, segment, write_pcap,
                                          write_pcapng)
 
@@ -177,3 +178,14 @@ def test_port_reuse_and_first_frames_give_the_same_events(tmp_path, monkeypatch,
     write_pcap(path, [segment(*t, flags, seq, ack) for t, flags, seq, ack in HARD[case]])
     events = same_stream(path, monkeypatch)
     assert any(not e.flags & 0x07 for e in events)  # some pure ACK was kept, by tshark's completeness
+
+
+@pytest.mark.parametrize("bad", [bad_header_length, captured_short])
+@pytest.mark.parametrize("at", [(1,), (5, 30)])
+def test_undissectable_frames_are_counted_the_same(tmp_path, monkeypatch, bad, at):
+    """A TCP frame tshark cannot dissect is left to tshark, with its chunk: counted and named the same."""
+    path = with_bad_frames(tmp_path, at, bad)
+    monkeypatch.setattr(read_plan, "PREPASS_CHUNK_PACKETS", 10)
+    same_stream(path, monkeypatch)
+    _, result = stream(path, True, monkeypatch)
+    assert result.undissectable == len(at) and len(result.undissectable_frames) == len(at)
