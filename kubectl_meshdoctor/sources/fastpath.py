@@ -152,8 +152,28 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
     doff = (buf[l4 + 12] >> 4) * 4
     if doff < 20 or end - l4 < doff or seg < doff:
         return DIRTY  # tshark counts these undissectable, or stops in their options: its call
+    if doff > 20 and _mptcp(buf, l4 + 20, l4 + doff):
+        return DIRTY
     sport, dport, seq, ack = struct.unpack_from("!HHII", buf, l4)
     return (bytes(src), bytes(dst), sport, dport, buf[l4 + 13] & 0x3F, seq, ack, seg - doff, hatype, ifindex)
+
+
+def _mptcp(buf: bytes, pos: int, end: int) -> bool:
+    """Whether the TCP options at ``buf[pos:end]`` hold a Multipath TCP option (kind 30, RFC 8684), whose
+    analysis in tshark ties conversations together: not followed here."""
+    while pos < end:
+        kind = buf[pos]
+        if kind == 0:
+            return False
+        if kind == 1:
+            pos += 1
+            continue
+        if kind == 30:
+            return True
+        if pos + 1 >= end or buf[pos + 1] < 2:
+            return False
+        pos += buf[pos + 1]
+    return False
 
 
 def _no_tcp(buf: bytes, l4: int, end: int, proto: int, icmp: int) -> int:

@@ -13,9 +13,12 @@ F, S, R, P, A = 0x01, 0x02, 0x04, 0x08, 0x10
 RAW, ETHERNET, SLL = 101, 1, 113
 
 
-def segment(src: str, sport: int, dst: str, dport: int, flags: int, seq: int, ack: int, data: bytes = b"") -> bytes:
-    """An IPv4 or IPv6 datagram (by ``src``'s family) carrying one TCP segment with a 20-byte header."""
-    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, 5 << 4, flags, 65535, 0, 0) + data
+def segment(src: str, sport: int, dst: str, dport: int, flags: int, seq: int, ack: int, data: bytes = b"",
+            options: bytes = b"") -> bytes:
+    """An IPv4 or IPv6 datagram (by ``src``'s family) carrying one TCP segment, its header 20 bytes and
+    ``options`` (a multiple of 4 bytes)."""
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, (5 + len(options) // 4) << 4, flags, 65535, 0, 0)
+    tcp += options + data
     s, d = ipaddress.ip_address(src).packed, ipaddress.ip_address(dst).packed
     if len(s) == 4:
         return struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0x4000, 64, 6, 0, s, d) + tcp

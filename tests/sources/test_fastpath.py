@@ -189,3 +189,15 @@ def test_undissectable_frames_are_counted_the_same(tmp_path, monkeypatch, bad, a
     same_stream(path, monkeypatch)
     _, result = stream(path, True, monkeypatch)
     assert result.undissectable == len(at) and len(result.undissectable_frames) == len(at)
+
+
+def test_a_multipath_tcp_option_leaves_its_chunk_to_tshark(tmp_path, monkeypatch):
+    """MPTCP (RFC 8684) options: tshark's analysis of them is not followed here, so their chunk is tshark's."""
+    mp_capable = bytes([30, 4, 0x01, 0x81])
+    segs = [segment(*C, S, 100, 0, options=b"\x01\x01" + b"\x01\x01" + mp_capable), segment(*SV, S | A, 900, 101),
+            segment(*C, A, 101, 901), segment(*C, F | A, 101, 901), segment(*SV, A, 901, 102)]
+    path = tmp_path / "mptcp.pcap"
+    write_pcap(path, segs)
+    got = fastpath.fast_prepass(str(path), str(tmp_path), 12_000)
+    assert got is not None and len(got.events) == 0
+    same_stream(path, monkeypatch)
