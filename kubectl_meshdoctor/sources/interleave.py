@@ -30,6 +30,8 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, PcapHeader, pcap_header
 
 from . import prepass
+from .fastpath import fastpath_wanted
+from .interleave_fast import DRAIN, FastReader, RealStream, merge_fast
 from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 from .tshark import FIELD_ARGS, FILE_PREFILTER, MAX_NAMED, TSHARK_ARGS, ReadResult, Undissectable, packet_from_fields
 
@@ -71,7 +73,7 @@ def interleavable(paths: Sequence[str]) -> bytes | None:
 
 
 class _Feed:
-    """The pre-pass's output (its ``_Out`` interface): kept records in batches onto a queue for the merger."""
+    """The pre-pass's output (its ``ChunkFiles`` interface): kept records in batches onto a queue for the merger."""
 
     def __init__(self, index: int, order: str, nanoseconds: bool, stop: threading.Event) -> None:
         self.index, self.stop = index, stop
@@ -182,6 +184,25 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             feeds[i].close()
             feeds[i]._put(None)
 
+    fast = fastpath_wanted()
+    fast_queue: deque = deque()
+    real = RealStream(header, ledger, lambda item: loop.call_soon_threadsafe(sessions.put_nowait, item), REPLAY,
+                      SESSION_RECORDS)
+
+    def merge_with_fast_path() -> None:
+        try:
+            merge_fast(heapq.merge(*(f.records() for f in feeds)), head, real, fast_queue, stop,
+                       lambda place: loop.call_soon_threadsafe(sessions.put_nowait, (DRAIN, place)),
+                       SESSION_RECORDS, REPLAY_RECORDS)
+        except OSError:  # tshark went away: its end says why
+            stop.set()
+        finally:
+            if real.fd >= 0:  # stopped: the reader hands on what came before
+                real.ends.append(real.written)
+                os.close(real.fd)
+                real.fd = -1
+            loop.call_soon_threadsafe(sessions.put_nowait, None)
+
     def merge() -> None:
         out, files, frames = bytearray(), bytearray(), array("I")
         write_fd, written, in_session = -1, 0, 0
@@ -229,12 +250,13 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
 
     threads = [threading.Thread(target=run_pass, args=(i,), name=f"prepass-{i}", daemon=True)
                for i in range(len(paths))]
-    threads.append(threading.Thread(target=merge, name="interleave", daemon=True))
+    threads.append(threading.Thread(target=merge_with_fast_path if fast else merge, name="interleave", daemon=True))
     packets = [0] * len(paths)
     last = [0] * len(paths)
     bad = [0] * len(paths)
     named: list[list[int]] = [[] for _ in paths]
     base = 0  # records in the stream before the current tshark's first
+    reader = FastReader(fast_queue, sources, ifaces, forced, on_event, packets, last)
 
     def handle(batch: bytes) -> None:
         for line in batch.decode("latin-1").split("\n"):
@@ -244,7 +266,10 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             number = line if cut < 0 else line[:cut]
             if not number.isdigit():
                 continue
-            i, frame = ledger.at(base + int(number) - 1)
+            place = base + int(number) - 1
+            if fast:
+                reader.upto(place)  # the fast path's events before this record, in the stream's order
+            i, frame = ledger.at(place)
             if i == REPLAY:
                 continue
             try:
@@ -263,8 +288,12 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     read_fd = -1
     for t in threads:
         t.start()
+    ended = 0  # tsharks that have ended (fast path: real.ends)
     try:
         while (session := await sessions.get()) is not None:
+            if session[0] == DRAIN:
+                reader.upto(session[1])
+                continue
             read_fd, base = session
             capture = FieldsPipeCapture(read_fd, output_args=FIELD_ARGS, display_filter=FILE_PREFILTER,
                                          custom_parameters=list(TSHARK_ARGS), eventloop=loop)
@@ -273,13 +302,17 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             read_fd = -1
             complaint = await tshark_complaint(capture)  # always: it drains tshark's stderr
             error = error or complaint
+            if fast:
+                reader.upto(real.ends[ended] if ended < len(real.ends) else float("inf"))
+                ended += 1
+        reader.upto(float("inf"))
     finally:
         stop.set()
         if read_fd >= 0:
             os.close(read_fd)  # a merger blocked on the full pipe gets EPIPE
         while not sessions.empty():  # pipes the merger opened that no tshark read
             left = sessions.get_nowait()
-            if left is not None:
+            if left is not None and left[0] != DRAIN:
                 os.close(left[0])
         for t in threads:
             await asyncio.to_thread(t.join)

@@ -59,8 +59,8 @@ from .tls_records import RECORD_PREFIXES
 # Link types (tcpdump.org/linktypes.html) walked here; for each, how to find the IP header.
 ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2 = 1, 0, 101, 108, 113, 228, 229, 276
 LINKS = frozenset((ETHERNET, NULL, RAW, LOOP, SLL, RAW4, RAW6, SLL2))
-_SLL_HATYPES = frozenset((1, 772, 65534))  # ARPHRD_ETHER, _LOOPBACK, _NONE (tun): the protocol is an EtherType
-_BSD_INET6 = frozenset((24, 28, 30))  # AF_INET6 of the BSDs, as DLT_NULL/LOOP captures carry it
+SLL_HATYPES = frozenset((1, 772, 65534))  # ARPHRD_ETHER, _LOOPBACK, _NONE (tun): the protocol is an EtherType
+BSD_INET6 = frozenset((24, 28, 30))  # AF_INET6 of the BSDs, as DLT_NULL/LOOP captures carry it
 _STARTS = frozenset(START_PREFIXES)
 _MAX_BLOCK = 1 << 24  # a pcapng block this long is a damaged file
 # tshark's largest frame for these link types (wiretap's WTAP_MAX_PACKET_SIZE_STANDARD): past it, it stops with
@@ -172,7 +172,7 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
             etype = (buf[o] << 8) | buf[o + 1]
             hatype = (buf[o + 8] << 8) | buf[o + 9]
             ip = o + 20
-        if hatype not in _SLL_HATYPES:
+        if hatype not in SLL_HATYPES:
             return KEEP
     elif link == RAW or link == RAW4 or link == RAW6:
         if caplen < 1:
@@ -186,7 +186,7 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
         family = buf[o + 3] if buf[o] == 0 else buf[o]  # host byte order of the capturing machine: either
         if buf[o + 1] or buf[o + 2] or (buf[o] and buf[o + 3]):
             return KEEP
-        etype = 0x0800 if family == 2 else 0x86DD if family in _BSD_INET6 else 0
+        etype = 0x0800 if family == 2 else 0x86DD if family in BSD_INET6 else 0
         ip = o + 4
     else:
         return KEEP
@@ -240,7 +240,7 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
     return first or conv.want_ack(key)
 
 
-class _Out:
+class ChunkFiles:
     """The chunk files: each starts with ``preamble`` and holds at most ``per_chunk`` kept records."""
 
     def __init__(self, into: str, ext: str, per_chunk: int) -> None:
@@ -287,20 +287,24 @@ def _refill(fh, buf: bytes, pos: int, stop: threading.Event | None, block: int =
     return buf[pos:] + more if more else None
 
 
-def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None) -> PrepassResult | None:
+def prepass(path: str, into: str, per_chunk: int, stop: threading.Event | None = None,
+            output=None) -> PrepassResult | None:
     """Filter capture ``path`` into chunk files in directory ``into`` (``per_chunk`` kept records each). None when
     the file is not one this pass can follow (the caller then reads it whole). ``stop`` ends it early (None is
-    returned then too); the chunk files it wrote are the caller's to remove (they are in ``into``)."""
+    returned then too); the chunk files it wrote are the caller's to remove (they are in ``into``). ``output``:
+    what takes the kept records, made as ``output(into, ext, per_chunk)`` (ChunkFiles' interface; its
+    ``close`` runs before the result is used; sources/fastpath.py's FastSink), else ChunkFiles."""
+    make = output or ChunkFiles
     with open(path, "rb") as fh:
         head = fh.read(HEADER_LEN)
         out = None
         try:
             if is_pcapng(head):
-                out = _Out(into, ".pcapng", per_chunk)
-                return _pcapng(fh, head, out, stop)
+                out = make(into, ".pcapng", per_chunk)
+                return walk_pcapng(fh, head, out, stop)
             header = pcap_header(head)
             if header is not None:
-                out = _Out(into, ".pcap", per_chunk)
+                out = make(into, ".pcap", per_chunk)
                 return walk_pcap(fh, header, out, stop)
             return None
         except (Damaged, Stopped):
@@ -354,7 +358,9 @@ _PACKET_BLOCKS = (2, 3, 6)  # Packet Block (obsolete), Simple Packet Block, Enha
 _OTHER_BLOCKS = (4, 5, 0x0A)  # Name Resolution, Interface Statistics, Decryption Secrets: no frame
 
 
-def _pcapng(fh, head: bytes, out: _Out, stop: threading.Event | None) -> PrepassResult | None:
+def walk_pcapng(fh, head: bytes, out: ChunkFiles, stop: threading.Event | None) -> PrepassResult | None:
+    """The pass over a pcapng file whose first bytes are ``head``, each kept record to ``out`` (its interface
+    blocks into ``out.preamble`` and ``out.other``); None for a file it does not follow. Raises Damaged, Stopped."""
     order = pcapng_order(head)
     if order is None:
         return None

@@ -11,6 +11,7 @@ interleaved in capture-time order into one tshark (``interleave_header``, source
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ import threading
 
 from kubectl_meshdoctor.private_dirs import private_dir_prefix
 from kubectl_meshdoctor.sources.captools import complete_frames, split_capture
+from kubectl_meshdoctor.sources.fastpath import FastPrepass, fast_prepass, fastpath_wanted
 from kubectl_meshdoctor.sources.files import CaptureArg
 from kubectl_meshdoctor.sources.interleave import interleavable
 from kubectl_meshdoctor.sources.prepass import PrepassResult, prepass
@@ -55,6 +57,11 @@ PREPASS_ABOVE_BYTES: int | None = 4 << 20
 PREPASS_CHUNK_PACKETS = 12_000
 
 
+# The pre-pass's fast path (sources/fastpath.py, fastpath_wanted): the events of kept records without TCP payload
+# are made by the pass itself, only the rest go to tshark.
+FAST_GATE_EVERY = 4096  # events handed on between two waits at the merge's gate, after tshark's last chunk
+
+
 def _scratch_usable(parent: str) -> bool:
     """Whether chunks can be written beside the input (``parent``) or in a temporary directory."""
     if os.access(parent, os.W_OK):
@@ -85,12 +92,12 @@ def interleave_header(paths: list[str]) -> bytes | None:
     return interleavable(paths)
 
 
-async def _run_prepass(path: str, into: str) -> PrepassResult | None:
-    """prepass() in a thread (the event loop, a TUI's screen, goes on); cancelled, it is stopped and waited for
-    before the caller removes ``into``, so no chunk is written after."""
+async def _run_prepass(path: str, into: str, fast: bool = False) -> PrepassResult | FastPrepass | None:
+    """prepass() (fast_prepass() with ``fast``) in a thread (the event loop, a TUI's screen, goes on); cancelled,
+    it is stopped and waited for before the caller removes ``into``, so no chunk is written after."""
     stop = threading.Event()
     per_chunk = min(PREPASS_CHUNK_PACKETS, CHUNK_PACKETS)  # a test's small CHUNK_PACKETS applies here too
-    task = asyncio.ensure_future(asyncio.to_thread(prepass, path, into, per_chunk, stop))
+    task = asyncio.ensure_future(asyncio.to_thread(fast_prepass if fast else prepass, path, into, per_chunk, stop))
     try:
         return await asyncio.shield(task)
     except BaseException:
@@ -122,10 +129,10 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
     # ``shared``: fewer tshark slots than files. A reader then reads a whole chunk once it holds a slot (the
     # merge buffers it) and waits its turn in capture time only between chunks: a reader holding the slot while
     # shut at the gate would wait for packets of another file that no tshark can read.
-    async def read(path: str, offset: int = 0, frame_map=None) -> ReadResult:
+    async def read(path: str, offset: int = 0, frame_map=None, sink=on_event) -> ReadResult:
         await gate()
         async with slots:
-            return await read_file(path, a.path, a.iface, on_event, force_iface=a.explicit,
+            return await read_file(path, a.path, a.iface, sink, force_iface=a.explicit,
                                    gate=None if shared else gate, frame_offset=offset, frame_map=frame_map)
 
     *first, last = read_plan(a.path, shared)
@@ -133,7 +140,10 @@ async def read_capture(a: CaptureArg, slots: asyncio.Semaphore, shared: bool, on
     if PREPASS in first:
         with tempfile.TemporaryDirectory(prefix=private_dir_prefix("chunks"),  # mode 0700: the capture's bytes
                                          dir=parent if os.access(parent, os.W_OK) else None) as tmp:
-            kept = await _run_prepass(a.path, tmp)
+            fast = fastpath_wanted()
+            kept = await _run_prepass(a.path, tmp, fast)
+            if isinstance(kept, FastPrepass):
+                return await _read_fast(kept, a, read, on_event, gate)
             if kept is not None:
                 return await _read_kept(kept, read)
         # A file the pre-pass does not follow: read as without it.
@@ -182,3 +192,29 @@ async def _read_kept(kept: PrepassResult, read) -> ReadResult:
         named = (named + r.undissectable_frames)[:MAX_NAMED]
     # The pass wrote no record cut off by the file's end: such a cut is its finding, not tshark's.
     return ReadResult(packets, last, kept.cut_short, error, kept.records, None, skipped, named)
+
+
+async def _read_fast(kept: FastPrepass, a: CaptureArg, read, on_event, gate) -> ReadResult:
+    """The fast path's events and tshark's of the records left to it, merged in frame order into ``on_event``:
+    the stream the detectors see without the fast path. ``gate`` is awaited between batches of the events
+    after tshark's last chunk."""
+    events = kept.events.events(a.path, a.iface, a.explicit)
+    ahead = next(events, None)
+    fast = last = 0
+
+    def merged(ev) -> None:
+        nonlocal ahead, fast, last
+        while ahead is not None and ahead.frame < ev.frame:
+            on_event(ahead)
+            fast, last = fast + 1, ahead.frame
+            ahead = next(events, None)
+        on_event(ev)
+
+    r = await _read_kept(kept.result, lambda path, frame_map: read(path, frame_map=frame_map, sink=merged))
+    while ahead is not None:
+        on_event(ahead)
+        fast, last = fast + 1, ahead.frame
+        ahead = next(events, None)
+        if not fast % FAST_GATE_EVERY:
+            await gate()
+    return dataclasses.replace(r, packets=r.packets + fast, last_frame=max(r.last_frame, last))

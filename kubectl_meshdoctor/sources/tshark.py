@@ -114,7 +114,7 @@ IO_STAT_ROW = re.compile(r"\|\s*[\d.]+\s*<>\s*(?:[\d.]+|Dur)\s*\|\s*(\d+)\s*\|")
 ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
 
 
-def _iface_of(name: str, hatype: str, ifindex: str, default_iface: str) -> str:
+def iface_of(name: str, hatype: str, ifindex: str, default_iface: str) -> str:
     """The interface a packet was captured on: the pcapng interface name, else from a Linux cooked header
     (``tcpdump -i any``, ksniff): lo by its hardware type (772) or interface index 1 (lo is always index 1 in
     a network namespace), any other device of a pod being its ``eth0``; else ``default_iface``."""
@@ -221,7 +221,7 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
     if frame is None:
         frame = int(number) + frame_offset if frame_map is None else _frame(int(number) + frame_offset, frame_map)
     # Positional, in PacketEvent's field order: cheaper than thirteen keywords, once a packet.
-    return PacketEvent(float(ts), default_iface if force_iface else _iface_of(name, hatype, ifindex, default_iface),
+    return PacketEvent(float(ts), default_iface if force_iface else iface_of(name, hatype, ifindex, default_iface),
                        source, frame, src, int(sport), dst, int(dport), _FLAGS[int(flags, 16) & 0x3F], int(seq),
                        int(ack), payload_len, http, tls)
 

@@ -1,0 +1,92 @@
+"""The fast path's PacketEvents (sources/fastpath.py), held compactly until the reader merges them with tshark's.
+
+The fast path decides, while the pre-pass walks a file, the events of the records that carry no TCP payload; a
+1M-packet capture yields hundreds of thousands of them before tshark's first line is read, so they are kept in
+typed arrays (about 40 bytes an event, against ~250 for a PacketEvent) and become PacketEvents only as the reader
+hands them on, in frame order.
+
+Each field is what tshark 4.0 prints for it and sources/tshark.py's packet_from_fields makes of it:
+``frame.time_epoch`` is the record's time to the nanosecond (``secs.nnnnnnnnn``), read back with ``float``;
+``ip.src``/``ipv6.src`` are the address as glibc's ``inet_ntop`` writes it (tshark 4.0's ws_inet_ntop4/6 call
+it: RFC 5952's compression, an IPv4-mapped or -compatible address with its dotted quad), which Python's
+``socket.inet_ntop`` calls too; the interface is ``iface_of`` of the pcapng interface name and the Linux cooked
+header's hardware type and interface index, printed as tshark prints them (decimal).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from array import array
+from collections.abc import Iterator
+
+from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
+
+from .tshark import iface_of
+
+_FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once, as packet_from_fields does
+
+
+class FastEvents:
+    """Events in frame order: ``add`` appends one, ``events`` gives them back as PacketEvents."""
+
+    def __init__(self) -> None:
+        self.frames = array("I")
+        self.ts = array("d")
+        self.seq = array("I")
+        self.ack = array("I")
+        self.ports = array("I")  # sport << 16 | dport
+        self.flags = array("B")
+        self.pair = array("I")  # index into _pairs: (src, dst) as tshark prints them
+        self.where = array("H")  # index into _wheres: (interface name, sll.hatype, sll.ifindex) as printed
+        self._pairs: list[tuple[str, str]] = []
+        self._pair_index: dict[bytes, int] = {}
+        self._wheres: list[tuple[str, str, str]] = []
+        self._where_index: dict[tuple[str, str, str], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def add(self, frame: int, ts: float, src: bytes, dst: bytes, sport: int, dport: int, flags: int, seq: int,
+            ack: int, where: tuple[str, str, str]) -> None:
+        """One event: ``src``/``dst`` the addresses' bytes (4 or 16), ``flags`` the TCP header's low six bits,
+        ``where`` (interface name, hatype, ifindex) as tshark prints them ("" where it prints nothing)."""
+        key = src + dst
+        p = self._pair_index.get(key)
+        if p is None:
+            p = self._pair_index[key] = len(self._pairs)
+            self._pairs.append((address_text(src), address_text(dst)))
+        w = self._where_index.get(where)
+        if w is None:
+            w = self._where_index[where] = len(self._wheres)
+            self._wheres.append(where)
+        self.frames.append(frame)
+        self.ts.append(ts)
+        self.seq.append(seq)
+        self.ack.append(ack)
+        self.ports.append(sport << 16 | dport)
+        self.flags.append(flags)
+        self.pair.append(p)
+        self.where.append(w)
+
+    def events(self, source: str, default_iface: str, force_iface: bool) -> Iterator[PacketEvent]:
+        """The events in the order added, as packet_from_fields makes them for ``source`` (its interface
+        ``default_iface``, on every event with ``force_iface``)."""
+        ifaces = [default_iface if force_iface else iface_of(name, hatype, ifindex, default_iface)
+                  for name, hatype, ifindex in self._wheres]
+        pairs = self._pairs
+        for i in range(len(self.frames)):
+            src, dst = pairs[self.pair[i]]
+            ports = self.ports[i]
+            yield PacketEvent(self.ts[i], ifaces[self.where[i]], source, self.frames[i], src, ports >> 16, dst,
+                              ports & 0xFFFF, _FLAGS[self.flags[i]], self.seq[i], self.ack[i], 0, None, None)
+
+
+def address_text(raw: bytes) -> str:
+    """An address's bytes as tshark prints them (module docstring), interned as packet_from_fields does."""
+    return sys.intern(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw))
+
+
+def epoch(secs: int, nsecs: int) -> float:
+    """``float`` of tshark's ``frame.time_epoch`` text for a record at ``secs`` and ``nsecs`` (0 <= nsecs < 1e9)."""
+    return float(f"{secs}.{nsecs:09d}")

@@ -1,0 +1,198 @@
+"""The fast path (sources/fastpath.py) for several files in one tshark stream (sources/interleave.py).
+
+Without it, the merger writes every kept record into tshark's pipe; every SESSION_RECORDS records a new tshark
+takes over, first reading again the last REPLAY_RECORDS records (their lines dropped). Here the merger goes
+through that same stream of sessions (the virtual stream) and, for each session, follows tshark's
+tcp.completeness from a fresh state, the replayed records first, as tshark would (fastpath.shown_completeness):
+
+- a record without TCP payload becomes an event here, when FILE_PREFILTER would keep it, queued with the place
+  in the real stream (what tshark reads now) of the next record written there, so that the reader hands it on
+  before that record's line: the order of the virtual stream;
+- a record with payload is written into the real stream (its verdict and fields depend on it alone);
+- a record the fast path does not read makes the rest of its session go to a tshark of its own, which first
+  reads that session's replayed records and every record of it so far as replays: the state tshark had without
+  the fast path.
+
+The real stream starts a new tshark every SESSION_RECORDS records it holds, or when events wait beyond
+FAST_PENDING (its end lets the reader hand them on, so the queue stays bounded).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
+from kubectl_meshdoctor.pcap_header import PcapHeader
+
+from .fast_events import address_text
+from .tshark import iface_of
+from .fastpath import DIRTY, IRRELEVANT, prefilter_keeps_pure_ack, read_pcap_record, shown_completeness
+
+FAST_PENDING = 50_000  # events queued for the reader at most (~200 bytes each) before the merger waits
+_WRITE = 1 << 18
+_FLAGS = tuple(TcpFlags(v) for v in range(64))
+DRAIN = -1  # a session item that only hands on the events queued so far
+
+
+class RealStream:
+    """The records tshark reads: pipes, one a tshark, announced with ``announce(read_fd, records before it)``;
+    each record's (file index, frame) noted in ``ledger`` before tshark can read it."""
+
+    def __init__(self, header: bytes, ledger, announce: Callable[[tuple], None], replay: int,
+                 session_records: int) -> None:
+        self.header, self.ledger, self.announce = header, ledger, announce
+        self.replay, self.session_records = replay, session_records
+        self.fd = -1
+        self.written = 0  # records in the real stream so far
+        self.count = 0  # records of the current tshark
+        self.ends: list[int] = []  # where each tshark's records end, in the order they were announced
+        self.dirty = False  # the current tshark reads a session as without the fast path
+        self._out, self._files, self._frames = bytearray(), bytearray(), array("I")
+
+    def open(self, replays: list[bytes] = ()) -> None:
+        self.close()
+        read_fd, self.fd = os.pipe()
+        self.announce((read_fd, self.written))
+        os.write(self.fd, self.header)
+        self.count = 0
+        for old in replays:
+            self._add(self.replay, 0, old)
+
+    def write(self, index: int, frame: int, data: bytes) -> None:
+        if self.fd < 0 or (self.count >= self.session_records and not self.dirty):
+            self.open()
+        self._add(index, frame, data)
+        self.count += 1
+
+    def _add(self, index: int, frame: int, data: bytes) -> None:
+        self._files.append(index)
+        self._frames.append(frame)
+        self._out += data
+        self.written += 1
+        if len(self._out) >= _WRITE:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.fd < 0:
+            return
+        self.ledger.add(bytes(self._files), self._frames)
+        data = bytes(self._out)
+        del self._out[:], self._files[:], self._frames[:]
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.flush()
+            self.ends.append(self.written)
+            os.close(self.fd)
+            self.fd = -1
+        self.dirty = False
+
+
+def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, queue: deque, stop: threading.Event,
+               drain: Callable[[int], None], session_records: int, replay_records: int) -> None:
+    """Write ``records`` ((key, file index, frame, record) in the virtual stream's order) into ``real``, and
+    queue the events decided here in ``queue`` as (place in the real stream, file index, frame, event fields).
+    ``drain(place)`` asks the reader to hand on what is queued before ``place``."""
+    record_header = struct.Struct(head.order + "IIII")
+    recent: deque[bytes] = deque(maxlen=min(replay_records, session_records))
+    in_session = session_records
+    started = dirty = False
+    conversations: dict[bytes, list] = {}
+    replay: list[bytes] = []
+    log: list[bytes] = []
+    for _, index, frame, data in records:
+        if stop.is_set():
+            return
+        if in_session >= session_records:  # where merge() starts a new tshark
+            if real.dirty:
+                real.close()
+            replay = list(recent) if started else []
+            started, dirty, in_session = True, False, 0
+            conversations, log = {}, []
+            for old in replay:
+                seen = read_pcap_record(old, head, record_header)
+                if seen is DIRTY:
+                    dirty = True
+                    break
+                if seen is not IRRELEVANT:
+                    _decide(conversations, seen)
+            if dirty:
+                real.open(replay)
+                real.dirty = True
+        recent.append(data)
+        in_session += 1
+        if dirty:
+            real.write(index, frame, data)
+            continue
+        seen = read_pcap_record(data, head, record_header)
+        if seen is DIRTY:  # the rest of this session as without the fast path
+            dirty = True
+            real.open(replay + log)
+            real.dirty = True
+            real.write(index, frame, data)
+            continue
+        log.append(data)
+        if seen is IRRELEVANT:
+            continue
+        keep = _decide(conversations, seen)
+        if keep is None:
+            real.write(index, frame, data)
+        elif keep:
+            ts, (src, dst, sport, dport, flags, seq, ack, _, hatype, ifindex), name = seen
+            queue.append((real.written, index, frame, ts, address_text(src), address_text(dst), sport, dport, flags,
+                          seq, ack, (name, hatype, ifindex)))
+            if len(queue) >= FAST_PENDING:
+                _wait(real, queue, stop, drain)
+    real.close()
+
+
+def _decide(conversations: dict[bytes, list], seen) -> bool | None:
+    """Whether FILE_PREFILTER keeps a record without payload; None for one with payload (tshark's)."""
+    _, (src, dst, sport, dport, flags, seq, ack, payload, _, _), _ = seen
+    shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
+    if payload:
+        return None
+    return bool(flags & 0x07) or prefilter_keeps_pure_ack(shown)
+
+
+def _wait(real: RealStream, queue: deque, stop: threading.Event, drain: Callable[[int], None]) -> None:
+    """Too many events queued: end the current tshark (the reader hands on what came before its end) and wait."""
+    if real.fd >= 0 and not real.dirty:
+        real.close()
+    else:
+        real.flush()
+    drain(real.written)
+    while len(queue) > FAST_PENDING // 2 and not stop.is_set():
+        time.sleep(0.005)
+
+
+class FastReader:
+    """The reader's side: hands on the queued events before a place in the real stream, counting them per
+    file in ``packets`` and ``last``."""
+
+    def __init__(self, queue: deque, sources, ifaces, forced, on_event, packets: list[int], last: list[int]):
+        self.queue, self.on_event, self.packets, self.last = queue, on_event, packets, last
+        self._sources, self._ifaces, self._forced = sources, ifaces, forced
+        self._where: dict[tuple, str] = {}
+
+    def upto(self, place: float) -> None:
+        q = self.queue
+        while q and q[0][0] <= place:
+            _, i, frame, ts, src, dst, sport, dport, flags, seq, ack, where = q.popleft()
+            key = (i, where)
+            iface = self._where.get(key)
+            if iface is None:
+                iface = self._where[key] = self._ifaces[i] if self._forced[i] else \
+                    iface_of(*where, self._ifaces[i])
+            self.on_event(PacketEvent(ts, iface, self._sources[i], frame, src, sport, dst, dport, _FLAGS[flags],
+                                      seq, ack, 0, None, None))
+            self.packets[i] += 1
+            self.last[i] = frame
