@@ -144,20 +144,6 @@ class MtlsPlan(Plan):
             return self.keepalive(t0, close=True)
         return self.keepalive(t0)
 
-    def fill(self, t0: int, count: int) -> Session:
-        return self._fill_tls(t0, count)
-
-    def _fill_tls(self, t0: int, count: int) -> Session:
-        """``Plan.fill`` less the handshake's fixed packets (the TLS hello adds HELLO_PACKETS)."""
-        k = max(2, math.ceil((count - self.HELLO_PACKETS - 14) / 8))
-        extra = count - self.HELLO_PACKETS - (12 + 6 * k)
-        assert 0 <= extra <= 2 * k + 2, (count, k)
-        flags = [True] * extra + [False] * (2 * k + 2 - extra)
-        self.rng.shuffle(flags)
-        sess = self.keepalive(t0, requests=k, extras=flags, v6=False)
-        assert len(sess.pkts) == count, (len(sess.pkts), count)
-        return sess
-
 
 PLANS = {"keepalive": Plan, "short": ShortPlan, "h2c": H2Plan, "mtls": MtlsPlan}
 

@@ -50,7 +50,8 @@ class Plan(Planting):
     nothing from the random, so the keepalive captures stay byte for byte what they were before the mixes."""
 
     MIX = "keepalive"
-    MIN_FILL = 24  # the fewest packets ``fill`` can make exactly
+    HELLO_PACKETS = 0  # packets ``hello`` adds to every connection
+    MIN_FILL = 24  # the fewest packets ``fill`` can make exactly (24 + HELLO_PACKETS)
 
     def __init__(self, seed: int, packets: int, rate: float) -> None:
         self.rng = FastRandom(seed)
@@ -225,14 +226,15 @@ class Plan(Planting):
 
     def fill(self, t0: int, count: int) -> Session:
         """A keep-alive connection of exactly ``count`` packets over both legs (``count`` >= 24): 12 + 6k for k
-        single-segment exchanges, plus one for each optional ACK or four-way close picked."""
+        single-segment exchanges, plus one for each optional ACK or four-way close picked (and HELLO_PACKETS)."""
+        count -= self.HELLO_PACKETS
         k = max(2, math.ceil((count - 14) / 8))
         extra = count - (12 + 6 * k)
         assert 0 <= extra <= 2 * k + 2, (count, k)
         flags = [True] * extra + [False] * (2 * k + 2 - extra)
         self.rng.shuffle(flags)
         sess = self.keepalive(t0, requests=k, extras=flags, v6=False)
-        assert len(sess.pkts) == count, (len(sess.pkts), count)
+        assert len(sess.pkts) == count + self.HELLO_PACKETS, (len(sess.pkts), count)
         return sess
 
     # planted failures (gen_plants.Planting builds each) -----------------------------------------------------

@@ -73,6 +73,16 @@ def test_same_seed_same_bytes_in_one_or_two_processes_and_the_count_asked(captur
     assert again == m
 
 
+@pytest.mark.parametrize("mix", MIXES)
+@pytest.mark.parametrize("packets", [3_001, 4_567])
+def test_other_counts_are_exact_too(mix, packets, tmp_path):
+    m = gen.generate(tmp_path, packets, packets, jobs=1, mix=mix)
+    for name, info in m["files"].items():
+        with open(tmp_path / name, "rb") as fh:
+            assert sum(1 for _ in dpkt.pcap.Reader(fh)) == info["packets"]
+    assert m["packets"] == packets == sum(f["packets"] for f in m["files"].values())
+
+
 def test_the_mixes_differ_from_each_other_and_from_keepalive(captures, tmp_path):
     gen.generate(tmp_path, PACKETS, SEED, jobs=1)
     eths = {mix: (d / "eth0.pcap").read_bytes() for mix, d in captures.items()}
