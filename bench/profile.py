@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import run  # noqa: E402  (bench/run.py: the capture cache)
 from run_measure import analyze_exe  # noqa: E402
 
 
+_LIB = re.compile(r"^.*/(site-packages|lib/python3\.\d+)/")  # where a library's module path starts
 OURS = ("kubectl_meshdoctor/", "plugins/", "pyshark/")  # the inclusive list: our code and pyshark's, not asyncio's
 
 
@@ -48,10 +50,7 @@ def _function(frame: str) -> str:
     """``name (path:line)`` as py-spy prints a frame, without the line: samples add up per function."""
     name, _, where = frame.partition(" (")
     path = where.rstrip(")").rpartition(":")[0] or where.rstrip(")")
-    for cut in ("site-packages/", "/lib/python3"):
-        if cut in path:
-            path = path.split(cut, 1)[1]
-    return f"{name} ({path})"
+    return f"{name} ({_LIB.sub('', path)})"
 
 
 def top_functions(raw: Path, top: int) -> tuple[int, list[tuple[str, int]], list[tuple[str, int]]]:
