@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded generator of realistic Istio pod captures for the offline benchmark (issue 7).
 
-    python bench/gen.py --packets N --seed S --out DIR
+    python bench/gen.py --packets N --seed S --out DIR [--mix keepalive|short|h2c|mtls]
 
 writes ``DIR/eth0.pcap`` and ``DIR/lo.pcap`` (classic pcap, Ethernet link type, microsecond timestamps; ``lo``
 frames carry zero MACs as tcpdump on Linux ``lo`` writes them) and ``DIR/manifest.json``. N is the total over
@@ -16,6 +16,11 @@ segment), short one-request connections (some IPv6). Packets look like Linux's: 
 timestamps, window scale), the timestamp option on every later segment, per-socket IP ids (0 on SYN-ACK and RST), DF,
 TTL 63 for routed clients. Background traffic never looks like a failure: client ports are never shared by two
 open connections, every SYN is answered, every connection ends with a FIN handshake, no RST.
+
+That is the default mix, ``keepalive``; ``--mix`` picks another of issue 34's (``gen_mix``'s docstring): ``short``
+(one request a connection, ~64 open at once, 3% reset by the client), ``h2c`` (HTTP/2 cleartext, many streams a
+connection) or ``mtls`` (Istio mTLS on eth0, plaintext on lo). The keepalive captures are byte for byte what they
+were before the mixes existed.
 
 Planted failures (three of each, spread over the capture, shaped like the real kernel's, see the detectors'
 docstrings and tests/data/lab-collision-eth0.pcap) are listed in the manifest with their detector, file, key
@@ -41,16 +46,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the gen_* modules beside this file, also when it is loaded by path
 from gen_pcap import PcapOut  # noqa: E402
-from gen_plan import MIN_DURATION_S, Plan, sessions  # noqa: E402
+from gen_mix import MIXES, plan_for  # noqa: E402
+from gen_plan import MIN_DURATION_S, sessions  # noqa: E402
 from gen_tcp import FILES  # noqa: E402
 
 GEN_VERSION = 2  # part of bench/run's cache key: bump when the same seed gives other captures
 
 
-def write_files(out: Path, packets: int, seed: int, rate: float, ifaces: tuple[str, ...]) -> dict:
-    """Run the plan and write the files of ``ifaces``; returns per-file frame counts, key-frame marks, the
+def write_files(out: Path, packets: int, seed: int, rate: float, ifaces: tuple[str, ...],
+                mix: str = "keepalive") -> dict:
+    """Run the mix's plan and write the files of ``ifaces``; returns per-file frame counts, key-frame marks, the
     planted failures and the capture's time span."""
-    plan = Plan(seed, packets, rate)
+    plan = plan_for(mix, seed, packets, rate)
     outs = {i: PcapOut(out / FILES[i], plan.chunks.sums) for i in ifaces}
     heap: list = []
     first = last = None
@@ -83,8 +90,12 @@ def _worker(args: tuple) -> dict:
     return write_files(*args)
 
 
-def generate(out: str | os.PathLike, packets: int, seed: int, rate: float = 20_000.0, jobs: int = 1) -> dict:
-    """Write eth0.pcap, lo.pcap and manifest.json into ``out``; returns the manifest."""
+def generate(out: str | os.PathLike, packets: int, seed: int, rate: float = 20_000.0, jobs: int = 1,
+             mix: str = "keepalive") -> dict:
+    """Write eth0.pcap, lo.pcap and manifest.json of ``mix`` (one of MIXES) into ``out``; returns the manifest.
+    ValueError for an unknown mix or too few packets."""
+    if mix not in MIXES:
+        raise ValueError(f"unknown mix {mix!r}: one of {', '.join(MIXES)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -93,13 +104,13 @@ def generate(out: str | os.PathLike, packets: int, seed: int, rate: float = 20_0
         import multiprocessing
 
         with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as ex:
-            results = list(ex.map(_worker, [(out, packets, seed, rate, (i,)) for i in ("eth0", "lo")]))
+            results = list(ex.map(_worker, [(out, packets, seed, rate, (i,), mix) for i in ("eth0", "lo")]))
         res = results[0]
         for other in results[1:]:
             res["frames"].update(other["frames"])
             res["marks"].update(other["marks"])
     else:
-        res = write_files(out, packets, seed, rate, ("eth0", "lo"))
+        res = write_files(out, packets, seed, rate, ("eth0", "lo"), mix)
     planted = []
     for p in res["plants"]:
         marks = res["marks"][p["iface"]]
@@ -110,7 +121,7 @@ def generate(out: str | os.PathLike, packets: int, seed: int, rate: float = 20_0
     total = sum(res["frames"].values())
     assert total == packets, (total, packets)
     manifest = {
-        "generator": "bench/gen.py", "version": GEN_VERSION, "seed": seed, "packets": total,
+        "generator": "bench/gen.py", "version": GEN_VERSION, "mix": mix, "seed": seed, "packets": total,
         "files": {FILES[i]: {"iface": i, "packets": n} for i, n in sorted(res["frames"].items())},
         "rate_pps": round(res["rate"], 1),
         "first_ts": res["first_us"] / 1e6, "last_ts": res["last_us"] / 1e6,
@@ -126,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--packets", type=int, required=True, help="total packets over eth0.pcap and lo.pcap")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--mix", choices=MIXES, default="keepalive",
+                    help="the traffic: keepalive (default), short, h2c or mtls (issue 34)")
     ap.add_argument("--out", required=True, help="directory for eth0.pcap, lo.pcap and manifest.json")
     ap.add_argument("--rate", type=float, default=20_000.0,
                     help=f"packets per second of capture time (lower for captures under {MIN_DURATION_S:.0f} s)")
@@ -133,12 +146,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="1: one process; 2: one process per file (same output)")
     a = ap.parse_args(argv)
     try:
-        m = generate(a.out, a.packets, a.seed, a.rate, a.jobs)
+        m = generate(a.out, a.packets, a.seed, a.rate, a.jobs, a.mix)
     except ValueError as e:
         print(f"gen.py: {e}", file=sys.stderr)
         return 2
     files = ", ".join(f"{f} {v['packets']}" for f, v in m["files"].items())
-    print(f"wrote {a.out}: {files}; {len(m['planted'])} planted failures; {m['duration_s']:.1f} s of capture; "
+    print(f"wrote {a.out} ({a.mix}): {files}; {len(m['planted'])} planted failures; {m['duration_s']:.1f} s of capture; "
           f"{m['generate_s']:.1f} s", file=sys.stderr)
     return 0
 

@@ -43,7 +43,15 @@ class FastRandom(random.Random):
 
 class Plan(Planting):
     """Builds sessions. Everything random comes from one seeded ``random.Random`` in a fixed order, so a seed
-    gives the same capture in every process that runs the plan."""
+    gives the same capture in every process that runs the plan.
+
+    This is the ``keepalive`` mix; ``gen_mix`` subclasses it for the others (issue 34). The hooks ``seal``,
+    ``hello``, ``_eth_download`` and ``MIN_FILL`` are where a mix changes what eth0 carries; here they draw
+    nothing from the random, so the keepalive captures stay byte for byte what they were before the mixes."""
+
+    MIX = "keepalive"
+    HELLO_PACKETS = 0  # packets ``hello`` adds to every connection
+    MIN_FILL = 24  # the fewest packets ``fill`` can make exactly (24 + HELLO_PACKETS)
 
     def __init__(self, seed: int, packets: int, rate: float) -> None:
         self.rng = FastRandom(seed)
@@ -61,6 +69,20 @@ class Plan(Planting):
         self.rate = packets / (self.duration_us / 1e6)
         self.plants: list[dict] = []
 
+    # hooks a mix overrides --------------------------------------------------------------------------------
+    def seal(self, data: bytes) -> bytes:
+        """What eth0 carries for ``data`` between the client and the sidecar: itself in plaintext."""
+        return data
+
+    def hello(self, eth: Leg, t: int) -> int:
+        """Whatever the connection exchanges on eth0 after its TCP handshake (ending at ``t``) and before the
+        first request; returns the time of its last packet. Nothing in plaintext."""
+        return t
+
+    def _eth_download(self, eth: Leg, envoy_head: bytes, n: int, offset: int):
+        """Envoy's segments on eth0 of a download of ``n`` body bytes (``offset`` into the body block)."""
+        return self.chunks.cut(envoy_head, n, eth.seg, offset)
+
     # helpers ------------------------------------------------------------------------------------------------
     def _rtt(self) -> int:
         return 80 + int(self.rng.lognormvariate(math.log(160), 0.5))
@@ -75,7 +97,7 @@ class Plan(Planting):
         """The client's request on eth0 at ``t`` and Envoy's copy on lo (after connecting the upstream leg
         first when ``connect``: Envoy opens it when the first request arrives). Returns the lo request's time."""
         r = self.rng
-        eth.send(t, True, down)
+        eth.send(t, True, self.seal(down))
         t_up = t + 40 + r.randrange(160)
         if connect:
             t_up = lo.handshake(t_up, 8 + r.randrange(12)) + 5 + r.randrange(20)
@@ -104,7 +126,7 @@ class Plan(Planting):
         app_head, envoy_head = self.content.response(t_resp, status, body, service_ms=max(1, app // 1000))
         last = lo.stream(t_resp, False, segments(app_head + body, lo.seg), 3, r, 12 + r.randrange(20))
         t_down = t_resp + 30 + r.randrange(120)
-        last = max(last, eth.stream(t_down, False, segments(envoy_head + body, eth.seg), 12, r,
+        last = max(last, eth.stream(t_down, False, segments(self.seal(envoy_head + body), eth.seg), 12, r,
                                     eth.rtt + r.randrange(40)))
         return last
 
@@ -137,7 +159,7 @@ class Plan(Planting):
         eth, lo, client, up_src = self._legs(sess, t0, v6, port)
         if requests is None:
             requests = 1 if close else (r.randrange(1, 3) if bulk else r.randrange(3, 9))
-        t = eth.handshake(t0, 12 + r.randrange(30))
+        t = self.hello(eth, eth.handshake(t0, 12 + r.randrange(30)))
         for i in range(requests):
             t += 20 + r.randrange(300) if i == 0 else self._think(2000, 60_000, 900_000)
             down, up = self.content.request(port, client, close)
@@ -186,7 +208,7 @@ class Plan(Planting):
         last = lo.stream(t_resp, False, self.chunks.cut(app_head, n, min(write, lo.seg), offset), lo_pace, r,
                          10 + r.randrange(15))
         t_down = t_resp + 40 + r.randrange(100)
-        return max(last, eth.stream(t_down, False, self.chunks.cut(envoy_head, n, eth.seg, offset), pace_eth,
+        return max(last, eth.stream(t_down, False, self._eth_download(eth, envoy_head, n, offset), pace_eth,
                                     r, eth.rtt + r.randrange(60)))
 
     def background(self, t0: int) -> Session:
@@ -204,14 +226,15 @@ class Plan(Planting):
 
     def fill(self, t0: int, count: int) -> Session:
         """A keep-alive connection of exactly ``count`` packets over both legs (``count`` >= 24): 12 + 6k for k
-        single-segment exchanges, plus one for each optional ACK or four-way close picked."""
+        single-segment exchanges, plus one for each optional ACK or four-way close picked (and HELLO_PACKETS)."""
+        count -= self.HELLO_PACKETS
         k = max(2, math.ceil((count - 14) / 8))
         extra = count - (12 + 6 * k)
         assert 0 <= extra <= 2 * k + 2, (count, k)
         flags = [True] * extra + [False] * (2 * k + 2 - extra)
         self.rng.shuffle(flags)
         sess = self.keepalive(t0, requests=k, extras=flags, v6=False)
-        assert len(sess.pkts) == count, (len(sess.pkts), count)
+        assert len(sess.pkts) == count + self.HELLO_PACKETS, (len(sess.pkts), count)
         return sess
 
     # planted failures (gen_plants.Planting builds each) -----------------------------------------------------
@@ -243,8 +266,8 @@ def sessions(plan: Plan):
     that keeps the packet rate steady, until exactly ``plan.packets`` packets are planned."""
     planted = plan.planted()
     budget = plan.packets - sum(len(s.pkts) for _, s in planted)
-    if budget < 24:
-        raise ValueError(f"--packets must be at least {plan.packets - budget + 24} (the planted failures alone "
+    if budget < plan.MIN_FILL:
+        raise ValueError(f"--packets must be at least {plan.packets - budget + plan.MIN_FILL} (the planted failures alone "
                          f"take {plan.packets - budget})")
     pending = sorted(planted, key=itemgetter(0))
     t = EPOCH_US
@@ -253,7 +276,7 @@ def sessions(plan: Plan):
         while pending and pending[0][0] <= t:
             yield pending.pop(0)
         s = plan.background(t) if budget > 5000 else plan.small(t)
-        if budget - len(s.pkts) < 24:
+        if budget - len(s.pkts) < plan.MIN_FILL:
             s = plan.fill(t, budget)
         budget -= len(s.pkts)
         yield s.pkts[0][0], s

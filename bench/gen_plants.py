@@ -48,7 +48,7 @@ class Planting:
         a.synack(t0 + 20)
         t = t0 + 20 + a.rtt
         a.send(t, True)
-        t += 100 + r.randrange(300)
+        t = self.hello(a, t) + 100 + r.randrange(300)
         for i in range(2):
             down, up = self.content.request(8080, client)
             t = self._exchange(a, lo_a, t, down, up, 200, self.content.json_body(300 + r.randrange(600)),
@@ -67,13 +67,13 @@ class Planting:
         b.synack(t + 20)
         t += 20 + b.rtt
         b.send(t, True)
-        t += 100 + r.randrange(300)
+        t = self.hello(b, t) + 100 + r.randrange(300)
         down, up = self.content.request(9090, client)
         t = self._exchange(b, lo_b, t, down, up, 200, self.content.json_body(400), first=True)
         # The next request on the 8080 connection meets no socket: reset, as lab frame 30.
         t += 200_000 + r.randrange(100_000)
         down, _ = self.content.request(8080, client)
-        a.send(t, True, down)
+        a.send(t, True, self.seal(down))
         a.rst(t + 40 + r.randrange(20), False, a.snxt)
         t = b.close(t + 300 + r.randrange(300), True, r, False, 30)
         t = lo_b.close(t + 200, True, r, False, 20)
@@ -89,7 +89,7 @@ class Planting:
         sess = Session()
         eth, lo, client = self._plant_legs(sess, t0, no, 8080)
         tg = lambda role: self._tag(no, role)  # noqa: E731
-        t = eth.handshake(t0, 20) + 100 + r.randrange(300)
+        t = self.hello(eth, eth.handshake(t0, 20)) + 100 + r.randrange(300)
         down, up = self.content.request(8080, client)
         t = self._exchange(eth, lo, t, down, up, 200, self.content.json_body(500), first=True)
         t += 100_000 + r.randrange(200_000)
@@ -108,7 +108,7 @@ class Planting:
         what = ("duplicate Transfer-Encoding (chunked, Chunked)", "Transfer-Encoding with Content-Length",
                 "invalid byte in a header name")[kind]
         down, up = self.content.request(8080, client)
-        eth.send(t, True, down)
+        eth.send(t, True, self.seal(down))
         t_up = t + 60 + r.randrange(100)
         lo.send(t_up, True, up)
         t_app = t_up + self._app_time()
@@ -117,7 +117,7 @@ class Planting:
         t_close = t_app + 40 + r.randrange(40)
         t_end = lo.close(t_close, True, r, False, 15)
         err = self.content.envoy_error(t_close, 502, ENVOY_BODY[502])
-        eth.send(t_close + 30, False, err)
+        eth.send(t_close + 30, False, self.seal(err))
         eth.send(t_close + 30 + eth.rtt, True)
         eth.close(max(t_end, t_close + 30 + eth.rtt) + 5_000 + r.randrange(20_000), True, r, False, 30)
         self._plant("http-framing", "lo", lo.client, lo.server, "error", {"response": tg("response")},
@@ -131,7 +131,7 @@ class Planting:
         sess = Session()
         eth, lo, client = self._plant_legs(sess, t0, no, 8080)
         tg = lambda role: self._tag(no, role)  # noqa: E731
-        t = eth.handshake(t0, 20) + 100 + r.randrange(300)
+        t = self.hello(eth, eth.handshake(t0, 20)) + 100 + r.randrange(300)
         for i in range(2):
             down, up = self.content.request(8080, client)
             t = self._exchange(eth, lo, t, down, up, 200, self.content.json_body(300 + r.randrange(800)),
@@ -141,13 +141,13 @@ class Planting:
         gap = 30 + r.randrange(400)  # Envoy has not read the FIN yet when it writes the next request
         t_up = t_fin + gap
         down, up = self.content.request(8080, client)
-        eth.send(t_up - 60 - r.randrange(60), True, down)
+        eth.send(t_up - 60 - r.randrange(60), True, self.seal(down))
         lo.send(t_fin + min(gap - 5, 10 + r.randrange(10)), True)  # the sidecar's kernel ACKs the FIN at once
         lo.send(t_up, True, up, tag=tg("request"))
         t_rst = t_up + 10 + r.randrange(15)
         lo.rst(t_rst, False, lo.snxt, tag=tg("rst"))  # RST seq = the request's ack, no ACK flag (Linux)
         t = t_rst + 40 + r.randrange(80)
-        eth.send(t, False, self.content.envoy_error(t, 503, ENVOY_BODY[503]))
+        eth.send(t, False, self.seal(self.content.envoy_error(t, 503, ENVOY_BODY[503])))
         eth.send(t + eth.rtt, True)
         eth.close(t + eth.rtt + 10_000 + r.randrange(30_000), True, r, False, 30)
         self._plant("stale-keepalive", "lo", lo.client, lo.server, "error",
@@ -161,17 +161,17 @@ class Planting:
         sess = Session()
         eth, lo, client = self._plant_legs(sess, t0, no, 9090)
         tg = lambda role: self._tag(no, role)  # noqa: E731
-        t = eth.handshake(t0, 20)
+        t = self.hello(eth, eth.handshake(t0, 20))
         t += 100 + r.randrange(300)
         down, _ = self.content.request(9090, client)
-        eth.send(t, True, down)
+        eth.send(t, True, self.seal(down))
         eth.send(t + 15, False)
         t_syn = t + 60 + r.randrange(60)
         lo.syn(t_syn, tag=tg("syn"))
         t_rst = t_syn + 8 + r.randrange(10)
         lo.rst(t_rst, False, 0, lo.cisn + 1, RST | ACK, tag=tg("rst"))
         t = t_rst + 50 + r.randrange(100)
-        eth.send(t, False, self.content.envoy_error(t, 503, ENVOY_BODY["refused"]))
+        eth.send(t, False, self.seal(self.content.envoy_error(t, 503, ENVOY_BODY["refused"])))
         eth.send(t + eth.rtt, True)
         eth.close(t + eth.rtt + 5_000 + r.randrange(20_000), True, r, False, 30)
         self._plant("upstream-refused", "lo", lo.client, lo.server, "error",
@@ -187,9 +187,9 @@ class Planting:
         eth, lo, client = self._plant_legs(sess, t0, no, 8080)
         tg = lambda role: self._tag(no, role)  # noqa: E731
         if on_lo:
-            t = eth.handshake(t0, 20) + 100 + r.randrange(300)
+            t = self.hello(eth, eth.handshake(t0, 20)) + 100 + r.randrange(300)
             down, _ = self.content.request(8080, client)
-            eth.send(t, True, down)
+            eth.send(t, True, self.seal(down))
             eth.send(t + 15, False)
             leg, t_syn = lo, t + 60 + r.randrange(60)
         else:
@@ -199,7 +199,7 @@ class Planting:
             leg.syn(t_syn + at * 1_000_000 + r.randrange(3000), tag=tg("last") if i == 2 else None)
         if on_lo:
             t = t_syn + 10_000_000
-            eth.send(t, False, self.content.envoy_error(t, 503, ENVOY_BODY["timeout"]))
+            eth.send(t, False, self.seal(self.content.envoy_error(t, 503, ENVOY_BODY["timeout"])))
             eth.send(t + eth.rtt, True)
             eth.close(t + eth.rtt + 5_000, True, r, False, 30)
         self._plant("syn-timeout", "lo" if on_lo else "eth0", leg.client, leg.server, "error",

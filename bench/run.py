@@ -1,6 +1,7 @@
 """The offline benchmark of issue 7: ``kubectl-meshdoctor analyze`` against plain ``tshark -T fields``.
 
     bench/run [--sizes 200000,1000000] [--pairs 3] [--seed 1] [--max-ratio 0.6] [--max-rss-mb 250] [--json FILE]
+    bench/run --mix keepalive,short,h2c,mtls [--max-cpu-ratio 0.7] ...
 
 For each size it generates (once: ``bench/.cache/`` keyed by size, seed and generator version) a capture pair
 with ``bench/gen.py``, then times, one after the other on the same files and --pairs times in turn (the ratio is
@@ -21,6 +22,13 @@ ratio above --max-ratio (the goal is for the 1M capture; below it analyze's fixe
 --max-rss-mb or, at the largest size, more than --max-rss-growth above the smallest size's, a planted failure
 missed or a finding nobody planted. Exit status 2 on a usage or setup error.
 
+Issue 34: ``--mix keepalive,short,h2c,mtls`` runs each traffic mix of ``bench/gen.py --mix`` side by side with
+tshark in the same way (1M packets unless --sizes says otherwise; cached as ``...-MIX``) and judges issue 34's
+offline goals on each: analyze's wall time at most 0.5x tshark's (--max-ratio), its CPU time at most 0.7x
+(--max-cpu-ratio: user + system time of the process and every child it waited for, its tshark included; the
+baseline's is both tsharks'), peak summed RSS under 250 MB, every planted failure found at its frames. Without
+--mix it is the keepalive mix with issue 17's goals, as before (the CPU times are printed, not judged).
+
 Memory: summed RSS counts a shared library once per process that maps it, as psutil reports it; that is what
 the limits check (analyze runs one tshark at a time by default). Two more numbers are printed: RSS with shared
 pages counted once (the sum of each process's unique set size plus the largest shared set in the tree: what the
@@ -39,20 +47,15 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-
-import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import gen  # noqa: E402  (bench/gen.py, beside this file)
+from run_measure import _warm, run_analyze, run_tshark  # noqa: E402
 
-TSHARK_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport",
-                 "tcp.dstport", "tcp.flags", "tcp.seq_raw", "tcp.ack_raw", "tcp.len", "tcp.payload")
-POLL_S = 0.05
 RATIO_CHECKED_FROM = 1_000_000  # issue 7: "analyze on the 1M-packet capture within 1.5x"
 
 
@@ -119,154 +122,52 @@ def check_problems(check: dict) -> list[str]:
             + [f"unexpected finding {u}" for u in check["unexpected"]])
 
 
-# --- running and measuring -----------------------------------------------------------------------------------
+# --- running and measuring (run_measure.py) ------------------------------------------------------------------
 
 
-def _mem(procs: list[psutil.Process]) -> tuple[int, int, int]:
-    """(summed RSS, RSS with shared pages once, summed PSS) of ``procs`` and their children, in bytes. Shared
-    pages once: every process's unique set plus the largest shared set (they run the same few binaries)."""
-    rss = uss = pss = shared = 0
-    everyone = []
-    for proc in procs:
-        try:
-            everyone += [proc] + proc.children(recursive=True)
-        except psutil.NoSuchProcess:
-            pass
-    for p in everyone:
-        try:
-            m = p.memory_full_info()  # USS and PSS from /proc/PID/smaps_rollup
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        rss += m.rss
-        uss += m.uss
-        pss += m.pss
-        shared = max(shared, m.rss - m.uss)
-    return rss, uss + shared, pss
-
-
-def measure(cmds: list[list[str]], stdouts: list, cwd: Path | None = None) -> dict:
-    """Start every command at once and wait for all; wall time from the first start to the last exit, peak of
-    the summed RSS of every process tree (sampled every POLL_S), exit codes and stderr tails."""
-    errs = [tempfile.TemporaryFile() for _ in cmds]
-    started = time.perf_counter()
-    procs = [subprocess.Popen(c, stdout=o, stderr=e, cwd=cwd) for c, o, e in zip(cmds, stdouts, errs)]
-    ps = [psutil.Process(p.pid) for p in procs]
-    peak = peak_once = peak_pss = 0
-    samples = 0
-    try:
-        while True:
-            running = [pp for p, pp in zip(procs, ps) if p.poll() is None]
-            if not running:
-                break
-            rss, once, pss = _mem(running)
-            peak, peak_once, peak_pss = max(peak, rss), max(peak_once, once), max(peak_pss, pss)
-            samples += 1
-            time.sleep(POLL_S)
-    except BaseException:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        raise
-    wall = time.perf_counter() - started
-    tails = []
-    for e in errs:
-        e.seek(0)
-        tails.append(e.read()[-2000:].decode(errors="replace").strip())
-        e.close()
-    return {"wall_s": wall, "peak_rss_bytes": peak, "peak_once_bytes": peak_once, "peak_pss_bytes": peak_pss,
-            "samples": samples,
-            "exit_codes": [p.returncode for p in procs],
-            "stderr": tails}
-
-
-def _warm(paths: list[Path]) -> None:
-    """Read the files once so neither run pays for the disk."""
-    for p in paths:
-        with open(p, "rb") as fh:
-            while fh.read(1 << 22):
-                pass
-
-
-def capture_dir(cache: Path, size: int, seed: int) -> Path:
-    """The cached capture pair for ``size`` and ``seed``, generated on first use."""
-    d = cache / f"n{size}-s{seed}-v{gen.GEN_VERSION}"
+def capture_dir(cache: Path, size: int, seed: int, mix: str = "keepalive") -> Path:
+    """The cached capture pair of ``mix`` for ``size`` and ``seed``, generated on first use (the keepalive
+    mix keeps the directory name it had before the mixes)."""
+    d = cache / (f"n{size}-s{seed}-v{gen.GEN_VERSION}" + ("" if mix == "keepalive" else f"-{mix}"))
     manifest = d / "manifest.json"
     if manifest.exists() and all((d / f).exists() for f in gen.FILES.values()):
         m = json.loads(manifest.read_text())
-        if m.get("packets") == size and m.get("seed") == seed:
-            log(f"using cached {size}-packet capture in {d}")
+        if m.get("packets") == size and m.get("seed") == seed and m.get("mix", "keepalive") == mix:
+            log(f"using cached {size}-packet {mix} capture in {d}")
             return d
-    log(f"generating {size} packets (seed {seed}) into {d} ...")
+    log(f"generating {size} packets of the {mix} mix (seed {seed}) into {d} ...")
     t = time.monotonic()
     tmp = d.with_name(d.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    gen.generate(tmp, size, seed, jobs=min(2, os.cpu_count() or 1))
+    gen.generate(tmp, size, seed, jobs=min(2, os.cpu_count() or 1), mix=mix)
     shutil.rmtree(d, ignore_errors=True)
     tmp.rename(d)
     log(f"generated in {time.monotonic() - t:.1f} s")
     return d
 
 
-def analyze_exe() -> list[str]:
-    venv = ROOT / ".venv" / "bin" / "kubectl-meshdoctor"
-    if venv.exists():
-        return [str(venv)]
-    found = shutil.which("kubectl-meshdoctor")
-    if found:
-        return [found]
-    return [sys.executable, "-m", "kubectl_meshdoctor"]
-
-
-def run_analyze(d: Path, exe: list[str] | None = None) -> tuple[dict, dict]:
-    """Run analyze on the pair in ``d``; returns (measurement, parsed report)."""
-    with tempfile.TemporaryFile() as out:
-        m = measure([(exe or analyze_exe()) + ["analyze", str(d / "eth0.pcap"), str(d / "lo.pcap"), "-o", "json"]],
-                    [out])
-        out.seek(0)
-        raw = out.read()
-    code = m["exit_codes"][0]
-    if code not in (0, 1):  # 1: error findings, as the planted failures are
-        raise RuntimeError(f"analyze exited {code}: {m['stderr'][0][-500:]}")
-    try:
-        report = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise RuntimeError(f"analyze printed no JSON report ({e}); stderr: {m['stderr'][0][-500:]}") from None
-    return m, report
-
-
-def run_tshark(d: Path) -> dict:
-    cmds = []
-    for f in gen.FILES.values():
-        cmd = ["tshark", "-r", str(d / f), "-n", "-T", "fields"]
-        for field in TSHARK_FIELDS:
-            cmd += ["-e", field]
-        cmds.append(cmd)
-    m = measure(cmds, [subprocess.DEVNULL] * len(cmds))
-    if any(m["exit_codes"]):
-        raise RuntimeError(f"tshark exited {m['exit_codes']}: {' | '.join(m['stderr'])[-500:]}")
-    return m
-
-
-def bench_size(cache: Path, size: int, seed: int, pairs: int = 1) -> dict:
-    """Time analyze and the tshark baseline on the size's pair, ``pairs`` times in turn (analyze, tshark,
-    analyze, ...). The ratio is the median of each pair's ratio: on a machine whose speed drifts from one minute
-    to the next (this VM's did by a third), a pair run back to back sees the same machine, and one slow or lucky
-    pair does not move the median. Times are the medians, memory the peak over every run, and every analyze's
-    findings are checked (the check with the most problems is kept)."""
-    d = capture_dir(cache, size, seed)
+def bench_size(cache: Path, size: int, seed: int, pairs: int = 1, mix: str = "keepalive") -> dict:
+    """Time analyze and the tshark baseline on the size's pair of ``mix``, ``pairs`` times in turn (analyze,
+    tshark, analyze, ...). The ratios (wall and CPU time) are the medians of each pair's ratio: on a machine whose
+    speed drifts from one minute to the next (this VM's did by a third), a pair run back to back sees the same
+    machine, and one slow or lucky pair does not move the median. Times are the medians, memory the peak over
+    every run, and every analyze's findings are checked (the check with the most problems is kept)."""
+    d = capture_dir(cache, size, seed, mix)
     manifest = json.loads((d / "manifest.json").read_text())
     packets = manifest["packets"]
     _warm([d / f for f in gen.FILES.values()])
     runs = []
     for n in range(pairs):
         which = f" (pair {n + 1} of {pairs})" if pairs > 1 else ""
-        log(f"running analyze on {size} packets{which} ...")
+        log(f"running analyze on {size} packets of {mix}{which} ...")
         am, report = run_analyze(d)
-        log(f"analyze: {am['wall_s']:.1f} s; running tshark -T fields on both files at once ...")
+        log(f"analyze: {am['wall_s']:.1f} s ({am['cpu_s']:.1f} s CPU); running tshark -T fields on both files "
+            f"at once ...")
         tm = run_tshark(d)
-        log(f"tshark: {tm['wall_s']:.1f} s")
+        log(f"tshark: {tm['wall_s']:.1f} s ({tm['cpu_s']:.1f} s CPU)")
         runs.append((am, tm, report, check_findings(report, manifest)))
     ratios = [am["wall_s"] / tm["wall_s"] for am, tm, _, _ in runs]
+    cpu_ratios = [am["cpu_s"] / tm["cpu_s"] if tm["cpu_s"] > 0 else float("inf") for am, tm, _, _ in runs]
     report = runs[0][2]
     problems = [p for r in runs for p in r[2].get("problems", [])]
     check = max((r[3] for r in runs), key=lambda c: len(check_problems(c)))
@@ -275,15 +176,18 @@ def bench_size(cache: Path, size: int, seed: int, pairs: int = 1) -> dict:
         wall = statistics.median(m["wall_s"] for m in ms)
         return {"wall_s": round(wall, 3), "packets_per_s": round(packets / wall),
                 "walls_s": [round(m["wall_s"], 3) for m in ms],
+                "cpu_s": round(statistics.median(m["cpu_s"] for m in ms), 3),
+                "cpus_s": [round(m["cpu_s"], 3) for m in ms],
                 "peak_rss_mb": round(max(m["peak_rss_bytes"] for m in ms) / 2**20, 1),
                 "peak_mem_mb": round(max(m["peak_once_bytes"] for m in ms) / 2**20, 1),
                 "peak_pss_mb": round(max(m["peak_pss_bytes"] for m in ms) / 2**20, 1),
                 "exit_codes": [c for m in ms for c in m["exit_codes"]]}
 
-    return {"packets": packets, "seed": seed, "dir": str(d),
+    return {"mix": mix, "packets": packets, "seed": seed, "dir": str(d),
             "files": {f: v["packets"] for f, v in manifest["files"].items()},
             "analyze": summary([r[0] for r in runs]), "tshark": summary([r[1] for r in runs]),
             "ratio": round(statistics.median(ratios), 3), "ratios": [round(x, 3) for x in ratios],
+            "cpu_ratio": round(statistics.median(cpu_ratios), 3), "cpu_ratios": [round(x, 3) for x in cpu_ratios],
             "planted": len(manifest["planted"]), "findings": len(report.get("findings", [])),
             "report_stats": report.get("stats"),
             # Every run's, each once: a problem one run met is worth a look even if the others did not meet it.
@@ -291,25 +195,52 @@ def bench_size(cache: Path, size: int, seed: int, pairs: int = 1) -> dict:
             "check": check}
 
 
-def regressions(results: list[dict], max_ratio: float, max_rss_mb: float, max_rss_growth: float) -> list[str]:
+def _label(r: dict, mixes: bool) -> str:
+    return f"{r['mix']}, {r['packets']} packets" if mixes else f"{r['packets']} packets"
+
+
+def goals(results: list[dict], limits: dict, mixes: bool) -> list[tuple[bool, str]]:
+    """Every goal judged, as (met, line), in the order printed: per result, the wall-time ratio and (when
+    ``limits["max_cpu_ratio"]`` is set) the CPU-time ratio at RATIO_CHECKED_FROM packets or more, the peak summed
+    RSS and the planted failures; then, per mix run at several sizes, the memory growth from the smallest to the
+    largest."""
     out = []
     for r in results:
-        n = r["packets"]
-        if n >= RATIO_CHECKED_FROM and r["ratio"] > max_ratio:
-            out.append(f"{n} packets: analyze took {r['ratio']:.2f}x tshark's time (max {max_ratio})")
-        if r["analyze"]["peak_rss_mb"] > max_rss_mb:
-            out.append(f"{n} packets: analyze peak summed RSS {r['analyze']['peak_rss_mb']:.0f} MB "
-                       f"(max {max_rss_mb:.0f})")
-        out += [f"{n} packets: {p}" for p in check_problems(r["check"])]
-    if len(results) > 1:
-        small = min(results, key=lambda r: r["packets"])
-        big = max(results, key=lambda r: r["packets"])
+        n, c, what = r["packets"], r["check"], _label(r, mixes)
+        if n >= RATIO_CHECKED_FROM:
+            out.append((r["ratio"] <= limits["max_ratio"], f"{what}: analyze took {r['ratio']:.2f}x tshark's wall "
+                        f"time (goal at most {limits['max_ratio']:g}x)"))
+            if limits.get("max_cpu_ratio") is not None:
+                out.append((r["cpu_ratio"] <= limits["max_cpu_ratio"],
+                            f"{what}: analyze used {r['cpu_ratio']:.2f}x tshark's CPU time, {r['analyze']['cpu_s']:.1f}"
+                            f" s against {r['tshark']['cpu_s']:.1f} s (goal at most {limits['max_cpu_ratio']:g}x)"))
+        rss = r["analyze"]["peak_rss_mb"]
+        out.append((rss <= limits["max_rss_mb"], f"{what}: analyze peak summed RSS {rss:.0f} MB (goal under "
+                    f"{limits['max_rss_mb']:.0f} MB)"))
+        out.append((not check_problems(c), f"{what}: planted failures found {len(c['found'])}/{r['planted']} at "
+                    f"their frames, {len(c['unexpected'])} unexpected findings"
+                    + "".join(f"; {p}" for p in check_problems(c))))
+    for mix in dict.fromkeys(r["mix"] for r in results):
+        sized = [r for r in results if r["mix"] == mix]
+        if len(sized) < 2:
+            continue
+        small = min(sized, key=lambda r: r["packets"])
+        big = max(sized, key=lambda r: r["packets"])
         for kind, name in (("rss", "summed RSS"), ("mem", "RSS with shared pages once")):
             a, b = small["analyze"][f"peak_{kind}_mb"], big["analyze"][f"peak_{kind}_mb"]
-            if a > 0 and b > a * (1 + max_rss_growth):
-                out.append(f"analyze peak {name} grows with the capture: {a:.0f} MB at {small['packets']} "
-                           f"packets, {b:.0f} MB at {big['packets']} (max +{max_rss_growth:.0%})")
+            grown = a > 0 and b > a * (1 + limits["max_rss_growth"])
+            out.append((not grown, f"{mix + ': ' if mixes else ''}analyze peak {name} {a:.0f} MB at "
+                        f"{small['packets']} packets, {b:.0f} MB at {big['packets']} (goal at most "
+                        f"+{limits['max_rss_growth']:.0%})"))
     return out
+
+
+def regressions(results: list[dict], max_ratio: float, max_rss_mb: float, max_rss_growth: float,
+                max_cpu_ratio: float | None = None, mixes: bool = False) -> list[str]:
+    """The goals missed, one line each (``goals``)."""
+    limits = {"max_ratio": max_ratio, "max_rss_mb": max_rss_mb, "max_rss_growth": max_rss_growth,
+              "max_cpu_ratio": max_cpu_ratio}
+    return [line for met, line in goals(results, limits, mixes) if not met]
 
 
 def _sizes(text: str) -> list[int]:
@@ -322,22 +253,30 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _mixes(text: str) -> list[str]:
+    mixes = [x for x in text.replace(",", " ").split()]
+    bad = [x for x in mixes if x not in gen.MIXES]
+    if not mixes or bad:
+        raise argparse.ArgumentTypeError(f"mixes are a comma-separated list of {', '.join(gen.MIXES)}")
+    return list(dict.fromkeys(mixes))
+
+
 def print_table(results: list[dict]) -> None:
-    print(f"{'packets':>9}  {'what':<8} {'wall s':>8} {'packets/s':>10} {'RSS sum MB':>11} "
+    print(f"{'mix':<9} {'packets':>9}  {'what':<8} {'wall s':>8} {'CPU s':>8} {'packets/s':>10} {'RSS sum MB':>11} "
           f"{'RSS shared once MB':>19} {'PSS sum MB':>11}")
     for r in results:
         for what in ("analyze", "tshark"):
             m = r[what]
-            print(f"{r['packets']:>9}  {what:<8} {m['wall_s']:>8.2f} {m['packets_per_s']:>10} "
-                  f"{m['peak_rss_mb']:>11.1f} {m['peak_mem_mb']:>19.1f} {m['peak_pss_mb']:>11.1f}")
+            print(f"{r['mix']:<9} {r['packets']:>9}  {what:<8} {m['wall_s']:>8.2f} {m['cpu_s']:>8.2f} "
+                  f"{m['packets_per_s']:>10} {m['peak_rss_mb']:>11.1f} {m['peak_mem_mb']:>19.1f} {m['peak_pss_mb']:>11.1f}")
         c = r["check"]
         checked = "" if r["packets"] >= RATIO_CHECKED_FROM else " (not checked below 1M packets)"
         if len(r["ratios"]) > 1:
             checked = (f" (median of {len(r['ratios'])} pairs: " + ", ".join(f"{x:.2f}" for x in r["ratios"])
                        + f"){checked}")
-        print(f"{r['packets']:>9}  ratio analyze/tshark {r['ratio']:.2f}{checked}; planted failures found "
-              f"{len(c['found'])}/{r['planted']}, missed {len(c['missed'])}, unexpected findings "
-              f"{len(c['unexpected'])}, wrong severity {len(c['wrong_severity'])}")
+        print(f"{r['mix']:<9} {r['packets']:>9}  ratio analyze/tshark {r['ratio']:.2f} wall, {r['cpu_ratio']:.2f} "
+              f"CPU{checked}; planted failures found {len(c['found'])}/{r['planted']}, missed {len(c['missed'])}, "
+              f"unexpected findings {len(c['unexpected'])}, wrong severity {len(c['wrong_severity'])}")
         for key in ("missed", "wrong_severity", "unexpected"):
             for line in c[key]:
                 print(f"           {key}: {line}")
@@ -346,58 +285,61 @@ def print_table(results: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=_sizes, default=[200_000, 1_000_000],
-                    help="packet counts to run, comma-separated (default 200000,1000000)")
+    ap.add_argument("--sizes", type=_sizes, default=None,
+                    help="packet counts to run, comma-separated (default 200000,1000000; 1000000 with --mix)")
+    ap.add_argument("--mix", type=_mixes, default=None,
+                    help="traffic mixes to run, comma-separated, of " + ", ".join(gen.MIXES) + " (default keepalive "
+                    "with issue 17's goals; with --mix, issue 34's: --max-ratio 0.5, --max-cpu-ratio 0.7)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--max-ratio", type=float, default=0.6,
-                    help="analyze time / tshark time, checked at 1M packets and more (default 0.6)")
+    ap.add_argument("--max-ratio", type=float, default=None,
+                    help="analyze wall time / tshark's, checked at 1M packets and more (default 0.6; 0.5 with --mix)")
+    ap.add_argument("--max-cpu-ratio", type=float, default=None,
+                    help="analyze CPU time / tshark's, checked at 1M packets and more (default: not checked; 0.7 "
+                    "with --mix)")
     ap.add_argument("--max-rss-mb", type=float, default=250.0,
                     help="analyze's peak RSS, summed over its processes, MB (default 250)")
     ap.add_argument("--max-rss-growth", type=float, default=0.10,
                     help="analyze's peak memory (both RSS measures) at the largest size over the smallest, fraction "
                     "(default 0.10)")
     ap.add_argument("--pairs", type=int, default=3,
-                    help="times analyze and the baseline run in turn at each size; the ratio is the median of the "
-                    "pairs' (default 3)")
+                    help="times analyze and the baseline run in turn at each size; the ratios are the medians of "
+                    "the pairs' (default 3)")
     ap.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")
     ap.add_argument("--cache", default=str(HERE / ".cache"), help="where generated captures are kept")
     a = ap.parse_args(argv)
     if a.pairs < 1:
         ap.error("--pairs must be at least 1")
+    mixes = a.mix is not None
+    limits = {"max_ratio": a.max_ratio if a.max_ratio is not None else (0.5 if mixes else 0.6),
+              "max_cpu_ratio": a.max_cpu_ratio if a.max_cpu_ratio is not None else (0.7 if mixes else None),
+              "max_rss_mb": a.max_rss_mb, "max_rss_growth": a.max_rss_growth}
+    sizes = a.sizes or ([1_000_000] if mixes else [200_000, 1_000_000])
     if shutil.which("tshark") is None:
         print("bench/run: tshark is not installed (scripts/install)", file=sys.stderr)
         return 2
     cache = Path(a.cache)
     results = []
     try:
-        for size in a.sizes:
-            results.append(bench_size(cache, size, a.seed, a.pairs))
+        for mix in a.mix or ["keepalive"]:
+            for size in sizes:
+                results.append(bench_size(cache, size, a.seed, a.pairs, mix))
     except (RuntimeError, ValueError, OSError) as e:
         print(f"bench/run: {e}", file=sys.stderr)
         return 2
     print_table(results)
-    bad = regressions(results, a.max_ratio, a.max_rss_mb, a.max_rss_growth)
-    for r in results:  # worth a look, but not one of the regressions above
+    for r in results:  # worth a look, but not one of the goals
         for p in r["problems_in_report"]:
-            print(f"WARNING: {r['packets']} packets: analyze's report lists a problem: {p.get('where')}: "
-                  f"{p.get('what')}")
-    for r in results:
-        n, c = r["packets"], r["check"]
-        if n >= RATIO_CHECKED_FROM:
-            print(f"{'FAIL' if r['ratio'] > a.max_ratio else 'PASS'}: {n} packets: analyze took {r['ratio']:.2f}x "
-                  f"tshark's time (goal at most {a.max_ratio:g}x)")
-        rss = r["analyze"]["peak_rss_mb"]
-        print(f"{'FAIL' if rss > a.max_rss_mb else 'PASS'}: {n} packets: analyze peak summed RSS {rss:.0f} MB (goal "
-              f"under {a.max_rss_mb:.0f} MB)")
-        print(f"{'FAIL' if check_problems(c) else 'PASS'}: {n} packets: planted failures found "
-              f"{len(c['found'])}/{r['planted']} at their frames, {len(c['unexpected'])} unexpected findings")
+            print(f"WARNING: {_label(r, mixes)}: analyze's report lists a problem: {p.get('where')}: {p.get('what')}")
+    judged = goals(results, limits, mixes)
+    for met, line in judged:
+        print(f"{'PASS' if met else 'FAIL'}: {line}")
+    bad = [line for met, line in judged if not met]
     for line in bad:
         print(f"GOAL MISSED: {line}")
     if not bad:
         print("OK: every goal met")
     if a.json:
-        doc = {"results": results, "regressions": bad,
-               "limits": {"max_ratio": a.max_ratio, "max_rss_mb": a.max_rss_mb, "max_rss_growth": a.max_rss_growth},
+        doc = {"results": results, "regressions": bad, "limits": limits,
                "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "tshark": _tshark_version(), "load_avg": os.getloadavg()}}
         Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
