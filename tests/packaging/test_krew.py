@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import tarfile
-import time
 import tomllib
 from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
@@ -25,6 +24,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from .conftest import KREW_BUILD, start_build
 
 REPO = Path(__file__).resolve().parent.parent.parent
 MANIFEST = REPO / "krew-manifest.yaml"
@@ -220,17 +221,12 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    root = tmp_path_factory.mktemp("krew")
-    (root / "home").mkdir()
-    (root / "tmp").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PEX_", "SHIV_"))}
-    env.update(HOME=str(root / "home"), TMPDIR=str(root / "tmp"))
-    started = time.monotonic()
-    proc = subprocess.run([str(BUILD), "-o", "out"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=1200)
+def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The build conftest.py started as collection ended (or one started now)."""
+    build = request.config.stash.get(KREW_BUILD, None) or start_build(tmp_path_factory.mktemp("krew"))
+    proc, seconds = build.wait(timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return Built(root, proc, time.monotonic() - started)
+    return Built(build.root, proc, seconds)
 
 
 def test_build_prints_the_archive_and_its_sha256_and_leaves_nothing_else(built):
