@@ -382,7 +382,8 @@ class Correlator:
         server = flow.server
         request = f"{entry.method} {entry.path}" if entry.method else "a TCP connection"
         said = "Envoy's debug log tells of" if evidence.kind == ENVOY_LOG else "Envoy logged"
-        shown = ",".join(entry.flags) or entry.details or ("a local reply" if envoys_own_5xx(entry) else "a failure")
+        local_reply = envoys_own_5xx(entry)
+        shown = ",".join(entry.flags) or entry.details or ("a local reply" if local_reply else "a failure")
         return Finding(
             detector="access-log",
             # The caller going away (DC, DR) is the caller's doing, as a 4xx is: a warning.
@@ -400,7 +401,7 @@ class Correlator:
                             "any upstream was picked (a filter's local reply: a policy check such as Istio's "
                             "Mixer in 1.0 - 1.4, ext_authz, RBAC, a Wasm or Lua filter, a direct response); "
                             "Envoy's debug log (http and router at debug) names the filter"
-                            if envoys_own_5xx(entry) else "")
+                            if local_reply else "")
                          + ". No packet in the capture explains it (the failure may lie outside the captured "
                            "interfaces or before the capture started)."),
             remediation=f"# What to capture next: {nxt}.",

@@ -69,7 +69,8 @@ import errno, socket, sys, time
 for _ in range({count}):
     with socket.socket() as s:
         s.settimeout(5.0)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if {bind_port}:  # a fixed port, as an app with a port pool binds it
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("", {bind_port}))  # bound before connect: its port stays known when the connect fails
         try:
             s.connect(({host!r}, {port}))

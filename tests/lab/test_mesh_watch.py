@@ -64,10 +64,7 @@ def kubectl_logs(state, pod: str) -> str:
 def analyze(*dirs: Path, empty: bool = False) -> dict:
     """analyze's JSON report of ``dirs``; ``empty``: they may hold nothing to read (exit 2, its report still
     printed), as a pod the failure never reached."""
-    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *map(str, dirs), "-o", "json"],
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode in ((0, 1, 2) if empty else (0, 1)), proc.stderr
-    return json.loads(proc.stdout)
+    return analyze_all(dirs, empty=(0,) if empty else ())[0]
 
 
 def analyze_all(*dir_sets: tuple[Path, ...], empty: Collection[int] = ()) -> list[dict]:
