@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines
-from kubectl_meshdoctor.commands.watch.headless_stop import merged_stats
 from kubectl_meshdoctor.core.events import ClustersEvent, EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding, Problem, undissectable_problem
 from kubectl_meshdoctor.core.live_join import JoinedView, LiveJoin
-from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats, merged_stats
 from kubectl_meshdoctor.core.report_model import (
     DumpCounters,
     FilesSide,

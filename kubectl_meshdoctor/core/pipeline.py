@@ -326,3 +326,16 @@ def _claim(det: Detector) -> Claim:
         return det.from_access_log(entry, evidence)
 
     return claim
+
+
+def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
+    """Counts of every pod's pipeline; interfaces as ``pod/iface`` when there is more than one pod."""
+    if len(pipelines) == 1:
+        return pipelines[0].stats
+    out = PipelineStats()
+    for p in pipelines:
+        out.packets += p.stats.packets
+        out.flows_seen += p.stats.flows_seen
+        for iface, st in p.stats.by_iface.items():
+            out.by_iface[f"{p.ctx.pod}/{iface}"] = st
+    return out

@@ -37,7 +37,11 @@ from dataclasses import dataclass
 
 from kubectl_meshdoctor.pcap_header import PcapHeader, pcap_header, pcapng_order
 
+from kubectl_meshdoctor.core.events import HttpStart, TlsStart
+
 from .fast_events import FastEvents, epoch
+from .http1 import START_PREFIXES, parse_http_start
+from .tls_records import RECORD_PREFIXES, TLS_BYTES_READ, parse_tls_start
 from .prepass import (BSD_INET6, ETHERNET, LOOP, NULL, RAW, RAW4, RAW6, SLL, SLL2, SLL_HATYPES, ChunkFiles,
                       PrepassResult, prepass)
 
@@ -53,6 +57,7 @@ def fastpath_wanted() -> bool:
 IRRELEVANT, DIRTY = 0, 1  # what _segment says of a record that is no TCP segment read here
 _NO_TCP_ETHERTYPES = frozenset((0x0806, 0x8035, 0x88CC))  # ARP, RARP, LLDP: never an IP datagram
 _DNS = 53
+_STARTS = frozenset(START_PREFIXES)
 
 
 @dataclass
@@ -113,7 +118,9 @@ def _link(buf: bytes, o: int, caplen: int, link: int) -> tuple[int, int, str, st
 
 def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple | int:
     """The TCP segment of the frame at ``buf[o:]``: (src, dst, sport, dport, flags, seq, ack, payload length,
-    hatype, ifindex), addresses as bytes; or IRRELEVANT (it holds no TCP) or DIRTY (not read here)."""
+    hatype, ifindex, payload start, captured payload end), addresses as bytes, the payload's captured bytes
+    ``buf[start:end]`` (a link trailer is not payload); or IRRELEVANT (it holds no TCP) or DIRTY (not read
+    here)."""
     if caplen > wirelen:
         return DIRTY
     found = _link(buf, o, caplen, link)
@@ -155,7 +162,9 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
     if doff > 20 and _mptcp(buf, l4 + 20, l4 + doff):
         return DIRTY
     sport, dport, seq, ack = struct.unpack_from("!HHII", buf, l4)
-    return (bytes(src), bytes(dst), sport, dport, buf[l4 + 13] & 0x3F, seq, ack, seg - doff, hatype, ifindex)
+    start = l4 + doff
+    return (bytes(src), bytes(dst), sport, dport, buf[l4 + 13] & 0x3F, seq, ack, seg - doff, hatype, ifindex,
+            start, min(end, start + seg - doff))
 
 
 def _mptcp(buf: bytes, pos: int, end: int) -> bool:
@@ -235,6 +244,22 @@ def shown_completeness(conversations: dict[bytes, list], src: bytes, sport: int,
 def prefilter_keeps_pure_ack(c: int) -> bool:
     """FILE_PREFILTER's three tests of a segment without payload or SYN/FIN/RST, on its tcp.completeness."""
     return bool((c & 1 and not c & 2) or (c & 0x30 and not c & 1) or c == 0)
+
+
+def payload_event(flags: int, payload: bytes) -> tuple[bool, HttpStart | None, TlsStart | None]:
+    """What FILE_PREFILTER and sources/tshark.py's _packet make of a segment with TCP payload, from ``payload``,
+    its captured bytes (tshark's tcp.payload): whether it is kept (SYN, FIN or RST, or a payload whose first
+    captured bytes are an HTTP/1 start's or a TLS record's: ``tcp.payload[0:N] == ...`` is false when fewer
+    than N bytes were captured), and its HTTP/1 start (up to its header block's end) or TLS record start."""
+    tls_start = payload.startswith(RECORD_PREFIXES)
+    if not (flags & 0x07 or tls_start or payload[:4] in _STARTS):
+        return False, None, None
+    if not payload:
+        return True, None, None
+    if tls_start:
+        return True, None, parse_tls_start(payload[:TLS_BYTES_READ])
+    end = payload.find(b"\r\n\r\n")
+    return True, parse_http_start(payload if end < 0 else payload[:end + 4]), None
 
 
 class _Iface:
@@ -357,7 +382,7 @@ class FastSink:
                 return None
             if read is IRRELEVANT:
                 continue
-            ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex), name = read
+            ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, _, _), name = read
             shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
             if payload:
                 plan.append((frame, data))

@@ -32,7 +32,8 @@ from kubectl_meshdoctor.pcap_header import PcapHeader
 
 from .fast_events import address_text
 from .tshark import iface_of
-from .fastpath import DIRTY, IRRELEVANT, prefilter_keeps_pure_ack, read_pcap_record, shown_completeness
+from .fastpath import (DIRTY, IRRELEVANT, payload_event, prefilter_keeps_pure_ack, read_pcap_record,
+                       shown_completeness)
 
 FAST_PENDING = 50_000  # events queued for the reader at most (~200 bytes each) before the merger waits
 _WRITE = 1 << 18
@@ -142,25 +143,24 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
         log.append(data)
         if seen is IRRELEVANT:
             continue
-        keep = _decide(conversations, seen)
-        if keep is None:
-            real.write(index, frame, data)
-        elif keep:
-            ts, (src, dst, sport, dport, flags, seq, ack, _, hatype, ifindex), name = seen
+        ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, start, end), name = seen
+        shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
+        if payload:
+            keep, http, tls = payload_event(flags, data[start:end])
+        else:
+            keep, http, tls = bool(flags & 0x07) or prefilter_keeps_pure_ack(shown), None, None
+        if keep:
             queue.append((real.written, index, frame, ts, address_text(src), address_text(dst), sport, dport, flags,
-                          seq, ack, (name, hatype, ifindex)))
+                          seq, ack, (name, hatype, ifindex), payload, http, tls))
             if len(queue) >= FAST_PENDING:
                 _wait(real, queue, stop, drain)
     real.close()
 
 
-def _decide(conversations: dict[bytes, list], seen) -> bool | None:
-    """Whether FILE_PREFILTER keeps a record without payload; None for one with payload (tshark's)."""
-    _, (src, dst, sport, dport, flags, seq, ack, payload, _, _), _ = seen
-    shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
-    if payload:
-        return None
-    return bool(flags & 0x07) or prefilter_keeps_pure_ack(shown)
+def _decide(conversations: dict[bytes, list], seen) -> None:
+    """A replayed record's change to tcp.completeness, as tshark reading it again makes it."""
+    _, (src, dst, sport, dport, flags, seq, ack, payload, _, _, _, _), _ = seen
+    shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
 
 
 def _wait(real: RealStream, queue: deque, stop: threading.Event, drain: Callable[[int], None]) -> None:
@@ -186,13 +186,13 @@ class FastReader:
     def upto(self, place: float) -> None:
         q = self.queue
         while q and q[0][0] <= place:
-            _, i, frame, ts, src, dst, sport, dport, flags, seq, ack, where = q.popleft()
+            _, i, frame, ts, src, dst, sport, dport, flags, seq, ack, where, payload, http, tls = q.popleft()
             key = (i, where)
             iface = self._where.get(key)
             if iface is None:
                 iface = self._where[key] = self._ifaces[i] if self._forced[i] else \
                     iface_of(*where, self._ifaces[i])
             self.on_event(PacketEvent(ts, iface, self._sources[i], frame, src, sport, dst, dport, _FLAGS[flags],
-                                      seq, ack, 0, None, None))
+                                      seq, ack, payload, http, tls))
             self.packets[i] += 1
             self.last[i] = frame

@@ -26,6 +26,7 @@ from kubectl_meshdoctor.core.events import (ALERT, APPLICATION_DATA, CLIENT_HELL
 RECORD_PREFIXES = (bytes((HANDSHAKE, 3)), bytes((ALERT, 3)),
                    bytes((APPLICATION_DATA, 3, 3)) + ENCRYPTED_ALERT_LENGTH.to_bytes(2, "big"))
 _HEX_PREFIXES = tuple(p.hex() for p in RECORD_PREFIXES)
+TLS_BYTES_READ = 5 + 2 ** 14  # a TLS record's header and its largest plaintext body (RFC 8446 section 5.1)
 
 _SERVER_NAME, _ALPN, _SUPPORTED_VERSIONS = 0, 16, 43  # extension types (IANA TLS ExtensionType values)
 _HOST_NAME = 0  # the NameType of a DNS host name (RFC 6066 section 3)

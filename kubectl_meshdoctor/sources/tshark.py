@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags, TlsStart
 
 from .http1 import START_PREFIXES, parse_http_start
-from .tls_records import RECORD_PREFIXES, parse_tls_start, starts_tls_record
+from .tls_records import RECORD_PREFIXES, TLS_BYTES_READ, parse_tls_start, starts_tls_record
 from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 
 # Column order of tshark's output; packet_from_fields() unpacks in this order.
@@ -180,7 +180,6 @@ def counted_event(stream, line: str, frame: int) -> PacketEvent | None:
     return ev
 
 
-_TLS_BYTES_READ = 5 + 2 ** 14  # a TLS record's header and its largest plaintext body (RFC 8446 section 5.1)
 _HEADER_END = "0d0a0d0a"  # CRLF CRLF in tshark's hex (tshark 4 writes bytes fields without separators)
 
 
@@ -215,7 +214,7 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
         if payload[2:3] == ":":  # tshark 3 separated the bytes with colons
             payload = payload.replace(":", "")
         if starts_tls_record(payload):  # a few records a connection (hellos, alerts): whole, never app data
-            tls = parse_tls_start(bytes.fromhex(payload[:2 * _TLS_BYTES_READ]))
+            tls = parse_tls_start(bytes.fromhex(payload[:2 * TLS_BYTES_READ]))
         else:
             http = parse_http_start(_header_block(payload))  # the body is never read: not converted either
     if frame is None:

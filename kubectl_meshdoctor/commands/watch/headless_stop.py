@@ -16,7 +16,7 @@ import os
 import sys
 
 from kubectl_meshdoctor.core.findings import Problem
-from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.core.pipeline import Pipeline, merged_stats
 from kubectl_meshdoctor.core.report_model import LiveSource, Report
 
 END_GRACE_S = 2.0  # seconds a stopped run may take to wind down (the lab's clean end: 0.3 s)
@@ -32,19 +32,6 @@ async def within_grace(run: asyncio.Future, stop: asyncio.Event) -> bool:
     finally:
         stopping.cancel()
     return run.done()
-
-
-def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
-    """Counts of every pod's pipeline; interfaces as ``pod/iface`` when there is more than one pod."""
-    if len(pipelines) == 1:
-        return pipelines[0].stats
-    out = PipelineStats()
-    for p in pipelines:
-        out.packets += p.stats.packets
-        out.flows_seen += p.stats.flows_seen
-        for iface, st in p.stats.by_iface.items():
-            out.by_iface[f"{p.ctx.pod}/{iface}"] = st
-    return out
 
 
 def found_so_far(pipelines: list[Pipeline], pods: list[str], namespace: str) -> Report:

@@ -11,12 +11,11 @@ from pathlib import Path
 
 from kubectl_meshdoctor.commands.log_level import LoggerControl
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines, run_session
-from kubectl_meshdoctor.commands.watch.headless_stop import merged_stats
 from kubectl_meshdoctor.commands.watch.live import WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent, PacketEvent
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.live_join import JoinedView, LiveJoin
-from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
+from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats, merged_stats
 from kubectl_meshdoctor.core.report_model import Report
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.clusters import parse_clusters
