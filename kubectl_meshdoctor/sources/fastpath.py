@@ -1,5 +1,8 @@
 """The pre-pass's fast path: the events of kept records without TCP payload, decided here as tshark would.
 
+(This describes one file read alone. Several files read together, sources/interleave_fast.py, decide the records
+with payload here too: payload_event.)
+
 With the pre-pass (sources/prepass.py) every kept record goes to tshark, chunk by chunk, and tshark's display
 filter (FILE_PREFILTER, sources/tshark.py) picks the ones yielded. Most of them carry only TCP flags and numbers
 (SYN, FIN, RST, pure ACKs), whose event needs no dissector. Here each chunk of kept records (the same chunks the

@@ -5,13 +5,18 @@ takes over, first reading again the last REPLAY_RECORDS records (their lines dro
 through that same stream of sessions (the virtual stream) and, for each session, follows tshark's
 tcp.completeness from a fresh state, the replayed records first, as tshark would (fastpath.shown_completeness):
 
-- a record without TCP payload becomes an event here, when FILE_PREFILTER would keep it, queued with the place
+- a record the fast path reads becomes an event here, when FILE_PREFILTER would keep it, queued with the place
   in the real stream (what tshark reads now) of the next record written there, so that the reader hands it on
-  before that record's line: the order of the virtual stream;
-- a record with payload is written into the real stream (its verdict and fields depend on it alone);
+  before that record's line: the order of the virtual stream. A record without TCP payload is decided by its
+  conversation's tcp.completeness; one with payload by itself alone (fastpath.payload_event: its flags, its
+  first captured bytes, its HTTP/1 or TLS start parsed as sources/tshark.py parses tshark's tcp.payload);
 - a record the fast path does not read makes the rest of its session go to a tshark of its own, which first
   reads that session's replayed records and every record of it so far as replays: the state tshark had without
   the fast path.
+
+So on a capture of plain Ethernet/IP/TCP no tshark starts at all: its ~160 MB of RSS before the first frame
+(dissector tables) was most of issue 34's 250 MB. tshark is still what reads any session holding a record not
+read here (fragments, tunnels, ICMP errors, options, damaged headers), and what the tests compare with.
 
 The real stream starts a new tshark every SESSION_RECORDS records it holds, or when events wait beyond
 FAST_PENDING (its end lets the reader hand them on, so the queue stays bounded).
@@ -35,6 +40,7 @@ from .tshark import iface_of
 from .fastpath import (DIRTY, IRRELEVANT, payload_event, prefilter_keeps_pure_ack, read_pcap_record,
                        shown_completeness)
 
+MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
 FAST_PENDING = 50_000  # events queued for the reader at most (~200 bytes each) before the merger waits
 _WRITE = 1 << 18
 _FLAGS = tuple(TcpFlags(v) for v in range(64))
@@ -109,6 +115,7 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
     conversations: dict[bytes, list] = {}
     replay: list[bytes] = []
     log: list[bytes] = []
+    texts: dict[bytes, str] = {}  # address bytes -> as tshark prints them
     for _, index, frame, data in records:
         if stop.is_set():
             return
@@ -150,8 +157,13 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
         else:
             keep, http, tls = bool(flags & 0x07) or prefilter_keeps_pure_ack(shown), None, None
         if keep:
-            queue.append((real.written, index, frame, ts, address_text(src), address_text(dst), sport, dport, flags,
-                          seq, ack, (name, hatype, ifindex), payload, http, tls))
+            # A pod talks with few addresses: each printed once, not twice an event (inet_ntop and intern).
+            if len(texts) >= MAX_TEXTS:
+                texts.clear()
+            src_text = texts.get(src) or texts.setdefault(src, address_text(src))
+            dst_text = texts.get(dst) or texts.setdefault(dst, address_text(dst))
+            queue.append((real.written, index, frame, ts, src_text, dst_text, sport, dport, flags, seq, ack,
+                          (name, hatype, ifindex), payload, http, tls))
             if len(queue) >= FAST_PENDING:
                 _wait(real, queue, stop, drain)
     real.close()
