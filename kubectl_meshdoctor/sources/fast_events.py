@@ -88,5 +88,9 @@ def address_text(raw: bytes) -> str:
 
 
 def epoch(secs: int, nsecs: int) -> float:
-    """``float`` of tshark's ``frame.time_epoch`` text for a record at ``secs`` and ``nsecs`` (0 <= nsecs < 1e9)."""
-    return float(f"{secs}.{nsecs:09d}")
+    """``float`` of tshark's ``frame.time_epoch`` text for a record at ``secs`` and ``nsecs`` (0 <= nsecs < 1e9).
+
+    ``float("S.NNNNNNNNN")`` is the double nearest the decimal's exact value, and so is an int divided by an int
+    (CPython rounds true division of integers correctly), so one integer division gives the same float as
+    formatting the text and parsing it back, five to ten times sooner (tests/sources/test_fast_events.py)."""
+    return (secs * 1_000_000_000 + nsecs) / 1_000_000_000
