@@ -1,7 +1,7 @@
-"""The many-pods benchmark of issue 17: ``watch -l`` over N lab pods, each with steady light traffic and one
+"""The many-pods benchmark of issues 17 and 34: ``watch -l`` over N lab pods, each with steady light traffic and one
 planted failure, and what the plugin costs for them.
 
-    bench/many [--pods 10,50] [--seconds 40] [--rate 40] [--margin 15] [--json FILE]
+    bench/many [--pods 10,100] [--seconds 40] [--rate 40] [--margin 15] [--json FILE]
 
 Run as root. It brings up one pod lab of max(--pods) `load` pods (real Envoy as each sidecar, no scenario
 drivers), and for each N in --pods (ascending) runs
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     pod.add_argument("--rate", type=float, required=True)
     pod.add_argument("--seconds", type=float, required=True)
     pod.add_argument("--plant-at", type=float, required=True)
-    parser.add_argument("--pods", type=lambda s: [int(x) for x in s.split(",")], default=[10, 50])
+    parser.add_argument("--pods", type=lambda s: [int(x) for x in s.split(",")], default=[10, 100])
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--rate", type=float, default=40.0, help="packets/s of load a pod (default 40)")
     parser.add_argument("--margin", type=float, default=15.0,
