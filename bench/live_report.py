@@ -17,7 +17,9 @@ GOAL_RATE_FRACTION = 0.9
 # Issue 17: CPU of the plugin side (tshark and watch's own process, summed) per packet that crossed the exec
 # stream, at 10,000 packets/s; the lab API server's relay is reported apart (in a cluster it is the API server).
 GOAL_PLUGIN_US = 50.0
-FINDING = re.compile(r"^(error|warning|info): ([\w.-]+): (.*) \((\S+) -> (\S+)\)$")
+# watch's live line: FlowRef.text(labelled=False) in parentheses, "CLIENT -> SERVER on IFACE" or, from Envoy's
+# logs, "CLIENT -> SERVER (from Envoy's logs)" (core/findings.py).
+FINDING = re.compile(r"^(error|warning|info): ([\w.-]+): (.*) \((\S+) -> (\S+)(?: on \S+| \(from Envoy's logs\))\)$")
 
 
 def _percentile(values: list[float], q: float) -> float | None:

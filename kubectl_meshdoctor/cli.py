@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("target", nargs="*", metavar="pod/NAME|deploy/NAME",
                    help="what to capture (a bare NAME is a pod); deploy/NAME captures every pod of it; name "
                    "several (pod/caller pod/server, or pods caller server) to see both hops of a request")
-    w.add_argument("-l", "--selector", help="capture every running pod with these labels (at most 50)")
+    w.add_argument("-l", "--selector", help="capture every running pod with these labels (at most 100)")
     _kube_flags(w)
     w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end (the default "
                    "when stdout or stdin is not a terminal)")

@@ -81,6 +81,13 @@ def test_help_teaches_with_examples():
         assert flag in proc.stdout
 
 
+def test_help_states_the_pod_limit_watch_enforces():
+    from kubectl_meshdoctor.commands.watch.live import MAX_PODS
+
+    # argparse wraps the help: the words of the -l line, whitespace aside
+    assert f"(at most {MAX_PODS})" in " ".join(meshdoctor("watch", "--help").stdout.split())
+
+
 KUBECONFIG_DOWN = """apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]

@@ -170,7 +170,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
                                                    waiting=lambda: waits_on.get(state.phase)))
         run = asyncio.ensure_future(watch(kube, opts, make_pipeline, stop, progress, state))
         try:
-            ended = await within_grace(run, stop)
+            ended = await within_grace(run, stop, state.steps)
             report = run.result() if ended else found_so_far(pipelines, [p.ctx.pod for p in pipelines],
                                                               opts.namespace)
         except KubeError as e:

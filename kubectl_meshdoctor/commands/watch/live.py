@@ -92,6 +92,10 @@ class WatchState(CaptureState):
     debug: EnvoyDebug | None = None  # the pod's Envoy log levels for the run (--envoy-debug, the TUI's v)
     stats_before: dict = field(default_factory=dict)  # the sidecar's /stats at the run's start (the TUI's k)
 
+    def steps(self) -> tuple[str, ...]:
+        """Where the run and each of its pods are (their phases): what a stopped watch sees move as it winds down."""
+        return (self.phase, *(p.phase for p in self.pods))
+
 
 PipelineFactory = Callable[[str], Pipeline]
 
@@ -113,7 +117,7 @@ class CaptureStarts:
         if len(self.pipelines) == self.pods:
             for p in self.pipelines:
                 p.context(CaptureStartEvent(self.latest))
-MAX_PODS = 50  # pods one watch captures at once
+MAX_PODS = 100  # pods one watch captures at once: bench/many --pods 100 met issue 34's goals (bench/RESULTS.md)
 MAX_PARALLEL_SETUP = 8  # pods set up at once (container, exec, port-forward): bounded load on the API server
 
 
@@ -279,10 +283,16 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             pass
         raise
     ticking.cancel()
+    # Each step of the wind-down says itself in the phase: a stopped watch waits while the steps go on
+    # (headless_stop.within_grace), a hundred pods' take seconds.
+    state.phase = "log levels"
     await asyncio.to_thread(state.debug.finish)
+    state.phase = "sidecar counters"
     counters = await close_proxy(proxy)
     problems += proxy.problems + [Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", p) for p in state.debug.problems]
+    state.phase = "kernel counters"
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
+    state.phase = "reporting"
     # The run-wide list plus whatever a loaded detector declares, so an outside detector's counters back it too.
     watched = dict.fromkeys([*WATCHED, *(n for d in pipeline.detectors for n in d.kernel_counters)])
     kernel = counter_deltas(kernel_before, kernel_after, tuple(watched)) if kernel_after else {}
