@@ -1,9 +1,9 @@
 """The fast path's PacketEvents (sources/fastpath.py), held compactly until the reader merges them with tshark's.
 
-The fast path decides, while the pre-pass walks a file, the events of the records that carry no TCP payload; a
-1M-packet capture yields hundreds of thousands of them before tshark's first line is read, so they are kept in
-typed arrays (about 40 bytes an event, against ~250 for a PacketEvent) and become PacketEvents only as the reader
-hands them on, in frame order.
+The fast path decides, while the pre-pass walks a file, the events of the records it reads; a 1M-packet capture
+yields hundreds of thousands of them before any tshark line is read, so they are kept in typed arrays (about 44
+bytes an event, against ~250 for a PacketEvent; an HTTP/1 or TLS start is held as its parsed object) and become
+PacketEvents only as the reader hands them on, in frame order.
 
 Each field is what tshark 4.0 prints for it and sources/tshark.py's packet_from_fields makes of it:
 ``frame.time_epoch`` is the record's time to the nanosecond (``secs.nnnnnnnnn``), read back with ``float``;
@@ -20,7 +20,7 @@ import sys
 from array import array
 from collections.abc import Iterator
 
-from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags, TlsStart
 
 from .tshark import iface_of
 
@@ -39,6 +39,8 @@ class FastEvents:
         self.flags = array("B")
         self.pair = array("I")  # index into _pairs: (src, dst) as tshark prints them
         self.where = array("H")  # index into _wheres: (interface name, sll.hatype, sll.ifindex) as printed
+        self.payload = array("I")  # tcp.len
+        self.starts: dict[int, tuple[HttpStart | None, TlsStart | None]] = {}  # event index -> its starts
         self._pairs: list[tuple[str, str]] = []
         self._pair_index: dict[bytes, int] = {}
         self._wheres: list[tuple[str, str, str]] = []
@@ -48,9 +50,11 @@ class FastEvents:
         return len(self.frames)
 
     def add(self, frame: int, ts: float, src: bytes, dst: bytes, sport: int, dport: int, flags: int, seq: int,
-            ack: int, where: tuple[str, str, str]) -> None:
+            ack: int, where: tuple[str, str, str], payload: int = 0, http: HttpStart | None = None,
+            tls: TlsStart | None = None) -> None:
         """One event: ``src``/``dst`` the addresses' bytes (4 or 16), ``flags`` the TCP header's low six bits,
-        ``where`` (interface name, hatype, ifindex) as tshark prints them ("" where it prints nothing)."""
+        ``where`` (interface name, hatype, ifindex) as tshark prints them ("" where it prints nothing),
+        ``payload`` its tcp.len, ``http``/``tls`` the start its payload holds."""
         key = src + dst
         p = self._pair_index.get(key)
         if p is None:
@@ -60,7 +64,10 @@ class FastEvents:
         if w is None:
             w = self._where_index[where] = len(self._wheres)
             self._wheres.append(where)
+        if http is not None or tls is not None:
+            self.starts[len(self.frames)] = (http, tls)
         self.frames.append(frame)
+        self.payload.append(payload)
         self.ts.append(ts)
         self.seq.append(seq)
         self.ack.append(ack)
@@ -74,12 +81,14 @@ class FastEvents:
         ``default_iface``, on every event with ``force_iface``)."""
         ifaces = [default_iface if force_iface else iface_of(name, hatype, ifindex, default_iface)
                   for name, hatype, ifindex in self._wheres]
-        pairs = self._pairs
+        pairs, starts, none = self._pairs, self.starts, (None, None)
         for i in range(len(self.frames)):
             src, dst = pairs[self.pair[i]]
             ports = self.ports[i]
+            http, tls = starts.get(i, none)
             yield PacketEvent(self.ts[i], ifaces[self.where[i]], source, self.frames[i], src, ports >> 16, dst,
-                              ports & 0xFFFF, _FLAGS[self.flags[i]], self.seq[i], self.ack[i], 0, None, None)
+                              ports & 0xFFFF, _FLAGS[self.flags[i]], self.seq[i], self.ack[i], self.payload[i],
+                              http, tls)
 
 
 def address_text(raw: bytes) -> str:

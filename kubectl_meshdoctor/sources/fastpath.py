@@ -1,7 +1,10 @@
-"""The pre-pass's fast path: the events of kept records without TCP payload, decided here as tshark would.
+"""The pre-pass's fast path: the events of kept records, decided here as tshark would.
 
-(This describes one file read alone. Several files read together, sources/interleave_fast.py, decide the records
-with payload here too: payload_event.)
+Records without TCP payload are decided by their conversation's tcp.completeness (below); a record with payload
+by itself alone (payload_event: its flags, its first captured bytes, its HTTP/1 or TLS start parsed as
+sources/tshark.py parses tshark's tcp.payload). So a chunk of plain Ethernet/IP/TCP needs no tshark at all,
+whose ~160 MB of RSS before its first frame was most of issue 34's 250 MB. What follows was written when only
+the records without payload were decided here: "goes to tshark" below is now said of the chunks not read here.
 
 With the pre-pass (sources/prepass.py) every kept record goes to tshark, chunk by chunk, and tshark's display
 filter (FILE_PREFILTER, sources/tshark.py) picks the ones yielded. Most of them carry only TCP flags and numbers
@@ -385,12 +388,15 @@ class FastSink:
                 return None
             if read is IRRELEVANT:
                 continue
-            ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, _, _), name = read
+            ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, start, end), name = read
             shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
             if payload:
-                plan.append((frame, data))
-            elif flags & 0x07 or prefilter_keeps_pure_ack(shown):
-                plan.append((-frame, (ts, src, dst, sport, dport, flags, seq, ack, (name, hatype, ifindex))))
+                keep, http, tls = payload_event(flags, data[start:end])
+            else:
+                keep, http, tls = bool(flags & 0x07) or prefilter_keeps_pure_ack(shown), None, None
+            if keep:
+                plan.append((-frame, (ts, src, dst, sport, dport, flags, seq, ack, (name, hatype, ifindex), payload,
+                                      http, tls)))
         return plan
 
     def _read(self, data: bytes):
