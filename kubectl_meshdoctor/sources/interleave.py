@@ -89,7 +89,10 @@ class _Feed:
         sec, frac = self._ts(data, 0)
         # The order tshark's times give (frame.time_epoch as a float, what the time merge compares): exact in
         # microseconds; nanoseconds as the float they read as.
-        key = epoch(sec, frac) if self._ns else sec * 1_000_000 + frac
+        if not self._ns:
+            key = sec * 1_000_000 + frac
+        else:  # a damaged fraction (a second or more) reads as its text does, digits run on
+            key = epoch(sec, frac) if frac < 1_000_000_000 else float(f"{sec}.{frac:09d}")
         self._batch.append((key, self.index, frame, bytes(data)))
         if len(self._batch) >= _BATCH:
             self._put(self._batch)
