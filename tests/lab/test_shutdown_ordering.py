@@ -96,7 +96,10 @@ def test_exit_on_zero_active_connections_is_no_fix_while_callers_call(tmp_path_f
     order, drain_s = shutdown.order_of({"proxy.istio.io/config": config})
     assert order == "exit-on-zero"
     report, run, pod_ip = shut_down_watched(tmp_path_factory, tmp_path, order, drain_s)
-    assert run.killed - run.drained >= shutdown.MINIMUM_DRAIN_S and run.killed < run.began + shutdown.TRAFFIC_S
+    assert run.killed - run.drained >= shutdown.MINIMUM_DRAIN_S
+    # The exit came while callers still called: a loaded machine keeps a connection open at more of
+    # pilot-agent's once-a-second checks, so when it comes varies; that calls came after it, and failed, does not.
+    assert any(c.ts > run.killed for c in run.calls), (run.killed, run.calls[-1])
     assert run.failed(), run.calls
     named(errors(report), pod_ip)
     assert "EXIT_ON_ZERO_ACTIVE_CONNECTIONS" in errors(report)[0]["explanation"]
