@@ -1,0 +1,41 @@
+"""The fast path (sources/fastpath.py) on segments with TCP payload, against tshark 4.0 (MESHDOCTOR_FASTPATH=0, the
+reference): the same PacketEvents (every field, the HTTP/1 and TLS starts) and read counts on small hand-built
+captures of the cases payload_event must get right: payloads with SYN, FIN, RST or URG, payloads of a few bytes
+(prefixes of an HTTP/1 start or a TLS record header), frames captured short inside the payload, Ethernet padding
+after a small payload, TCP and IP options, and the links and formats the pass reads."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from tests.sources.fast_captures import ETHERNET, RAW, A, F, P, R, S, framed, segment, write_pcap
+from tests.sources.test_fastpath import same_stream
+
+pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
+
+C = ("198.18.0.1", 41030, "198.18.0.2", 5000)
+GET = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+ALERT = b"\x15\x03\x03\x00\x02\x02\x28"  # a plaintext fatal alert, handshake_failure (RFC 8446 section 6)
+
+
+def write_cut_pcap(path: Path, frames: list[tuple[bytes, int]], link: int = RAW) -> None:
+    """A pcap file of (captured bytes, length on the wire) records, one a millisecond."""
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, link))
+        for i, (frame, wire) in enumerate(frames):
+            fh.write(struct.pack("<IIII", 1_700_000_000, i * 1000, len(frame), wire) + frame)
+
+
+def test_an_rst_with_data_has_no_start(tmp_path, monkeypatch):
+    """tshark shows an RST's data as tcp.reset_cause, never as tcp.payload (packet-tcp.c, dissect_tcp: RFC 1122
+    section 4.2.2.12's text), so an RST carrying an HTTP request's or a TLS alert's bytes has neither start."""
+    segs = [segment(*C, flags, 1, 1, data) for flags in (R, R | A, R | P | A) for data in (GET, ALERT)]
+    for link in (RAW, ETHERNET):
+        path = tmp_path / f"rst-{link}.pcap"
+        write_pcap(path, [framed(s, link) for s in segs], link)
+        events = same_stream(path, monkeypatch)
+        assert len(events) == len(segs) and all(e.payload_len for e in events)
