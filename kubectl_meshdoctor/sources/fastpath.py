@@ -256,11 +256,14 @@ def payload_event(flags: int, payload: bytes) -> tuple[bool, HttpStart | None, T
     """What FILE_PREFILTER and sources/tshark.py's _packet make of a segment with TCP payload, from ``payload``,
     its captured bytes (tshark's tcp.payload): whether it is kept (SYN, FIN or RST, or a payload whose first
     captured bytes are an HTTP/1 start's or a TLS record's: ``tcp.payload[0:N] == ...`` is false when fewer
-    than N bytes were captured), and its HTTP/1 start (up to its header block's end) or TLS record start."""
+    than N bytes were captured), and its HTTP/1 start (up to its header block's end) or TLS record start (none
+    for an RST, whose data tshark does not show as tcp.payload)."""
     tls_start = payload.startswith(RECORD_PREFIXES)
     if not (flags & 0x07 or tls_start or payload[:4] in _STARTS):
         return False, None, None
-    if not payload:
+    if not payload or flags & 0x04:
+        # An RST's data is tcp.reset_cause in tshark, never tcp.payload (packet-tcp.c, dissect_tcp: RFC 1122
+        # section 4.2.2.12's "ASCII text that ... explained the cause of the RST"): no start is parsed from it.
         return True, None, None
     if tls_start:
         return True, None, parse_tls_start(payload[:TLS_BYTES_READ])
