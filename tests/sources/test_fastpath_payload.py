@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kubectl_meshdoctor.sources import fastpath
 from tests.sources.fast_captures import ETHERNET, RAW, A, F, P, R, S, framed, segment, write_pcap
 from tests.sources.test_fastpath import same_stream
 
@@ -39,3 +40,23 @@ def test_an_rst_with_data_has_no_start(tmp_path, monkeypatch):
         write_pcap(path, [framed(s, link) for s in segs], link)
         events = same_stream(path, monkeypatch)
         assert len(events) == len(segs) and all(e.payload_len for e in events)
+
+
+def sll2(datagram: bytes, ifindex: int, hatype: int = 1) -> bytes:
+    """``datagram`` behind a Linux cooked v2 header (LINKTYPE_LINUX_SLL2) of ``ifindex`` and ``hatype``."""
+    etype = 0x0800 if datagram[0] >> 4 == 4 else 0x86DD
+    return struct.pack("!HHIHBB8s", etype, 0, ifindex, hatype, 0, 6, b"\x02" * 8) + datagram
+
+
+def test_more_interfaces_than_a_short_counts(tmp_path):
+    """A file whose records name more than 65,536 interfaces (SLL2's index is 32 bits): every event still
+    made by the pass, each on the interface tshark's fields give (ifindex 1 is lo, any other eth0)."""
+    n = 65_540
+    syn = segment(*C, S, 1, 0)
+    path = tmp_path / "many-ifindex.pcap"
+    write_pcap(path, [sll2(syn, i + 1) for i in range(n)], 276, False,
+               [(1_700_000_000 + i // 1000, i % 1000) for i in range(n)])
+    got = fastpath.fast_prepass(str(path), str(tmp_path), 100_000)
+    assert got is not None and len(got.events) == n and not got.result.chunks
+    ifaces = [e.iface for e in got.events.events("f", "dflt", False)]
+    assert ifaces[0] == "lo" and ifaces[1:] == ["eth0"] * (n - 1)
