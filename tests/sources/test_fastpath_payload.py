@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kubectl_meshdoctor.sources import fastpath
-from tests.sources.fast_captures import ETHERNET, RAW, A, F, P, R, S, framed, segment, write_pcap
+from tests.sources.fast_captures import ETHERNET, RAW, A, F, P, R, S, framed, segment, write_pcap, write_pcapng
 from tests.sources.test_fastpath import same_stream
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
@@ -60,3 +60,13 @@ def test_more_interfaces_than_a_short_counts(tmp_path):
     assert got is not None and len(got.events) == n and not got.result.chunks
     ifaces = [e.iface for e in got.events.events("f", "dflt", False)]
     assert ifaces[0] == "lo" and ifaces[1:] == ["eth0"] * (n - 1)
+
+
+@pytest.mark.parametrize("resol, stamp", [(0, 2**63 + 5), (0, 2**64 - 1), (0, 2**63 - 1), (6, 2**64 - 1),
+                                          (9, 2**64 - 1), (7, 17_000_000_001_234_567)])
+def test_pcapng_time_stamps_at_the_edges(tmp_path, monkeypatch, resol, stamp):
+    """An Enhanced Packet Block's 64-bit time stamp in units of 10^-``resol`` s. In whole seconds (if_tsresol 0)
+    tshark 4.0 takes one of 2^63 or more as a signed time_t: negative seconds (2^64 - 1 is -1.0)."""
+    path = tmp_path / "edge.pcapng"
+    write_pcapng(path, [segment(*C, S, 1, 0), segment(*C, A | P, 2, 1, GET)], RAW, "eth0", resol, [stamp, stamp])
+    assert len(same_stream(path, monkeypatch)) == 2
