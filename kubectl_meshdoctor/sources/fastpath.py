@@ -419,7 +419,12 @@ class FastSink:
             return seg
         ts = high << 32 | low
         units = iface.units
-        return epoch(ts // units, ts % units * (1_000_000_000 // units)), seg, iface.name
+        secs = ts // units
+        if secs >= 1 << 63:
+            # tshark 4.0 keeps the seconds in a signed 64-bit time_t: in whole-second units (if_tsresol 0) a time
+            # stamp of 2^63 or more shows as negative seconds (2^64 - 1 as -1.0), checked against tshark itself
+            secs -= 1 << 64
+        return epoch(secs, ts % units * (1_000_000_000 // units)), seg, iface.name
 
 
 def read_pcap_record(data: bytes, pcap: PcapHeader, record_header: struct.Struct):

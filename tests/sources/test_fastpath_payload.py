@@ -62,8 +62,7 @@ def test_more_interfaces_than_a_short_counts(tmp_path):
     assert ifaces[0] == "lo" and ifaces[1:] == ["eth0"] * (n - 1)
 
 
-@pytest.mark.parametrize("resol, stamp", [(0, 2**63 + 5), (0, 2**64 - 1), (0, 2**63 - 1), (6, 2**64 - 1),
-                                          (9, 2**64 - 1), (7, 17_000_000_001_234_567)])
+@pytest.mark.parametrize("resol, stamp", [(0, 2**63 + 5), (0, 2**64 - 1), (0, 2**63 - 1), (7, 2**64 - 1)])
 def test_pcapng_time_stamps_at_the_edges(tmp_path, monkeypatch, resol, stamp):
     """An Enhanced Packet Block's 64-bit time stamp in units of 10^-``resol`` s. In whole seconds (if_tsresol 0)
     tshark 4.0 takes one of 2^63 or more as a signed time_t: negative seconds (2^64 - 1 is -1.0)."""
