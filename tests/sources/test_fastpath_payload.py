@@ -69,3 +69,22 @@ def test_pcapng_time_stamps_at_the_edges(tmp_path, monkeypatch, resol, stamp):
     path = tmp_path / "edge.pcapng"
     write_pcapng(path, [segment(*C, S, 1, 0), segment(*C, A | P, 2, 1, GET)], RAW, "eth0", resol, [stamp, stamp])
     assert len(same_stream(path, monkeypatch)) == 2
+
+
+@pytest.mark.parametrize("link, order", [(0, "<"), (0, ">"), (108, "<"), (108, ">")])
+def test_null_and_loop_families_in_either_byte_order(tmp_path, monkeypatch, link, order):
+    """DLT_NULL's family is in the capturing host's byte order, either is read; DLT_LOOP's is big-endian
+    always (tshark's dissect_loop: tvb_get_ntohl), so a little-endian one there is no IP family to tshark."""
+    segs = [segment(*C, S, 1, 0), segment("fd00::1", 41030, "fd00::2", 5000, A | P, 2, 1, GET)]
+    path = tmp_path / "null.pcap"
+    write_pcap(path, [struct.pack(order + "I", family) + s for family, s in zip((2, 30), segs)], link)
+    same_stream(path, monkeypatch)
+
+
+@pytest.mark.parametrize("link", [228, 229])
+def test_raw_ipv4_and_ipv6_links_with_either_version(tmp_path, monkeypatch, link):
+    """LINKTYPE_IPV4 (228) and LINKTYPE_IPV6 (229) records holding an IPv4 and an IPv6 datagram: tshark's IPv4
+    dissector hands a version-6 header to IPv6, its IPv6 dissector reads a version-4 header as no TCP."""
+    path = tmp_path / "raw.pcap"
+    write_pcap(path, [segment(*C, S, 1, 0), segment("fd00::1", 41030, "fd00::2", 5000, A | P, 2, 1, GET)], link)
+    same_stream(path, monkeypatch)
