@@ -106,10 +106,13 @@ def _link(buf: bytes, o: int, caplen: int, link: int) -> tuple[int, int, str, st
             return DIRTY
         version = buf[o] >> 4
         etype, ip = (0x0800 if version == 4 else 0x86DD if version == 6 else 0), o
-        if not etype:
+        # tshark's IPv4 dissector hands a version-6 header to IPv6, its IPv6 dissector takes no version 4
+        if not etype or (link == RAW6 and version == 4):
             return DIRTY
     elif link in (NULL, LOOP):
-        if caplen < 4 or buf[o + 1] or buf[o + 2] or (buf[o] and buf[o + 3]):
+        # DLT_NULL's family is in the capturing host's byte order; DLT_LOOP's big-endian always (tshark's
+        # dissect_loop reads it with tvb_get_ntohl): a little-endian one is no IP to tshark, its chunk is its
+        if caplen < 4 or buf[o + 1] or buf[o + 2] or (buf[o] and (buf[o + 3] or link == LOOP)):
             return DIRTY
         family = buf[o + 3] if buf[o] == 0 else buf[o]
         etype, ip = (0x0800 if family == 2 else 0x86DD if family in BSD_INET6 else 0), o + 4
