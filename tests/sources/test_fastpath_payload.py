@@ -88,3 +88,26 @@ def test_raw_ipv4_and_ipv6_links_with_either_version(tmp_path, monkeypatch, link
     path = tmp_path / "raw.pcap"
     write_pcap(path, [segment(*C, S, 1, 0), segment("fd00::1", 41030, "fd00::2", 5000, A | P, 2, 1, GET)], link)
     same_stream(path, monkeypatch)
+
+
+def _pcapng_with_options(path: Path, options: list[tuple[int, bytes]], datagrams: list[bytes]) -> None:
+    """A pcapng file of raw IP ``datagrams`` on one interface with the (code, value) ``options``, a
+    millisecond apart in the interface's units as if in microseconds."""
+    block = lambda btype, body: struct.pack("<II", btype, 12 + len(body)) + body + struct.pack("<I", 12 + len(body))
+    option = lambda code, value: struct.pack("<HH", code, len(value)) + value + b"\0" * (-len(value) % 4)
+    with open(path, "wb") as fh:
+        fh.write(block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)))
+        fh.write(block(1, struct.pack("<HHI", RAW, 0, 65535) + b"".join(option(*o) for o in options) + option(0, b"")))
+        for i, data in enumerate(datagrams):
+            stamp = 1_700_000_000_000_000 + i * 1000
+            body = struct.pack("<IIIII", 0, stamp >> 32, stamp & 0xFFFFFFFF, len(data), len(data))
+            fh.write(block(6, body + data + b"\0" * (-len(data) % 4)))
+
+
+@pytest.mark.parametrize("options", [[(2, b"a"), (2, b"b")], [(9, b"\x03"), (9, b"\x06")],
+                                     [(9, b"\x09"), (2, b"lo"), (9, b"\x03"), (2, b"eth0")]])
+def test_an_interface_option_given_twice(tmp_path, monkeypatch, options):
+    """An interface block holding if_name (2) or if_tsresol (9) twice: tshark 4.0 takes the first of each."""
+    path = tmp_path / "twice.pcapng"
+    _pcapng_with_options(path, options, [segment(*C, S, 1, 0), segment(*C, A | P, 2, 1, GET)])
+    assert len(same_stream(path, monkeypatch)) == 2
