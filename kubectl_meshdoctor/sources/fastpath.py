@@ -283,20 +283,22 @@ class _Iface:
         self.link = u16(block, 8)[0]
         self.units: int | None = 1_000_000
         self.name: str | None = ""
-        described = named = False
+        described = named = resolved = False
         pos, end = 16, len(block) - 4
         while pos + 4 <= end:
             code, length = u16(block, pos)
             value = block[pos + 4:pos + 4 + length]
             if code == 0:
                 break
-            if code == 2:
+            # an option given twice: tshark 4.0 shows the first if_name and uses the first if_tsresol
+            if code == 2 and not named:
                 named = True
                 text = value.split(b"\0", 1)[0]
                 self.name = text.decode("ascii") if text.isascii() and text.decode("ascii").isprintable() else None
             elif code == 3:
                 described = True
-            elif code == 9:
+            elif code == 9 and not resolved:
+                resolved = True
                 resol = value[0] if value else 6
                 self.units = 10 ** resol if resol <= 9 else None  # 2^-n and finer than ns: not read here
             elif code == 14:
