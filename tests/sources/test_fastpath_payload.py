@@ -105,9 +105,11 @@ def _pcapng_with_options(path: Path, options: list[tuple[int, bytes]], datagrams
 
 
 @pytest.mark.parametrize("options", [[(2, b"a"), (2, b"b")], [(9, b"\x03"), (9, b"\x06")],
-                                     [(9, b"\x09"), (2, b"lo"), (9, b"\x03"), (2, b"eth0")]])
+                                     [(9, b"\x09"), (2, b"lo"), (9, b"\x03"), (2, b"eth0")],
+                                     [(9, b"\x03\x00")], [(9, b""), (9, b"\x03")], [(2, b""), (2, b"b")]])
 def test_an_interface_option_given_twice(tmp_path, monkeypatch, options):
-    """An interface block holding if_name (2) or if_tsresol (9) twice: tshark 4.0 takes the first of each."""
+    """An interface block holding if_name (2) or if_tsresol (9) twice: tshark 4.0 takes the first of each, but
+    skips an if_tsresol whose value is not one byte long (RFC draft-ietf-opsawg-pcapng: it is one byte)."""
     path = tmp_path / "twice.pcapng"
     _pcapng_with_options(path, options, [segment(*C, S, 1, 0), segment(*C, A | P, 2, 1, GET)])
     assert len(same_stream(path, monkeypatch)) == 2
