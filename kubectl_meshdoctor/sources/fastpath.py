@@ -290,16 +290,17 @@ class _Iface:
             value = block[pos + 4:pos + 4 + length]
             if code == 0:
                 break
-            # an option given twice: tshark 4.0 shows the first if_name and uses the first if_tsresol
+            # an option given twice: tshark 4.0 shows the first if_name and uses the first if_tsresol of one byte
+            # (the option's only length; tshark skips one of another, checked against tshark 4.0.17)
             if code == 2 and not named:
                 named = True
                 text = value.split(b"\0", 1)[0]
                 self.name = text.decode("ascii") if text.isascii() and text.decode("ascii").isprintable() else None
             elif code == 3:
                 described = True
-            elif code == 9 and not resolved:
+            elif code == 9 and not resolved and length == 1 and value:
                 resolved = True
-                resol = value[0] if value else 6
+                resol = value[0]
                 self.units = 10 ** resol if resol <= 9 else None  # 2^-n and finer than ns: not read here
             elif code == 14:
                 self.units = None  # if_tsoffset: not read here
