@@ -11,9 +11,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kubectl_meshdoctor.sources import fastpath
-from tests.sources.fast_captures import ETHERNET, RAW, A, F, P, R, S, framed, segment, write_pcap, write_pcapng
+from tests.sources.fast_captures import ETHERNET, RAW, SLL, A, F, P, R, S, framed, segment, write_pcap, write_pcapng
 from tests.sources.test_fastpath import same_stream
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
@@ -113,3 +115,53 @@ def test_an_interface_option_given_twice(tmp_path, monkeypatch, options):
     path = tmp_path / "twice.pcapng"
     _pcapng_with_options(path, options, [segment(*C, S, 1, 0), segment(*C, A | P, 2, 1, GET)])
     assert len(same_stream(path, monkeypatch)) == 2
+
+
+def test_two_files_interleaved_with_data_on_syn_fin_and_rst(tmp_path, monkeypatch):
+    """The same segments with data read as one pod's two files in one tshark stream (sources/interleave.py):
+    the merger's fast path (sources/interleave_fast.py) decides them with the same payload_event."""
+    from tests.sources.test_fastpath_interleave import same
+
+    segs = [segment(*t, flags, 1, 1, data) for data in (GET, ALERT, b"hello", b"HTTP/1.1 200 OK\r\n\r\n")
+            for t in (C, ("fd00::1", 41030, "fd00::2", 5000)) for flags in (A | P, R, R | A, S, F | A)]
+    write_pcap(tmp_path / "a-lo.pcap", segs, RAW, False, [(1_700_000_000 + i, 0) for i in range(len(segs))])
+    write_pcap(tmp_path / "a-eth0.pcap", segs[::-1], RAW, False,
+               [(1_700_000_000 + i, 500_000) for i in range(len(segs))])
+    events = same([str(tmp_path / "a-lo.pcap"), str(tmp_path / "a-eth0.pcap")], monkeypatch)
+    assert len(events) == 2 * (len(segs) - 2) and any  # "hello" with ACK|PSH only is not kept(e.http for e in events) and any(e.tls for e in events)
+
+
+# Payloads the keep test and the parsers look at: HTTP/1 and TLS starts whole or cut anywhere (by the segment's
+# end or by the snap length), a bare LF header end, TLS's 19-byte encrypted alert, SSLv2-looking bytes.
+STARTS = [GET, b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n", b"POST /a HTTP/1.0\n\n", b"\x16\x03\x01\x00\x05hello", ALERT,
+          b"\x17\x03\x03\x00\x13" + b"e" * 19, b"\x80\x2e\x01\x03\x01", b"\r\n\r\n"]
+IPV6 = ("fd00::1", 41030, "fd00::2", 5000)
+
+
+def _urgent(datagram: bytes, pointer: int) -> bytes:
+    """``datagram`` with its TCP header's URG flag and urgent pointer set."""
+    b = bytearray(datagram)
+    l4 = (b[0] & 0x0F) * 4 if b[0] >> 4 == 4 else 40
+    b[l4 + 13] |= 0x20
+    b[l4 + 18:l4 + 20] = pointer.to_bytes(2, "big")
+    return bytes(b)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.tuples(st.booleans(), st.booleans(), st.sampled_from([A | P, A, S, F | A, R, R | A, 0]),
+                                  st.integers(0, len(STARTS) - 1), st.integers(0, 40), st.booleans(),
+                                  st.integers(0, 12), st.booleans()), min_size=1, max_size=30),
+       link=st.sampled_from([RAW, ETHERNET, SLL, 276]))
+def test_random_payloads_give_the_same_events(tmp_path_factory, monkeypatch, records, link):
+    frames = []
+    for six, back, flags, start, keep, options, cut, urgent in records:
+        t = IPV6 if six else C
+        data = STARTS[start][:keep]
+        seg = segment(*((t[2], t[3], t[0], t[1]) if back else t), flags, 7, 1, data,
+                      b"\x01\x01\x08\x0a" + b"\0" * 8 if options else b"")
+        seg = _urgent(seg, 3) if urgent else seg
+        frame = sll2(seg, 2) if link == 276 else framed(seg, link, 772)
+        frames.append((frame[:len(frame) - cut] if cut < len(data) else frame, len(frame)))
+    path = tmp_path_factory.mktemp("payload") / "p.pcap"
+    write_cut_pcap(path, frames, link)
+    same_stream(path, monkeypatch)
