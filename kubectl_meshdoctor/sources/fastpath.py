@@ -20,8 +20,9 @@ pass writes, ``per_chunk`` records each) is read once more, in order, and:
 - a record that is no TCP and can hold none (ARP, DNS over UDP, an ICMP echo, ICMPv6's informational messages)
   yields nothing and changes nothing in tshark's TCP state: it is dropped;
 - anything else (IP fragments, tunnels, an ICMP error quoting a TCP header, IPv6 extension headers, a TCP header
-  cut or shorter than 20 bytes, a time stamp not read here, Simple or obsolete Packet Blocks): the whole chunk
-  goes to tshark as without the fast path, in a chunk file of its own, so tshark sees exactly what it saw before.
+  cut or shorter than 20 bytes, TCP options other than Linux's or of a bad length (_plain_options), a time stamp
+  not read here, Simple or obsolete Packet Blocks): the whole chunk goes to tshark as without the fast path, in a
+  chunk file of its own, so tshark sees exactly what it saw before.
 
 tcp.completeness as tshark 4.0 computes it (epan/dissectors/packet-tcp.c, dissect_tcp), with the options
 analyze runs it with (tcp.analyze_sequence_numbers off), checked against tshark 4.0.17 itself
@@ -168,7 +169,7 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
     doff = (buf[l4 + 12] >> 4) * 4
     if doff < 20 or end - l4 < doff or seg < doff:
         return DIRTY  # tshark counts these undissectable, or stops in their options: its call
-    if doff > 20 and _mptcp(buf, l4 + 20, l4 + doff):
+    if doff > 20 and not _plain_options(buf, l4 + 20, l4 + doff):
         return DIRTY
     sport, dport, seq, ack = struct.unpack_from("!HHII", buf, l4)
     start = l4 + doff
@@ -176,22 +177,27 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
             start, min(end, start + seg - doff))
 
 
-def _mptcp(buf: bytes, pos: int, end: int) -> bool:
-    """Whether the TCP options at ``buf[pos:end]`` hold a Multipath TCP option (kind 30, RFC 8684), whose
-    analysis in tshark ties conversations together: not followed here."""
+# The TCP options read here, by kind: their one length, or their lengths (RFC 9293 section 3.2: MSS; RFC 7323:
+# window scale, time stamps; RFC 2018: SACK permitted, SACK of one to four blocks). Linux sends only these.
+_OPTION_LENGTHS = {2: (4,), 3: (3,), 4: (2,), 5: (10, 18, 26, 34), 8: (10,)}
+
+
+def _plain_options(buf: bytes, pos: int, end: int) -> bool:
+    """Whether the TCP options at ``buf[pos:end]`` are all of those read here (_OPTION_LENGTHS, NOP, then an end
+    of list with only zeros after it), each of its length. Any other leaves the record to tshark: tshark 4.0 stops
+    dissecting a segment at an option of a bad length (no tcp.payload then: a 3-byte SACK, checked against
+    tshark 4.0.17), and its analysis of Multipath TCP (kind 30, RFC 8684) ties conversations together."""
     while pos < end:
         kind = buf[pos]
         if kind == 0:
-            return False
+            return not any(buf[pos:end])
         if kind == 1:
             pos += 1
             continue
-        if kind == 30:
-            return True
-        if pos + 1 >= end or buf[pos + 1] < 2:
+        if pos + 1 >= end or buf[pos + 1] not in _OPTION_LENGTHS.get(kind, ()):
             return False
         pos += buf[pos + 1]
-    return False
+    return pos == end
 
 
 def _no_tcp(buf: bytes, l4: int, end: int, proto: int, icmp: int) -> int:
