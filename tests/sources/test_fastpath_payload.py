@@ -1,8 +1,9 @@
-"""The fast path (sources/fastpath.py) on segments with TCP payload, against tshark 4.0 (MESHDOCTOR_FASTPATH=0, the
-reference): the same PacketEvents (every field, the HTTP/1 and TLS starts) and read counts on small hand-built
-captures of the cases payload_event must get right: payloads with SYN, FIN, RST or URG, payloads of a few bytes
-(prefixes of an HTTP/1 start or a TLS record header), frames captured short inside the payload, Ethernet padding
-after a small payload, TCP and IP options, and the links and formats the pass reads."""
+"""The fast path (sources/fastpath.py) against tshark 4.0 (MESHDOCTOR_FASTPATH=0, the reference): the same
+PacketEvents (every field, the HTTP/1 and TLS starts) and read counts on small hand-built captures of what
+payload_event and the record readers must get right: payloads with SYN, FIN, RST or URG, payloads of a few bytes
+(prefixes of an HTTP/1 start or a TLS record header), frames captured short inside the payload, TCP options well
+formed or not, pcapng interface options given twice and time stamps at the edges, DLT_NULL/LOOP families and raw
+IPv4/IPv6 links holding either version, more interfaces than a short counts, two files in one stream."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubectl_meshdoctor.sources import fastpath
+from tests.sources import fast_captures
 from tests.sources.fast_captures import ETHERNET, RAW, SLL, A, F, P, R, S, framed, segment, write_pcap, write_pcapng
 from tests.sources.test_fastpath import same_stream
 
@@ -95,8 +97,7 @@ def test_raw_ipv4_and_ipv6_links_with_either_version(tmp_path, monkeypatch, link
 def _pcapng_with_options(path: Path, options: list[tuple[int, bytes]], datagrams: list[bytes]) -> None:
     """A pcapng file of raw IP ``datagrams`` on one interface with the (code, value) ``options``, a
     millisecond apart in the interface's units as if in microseconds."""
-    block = lambda btype, body: struct.pack("<II", btype, 12 + len(body)) + body + struct.pack("<I", 12 + len(body))
-    option = lambda code, value: struct.pack("<HH", code, len(value)) + value + b"\0" * (-len(value) % 4)
+    block, option = fast_captures._block, fast_captures._option
     with open(path, "wb") as fh:
         fh.write(block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)))
         fh.write(block(1, struct.pack("<HHI", RAW, 0, 65535) + b"".join(option(*o) for o in options) + option(0, b"")))
