@@ -1,7 +1,7 @@
 """The fast path's PacketEvents (sources/fastpath.py), held compactly until the reader merges them with tshark's.
 
 The fast path decides, while the pre-pass walks a file, the events of the records it reads; a 1M-packet capture
-yields hundreds of thousands of them before any tshark line is read, so they are kept in typed arrays (about 44
+yields hundreds of thousands of them before any tshark line is read, so they are kept in typed arrays (about 46
 bytes an event, against ~250 for a PacketEvent; an HTTP/1 or TLS start is held as its parsed object) and become
 PacketEvents only as the reader hands them on, in frame order.
 
@@ -38,7 +38,9 @@ class FastEvents:
         self.ports = array("I")  # sport << 16 | dport
         self.flags = array("B")
         self.pair = array("I")  # index into _pairs: (src, dst) as tshark prints them
-        self.where = array("H")  # index into _wheres: (interface name, sll.hatype, sll.ifindex) as printed
+        # index into _wheres: (interface name, sll.hatype, sll.ifindex) as printed; not a short, a file can name
+        # more than 65,536 (SLL2's interface index is 32 bits)
+        self.where = array("I")
         self.payload = array("I")  # tcp.len
         self.starts: dict[int, tuple[HttpStart | None, TlsStart | None]] = {}  # event index -> its starts
         self._pairs: list[tuple[str, str]] = []

@@ -20,8 +20,9 @@ pass writes, ``per_chunk`` records each) is read once more, in order, and:
 - a record that is no TCP and can hold none (ARP, DNS over UDP, an ICMP echo, ICMPv6's informational messages)
   yields nothing and changes nothing in tshark's TCP state: it is dropped;
 - anything else (IP fragments, tunnels, an ICMP error quoting a TCP header, IPv6 extension headers, a TCP header
-  cut or shorter than 20 bytes, a time stamp not read here, Simple or obsolete Packet Blocks): the whole chunk
-  goes to tshark as without the fast path, in a chunk file of its own, so tshark sees exactly what it saw before.
+  cut or shorter than 20 bytes, TCP options other than Linux's or of a bad length (_plain_options), a time stamp
+  not read here, Simple or obsolete Packet Blocks): the whole chunk goes to tshark as without the fast path, in a
+  chunk file of its own, so tshark sees exactly what it saw before.
 
 tcp.completeness as tshark 4.0 computes it (epan/dissectors/packet-tcp.c, dissect_tcp), with the options
 analyze runs it with (tcp.analyze_sequence_numbers off), checked against tshark 4.0.17 itself
@@ -106,10 +107,13 @@ def _link(buf: bytes, o: int, caplen: int, link: int) -> tuple[int, int, str, st
             return DIRTY
         version = buf[o] >> 4
         etype, ip = (0x0800 if version == 4 else 0x86DD if version == 6 else 0), o
-        if not etype:
+        # tshark's IPv4 dissector hands a version-6 header to IPv6, its IPv6 dissector takes no version 4
+        if not etype or (link == RAW6 and version == 4):
             return DIRTY
     elif link in (NULL, LOOP):
-        if caplen < 4 or buf[o + 1] or buf[o + 2] or (buf[o] and buf[o + 3]):
+        # DLT_NULL's family is in the capturing host's byte order; DLT_LOOP's big-endian always (tshark's
+        # dissect_loop reads it with tvb_get_ntohl): a little-endian one is no IP to tshark, its chunk is its
+        if caplen < 4 or buf[o + 1] or buf[o + 2] or (buf[o] and (buf[o + 3] or link == LOOP)):
             return DIRTY
         family = buf[o + 3] if buf[o] == 0 else buf[o]
         etype, ip = (0x0800 if family == 2 else 0x86DD if family in BSD_INET6 else 0), o + 4
@@ -165,7 +169,7 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
     doff = (buf[l4 + 12] >> 4) * 4
     if doff < 20 or end - l4 < doff or seg < doff:
         return DIRTY  # tshark counts these undissectable, or stops in their options: its call
-    if doff > 20 and _mptcp(buf, l4 + 20, l4 + doff):
+    if doff > 20 and not _plain_options(buf, l4 + 20, l4 + doff):
         return DIRTY
     sport, dport, seq, ack = struct.unpack_from("!HHII", buf, l4)
     start = l4 + doff
@@ -173,22 +177,27 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
             start, min(end, start + seg - doff))
 
 
-def _mptcp(buf: bytes, pos: int, end: int) -> bool:
-    """Whether the TCP options at ``buf[pos:end]`` hold a Multipath TCP option (kind 30, RFC 8684), whose
-    analysis in tshark ties conversations together: not followed here."""
+# The TCP options read here, by kind: their one length, or their lengths (RFC 9293 section 3.2: MSS; RFC 7323:
+# window scale, time stamps; RFC 2018: SACK permitted, SACK of one to four blocks). Linux sends only these.
+_OPTION_LENGTHS = {2: (4,), 3: (3,), 4: (2,), 5: (10, 18, 26, 34), 8: (10,)}
+
+
+def _plain_options(buf: bytes, pos: int, end: int) -> bool:
+    """Whether the TCP options at ``buf[pos:end]`` are all of those read here (_OPTION_LENGTHS, NOP, then an end
+    of list with only zeros after it), each of its length. Any other leaves the record to tshark: tshark 4.0 stops
+    dissecting a segment at an option of a bad length (no tcp.payload then: a 3-byte SACK, checked against
+    tshark 4.0.17), and its analysis of Multipath TCP (kind 30, RFC 8684) ties conversations together."""
     while pos < end:
         kind = buf[pos]
         if kind == 0:
-            return False
+            return not any(buf[pos:end])
         if kind == 1:
             pos += 1
             continue
-        if kind == 30:
-            return True
-        if pos + 1 >= end or buf[pos + 1] < 2:
+        if pos + 1 >= end or buf[pos + 1] not in _OPTION_LENGTHS.get(kind, ()):
             return False
         pos += buf[pos + 1]
-    return False
+    return pos == end
 
 
 def _no_tcp(buf: bytes, l4: int, end: int, proto: int, icmp: int) -> int:
@@ -256,11 +265,14 @@ def payload_event(flags: int, payload: bytes) -> tuple[bool, HttpStart | None, T
     """What FILE_PREFILTER and sources/tshark.py's _packet make of a segment with TCP payload, from ``payload``,
     its captured bytes (tshark's tcp.payload): whether it is kept (SYN, FIN or RST, or a payload whose first
     captured bytes are an HTTP/1 start's or a TLS record's: ``tcp.payload[0:N] == ...`` is false when fewer
-    than N bytes were captured), and its HTTP/1 start (up to its header block's end) or TLS record start."""
+    than N bytes were captured), and its HTTP/1 start (up to its header block's end) or TLS record start (none
+    for an RST, whose data tshark does not show as tcp.payload)."""
     tls_start = payload.startswith(RECORD_PREFIXES)
     if not (flags & 0x07 or tls_start or payload[:4] in _STARTS):
         return False, None, None
-    if not payload:
+    if not payload or flags & 0x04:
+        # An RST's data is tcp.reset_cause in tshark, never tcp.payload (packet-tcp.c, dissect_tcp: RFC 1122
+        # section 4.2.2.12's "ASCII text that ... explained the cause of the RST"): no start is parsed from it.
         return True, None, None
     if tls_start:
         return True, None, parse_tls_start(payload[:TLS_BYTES_READ])
@@ -277,21 +289,24 @@ class _Iface:
         self.link = u16(block, 8)[0]
         self.units: int | None = 1_000_000
         self.name: str | None = ""
-        described = named = False
+        described = named = resolved = False
         pos, end = 16, len(block) - 4
         while pos + 4 <= end:
             code, length = u16(block, pos)
             value = block[pos + 4:pos + 4 + length]
             if code == 0:
                 break
-            if code == 2:
+            # an option given twice: tshark 4.0 shows the first if_name and uses the first if_tsresol of one byte
+            # (the option's only length; tshark skips one of another, checked against tshark 4.0.17)
+            if code == 2 and not named:
                 named = True
                 text = value.split(b"\0", 1)[0]
                 self.name = text.decode("ascii") if text.isascii() and text.decode("ascii").isprintable() else None
             elif code == 3:
                 described = True
-            elif code == 9:
-                resol = value[0] if value else 6
+            elif code == 9 and not resolved and length == 1 and value:
+                resolved = True
+                resol = value[0]
                 self.units = 10 ** resol if resol <= 9 else None  # 2^-n and finer than ns: not read here
             elif code == 14:
                 self.units = None  # if_tsoffset: not read here
@@ -416,7 +431,12 @@ class FastSink:
             return seg
         ts = high << 32 | low
         units = iface.units
-        return epoch(ts // units, ts % units * (1_000_000_000 // units)), seg, iface.name
+        secs = ts // units
+        if secs >= 1 << 63:
+            # tshark 4.0 keeps the seconds in a signed 64-bit time_t: in whole-second units (if_tsresol 0) a time
+            # stamp of 2^63 or more shows as negative seconds (2^64 - 1 as -1.0), checked against tshark itself
+            secs -= 1 << 64
+        return epoch(secs, ts % units * (1_000_000_000 // units)), seg, iface.name
 
 
 def read_pcap_record(data: bytes, pcap: PcapHeader, record_header: struct.Struct):
