@@ -280,6 +280,17 @@ def payload_event(flags: int, payload: bytes) -> tuple[bool, HttpStart | None, T
     return True, parse_http_start(payload if end < 0 else payload[:end + 4]), None
 
 
+def decide(conversations: dict[bytes, list], seg: tuple, data: bytes) -> tuple[bool, HttpStart | None,
+                                                                               TlsStart | None]:
+    """Whether FILE_PREFILTER keeps the segment ``seg`` (as _segment gives it) of record ``data``, and the HTTP/1 or
+    TLS start its payload holds; ``conversations`` is updated as tshark updates tcp.completeness."""
+    src, dst, sport, dport, flags, seq, ack, payload, _, _, start, end = seg
+    shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
+    if payload:
+        return payload_event(flags, data[start:end])
+    return bool(flags & 0x07) or prefilter_keeps_pure_ack(shown), None, None
+
+
 class _Iface:
     """What a pcapng Interface Description Block says that the fast path reads: link type, time units a second
     (None: a resolution not read here), its name as tshark prints it ("" for none; None: not read here)."""
@@ -403,13 +414,10 @@ class FastSink:
                 return None
             if read is IRRELEVANT:
                 continue
-            ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, start, end), name = read
-            shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
-            if payload:
-                keep, http, tls = payload_event(flags, data[start:end])
-            else:
-                keep, http, tls = bool(flags & 0x07) or prefilter_keeps_pure_ack(shown), None, None
+            ts, seg, name = read
+            keep, http, tls = decide(conversations, seg, data)
             if keep:
+                src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, _, _ = seg
                 plan.append((-frame, (ts, src, dst, sport, dport, flags, seq, ack, (name, hatype, ifindex), payload,
                                       http, tls)))
         return plan

@@ -37,8 +37,7 @@ from kubectl_meshdoctor.pcap_header import PcapHeader
 
 from .fast_events import address_text
 from .tshark import iface_of
-from .fastpath import (DIRTY, IRRELEVANT, payload_event, prefilter_keeps_pure_ack, read_pcap_record,
-                       shown_completeness)
+from .fastpath import DIRTY, IRRELEVANT, decide, read_pcap_record, shown_completeness
 
 MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
 FAST_PENDING = 50_000  # events queued for the reader at most (~200 bytes each) before the merger waits
@@ -150,13 +149,10 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
         log.append(data)
         if seen is IRRELEVANT:
             continue
-        ts, (src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, start, end), name = seen
-        shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
-        if payload:
-            keep, http, tls = payload_event(flags, data[start:end])
-        else:
-            keep, http, tls = bool(flags & 0x07) or prefilter_keeps_pure_ack(shown), None, None
+        ts, seg, name = seen
+        keep, http, tls = decide(conversations, seg, data)
         if keep:
+            src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, _, _ = seg
             # A pod talks with few addresses: each printed once, not twice an event (inet_ntop and intern).
             if len(texts) >= MAX_TEXTS:
                 texts.clear()
