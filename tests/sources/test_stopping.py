@@ -46,6 +46,8 @@ def start_analyze(big: Path, phase: str) -> subprocess.Popen:
     """``analyze BIG -o json``, once its ``phase`` (editcap; tshark after editcap; tshark after the pre-pass:
     prepass) runs and a chunk is on disk."""
     env = {**os.environ, "MESHDOCTOR_PREPASS": "1" if phase == "prepass" else "0"}
+    if phase == "prepass":  # the fast path decides a clean capture's records itself: no chunk, no tshark
+        env["MESHDOCTOR_FASTPATH"] = "0"
     proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(big), "-o", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 60
