@@ -1,22 +1,16 @@
 """The pre-pass's fast path: the events of kept records, decided here as tshark would.
 
-Records without TCP payload are decided by their conversation's tcp.completeness (below); a record with payload
-by itself alone (payload_event: its flags, its first captured bytes, its HTTP/1 or TLS start parsed as
-sources/tshark.py parses tshark's tcp.payload). So a chunk of plain Ethernet/IP/TCP needs no tshark at all,
-whose ~160 MB of RSS before its first frame was most of issue 34's 250 MB. What follows was written when only
-the records without payload were decided here: "goes to tshark" below is now said of the chunks not read here.
+With the pre-pass (sources/prepass.py) alone, every kept record goes to tshark, chunk by chunk, and tshark's
+display filter (FILE_PREFILTER, sources/tshark.py) picks the ones yielded. Here each chunk of kept records (the
+same chunks the pass writes, ``per_chunk`` records each) is read once more, in order, and:
 
-With the pre-pass (sources/prepass.py) every kept record goes to tshark, chunk by chunk, and tshark's display
-filter (FILE_PREFILTER, sources/tshark.py) picks the ones yielded. Most of them carry only TCP flags and numbers
-(SYN, FIN, RST, pure ACKs), whose event needs no dissector. Here each chunk of kept records (the same chunks the
-pass writes, ``per_chunk`` records each) is read once more, in order, and:
-
-- a record with TCP payload goes to tshark, in chunk files of its own: whether FILE_PREFILTER keeps it and what
-  its event is depend on that record alone (its flags, its payload's first bytes, tcp.len), never on the
-  conversation before it;
-- a record without TCP payload is decided here: kept when it has SYN, FIN or RST, or when its conversation's
-  ``tcp.completeness`` passes one of FILE_PREFILTER's three pure-ACK tests; its PacketEvent is made here
-  (sources/fast_events.py);
+- a record without TCP payload is decided by its conversation: kept when it has SYN, FIN or RST, or when its
+  conversation's ``tcp.completeness`` passes one of FILE_PREFILTER's three pure-ACK tests;
+- a record with TCP payload is decided by itself alone (payload_event): whether FILE_PREFILTER keeps it and what
+  its event is depend on its flags, its payload's first captured bytes and tcp.len, never on the conversation
+  before it; its HTTP/1 or TLS start is parsed as sources/tshark.py parses tshark's tcp.payload;
+- either way its PacketEvent is made here (sources/fast_events.py), so a chunk of plain Ethernet/IP/TCP needs no
+  tshark at all, whose ~160 MB of RSS before its first frame was most of issue 34's 250 MB;
 - a record that is no TCP and can hold none (ARP, DNS over UDP, an ICMP echo, ICMPv6's informational messages)
   yields nothing and changes nothing in tshark's TCP state: it is dropped;
 - anything else (IP fragments, tunnels, an ICMP error quoting a TCP header, IPv6 extension headers, a TCP header
