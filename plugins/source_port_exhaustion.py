@@ -69,6 +69,7 @@ def _errno(entry: AccessLogEntry) -> int | None:
 
 class SourcePortExhaustion(Detector):
     id = "source-port-exhaustion"
+    packet_ifaces = frozenset({"lo"})
     envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
 
     def __init__(self, ctx) -> None:

@@ -88,6 +88,7 @@ _CAUSE_TEXT = {
 
 class StartupOrdering(Detector):
     id = "startup-ordering"
+    packet_ifaces = frozenset({"lo"})
     pod_runs = True
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
 

@@ -113,6 +113,7 @@ def _port(endpoint: str) -> int | None:
 
 class TlsMismatch(Detector):
     id = "tls-mismatch"
+    packet_ifaces = frozenset({"eth0"})
     envoy_counters = ("ssl.connection_error", "upstream_cx_connect_fail", "listener.no_filter_chain_match")
     envoy_loggers = ("conn_handler", "connection", "filter", "router", "http")
 

@@ -98,6 +98,7 @@ class Pipeline:
                         if type(d).from_access_log is not Detector.from_access_log
                         or type(d).from_envoy_log is not Detector.from_envoy_log]
         self._kernel_moved: dict[str, int] = {}
+        self._reading: dict[str, tuple[Detector, ...]] = {}  # interface -> the detectors its packets go to
         self._pods: list[PodEvent] = []  # the pod as read at the start, and at the end when read again
         self._stories: dict[tuple[str, str | None], StoryBuilder] = {}  # per Envoy: its log's source, its pod
         self._counters: EnvoyCountersEvent | None = None
@@ -155,13 +156,21 @@ class Pipeline:
         flows = self.ctx.flows
         flow = flows.observe(ev)
         stats.flows_seen = flows.counted
-        for det in self.detectors:
+        reading = self._reading.get(ev.iface)
+        if reading is None:
+            reading = self._reading[ev.iface] = self._packet_readers(ev.iface)
+        for det in reading:
             found = det.on_packet(ev, flow)
             if found:  # most packets conclude nothing: () or [] skips the emit (a generator is always tried)
                 self._emit(found)
         if self._next_tick is None or ev.ts >= self._next_tick:
             self._next_tick = ev.ts + TICK_EVERY_S
             self.tick(ev.ts)
+
+    def _packet_readers(self, iface: str) -> tuple[Detector, ...]:
+        """The detectors, in order, whose ``on_packet`` reads packets of ``iface`` (Detector.packet_ifaces)."""
+        return tuple(d for d in self.detectors if type(d).on_packet is not Detector.on_packet
+                     and (d.packet_ifaces is None or iface in d.packet_ifaces))
 
     def context(self, ev: ContextEvent) -> None:
         """Something known about the pod: a redirect map replaces the default one; an access-log line is kept
