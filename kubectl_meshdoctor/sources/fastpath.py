@@ -127,10 +127,13 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
     here)."""
     if caplen > wirelen:
         return DIRTY
-    found = _link(buf, o, caplen, link)
-    if isinstance(found, int):
-        return found
-    etype, ip, hatype, ifindex = found
+    if link == ETHERNET and caplen >= 14 and buf[o + 12:o + 14] == b"\x08\x00":  # most records: _link's IPv4
+        etype, ip, hatype, ifindex = 0x0800, o + 14, "", ""
+    else:
+        found = _link(buf, o, caplen, link)
+        if isinstance(found, int):
+            return found
+        etype, ip, hatype, ifindex = found
     end = o + caplen
     wire_ip = wirelen - (ip - o)
     if etype == 0x0800:
@@ -165,10 +168,13 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
         return DIRTY  # tshark counts these undissectable, or stops in their options: its call
     if doff > 20 and not _plain_options(buf, l4 + 20, l4 + doff):
         return DIRTY
-    sport, dport, seq, ack = struct.unpack_from("!HHII", buf, l4)
+    sport, dport, seq, ack = _PORTS_SEQ_ACK(buf, l4)
     start = l4 + doff
     return (bytes(src), bytes(dst), sport, dport, buf[l4 + 13] & 0x3F, seq, ack, seg - doff, hatype, ifindex,
             start, min(end, start + seg - doff))
+
+
+_PORTS_SEQ_ACK = struct.Struct("!HHII").unpack_from  # compiled once: struct.unpack_from looks its format up
 
 
 # The TCP options read here, by kind: their one length, or their lengths (RFC 9293 section 3.2: MSS; RFC 7323:
@@ -176,11 +182,16 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
 _OPTION_LENGTHS = {2: (4,), 3: (3,), 4: (2,), 5: (10, 18, 26, 34), 8: (10,)}
 
 
+_NOP_NOP_TIMESTAMPS = bytes((1, 1, 8, 10))
+
+
 def _plain_options(buf: bytes, pos: int, end: int) -> bool:
     """Whether the TCP options at ``buf[pos:end]`` are all of those read here (_OPTION_LENGTHS, NOP, then an end
     of list with only zeros after it), each of its length. Any other leaves the record to tshark: tshark 4.0 stops
     dissecting a segment at an option of a bad length (no tcp.payload then: a 3-byte SACK, checked against
     tshark 4.0.17), and its analysis of Multipath TCP (kind 30, RFC 8684) ties conversations together."""
+    if end - pos == 12 and buf[pos:pos + 4] == _NOP_NOP_TIMESTAMPS:  # what Linux puts on every segment but a SYN
+        return True
     while pos < end:
         kind = buf[pos]
         if kind == 0:

@@ -24,7 +24,10 @@ _CACHED_LINE_CHARS = 160  # a few MB of cache at most; long lines (tokens, cooki
 
 def _field_line(text: str) -> tuple[str, str] | None:
     name, colon, value = text.partition(":")  # a name holds no colon: the first one ends it
-    return (name, value.strip(" \t")) if colon and _NAME.fullmatch(name) else None
+    # _NAME.fullmatch(name), in string methods that cost a third of the regex: ASCII, printable, not a space.
+    if colon and name and name.isascii() and name.isprintable() and " " not in name:
+        return name, value.strip(" \t")
+    return None
 
 
 # A pod's messages repeat most of their header lines (Server, Content-Type, Connection: keep-alive), so equal
@@ -33,7 +36,6 @@ def _field_line(text: str) -> tuple[str, str] | None:
 # otherwise outlive their packets in the cache (redaction applies to what is shown, not to memory). A plain dict
 # looked up before anything else is done to the line: a hit, most lines, costs one lookup, where each line was
 # checked before an lru_cache lookup (parse_http_start on bench/gen's lo messages: 5.2 -> 4.4 us).
-_NEVER_CACHED = tuple(f"{name}:" for name in SENSITIVE_HEADERS)
 _MAX_CACHED_LINES = 8192  # then the cache starts again: bounded, and a changed pod's lines are cached anew
 _RAW = ("", "")  # the cache's mark of a line that is not a field line
 
@@ -43,7 +45,9 @@ class _FieldLines(dict):
 
     def __missing__(self, text: str) -> tuple[str, str]:
         pair = _field_line(text) or _RAW
-        if len(text) <= _CACHED_LINE_CHARS and not text.lower().startswith(_NEVER_CACHED):
+        # A line that begins with a credential's name and a colon is a field line (the name is a token), so
+        # looking at the parsed name is enough: lowering the whole line was a third of a miss's cost.
+        if len(text) <= _CACHED_LINE_CHARS and pair[0].lower() not in SENSITIVE_HEADERS:
             if len(self) >= _MAX_CACHED_LINES:
                 self.clear()
             self[text] = pair
