@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples a second (default 100)")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--waiting", action="store_true",
+                    help="sample every busy thread, also one waiting for the GIL (counted where it waits); by "
+                         "default only the thread holding the GIL is sampled: the shares are then of the CPU "
+                         "the Python code uses (analyze's reader, pass and merger threads share one GIL)")
     ap.add_argument("--raw", help="keep py-spy's raw output (collapsed stacks) in this file")
     ap.add_argument("--cache", default=str(HERE / ".cache"))
     a = ap.parse_args(argv)
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     spy = _py_spy()
     out = Path(a.raw) if a.raw else Path(tempfile.mkstemp(suffix=".raw" if spy else ".prof")[1])
     if spy:
-        cmd = [spy, "record", "-r", str(a.rate), "--nonblocking", "-f", "raw", "-o", str(out), "--"] + cmd
+        cmd = [spy, "record", "-r", str(a.rate), "--nonblocking", *([] if a.waiting else ["--gil"]),
+               "-f", "raw", "-o", str(out), "--"] + cmd
     else:
         target = ["-m", "kubectl_meshdoctor"] if exe[-1] == "kubectl_meshdoctor" else [exe[-1]]
         cmd = [sys.executable, "-m", "cProfile", "-o", str(out)] + target + cmd[len(exe):]
@@ -130,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(str(out)).sort_stats("tottime").print_stats(a.top)
         return 0
     total, own, inclusive = top_functions(out, a.top)
-    print(f"py-spy: {total} samples of the Python process's busy threads")
+    print(f"py-spy: {total} samples of the Python process's " +
+          ("busy threads" if a.waiting else "thread holding the GIL"))
     for title, rows in (("own samples (where the CPU is spent)", own), ("inclusive (on the stack; ours and pyshark's)", inclusive)):
         print(title + ":")
         for name, n in rows:
