@@ -201,6 +201,8 @@ def render_text(report: Report, width: int | None = None) -> str:
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
     lines += [d.line() for d in report.debug_reports()]
+    for u in report.unseen():  # wrapped at the prose width: one line of some 200 columns otherwise
+        lines += textwrap.wrap(u.line(), prose, subsequent_indent="  ", break_on_hyphens=False)
     if not report.findings:
         lines.append("no findings")
     sharing = _sharing(report.groups)
@@ -320,7 +322,8 @@ def render_markdown(report: Report) -> str:
     for p in report.problems:
         out.append(f"> **problem** {_md(p.line())}")
     debug = [d.line() for d in report.debug_reports()]
-    out += [f"> {line}" for line in debug]
+    out += [f"> {line}" for line in debug] + [f"> {_md(u.line())}" for u in report.unseen()]
+    debug += [u.line() for u in report.unseen()]
     if report.problems or debug:
         out.append("")
     groups = report.groups
