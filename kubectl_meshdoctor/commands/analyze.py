@@ -200,6 +200,8 @@ def _kinds(args: list[CaptureArg], log_format: LogFormat | None = None) -> tuple
     refused: list[Problem] = []
     for a in args:
         try:
+            if os.path.isfile(a.path) and os.path.getsize(a.path) == 0:  # said as it is, not "not a capture"
+                raise InputError(f"{a.path}: empty (0 bytes): nothing to read")
             kinds[a.path] = files.input_kind(a.path, log_format)
         except InputError as e:
             refused.append(Problem(a.path, str(e).removeprefix(f"{a.path}: ")))
