@@ -28,6 +28,7 @@ from pathlib import Path  # noqa: E402
 
 from kubectl_meshdoctor import __version__
 from kubectl_meshdoctor.commands.console import PROG, error
+from kubectl_meshdoctor.commands.help_format import WrappingHelpFormatter
 from kubectl_meshdoctor.commands.extensions import KNOWN_ELSEWHERE, load_extensions
 from kubectl_meshdoctor.core.registry import DetectorLoadError
 from kubectl_meshdoctor.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -44,7 +45,8 @@ problems say why)
 EPILOG_MAIN = """\
 examples:
   kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
-  kubectl meshdoctor watch deploy/reviews -n shop --no-tui --duration 120 -o json > report.json
+  kubectl meshdoctor watch deploy/reviews -n shop --no-tui --duration 120 \\
+      -o json > report.json
   kubectl meshdoctor analyze lo.pcap eth0.pcapng -o json
   sudo "$(command -v kubectl-meshdoctor)" lab up   # a local pod lab with real failures, and its kubeconfig
 
@@ -57,11 +59,12 @@ bounded sleep (--ttl), and the tcpdumps end when watch ends.
 
 examples:
   kubectl meshdoctor watch pod/reviews-v1-7d9 -n shop
-  kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60 -o text
+  kubectl meshdoctor watch deploy/reviews --context prod --no-tui --duration 60
   kubectl meshdoctor watch pod/productpage-v1-5f8 pod/reviews-v1-7d9 -n shop  # both hops: the 503's caller and server
   kubectl meshdoctor watch pod/busy-gateway --dissect pod   # tshark in the debug container, not here
   kubectl meshdoctor watch pod/reviews-v1-7d9 --envoy-debug # Envoy's debug lines as evidence, for the run only
-  kubectl meshdoctor watch pod/collision --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
+  kubectl meshdoctor watch pod/collision \\
+      --kubeconfig /run/kubectl-meshdoctor/meshdoctor-lab/kubeconfig
 
 """ + EXIT_CODES_HELP
 
@@ -74,6 +77,7 @@ FILE:POD/IFACE (or FILE:POD/) puts one file in pod POD (joining DIR POD, if give
 interface names only (lo, eth0, ...): a pod is FILE:POD/. The lines of a kubectl logs --prefix (or stern)
 file go to the pods they name. Two directories of one name are refused. Without a pod anywhere, all files
 are one pod.
+
 The interface of a capture comes from :IFACE, else pcapng interface blocks or Linux cooked headers, else its
 name (lo.pcap, reviews-eth0.pcap), else its content (loopback link or 127.0.0.0/8, ::1 traffic: lo; else
 eth0); lo and eth0 merged into one file (mergecap) are told apart a packet at a time, by their interface's
@@ -90,9 +94,11 @@ examples:
   kubectl logs -l app=reviews -c istio-proxy --prefix --timestamps > proxy.log
   kubectl meshdoctor analyze proxy.log lo.pcap          # access logs as kubectl, stern, grep or a node wrote them
   kubectl meshdoctor analyze proxy.log --log-format \\
-      '[%START_TIME%] "%REQ(:METHOD)% %REQ(:PATH)% %PROTOCOL%" %RESPONSE_CODE% %RESPONSE_FLAGS% "%UPSTREAM_HOST%"'
-  kubectl meshdoctor analyze proxy.json --log-format '{"at": "%START_TIME%", "code": "%RESPONSE_CODE%"}'
-  kubectl meshdoctor log-level pod/reviews-v1-7d9 --level connection:debug,pool:debug,router:debug,http:debug
+      '[%START_TIME%] "%REQ(:PATH)%" %RESPONSE_CODE% %RESPONSE_FLAGS%'
+  kubectl meshdoctor analyze proxy.json \\
+      --log-format '{"at": "%START_TIME%", "code": "%RESPONSE_CODE%"}'
+  kubectl meshdoctor log-level pod/reviews-v1-7d9 \\
+      --level connection:debug,pool:debug,router:debug,http:debug
   kubectl logs reviews-v1-7d9 -c istio-proxy > envoy-debug.log # then put the levels back: log-level ... -r
   kubectl meshdoctor analyze envoy-debug.log            # Envoy's own account: a pooled connection reused, closed
   kubectl meshdoctor analyze ticket.txt                 # the lines someone pasted into the incident ticket
@@ -103,7 +109,7 @@ examples:
 EPILOG_LOGLEVEL = """\
 examples:
   kubectl meshdoctor log-level pod/reviews-v1-7d9                       # show the levels
-  kubectl meshdoctor log-level pod/reviews-v1-7d9 --level connection:debug,http:debug
+  kubectl meshdoctor log-level pod/reviews-v1-7d9 --level http:debug
   kubectl meshdoctor log-level deploy/reviews --level debug
   kubectl meshdoctor log-level -l app=reviews -r                         # back to Istio's defaults
 
@@ -122,7 +128,8 @@ examples:
   kubectl meshdoctor lint -f pod.yaml            # a saved Pod (kubectl get pod X -o yaml), no cluster needed
   # check a printed fix of the pod's own spec (a probe, a port) before you apply it: merge it into the pod as
   # kubectl does and lint the result; a fix by annotation acts when the injector recreates the pod: lint that pod
-  kubectl get pod X -o json | kubectl patch --local -f - --type strategic -p "$(cat fix.yaml)" -o json \\
+  kubectl get pod X -o json \\
+    | kubectl patch --local -f - --type strategic -p "$(cat fix.yaml)" -o json \\
     | kubectl meshdoctor lint -f -
 
 rules: redirect-exposure, probe-port, restart-loop, no-sidecar, sidecar-not-ready, hold-application,
@@ -134,6 +141,12 @@ class _Parser(argparse.ArgumentParser):
     # An epilog built only when --help is asked for (from the detectors: not worth importing on every run).
     epilog_of: Callable[[], str] | None = None
     commands: tuple[str, ...] = ()  # the root parser's: every command it takes, its own and extensions'
+
+    def __init__(self, *args, **kwargs) -> None:
+        # Every parser of the CLI, the lab's actions too (they come through extensions): prose re-wrapped to
+        # the terminal, examples as written (commands/help_format.py).
+        kwargs["formatter_class"] = WrappingHelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # one line and exit 2, like kubectl
         self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see --help)\n")
@@ -195,13 +208,13 @@ def _count(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Find why an Istio mesh answers 502/503: capture a pod's lo and eth0, "
                 "detect four-tuple collisions and other failures, and explain the Envoy response flags.",
-                epilog=EPILOG_MAIN, formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog=EPILOG_MAIN)
     p.add_argument("--version", action="version", version=f"kubectl-meshdoctor {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     w = sub.add_parser("watch", help="capture a pod live and show findings (TUI, or a report with --no-tui)",
                        description="Capture a pod's lo and eth0 live and run every detector.",
-                       epilog=EPILOG_WATCH, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EPILOG_WATCH)
     w.add_argument("target", nargs="*", metavar="pod/NAME|deploy/NAME",
                    help="what to capture (a bare NAME is a pod); deploy/NAME captures every pod of it; name "
                    "several (pod/caller pod/server, or pods caller server) to see both hops of a request")
@@ -253,8 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     ll = sub.add_parser("log-level", help="show or change the sidecars' Envoy log levels (like istioctl "
                         "proxy-config log)", description="Show or change Envoy log levels of the sidecar of "
                         "a pod, of every pod of a deployment, or of every pod matching -l. Compatible with "
-                        "istioctl proxy-config log.", epilog=EPILOG_LOGLEVEL,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+                        "istioctl proxy-config log.", epilog=EPILOG_LOGLEVEL,)
     ll.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME", help="whose sidecar (or use -l)")
     ll.add_argument("-l", "--selector", help="every running pod with these labels, e.g. app=reviews")
     _kube_flags(ll)
@@ -271,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "restarts, sidecar)", description="Check pods from their spec and status alone: which "
                         "ports share Istio's inbound listener, probes on undeclared ports, restart loops, a "
                         "missing or unready sidecar, start-up before the proxy. Changes nothing.",
-                        epilog=EPILOG_LINT, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        epilog=EPILOG_LINT)
     li.add_argument("target", nargs="?", metavar="pod/NAME|deploy/NAME", help="what to check (or use -l / -A / -f)")
     li.add_argument("-f", "--filename", metavar="FILE",
                     help="Pods from a file instead of the cluster: YAML or JSON, one or more documents, a List "
@@ -290,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "quoting, Markdown), and Envoy admin dumps (/stats or /stats/prometheus, one or "
                                    "two; /clusters). A file it cannot read is named in the report's problems and "
                                    "the others are read; exit 2 only when nothing could be read.",
-                       epilog=EPILOG_ANALYZE, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EPILOG_ANALYZE)
     a.add_argument("files", nargs="+", metavar="FILE|DIR",
                    help="FILE[:IFACE]: a capture (:IFACE names its interface: lo, eth0, ...), an access log or an "
                         "admin dump, the kind read from the contents; FILE:POD/IFACE or FILE:POD/: one file of "
@@ -311,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     extensions = load_extensions(frozenset(COMMANDS))
     p.commands = (*COMMANDS, *extensions)
     for name, ext in extensions.items():
-        e = sub.add_parser(name, help=ext.help, formatter_class=argparse.RawDescriptionHelpFormatter)
+        e = sub.add_parser(name, help=ext.help)
         ext.add_arguments(e)
         e.set_defaults(extension=ext)
     return p

@@ -107,9 +107,9 @@ def _cause(listening: frozenset[tuple[str, int]] | None, ip: str, port: int, res
     return "restarting" if restarts else "not-listening"
 
 
-# A variant names its cause; "unknown" says what was missing: the pod's listening sockets and restarts, which a
-# live watch reads and a capture alone does not hold.
-_LABEL = {"unknown": "why: not in this evidence"}
+# A variant names its cause; "unknown" says what was missing, in the headline itself: the pod's listening sockets
+# and restarts, which a live watch reads and a capture alone does not hold.
+_LABEL = {"unknown": "cause unknown without the pod's listening sockets and restarts, which watch reads"}
 _CAUSE_TEXT = {
     "bound-to-localhost": "The pod's kernel shows the app listening on {port} on 127.0.0.1 only: it refuses "
                           "connections to the pod IP, which is where Istio >= 1.10's sidecar connects.",

@@ -13,6 +13,8 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 
+from kubectl_meshdoctor.commands.capture_meta import named_by_watch
+from kubectl_meshdoctor.commands.outside_span import outside_capture
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines
 from kubectl_meshdoctor.core.events import ClustersEvent, EnvoyCountersEvent, PacketEvent
@@ -133,7 +135,7 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     read_dumps = 0
     if logs or any(k in (files.STATS, files.CLUSTERS) for k in kinds.values()):
         envoy, read_dumps = _envoy_side(args, kinds, logs, results[len(captures):], pipeline, problems)
-    findings = pipeline.finish()
+    findings = outside_capture(pipeline.finish(), pipeline.stats)
     only_captures = all(k == files.CAPTURE for k in kinds.values())
     pod = args[0].pod if args else None  # analyze_pods gives one pod's files at a time
     source = FilesSource(tuple(a.path for a in args), None if only_captures else dict(kinds), pod,
@@ -198,6 +200,8 @@ def _kinds(args: list[CaptureArg], log_format: LogFormat | None = None) -> tuple
     refused: list[Problem] = []
     for a in args:
         try:
+            if os.path.isfile(a.path) and os.path.getsize(a.path) == 0:  # said as it is, not "not a capture"
+                raise InputError(f"{a.path}: empty (0 bytes): nothing to read")
             kinds[a.path] = files.input_kind(a.path, log_format)
         except InputError as e:
             refused.append(Problem(a.path, str(e).removeprefix(f"{a.path}: ")))
@@ -414,7 +418,7 @@ class FileSession(Session):
 def run(args) -> int:
     """`kubectl meshdoctor analyze FILE...`: the report of the captures, or the TUI with --tui."""
     try:
-        inputs = pod_inputs(args.files)
+        inputs = named_by_watch(pod_inputs(args.files))
     except InputError as e:
         return error(str(e))
     try:

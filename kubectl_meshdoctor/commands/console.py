@@ -43,7 +43,9 @@ async def progress_line(pipelines, label: str, every_s: float = 1.0,
             findings = sum(len(p.findings) for p in group)
             per_iface = ", ".join(f"{k} {v.packets}" for k, v in sorted(group[0].stats.by_iface.items())) \
                 if len(group) == 1 else f"{len(group)} pods"
-            sys.stderr.write(f"\r{label}: {packets} packets analysed ({per_iface}), {findings} findings ")
+            # "so far": packets still on their way (tcpdump's and tshark's buffers, a file's rest) are counted in
+            # the report's headline, which is the total; findings are instances, the verdict counts problems.
+            sys.stderr.write(f"\r{label}, so far: {packets} packets analysed ({per_iface}), {findings} findings ")
             sys.stderr.flush()
     finally:
         sys.stderr.write("\r\033[K")

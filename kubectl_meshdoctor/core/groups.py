@@ -30,6 +30,7 @@ class FindingGroup:
 
     key: GroupKey
     instances: list[Finding] = field(default_factory=list)
+    on_packets: bool = False  # some instance stands on packets (Grouper.add keeps it): such groups sort first
 
     @property
     def first(self) -> Finding:
@@ -110,11 +111,14 @@ class Grouper:
         if group is None:
             group = self._groups[key] = FindingGroup(key)
         group.instances.append(f)
+        group.on_packets = group.on_packets or "packets" in f.stands_on
         return group, group.count == 1
 
     def groups(self) -> list[FindingGroup]:
-        """Most severe first, then by when each group was first seen."""
-        return sorted(self._groups.values(), key=lambda g: (g.key[0], g.first_ts))
+        """Most severe first, then those with packet evidence (what the wire showed comes before what a log line
+        alone suggests: a log covers more time than the capture beside it), then by when each was first seen."""
+        return sorted(self._groups.values(),
+                      key=lambda g: (g.key[0], not g.on_packets, g.first_ts))
 
 
 def group_findings(findings: Iterable[Finding]) -> list[FindingGroup]:

@@ -17,6 +17,7 @@ from .groups import FindingGroup, group_findings
 from .hop_path import hop_of
 from .hops import LoggedLine, join_hops
 from .pipeline import PipelineStats
+from .unseen import Unseen, unseen
 
 # -- what was read ---------------------------------------------------------------------------------------------
 
@@ -287,6 +288,12 @@ class Report:
         """What --envoy-debug did to each sidecar's log levels (none offline)."""
         return self.envoy.debug_reports() if self.envoy is not None else []
 
+    def unseen(self) -> list[Unseen]:
+        """Each pod whose packets came from one of lo and eth0 only, with the classes only the other shows."""
+        if isinstance(self.source, LintSource):
+            return []
+        return unseen({k: v.packets for k, v in self.stats.by_iface.items()})
+
     def exit_code(self) -> int:
         """EXIT_FINDINGS for an error finding; else EXIT_USAGE when nothing was read, EXIT_OK otherwise."""
         if any(f.severity is Severity.ERROR for f in self.findings):
@@ -309,6 +316,8 @@ class Report:
                 "frames_read": dict(sorted(st.frames_read.items())),
             },
             "problems": [p.to_dict() for p in self.problems],
+            # What the packets could not show: a pod with lo and no eth0, or eth0 and no lo (core/unseen.py).
+            **({"not_seen": [u.to_dict() for u in unseen_]} if (unseen_ := self.unseen()) else {}),
             **({"envoy": self.envoy.to_dict()} if self.envoy is not None else {}),
             **({"kernel": self.kernel.to_dict()} if self.kernel is not None else {}),
             "findings": [with_hop(f) for f in self.findings],

@@ -201,6 +201,8 @@ def render_text(report: Report, width: int | None = None) -> str:
     for p in report.problems:
         lines.append(f"problem: {p.line()}")
     lines += [d.line() for d in report.debug_reports()]
+    for u in report.unseen():  # wrapped at the prose width: one line of some 200 columns otherwise
+        lines += textwrap.wrap(u.line(), prose, subsequent_indent="  ", break_on_hyphens=False)
     if not report.findings:
         lines.append("no findings")
     sharing = _sharing(report.groups)
@@ -217,7 +219,7 @@ def render_text(report: Report, width: int | None = None) -> str:
         if f.title != g.label:
             lines.append(f"  {f.title}")
         if f.response_code_details:
-            lines.append(f"  envoy: {f.response_code_details}")
+            lines.append(_envoy_details(f))
         several_pods = len(group_pods(g)) > 1
         if g.count > 1 and len(set(map(len, (i.stands_on for i in g.instances)))) > 1:
             lines.append("  stands on: " + ", ".join(f"{kind} in {n} of {g.count}"
@@ -254,6 +256,16 @@ def render_text(report: Report, width: int | None = None) -> str:
     if width:  # each line's own escapes first: they widen it
         lines = [part for line in lines for one in line.split("\n") for part in _wrapped(line, block(one), width)]
     return "\n".join(lines) + "\n"
+
+
+def _envoy_details(f: Finding) -> str:
+    """The %RESPONSE_CODE_DETAILS% line: what Envoy logged when a log line backs the finding; else what it would
+    log (with its response flags), which a packets-only finding infers: Envoy's log was not read."""
+    if {"access-log", "envoy-log"} & set(f.stands_on):
+        return f"  envoy logged: {f.response_code_details}"
+    flags = "/".join(f.envoy_flags)
+    return (f"  envoy would log: {f.response_code_details}" + (f" (flag {flags})" if flags else "")
+            + ", no Envoy log read")
 
 
 def _wrapped(line: str, one: str, width: int) -> list[str]:
@@ -320,7 +332,8 @@ def render_markdown(report: Report) -> str:
     for p in report.problems:
         out.append(f"> **problem** {_md(p.line())}")
     debug = [d.line() for d in report.debug_reports()]
-    out += [f"> {line}" for line in debug]
+    out += [f"> {line}" for line in debug] + [f"> {_md(u.line())}" for u in report.unseen()]
+    debug += [u.line() for u in report.unseen()]
     if report.problems or debug:
         out.append("")
     groups = report.groups

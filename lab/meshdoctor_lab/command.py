@@ -20,7 +20,8 @@ help = "a local pod lab (network namespaces, Istio's nat rules, real failures)" 
 LAB_UP_EXAMPLES = """\
 examples:
   sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,healthy
-  sudo "$(command -v kubectl-meshdoctor)" lab up --pods collision,fixed=collision --fix fixed=tproxy
+  sudo "$(command -v kubectl-meshdoctor)" lab up \\
+      --pods collision,fixed=collision --fix fixed=tproxy
 """
 
 LAB_EPILOG = """\

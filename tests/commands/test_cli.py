@@ -300,8 +300,16 @@ def test_lab_up_help_lists_every_scenario_with_the_fixes_it_prints():
     from meshdoctor_lab.scenarios.table import SCENARIOS
 
     text = meshdoctor("lab", "up", "--help").stdout
-    rows = {line.split()[0]: line.split(None, 1)[1] for line in text.split("--fix NAME):\n", 1)[1].splitlines()
-            if line.startswith("  ") and line.split()[0] in SCENARIOS}
+    rows: dict[str, str] = {}
+    last = ""
+    for line in text.split("--fix NAME):\n", 1)[1].splitlines():
+        if line.startswith("  ") and line.split()[0] in SCENARIOS:
+            last = line.split()[0]
+            rows[last] = line.split(None, 1)[1]
+        elif last and line.startswith("  ") and line.strip():  # a row wrapped to the terminal's width
+            rows[last] += " " + line.strip()
+        else:
+            last = ""
     assert set(rows) == set(SCENARIOS)
     for scenario in SCENARIOS:
         own = [f.name for f in LAB_FIXES.get(scenario, ())]  # a class no detector prints a fix for yet

@@ -258,6 +258,13 @@ def test_stale_keepalive_finding_carries_the_uc_line_and_the_moved_counter(quiet
     assert [k for k in f["counters"] if k.startswith("cluster.")] == [
         "cluster.inbound|5000||.upstream_cx_destroy_remote_with_active_rq"]
     assert live["envoy"]["counters_moved"]["inbound|5000||"]["upstream_rq_503"] >= 1
+    # The folder is named by pytest, not after the pod: analyze DIR names the pod as watch did, from the
+    # meshdoctor-captures.json watch wrote there (commands/capture_meta.py), and reads no more than the captures.
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(tmp_path), "-o", "json"],
+                          capture_output=True, text=True, timeout=120)
+    back = json.loads(proc.stdout)
+    assert proc.returncode == 1 and back["problems"] == [], proc.stderr
+    assert {f["pod"] for f in back["findings"]} == {"stale-keepalive"} != {tmp_path.name}
     assert live["envoy"]["version"] and live["envoy"]["access_log_lines"] >= 2
     assert [x for x in live["findings"] if x["detector"] == "access-log"] == []  # the UC line is explained
 

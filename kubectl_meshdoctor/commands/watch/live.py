@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 
+from kubectl_meshdoctor.commands.capture_meta import META_NAME, CaptureMeta, write_meta
 from kubectl_meshdoctor.commands.envoy_debug import EnvoyDebug
 from kubectl_meshdoctor.commands.watch.stopping import unless_stopped
 from kubectl_meshdoctor.commands.watch.ticking import QuietTicker
@@ -151,6 +152,15 @@ async def watch(kube: Kube, opts: WatchOptions, pipelines: PipelineFactory | Pip
             more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
             raise KubeError(f"--write-pcap: {taken[0]}{more} exists; give --overwrite to replace "
                             f"{'them' if more else 'it'}, or another directory")
+        # Which pod each file is of, for analyze DIR (commands/capture_meta.py): the directory's name need not be it.
+        for d, pod in zip(dirs, pods):
+            metas = [CaptureMeta(pcap_path(d, pod.metadata.name, iface).name, pod.metadata.name,
+                                 pod.metadata.namespace, iface) for iface in opts.ifaces]
+            try:
+                write_meta(d, metas)
+            except OSError as e:
+                raise KubeError(f"--write-pcap: {d / META_NAME}: {e.strerror or e} (remove it, or give another "
+                                f"directory)") from None
     factory = pipelines if callable(pipelines) else (lambda _: pipelines)  # a Pipeline itself is not callable
     starts = CaptureStarts(len(pods))
     # One tshark for every stream of every pod (live/dissect.py): ~160 MB, not ~160 MB a stream.

@@ -70,7 +70,7 @@ def test_what_differs_makes_its_own_group(collision):
 def test_the_text_report_gives_each_group_a_screenful_and_the_counters_once(collision):
     text = render_text(repeated(collision, 88))
     assert text.splitlines()[1] == "verdict: 1 failure problem (1 error, 0 warnings): tuple-collision"
-    body = text.split("\n", 2)[2].strip("\n")  # the group's block, after the headline and the verdict
+    body = text.split("\n\n", 1)[1].strip("\n")  # the group's block, after the headline, verdict, not-seen line
     assert rows(body) <= SCREENFUL, body
     assert "seen 88 times in 2 min 54 s (30.0/min)" in text
     assert text.count("counter (the run's): upstream_cx_destroy +88") == 1
@@ -105,7 +105,7 @@ def test_the_three_minute_recording_reads_as_one_problem_a_screenful_long():
     assert g.count == 90 == len(report.findings) and g.newest.detector == "tuple-collision"
     text = render_text(report)
     assert text.splitlines()[1] == "verdict: 1 failure problem (1 error, 0 warnings): tuple-collision"
-    body = text.split("\n", 2)[2].strip("\n")  # the group's block, after the headline and the verdict
+    body = text.split("\n\n", 1)[1].strip("\n")  # the group's block, after the headline, verdict, not-seen line
     assert rows(body) <= SCREENFUL, body
     assert text.count("fix:") == 1 and "seen 90 times in 2 min" in text and "and 84 more" in text
     assert len(json.loads(render_json(report))["groups"]) == 1
