@@ -5,18 +5,132 @@ and what the exec status on the error channel says (the remotecommand protocol, 
 from __future__ import annotations
 
 import json
+import ssl
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
+import aiohttp
+from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream as k8s_stream
+from kubernetes.stream import ws_client
+from kubernetes.stream.stream import _websocket_request
 
 from .client import Kube, KubeError, api_error_message
 
+# The remotecommand subprotocols the official client offers, newest first (kubernetes/stream/ws_client.py):
+# v5 adds the half-close of stdin (a frame on channel 255) that stops tcpdump with its last packets flushed.
+EXEC_PROTOCOLS = (ws_client.V5_CHANNEL_PROTOCOL, ws_client.V4_CHANNEL_PROTOCOL)
+CLOSE_CHANNEL = 255  # v5: a frame [255, channel] closes that channel (k8s.io/apimachinery wsstream, remotecommand)
+REFUSAL_BODY_MAX = 65536  # bytes of a refused upgrade's body (the API's Status) kept for its message
 
-def open_exec(kube: Kube, namespace: str, pod: str, container: str, command: list[str]):
-    """The exec websocket (the official client's WSClient, binary, stdin open) of ``command`` in ``container``.
-    Raises what the client raises when the API refuses it (api_error_message says it in one line)."""
-    return k8s_stream(kube.streaming_core().connect_get_namespaced_pod_exec, pod, namespace,
-                      container=container, command=command,
-                      stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True)
+
+@dataclass(frozen=True, slots=True)
+class ExecTarget:
+    """Where an exec websocket goes, as the official client builds it from the loaded kubeconfig: ``url``
+    (ws:// or wss://, the command and the stream switches in its query) and ``authorization`` (the header the
+    client's auth settings gave: a bearer token, an exec plugin's token; None with client certificates). The
+    header is left out of repr: it must never reach a log or an error."""
+
+    url: str
+    authorization: str | None = field(default=None, repr=False)
+
+
+def exec_target(kube: Kube, namespace: str, pod: str, container: str, command: list[str]) -> ExecTarget:
+    """The exec websocket's URL and auth header for ``command`` in ``container`` (stdin, stdout and stderr open,
+    no TTY), from the generated ``connect_get_namespaced_pod_exec`` of the kubernetes client: its own URL and
+    query building and its auth settings (token refresh hooks, exec plugins) run as they do for ``stream()``;
+    only the connection is left to us (open_exec_ws)."""
+
+    def target(_configuration, _method, url, **kwargs) -> ExecTarget:
+        # What kubernetes.stream.ws_client.websocket_call receives; it keeps only these two things too.
+        headers = kwargs.get("headers") or {}
+        return ExecTarget(ws_client.get_websocket_url(url, kwargs.get("query_params")), headers.get("authorization"))
+
+    return _websocket_request(target, None, kube.streaming_core().connect_get_namespaced_pod_exec, pod, namespace,
+                              container=container, command=command,
+                              stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False)
+
+
+def ssl_context_of(configuration) -> ssl.SSLContext | bool:
+    """The TLS settings the official client's websocket uses (ws_client.create_websocket), as an SSLContext:
+    the kubeconfig's CA (else the system's) and hostname check when verify_ssl; its client certificate and key;
+    False (no TLS) is never returned for a wss:// URL, and verify_ssl False means CERT_NONE, as there."""
+    if configuration.verify_ssl:
+        ctx = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+        if configuration.assert_hostname is not None:
+            ctx.check_hostname = bool(configuration.assert_hostname)
+    else:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if configuration.cert_file:
+        ctx.load_cert_chain(configuration.cert_file, configuration.key_file or None)
+    return ctx
+
+
+def _refusal_keeper(bodies: list[bytes]) -> type[aiohttp.ClientResponse]:
+    """A response class that reads a refused upgrade's body (the API server's Status: ``pods "x" is forbidden``)
+    into ``bodies`` before aiohttp raises WSServerHandshakeError, which carries only the status: the Status's
+    message is what kubectl prints, and what the official client's websocket reported."""
+
+    class KeepsRefusal(aiohttp.ClientResponse):
+        async def start(self, connection) -> aiohttp.ClientResponse:
+            resp = await super().start(connection)
+            if self.status != 101:
+                try:
+                    bodies.append(await self.content.read(REFUSAL_BODY_MAX))
+                except (aiohttp.ClientError, OSError):
+                    pass
+            return resp
+
+    return KeepsRefusal
+
+
+def _proxy_for(configuration, url: str) -> str | None:
+    """The kubeconfig's proxy-url for ``url``, unless its host is in no_proxy (a name or a domain suffix)."""
+    proxy = configuration.proxy or None
+    host = urlparse(url).hostname or ""
+    for entry in (configuration.no_proxy or "").split(","):
+        entry = entry.strip().lstrip(".")
+        if entry and (host == entry or host.endswith("." + entry)):
+            return None
+    return proxy
+
+
+async def open_exec_ws(kube: Kube, target: ExecTarget, connector: aiohttp.BaseConnector | None = None
+                       ) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse]:
+    """(a session, the exec websocket in it) for ``target``, subprotocols v5 then v4 offered, binary frames
+    ``[channel] + bytes``; the caller closes both. Raises ApiException when the server refuses the upgrade (its
+    status and the Status body it sent, which api_error_message reads) or the connection fails (status 0 and the
+    reason; never the auth header). Connecting is bounded by the client's request timeout, reading is not.
+    ``connector``: how to reach the server (tests: a Unix socket), else TCP as the URL says."""
+    configuration = kube.api.configuration
+    headers = {"authorization": target.authorization} if target.authorization else {}
+    bodies: list[bytes] = []
+    session = aiohttp.ClientSession(connector=connector, response_class=_refusal_keeper(bodies),
+                                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=kube.request_timeout_s))
+    try:
+        ws = await session.ws_connect(
+            target.url, protocols=EXEC_PROTOCOLS, headers=headers, max_msg_size=0, autoping=True,
+            ssl=ssl_context_of(configuration) if target.url.startswith("wss://") else False,
+            server_hostname=configuration.tls_server_name or None, proxy=_proxy_for(configuration, target.url),
+            proxy_headers=configuration.proxy_headers or None)
+    except aiohttp.WSServerHandshakeError as e:
+        await session.close()
+        raise (_refused(e.status, bodies[-1]) if bodies else ApiException(status=e.status, reason=e.message)) from None
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:  # ssl.SSLError is an OSError
+        await session.close()
+        raise ApiException(status=0, reason=str(e) or type(e).__name__) from None
+    except BaseException:
+        await session.close()
+        raise
+    return session, ws
+
+
+def _refused(status: int, body: bytes) -> ApiException:
+    e = ApiException(status=status, reason="the API server refused the exec")
+    e.body = body.decode("utf-8", "replace")
+    return e
 
 
 def exec_output(kube: Kube, namespace: str, pod: str, container: str, command: list[str], what: str) -> str:
