@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 import aiohttp
+import certifi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream as k8s_stream
 from kubernetes.stream import ws_client
@@ -51,12 +52,13 @@ def exec_target(kube: Kube, namespace: str, pod: str, container: str, command: l
                               stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False)
 
 
-def ssl_context_of(configuration) -> ssl.SSLContext | bool:
+def ssl_context_of(configuration) -> ssl.SSLContext:
     """The TLS settings the official client's websocket uses (ws_client.create_websocket), as an SSLContext:
-    the kubeconfig's CA (else the system's) and hostname check when verify_ssl; its client certificate and key;
-    False (no TLS) is never returned for a wss:// URL, and verify_ssl False means CERT_NONE, as there."""
+    the kubeconfig's CA (else certifi's bundle, as there) and the hostname checked unless assert_hostname says
+    otherwise, when verify_ssl; CERT_NONE when not; its client certificate and key in both cases. Raises
+    OSError (ssl.SSLError) for a CA, certificate or key that cannot be loaded."""
     if configuration.verify_ssl:
-        ctx = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+        ctx = ssl.create_default_context(cafile=configuration.ssl_ca_cert or certifi.where())
         if configuration.assert_hostname is not None:
             ctx.check_hostname = bool(configuration.assert_hostname)
     else:
@@ -112,7 +114,7 @@ async def open_exec_ws(kube: Kube, target: ExecTarget, connector: aiohttp.BaseCo
     try:
         ws = await session.ws_connect(
             target.url, protocols=EXEC_PROTOCOLS, headers=headers, max_msg_size=0, autoping=True,
-            ssl=ssl_context_of(configuration) if target.url.startswith("wss://") else False,
+            ssl=ssl_context_of(configuration) if target.url.startswith("wss://") else False,  # plain ws:// (http)
             server_hostname=configuration.tls_server_name or None, proxy=_proxy_for(configuration, target.url),
             proxy_headers=configuration.proxy_headers or None)
     except aiohttp.WSServerHandshakeError as e:

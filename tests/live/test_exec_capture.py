@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -18,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from websocket import ABNF
 
 from kubectl_meshdoctor.kube.client import Kube, api_error_message
-from kubectl_meshdoctor.kube.exec import exec_target, exit_code_of, open_exec_ws, status_message
+from kubectl_meshdoctor.kube.exec import exec_target, exit_code_of, open_exec_ws, ssl_context_of, status_message
 from kubectl_meshdoctor.live.capture_copy import copy_refusal, open_copy
 from kubectl_meshdoctor.live.pump import ExecCapture
 
@@ -320,3 +322,23 @@ def test_overwrite_replaces_only_a_regular_file_of_ours(tmp_path):
         fh.write(b"new")
     assert ours.read_bytes() == b"new" and ours.stat().st_uid == os.geteuid()
     assert ours.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_exec_tls_is_the_kubeconfigs(tmp_path):
+    """TLS as the official client's websocket sets it up (ws_client.create_websocket): the kubeconfig's CA and
+    the hostname checked; a client certificate and key loaded; verify_ssl off means no verification."""
+    key, cert = tmp_path / "client.key", tmp_path / "client.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=meshdoctor-test",
+                    "-days", "1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cfg = Configuration(host="https://198.18.0.1:6443")
+    cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file = str(cert), str(cert), str(key)
+    ctx = ssl_context_of(cfg)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert [c["subject"] for c in ctx.get_ca_certs()] == [((("commonName", "meshdoctor-test"),),)]
+    cfg.assert_hostname = False
+    assert not ssl_context_of(cfg).check_hostname
+    cfg.verify_ssl = False
+    assert ssl_context_of(cfg).verify_mode == ssl.CERT_NONE
+    cfg.key_file = str(tmp_path / "missing.key")
+    with pytest.raises(OSError):
+        ssl_context_of(cfg)
