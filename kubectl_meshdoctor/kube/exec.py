@@ -1,5 +1,6 @@
-"""Exec in a pod's container through the API server: a stream to read frame by frame, or a command's output,
-and what the exec status on the error channel says (the remotecommand protocol, v4/v5: a JSON ``Status``,
+"""Exec in a pod's container through the API server: a stream to read frame by frame (its websocket opened with
+aiohttp, whose compiled frame reader is what a busy capture needs: bench/RESULTS.md, issue 34), or a command's
+output (the official client's stream()), and what the exec status on the error channel says (the remotecommand protocol, v4/v5: a JSON ``Status``,
 ``Success`` or a ``Failure`` whose ``details.causes`` hold the ``ExitCode``; v1-v3: plain text)."""
 
 from __future__ import annotations
@@ -7,14 +8,13 @@ from __future__ import annotations
 import json
 import ssl
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
+from urllib.parse import quote, urlencode, urlparse
 
 import aiohttp
 import certifi
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream as k8s_stream
 from kubernetes.stream import ws_client
-from kubernetes.stream.stream import _websocket_request
 
 from .client import Kube, KubeError, api_error_message
 
@@ -27,9 +27,9 @@ REFUSAL_BODY_MAX = 65536  # bytes of a refused upgrade's body (the API's Status)
 
 @dataclass(frozen=True, slots=True)
 class ExecTarget:
-    """Where an exec websocket goes, as the official client builds it from the loaded kubeconfig: ``url``
-    (ws:// or wss://, the command and the stream switches in its query) and ``authorization`` (the header the
-    client's auth settings gave: a bearer token, an exec plugin's token; None with client certificates). The
+    """Where an exec websocket goes, from the loaded kubeconfig: ``url`` (ws:// or wss://, the command and the
+    stream switches in its query) and ``authorization`` (the header the client's auth settings gave: a bearer
+    token, an exec plugin's token; None with client certificates). The
     header is left out of repr: it must never reach a log or an error."""
 
     url: str
@@ -38,18 +38,21 @@ class ExecTarget:
 
 def exec_target(kube: Kube, namespace: str, pod: str, container: str, command: list[str]) -> ExecTarget:
     """The exec websocket's URL and auth header for ``command`` in ``container`` (stdin, stdout and stderr open,
-    no TTY), from the generated ``connect_get_namespaced_pod_exec`` of the kubernetes client: its own URL and
-    query building and its auth settings (token refresh hooks, exec plugins) run as they do for ``stream()``;
-    only the connection is left to us (open_exec_ws)."""
-
-    def target(_configuration, _method, url, **kwargs) -> ExecTarget:
-        # What kubernetes.stream.ws_client.websocket_call receives; it keeps only these two things too.
-        headers = kwargs.get("headers") or {}
-        return ExecTarget(ws_client.get_websocket_url(url, kwargs.get("query_params")), headers.get("authorization"))
-
-    return _websocket_request(target, None, kube.streaming_core().connect_get_namespaced_pod_exec, pod, namespace,
-                              container=container, command=command,
-                              stdin=True, stdout=True, stderr=True, tty=False, _preload_content=False)
+    no TTY). The URL is the API's pod exec subresource, ``GET {host}/api/v1/namespaces/NS/pods/POD/exec`` with
+    a ``command`` parameter a word (Kubernetes API reference, "connect GET exec of Pod"; the kubeconfig's server
+    may carry a path prefix, kept). The header is the client Configuration's bearer token
+    (``auth_settings()``: its refresh hook runs there, so exec plugins and expiring tokens work as in every
+    other call); None with client certificates alone. The connection is open_exec_ws's."""
+    configuration = kube.api.configuration
+    query = [("command", word) for word in command]
+    query += [("container", container), ("stdin", "true"), ("stdout", "true"), ("stderr", "true"), ("tty", "false")]
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
+    host = configuration.host.rstrip("/")
+    scheme, sep, rest = host.partition("://")
+    ws_scheme = {"https": "wss", "http": "ws"}.get(scheme.lower(), scheme) if sep else "wss"
+    url = f"{ws_scheme}://{rest if sep else host}{path}?{urlencode(query)}"
+    bearer = configuration.auth_settings().get("BearerToken") or {}
+    return ExecTarget(url, bearer.get("value") or None)
 
 
 def ssl_context_of(configuration) -> ssl.SSLContext:

@@ -198,8 +198,8 @@ def _kube(host: str, token: str | None) -> Kube:
 
 
 def test_the_exec_target_is_the_clients_url_and_auth_and_its_repr_hides_the_token():
-    """The URL, query and auth header come from the kubernetes client's generated exec call (as stream() builds
-    them); the token never shows in repr (logs, errors)."""
+    """The URL is the pod's exec subresource on the kubeconfig's server, a ``command`` parameter a word; the auth
+    header is the client Configuration's; the token never shows in repr (logs, errors)."""
     target = exec_target(_kube("https://198.18.0.1:6443", "Bearer s3cret-token"), "ns", "pod-a", "dbg",
                          ["tcpdump", "-i", "lo"])
     parts = urllib.parse.urlsplit(target.url)
@@ -210,6 +210,12 @@ def test_the_exec_target_is_the_clients_url_and_auth_and_its_repr_hides_the_toke
     assert target.authorization == "Bearer s3cret-token"
     assert "s3cret" not in repr(target)
     assert exec_target(_kube("http://198.18.0.1:8080", None), "ns", "p", "c", ["true"]).url.startswith("ws://")
+    # An expiring token (an exec plugin's, an OIDC one): the client's refresh hook runs, as in every REST call.
+    kube = _kube("https://198.18.0.1:6443/prefix/", "Bearer old")
+    kube.api.configuration.refresh_api_key_hook = lambda c: c.api_key.update(authorization="Bearer fresh")
+    target = exec_target(kube, "ns", "p", "c", ["true"])
+    assert target.authorization == "Bearer fresh"
+    assert target.url.startswith("wss://198.18.0.1:6443/prefix/api/v1/namespaces/ns/pods/p/exec?command=true&")
 
 
 async def test_a_refused_upgrade_says_the_servers_status_message(tmp_path):
