@@ -15,17 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
-import multiprocessing as mp
 import sys
 import time
 import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from live_ws_cost import _serve  # noqa: E402
+from live_ws_cost import against_server, frame_args  # noqa: E402
 
 
-def _pump(url: str, out: mp.Queue) -> None:
+def _pump(url: str, out) -> None:  # out: a multiprocessing Queue
     import kubectl_meshdoctor
     from kubectl_meshdoctor.live.pump import ExecCapture
 
@@ -57,26 +56,10 @@ def _pump(url: str, out: mp.Queue) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--frames", type=int, default=50000)
-    ap.add_argument("--size", type=int, default=151)
-    ap.add_argument("--rate", type=float, default=10000.0)
-    ap.add_argument("--rounds", type=int, default=2)
+    frame_args(ap)
     a = ap.parse_args()
-    ctx = mp.get_context("spawn")
     for _ in range(a.rounds):
-        port_q: mp.Queue = ctx.Queue()
-        server = ctx.Process(target=_serve, args=(port_q, a.frames, a.size, a.rate), daemon=True)
-        server.start()
-        try:
-            url = f"ws://127.0.0.1:{port_q.get(timeout=30)}/exec"
-            out: mp.Queue = ctx.Queue()
-            client = ctx.Process(target=_pump, args=(url, out))
-            client.start()
-            kind, tree, received, ended, cpu = out.get(timeout=a.frames / max(a.rate, 1000) + 60)
-            client.join(30)
-        finally:
-            server.kill()  # our own child, by its handle
-            server.join(10)
+        kind, tree, received, ended, cpu = against_server(a, _pump)
         frames = received // (a.size - 1)
         print(f"{kind:17s} ({tree}) frames {frames:6d} ended {ended!r}  CPU {cpu:6.3f} s  "
               f"{cpu / max(frames, 1) * 1e6:6.2f} us a frame", flush=True)

@@ -108,13 +108,37 @@ def _read_aiohttp(url: str, out: mp.Queue, gather_s: float = 0.0) -> None:
     asyncio.run(main())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def frame_args(ap: argparse.ArgumentParser) -> None:
+    """The options of the frames sent: how many, their size, their rate, the rounds."""
     ap.add_argument("--frames", type=int, default=50000)
     ap.add_argument("--size", type=int, default=151)
     ap.add_argument("--rate", type=float, default=10000.0)
     ap.add_argument("--rounds", type=int, default=2)
+
+
+def against_server(a: argparse.Namespace, reader, extra: tuple = ()) -> tuple:
+    """What ``reader(url, queue, *extra)``, in a process of its own, put in its queue once it has read the frames a
+    server process of ours sent (``_serve``); both processes are gone afterwards."""
     ctx = mp.get_context("spawn")
+    port_q: mp.Queue = ctx.Queue()
+    server = ctx.Process(target=_serve, args=(port_q, a.frames, a.size, a.rate), daemon=True)
+    server.start()
+    try:
+        url = f"ws://127.0.0.1:{port_q.get(timeout=30)}/exec"
+        out: mp.Queue = ctx.Queue()
+        client = ctx.Process(target=reader, args=(url, out, *extra))
+        client.start()
+        result = out.get(timeout=a.frames / max(a.rate, 1000) + 60)
+        client.join(30)
+        return result
+    finally:
+        server.kill()  # our own child, by its handle
+        server.join(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    frame_args(ap)
     ap.add_argument("--gather-ms", type=float, default=5.0, help="aiohttp, gathered: the loop sleeps this long "
                     "once a read's frames are all handed on")
     a = ap.parse_args()
@@ -122,19 +146,7 @@ def main() -> None:
                "aiohttp gathered": (_read_aiohttp, (a.gather_ms / 1000,))}
     for _ in range(a.rounds):
         for name, (reader, extra) in readers.items():
-            port_q: mp.Queue = ctx.Queue()
-            server = ctx.Process(target=_serve, args=(port_q, a.frames, a.size, a.rate), daemon=True)
-            server.start()
-            try:
-                url = f"ws://127.0.0.1:{port_q.get(timeout=30)}/exec"
-                out: mp.Queue = ctx.Queue()
-                client = ctx.Process(target=reader, args=(url, out, *extra))
-                client.start()
-                n, cpu = out.get(timeout=a.frames / max(a.rate, 1000) + 60)
-                client.join(30)
-            finally:
-                server.kill()  # our own child, by its handle
-                server.join(10)
+            n, cpu = against_server(a, reader, extra)
             print(f"{name:17s} frames {n:6d}  size {a.size}  rate {a.rate:.0f}/s  CPU {cpu:6.3f} s  "
                   f"{cpu / max(n, 1) * 1e6:6.2f} us a frame", flush=True)
 
