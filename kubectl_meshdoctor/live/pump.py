@@ -1,33 +1,37 @@
 """The pump: a capture's exec stream (tcpdump in the debug container, live/pod_script.py) moved byte for byte from
 the websocket to whoever reads it (a pipe, the dissector's stream) and to a copy, if one is kept.
 
-The official client's websocket is synchronous, so each stream is pumped by its own thread into an OS pipe
-whose read end tshark consumes; a slow consumer blocks the pump, which is the back-pressure we want (the
-kernel then counts drops, which tcpdump reports on exit) rather than unbounded buffering here.
+Each stream is pumped by its own thread, running an asyncio loop of its own around one aiohttp websocket
+(kube/exec.py: aiohttp's frame reader is compiled; websocket-client's, the official client's transport, cost
+11-15 us a frame, about a packet a frame with tcpdump -U: bench/RESULTS.md), into an OS pipe whose read end
+tshark consumes. A slow consumer blocks the pump, and with it the loop's reads, which is the back-pressure we
+want (the kernel then counts drops, which tcpdump reports on exit) rather than unbounded buffering here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-import select
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import aiohttp
 from kubernetes.stream import ws_client
-from websocket import ABNF, WebSocketConnectionClosedException
 
 from kubectl_meshdoctor.kube.client import Kube, api_error_message
-from kubectl_meshdoctor.kube.exec import exit_code_of, open_exec, status_message
+from kubectl_meshdoctor.kube.exec import CLOSE_CHANNEL, exec_target, exit_code_of, open_exec_ws, status_message
 
 from .capture_copy import copy_refusal, open_copy
 from .pod_script import capture_command
 
 STOP_GRACE_S = 10.0  # how long tcpdump may take to flush and exit after we asked it to stop
-GATHER_S = 0.005  # seconds a burst of capture frames may gather before it is read (see ExecCapture._pump)
+# Seconds a burst of capture frames may gather in the socket before it is read (see _Reading._burst_read): 20 ms
+# rather than 5 took the pump threads from 1.6 to 0.7-0.9 s of CPU over bench/live's 300k packets, and watch's
+# main thread from 7.7 to 7.0 s (bigger batches into tshark and out of it); a packet that comes alone is not held.
+GATHER_S = 0.02
 HELD_FRAMES = 256  # frames read in one burst before they are handed on regardless
 
 
@@ -71,6 +75,7 @@ class ExecCapture:
     on_end: Callable[[], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _wake: Callable[[], None] | None = None  # the pump loop's stop signal, set from any thread (see stop)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"capture-{self.pod}-{self.iface}", daemon=True)
@@ -79,6 +84,9 @@ class ExecCapture:
     def stop(self) -> None:
         """Ask tcpdump to finish (stdin EOF -> SIGINT in the pod); the pump drains what it flushes."""
         self._stop.set()
+        wake = self._wake
+        if wake is not None:
+            wake()
 
     @property
     def stop_asked(self) -> bool:
@@ -103,7 +111,6 @@ class ExecCapture:
 
     def _run(self) -> None:
         tee = None
-        ws = None
         try:
             if self.tee_path:
                 try:  # unbuffered: the copy on disk is read while the capture runs (saving a finding from the TUI)
@@ -113,9 +120,7 @@ class ExecCapture:
                     self.failed = True
                     return
             command = capture_command(self.iface, self.max_seconds, self.bpf, self.tshark_args)
-            ws = open_exec(self.kube, self.namespace, self.pod, self.container, command)
-            self.started.set()
-            status, ended = self._pump(ws, tee)
+            status, ended = asyncio.run(self._stream(command, tee))
             stopping = self._stop.is_set() or ended == "stopping"
             if status is not None:
                 self.returncode = exit_code_of(status)
@@ -141,11 +146,6 @@ class ExecCapture:
         finally:
             self.started.set()
             self.listening.set()
-            if ws is not None:
-                try:
-                    ws.close()
-                except Exception:
-                    pass
             if tee is not None:
                 tee.close()
             if self.write_fd >= 0:
@@ -166,77 +166,66 @@ class ExecCapture:
             return (own or lines)[-1]
         return f"killed by signal {code - 128} (exit {code})" if code > 128 else f"exit code {code}"
 
-    def _pump(self, ws, tee) -> tuple[bytes | None, str]:
+    async def _stream(self, command: list[str], tee) -> tuple[bytes | None, str]:
+        """Open the exec websocket, pump it (``_pump``), close it; what ``_pump`` returns."""
+        target = exec_target(self.kube, self.namespace, self.pod, self.container, command)
+        session, ws = await open_exec_ws(self.kube, target)
+        try:
+            self.started.set()
+            return await self._pump(ws, tee)
+        finally:
+            try:
+                await asyncio.wait_for(ws.close(), STOP_GRACE_S)
+            except Exception:  # the stream is over either way; a close that fails must not hide why
+                pass
+            await session.close()
+
+    async def _pump(self, ws: aiohttp.ClientWebSocketResponse, tee) -> tuple[bytes | None, str]:
         """Move frames from the websocket to the pipe until the stream ends -> (the channel-3 status or None, how
         it ended: "closed" by us (no half-close before v5, or the stop grace ran out), by the other end while
         tcpdump was "stopping", or by the other end while it "ran").
 
-        Frames are read straight off the socket: the client's own reader appends each burst to one bytes
-        buffer (quadratic on a fast stream, measured at 2 MB/s) and keeps a copy of everything for read_all().
+        Raises what the websocket reports as an error (a frame the protocol forbids), once the frames read
+        before it are handed on.
         """
-        sock = ws.sock
-        readable = _Readable(sock)
-        stop_deadline: float | None = None
-        err_tail = b""
-        status: bytes | None = None
-        ended = "ran"
-        held: list[bytes] = []  # stdout payloads read in this burst, handed on together
-
-        def hand_on() -> None:
-            self._deliver(b"".join(held), tee)
-            held.clear()
-
+        loop = asyncio.get_running_loop()
+        stop_asked = asyncio.Event()
+        self._wake = lambda: loop.call_soon_threadsafe(stop_asked.set)
+        if self._stop.is_set():  # stop() came before _wake was there
+            stop_asked.set()
+        read = _Reading(self, tee)
+        reader = asyncio.create_task(read.frames(ws))
+        waiter = asyncio.create_task(stop_asked.wait())
         try:
-            while True:
-                if held and not readable(0):
-                    hand_on()
-                    # Let the next burst gather in the socket: its frames are then read back to back and handed on in
-                    # one write, instead of a poll, a wake-up and a pipe write for every frame (at 10,000 packets/s
-                    # nearly every packet came in a frame of its own; bench/RESULTS.md). A packet waits GATHER_S at
-                    # most; one that comes alone is handed on at once.
-                    time.sleep(GATHER_S)
-                if self._stop.is_set() and stop_deadline is None:
-                    stop_deadline = time.monotonic() + STOP_GRACE_S
-                    if ws.subprotocol != ws_client.V5_CHANNEL_PROTOCOL:
-                        ended = "closed"
-                        break  # no half-close before v5: closing the stream closes stdin too
-                    ws.close_channel(ws_client.STDIN_CHANNEL)  # stdin EOF: the watchdog SIGINTs tcpdump
-                if stop_deadline is not None and time.monotonic() > stop_deadline:
-                    self.error = f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; stream closed"
-                    ended = "closed"
-                    break
-                if not held and not readable(0.2):
-                    continue
-                try:
-                    opcode, frame = sock.recv_data_frame(True)
-                except (WebSocketConnectionClosedException, OSError):
-                    ended = "stopping" if stop_deadline is not None else "ran"
-                    break
-                if opcode == ABNF.OPCODE_CLOSE:
-                    ended = "stopping" if stop_deadline is not None else "ran"
-                    break
-                if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not frame.data:
-                    continue
-                data = frame.data if isinstance(frame.data, bytes) else frame.data.encode()
-                channel, payload = data[0], data[1:]
-                if channel == ws_client.STDOUT_CHANNEL and payload:
-                    held.append(payload)
-                    if len(held) >= HELD_FRAMES:
-                        hand_on()
-                elif channel == ws_client.STDERR_CHANNEL:
-                    err_tail = (err_tail + payload)[-4096:]
-                    if b"listening on" in err_tail:
-                        self.heard_listening = True
-                        self.listening.set()
-                elif channel == ws_client.ERROR_CHANNEL:
-                    status = payload
+            await asyncio.wait((reader, waiter), return_when=asyncio.FIRST_COMPLETED)
+            if not reader.done():
+                read.stopping = True
+                if ws.protocol != ws_client.V5_CHANNEL_PROTOCOL:
+                    reader.cancel()  # no half-close before v5: closing the stream closes stdin too
+                    read.ended = "closed"
+                else:
+                    try:  # stdin EOF: the pod's watchdog SIGINTs tcpdump, which flushes and exits
+                        await ws.send_bytes(bytes((CLOSE_CHANNEL, ws_client.STDIN_CHANNEL)))
+                    except (aiohttp.ClientError, OSError):
+                        pass  # the stream is going already: the reader sees its end
+                    await asyncio.wait((reader,), timeout=STOP_GRACE_S)
+                    if not reader.done():
+                        self.error = (f"tcpdump on {self.iface} did not stop within {STOP_GRACE_S:.0f} s; "
+                                      f"stream closed")
+                        reader.cancel()
+                        read.ended = "closed"
+            try:
+                await reader
+            except asyncio.CancelledError:
+                if not reader.cancelled():
+                    raise
         finally:
-            # What came before the end (or before an error the websocket raised: a bad frame, a timeout) is
-            # handed on before the end is told.
-            if held:
-                hand_on()
-            self.stderr = err_tail.decode("utf-8", "replace")
-        return status, ended
+            self._wake = None
+            waiter.cancel()
+            if not reader.done():
+                reader.cancel()
+            self.stderr = read.err_tail.decode("utf-8", "replace")
+        return read.status, read.ended
 
     def _deliver(self, payload: bytes, tee) -> None:
         before = self.bytes_received
@@ -264,27 +253,69 @@ class ExecCapture:
             view = view[n:]
 
 
-class _Readable:
-    """Whether a frame of ``sock`` (a websocket-client socket) can be read without blocking longer than
-    ``timeout`` seconds; one poll object for the stream's life, not one a frame."""
+class _Reading:
+    """The frames of one exec stream as they are read (``frames``): stdout handed on in bursts, stderr's tail
+    kept, the status of channel 3, how the stream ended."""
 
-    def __init__(self, sock) -> None:
-        self._sock = sock
-        self._poller = select.poll()
-        self._fd = -1
+    def __init__(self, cap: ExecCapture, tee) -> None:
+        self.cap = cap
+        self.tee = tee
+        self.held: list[bytes] = []  # stdout payloads of this burst, handed on together
+        self.gathering = False
+        self.err_tail = b""
+        self.status: bytes | None = None
+        self.ended = "ran"
+        self.stopping = False
 
-    def __call__(self, timeout: float) -> bool:
-        raw = self._sock.sock
-        if raw is None:
-            return True  # closed: let recv raise
-        if isinstance(raw, ssl.SSLSocket) and raw.pending():
-            return True  # TLS records already decrypted are invisible to poll()
-        fd = raw.fileno()
-        if fd < 0:
-            return True
-        if fd != self._fd:
-            if self._fd >= 0:
-                self._poller.unregister(self._fd)
-            self._poller.register(fd, select.POLLIN)
-            self._fd = fd
-        return bool(self._poller.poll(timeout * 1000))
+    def hand_on(self) -> None:
+        if self.held:
+            payload = b"".join(self.held)
+            self.held.clear()
+            self.cap._deliver(payload, self.tee)
+
+    def _burst_read(self) -> None:
+        # Called by the loop once the reading task waits on an empty queue: every frame of the last socket read
+        # has been parsed and held. They go on in one write, and the loop then sleeps so that the next burst
+        # gathers in the socket: one read, one wake-up and one pipe write for many frames instead of one a frame
+        # (at 10,000 packets/s nearly every packet comes in a frame of its own; bench/RESULTS.md). A packet waits
+        # GATHER_S at most; one that comes alone is handed on at once.
+        self.gathering = False
+        if self.held:
+            self.hand_on()
+            time.sleep(GATHER_S)
+
+    async def frames(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                msg = await ws.receive()
+                kind = msg.type
+                if kind is aiohttp.WSMsgType.BINARY or kind is aiohttp.WSMsgType.TEXT:
+                    data = msg.data if kind is aiohttp.WSMsgType.BINARY else msg.data.encode()
+                    if not data:
+                        continue
+                    channel = data[0]
+                    if channel == ws_client.STDOUT_CHANNEL:
+                        if len(data) > 1:
+                            self.held.append(data[1:])
+                            if len(self.held) >= HELD_FRAMES:
+                                self.hand_on()
+                            elif not self.gathering:
+                                self.gathering = True
+                                loop.call_soon(self._burst_read)
+                    elif channel == ws_client.STDERR_CHANNEL:
+                        self.err_tail = (self.err_tail + data[1:])[-4096:]
+                        if b"listening on" in self.err_tail:
+                            self.cap.heard_listening = True
+                            self.cap.listening.set()
+                    elif channel == ws_client.ERROR_CHANNEL:
+                        self.status = data[1:]
+                    continue
+                if kind is aiohttp.WSMsgType.ERROR and not isinstance(msg.data, (OSError, aiohttp.ClientConnectionError)):
+                    raise msg.data  # a frame the protocol forbids: the stream cannot be trusted past it
+                # CLOSE, CLOSING, CLOSED, or the connection lost
+                self.ended = "stopping" if self.stopping else "ran"
+                return
+        finally:
+            # What came before the end (or before an error) is handed on before the end is told.
+            self.hand_on()

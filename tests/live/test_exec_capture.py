@@ -1,20 +1,28 @@
-"""ExecCapture's own failures, before any API server is involved, and how exec statuses read."""
+"""ExecCapture's own failures, before any API server is involved, its pump over a real websocket (aiohttp's, on a\nUnix socket), the exec target the client builds, and how exec statuses read."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
-import socket
+import ssl
+import subprocess
 import threading
-import types
+import time
+import urllib.parse
 
+import aiohttp
 import pytest
-from websocket import ABNF, WebSocket, WebSocketProtocolException
+from aiohttp import web
+from kubernetes.client import ApiClient, Configuration
+from kubernetes.client.exceptions import ApiException
+from websocket import ABNF
 
-from kubectl_meshdoctor.kube.exec import exit_code_of, status_message
+from kubectl_meshdoctor.kube.client import Kube, api_error_message
+from kubectl_meshdoctor.kube.exec import exec_target, exit_code_of, open_exec_ws, ssl_context_of, status_message
 from kubectl_meshdoctor.live.capture_copy import copy_refusal, open_copy
 from kubectl_meshdoctor.live.pump import ExecCapture
-from tests.waiting import wait_until
 
 
 def test_a_copy_that_cannot_be_written_ends_the_stream_and_says_why(tmp_path):
@@ -61,53 +69,177 @@ def test_why_tcpdump_failed_names_its_complaint_or_its_signal():
 
 
 def _frame(opcode: int, data: bytes) -> bytes:
-    return ABNF(1, 0, 0, 0, opcode, 0, data).format()  # as a server sends it: unmasked
+    return ABNF(1, 0, 0, 0, opcode, 0, data).format()  # as a server sends it: unmasked (websocket-client's writer)
+
+
+class _ExecServer:
+    """An aiohttp websocket server on a Unix socket standing in for the API server's exec stream: the test writes
+    raw frame bytes onto the accepted connection (``send``), and sees what the client sent (``received``)."""
+
+    def __init__(self, protocol: str) -> None:
+        self.protocol = protocol
+        self.transport: asyncio.Transport | None = None
+        self.connected = asyncio.Event()
+        self.received: list[bytes] = []
+        self.done = asyncio.Event()
+
+    async def handler(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(protocols=(self.protocol,), autoclose=False)
+        await ws.prepare(request)
+        self.transport = request.transport
+        self.connected.set()
+        async for msg in ws:  # what the client sends: the stdin close of v5, its close frame
+            self.received.append(msg.data if isinstance(msg.data, bytes) else b"")
+        self.done.set()
+        return ws
+
+    def send(self, raw: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(raw)
 
 
 @pytest.fixture
-def exec_stream():
-    """(the server's end of a real socket pair, the pump's websocket-client WebSocket over the other end as the
-    exec stream's WSClient holds it, an ExecCapture, the pieces it hands on)."""
-    server, client = socket.socketpair()
-    ws = WebSocket(skip_utf8_validation=True)
-    ws.sock, ws.connected = client, True
-    pieces: list[bytes] = []
-    cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, on_data=pieces.append)
-    yield server, types.SimpleNamespace(sock=ws), cap, pieces
-    server.close()
-    client.close()
+async def exec_stream(tmp_path):
+    """(the server, the client's aiohttp websocket over a real Unix socket, an ExecCapture, the pieces it hands on),
+    the v5 subprotocol agreed."""
+    async with _served(tmp_path, "v5.channel.k8s.io") as parts:
+        yield parts
 
 
-def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once(exec_stream):
+@contextlib.asynccontextmanager
+async def _served(tmp_path, protocol: str):
+    server = _ExecServer(protocol)
+    app = web.Application()
+    app.router.add_get("/exec", server.handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    path = str(tmp_path / "api.sock")
+    await web.UnixSite(runner, path).start()
+    session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path))
+    try:
+        ws = await session.ws_connect("ws://api/exec", protocols=("v5.channel.k8s.io", "v4.channel.k8s.io"))
+        await asyncio.wait_for(server.connected.wait(), 10)
+        pieces: list[bytes] = []
+        cap = ExecCapture(None, "ns", "pod", "dbg", "lo", 5, -1, on_data=pieces.append)
+        yield server, ws, cap, pieces
+        await ws.close()
+    finally:
+        await session.close()
+        await runner.cleanup()
+
+
+async def _until(what: str, timeout: float, ready) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"{what}: not true after {timeout} s"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once(exec_stream):
     """Frames already waiting are read back to back and handed on together, in order; a frame that comes
     alone is handed on without waiting for more; what came before the close is handed on before the end.
-    The websocket is websocket-client's own over a real socket pair (the exec stream's framing, channel 1)."""
+    The websocket is aiohttp's over a real socket; the frames are websocket-client's (channel 1)."""
     server, ws, cap, pieces = exec_stream
     burst = [b"\x01" + b"r%03d" % i for i in range(50)]
-    server.sendall(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in burst))
-    result: list = []
-    pump = threading.Thread(target=lambda: result.append(cap._pump(ws, None)))
-    pump.start()
-    wait_until("the burst handed on", 10, lambda: b"".join(pieces) == b"".join(f[1:] for f in burst))
+    server.send(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in burst))
+    pump = asyncio.create_task(cap._pump(ws, None))
+    await _until("the burst handed on", 10, lambda: b"".join(pieces) == b"".join(f[1:] for f in burst))
     assert len(pieces) < len(burst)  # gathered: not one write a frame
-    server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01alone"))
+    server.send(_frame(ABNF.OPCODE_BINARY, b"\x01alone"))
     # Nothing else is sent: it was not held back for company.
-    wait_until("the lone frame handed on", 10, lambda: pieces[-1] == b"alone")
-    server.sendall(_frame(ABNF.OPCODE_BINARY, b"\x01last") + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
-    pump.join(10)
-    assert not pump.is_alive() and result[0] == (None, "ran")
+    await _until("the lone frame handed on", 10, lambda: pieces[-1] == b"alone")
+    server.send(_frame(ABNF.OPCODE_BINARY, b"\x01last") + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
+    assert await asyncio.wait_for(pump, 10) == (None, "ran")
     assert pieces[-1] == b"last"
 
 
-def test_frames_read_before_a_bad_frame_are_handed_on_before_the_error(exec_stream):
-    """websocket-client raises for a frame the protocol forbids (here a ping longer than 125 bytes, RFC 6455
+async def test_frames_read_before_a_bad_frame_are_handed_on_before_the_error(exec_stream):
+    """aiohttp's reader rejects a frame the protocol forbids (here a ping longer than 125 bytes, RFC 6455
     section 5.5): the stdout frames read in the same burst still reach the stream, and the error is raised."""
     server, ws, cap, pieces = exec_stream
     frames = [b"\x01" + b"r%02d" % i for i in range(10)]
-    server.sendall(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in frames) + _frame(ABNF.OPCODE_PING, b"p" * 200))
-    with pytest.raises(WebSocketProtocolException):
-        cap._pump(ws, None)
+    server.send(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in frames) + _frame(ABNF.OPCODE_PING, b"p" * 200))
+    with pytest.raises(aiohttp.WebSocketError):
+        await asyncio.wait_for(cap._pump(ws, None), 10)
     assert b"".join(pieces) == b"".join(f[1:] for f in frames)
+
+
+async def test_a_stop_on_v5_closes_stdin_and_reads_to_the_status(exec_stream):
+    """stop() from another thread, on v5: the pump sends the stdin close ([255, 0]), keeps reading what tcpdump
+    flushes, and returns the status of channel 3 with the stream ended while "stopping"."""
+    server, ws, cap, pieces = exec_stream
+    pump = asyncio.create_task(cap._pump(ws, None))
+    server.send(_frame(ABNF.OPCODE_BINARY, b"\x01first"))
+    await _until("the first frame handed on", 10, lambda: pieces == [b"first"])
+    threading.Thread(target=cap.stop).start()
+    await _until("stdin closed", 10, lambda: bytes((255, 0)) in server.received)
+    status = json.dumps({"status": "Success"}).encode()
+    server.send(_frame(ABNF.OPCODE_BINARY, b"\x01flushed") + _frame(ABNF.OPCODE_BINARY, b"\x03" + status)
+                + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
+    assert await asyncio.wait_for(pump, 10) == (status, "stopping")
+    assert pieces[-1] == b"flushed" and exit_code_of(status) == 0
+
+
+async def test_a_stop_before_v5_closes_the_stream(tmp_path):
+    """v4 has no half-close: a stop ends the stream from our side ("closed"), with what was read handed on."""
+    async with _served(tmp_path, "v4.channel.k8s.io") as (server, ws, cap, pieces):
+        assert ws.protocol == "v4.channel.k8s.io"
+        pump = asyncio.create_task(cap._pump(ws, None))
+        server.send(_frame(ABNF.OPCODE_BINARY, b"\x01only"))
+        await _until("the frame handed on", 10, lambda: pieces == [b"only"])
+        cap.stop()
+        assert await asyncio.wait_for(pump, 10) == (None, "closed")
+        assert bytes((255, 0)) not in server.received
+
+
+def _kube(host: str, token: str | None) -> Kube:
+    cfg = Configuration(host=host, api_key={"authorization": token} if token else None)
+    return Kube(ApiClient(configuration=cfg), "ns", "ctx", 5.0)
+
+
+def test_the_exec_target_is_the_clients_url_and_auth_and_its_repr_hides_the_token():
+    """The URL is the pod's exec subresource on the kubeconfig's server, a ``command`` parameter a word; the auth
+    header is the client Configuration's; the token never shows in repr (logs, errors)."""
+    target = exec_target(_kube("https://198.18.0.1:6443", "Bearer s3cret-token"), "ns", "pod-a", "dbg",
+                         ["tcpdump", "-i", "lo"])
+    parts = urllib.parse.urlsplit(target.url)
+    assert (parts.scheme, parts.netloc, parts.path) == ("wss", "198.18.0.1:6443", "/api/v1/namespaces/ns/pods/pod-a/exec")
+    query = urllib.parse.parse_qsl(parts.query)
+    assert [v for k, v in query if k == "command"] == ["tcpdump", "-i", "lo"]
+    assert dict(query)["container"] == "dbg" and dict(query)["stdin"].lower() == "true"
+    assert target.authorization == "Bearer s3cret-token"
+    assert "s3cret" not in repr(target)
+    assert exec_target(_kube("http://198.18.0.1:8080", None), "ns", "p", "c", ["true"]).url.startswith("ws://")
+    # An expiring token (an exec plugin's, an OIDC one): the client's refresh hook runs, as in every REST call.
+    kube = _kube("https://198.18.0.1:6443/prefix/", "Bearer old")
+    kube.api.configuration.refresh_api_key_hook = lambda c: c.api_key.update(authorization="Bearer fresh")
+    target = exec_target(kube, "ns", "p", "c", ["true"])
+    assert target.authorization == "Bearer fresh"
+    assert target.url.startswith("wss://198.18.0.1:6443/prefix/api/v1/namespaces/ns/pods/p/exec?command=true&")
+
+
+async def test_a_refused_upgrade_says_the_servers_status_message(tmp_path):
+    """A 403 with the API server's Status (RBAC) instead of the upgrade: the error is the Status's message, as
+    kubectl prints it, and carries no auth header."""
+    async def refuse(_request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                                  "message": 'pods "pod-a" is forbidden: cannot create resource "pods/exec"'},
+                                 status=403)
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/ns/pods/pod-a/exec", refuse)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    path = str(tmp_path / "api.sock")
+    await web.UnixSite(runner, path).start()
+    try:
+        target = exec_target(_kube("http://198.18.0.1:8080", "Bearer s3cret-token"), "ns", "pod-a", "dbg", ["true"])
+        with pytest.raises(ApiException) as refused:
+            await open_exec_ws(_kube("http://198.18.0.1:8080", None), target, aiohttp.UnixConnector(path))
+        assert api_error_message(refused.value) == 'pods "pod-a" is forbidden: cannot create resource "pods/exec"'
+        assert "s3cret" not in str(refused.value)
+    finally:
+        await runner.cleanup()
 
 
 def test_the_copy_ends_at_its_limit_inside_a_burst(tmp_path):
@@ -196,3 +328,23 @@ def test_overwrite_replaces_only_a_regular_file_of_ours(tmp_path):
         fh.write(b"new")
     assert ours.read_bytes() == b"new" and ours.stat().st_uid == os.geteuid()
     assert ours.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_exec_tls_is_the_kubeconfigs(tmp_path):
+    """TLS as the official client's websocket sets it up (ws_client.create_websocket): the kubeconfig's CA and
+    the hostname checked; a client certificate and key loaded; verify_ssl off means no verification."""
+    key, cert = tmp_path / "client.key", tmp_path / "client.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=meshdoctor-test",
+                    "-days", "1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cfg = Configuration(host="https://198.18.0.1:6443")
+    cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file = str(cert), str(cert), str(key)
+    ctx = ssl_context_of(cfg)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert [c["subject"] for c in ctx.get_ca_certs()] == [((("commonName", "meshdoctor-test"),),)]
+    cfg.assert_hostname = False
+    assert not ssl_context_of(cfg).check_hostname
+    cfg.verify_ssl = False
+    assert ssl_context_of(cfg).verify_mode == ssl.CERT_NONE
+    cfg.key_file = str(tmp_path / "missing.key")
+    with pytest.raises(OSError):
+        ssl_context_of(cfg)
