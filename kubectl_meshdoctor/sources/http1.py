@@ -37,6 +37,12 @@ def _field_line(text: str) -> tuple[str, str] | None:
 # looked up before anything else is done to the line: a hit, most lines, costs one lookup, where each line was
 # checked before an lru_cache lookup (parse_http_start on bench/gen's lo messages: 5.2 -> 4.4 us).
 _MAX_CACHED_LINES = 8192  # then the cache starts again: bounded, and a changed pod's lines are cached anew
+# Fields whose value is new in every request: the request id Envoy generates (x-request-id) and the trace
+# context of W3C Trace Context (traceparent, tracestate) and Zipkin's B3 (x-b3-*), which Envoy's tracers
+# propagate. Caching them only filled the cache (cleared every ~1,600 messages on bench/gen's traffic, its
+# repeated lines then missing again): they are parsed and never kept. Names as Envoy writes them (lowercase).
+_NEW_EACH_REQUEST = frozenset(("x-request-id", "traceparent", "tracestate", "x-b3-traceid", "x-b3-spanid",
+                               "x-b3-parentspanid", "b3", "x-client-trace-id"))
 _RAW = ("", "")  # the cache's mark of a line that is not a field line
 
 
@@ -47,7 +53,8 @@ class _FieldLines(dict):
         pair = _field_line(text) or _RAW
         # A line that begins with a credential's name and a colon is a field line (the name is a token), so
         # looking at the parsed name is enough: lowering the whole line was a third of a miss's cost.
-        if len(text) <= _CACHED_LINE_CHARS and pair[0].lower() not in SENSITIVE_HEADERS:
+        if (len(text) <= _CACHED_LINE_CHARS and pair[0] not in _NEW_EACH_REQUEST
+                and pair[0].lower() not in SENSITIVE_HEADERS):
             if len(self) >= _MAX_CACHED_LINES:
                 self.clear()
             self[text] = pair

@@ -110,3 +110,17 @@ def test_the_explanation_gives_the_rule_the_response_broke(head, rule, not_said)
     assert rule in f.explanation and not_said not in f.explanation
     if "X-Bad" in head:
         assert "'X-Bad : <redacted>'" in f.evidence[0].what
+
+
+def test_a_request_id_or_trace_context_line_is_parsed_but_not_kept():
+    """Envoy's x-request-id and the propagated trace context are new in every request: the cache would only
+    fill with them, so they are parsed like any line and never kept."""
+    from kubectl_meshdoctor.sources import http1
+
+    before = len(http1._shared_field_line)
+    for i in range(3):
+        msg = parse_http_start(f"GET / HTTP/1.1\r\nx-request-id: {i}-a\r\ntraceparent: 00-{i:032x}-{i:016x}-01\r\n"
+                               f"x-b3-spanid: {i:016x}\r\n\r\n".encode())
+        assert msg.headers == (("x-request-id", f"{i}-a"), ("traceparent", f"00-{i:032x}-{i:016x}-01"),
+                               ("x-b3-spanid", f"{i:016x}"))
+    assert len(http1._shared_field_line) == before
