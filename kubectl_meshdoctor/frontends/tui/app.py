@@ -366,7 +366,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
                            self.report is not None or self.error is not None,
                            len(self.findings) - self._shown if self.paused else None,
                            one_line(self.session.describe) if self.compact() else "",  # the header is hidden
-                           self.size.width - 2)
+                           self.size.width - 2, self.compact())
 
     def _on_timer(self, refresh: Callable[[], None]) -> None:
         """A timer's ``refresh`` of the panes, which are gone once the app is being torn down: a tick that
