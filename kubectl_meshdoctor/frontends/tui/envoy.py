@@ -36,9 +36,9 @@ HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_er
 FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
               "UO": "yellow", "DC": "dim", "NR": "yellow"}
 REFRESH_S = 2.0
-# Below this many columns the clusters table has no room for HOST_COUNTERS' columns (s44: at 80 it cut its last
-# column off): the highlighted host's counters are under the table instead.
-NARROW_CLUSTERS = 110
+# Columns a cluster's name keeps at least beside HOST_COUNTERS' columns; with less room (80 columns: s44, the table
+# cut its last column off) the counters leave the table, and the highlighted host's are under it instead.
+MIN_CLUSTER = 24
 
 
 def flags_text(flags: tuple[str, ...]) -> Text:
@@ -75,7 +75,8 @@ class ClustersScreen(PodPane):
     """One row per (cluster, host) from GET /clusters of one pod's sidecar, refreshed every REFRESH_S, or from the
     dump given (read once); a counter that grew since the previous refresh is shown bold on yellow. Click a column
     header to sort by it. The cluster's name takes the columns the others leave, cut with "…"; under the table the
-    highlighted host whole, with every counter (below NARROW_CLUSTERS columns, the table has none). ``fetch``,
+    highlighted host whole, with every counter (where the name would have less than MIN_CLUSTER columns beside
+    them, the table has none). ``fetch``,
     ``pods``, ``dump_of``: as PodPane's (Session.clusters)."""
 
     BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now"),
@@ -147,20 +148,23 @@ class ClustersScreen(PodPane):
 
     def on_resize(self, event) -> None:
         if event.size.width != self._width:
-            self._lay_out()
+            self.call_after_refresh(self._lay_out)  # the table's new width is known after the layout
 
     def _lay_out(self) -> None:
         """The table's columns for its width, and its rows: the cluster's name as wide as the rest leave."""
         table = self.query_one("#clusters", DataTable)
         self._width = self.size.width
         at = table.cursor_row
-        counters = self._width >= NARROW_CLUSTERS
-        shown = [*(HOST_COUNTERS if counters else ()), "health"]
-        widths = {"host": max([4, *(cell_len(r.host) for r in self._rows.values())])}
-        for i, name in enumerate(shown):
-            widths[name] = max([len(name), *(r.cells(counters)[i].cell_len for r in self._rows.values())])
-        pad = 2 * table.cell_padding
-        room = table.size.width - sum(w + pad for w in widths.values()) - pad - table.styles.scrollbar_size_vertical
+        for counters in (True, False):
+            shown = [*(HOST_COUNTERS if counters else ()), "health"]
+            widths = {"host": max([4, *(cell_len(r.host) for r in self._rows.values())])}
+            for i, name in enumerate(shown):
+                widths[name] = max([len(name), *(r.cells(counters)[i].cell_len for r in self._rows.values())])
+            pad = 2 * table.cell_padding
+            room = (table.size.width - sum(w + pad for w in widths.values()) - pad
+                    - table.styles.scrollbar_size_vertical)
+            if room >= MIN_CLUSTER:
+                break
         table.clear(columns=True)
         table.add_column("cluster", key="cluster", width=max(room, 12))
         for name, width in widths.items():

@@ -26,7 +26,7 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     Wide, one row each: the target (cut to two rows), the counts, the verdict, the step, the latest problem (two
     rows). ``compact`` (80x24, s44: the status took 5 of the 24 rows): two rows, each cut with "…" at ``width``:
     the target then the counts (the target cut first: the counts, with how many problems, are whole); the
-    verdict, the step and the latest problem. The report has every line whole."""
+    step, the verdict and the latest problem. The report has every line whole."""
     st = session.stats()
     pods = {k.rpartition("/")[0] for k in st.by_iface}
     if len(pods) > 1:
@@ -48,10 +48,10 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     problems = session.problems()
     latest = f"problems ({len(problems)}): {problems[-1]}" if problems else ""
     counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}".rstrip()
-    if compact:  # how many problems with the counts, whole; the latest's text after the verdict and the step
+    if compact:  # the problems counted with the counts; the step (short once capturing), the verdict, the problem
         counts += f"  problems: {len(problems)}" if problems else ""
         return (_before(where, counts, width) + "\n"
-                + _cut("  ·  ".join(x for x in (said or "", state + progress, latest) if x), width))
+                + _cut("  ·  ".join(x for x in (state + progress, said or "", latest) if x), width))
     if width > 1 and len(where) > 2 * width:
         where = where[:2 * width - 1] + "…"
     trouble = f"\n{_cut(latest, width, rows=2)}" if problems else ""
