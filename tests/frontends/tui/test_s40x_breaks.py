@@ -3,8 +3,6 @@ Each was a failing test (xfail, strict) when found; each is fixed, and the test 
 
 from __future__ import annotations
 
-import pytest
-
 from .test_small_screen import shown, words
 from .test_triage import collision_app, ready
 
