@@ -31,6 +31,7 @@ from kubectl_meshdoctor.frontends.report import RENDERERS
 
 from .detail_pane import DetailPane
 from .envoy_keys import ENVOY_BINDINGS, EnvoyPaneKeys
+from .save_key import SaveKey
 from .footer import KeysFooter
 from .signals import WIND_DOWN_S, StopSignals
 from .status_line import status_text
@@ -50,7 +51,7 @@ NARROW = 110  # below this many columns the panes stack
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 
-class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
+class MeshDoctorApp(SaveKey, EnvoyPaneKeys, App[Report | None]):
     """Findings as they arrive, a detail view with the ladder diagram, a packets pane, Envoy panes."""
 
     TITLE = "kubectl meshdoctor"
@@ -76,6 +77,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
     Screen.narrow #left { width: 100%; height: 1fr; }
     Screen.narrow #detail-box { width: 100%; height: 1fr; border-left: none; border-top: solid $primary; }
     Screen.compact Header { display: none; }
+    Screen.compact #status { text-wrap: nowrap; text-overflow: ellipsis; }
     Screen.compact #main { layout: vertical; height: 1fr; }
     Screen.compact #left { width: 100%; height: 1fr; }
     Screen.compact #pods { max-height: 5; }
@@ -128,6 +130,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         self.packet_filter = PacketFilter()
         self._filter_error = ""  # the last typed filter that did not parse, shown by the packets pane
         self._packets_key: tuple | None = None  # what the packets pane shows now, to skip needless redraws
+        self._told = 0  # the session's problems told so far (_refresh_status)
 
     # -- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -135,10 +138,9 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         yield PlainStatic(self._status_text(), id="status", markup=False)
         with Horizontal(id="main"):
             with Vertical(id="left"):
-                pods = PlainTable(id="pods", cursor_type="none", zebra_stripes=True)
+                yield (pods := PlainTable(id="pods", cursor_type="none", zebra_stripes=True))
                 for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
                     pods.add_column(column, key=column)
-                yield pods
                 yield FindingsTable(id="findings", cursor_type="row", zebra_stripes=True)
             yield DetailPane(self._pin, id="detail-box")
         with Vertical(id="packets-box"):
@@ -397,6 +399,11 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
 
     def _refresh_status(self) -> None:
         self.query_one("#status", Static).update(self._status_text())
+        problems = self.session.problems()
+        if self.compact() and len(problems) > self._told:  # its status row has no room for the problem's text
+            self.notify(one_line(problems[-1]), title=f"problems ({len(problems)})", severity="warning", timeout=10,
+                        markup=False)
+        self._told = len(problems)
 
     def _refresh(self) -> None:
         self._refresh_status()
@@ -420,34 +427,6 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
             self._packets_key = None
             self._refresh()
         self._refresh_status()
-
-    def action_save(self, _twin: int = 0) -> None:
-        f = self.selected
-        if f is None:
-            self.notify("select a finding first", severity="warning", markup=False)
-            return
-        if not self.session.saves_evidence:
-            self.notify("this session keeps no capture bytes to save (watch --dissect pod leaves them in the pod)"
-                        if self.session.live else "this session keeps no capture bytes to save", severity="error",
-                        markup=False)
-            return
-        from .screens import PathPrompt
-
-        first = next((e for e in f.evidence if e.frame and e.kind == PACKET), None)
-        named = f", frame {first.frame}" if first is not None else ", no packet among its evidence"
-        default = os.path.join(os.getcwd(), f"meshdoctor-{f.detector}-{first.frame if first else 'evidence'}.pcapng")
-        where = f.flow.text(labelled=False)
-        self.push_screen(PathPrompt(f"Save the packets of {f.detector}: {f.title}\n{where}{named}", default),
-                         lambda answer: answer and self._save(f, *answer))
-
-    @work(exit_on_error=False, group="save")
-    async def _save(self, f: Finding, path: str, overwrite: bool) -> None:
-        try:
-            summary = await asyncio.to_thread(self.session.save_evidence, f, path, overwrite)
-        except Exception as e:  # SaveError and OSError: one line on screen
-            self.notify(f"not saved: {e}", severity="error", timeout=8, markup=False)
-            return
-        self.notify(summary, timeout=8, markup=False)
 
     def action_export(self, _twin: int = 0) -> None:
         from .screens import PathPrompt

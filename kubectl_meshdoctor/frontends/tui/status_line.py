@@ -24,9 +24,11 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     the text).
 
     Wide, one row each: the target (cut to two rows), the counts, the verdict, the step, the latest problem (two
-    rows). ``compact`` (80x24, s44: the status took 5 of the 24 rows): two rows, each cut with "…" at ``width``:
-    the target then the counts (the target cut first: the counts, with how many problems, are whole); the
-    step, the verdict and the latest problem. The report has every line whole."""
+    rows). ``compact`` (80x24, s44: the status took 5 of the 24 rows): two rows, the target then the counts (the
+    target cut with "…" at ``width``: the counts, with how many problems, are whole); then one line that the screen
+    cuts at its edge: a step being waited on (or any step before there is a verdict), the verdict, any other
+    step, the latest problem (the app also shows a new one as a notification). The report has every line
+    whole."""
     st = session.stats()
     pods = {k.rpartition("/")[0] for k in st.by_iface}
     if len(pods) > 1:
@@ -48,10 +50,13 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     problems = session.problems()
     latest = f"problems ({len(problems)}): {problems[-1]}" if problems else ""
     counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}".rstrip()
-    if compact:  # the problems counted with the counts; the step (short once capturing), the verdict, the problem
+    if compact:  # the problems counted with the counts; a step waited on, the verdict, any other step, the problem
         counts += f"  problems: {len(problems)}" if problems else ""
-        return (_before(where, counts, width) + "\n"
-                + _cut("  ·  ".join(x for x in (state + progress, said or "", latest) if x), width))
+        step = state + progress
+        waiting = not said or state or progress.startswith(WAITING_STEPS)
+        second = [step if waiting else "", said or "", "" if waiting else step, latest]
+        # one line: the screen cuts it with "…" (the app's CSS: text-overflow), the text stays whole for a search
+        return _before(where, counts, width) + "\n" + one_line("  ·  ".join(x for x in second if x))
     if width > 1 and len(where) > 2 * width:
         where = where[:2 * width - 1] + "…"
     trouble = f"\n{_cut(latest, width, rows=2)}" if problems else ""
