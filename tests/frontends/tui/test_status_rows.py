@@ -23,7 +23,7 @@ async def test_the_step_is_one_row_and_the_latest_problem_two(size):
     session.problems = lambda: [LONG_PROBLEM]
     app = MeshDoctorApp(session)
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: "files read" in "\n".join(shown(app)))
+        await wait_for(pilot, lambda: "files read" in str(app.query_one("#status").render()))
         app._on_progress(LONG_STEP)
         await wait_for(pilot, lambda: any("waiting for the debug container" in line for line in shown(app)))
         status = app.query_one("#status")
@@ -54,7 +54,7 @@ async def test_a_step_said_from_an_api_call_s_thread_is_drawn_by_the_app_s_own_t
 
     app = MeshDoctorApp(replay_session("lab-collision-eth0.pcap:eth0"))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: "files read" in "\n".join(shown(app)))
+        await wait_for(pilot, lambda: "files read" in str(app.query_one("#status").render()))
         drawn_on: list[int] = []
         refresh = app._refresh
         app._refresh = lambda: (drawn_on.append(threading.get_ident()), refresh())[1]
