@@ -20,7 +20,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.findings import PACKET, Finding, Problem
@@ -31,22 +31,27 @@ from kubectl_meshdoctor.frontends.report import RENDERERS
 
 from .detail_pane import DetailPane
 from .envoy_keys import ENVOY_BINDINGS, EnvoyPaneKeys
+from .save_key import SaveKey
+from .footer import KeysFooter
 from .signals import WIND_DOWN_S, StopSignals
 from .status_line import status_text
 from .findings_list import FindingsList, FindingsTable
 from .pod_names import fill_pods, pod_rows
 from .packet_filter import FilterError, PacketFilter, of_selected
 from ..shown import one_line
+from .packets_table import PacketsTable
 from .plain import PlainStatic, PlainTable
 from .session import Session, SessionHooks
 
+# Keys shown in the footer only outside the compact layout: at 80 columns the pane keys come first (`?` has these)
+WIDE_ONLY = ("save", "export")
 PACKET_ROWS = 100  # rows the packets pane shows at most (the newest that match): a redraw stays short
 NARROW = 110  # below this many columns the panes stack
 # Below either, one pane at a time (issue 32: at 80x24 the detail had 4 lines): the list, Enter the detail, Esc back.
 COMPACT_WIDTH, COMPACT_HEIGHT = 100, 30
 
 
-class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
+class MeshDoctorApp(SaveKey, EnvoyPaneKeys, App[Report | None]):
     """Findings as they arrive, a detail view with the ladder diagram, a packets pane, Envoy panes."""
 
     TITLE = "kubectl meshdoctor"
@@ -65,13 +70,14 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
     #ladder { padding: 1 1; width: auto; text-wrap: nowrap; }
     #packets-box { height: 1fr; border-top: solid $primary; }
     #packets-title { padding: 0 1; color: $text-muted; }
-    #filter { display: none; }
+    #filter { display: none; padding: 0 1; }
     #filter.shown { display: block; }
     #packets { height: 1fr; }
     Screen.narrow #main { layout: vertical; }
     Screen.narrow #left { width: 100%; height: 1fr; }
     Screen.narrow #detail-box { width: 100%; height: 1fr; border-left: none; border-top: solid $primary; }
     Screen.compact Header { display: none; }
+    Screen.compact #status { text-wrap: nowrap; text-overflow: ellipsis; }
     Screen.compact #main { layout: vertical; height: 1fr; }
     Screen.compact #left { width: 100%; height: 1fr; }
     Screen.compact #pods { max-height: 5; }
@@ -80,16 +86,20 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
     Screen.compact.show-detail #detail-box { display: block; width: 100%; height: 1fr; border: none; }
     Screen.compact.show-packets #packets-box { display: block; height: 1fr; border: none; }
     """
-    # The footer shows the keys that matter first (after the findings table's Enter) and fits 80 columns;
-    # every key is in `?`.
+    # The footer shows the keys that matter first (after the findings table's Enter): at 80 columns (compact) the
+    # main actions and every pane key (s44), Esc only where there is something to go back from; s and e where
+    # there is room (WIDE_ONLY). Every key is in `?`.
     BINDINGS = [Binding("escape", "back", "Back", key_display="Esc"),
                 Binding("question_mark", "help", "Help", key_display="?"),
                 Binding("q", "quit_clean", "Quit"),
                 Binding("slash", "filter", "Filter", key_display="/"),
+                *ENVOY_BINDINGS,
                 Binding("p", "pause", "Pause", show=False),
                 Binding("s", "save", "Save"),
                 Binding("e", "export", "Export"),
-                *ENVOY_BINDINGS,
+                # their twins, out of the footer: the keys still work where the shown ones are refused (WIDE_ONLY)
+                Binding("s", "save(1)", "Save", show=False),
+                Binding("e", "export(1)", "Export", show=False),
                 Binding("left_square_bracket", "instance(-1)", "Older instance", show=False),
                 Binding("right_square_bracket", "instance(1)", "Newer instance", show=False),
                 Binding("n", "instance(0)", "Newest instance", show=False),
@@ -120,6 +130,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         self.packet_filter = PacketFilter()
         self._filter_error = ""  # the last typed filter that did not parse, shown by the packets pane
         self._packets_key: tuple | None = None  # what the packets pane shows now, to skip needless redraws
+        self._told = 0  # the session's problems told so far (_refresh_status)
 
     # -- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -127,20 +138,19 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         yield PlainStatic(self._status_text(), id="status", markup=False)
         with Horizontal(id="main"):
             with Vertical(id="left"):
-                pods = PlainTable(id="pods", cursor_type="none", zebra_stripes=True)
+                yield (pods := PlainTable(id="pods", cursor_type="none", zebra_stripes=True))
                 for column in ("pod", "lo pkts", "eth0 pkts", "errors", "warnings"):
                     pods.add_column(column, key=column)
-                yield pods
                 yield FindingsTable(id="findings", cursor_type="row", zebra_stripes=True)
             yield DetailPane(self._pin, id="detail-box")
         with Vertical(id="packets-box"):
-            yield Input(placeholder="filter: ip, port, flags (S F R P .), lo/eth0, frame:N - Enter applies, "
-                                    "Esc clears", id="filter")
+            # compact (one row, no border) and a placeholder of 78 columns: at 80x24 it was cut (s44), and its
+            # border took two of the rows the packets need
+            yield Input(placeholder="filter: ip, port, flags S F R P ., lo/eth0, frame:N; Enter applies, Esc clears",
+                        id="filter", compact=True)
             yield PlainStatic("packets", id="packets-title", markup=False)
-            packets = PlainTable(id="packets", cursor_type="row", zebra_stripes=True)
-            packets.add_columns("frame", "t (s)", "iface", "source", "destination", "flags", "len", "info")
-            yield packets
-        yield Footer(show_command_palette=False)
+            yield PacketsTable(id="packets", cursor_type="row", zebra_stripes=True)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self._ui = (threading.get_ident(), asyncio.get_running_loop())
@@ -172,7 +182,6 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         main = self.default_screen  # also while a pane (help, clusters) is on top of it
         main.set_class(width < NARROW, "narrow")
         main.set_class(width < COMPACT_WIDTH or height < COMPACT_HEIGHT, "compact")
-        main.query_one(Footer).compact = self.compact()  # its keys closer together: more of them fit
         self._refresh_status()  # the header's line moves into the status line, or back
 
     def compact(self) -> bool:
@@ -182,7 +191,19 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "focus_next":
             return not self.compact()  # one pane shown: Tab has nowhere to go
+        if action in WIDE_ONLY and not parameters:
+            return not self.compact()  # out of the compact footer; its twin (with a parameter) does the same
+        if action == "back":
+            return self._can_go_back()
         return self.pane_offered(action)
+
+    def _can_go_back(self) -> bool:
+        """Whether Esc has something to do: a filter to clear, a pane shown in place of the list, or the focus
+        away from the list. On the list itself it does nothing, and is not in the footer."""
+        focused = self.screen.focused if self.screen is self.default_screen else None
+        return bool(self.query_one("#filter", Input).has_class("shown") or self.packet_filter.text
+                    or self.default_screen.has_class("show-detail") or self.default_screen.has_class("show-packets")
+                    or (focused is not None and focused.id != "findings"))
 
     def _show_pane(self, pane: str | None) -> None:
         """In the compact layout show ``pane`` ("detail", "packets"; None: the list, focused in any layout)."""
@@ -190,6 +211,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         self.default_screen.set_class(pane == "packets", "show-packets")
         if pane is None:
             self.query_one("#findings", DataTable).focus()
+        self.refresh_bindings()  # Esc's key comes and goes with a pane to go back from
 
     # -- the session --------------------------------------------------------------------------------------
     @work(exclusive=True, exit_on_error=False)
@@ -315,15 +337,13 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
         stats = self.session.stats()
         firsts = [s.first_ts for s in stats.by_iface.values() if s.first_ts is not None]
         t0 = min(firsts) if firsts else (rows[0].ts if rows else 0.0)
-        table = self.query_one("#packets", DataTable)
-        table.clear()
         evidence = {(e.source, e.frame) for e in self.selected.evidence if e.kind == PACKET} if self.selected else set()
-        for ev in rows:
-            info = redact_target(ev.http.start_line, self.session.redact) if ev.http else ""
-            style = "bold" if (ev.source, ev.frame) in evidence else ""
-            table.add_row(Text(str(ev.frame), style=style), f"{ev.ts - t0:.3f}", ev.iface, ev.src_endpoint,
-                          ev.dst_endpoint, Text(ev.flags.short(), style="red" if ev.is_rst else style),
-                          ev.payload_len, info)
+        styles = ["bold" if (ev.source, ev.frame) in evidence else "" for ev in rows]
+        self.query_one(PacketsTable).show([
+            (Text(str(ev.frame), style=style), f"{ev.ts - t0:.3f}", ev.iface, ev.src_endpoint, ev.dst_endpoint,
+             Text(ev.flags.short(), style="red" if ev.is_rst else style), ev.payload_len,
+             redact_target(ev.http.start_line, self.session.redact) if ev.http else "")
+            for ev, style in zip(rows, styles)])
         self.query_one("#packets-title", Static).update(f"{title}: {len(rows)} packets"
                                                          + (" (evidence in bold)" if evidence else "")
                                                          + (f"  -  {self._filter_error}" if self._filter_error else ""))
@@ -366,7 +386,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
                            self.report is not None or self.error is not None,
                            len(self.findings) - self._shown if self.paused else None,
                            one_line(self.session.describe) if self.compact() else "",  # the header is hidden
-                           self.size.width - 2)
+                           self.size.width - 2, self.compact())
 
     def _on_timer(self, refresh: Callable[[], None]) -> None:
         """A timer's ``refresh`` of the panes, which are gone once the app is being torn down: a tick that
@@ -379,6 +399,11 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
 
     def _refresh_status(self) -> None:
         self.query_one("#status", Static).update(self._status_text())
+        problems = self.session.problems()
+        if self.compact() and len(problems) > self._told:  # its status row has no room for the problem's text
+            self.notify(one_line(problems[-1]), title=f"problems ({len(problems)})", severity="warning", timeout=10,
+                        markup=False)
+        self._told = len(problems)
 
     def _refresh(self) -> None:
         self._refresh_status()
@@ -403,35 +428,7 @@ class MeshDoctorApp(EnvoyPaneKeys, App[Report | None]):
             self._refresh()
         self._refresh_status()
 
-    def action_save(self) -> None:
-        f = self.selected
-        if f is None:
-            self.notify("select a finding first", severity="warning", markup=False)
-            return
-        if not self.session.saves_evidence:
-            self.notify("this session keeps no capture bytes to save (watch --dissect pod leaves them in the pod)"
-                        if self.session.live else "this session keeps no capture bytes to save", severity="error",
-                        markup=False)
-            return
-        from .screens import PathPrompt
-
-        first = next((e for e in f.evidence if e.frame and e.kind == PACKET), None)
-        named = f", frame {first.frame}" if first is not None else ", no packet among its evidence"
-        default = os.path.join(os.getcwd(), f"meshdoctor-{f.detector}-{first.frame if first else 'evidence'}.pcapng")
-        where = f.flow.text(labelled=False)
-        self.push_screen(PathPrompt(f"Save the packets of {f.detector}: {f.title}\n{where}{named}", default),
-                         lambda answer: answer and self._save(f, *answer))
-
-    @work(exit_on_error=False, group="save")
-    async def _save(self, f: Finding, path: str, overwrite: bool) -> None:
-        try:
-            summary = await asyncio.to_thread(self.session.save_evidence, f, path, overwrite)
-        except Exception as e:  # SaveError and OSError: one line on screen
-            self.notify(f"not saved: {e}", severity="error", timeout=8, markup=False)
-            return
-        self.notify(summary, timeout=8, markup=False)
-
-    def action_export(self) -> None:
+    def action_export(self, _twin: int = 0) -> None:
         from .screens import PathPrompt
 
         default = os.path.join(os.getcwd(), "meshdoctor-report.md")

@@ -3,6 +3,8 @@ the fix. Plain text (PlainStatic shows it, never as markup: titles carry bracket
 
 from __future__ import annotations
 
+import re
+
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.hop_path import flags_logger, hop_of, quotes_flags
 from kubectl_meshdoctor.core.redact import SENSITIVE_HEADERS, SENSITIVE_QUERY_PARAMS
@@ -29,8 +31,30 @@ def finding_detail(f: Finding, redact: bool = True) -> str:
     return "\n".join(lines)
 
 
+# A YAML comment line of one paragraph: its indent and `#`, one space, then its text.
+_COMMENT = re.compile(r"^( *#) (\S.*)$")
+
+
+def comment_paragraphs(text: str) -> str:
+    """``text`` (a fix: YAML and its comments) with each comment that its writer broke over several lines made one
+    line again, for the detail pane to wrap at its own width (s44: a comment broken at 100 columns and wrapped
+    again at 80 read "...so that each / connection gets an ephemeral / port of its own"). A line goes on the
+    comment before it when both are ``# text`` at the same indent and it starts in lower case or with "(": a
+    sentence going on; a capital starts a sentence of its own, and ``#   keeps:`` (more spaces) an item of its
+    own. Still YAML: the pane wraps a comment as a comment."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        this, before = _COMMENT.match(line), _COMMENT.match(out[-1]) if out else None
+        if this and before and this.group(1) == before.group(1) and (this.group(2)[0].islower()
+                                                                   or this.group(2)[0] == "("):
+            out[-1] += " " + this.group(2)
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def finding_explanation(f: Finding, redact: bool = True) -> str:
-    lines = [f.explanation, "", "fix:", f.remediation, ""]
+    lines = [f.explanation, "", "fix:", comment_paragraphs(f.remediation), ""]
     if redact:
         lines.append(f"privacy: values of {', '.join(sorted(SENSITIVE_HEADERS))}, of header names that are not "
                      f"tokens, and of the query parameters {', '.join(sorted(SENSITIVE_QUERY_PARAMS))} are shown "

@@ -40,8 +40,8 @@ class DetailPane(ScrollableContainer):
     that they read this instance (the caller then holds it: FindingsList.pin), or focuses it."""
 
     BINDINGS = [Binding("pagedown", "page_down", "More", key_display="PgDn"),
-                Binding("left_square_bracket", "app.instance(-1)", "Older", key_display="["),
-                Binding("right_square_bracket", "app.instance(1)", "Newer", key_display="]")]
+                Binding("left_square_bracket", "instance(-1)", "Older", key_display="["),
+                Binding("right_square_bracket", "instance(1)", "Newer", key_display="]")]
 
     def __init__(self, on_read: Callable[[], None], **kwargs) -> None:
         super().__init__(**kwargs)
@@ -50,6 +50,16 @@ class DetailPane(ScrollableContainer):
         self._finding: Finding | None = None
         self._line = ""
         self._ladder_width: int | None = None  # the width the ladder was last drawn for
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # In the compact layout (80x24) the footer has room for the pane keys, not for [ ]: refused here, the
+        # keys go on to the app's own (not shown), and the instance line above the detail names them.
+        if action == "instance":
+            return not getattr(self.app, "compact", lambda: False)()
+        return True
+
+    def action_instance(self, by: int) -> None:
+        self.app.action_instance(by)  # type: ignore[attr-defined]  (the pane is MeshDoctorApp's)
 
     def compose(self) -> ComposeResult:
         yield PlainStatic("No findings yet.", id="detail", markup=False)

@@ -9,12 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from dataclasses import dataclass
+
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.core.hop_path import flags_logger
@@ -24,6 +27,7 @@ from kubectl_meshdoctor.envoy.clusters import Cluster
 from kubectl_meshdoctor.envoy.numbers import UINT64_DIGITS, ascii_int
 
 from ..shown import one_line
+from .footer import KeysFooter
 from .plain import PlainStatic, PlainTable
 from .pod_names import short_names
 from .pod_pane import PodPane
@@ -32,6 +36,9 @@ HOST_COUNTERS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_er
 FLAG_STYLE = {"UC": "bold red", "UF": "bold red", "UPE": "bold magenta", "URX": "red", "UH": "red", "UT": "yellow",
               "UO": "yellow", "DC": "dim", "NR": "yellow"}
 REFRESH_S = 2.0
+# Columns a cluster's name keeps at least beside HOST_COUNTERS' columns; with less room (80 columns: s44, the table
+# cut its last column off) the counters leave the table, and the highlighted host's are under it instead.
+MIN_CLUSTER = 24
 
 
 def flags_text(flags: tuple[str, ...]) -> Text:
@@ -67,11 +74,16 @@ def row_matches(cells: tuple[str | Text, ...], filter_text: str) -> bool:
 class ClustersScreen(PodPane):
     """One row per (cluster, host) from GET /clusters of one pod's sidecar, refreshed every REFRESH_S, or from the
     dump given (read once); a counter that grew since the previous refresh is shown bold on yellow. Click a column
-    header to sort by it. ``fetch``, ``pods``, ``dump_of``: as PodPane's (Session.clusters)."""
+    header to sort by it. The cluster's name takes the columns the others leave, cut with "…"; under the table the
+    highlighted host whole, with every counter (where the name would have less than MIN_CLUSTER columns beside
+    them, the table has none). ``fetch``,
+    ``pods``, ``dump_of``: as PodPane's (Session.clusters)."""
 
     BINDINGS = [Binding("escape,c", "app.pop_screen", "back"), Binding("f", "refresh", "refresh now"),
                 Binding("p", "next_pod", "next pod")]
-    CSS = "#clusters-status { height: auto; padding: 0 1; background: $boost; }"
+    CSS = """#clusters-status { height: auto; padding: 0 1; background: $boost; }
+    #clusters { height: 1fr; }
+    #clusters-host { height: auto; padding: 0 1; border-top: solid $primary; }"""
     READS = "/clusters"
 
     def __init__(self, fetch: Callable[[str | None], Callable[[], dict[str, Cluster]] | None],
@@ -79,6 +91,8 @@ class ClustersScreen(PodPane):
         super().__init__(fetch, pods, dump_of)
         self.previous: dict[tuple[str, str], dict[str, int]] = {}
         self.sort_column: str | None = None
+        self._rows: dict[str, _HostRow] = {}  # what the table shows, by row key
+        self._width = -1  # the width the table's columns were laid out for
 
     def action_next_pod(self) -> None:
         self.previous = {}  # another sidecar's counters: nothing grew since this one's last refresh
@@ -90,14 +104,9 @@ class ClustersScreen(PodPane):
     def compose(self) -> ComposeResult:
         yield Header(icon="")
         yield PlainStatic("reading /clusters ...", id="clusters-status", markup=False)
-        table = PlainTable(id="clusters", cursor_type="row", zebra_stripes=True)
-        table.add_column("cluster", key="cluster")
-        table.add_column("host", key="host")
-        for name in HOST_COUNTERS:
-            table.add_column(name, key=name)
-        table.add_column("health", key="health")
-        yield table
-        yield Footer()
+        yield PlainTable(id="clusters", cursor_type="row", zebra_stripes=True)
+        yield PlainStatic("", id="clusters-host", markup=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.set_title("Envoy clusters", "/clusters dump")
@@ -108,10 +117,9 @@ class ClustersScreen(PodPane):
         self.query_one("#clusters-status", Static).update(text)
 
     def show(self, clusters: dict[str, Cluster]) -> None:
-        table = self.query_one("#clusters", DataTable)
-        table.clear()
         moved = 0
         current: dict[tuple[str, str], dict[str, int]] = {}
+        self._rows = {}
         for cluster in clusters.values():
             for host in cluster.hosts:
                 key = (cluster.name, host.endpoint)
@@ -122,13 +130,12 @@ class ClustersScreen(PodPane):
                     grew = values[name] > before.get(name, values[name])
                     moved += grew
                     cells.append(Text(str(values[name]), style="bold black on yellow" if grew else ""))
-                health = ",".join(host.health_flags) or "healthy"
-                table.add_row(cluster.name, host.endpoint, *cells,
-                              Text(health, style="" if host.healthy else "bold red"), key="|".join(key))
+                health = Text(",".join(host.health_flags) or "healthy", style="" if host.healthy else "bold red")
+                self._rows["|".join(key)] = _HostRow(one_line(cluster.name), one_line(host.endpoint), tuple(cells),
+                                                         health)
                 current[key] = values
         self.previous = current
-        if self.sort_column:
-            table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+        self._lay_out()
         # Say what the table shows: one row a host, so a cluster without hosts has no row.
         empty = sum(1 for c in clusters.values() if not c.hosts)
         without = f" ({_count(empty, 'cluster')} {'has' if empty == 1 else 'have'} no hosts)" if empty else ""
@@ -139,10 +146,74 @@ class ClustersScreen(PodPane):
         self.set_status(f"{pod}{_count(len(current), 'host')} of {_count(len(clusters), 'cluster')}{without}; "
                          f"{since}")
 
+    def on_resize(self, event) -> None:
+        if event.size.width != self._width:
+            self.call_after_refresh(self._lay_out)  # the table's new width is known after the layout
+
+    def _lay_out(self) -> None:
+        """The table's columns for its width, and its rows: the cluster's name as wide as the rest leave."""
+        table = self.query_one("#clusters", DataTable)
+        self._width = self.size.width
+        at = table.cursor_row
+        for counters in (True, False):
+            shown = [*(HOST_COUNTERS if counters else ()), "health"]
+            widths = {"host": max([4, *(cell_len(r.host) for r in self._rows.values())])}
+            for i, name in enumerate(shown):
+                widths[name] = max([len(name), *(r.cells(counters)[i].cell_len for r in self._rows.values())])
+            pad = 2 * table.cell_padding
+            room = (table.size.width - sum(w + pad for w in widths.values()) - pad
+                    - table.styles.scrollbar_size_vertical)
+            if room >= MIN_CLUSTER:
+                break
+        table.clear(columns=True)
+        table.add_column("cluster", key="cluster", width=max(room, 12))
+        for name, width in widths.items():
+            table.add_column(name, key=name, width=width)
+        for key, row in self._rows.items():
+            table.add_row(Text(row.cluster, no_wrap=True, overflow="ellipsis"), row.host, *row.cells(counters),
+                          key=key)
+        if self.sort_column in widths or self.sort_column == "cluster":
+            table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+        if self._rows:
+            table.move_cursor(row=min(at, table.row_count - 1))
+        self._show_host()
+
+    @on(DataTable.RowHighlighted, "#clusters")
+    def _show_host(self) -> None:
+        """The highlighted host whole under the table: its cluster, endpoint, health and every counter."""
+        table = self.query_one("#clusters", DataTable)
+        row = None
+        if table.row_count and table.is_valid_row_index(table.cursor_row):
+            row = self._rows.get(table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value)
+        out = Text()
+        if row is not None:
+            out.append(f"{row.cluster}  {row.host}  ")
+            out.append_text(row.health)
+            for i, (name, value) in enumerate(zip(HOST_COUNTERS, row.counters)):
+                out.append("\n" if i == 0 else "  ")
+                out.append(f"{name} ")
+                out.append_text(value)
+        self.query_one("#clusters-host", Static).update(out)
+
     @on(DataTable.HeaderSelected, "#clusters")
     def _sort(self, event: DataTable.HeaderSelected) -> None:
         self.sort_column = str(event.column_key.value)
         event.data_table.sort(self.sort_column, key=_sort_key, reverse=self.sort_column in HOST_COUNTERS)
+
+
+@dataclass(frozen=True)
+class _HostRow:
+    """One host of the clusters table: its cluster's name and endpoint (one line each), its counters' cells in
+    HOST_COUNTERS' order (styled when grown) and its health."""
+
+    cluster: str
+    host: str
+    counters: tuple[Text, ...]
+    health: Text
+
+    def cells(self, counters: bool) -> list[Text]:
+        """The cells after the host: the counters (when ``counters``) and the health."""
+        return [*(self.counters if counters else ()), self.health]
 
 
 def _count(n: int, noun: str) -> str:
@@ -225,7 +296,7 @@ class AccessLogScreen(Screen):
         for name in LOG_COLUMNS:
             table.add_column(name, key=name)
         yield table
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.sub_title = one_line(f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}")

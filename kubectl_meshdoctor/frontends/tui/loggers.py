@@ -9,9 +9,10 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from ..shown import one_line
+from .footer import KeysFooter
 from .plain import PlainStatic, PlainTable
 
 LEVEL_KEYS = {"t": "trace", "d": "debug", "i": "info", "w": "warning", "e": "error", "o": "off"}
@@ -84,7 +85,7 @@ class LoggersScreen(Screen):
         table.add_column("logger", key="logger")
         table.add_column("level", key="level")
         yield table
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         if self.control.pod in self.pods:

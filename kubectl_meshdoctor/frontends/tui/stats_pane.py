@@ -11,13 +11,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent
 from kubectl_meshdoctor.envoy.stats import is_cluster_failure_stat, split_cluster_stat
 
 from ..shown import one_line
 from .envoy import row_matches
+from .footer import KeysFooter
 from .plain import PlainStatic, PlainTable
 from .pod_pane import PodPane
 
@@ -74,7 +75,7 @@ class CountersScreen(PodPane):
         table = PlainTable(id="counters", cursor_type="row", zebra_stripes=True)
         _columns(table, "moved")
         yield table
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.set_title("Envoy counters", "/stats dumps")

@@ -17,13 +17,18 @@ WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "readi
 
 
 def status_text(session: Session, groups: list[FindingGroup], findings: int, progress: str, waited: float,
-                finished: bool, held: int | None, where: str = "", width: int = 0) -> str:
+                finished: bool, held: int | None, where: str = "", width: int = 0, compact: bool = False) -> str:
     """``findings``: how many the list counts; ``waited``: seconds since ``progress`` came (shown for a
     WAITING_STEPS step from 2 s on, while not ``finished``); ``held``: findings held while paused (None: not
-    paused); ``where``: a first line (the run's target, when the header is hidden), cut to two lines of ``width``
-    columns when given: on a small terminal the list's rows matter more than the rest of a long target."""
-    if width > 1 and len(where) > 2 * width:
-        where = where[:2 * width - 1] + "…"
+    paused); ``where``: the run's target, when the header is hidden; ``width``: the line's columns (0: as wide as
+    the text).
+
+    Wide, one row each: the target (cut to two rows), the counts, the verdict, the step, the latest problem (two
+    rows). ``compact`` (80x24, s44: the status took 5 of the 24 rows): two rows, the target then the counts (the
+    target cut with "…" at ``width``: the counts, with how many problems, are whole); then one line that the screen
+    cuts at its edge: a step being waited on (or any step before there is a verdict), the verdict, any other
+    step, the latest problem (the app also shows a new one as a notification). The report has every line
+    whole."""
     st = session.stats()
     pods = {k.rpartition("/")[0] for k in st.by_iface}
     if len(pods) > 1:
@@ -43,9 +48,32 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
         progress += f" ({waited:.0f} s)"  # a slow step shows that it is still being waited on
     state = f"PAUSED (p resumes; {held} new findings held)  " if held is not None else ""
     problems = session.problems()
-    trouble = f"\n{_cut(f'problems ({len(problems)}): {problems[-1]}', width, rows=2)}" if problems else ""
-    return (f"{where + chr(10) if where else ''}{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}\n"
+    latest = f"problems ({len(problems)}): {problems[-1]}" if problems else ""
+    counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}".rstrip()
+    if compact:  # the problems counted with the counts; a step waited on, the verdict, any other step, the problem
+        counts += f"  problems: {len(problems)}" if problems else ""
+        step = state + progress
+        waiting = not said or state or progress.startswith(WAITING_STEPS)
+        second = [step if waiting else "", said or "", "" if waiting else step, latest]
+        # one line: the screen cuts it with "…" (the app's CSS: text-overflow), the text stays whole for a search
+        return _before(where, counts, width) + "\n" + one_line("  ·  ".join(x for x in second if x))
+    if width > 1 and len(where) > 2 * width:
+        where = where[:2 * width - 1] + "…"
+    trouble = f"\n{_cut(latest, width, rows=2)}" if problems else ""
+    return (f"{where + chr(10) if where else ''}{counts}\n"
             f"{said + chr(10) if said else ''}{_cut(state + progress, width)}{trouble}")
+
+
+def _before(where: str, counts: str, width: int) -> str:
+    """``where`` and ``counts`` on one row of ``width`` columns: ``where`` cut with "…" to leave ``counts``
+    whole (a pod's name first, its namespace and context cut), the row cut if ``counts`` alone is wider."""
+    where = one_line(where)
+    if not where:
+        return _cut(counts, width)
+    room = width - len(counts) - 2
+    if width > 1 and len(where) > room:
+        where = where[:room - 1] + "…" if room > 8 else ""  # less than a pod's name: the counts alone
+    return _cut(f"{where}  {counts}" if where else counts, width)
 
 
 def _cut(line: str, width: int, rows: int = 1) -> str:

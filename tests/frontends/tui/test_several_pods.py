@@ -9,6 +9,7 @@ the run is not over when the screen is read."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from kubernetes.client import ApiClient
@@ -81,7 +82,7 @@ async def test_one_failure_of_two_pods_is_one_row_naming_both_before_the_run_end
         assert row.startswith("idle-caller+idle  stale-keepalive  UC"), row
         assert app.report is None  # the run goes on
         assert "also seen from pod/downstream-idle" in screen_text(app, "#detail")
-        await wait_for(pilot, lambda: "findings: 1 " in screen_text(app, "#status")
+        await wait_for(pilot, lambda: re.search(r"findings: 1\b", screen_text(app, "#status"))
                        and "so far: 1 failure problem (1 error, 0 warnings): stale-keepalive" in screen_text(app, "#status"))
         pods = app.query_one("#pods", DataTable)
         assert [str(c) for c in pods.get_row("downstream-idle-caller")][3] == "1"  # the error is the caller's
