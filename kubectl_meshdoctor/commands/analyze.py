@@ -415,6 +415,14 @@ class FileSession(Session):
         return self._save(finding, path, overwrite)
 
 
+# How long a thread holds the GIL before another that wants it gets it, while a report is made (no screen to keep
+# responsive). The pass, merger and reader threads of a capture pair all want it all the time; at Python's 5 ms
+# each forced hand-over moved the work to a thread on the other core with cold caches: on bench/gen's short mix
+# (1M packets) analyze used 19.7-20.2 s of CPU at 5 ms, 18.0-18.8 s at 50 ms, 18.9-19.1 s at 200 ms, the same
+# report at each (bench/RESULTS.md).
+REPORT_SWITCH_INTERVAL_S = 0.05
+
+
 def run(args) -> int:
     """`kubectl meshdoctor analyze FILE...`: the report of the captures, or the TUI with --tui."""
     try:
@@ -472,6 +480,8 @@ def run(args) -> int:
                 if stopped_by:  # already on the way out: a repeated Ctrl-C must not interrupt the exit either
                     signal.signal(sig, signal.SIG_IGN)
 
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(REPORT_SWITCH_INTERVAL_S)
     try:
         report = asyncio.run(run())
     except InputError as e:
@@ -480,5 +490,7 @@ def run(args) -> int:
         if not stopped_by:
             raise
         return by_signal(stopped_by[0])
+    finally:
+        sys.setswitchinterval(switch)
     sys.stdout.write(rendered_for(args.output, report, sys.stdout))
     return report.exit_code()
