@@ -35,6 +35,26 @@ def envoy_version(server_info: str | dict[str, Any]) -> str:
     raise FormatError(f"no x.y.z version in /server_info version {version[:80]!r}")
 
 
+_DURATION = re.compile(r"^([0-9]{1,9})(?:\.([0-9]{1,9}))?s$")  # protobuf Duration's JSON form: "1s", "0.100s"
+
+
+def file_flush_interval_s(server_info: str | dict[str, Any]) -> float | None:
+    """How often Envoy writes its buffered access-log lines out, seconds: ``command_line_options.
+    file_flush_interval`` of `/server_info` (api/envoy/admin/v3/server_info.proto, CommandLineOptions; JSON
+    "1s" for --file-flush-interval-msec 1000, real Envoy 1.40), None when the body has none or it does not
+    parse. Never raises."""
+    try:
+        doc = json.loads(server_info) if isinstance(server_info, str) else server_info
+    except (ValueError, RecursionError):
+        return None
+    options = doc.get("command_line_options") if isinstance(doc, dict) else None
+    value = options.get("file_flush_interval") if isinstance(options, dict) else None
+    match = _DURATION.match(value) if isinstance(value, str) else None
+    if match is None:
+        return None
+    return int(match.group(1)) + (int(match.group(2)) / 10 ** len(match.group(2)) if match.group(2) else 0.0)
+
+
 def version_tuple(version: str) -> tuple[int, int, int]:
     """"1.33.2" -> (1, 33, 2), for comparisons like `>= (1, 33, 0)`."""
     match = _VERSION.match(version)

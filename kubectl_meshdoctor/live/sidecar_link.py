@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from kubectl_meshdoctor.core.events import AccessLogEvent, EnvoyCountersEvent, EnvoyLogEvent
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.report_model import LogLinesRead
-from kubectl_meshdoctor.envoy.server_info import envoy_version
+from kubectl_meshdoctor.envoy.server_info import envoy_version, file_flush_interval_s
 from kubectl_meshdoctor.envoy.stats import by_cluster, delta, parse_stats
 from kubectl_meshdoctor.kube.admin import ADMIN_PORT, EnvoyAdmin
 from kubectl_meshdoctor.kube.client import Kube, KubeError
@@ -35,6 +35,7 @@ class ProxyLink:
     follower: LogFollower | None = None
     log: ProxyLogStream | None = None
     version: str | None = None
+    flush_s: float | None = None  # Envoy's file flush interval (its /server_info), None when not read
     stats_before: dict = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -62,6 +63,7 @@ async def open_proxy(kube: Kube, namespace: str, pod: str,
         # The body, not json.loads of it: envoy_version turns every bad body (nesting 100000 deep, a number of
         # 5000 digits) into its FormatError, which json.loads would raise as RecursionError or worse.
         link.version = envoy_version(info.body) if info.status == 200 else None
+        link.flush_s = file_flush_interval_s(info.body) if info.status == 200 else None
         link.stats_before = await asyncio.to_thread(_snapshot, link.admin)
     except (KubeError, ValueError) as e:
         link._problem(f"Envoy admin not reachable, no counters: {str(e).splitlines()[0]}")
@@ -72,10 +74,23 @@ async def open_proxy(kube: Kube, namespace: str, pod: str,
     return link
 
 
-async def close_proxy(link: ProxyLink) -> EnvoyCountersEvent:
+# Istio's default for Envoy's --file-flush-interval-msec (ProxyConfig fileFlushInterval: 1 s), used when the
+# sidecar's /server_info did not say; and what the log's way to us adds (the kubelet reading the container's log
+# file and the API server passing it on).
+ISTIO_FLUSH_S = 1.0
+LOG_TRANSPORT_S = 0.3
+
+
+async def close_proxy(link: ProxyLink, capture_ended: float | None = None) -> EnvoyCountersEvent:
     """Stop following the log; return the counters that moved since ``open_proxy``: per cluster (cluster ->
     stat -> delta) and every stat by its full name (the HCM's and the listeners' too, which detectors read),
-    empty when the admin API was not reachable."""
+    empty when the admin API was not reachable. With ``capture_ended`` (time.time() when the capture stopped),
+    the log is followed until Envoy has written out what it held then (its flush interval, and the way to us):
+    a request that failed in the capture's last second was otherwise logged after the follow had stopped, and
+    its finding went without its access-log line."""
+    if link.follower is not None and capture_ended is not None:
+        catch_up = capture_ended + (link.flush_s if link.flush_s is not None else ISTIO_FLUSH_S) + LOG_TRANSPORT_S
+        await asyncio.sleep(max(0.0, min(catch_up - time.time(), ISTIO_FLUSH_S * 10)))
     if link.follower is not None:
         await asyncio.to_thread(link.follower.stop)
         if link.follower.error:

@@ -279,6 +279,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
             await run.wait(opts.duration_s)
         finally:
             await run.stop()
+            capture_ended = time.time()
         captured = run.report()
         problems += captured.problems
         pipeline.stats.frames_read.update(captured.frames_read)
@@ -297,8 +298,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
     # (headless_stop.within_grace), a hundred pods' take seconds.
     state.phase = "log levels"
     await asyncio.to_thread(state.debug.finish)
-    state.phase = "sidecar counters"
-    counters = await close_proxy(proxy)
+    state.phase = "sidecar log and counters"
+    counters = await close_proxy(proxy, capture_ended)
     problems += proxy.problems + [Problem(f"pod/{pod_name} {SIDECAR_CONTAINER}", p) for p in state.debug.problems]
     state.phase = "kernel counters"
     kernel_after = await _kernel_counters(kube, pod, dbg.name, problems) if kernel_before else {}
