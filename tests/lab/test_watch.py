@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from kubectl_meshdoctor.commands.capture_meta import META_NAME
 from meshdoctor_lab import lab
 
 from ..frontends.tui.test_app import screen_text
@@ -220,7 +221,9 @@ def test_write_pcap_over_two_pods_keeps_a_folder_a_pod_that_analyze_reads_back_a
     live = json.loads(proc.stdout)
     assert sorted(p.name for p in pcaps.iterdir()) == ["collision", "healthy"]
     for pod in ("collision", "healthy"):
-        assert sorted(p.name for p in (pcaps / pod).iterdir()) == [f"{pod}-eth0.pcap", f"{pod}-lo.pcap"]
+        # the two captures, and what watch says of them (commands/capture_meta.py): analyze names the pod from it
+        assert sorted(p.name for p in (pcaps / pod).iterdir()) == sorted([f"{pod}-eth0.pcap", f"{pod}-lo.pcap",
+                                                                         META_NAME])
         assert (pcaps / pod).stat().st_mode & 0o777 == 0o700
     proc = meshdoctor("analyze", str(pcaps), "-o", "json")
     assert proc.returncode == 1, proc.stderr

@@ -1,5 +1,6 @@
 """`pip install .` gives watch, analyze, lint and log-level; the pod lab is a distribution of its own (lab/:
-real Envoy's wheel, aiohttp, psutil, h2 come with it). Each command runs here in a Python that cannot import those,
+real Envoy's wheel, psutil, h2 come with it; aiohttp too, but the product needs it as well, for the live
+capture's exec websocket). Each command runs here in a Python that cannot import those,
 as on a machine where they were never installed; `lab` also where the lab itself is not installed, or broken."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-LAB_EXTRA = ("envoy", "aiohttp", "psutil", "h2")  # the top-level modules of the lab's dependencies
+LAB_EXTRA = ("envoy", "psutil", "h2")  # the top-level modules of the lab's dependencies the product does without
 LAB = "meshdoctor_lab"
 
 RUN_WITHOUT = """
