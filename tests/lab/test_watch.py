@@ -14,7 +14,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kubectl_meshdoctor.commands.capture_meta import META_NAME
 from meshdoctor_lab import lab
 
 from ..frontends.tui.test_app import screen_text
@@ -54,8 +53,7 @@ def tshark_frames(path: Path, display_filter: str = "tcp") -> dict[int, tuple[st
     from the saved capture."""
     out = subprocess.run(["tshark", "-r", str(path), "-n", "-Y", display_filter, "-T", "fields", "-e", "frame.number",
                           "-e", "tcp.flags", "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "tcp.ack_raw",
-                          "-e", "frame.time_epoch"],
-                         capture_output=True, text=True, check=True).stdout
+                          "-e", "frame.time_epoch"], capture_output=True, text=True, check=True).stdout
     rows = {}
     for line in out.splitlines():
         n, flags, sp, dp, ack, ts = line.split("\t")
@@ -221,9 +219,8 @@ def test_write_pcap_over_two_pods_keeps_a_folder_a_pod_that_analyze_reads_back_a
     live = json.loads(proc.stdout)
     assert sorted(p.name for p in pcaps.iterdir()) == ["collision", "healthy"]
     for pod in ("collision", "healthy"):
-        # the two captures, and what watch says of them (commands/capture_meta.py): analyze names the pod from it
-        assert sorted(p.name for p in (pcaps / pod).iterdir()) == sorted([f"{pod}-eth0.pcap", f"{pod}-lo.pcap",
-                                                                         META_NAME])
+        wrote = sorted(p.name for p in (pcaps / pod).iterdir())
+        assert wrote == sorted([f"{pod}-eth0.pcap", f"{pod}-lo.pcap", "meshdoctor-captures.json"])
         assert (pcaps / pod).stat().st_mode & 0o777 == 0o700
     proc = meshdoctor("analyze", str(pcaps), "-o", "json")
     assert proc.returncode == 1, proc.stderr
