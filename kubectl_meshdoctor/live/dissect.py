@@ -47,6 +47,9 @@ from kubectl_meshdoctor.sources.tshark import (
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
 PIPE_BYTES = 1 << 20  # the pipe into tshark holds this much (more batching when tshark lags)
 _F_SETPIPE_SZ = 1031
+# tshark's lines are read every OUTPUT_POLL_S while none wait, not as each comes (sources/pyshark_adapter.py
+# PolledPipe): the capture pump hands records on every 20 ms (live/pump.py GATHER_S), so this adds at most as much.
+OUTPUT_POLL_S = 0.02
 
 
 class RecordSplitter:
@@ -370,7 +373,7 @@ async def _dissect(group: _Group) -> None:
     try:
         await asyncio.to_thread(tshark_version, None)
         capture = FieldsPipeCapture(group.read_fd, output_args=FIELD_ARGS, display_filter=PREFILTER,
-                                     line_buffered=True,
+                                     line_buffered=True, poll_s=OUTPUT_POLL_S,
                                      custom_parameters=list(TSHARK_ARGS) + ["-M", str(SESSION_PACKETS)],
                                      eventloop=loop)
         await capture.packets_from_tshark(_Lines(group.streams, group.ledger), close_tshark=True)

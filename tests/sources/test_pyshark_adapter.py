@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.sources.pyshark_adapter import PYSHARK_ATTRIBUTES, PYSHARK_INTERNALS, FieldsPipeCapture
+from kubectl_meshdoctor.sources.pyshark_adapter import PYSHARK_ATTRIBUTES, PYSHARK_INTERNALS, FieldsPipeCapture, PolledPipe
 from kubectl_meshdoctor.sources.tshark import FIELD_ARGS, FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -70,3 +70,49 @@ def test_the_adapter_hands_over_tsharks_lines_in_batches():
     assert status == 0 and len(rows) >= 20
     assert all(len(r) == len(FIELDS) for r in rows)
     assert [int(r[0]) for r in rows] == list(range(1, len(rows) + 1))  # frame numbers, none lost or cut
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_polled_output_hands_over_the_same_lines_and_closes_its_pipe():
+    """A live dissection's tshark writes a line a packet (-l) into a pipe read by polling (PolledPipe): the lines
+    are those of pyshark's own reader, and the pipe is gone once tshark is."""
+
+    async def read(**kwargs) -> list[bytes]:
+        batches: list[bytes] = []
+        fd = os.open(CAPTURE, os.O_RDONLY)
+        capture = FieldsPipeCapture(fd, output_args=FIELD_ARGS, eventloop=asyncio.get_running_loop(), **kwargs)
+        try:
+            await capture.packets_from_tshark(batches.append, close_tshark=True)
+        finally:
+            os.close(fd)
+        assert capture.exit_status == 0
+        return b"\n".join(batches).split(b"\n")
+
+    plain = asyncio.run(read())
+    before = _open_fds()
+    polled = asyncio.run(read(line_buffered=True, poll_s=0.01))
+    assert len(plain) >= 20 and polled == plain
+    assert _open_fds() <= before
+
+
+def test_a_polled_pipe_gives_what_comes_after_it_began_waiting_then_end_of_file():
+    async def run() -> tuple[bytes, bytes, bytes]:
+        read_fd, write_fd = os.pipe()
+        pipe = PolledPipe(read_fd, 0.005)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, os.write, write_fd, b"1\tline\n")
+        first = await asyncio.wait_for(pipe.read(1 << 15), 5)
+        os.write(write_fd, b"2\tmore\n")
+        os.close(write_fd)
+        second = await asyncio.wait_for(pipe.read(1 << 15), 5)
+        end = await asyncio.wait_for(pipe.read(1 << 15), 5)
+        again = await pipe.read(1 << 15)  # closed: end of file again, no error
+        assert again == b""
+        return first, second, end
+
+    before = _open_fds()
+    assert asyncio.run(run()) == (b"1\tline\n", b"2\tmore\n", b"")
+    assert _open_fds() <= before
