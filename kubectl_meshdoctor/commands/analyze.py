@@ -377,6 +377,10 @@ class FileSession(Session):
     def pods(self) -> list[str]:
         return [p.ctx.pod for p in self._pipelines if p.ctx.pod]
 
+    def pod_of(self, source: str) -> str | None:
+        # offline a packet's source is its capture file's path (CaptureArg.path), the file given for one pod
+        return next((c.pod for c in self.captures if c.path == source), None)
+
     def panes(self) -> frozenset[str]:
         # The access log once a line was read (a log of Envoy's own lines alone has none to show).
         self._log_seen = self._log_seen or any(p.correlator.entries() for p in self._pipelines)

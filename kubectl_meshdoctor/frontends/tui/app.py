@@ -39,7 +39,7 @@ from .findings_list import FindingsList, FindingsTable
 from .pod_names import fill_pods, pod_rows
 from .packet_filter import FilterError, PacketFilter, of_selected
 from ..shown import one_line
-from .packets_table import PacketsTable
+from .packets_table import PacketsTable, Place
 from .plain import PlainStatic, PlainTable
 from .session import Session, SessionHooks
 
@@ -339,11 +339,14 @@ class MeshDoctorApp(SaveKey, EnvoyPaneKeys, App[Report | None]):
         t0 = min(firsts) if firsts else (rows[0].ts if rows else 0.0)
         evidence = {(e.source, e.frame) for e in self.selected.evidence if e.kind == PACKET} if self.selected else set()
         styles = ["bold" if (ev.source, ev.frame) in evidence else "" for ev in rows]
+        # several pods see one packet (a request from one's eth0 to another's): each row names its capture's pod
+        pods = self.session.pods()
+        where = {src: self.session.pod_of(src) for src in {ev.source for ev in rows}} if len(pods) > 1 else {}
         self.query_one(PacketsTable).show([
-            (Text(str(ev.frame), style=style), f"{ev.ts - t0:.3f}", ev.iface, ev.src_endpoint, ev.dst_endpoint,
-             Text(ev.flags.short(), style="red" if ev.is_rst else style), ev.payload_len,
-             redact_target(ev.http.start_line, self.session.redact) if ev.http else "")
-            for ev, style in zip(rows, styles)])
+            (Text(str(ev.frame), style=style), f"{ev.ts - t0:.3f}", Place(where.get(ev.source), ev.iface),
+             ev.src_endpoint, ev.dst_endpoint, Text(ev.flags.short(), style="red" if ev.is_rst else style),
+             ev.payload_len, redact_target(ev.http.start_line, self.session.redact) if ev.http else "")
+            for ev, style in zip(rows, styles)], pods)
         self.query_one("#packets-title", Static).update(f"{title}: {len(rows)} packets"
                                                          + (" (evidence in bold)" if evidence else "")
                                                          + (f"  -  {self._filter_error}" if self._filter_error else ""))

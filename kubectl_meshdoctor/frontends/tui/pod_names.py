@@ -16,16 +16,17 @@ MAX_LABEL = 20  # columns a pod's short name takes at most
 _CUT = "-._"  # where Kubernetes names break into parts (DNS labels and subdomains)
 
 
-def short_names(pods: Iterable[str]) -> dict[str, str]:
+def short_names(pods: Iterable[str], width: int = MAX_LABEL) -> dict[str, str]:
     """Each pod -> the part of its name that tells it from the others: their common leading parts (up to a ``-``,
-    ``.`` or ``_``) left out, cut to MAX_LABEL columns (keeping its end, else its start, whichever keeps the names
-    apart), control bytes escaped (frontends/shown.py). One pod keeps its name, cut alike. ``refused`` and
+    ``.`` or ``_``) left out, cut to ``width`` columns (at least 2; keeping its end, else its start, whichever keeps
+    the names apart), control bytes escaped (frontends/shown.py). One pod keeps its name, cut alike. ``refused`` and
     ``refused-caller`` share no whole part: both are named in full."""
     names = list(dict.fromkeys(pods))
     prefix = _common_parts(names) if len(names) > 1 else ""
     rest = {p: one_line(p[len(prefix):]) for p in names}
+    width = max(width, 2)
     for cut in (_keep_end, _keep_start):
-        labels = {p: cut(r) for p, r in rest.items()}
+        labels = {p: cut(r, width) for p, r in rest.items()}
         if len(set(labels.values())) == len(labels):
             return labels
     return rest  # too alike to cut apart: whole
@@ -42,12 +43,12 @@ def _common_parts(names: list[str]) -> str:
     return prefix if all(len(p) > len(prefix) for p in names) else ""
 
 
-def _keep_end(name: str) -> str:
-    return name if len(name) <= MAX_LABEL else "…" + name[-(MAX_LABEL - 1):]
+def _keep_end(name: str, width: int) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1):]
 
 
-def _keep_start(name: str) -> str:
-    return name if len(name) <= MAX_LABEL else name[:MAX_LABEL - 1] + "…"
+def _keep_start(name: str, width: int) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def other_pods(f: Finding) -> list[str]:

@@ -69,6 +69,13 @@ class Session:
         """The pods of the run known so far, in the order the run names them ([] when it names none)."""
         return []
 
+    def pod_of(self, source: str) -> str | None:
+        """The pod whose capture a packet's ``source`` (PacketEvent.source) is, when the run names pods: the packets
+        pane names it where one packet is seen in two pods. A live watch names each capture ``pod/iface``
+        (live/run.py), so does this default; a run that names its captures otherwise says so. None: not known."""
+        pod, sep, _ = source.rpartition("/")
+        return pod if sep and pod in self.pods() else None
+
     def joined(self) -> JoinedView | None:
         """The findings so far as the report would give them (core/live_join.py), asked on a timer; None when the
         session has no such view (the findings as handed to ``on_finding`` are shown)."""

@@ -4,6 +4,7 @@ step with its age) and its latest problem."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from kubectl_meshdoctor.core.groups import FindingGroup
@@ -12,6 +13,9 @@ from kubectl_meshdoctor.frontends.shown import one_line
 
 from .session import Session
 
+SEP = "  ·  "  # between the parts of the compact layout's second row
+# the report's verdict (frontends/report.py verdict_of): its prefix, its total of failure problems, their severities
+_VERDICT_TOTAL = re.compile(r"^(verdict(?: so far)?: )\d+ failure problems? \(([^()]*)\)")
 # Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
 WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
 
@@ -24,10 +28,10 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     the text).
 
     Wide, one row each: the target (cut to two rows), the counts, the verdict, the step, the latest problem (two
-    rows). ``compact`` (80x24, s44: the status took 5 of the 24 rows): two rows, the target then the counts (the
-    target cut with "…" at ``width``: the counts, with how many problems, are whole); then one line that the screen
-    cuts at its edge: a step being waited on (or any step before there is a verdict), the verdict, any other
-    step, the latest problem (the app also shows a new one as a notification). The report has every line
+    rows). ``compact`` (80x24, s44: the status took 5 of the 24 rows): two rows, the target then the traffic's
+    counts (the target cut with "…" at ``width``: the counts are whole); then a step being waited on (or any step
+    before there is a verdict), the verdict, how many problems and drops, any other step, the latest problem (the
+    app also shows a new one as a notification), fitted by priority (``_second_row``). The report has every line
     whole."""
     st = session.stats()
     pods = {k.rpartition("/")[0] for k in st.by_iface}
@@ -49,19 +53,49 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
     state = f"PAUSED (p resumes; {held} new findings held)  " if held is not None else ""
     problems = session.problems()
     latest = f"problems ({len(problems)}): {problems[-1]}" if problems else ""
-    counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}".rstrip()
-    if compact:  # the problems counted with the counts; a step waited on, the verdict, any other step, the problem
-        counts += f"  problems: {len(problems)}" if problems else ""
+    if compact:  # the traffic's counts; then a step waited on, the verdict, the trouble's counts, the rest
         step = state + progress
         waiting = not said or state or progress.startswith(WAITING_STEPS)
-        second = [step if waiting else "", said or "", "" if waiting else step, latest]
-        # one line: the screen cuts it with "…" (the app's CSS: text-overflow), the text stays whole for a search
-        return _before(where, counts, width) + "\n" + one_line("  ·  ".join(x for x in second if x))
+        trouble = "  ".join(x for x in (f"problems: {len(problems)}" if problems else "", dropped) if x)
+        second = _second_row([step if waiting else "", said or ""], trouble,
+                             [x for x in ("" if waiting else step, latest) if x], width)
+        counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}"
+        return _before(where, counts, width) + "\n" + second
+    counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}".rstrip()
     if width > 1 and len(where) > 2 * width:
         where = where[:2 * width - 1] + "…"
     trouble = f"\n{_cut(latest, width, rows=2)}" if problems else ""
     return (f"{where + chr(10) if where else ''}{counts}\n"
             f"{said + chr(10) if said else ''}{_cut(state + progress, width)}{trouble}")
+
+
+def _second_row(first: list[str], trouble: str, rest: list[str], width: int) -> str:
+    """The compact layout's second row, parts apart by SEP, in priority order: ``first`` (a step waited on, the
+    verdict), then ``trouble`` (how many problems, drops: short, always whole), then ``rest`` (any other step, the
+    latest problem), which the screen cuts at ``width`` with "…" (the app's CSS: text-overflow): their text stays
+    whole for a search. Where ``first`` and ``trouble`` do not fit, lower priorities give way first: ``rest``,
+    then the verdict's total (``_short_verdict``: its errors and warnings say it), then the end of ``first``, cut
+    with "…". s45: the verdict's 66-74 columns had left no room for anything after it at 80 columns."""
+    first = [one_line(x) for x in first if x]
+    tail = SEP.join(one_line(x) for x in rest)
+    room = width - 1 if tail else width  # a column for the screen's "…" after the row's head
+    for lead in (first, [_short_verdict(x) for x in first]):
+        head = SEP.join([*lead, trouble] if trouble else lead)
+        if width <= 1 or len(head) <= room:
+            break
+    else:  # the end of the step and verdict cut, the trouble's counts kept whole after them
+        if not trouble:  # nothing to keep after them: the screen cuts the row
+            return SEP.join(x for x in (head, tail) if x)
+        text = SEP.join(lead)
+        keep = room - len(trouble) - len(SEP) - 1
+        head = (text[:keep] + "…" + SEP + trouble) if keep > 0 else _cut(trouble, room)
+    return SEP.join(x for x in (head, tail) if x)
+
+
+def _short_verdict(line: str) -> str:
+    """``verdict: 2 failure problems (1 error, 1 warning): a, b`` as ``verdict: 1 error, 1 warning: a, b``: the
+    total is the sum of the errors and warnings. Any other line as it is."""
+    return _VERDICT_TOTAL.sub(r"\1\2", line, count=1)
 
 
 def _before(where: str, counts: str, width: int) -> str:

@@ -59,10 +59,12 @@ async def test_the_status_is_two_rows_at_80x24_and_keeps_the_target_the_interfac
         if size == (80, 24):
             assert len(rows) == 2, rows  # it took 5 (6 with a problem's two rows)
             assert rows[0].lstrip().startswith("files: ") and counts in rows[0], rows  # the target, then the counts
-            assert rows[0].rstrip().endswith("problems: 1"), rows  # the counts whole, how many problems last
-            # the verdict first, then the step, cut where the screen ends, said
-            assert rows[1].lstrip().startswith("verdict: 1 failure problem (1 error, 0 warnings): tuple-collision")
-            assert "  ·  files r" in rows[1] and rows[1].rstrip().endswith("…"), rows
+            assert rows[0].rstrip().endswith("findings: 1"), rows  # the traffic's counts whole
+            # the verdict first (its total left to its errors and warnings: s45), how many problems, then the step,
+            # cut where the screen ends, said
+            assert rows[1].lstrip().startswith("verdict: 1 error, 0 warnings: tuple-collision  ·  problems: 1  ·  "
+                                               "files r"), rows
+            assert rows[1].rstrip().endswith("…"), rows
             assert not app.query_one("Header").display
         else:  # the wide layout keeps its rows: the counts, the verdict, the step, the problem in two
             assert len(rows) == 5 and rows[0].lstrip().startswith(counts), rows

@@ -26,3 +26,11 @@ def test_one_pod_keeps_its_name_cut_and_long_names_are_cut_apart():
 def test_control_bytes_in_a_name_are_escaped():
     names = short_names(["p-\x1b[2Jx", "p-\u202ey"])
     assert names == {"p-\x1b[2Jx": "\\x1b[2Jx", "p-\u202ey": "\\u202ey"}
+
+
+def test_names_cut_narrower_stay_apart_or_stay_whole():
+    """The packets pane cuts the names further at 80 columns (packets_table.py): still told apart, else whole."""
+    assert short_names(["downstream-idle-caller", "downstream-idle"], 7) == {
+        "downstream-idle-caller": "…caller", "downstream-idle": "idle"}
+    same_end = ["a-" + "x" * 30 + "1" + "y" * 9, "a-" + "x" * 30 + "2" + "y" * 9]  # apart only in their middle
+    assert short_names(same_end, 8) == {p: p[2:] for p in same_end}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.frontends.tui.status_line import _second_row, _short_verdict
 
 from .test_app import replay_session, wait_for
 from .test_small_screen import shown
@@ -28,10 +29,10 @@ async def test_the_step_is_one_row_and_the_latest_problem_two(size):
         await wait_for(pilot, lambda: any("waiting for the debug container" in line for line in shown(app)))
         status = app.query_one("#status")
         rows = shown(app)[status.region.y:status.region.bottom]
-        if size == (80, 24):  # the target, the counts and how many problems; the step (cut), the rest after it
-            assert len(rows) == 2 and rows[0].rstrip().endswith("findings: 1  problems: 1"), rows
-            assert rows[1].lstrip().startswith("waiting for the debug container meshdoctor-7f3a of pod/collision")
-            assert rows[1].rstrip().endswith("…"), rows
+        if size == (80, 24):  # the target and the counts; the step (cut, the verdict with it), how many problems
+            assert len(rows) == 2 and rows[0].rstrip().endswith("findings: 1"), rows
+            assert rows[1].lstrip().startswith("waiting for the debug container meshdoctor-7f3a of pod/")
+            assert "…  ·  problems: 1" in rows[1] and rows[1].rstrip().endswith("…"), rows  # the problem's text after
             await pilot.press("q")
             return
         at = next(i for i, r in enumerate(rows) if "problems (1)" in r)
@@ -64,3 +65,48 @@ async def test_a_step_said_from_an_api_call_s_thread_is_drawn_by_the_app_s_own_t
         await wait_for(pilot, lambda: any("adding ephemeral container" in line for line in shown(app)))
         assert app.error is None and app.last_progress == "adding ephemeral container meshdoctor-x"
         assert drawn_on and set(drawn_on) == {threading.get_ident()}, drawn_on  # the test's loop is the app's
+
+
+async def test_at_80x24_the_second_row_shows_the_verdict_and_the_trouble_s_counts_whole():
+    """s45: the verdict (66-74 columns) left no room at 80 columns: how many problems and drops were on the first
+    row, cutting the target away, and the second row showed the verdict and a stub of the step. Now the verdict's
+    total gives way to its errors and warnings, the counts follow it whole, the step after them, cut, said."""
+    session = replay_session("lab-collision-eth0.pcap:eth0", "lab-collision-lo.pcap:lo")
+    session.problems = lambda: ["pod/collision lo: capture stream on lo ended without an exit status"]
+    session.drops = lambda: {"collision/eth0": 0, "collision/lo": 3}  # what tcpdump said it dropped
+    app = MeshDoctorApp(session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "files read" in str(app.query_one("#status").render()))
+        await pilot.pause(0.6)
+        status = app.query_one("#status")
+        rows = shown(app)[status.region.y:status.region.bottom]
+        assert len(rows) == 2 and rows[0].rstrip().endswith(f"flows: {session.stats().flows_seen}  findings: 1")
+        head = "verdict: 1 error, 0 warnings: tuple-collision  ·  problems: 1  drops: 3"
+        assert rows[1].strip().startswith(f"{head}  ·  f"), rows
+        assert rows[1].rstrip().endswith("…"), rows  # the step cut where the screen ends, said
+        # nothing wider than the screen: the widget's second row starts with the head, within the status's width
+        second = str(status.render()).split("\n")[1]
+        assert second.startswith(head) and len(head) <= status.region.width - 2, second
+        assert all(len(r.rstrip()) <= 80 for r in rows), rows
+        await pilot.press("q")
+
+
+def test_the_second_row_keeps_the_trouble_whole_at_every_width():
+    """_second_row over widths from 40 to 130 columns: the head (step waited on, verdict, counts) within the width
+    (a column left for the screen's "…" when more follows), the counts whole, the verdict's total given way
+    before its detectors' names are cut, and the whole verdict where it fits."""
+    verdict = "verdict so far: 3 failure problems (2 errors, 1 warning): stale-keepalive, tuple-collision"
+    trouble, step = "problems: 2  drops: at the end", "capturing lo, eth0 in pod/orders via meshdoctor-7f3a"
+    for lead in ([], ["waiting for ephemeral container meshdoctor-7f3a: ContainerCreating (12 s)"]):
+        for width in range(40, 131):
+            row = _second_row([*lead, verdict], trouble, [step], width)
+            head = row[:row.index(trouble) + len(trouble)]
+            assert len(head) <= width - 1, (width, row)
+            full = " · ".join([*lead, verdict, trouble]).replace(" · ", "  ·  ")
+            if len(full) <= width - 1:
+                assert head == full, (width, row)
+            elif not lead and width - 1 >= len(_short_verdict(verdict)) + 5 + len(trouble):
+                assert head == f"verdict so far: 2 errors, 1 warning: stale-keepalive, tuple-collision  ·  {trouble}"
+            else:
+                assert "…  ·  " + trouble in head, (width, row)
+            assert row.endswith(step), row  # the step's text whole for a search: the screen cuts it
