@@ -187,3 +187,25 @@ def test_no_descriptor_or_tshark_outlives_a_polled_capture(big_pcap, tmp_path, h
     assert {k: v for k, v in after.items() if k not in before} == {}
     _, alive = psutil.wait_procs(_tsharks(), timeout=5)
     assert not alive
+
+
+def test_a_read_of_a_small_pipe_cancelled_while_it_waits_leaves_no_reader_on_the_loop():
+    """Read as it comes (a pipe under POLLED_PIPE_BYTES) and cancelled, as abandon() cancels a dissection: the
+    event loop no longer watches that fd (its number is the next pipe's), and nothing written is lost to it."""
+
+    async def run() -> tuple[bool, bytes]:
+        read_fd, write_fd = os.pipe()  # the default 64 KiB
+        pipe = PolledPipe(read_fd, 0.02)
+        waiting = asyncio.ensure_future(pipe.read(1 << 15))
+        await asyncio.sleep(0)  # it finds the pipe empty and waits
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        still_watched = asyncio.get_running_loop().remove_reader(read_fd)
+        os.write(write_fd, b"1\tline\n")
+        got = await asyncio.wait_for(pipe.read(1 << 15), 5)
+        pipe.close()
+        os.close(write_fd)
+        return still_watched, got
+
+    assert asyncio.run(run()) == (False, b"1\tline\n")
