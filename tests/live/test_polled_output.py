@@ -5,7 +5,6 @@ abandoned, leave no descriptor behind in the watch's event loop."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import struct
 import threading
@@ -17,30 +16,14 @@ import pytest
 from kubectl_meshdoctor.live.dissect import OUTPUT_POLL_S, SharedDissector
 from kubectl_meshdoctor.sources import tshark
 
+from ..sources.test_polled_pipe import open_fds
+from .test_dissector import records
+
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="runs tshark")
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 CAPTURE = DATA / "lab-collision-lo.pcap"
 DEADLINE_S = 0.5  # "at once" for a person watching; 25 polls
-
-
-def records(data: bytes) -> list[bytes]:
-    out, off = [data[:24]], 24
-    while off + 16 <= len(data):
-        caplen = struct.unpack_from("<I", data, off + 8)[0]
-        out.append(data[off:off + 16 + caplen])
-        off += 16 + caplen
-    return out
-
-
-def _open_fds() -> dict[str, str]:
-    out = {}
-    for n in os.listdir("/proc/self/fd"):
-        try:
-            out[n] = os.readlink(f"/proc/self/fd/{n}")
-        except OSError:  # the listing's own descriptor, gone by now
-            pass
-    return out
 
 
 def test_a_packet_into_a_quiet_stream_reaches_the_detectors_at_once():
@@ -120,11 +103,11 @@ def test_streams_and_tsharks_by_the_dozen_leave_no_descriptor_behind():
         return d.abandoned and s.result.cancelled()
 
     async def main() -> tuple[dict[str, str], dict[str, str], list[int], bool]:
-        before = _open_fds()
+        before = open_fds()
         groups = [await round_of(4) for _ in range(6)]
         gone = await abandoned()
         await round_of(2)
-        return before, _open_fds(), groups, gone
+        return before, open_fds(), groups, gone
 
     before, after, groups, gone = asyncio.run(main())
     assert all(g >= 2 for g in groups) and gone  # a stream joining after its group ended gets a new tshark

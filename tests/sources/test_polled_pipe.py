@@ -39,7 +39,8 @@ def big_pcap(tmp_path_factory) -> Path:
     return path
 
 
-def _open_fds() -> dict[str, str]:
+def open_fds() -> dict[str, str]:
+    """This process's open descriptors: number -> what each is (/proc/self/fd)."""
     out = {}
     for n in os.listdir("/proc/self/fd"):
         try:
@@ -87,7 +88,7 @@ def test_a_pipe_too_small_to_poll_is_read_as_each_line_comes(big_pcap):
     proc = subprocess.Popen(["tshark", *FIELD_ARGS, "-Y", ALL_TCP, *TSHARK_ARGS, "-l", "-r", str(big_pcap)],
                             stdout=write_fd, stderr=subprocess.DEVNULL)
     os.close(write_fd)
-    before = _open_fds()
+    before = open_fds()
 
     async def read_all() -> bytes:
         pipe = PolledPipe(read_fd, 0.05)
@@ -106,7 +107,7 @@ def test_a_pipe_too_small_to_poll_is_read_as_each_line_comes(big_pcap):
             proc.kill()
         proc.wait(10)
     assert got == want
-    assert set(_open_fds()) <= set(before) - {str(read_fd)}
+    assert set(open_fds()) <= set(before) - {str(read_fd)}
 
 
 def test_a_tshark_that_fills_the_pipe_while_we_are_busy_loses_no_line(big_pcap):
@@ -152,7 +153,7 @@ def test_no_descriptor_or_tshark_outlives_a_polled_capture(big_pcap, tmp_path, h
     """However tshark's run ends, inside the one event loop a watch keeps: its pipe is closed and tshark gone."""
 
     async def run() -> tuple[dict[str, str], dict[str, str], str]:
-        before = _open_fds()
+        before = open_fds()
         kwargs: dict = {"line_buffered": True, "poll_s": 0.02}
         if how == "not startable":
             fake = tmp_path / "bin" / "tshark"
@@ -179,7 +180,7 @@ def test_no_descriptor_or_tshark_outlives_a_polled_capture(big_pcap, tmp_path, h
         except OSError as exc:
             outcome = type(exc).__name__
         await asyncio.sleep(0)
-        return before, _open_fds(), outcome
+        return before, open_fds(), outcome
 
     before, after, outcome = asyncio.run(run())
     assert outcome == {"killed": "exit -9", "cancelled": "cancelled", "not startable": "PermissionError",
