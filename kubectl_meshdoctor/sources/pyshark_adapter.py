@@ -72,7 +72,7 @@ class LineBatches(BaseTsharkOutputParser):
         return packet
 
 
-_F_SETPIPE_SZ = 1031  # fcntl(2), Linux
+_F_SETPIPE_SZ, _F_GETPIPE_SZ = 1031, 1032  # fcntl(2), Linux
 POLLED_PIPE_BYTES = 1 << 20  # what tshark can write between two polls before it waits for us
 
 
@@ -81,12 +81,21 @@ class PolledPipe:
     nothing, sleeps ``poll_s`` before it looks again. Nothing waits on the pipe while tshark writes, so a line
     flushed by ``-l`` is one cheap write(2), not a wake-up of our event loop: measured on a live capture's lines,
     tshark's CPU 6.5 -> 5.2 s and the reader's 1.4 -> 0.1 s for 250,000 lines (bench/RESULTS.md). The price is up
-    to ``poll_s`` more latency. Takes ownership of ``fd`` (closed at end of file or by ``close``)."""
+    to ``poll_s`` more latency. A pipe holding less than POLLED_PIPE_BYTES is read as each write comes instead.
+    Takes ownership of ``fd`` (closed at end of file or by ``close``, which must not run while ``read`` waits)."""
 
     def __init__(self, fd: int, poll_s: float) -> None:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
         self._poll_s = poll_s
+        try:
+            capacity = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+        except OSError:  # not a pipe: a read never finds it empty, so how it waits does not matter
+            capacity = 0
+        # A pipe that holds less than tshark may write in poll_s (F_SETPIPE_SZ refused: over pipe-max-size, or
+        # the user over pipe-user-pages-soft, whose pipes get two pages, pipe(7)) would hold tshark up at every
+        # poll: 64 KiB a 20 ms poll is ~3 MB/s, a third of what tshark writes. It is read as each write comes.
+        self._as_it_comes = capacity < POLLED_PIPE_BYTES
 
     async def read(self, n: int) -> bytes:
         """Up to ``n`` bytes; b"" at end of file (or once closed)."""
@@ -94,12 +103,26 @@ class PolledPipe:
             try:
                 data = os.read(self._fd, n)
             except BlockingIOError:
-                await asyncio.sleep(self._poll_s)
+                if self._as_it_comes:
+                    await self._readable(self._fd)
+                else:
+                    await asyncio.sleep(self._poll_s)
                 continue
             if not data:
                 self.close()
             return data
         return b""
+
+    @staticmethod
+    async def _readable(fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        # level-triggered: it may fire again before we run; only the first sets the result
+        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
 
     def close(self) -> None:
         if self._fd is not None:

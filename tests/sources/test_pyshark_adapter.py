@@ -5,6 +5,7 @@ pins. A pyshark release that moves one fails here, by name, before it fails a ca
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib
 import inspect
 import os
@@ -14,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_meshdoctor.sources.pyshark_adapter import PYSHARK_ATTRIBUTES, PYSHARK_INTERNALS, FieldsPipeCapture, PolledPipe
+from kubectl_meshdoctor.sources.pyshark_adapter import (
+    POLLED_PIPE_BYTES,
+    PYSHARK_ATTRIBUTES,
+    PYSHARK_INTERNALS,
+    FieldsPipeCapture,
+    PolledPipe,
+)
 from kubectl_meshdoctor.sources.tshark import FIELD_ARGS, FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -101,6 +108,7 @@ def test_polled_output_hands_over_the_same_lines_and_closes_its_pipe():
 def test_a_polled_pipe_gives_what_comes_after_it_began_waiting_then_end_of_file():
     async def run() -> tuple[bytes, bytes, bytes]:
         read_fd, write_fd = os.pipe()
+        fcntl.fcntl(write_fd, 1031, POLLED_PIPE_BYTES)  # F_SETPIPE_SZ: a smaller pipe is not polled (read as it comes)
         pipe = PolledPipe(read_fd, 0.005)
         loop = asyncio.get_running_loop()
         loop.call_later(0.05, os.write, write_fd, b"1\tline\n")
