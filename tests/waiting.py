@@ -44,9 +44,11 @@ def wait_until(what: str, timeout: float, ready: Callable[[], T], poll_s: float 
 
 
 async def wait_until_async(what: str, timeout: float, ready: Callable[[], T | Awaitable[T]], poll_s: float = 0.01,
-                           *, ok: Callable[[T], object] = bool) -> T:
+                           *, ok: Callable[[T], object] = bool,
+                           pause: Callable[[float], Awaitable[object]] = asyncio.sleep) -> T:
     """``wait_until`` on an event loop: between looks the loop runs its other tasks. ``ready`` may be a coroutine
-    function (a connect attempt, say); each look is awaited whole, so it should not hang."""
+    function (a connect attempt, say); each look is awaited whole, so it should not hang. ``pause(seconds)`` is
+    awaited between looks: a Textual test passes its pilot's, which also lets the screen catch up."""
     deadline = time.monotonic() + timeout
     while True:
         value = ready()
@@ -54,4 +56,4 @@ async def wait_until_async(what: str, timeout: float, ready: Callable[[], T | Aw
             value = await value
         if ok(value):
             return value
-        await asyncio.sleep(_poll_pause(what, timeout, deadline, poll_s, value))
+        await pause(_poll_pause(what, timeout, deadline, poll_s, value))
