@@ -16,7 +16,6 @@ def test_batches_from_a_thread_arrive_in_order_and_the_thread_waits_for_a_slow_l
     most_pending = 0
 
     async def main() -> None:
-        nonlocal most_pending
         loop = asyncio.get_running_loop()
         handoff: LoopHandoff[int] = LoopHandoff(loop, got.append, max_pending=5, wait_s=0.05)
 
