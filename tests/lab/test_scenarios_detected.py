@@ -223,13 +223,14 @@ def test_real_traffic_that_must_not_raise_an_error(quiet_lab, tmp_path):
         reuse = subprocess.run(in_client + [TIME_WAIT_REUSE, pod.pod_ip, pod.client_ip, "45000"],
                                capture_output=True, text=True, timeout=60)
         assert reuse.stdout.strip() == "ok", reuse.stderr
-        # Drop exactly the first SYN to 5002: the rule goes once its counter shows one dropped packet.
-        subprocess.run([*iptables_raw, "-I", *rule], check=True)
-        client = subprocess.Popen(in_client + [CONNECT_ONCE, pod.pod_ip], stdout=subprocess.PIPE, text=True)
+
         def listing() -> str:
             return subprocess.run([*iptables_raw, "-L", "PREROUTING", "-v", "-x", "-n"],
                                   capture_output=True, text=True).stdout
 
+        # Drop exactly the first SYN to 5002: the rule goes once its counter shows one dropped packet.
+        subprocess.run([*iptables_raw, "-I", *rule], check=True)
+        client = subprocess.Popen(in_client + [CONNECT_ONCE, pod.pod_ip], stdout=subprocess.PIPE, text=True)
         try:
             wait_until("the first SYN to 5002 dropped", deadline - time.monotonic(), listing, poll_s=0.01,
                        ok=lambda text: any("DROP" in ln and "dpt:5002" in ln and ln.split()[0] != "0"
