@@ -11,6 +11,8 @@ import sys
 from kubectl_meshdoctor.commands import console
 from kubectl_meshdoctor.core.pipeline import Pipeline
 
+from ..waiting import wait_until_async
+
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
 
@@ -60,10 +62,7 @@ def test_the_progress_line_says_its_count_is_so_far(monkeypatch):
 
     async def run() -> None:
         task = asyncio.create_task(console.progress_line([Pipeline.with_detectors()], "analyzing", every_s=0.01))
-        deadline = asyncio.get_running_loop().time() + 10
-        while "packets" not in err.getvalue():
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.01)
+        await wait_until_async("a progress line counting packets", 10, err.getvalue, ok=lambda text: "packets" in text)
         task.cancel()
 
     asyncio.run(run())

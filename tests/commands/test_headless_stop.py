@@ -20,6 +20,7 @@ async def _stopped_run(steps_s: list[float], phases: list[str]) -> bool:
     async def run() -> None:
         await stop.wait()
         for i, s in enumerate(steps_s):
+            # The step's length is the input: within_grace is judged on time passing between steps, nothing to await.
             await asyncio.sleep(s)
             phases.append(f"step {i}")
 

@@ -125,13 +125,17 @@ def test_exec_backpressure_blocks_the_process(server: Server) -> None:
 
     # While we read nothing, head must stall (its pipe is full) long before it has written everything.
     last, stable_since = written(), time.monotonic()
-    deadline = time.monotonic() + 15
-    while time.monotonic() - stable_since < 0.5:
-        assert time.monotonic() < deadline, "head never blocked: the server buffers without bound"
-        time.sleep(0.05)
+
+    def still_for() -> float:
+        """Seconds head's write count has stood still."""
+        nonlocal last, stable_since
         now = written()
         if now != last:
             last, stable_since = now, time.monotonic()
+        return time.monotonic() - stable_since
+
+    _wait_until("head blocked (its write count still for 0.5 s), not the server buffering without bound", 15,
+                still_for, ok=lambda still_s: still_s >= 0.5)
     assert psutil.Process(pid).is_running() and last < size // 2
     received = 0
     deadline = time.monotonic() + 60

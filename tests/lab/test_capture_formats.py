@@ -14,6 +14,7 @@ import pytest
 
 from meshdoctor_lab import lab
 from meshdoctor_lab.scenarios import challenge_ack_count
+from ..waiting import wait_until
 from .lab_names import lab_name
 
 pytestmark = pytest.mark.lab
@@ -57,12 +58,16 @@ def recordings(tmp_path_factory):
             # time to write the first out (dumpcap has no immediate mode and loses what it holds at SIGINT).
             first_seen_ts = None
             before = challenge_ack_count(netns)
-            while challenge_ack_count(netns) < before + 2:
-                if first_seen_ts is None and challenge_ack_count(netns) > before:
+
+            def count() -> int | None:  # noting when the first of the two is seen
+                nonlocal first_seen_ts
+                n = challenge_ack_count(netns)
+                if first_seen_ts is None and n is not None and n > before:
                     first_seen_ts = time.time()
-                assert time.monotonic() < deadline + 30, "no two challenge ACKs in the lab"
-                time.sleep(0.05)
-            first_seen_ts = first_seen_ts or time.time()
+                return n
+
+            wait_until("two challenge ACKs in the lab", deadline + 30 - time.monotonic(), count,
+                       ok=lambda n: n is not None and n >= before + 2)
         finally:
             for p in procs:
                 p.send_signal(signal.SIGINT)

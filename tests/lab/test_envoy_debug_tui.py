@@ -17,6 +17,7 @@ from kubectl_meshdoctor.core.envoy_debug_report import EnvoyDebugReport
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
 from kubectl_meshdoctor.frontends.tui.loggers import LoggersScreen
 
+from ..waiting import wait_until_async
 from .test_envoy_debug import WANTED, lab_up, levels
 
 pytestmark = pytest.mark.lab
@@ -29,10 +30,8 @@ def lab_state(tmp_path_factory):
 
 
 async def wait_for(pilot, what: str, condition, seconds: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"{what}: not within {seconds} s"
-        await pilot.pause(0.1)
+    """``condition`` true within ``seconds``, looked at every 100 ms; the screen catches up between looks."""
+    await wait_until_async(what, seconds, condition, poll_s=0.1, pause=pilot.pause)
 
 
 def status(app) -> str:

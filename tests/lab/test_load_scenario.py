@@ -22,7 +22,7 @@ from meshdoctor_lab.state import LabPod, LabState
 from tests.lab.local_servers import free_port
 from tests.lab.test_lab_network import _require_lab_host
 
-from ..waiting import wait_until
+from ..waiting import wait_until, wait_until_async
 from .lab_names import lab_name
 
 
@@ -115,14 +115,13 @@ def test_fast_app_answers_every_pipelined_request_and_closes_on_connection_close
         port, other = free_port(), free_port()
         task = asyncio.create_task(FastHttpApp("127.0.0.1", (port, other)).serve_forever())
         try:
-            for _ in range(200):
+            async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
                 try:
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                    break
-                except OSError:
-                    await asyncio.sleep(0.01)  # poll interval of this bounded readiness wait
-            else:
-                raise AssertionError("fast app did not listen")
+                    return await asyncio.open_connection("127.0.0.1", port)
+                except OSError:  # refused: not listening yet
+                    return None
+
+            reader, writer = await wait_until_async("the fast app listening", 2, connect)
             request = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
             writer.write(request * 2 + request[:10])  # two whole requests and the start of a third
             two = await asyncio.wait_for(reader.readexactly(2 * len(FAST_RESPONSE)), 2)

@@ -14,6 +14,7 @@ import pytest
 
 from meshdoctor_lab import lab
 
+from ..waiting import wait_until
 from .lab_names import lab_name
 from .watching import capturing
 
@@ -222,17 +223,18 @@ def test_real_traffic_that_must_not_raise_an_error(quiet_lab, tmp_path):
         reuse = subprocess.run(in_client + [TIME_WAIT_REUSE, pod.pod_ip, pod.client_ip, "45000"],
                                capture_output=True, text=True, timeout=60)
         assert reuse.stdout.strip() == "ok", reuse.stderr
+
+        def listing() -> str:
+            return subprocess.run([*iptables_raw, "-L", "PREROUTING", "-v", "-x", "-n"],
+                                  capture_output=True, text=True).stdout
+
         # Drop exactly the first SYN to 5002: the rule goes once its counter shows one dropped packet.
         subprocess.run([*iptables_raw, "-I", *rule], check=True)
         client = subprocess.Popen(in_client + [CONNECT_ONCE, pod.pod_ip], stdout=subprocess.PIPE, text=True)
         try:
-            while True:
-                listing = subprocess.run([*iptables_raw, "-L", "PREROUTING", "-v", "-x", "-n"],
-                                         capture_output=True, text=True).stdout
-                if any("DROP" in ln and "dpt:5002" in ln and ln.split()[0] != "0" for ln in listing.splitlines()):
-                    break
-                assert time.monotonic() < deadline, listing
-                time.sleep(0.01)
+            wait_until("the first SYN to 5002 dropped", deadline - time.monotonic(), listing, poll_s=0.01,
+                       ok=lambda text: any("DROP" in ln and "dpt:5002" in ln and ln.split()[0] != "0"
+                                           for ln in text.splitlines()))
         finally:
             subprocess.run([*iptables_raw, "-D", *rule], check=True)
         connect_s = float(client.communicate(timeout=30)[0])

@@ -16,6 +16,8 @@ from meshdoctor_lab.apiserver import k8sproto, spdy
 from meshdoctor_lab.apiserver.httpstream import SpdySession
 from meshdoctor_lab.apiserver.pfspdy import validate
 
+from ..waiting import wait_until_async
+
 FRAMES: list[spdy.Frame] = [
     spdy.SynStream(1, (("streamtype", "error"), ("port", "8080"), ("requestid", "0")), priority=3),
     spdy.SynStream(3, (("streamtype", "data"), ("a", "1"), ("a", "2")), fin=True, unidirectional=True),
@@ -176,10 +178,8 @@ async def test_session_refuses_even_or_decreasing_stream_ids() -> None:
     def resets() -> list:
         return [(f.stream_id, f.status) for f in client.received if isinstance(f, spdy.RstStream)]
 
-    deadline = asyncio.get_running_loop().time() + 5
-    while len(resets()) < 2:  # the resets go out from the session's own task
-        assert asyncio.get_running_loop().time() < deadline, resets()
-        await asyncio.sleep(0.01)
+    # the resets go out from the session's own task
+    await wait_until_async("two resets sent", 5, resets, ok=lambda sent: len(sent) >= 2)
     assert resets() == [(1, spdy.PROTOCOL_ERROR), (4, spdy.PROTOCOL_ERROR)]
 
 

@@ -9,7 +9,6 @@ import os
 import ssl
 import subprocess
 import threading
-import time
 import urllib.parse
 
 import aiohttp
@@ -23,6 +22,8 @@ from kubectl_meshdoctor.kube.client import Kube, api_error_message
 from kubectl_meshdoctor.kube.exec import exec_target, exit_code_of, open_exec_ws, ssl_context_of, status_message
 from kubectl_meshdoctor.live.capture_copy import copy_refusal, open_copy
 from kubectl_meshdoctor.live.pump import ExecCapture
+
+from ..waiting import wait_until_async
 
 
 def test_a_copy_that_cannot_be_written_ends_the_stream_and_says_why(tmp_path):
@@ -128,13 +129,6 @@ async def _served(tmp_path, protocol: str):
         await runner.cleanup()
 
 
-async def _until(what: str, timeout: float, ready) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, f"{what}: not true after {timeout} s"
-        await asyncio.sleep(0.01)
-
-
 async def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once(exec_stream):
     """Frames already waiting are read back to back and handed on together, in order; a frame that comes
     alone is handed on without waiting for more; what came before the close is handed on before the end.
@@ -143,11 +137,12 @@ async def test_the_pump_hands_a_burst_on_in_one_piece_and_a_lone_frame_at_once(e
     burst = [b"\x01" + b"r%03d" % i for i in range(50)]
     server.send(b"".join(_frame(ABNF.OPCODE_BINARY, f) for f in burst))
     pump = asyncio.create_task(cap._pump(ws, None))
-    await _until("the burst handed on", 10, lambda: b"".join(pieces) == b"".join(f[1:] for f in burst))
+    await wait_until_async("the burst handed on", 10, lambda: b"".join(pieces),
+                           ok=lambda got: got == b"".join(f[1:] for f in burst))
     assert len(pieces) < len(burst)  # gathered: not one write a frame
     server.send(_frame(ABNF.OPCODE_BINARY, b"\x01alone"))
     # Nothing else is sent: it was not held back for company.
-    await _until("the lone frame handed on", 10, lambda: pieces[-1] == b"alone")
+    await wait_until_async("the lone frame handed on", 10, lambda: pieces[-1:], ok=lambda last: last == [b"alone"])
     server.send(_frame(ABNF.OPCODE_BINARY, b"\x01last") + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
     assert await asyncio.wait_for(pump, 10) == (None, "ran")
     assert pieces[-1] == b"last"
@@ -170,9 +165,9 @@ async def test_a_stop_on_v5_closes_stdin_and_reads_to_the_status(exec_stream):
     server, ws, cap, pieces = exec_stream
     pump = asyncio.create_task(cap._pump(ws, None))
     server.send(_frame(ABNF.OPCODE_BINARY, b"\x01first"))
-    await _until("the first frame handed on", 10, lambda: pieces == [b"first"])
+    await wait_until_async("the first frame handed on", 10, lambda: list(pieces), ok=lambda got: got == [b"first"])
     threading.Thread(target=cap.stop).start()
-    await _until("stdin closed", 10, lambda: bytes((255, 0)) in server.received)
+    await wait_until_async("stdin closed", 10, lambda: list(server.received), ok=lambda got: bytes((255, 0)) in got)
     status = json.dumps({"status": "Success"}).encode()
     server.send(_frame(ABNF.OPCODE_BINARY, b"\x01flushed") + _frame(ABNF.OPCODE_BINARY, b"\x03" + status)
                 + _frame(ABNF.OPCODE_CLOSE, b"\x03\xe8"))
@@ -186,7 +181,7 @@ async def test_a_stop_before_v5_closes_the_stream(tmp_path):
         assert ws.protocol == "v4.channel.k8s.io"
         pump = asyncio.create_task(cap._pump(ws, None))
         server.send(_frame(ABNF.OPCODE_BINARY, b"\x01only"))
-        await _until("the frame handed on", 10, lambda: pieces == [b"only"])
+        await wait_until_async("the frame handed on", 10, lambda: list(pieces), ok=lambda got: got == [b"only"])
         cap.stop()
         assert await asyncio.wait_for(pump, 10) == (None, "closed")
         assert bytes((255, 0)) not in server.received

@@ -8,7 +8,7 @@ import threading
 
 from kubectl_meshdoctor.loop_handoff import LoopHandoff
 
-from ..waiting import wait_until
+from ..waiting import wait_until, wait_until_async
 
 
 def test_batches_from_a_thread_arrive_in_order_and_the_thread_waits_for_a_slow_loop():
@@ -16,7 +16,6 @@ def test_batches_from_a_thread_arrive_in_order_and_the_thread_waits_for_a_slow_l
     most_pending = 0
 
     async def main() -> None:
-        nonlocal most_pending
         loop = asyncio.get_running_loop()
         handoff: LoopHandoff[int] = LoopHandoff(loop, got.append, max_pending=5, wait_s=0.05)
 
@@ -24,11 +23,15 @@ def test_batches_from_a_thread_arrive_in_order_and_the_thread_waits_for_a_slow_l
             for start in range(0, 200, 4):
                 handoff.hand_on(list(range(start, start + 4)))
 
+        def all_fed() -> bool:
+            nonlocal most_pending
+            most_pending = max(most_pending, handoff._pending)  # looked at between the loop's turns
+            return not thread.is_alive() and len(got) >= 200
+
         thread = threading.Thread(target=reader)
         thread.start()
-        while thread.is_alive() or len(got) < 200:
-            most_pending = max(most_pending, handoff._pending)
-            await asyncio.sleep(0.001)  # a loop busy elsewhere between its turns
+        # Looks 1 ms apart: a loop busy elsewhere between its turns, so batches pile up to the bound.
+        await wait_until_async("200 numbers fed and the reader done", 30, all_fed, poll_s=0.001)
         thread.join()
 
     asyncio.run(main())
@@ -51,6 +54,8 @@ def test_close_releases_a_waiting_reader_and_later_batches_are_dropped():
         handoff.close()
         wait_until("the waiting reader let go", 5.0, lambda: not thread.is_alive(), poll_s=0.01)
         handoff.hand_on([3])
+        # One turn of the loop, not a wait for something to come: it feeds [1], queued before, and would feed [3]
+        # had it been queued (call_soon callbacks run on the next turn); that [3] never comes is the test.
         await asyncio.sleep(0)
         return thread
 

@@ -82,6 +82,7 @@ def test_a_bad_access_log_line_mid_stream_drops_that_line_alone():
     follower = LogFollower(None, "ns", "pod", "istio-proxy", log.line, log.burst)
     for i in range(0, len(stream), 4096):  # as the API hands the stream over, lines cut across chunks
         follower.feed(stream[i:i + 4096])
+    # One turn of the loop runs every batch the stream queued on it (call_soon_threadsafe): a drain, not a wait.
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()
     assert [e.entry.raw for e in events] == good

@@ -75,7 +75,7 @@ def test_a_stream_that_runs_ahead_is_held_at_the_high_water_mark():
             push(ev)
             n += 1
             most = max(most, n - len([e for e in out if e.iface == "lo"]))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn for the slow reader after each line: the race is the test, not a wait
         return n
 
     results = asyncio.run(merge_by_time([fast, slow], out.append, high_water=20))

@@ -34,6 +34,7 @@ def follow(data: bytes, seed: int, source: str = "pod/web istio-proxy") -> tuple
             follower.feed(data[at:at + n])
             at += n
         stream.ended()
+        # One turn of the loop runs every batch the stream queued on it (call_soon_threadsafe): a drain, not a wait.
         loop.run_until_complete(asyncio.sleep(0))
     finally:
         loop.close()
@@ -96,7 +97,7 @@ def test_an_entry_left_open_when_the_log_goes_quiet_is_handed_on_by_idle():
         follower.feed(b"[2021-01-23 19:27:30.631][124][debug][http] [source/common/http/conn_manager_impl.cc:1612] "
                       b"[C23][S13529278531814971024] encoding headers via codec (end_stream=true):\n"
                       b"':status', '503'\n'server', 'envoy'\n")
-        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_until_complete(asyncio.sleep(0))  # a drain of what was queued, as in follow(): no wait
         assert events == []  # the dump may go on
         now[0] += proxy_log.QUIET_S / 2
         stream.idle()

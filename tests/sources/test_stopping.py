@@ -8,12 +8,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 import pytest
 
+from ..waiting import wait_until
+
 DATA = Path(__file__).parent.parent / "data"
+T = TypeVar("T")
 pytestmark = pytest.mark.skipif(not shutil.which("editcap"), reason="needs editcap")
 
 
@@ -50,12 +55,24 @@ def start_analyze(big: Path, phase: str) -> subprocess.Popen:
         env["MESHDOCTOR_FASTPATH"] = "0"
     proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(big), "-o", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    deadline = time.monotonic() + 60
-    while not (running(proc, "tshark" if phase == "prepass" else phase) and chunks(big.parent)):
-        assert proc.poll() is None and time.monotonic() < deadline, f"no {phase} seen"
-        assert phase != "editcap" or not running(proc, "tshark"), "editcap ended before it was seen"
-        time.sleep(0.01)
+
+    def seen() -> list[Path]:
+        found = chunks(big.parent) if running(proc, "tshark" if phase == "prepass" else phase) else []
+        assert found or phase != "editcap" or not running(proc, "tshark"), "editcap ended before it was seen"
+        return found
+
+    while_running(proc, f"{phase} running and a chunk on disk", seen)
     return proc
+
+
+def while_running(proc: subprocess.Popen, what: str, ready: Callable[[], T]) -> T:
+    """``ready``'s first truthy value, looked for every 10 ms for up to 60 s; fails at once if analyze ends first."""
+    def look() -> T:
+        found = ready()
+        assert found or proc.poll() is None, f"{what}: analyze ended first"
+        return found
+
+    return wait_until(what, 60, look, poll_s=0.01)
 
 
 @pytest.mark.parametrize("signals, phase, copies", [
@@ -80,7 +97,9 @@ def test_stopping_analyze_removes_its_chunks_and_processes(tmp_path, signals, ph
     try:
         for sig in signals:
             proc.send_signal(sig)
-            time.sleep(0.02)  # a person's second Ctrl-C comes later still; this one lands inside the cleanup
+            # Not a wait for a state: a person's second Ctrl-C comes a moment later, and the exit code asserted below
+            # allows for every place it can land (the loop's handler, the cleanup, the instant between).
+            time.sleep(0.02)
         _, err = proc.communicate(timeout=30)
     finally:
         for editcap in held:
@@ -137,10 +156,7 @@ def test_stopping_analyze_of_a_pair_through_one_tshark_leaves_nothing(tmp_path, 
     proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(eth0), str(lo), "-o",
                              "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "MESHDOCTOR_PREPASS": "1"})
-    deadline = time.monotonic() + 60
-    while not running(proc, "tshark"):
-        assert proc.poll() is None and time.monotonic() < deadline, "no tshark seen"
-        time.sleep(0.01)
+    while_running(proc, "tshark running", lambda: running(proc, "tshark"))
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)

@@ -13,6 +13,7 @@ from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 from kubectl_meshdoctor.sources.files import CaptureArg
 
 from ...helpers import prefiltered
+from ...waiting import wait_until_async
 
 DATA = Path(__file__).parent.parent.parent / "data"
 
@@ -23,10 +24,8 @@ def replay_session(*files: str) -> Session:
 
 
 async def wait_for(pilot, condition, seconds: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await pilot.pause(0.05)
+    """``condition`` true within ``seconds``, looked at every 50 ms; the screen catches up between looks."""
+    await wait_until_async("the screen's condition", seconds, condition, poll_s=0.05, pause=pilot.pause)
 
 
 def screen_text(app, selector: str) -> str:

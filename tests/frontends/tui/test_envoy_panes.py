@@ -19,6 +19,7 @@ from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 
 from ...local_envoy import CLUSTER, free_port, local_envoy
 from ...core.test_correlate import UF, UPE
+from .test_app import wait_for
 
 
 class EnvoySession(Session):
@@ -47,13 +48,6 @@ class EnvoySession(Session):
 
     def access_log(self):
         return list(self._entries)
-
-
-async def wait_for(pilot, condition, seconds: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await pilot.pause(0.05)
 
 
 def row_of(table: DataTable, cluster: str, host: str) -> list:

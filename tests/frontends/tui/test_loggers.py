@@ -19,6 +19,7 @@ from kubectl_meshdoctor.frontends.tui.loggers import LoggersScreen
 from kubectl_meshdoctor.frontends.tui.session import Session, SessionHooks
 
 from ...local_envoy import free_port, local_envoy
+from .test_app import wait_for
 
 
 class IdleSession(Session):
@@ -43,13 +44,6 @@ class IdleSession(Session):
 
 def idle_session(control: LoggerControl) -> Session:
     return IdleSession(control)
-
-
-async def wait_for(pilot, condition, seconds: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await pilot.pause(0.05)
 
 
 @asynccontextmanager
