@@ -9,7 +9,7 @@ Kubernetes client nor pyshark (docs/ADDING_A_DETECTOR.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -58,6 +58,10 @@ class Detector:
     # pipeline hands a packet only to the detectors that read its interface and override ``on_packet``: calling
     # each detector for each packet to return at once was most of the detectors' share of analyze's CPU.
     packet_ifaces: ClassVar[frozenset[str] | None] = None
+    # The interface ("lo" or "eth0") whose packets alone carry a failure class of this detector -> what a reader of
+    # a run without that interface's packets would miss, in a few words ("the collision's challenge ACK"). The
+    # report's "not seen" line lists these (core/unseen.py); each interface is one ``on_packet`` reads.
+    unseen_without: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx
