@@ -19,6 +19,7 @@ from kubectl_meshdoctor.envoy.story import StreamStory
 from .events import ContextEvent, EnvoyCountersEvent, PacketEvent, RedirectMap
 from .findings import Evidence, Finding
 from .flows import Flow, FlowTable
+from .unseen import IfaceStats
 
 
 @dataclass(slots=True)
@@ -29,6 +30,10 @@ class DetectorContext:
     redirect_map: RedirectMap = field(default_factory=RedirectMap)
     pod: str | None = None
     redact: bool = True  # hide secret header values in evidence (docs/DESIGN.md, privacy); --no-redact turns it off
+    # The packets read so far of each interface (lo, eth0: their count, first and latest time), the pipeline's own
+    # PipelineStats.by_iface: which captures a run holds over a time (core/unseen.captured), for advice to capture
+    # only what is missing.
+    by_iface: dict[str, IfaceStats] = field(default_factory=dict)
 
 
 class Detector:

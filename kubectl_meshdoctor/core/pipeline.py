@@ -39,18 +39,11 @@ from .hops import LoggedLine, join_hops
 from .pod_history import attach_sidecar_runs
 from .redact import redact_finding
 from .registry import load_detectors
-from .unseen import Missed, missed_by
+from .unseen import IfaceStats, Missed, missed_by
 
 TICK_EVERY_S = 0.5  # packet time between detector ticks (silence-based conclusions such as unanswered SYNs)
 MAX_FINDINGS = 10_000
 MAX_LO_ADDRESSES = 16  # a pod's own addresses and loopback's: a capture called lo holding more is not one
-
-
-@dataclass(slots=True)
-class IfaceStats:
-    packets: int = 0
-    first_ts: float | None = None
-    last_ts: float | None = None
 
 
 @dataclass(slots=True)
@@ -90,7 +83,9 @@ class Pipeline:
         # so that deciding each request costs a scan of these, not of every finding (a log of 40,000 failing
         # requests made 40,000 findings).
         self._wire: list[Finding] = []
-        self.stats = PipelineStats(missed=missed_by(self.detectors))
+        # by_iface is the context's: the detectors read which interfaces' packets came so far (core/unseen.captured).
+        self.stats = PipelineStats(by_iface=ctx.by_iface, missed=missed_by(
+            (d.id, d.unseen_without) for d in self.detectors))
         self._on_finding = on_finding
         self.correlator = Correlator(ctx.pod, redact=ctx.redact)
         self._next_tick: float | None = None

@@ -44,9 +44,11 @@ def test_a_detectors_declared_phrase_is_what_not_seen_says():
     ctx = DetectorContext(flows=FlowTable())
     built_in = load_detectors(ctx, only=["tuple-collision", "upstream-refused"])
     (u,) = _report([*built_in, _Declaring(ctx)], ctx).to_dict()["not_seen"]
-    assert u == {"missing": "eth0", "classes": [{"detector": "tuple-collision", "what": "the collision's challenge ACK"},
-                                                {"detector": "test-declaring", "what": "the test class's packets"}]}
-    line = _report([_Declaring(ctx)], ctx).unseen()[0].line()
+    assert u == {"missing": "eth0",
+                 "classes": [{"detector": "tuple-collision", "what": "the collision's challenge ACK"},
+                             {"detector": "test-declaring", "what": "the test class's packets"}]}
+    alone = DetectorContext(flows=FlowTable())
+    line = _report([_Declaring(alone)], alone).unseen()[0].line()
     assert line == "not seen: lo only (no eth0 packet), so none of the test class's packets could show; give eth0 too"
 
 
@@ -68,7 +70,7 @@ def test_each_declared_interface_is_one_the_detector_reads_packets_of():
 
 
 def test_the_built_ins_say_what_the_report_said_before_in_its_order():
-    missed = missed_by(load_detectors(DetectorContext(flows=FlowTable())))
+    missed = missed_by((d.id, d.unseen_without) for d in load_detectors(DetectorContext(flows=FlowTable())))
     by_iface = {i: [(m.detector, m.what) for m in missed if m.iface == i] for i in ROLES}
     assert by_iface["eth0"] == [
         ("tuple-collision", "the collision's challenge ACK"), ("syn-timeout", "SYN timeouts to other hosts"),
