@@ -90,3 +90,14 @@ def test_several_pods_stats_keep_the_declarations():
     stats = merged_stats(pipelines)
     (u,) = Report(FilesSource(("b-lo.pcap",)), stats, []).unseen()
     assert (u.pod, u.missing) == ("b", "eth0") and ("tuple-collision", "the collision's challenge ACK") in u.classes
+
+
+def test_captured_says_the_interfaces_read_and_none_for_a_time_outside_every_packet_read():
+    from kubectl_meshdoctor.core.unseen import IfaceStats, captured
+
+    by_iface = {"lo": IfaceStats(5, 100.0, 200.0), "eth0": IfaceStats(2, 100.0, 101.0), "any": IfaceStats(0)}
+    assert captured(by_iface) == ("lo", "eth0") == captured(by_iface, 150.0, 150.2)  # eth0's reads stop earlier
+    assert captured(by_iface, 90.0, 100.5) == ("lo", "eth0")  # the request overlaps the span's start
+    assert captured(by_iface, 50.0, 60.0) == () == captured(by_iface, 250.0)  # before, after every packet read
+    assert captured({"lo": IfaceStats(3, 1.0, 2.0), "eth0": IfaceStats(0)}, 1.5) == ("lo",)
+    assert captured({}) == () == captured({}, 1.0)
