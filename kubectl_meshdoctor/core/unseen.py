@@ -103,7 +103,6 @@ def unseen(by_iface: dict[str, int], missed: Iterable[Missed]) -> list[Unseen]:
     return out
 
 
-
 def captured(by_iface: Mapping[str, IfaceStats], start: float | None = None,
              end: float | None = None) -> tuple[str, ...]:
     """Of one pod's lo and eth0 (in that order), those whose packets were read (``by_iface``: interface -> its
