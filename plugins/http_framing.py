@@ -135,6 +135,7 @@ NOTE = ("# Until the app is fixed, retries (a VirtualService with retries.retryO
 class HttpFraming(Detector):
     id = "http-framing"
     packet_ifaces = frozenset({"lo"})
+    unseen_without = {"lo": "malformed HTTP/1 responses"}
     envoy_counters = ("upstream_cx_protocol_error",)
     envoy_loggers = ("client", "router", "http")
 

@@ -79,6 +79,7 @@ def fixes(port: int) -> tuple[Fix, ...]:
 class ServerFirstProtocol(Detector):
     id = "server-first-protocol"
     packet_ifaces = frozenset({"lo"})
+    unseen_without = {"lo": "server-first apps"}
     envoy_counters = (f"listener.{REMOTE_CLOSE}",)
 
     def __init__(self, ctx) -> None:

@@ -103,6 +103,7 @@ def _envoy_response(ev: PacketEvent) -> bool:
 class ShutdownOrdering(Detector):
     id = "shutdown-ordering"
     packet_ifaces = frozenset({"eth0"})
+    unseen_without = {"eth0": "a stopped sidecar's refusals"}
     pod_runs = True
     envoy_counters = ("upstream_cx_connect_fail", "upstream_cx_destroy_remote_with_active_rq")
     kernel_counters = ("TcpOutRsts",)

@@ -19,7 +19,8 @@ pool gives the request an idle pooled connection (``using existing [fully connec
 the request that connection goes away (``remote close``, or ``disconnect. resetting 1 pending requests`` when
 the app's RST came with no FIN), then ``upstream reset: reset reason: connection termination``. The access log
 alone says 503 UC ``{connection_termination}``: the race is then the likely cause, not a proven one (an app
-that crashes or closes mid-request logs the same), and the finding says so.
+that crashes or closes mid-request logs the same), and the finding says so, and what next: where to look in the
+captures of the pod the run holds over the request, and to capture only those it lacks (``next_steps``).
 
 The same race on the downstream hop, on ``eth0``: this pod's sidecar closes an idle downstream connection on its
 own idle timeout (the HCM's ``idle_timeout``; a Sidecar's ``inboundConnectionPool``), and the caller (a gateway,
@@ -40,8 +41,8 @@ server's capture alone names nothing and the caller's 503 UC does (tests/data/en
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
+from dataclasses import replace
 
 from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings, flag_signal
 from kubectl_meshdoctor.core.correlate import access_log_flow
@@ -51,7 +52,8 @@ from kubectl_meshdoctor.core.findings import Evidence, Finding, FlowRef, Severit
 from kubectl_meshdoctor.core.fixes import Fix, render
 from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.mtls import hello_evidence, hello_of, remember_hello
-from kubectl_meshdoctor.core.remedies import destination_rule_pool
+from kubectl_meshdoctor.core.remedies import destination_rule_pool, duration_below
+from kubectl_meshdoctor.core.unseen import captured, missing_of, next_look
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import BEFORE_RESPONSE, parse_reset_details
 from kubectl_meshdoctor.envoy.stats import scoped
@@ -66,6 +68,10 @@ MIN_IDLE_S = 0.05
 MAX_CLOSE_AFTER_REQUEST_S = 0.5
 _NOTE = "stale-keepalive"
 _DETAILS = "upstream_reset_before_response_started{connection_termination}"
+_UPSTREAM_NEXT = ("Capture next: the upstream pod (kubectl meshdoctor watch pod/<pod>) or the sidecar's debug log "
+                  "(--envoy-debug).")
+_LOGGERS = ("this sidecar's pool and connection loggers (kubectl meshdoctor watch --envoy-debug: a reused pooled "
+            "connection closed by its peer is the keep-alive race)")
 
 # The downstream hop: the caller's pool must let go first. Its side, so no field of this pod is set.
 CALLER_FIXES = (Fix(
@@ -82,39 +88,34 @@ RETRY_NOTE = ("# Retries (a VirtualService with retries.retryOn: reset,connect-f
               "# happen from the callers; they do not stop the race.")
 
 
-# No fix is printed for a 503 UC whose cause the evidence does not show: each cause has its own.
-UNPROVEN_REMEDIATION = ("# none yet: the cause is not in this evidence. Capture the upstream pod (kubectl meshdoctor "
-                        "watch pod/<pod>)\n# or this sidecar's debug log (--envoy-debug); the finding they give "
-                        "prints its fix.")
+def next_steps(pod: str, given: tuple[str, ...], leg: str = "", request: str = "the request") -> tuple[str, str]:
+    """A 503 UC whose cause the evidence does not show: what to look at in the captures ``given`` of this pod's lo
+    and eth0 (core/unseen.py; ``leg``: the line's upstream connection), to capture ``pod``'s others, the debug
+    log: the explanation's last sentences and the remediation (no fix: each cause has its own)."""
+    look = {"lo": f"on lo, the app's FIN or RST on the sidecar's connection to it{leg} under {request}",
+            "eth0": "on eth0, an RST without ACK from the app's port (conntrack-invalid)"}
+    capture = (f"{pod}'s {missing_of(given)}" if given else "the upstream pod") if missing_of(given) else ""
+    return (next_look(given, look, f"{pod}'s {{}} (kubectl meshdoctor watch pod/<pod>: the FIN or RST under {request}, "
+                                   "and from which port)", _LOGGERS),
+            "# none yet: the cause is not in this evidence" + (f". Capture {capture} (kubectl meshdoctor watch pod/"
+            "<pod>)\n# or" if capture else ", this pod's lo and eth0 captures included.\n# Capture")
+            + " this sidecar's debug log (--envoy-debug); the finding they give prints its fix.")
 
 
 def keepalive_timeout(response: PacketEvent | None) -> float | None:
     """The keep-alive timeout (seconds) the app announced on ``response``, from its ``Keep-Alive: timeout=N``
     header (as Node.js, Apache and others send; draft-thomson-hybi-http-timeout section 2), else None."""
     msg = response.http if response is not None else None
-    for name, value in (msg.headers if msg is not None else ()):
-        if name.lower() != "keep-alive":
-            continue
-        for param in value.split(","):
-            key, _, num = param.strip().partition("=")
-            if key.strip().lower() == "timeout":
-                try:
-                    seconds = float(num.strip())
-                except ValueError:
-                    return None
-                return seconds if seconds > 0 else None
+    params = [p.strip().partition("=") for name, value in (msg.headers if msg is not None else ())
+              if name.lower() == "keep-alive" for p in value.split(",")]
+    for key, _, num in params:
+        if key.strip().lower() == "timeout":
+            try:
+                seconds = float(num.strip())
+            except ValueError:
+                return None
+            return seconds if seconds > 0 else None
     return None
-
-
-def below(seconds: float) -> str:
-    """An idle timeout safely below ``seconds`` as an Istio duration: 80 % of it, to whole seconds from 10 s, to
-    0.1 s from 1 s, to the millisecond below (never 0, which would mean no idle timeout at all)."""
-    value = seconds * 0.8
-    if value >= 10:
-        return f"{math.floor(value)}s"
-    if value >= 1:
-        return f"{math.floor(value * 10) / 10:g}s"
-    return f"{max(1, math.floor(value * 1000))}ms"
 
 
 def fixes(keepalive_s: float | None, seen_idle: bool = False) -> tuple[Fix, ...]:
@@ -124,7 +125,7 @@ def fixes(keepalive_s: float | None, seen_idle: bool = False) -> tuple[Fix, ...]
     if keepalive_s is None:
         value, comment, settings = "<below the app's keep-alive timeout>", "e.g. app 60 s -> 48s", ()
     else:
-        value = below(keepalive_s)
+        value = duration_below(keepalive_s)
         comment = (f"below the {keepalive_s:.3g} s the app let it sit idle before closing it" if seen_idle
                    else f"below the app's keep-alive timeout, {keepalive_s:g} s")
         settings = ((IDLE_TIMEOUT_FIELD, value),)
@@ -192,6 +193,7 @@ class _Note:
 class StaleKeepalive(Detector):
     id = "stale-keepalive"
     packet_ifaces = frozenset({"lo", "eth0"})
+    unseen_without = {"eth0": "callers reusing closed connections", "lo": "the app closing pooled connections"}
     # What real Envoy moves for this class (the inbound cluster of the app port).
     envoy_counters = ("upstream_cx_destroy_remote_with_active_rq",)
     envoy_loggers = ("pool", "connection", "client", "router", "http")
@@ -382,17 +384,21 @@ class StaleKeepalive(Detector):
         # itself): only clusters that spoke HTTP to the upstream are the race.
         http = {c for stat in ("upstream_cx_http1_total", "upstream_cx_http2_total", "upstream_cx_http3_total")
                 for c in scoped(counters.stats, "cluster", stat)}
-        return [f for f in counter_findings(
+        found = [f for f in counter_findings(
             self.id, counters, COUNTERS,
             what="Pooled connections closed under requests (503 UC), cause not in the counters",
             explanation=("The upstream closed pooled connections while a request was on them: Envoy answers each "
                          "503 UC (connection_termination). The counters cannot tell why: an app closing idle "
                          "keep-alive connections as Envoy reuses them (the keep-alive race), an app aborting "
                          "mid-request, or the upstream pod's kernel resetting the connection (a conntrack-INVALID "
-                         "segment that bypassed Istio's REDIRECT: conntrack-invalid). Capture next: the upstream pod "
-                         "(kubectl meshdoctor watch pod/<pod>) or the sidecar's debug log (--envoy-debug)."),
-            envoy_flags=("UC",), remediation=UNPROVEN_REMEDIATION, pod=self.ctx.pod)
+                         f"segment that bypassed Istio's REDIRECT: conntrack-invalid). {_UPSTREAM_NEXT}"),
+            envoy_flags=("UC",), remediation=next_steps("the upstream pod", ())[1], pod=self.ctx.pod)
             if f.flow.server in http or f.flow.server == "istio_requests_total"]
+        # An inbound cluster's upstream is this pod's app: the captures given of it are this run's own.
+        given = captured(self.ctx.by_iface)
+        tail, remedy = next_steps("this pod", given, request="a request")
+        return [replace(f, explanation=f.explanation.replace(_UPSTREAM_NEXT, tail), remediation=remedy)
+                if given and f.flow.server.startswith("inbound|") else f for f in found]
 
     def from_access_log(self, entry: AccessLogEntry, evidence: Evidence) -> Finding | None:
         if not _connection_termination(entry):
@@ -435,10 +441,11 @@ class StaleKeepalive(Detector):
                    f"alike for a pooled connection {who} closed as the request went out (the keep-alive race), "
                    f"for an app that crashed or aborted mid-request, and for a reset by {upstream_pod}'s kernel "
                    f"when a conntrack-INVALID segment bypassed Istio's REDIRECT (conntrack-invalid: an RST without "
-                   f"ACK from the app's port). Capture next: {upstream_pod}'s eth0 and lo (kubectl meshdoctor watch "
-                   f"pod/<pod>: the FIN or RST under the request, and from which port), and this sidecar's pool "
-                   f"and connection loggers (kubectl meshdoctor watch --envoy-debug: a reused pooled connection "
-                   f"closed by its peer is the keep-alive race).")
+                   f"ACK from the app's port). ")
+            given = () if outbound else captured(self.ctx.by_iface, entry.ts, entry.ts + entry.duration_ms / 1000)
+            tail, remedy = next_steps(upstream_pod, given, f" ({entry.upstream_local} to {entry.upstream_host})"
+                                      if entry.upstream_local and entry.upstream_host else "")
+            why += tail
         keepalive = idle if proven and idle is not None and idle > 0 else None
         return Finding(
             detector=self.id,
@@ -456,7 +463,7 @@ class StaleKeepalive(Detector):
             explanation=why + (" The caller's sidecar retries such 503s by default (Istio's retry on reset): the "
                                "user sees them when the retries are spent." if outbound else ""),
             fixes=fixes(keepalive, seen_idle=True) if proven else (),
-            remediation=render(fixes(keepalive, seen_idle=True), RETRY_NOTE) if proven else UNPROVEN_REMEDIATION,
+            remediation=render(fixes(keepalive, seen_idle=True), RETRY_NOTE) if proven else remedy,
             pod=self.ctx.pod,
             ts=entry.ts,
             details={"from": "envoy-log" if story is not None else "access-log", "proven": bool(proven),
@@ -475,18 +482,14 @@ class StaleKeepalive(Detector):
             title=title or f"Request on a keep-alive connection the app was closing: {ref.server} reset it",
             variant="caller reused a connection the sidecar closed" if downstream
             else "request on a connection the app was closing",
-            flow=ref,
-            evidence=evidence,
-            envoy_flags=("UC",),
+            flow=ref, evidence=evidence, envoy_flags=("UC",),
             explanation=explanation if downstream else (
                 f"{explanation} Envoy answers the caller 503 with response flag UC and details {_DETAILS}, and "
                 f"counts upstream_cx_destroy_remote_with_active_rq on the inbound cluster. The app's keep-alive "
                 f"timeout is shorter than Envoy's idle timeout for this cluster (1 h by default)."),
             remediation=remediation or render(fixes, RETRY_NOTE),
             fixes=fixes,
-            pod=self.ctx.pod,
-            ts=rst.ts,
-            response_code_details=_DETAILS,
+            pod=self.ctx.pod, ts=rst.ts, response_code_details=_DETAILS,
             details=details,
         )
 

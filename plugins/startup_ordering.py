@@ -89,6 +89,7 @@ _CAUSE_TEXT = {
 class StartupOrdering(Detector):
     id = "startup-ordering"
     packet_ifaces = frozenset({"lo"})
+    unseen_without = {"lo": "the app starting before its sidecar"}
     pod_runs = True
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
 

@@ -114,6 +114,7 @@ def _port(endpoint: str) -> int | None:
 class TlsMismatch(Detector):
     id = "tls-mismatch"
     packet_ifaces = frozenset({"eth0"})
+    unseen_without = {"eth0": "mTLS on the wire"}
     envoy_counters = ("ssl.connection_error", "upstream_cx_connect_fail", "listener.no_filter_chain_match")
     envoy_loggers = ("conn_handler", "connection", "filter", "router", "http")
 

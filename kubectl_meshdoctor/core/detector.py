@@ -9,7 +9,7 @@ Kubernetes client nor pyshark (docs/ADDING_A_DETECTOR.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -19,6 +19,7 @@ from kubectl_meshdoctor.envoy.story import StreamStory
 from .events import ContextEvent, EnvoyCountersEvent, PacketEvent, RedirectMap
 from .findings import Evidence, Finding
 from .flows import Flow, FlowTable
+from .unseen import IfaceStats
 
 
 @dataclass(slots=True)
@@ -29,6 +30,10 @@ class DetectorContext:
     redirect_map: RedirectMap = field(default_factory=RedirectMap)
     pod: str | None = None
     redact: bool = True  # hide secret header values in evidence (docs/DESIGN.md, privacy); --no-redact turns it off
+    # The packets read so far of each interface (lo, eth0: their count, first and latest time), the pipeline's own
+    # PipelineStats.by_iface: which captures a run holds over a time (core/unseen.captured), for advice to capture
+    # only what is missing.
+    by_iface: dict[str, IfaceStats] = field(default_factory=dict)
 
 
 class Detector:
@@ -58,6 +63,10 @@ class Detector:
     # pipeline hands a packet only to the detectors that read its interface and override ``on_packet``: calling
     # each detector for each packet to return at once was most of the detectors' share of analyze's CPU.
     packet_ifaces: ClassVar[frozenset[str] | None] = None
+    # The interface ("lo" or "eth0") whose packets alone carry a failure class of this detector -> what a reader of
+    # a run without that interface's packets would miss, in a few words ("the collision's challenge ACK"). The
+    # report's "not seen" line lists these (core/unseen.py); each interface is one ``on_packet`` reads.
+    unseen_without: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx

@@ -39,6 +39,7 @@ from .hops import LoggedLine, join_hops
 from .pod_history import attach_sidecar_runs
 from .redact import redact_finding
 from .registry import load_detectors
+from .unseen import IfaceStats, Missed, missed_by
 
 TICK_EVERY_S = 0.5  # packet time between detector ticks (silence-based conclusions such as unanswered SYNs)
 MAX_FINDINGS = 10_000
@@ -46,21 +47,17 @@ MAX_LO_ADDRESSES = 16  # a pod's own addresses and loopback's: a capture called 
 
 
 @dataclass(slots=True)
-class IfaceStats:
-    packets: int = 0
-    first_ts: float | None = None
-    last_ts: float | None = None
-
-
-@dataclass(slots=True)
 class PipelineStats:
-    """Counts for the report and the TUI header. Times in seconds since the epoch."""
+    """Counts for the report and the TUI header. Times in seconds since the epoch. ``missed``: the failure classes
+    the run's detectors read on one interface only (their ``unseen_without``), for what the report says a pod
+    whose packets came from one of lo and eth0 could not show (core/unseen.py)."""
 
     packets: int = 0
     by_iface: dict[str, IfaceStats] = field(default_factory=dict)
     flows_seen: int = 0
     findings_dropped: int = 0
     frames_read: dict[str, int] = field(default_factory=dict)  # stream -> frames tshark read (filtered or not)
+    missed: tuple[Missed, ...] = ()
 
     @property
     def duration_s(self) -> float:
@@ -86,7 +83,9 @@ class Pipeline:
         # so that deciding each request costs a scan of these, not of every finding (a log of 40,000 failing
         # requests made 40,000 findings).
         self._wire: list[Finding] = []
-        self.stats = PipelineStats()
+        # by_iface is the context's: the detectors read which interfaces' packets came so far (core/unseen.captured).
+        self.stats = PipelineStats(by_iface=ctx.by_iface, missed=missed_by(
+            (d.id, d.unseen_without) for d in self.detectors))
         self._on_finding = on_finding
         self.correlator = Correlator(ctx.pod, redact=ctx.redact)
         self._next_tick: float | None = None
@@ -341,7 +340,7 @@ def merged_stats(pipelines: list[Pipeline]) -> PipelineStats:
     """Counts of every pod's pipeline; interfaces as ``pod/iface`` when there is more than one pod."""
     if len(pipelines) == 1:
         return pipelines[0].stats
-    out = PipelineStats()
+    out = PipelineStats(missed=pipelines[0].stats.missed)  # one run: every pod's pipeline has the same detectors
     for p in pipelines:
         out.packets += p.stats.packets
         out.flows_seen += p.stats.flows_seen

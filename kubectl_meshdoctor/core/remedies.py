@@ -4,6 +4,8 @@ one detector prints. One writer for each kind, so every detector's fix reads the
 
 from __future__ import annotations
 
+import math
+
 from .fixes import Fix
 
 INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"
@@ -188,3 +190,14 @@ def termination_drain_duration(seconds: int) -> Fix:
         yaml=f"# pod template annotation (the pod's other proxy settings kept):\nmetadata:\n  annotations:\n"
              f"    {PROXY_CONFIG}: |-\n      {proxy_config}",
         annotations=((PROXY_CONFIG, proxy_config),))
+
+
+def duration_below(seconds: float) -> str:
+    """A timeout safely below ``seconds`` as an Istio duration: 80 % of it, to whole seconds from 10 s, to 0.1 s
+    from 1 s, to the millisecond below (never 0, which for an idle timeout means none at all)."""
+    value = seconds * 0.8
+    if value >= 10:
+        return f"{math.floor(value)}s"
+    if value >= 1:
+        return f"{math.floor(value * 10) / 10:g}s"
+    return f"{max(1, math.floor(value * 1000))}ms"

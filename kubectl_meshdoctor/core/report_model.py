@@ -292,7 +292,7 @@ class Report:
         """Each pod whose packets came from one of lo and eth0 only, with the classes only the other shows."""
         if isinstance(self.source, LintSource):
             return []
-        return unseen({k: v.packets for k, v in self.stats.by_iface.items()})
+        return unseen({k: v.packets for k, v in self.stats.by_iface.items()}, self.stats.missed)
 
     def exit_code(self) -> int:
         """EXIT_FINDINGS for an error finding; else EXIT_USAGE when nothing was read, EXIT_OK otherwise."""
@@ -369,7 +369,7 @@ def merge_pod_reports(reports: list[Report], problems: list[Problem]) -> Report:
         r = reports[0]
         return Report(FilesSource.merged(sources), r.stats, r.findings, r.problems + problems, envoy=r.envoy,
                       captured_nothing=r.captured_nothing)
-    stats = PipelineStats()
+    stats = PipelineStats(missed=reports[0].stats.missed)  # each pod's pipeline loads the same detectors
     envoy: dict[str, SidecarSide | FilesSide] = {}
     for r, src in zip(reports, sources):
         stats.packets += r.stats.packets

@@ -204,6 +204,7 @@ def merge_reports(pods: list, reports: list) -> Report:
         stats.packets += r.stats.packets
         stats.flows_seen += r.stats.flows_seen
         stats.findings_dropped += r.stats.findings_dropped
+        stats.missed = stats.missed or r.stats.missed  # every pod's pipeline loads the same detectors
         for iface, st in r.stats.by_iface.items():
             stats.by_iface[f"{name}/{iface}"] = st
         for iface, n in r.stats.frames_read.items():

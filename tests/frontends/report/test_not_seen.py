@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from kubectl_meshdoctor.core.unseen import ONLY_ETH0, ONLY_LO, unseen
+from kubectl_meshdoctor.core.detector import DetectorContext
+from kubectl_meshdoctor.core.flows import FlowTable
+from kubectl_meshdoctor.core.registry import load_detectors
+from kubectl_meshdoctor.core.unseen import missed_by, unseen
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data")
 
@@ -49,7 +52,8 @@ def test_eth0_alone_says_los_and_both_say_nothing():
     ({"any": 9}, []),
 ])
 def test_unseen_by_pod(by_iface, want):
-    got = unseen(by_iface)
+    missed = missed_by((d.id, d.unseen_without) for d in load_detectors(DetectorContext(flows=FlowTable())))
+    got = unseen(by_iface, missed)
     assert [(u.pod, u.missing) for u in got] == want
     for u in got:
-        assert u.classes == (ONLY_ETH0 if u.missing == "eth0" else ONLY_LO)
+        assert u.classes == tuple((m.detector, m.what) for m in missed if m.iface == u.missing) and u.classes
