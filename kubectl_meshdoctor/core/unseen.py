@@ -32,13 +32,6 @@ class IfaceStats:
     last_ts: float | None = None
 
 
-# The order the report has listed the built-in classes in (scripts may read ``not_seen`` by position): a class of
-# a detector not named here follows them, in the order the detectors were loaded. Order only: what each class is
-# and where it crosses is its detector's declaration.
-LISTED_FIRST = ("tuple-collision", "syn-timeout", "tls-mismatch", "conntrack-invalid", "shutdown-ordering",
-                "upstream-refused", "startup-ordering", "http-framing", "server-first-protocol", "stale-keepalive")
-
-
 @dataclass(frozen=True, slots=True)
 class Missed:
     """A failure class whose packets cross ``iface`` (lo or eth0) only: a run without that interface's packets
@@ -50,13 +43,11 @@ class Missed:
 
 
 def missed_by(declared: Iterable[tuple[str, Mapping[str, str]]]) -> tuple[Missed, ...]:
-    """The classes a run's detectors declare (``declared``: each one's id and ``Detector.unseen_without``, in load
-    order; not the detectors, which import this module), those of LISTED_FIRST's ids first in its order, then the
-    others in load order. An interface other than lo and eth0 is left out: no report could say it missing
-    (tests/core/test_unseen_declared.py holds the built-ins to ROLES)."""
-    out = [Missed(det, iface, what) for det, said in declared for iface, what in said.items() if iface in ROLES]
-    rank = {d: i for i, d in enumerate(LISTED_FIRST)}
-    return tuple(sorted(out, key=lambda m: rank.get(m.detector, len(rank))))  # stable: load order among the rest
+    """The classes a run's detectors declare (``declared``: each one's id and ``Detector.unseen_without``; not the
+    detectors, which import this module), in the order given: the detectors' load order (core/registry.py: the
+    built-in ones as pyproject.toml lists them, then outside packages'). An interface other than lo and eth0 is
+    left out: no report could say it missing (tests/core/test_unseen_declared.py holds the built-ins to ROLES)."""
+    return tuple(Missed(det, iface, what) for det, said in declared for iface, what in said.items() if iface in ROLES)
 
 
 @dataclass(frozen=True, slots=True)
