@@ -34,7 +34,7 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, pcap_header
 
 from kubectl_meshdoctor.sources.prepass import MAX_FRAME
-from kubectl_meshdoctor.sources.pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
+from kubectl_meshdoctor.sources.pyshark_adapter import FieldsPipeCapture, sized_pipe, tshark_complaint, tshark_version
 from kubectl_meshdoctor.sources.tshark import (
     FIELD_ARGS,
     PREFILTER,
@@ -46,7 +46,6 @@ from kubectl_meshdoctor.sources.tshark import (
 
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
 PIPE_BYTES = 1 << 20  # the pipe into tshark holds this much (more batching when tshark lags)
-_F_SETPIPE_SZ = 1031
 # tshark's lines are read every OUTPUT_POLL_S while none wait, not as each comes (sources/pyshark_adapter.py
 # PolledPipe): the capture pump hands records on every 20 ms (live/pump.py GATHER_S), so this adds at most as much.
 OUTPUT_POLL_S = 0.02
@@ -194,11 +193,7 @@ class _Group:
         self.streams: list[Stream] = []
         self.ledger = _Ledger(MAX_STREAMS)
         self.lock = threading.Lock()
-        self.read_fd, self.write_fd = os.pipe()
-        try:
-            fcntl.fcntl(self.write_fd, _F_SETPIPE_SZ, PIPE_BYTES)
-        except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default 64 KiB
-            pass
+        self.read_fd, self.write_fd = sized_pipe(PIPE_BYTES)
         self.broken = False  # tshark went away: what comes is dropped (its end says why)
         self.closed = False
         self.task: asyncio.Task | None = None

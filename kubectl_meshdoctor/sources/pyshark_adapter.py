@@ -72,8 +72,19 @@ class LineBatches(BaseTsharkOutputParser):
         return packet
 
 
-_F_SETPIPE_SZ, _F_GETPIPE_SZ = 1031, 1032  # fcntl(2), Linux
 POLLED_PIPE_BYTES = 1 << 20  # what tshark can write between two polls before it waits for us
+
+
+def sized_pipe(nbytes: int) -> tuple[int, int]:
+    """os.pipe() -> (read fd, write fd), grown to hold ``nbytes`` (fcntl F_SETPIPE_SZ, Linux). Linux may refuse
+    (above /proc/sys/fs/pipe-max-size, or the user over pipe-user-pages-soft, pipe(7)): the pipe then keeps its
+    default size; F_GETPIPE_SZ tells."""
+    read_fd, write_fd = os.pipe()
+    try:
+        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, nbytes)
+    except OSError:
+        pass
+    return read_fd, write_fd
 
 
 class PolledPipe:
@@ -89,7 +100,7 @@ class PolledPipe:
         self._fd: int | None = fd
         self._poll_s = poll_s
         try:
-            capacity = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+            capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
         except OSError:  # not a pipe: a read never finds it empty, so how it waits does not matter
             capacity = 0
         # A pipe that holds less than tshark may write in poll_s (F_SETPIPE_SZ refused: over pipe-max-size, or
@@ -166,11 +177,7 @@ class FieldsPipeCapture(PipeCapture):
             process = await asyncio.create_subprocess_exec(*params, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                            stdin=self._pipe)
         else:
-            read_fd, write_fd = os.pipe()
-            try:
-                fcntl.fcntl(write_fd, _F_SETPIPE_SZ, POLLED_PIPE_BYTES)
-            except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default 64 KiB
-                pass
+            read_fd, write_fd = sized_pipe(POLLED_PIPE_BYTES)
             try:
                 process = await asyncio.create_subprocess_exec(*params, stdout=write_fd, stderr=subprocess.PIPE,
                                                                stdin=self._pipe)

@@ -25,7 +25,6 @@ from kubectl_meshdoctor.sources.tshark import ALL_TCP, FIELD_ARGS, TSHARK_ARGS
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="runs tshark")
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-_F_SETPIPE_SZ, _F_GETPIPE_SZ = 1031, 1032  # fcntl(2), Linux
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +82,8 @@ def test_a_pipe_too_small_to_poll_is_read_as_each_line_comes(big_pcap):
                           capture_output=True, check=True, timeout=60).stdout
     assert len(want) > 2_000_000
     read_fd, write_fd = os.pipe()
-    fcntl.fcntl(write_fd, _F_SETPIPE_SZ, 4096)  # shrinking is always allowed
-    assert fcntl.fcntl(read_fd, _F_GETPIPE_SZ) == 4096
+    fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 4096)  # shrinking is always allowed
+    assert fcntl.fcntl(read_fd, fcntl.F_GETPIPE_SZ) == 4096
     proc = subprocess.Popen(["tshark", *FIELD_ARGS, "-Y", ALL_TCP, *TSHARK_ARGS, "-l", "-r", str(big_pcap)],
                             stdout=write_fd, stderr=subprocess.DEVNULL)
     os.close(write_fd)
@@ -120,7 +119,7 @@ def test_a_tshark_that_fills_the_pipe_while_we_are_busy_loses_no_line(big_pcap):
         fd = capture._polled._fd
         if n > 1 or fd is None:
             return
-        capacity = fcntl.fcntl(fd, _F_GETPIPE_SZ)
+        capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
         deadline = time.monotonic() + 30
         buf = bytearray(4)
         while time.monotonic() < deadline:  # the loop blocked: nothing else of ours runs meanwhile

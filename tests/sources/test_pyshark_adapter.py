@@ -108,7 +108,7 @@ def test_polled_output_hands_over_the_same_lines_and_closes_its_pipe():
 def test_a_polled_pipe_gives_what_comes_after_it_began_waiting_then_end_of_file():
     async def run() -> tuple[bytes, bytes, bytes]:
         read_fd, write_fd = os.pipe()
-        fcntl.fcntl(write_fd, 1031, POLLED_PIPE_BYTES)  # F_SETPIPE_SZ: a smaller pipe is not polled (read as it comes)
+        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, POLLED_PIPE_BYTES)  # a smaller pipe is not polled (read as it comes)
         pipe = PolledPipe(read_fd, 0.005)
         loop = asyncio.get_running_loop()
         loop.call_later(0.05, os.write, write_fd, b"1\tline\n")
