@@ -40,7 +40,11 @@ from .tshark import iface_of
 from .fastpath import DIRTY, IRRELEVANT, decide, read_pcap_record, shown_completeness
 
 MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
-FAST_PENDING = 50_000  # events queued for the reader at most (~200 bytes each) before the merger waits
+# Events queued for the reader at most (~200 bytes each, ~1 KB with an HTTP/1 start) before the merger waits.
+# Queued events are the objects that outlive a young collection of Python's cyclic GC (a young collection every
+# 50,000 allocations: cli.GC_THRESHOLDS), and each collection walks all of them: at 50,000 the GC took 1.8 s of
+# analyze's ~19 s on bench/gen's short mix, at 4,096 0.2 s (bench/RESULTS.md).
+FAST_PENDING = 4096
 _WRITE = 1 << 18
 _FLAGS = tuple(TcpFlags(v) for v in range(64))
 DRAIN = -1  # a session item that only hands on the events queued so far
