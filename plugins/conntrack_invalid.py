@@ -75,6 +75,7 @@ class ConntrackInvalid(Detector):
     id = "conntrack-invalid"
     # The REDIRECT is in PREROUTING: only a segment arriving on eth0 can miss it (on_packet returns at once on lo).
     unseen_without = {"eth0": "INVALID segments past the REDIRECT"}
+    unseen_rank = 40
     # conntrack -S's invalid (/proc/net/stat/nf_conntrack) counts the segment and the RST; nstat's TcpOutRsts the RST.
     kernel_counters = ("ConntrackInvalid", "TcpOutRsts")
     # The calling sidecar's outbound cluster: its connection closed by the peer under the request (the lab's caller).

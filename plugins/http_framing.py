@@ -136,6 +136,7 @@ class HttpFraming(Detector):
     id = "http-framing"
     packet_ifaces = frozenset({"lo"})
     unseen_without = {"lo": "malformed HTTP/1 responses"}
+    unseen_rank = 30
     envoy_counters = ("upstream_cx_protocol_error",)
     envoy_loggers = ("client", "router", "http")
 

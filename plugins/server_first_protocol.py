@@ -80,6 +80,7 @@ class ServerFirstProtocol(Detector):
     id = "server-first-protocol"
     packet_ifaces = frozenset({"lo"})
     unseen_without = {"lo": "server-first apps"}
+    unseen_rank = 40
     envoy_counters = (f"listener.{REMOTE_CLOSE}",)
 
     def __init__(self, ctx) -> None:

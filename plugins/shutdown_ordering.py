@@ -104,6 +104,7 @@ class ShutdownOrdering(Detector):
     id = "shutdown-ordering"
     packet_ifaces = frozenset({"eth0"})
     unseen_without = {"eth0": "a stopped sidecar's refusals"}
+    unseen_rank = 50
     pod_runs = True
     envoy_counters = ("upstream_cx_connect_fail", "upstream_cx_destroy_remote_with_active_rq")
     kernel_counters = ("TcpOutRsts",)

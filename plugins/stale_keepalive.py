@@ -194,6 +194,7 @@ class StaleKeepalive(Detector):
     id = "stale-keepalive"
     packet_ifaces = frozenset({"lo", "eth0"})
     unseen_without = {"eth0": "callers reusing closed connections", "lo": "the app closing pooled connections"}
+    unseen_rank = 60
     # What real Envoy moves for this class (the inbound cluster of the app port).
     envoy_counters = ("upstream_cx_destroy_remote_with_active_rq",)
     envoy_loggers = ("pool", "connection", "client", "router", "http")

@@ -90,6 +90,7 @@ class StartupOrdering(Detector):
     id = "startup-ordering"
     packet_ifaces = frozenset({"lo"})
     unseen_without = {"lo": "the app starting before its sidecar"}
+    unseen_rank = 20
     pod_runs = True
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
 

@@ -122,6 +122,7 @@ class SynTimeout(Detector):
     id = "syn-timeout"
     # A SYN to another host leaves the pod by eth0; one on lo goes to the pod's own sockets (the sidecar, the app).
     unseen_without = {"eth0": "SYN timeouts to other hosts"}
+    unseen_rank = 20
     # A SYN the listener dropped (full accept queue) or conntrack refused leaves no answer on the wire.
     kernel_counters = ("TcpExtListenDrops", "TcpExtListenOverflows", "ConntrackInsertFailed", "ConntrackDrop")
 

@@ -115,6 +115,7 @@ class TlsMismatch(Detector):
     id = "tls-mismatch"
     packet_ifaces = frozenset({"eth0"})
     unseen_without = {"eth0": "mTLS on the wire"}
+    unseen_rank = 30
     envoy_counters = ("ssl.connection_error", "upstream_cx_connect_fail", "listener.no_filter_chain_match")
     envoy_loggers = ("conn_handler", "connection", "filter", "router", "http")
 

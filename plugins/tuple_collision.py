@@ -102,6 +102,7 @@ class TupleCollision(Detector):
     id = "tuple-collision"
     # On lo it reads only the app's REDIRECTed SYNs; the inbound collision's challenge ACK crosses eth0.
     unseen_without = {"eth0": "the collision's challenge ACK"}
+    unseen_rank = 10  # first: the class a run of lo alone most often lacks eth0 for
     # The kernel counts the challenge ACK it sends (RFC 5961 section 4) and conntrack the insert it refuses; a
     # FIN-WAIT-2 socket's ACKs it rate-limits (the outbound variant).
     kernel_counters = ("TcpExtTCPChallengeACK", "ConntrackInsertFailed", "ConntrackDrop",

@@ -144,6 +144,7 @@ class UpstreamRefused(Detector):
     id = "upstream-refused"
     packet_ifaces = frozenset({"lo"})
     unseen_without = {"lo": "the app refusing the sidecar"}
+    unseen_rank = 10
     envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
     kernel_counters = ("TcpAttemptFails", "TcpOutRsts")
     envoy_loggers = ("connection", "pool", "router")

@@ -67,6 +67,12 @@ class Detector:
     # a run without that interface's packets would miss, in a few words ("the collision's challenge ACK"). The
     # report's "not seen" line lists these (core/unseen.py); each interface is one ``on_packet`` reads.
     unseen_without: ClassVar[Mapping[str, str]] = {}
+    # Where those phrases stand among the others of their interface in the "not seen" line and json not_seen
+    # (scripts may read it by position): lower first, equal ranks in the detectors' load order
+    # (core/unseen.missed_by). An editorial order, the class a reader most often needs the interface for first,
+    # which the load order (the entry points') does not say. The default lists a detector that gives no rank
+    # after the built-ins, which all rank below it.
+    unseen_rank: ClassVar[int] = 100
 
     def __init__(self, ctx: DetectorContext) -> None:
         self.ctx = ctx

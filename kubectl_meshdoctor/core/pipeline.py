@@ -85,7 +85,7 @@ class Pipeline:
         self._wire: list[Finding] = []
         # by_iface is the context's: the detectors read which interfaces' packets came so far (core/unseen.captured).
         self.stats = PipelineStats(by_iface=ctx.by_iface, missed=missed_by(
-            (d.id, d.unseen_without) for d in self.detectors))
+            (d.id, d.unseen_rank, d.unseen_without) for d in self.detectors))
         self._on_finding = on_finding
         self.correlator = Correlator(ctx.pod, redact=ctx.redact)
         self._next_tick: float | None = None

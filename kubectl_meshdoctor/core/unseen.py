@@ -4,10 +4,10 @@ The detectors act on a pod's ``lo`` (the sidecar and the app, the app's REDIRECT
 (the pod and the rest of the cluster); some failure classes cross only one of them. A run given ``lo.pcap`` alone
 that says "no failure seen" must also say that what only ``eth0`` carries could not be seen, and the other way
 round. Which class crosses which interface is each detector's own rule, and each declares it
-(``Detector.unseen_without``: interface -> what a reader would miss; docs/ADDING_A_DETECTOR.md): e.g.
-tuple_collision.py acts on the challenge ACK on eth0 (on lo it reads only the app's REDIRECTed SYNs),
-conntrack_invalid.py returns at once on lo (the REDIRECT is in PREROUTING: only what arrives on eth0 can miss it),
-upstream_refused.py and startup_ordering.py act on lo alone. This module reads the run's loaded detectors'
+(``Detector.unseen_without``: interface -> what a reader would miss; ``Detector.unseen_rank``: its place in the
+line; docs/ADDING_A_DETECTOR.md): e.g. tuple_collision.py acts on the challenge ACK on eth0 (on lo it reads only
+the app's REDIRECTed SYNs), conntrack_invalid.py returns at once on lo (the REDIRECT is in PREROUTING: only what
+arrives on eth0 can miss it), upstream_refused.py and startup_ordering.py act on lo alone. This module reads the run's loaded detectors'
 declarations, passed in (``missed_by``); it knows no detector.
 
 A detector whose finding cannot name its cause asks the same of the packets read so far (``captured``, with
@@ -42,12 +42,16 @@ class Missed:
     what: str
 
 
-def missed_by(declared: Iterable[tuple[str, Mapping[str, str]]]) -> tuple[Missed, ...]:
-    """The classes a run's detectors declare (``declared``: each one's id and ``Detector.unseen_without``; not the
-    detectors, which import this module), in the order given: the detectors' load order (core/registry.py: the
-    built-in ones as pyproject.toml lists them, then outside packages'). An interface other than lo and eth0 is
-    left out: no report could say it missing (tests/core/test_unseen_declared.py holds the built-ins to ROLES)."""
-    return tuple(Missed(det, iface, what) for det, said in declared for iface, what in said.items() if iface in ROLES)
+def missed_by(declared: Iterable[tuple[str, int, Mapping[str, str]]]) -> tuple[Missed, ...]:
+    """The classes a run's detectors declare (``declared``: each one's id, ``Detector.unseen_rank`` and
+    ``Detector.unseen_without``, in the detectors' load order; not the detectors, which import this module), by
+    rank, lower first, then in that load order (core/registry.py: the built-in ones, then outside packages'), so
+    a detector that gives no rank follows the built-ins and one that gives a built-in's follows it. An interface
+    other than lo and eth0 is left out: no report could say it missing (tests/core/test_unseen_declared.py holds
+    the built-ins to ROLES)."""
+    ranked = [(rank, Missed(det, iface, what)) for det, rank, said in declared for iface, what in said.items()
+              if iface in ROLES]
+    return tuple(m for _, m in sorted(ranked, key=lambda rm: rm[0]))  # stable: load order among equal ranks
 
 
 @dataclass(frozen=True, slots=True)

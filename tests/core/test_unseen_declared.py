@@ -1,7 +1,7 @@
 """What the report says a capture of one interface could not show comes from the detectors' own declarations
 (Detector.unseen_without, core/unseen.py): a detector's phrase is what not_seen says, each declared interface is
-one its on_packet reads, and the built-ins' words and order are those the report carried before they moved into
-the detectors (tests/data/reports/unnamed-iface.json)."""
+one its on_packet reads, the built-ins' words and order (their unseen_rank) are those the report carried before they
+moved into the detectors (tests/data/reports/unnamed-iface.json), and a detector that gives no rank follows them."""
 
 from __future__ import annotations
 
@@ -69,22 +69,48 @@ def test_each_declared_interface_is_one_the_detector_reads_packets_of():
         assert all(what.strip() and "," not in what for what in det.unseen_without.values()), det.id
 
 
-def test_the_built_ins_say_what_the_report_said_before_in_the_detectors_load_order():
-    loaded = [d.id for d in load_detectors(DetectorContext(flows=FlowTable()))]
-    missed = missed_by((d.id, d.unseen_without) for d in load_detectors(DetectorContext(flows=FlowTable())))
+def test_the_built_ins_say_what_the_report_said_before_in_its_order():
+    loaded = load_detectors(DetectorContext(flows=FlowTable()))
+    missed = missed_by((d.id, d.unseen_rank, d.unseen_without) for d in loaded)
     by_iface = {i: [(m.detector, m.what) for m in missed if m.iface == i] for i in ROLES}
-    assert sorted(by_iface["eth0"]) == sorted([
+    assert by_iface["eth0"] == [
         ("tuple-collision", "the collision's challenge ACK"), ("syn-timeout", "SYN timeouts to other hosts"),
         ("tls-mismatch", "mTLS on the wire"), ("conntrack-invalid", "INVALID segments past the REDIRECT"),
         ("shutdown-ordering", "a stopped sidecar's refusals"),
-        ("stale-keepalive", "callers reusing closed connections")])
-    assert sorted(by_iface["lo"]) == sorted([
+        ("stale-keepalive", "callers reusing closed connections")]
+    assert by_iface["lo"] == [
         ("upstream-refused", "the app refusing the sidecar"),
         ("startup-ordering", "the app starting before its sidecar"), ("http-framing", "malformed HTTP/1 responses"),
-        ("server-first-protocol", "server-first apps"), ("stale-keepalive", "the app closing pooled connections")])
-    for iface in ROLES:  # no order kept apart from the detectors': theirs
-        ranks = [loaded.index(det) for det, _ in by_iface[iface]]
-        assert ranks == sorted(ranks)
+        ("server-first-protocol", "server-first apps"), ("stale-keepalive", "the app closing pooled connections")]
+    backwards = missed_by((d.id, d.unseen_rank, d.unseen_without) for d in reversed(loaded))
+    assert all([m for m in backwards if m.iface == i] == [m for m in missed if m.iface == i] for i in ROLES)
+    assert all(d.unseen_rank < Detector.unseen_rank for d in loaded if d.unseen_without)
+
+
+class _First(_Declaring):
+    """An outside detector whose class a reader needs eth0 for before any built-in's."""
+
+    id = "test-first"
+    unseen_rank = 5
+    unseen_without = {"eth0": "the test's first class"}
+
+
+class _TiedWithTheCollision(_Declaring):
+    """An outside detector giving tuple-collision's rank: listed after it, which loads first."""
+
+    id = "test-tied"
+    unseen_rank = 10
+    unseen_without = {"eth0": "the test's tied class"}
+
+
+def test_the_report_lists_by_rank_then_load_order_and_a_detector_giving_no_rank_after_the_built_ins():
+    ctx = DetectorContext(flows=FlowTable())
+    built_in = load_detectors(ctx)
+    # Loaded after the built-ins, as outside packages' detectors are (core/registry.py).
+    (u,) = _report([*built_in, _Declaring(ctx), _TiedWithTheCollision(ctx), _First(ctx)], ctx).to_dict()["not_seen"]
+    assert [c["detector"] for c in u["classes"]] == [
+        "test-first", "tuple-collision", "test-tied", "syn-timeout", "tls-mismatch", "conntrack-invalid",
+        "shutdown-ordering", "stale-keepalive", "test-declaring"]
 
 
 def test_several_pods_stats_keep_the_declarations():

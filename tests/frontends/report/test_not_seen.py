@@ -52,7 +52,8 @@ def test_eth0_alone_says_los_and_both_say_nothing():
     ({"any": 9}, []),
 ])
 def test_unseen_by_pod(by_iface, want):
-    missed = missed_by((d.id, d.unseen_without) for d in load_detectors(DetectorContext(flows=FlowTable())))
+    loaded = load_detectors(DetectorContext(flows=FlowTable()))
+    missed = missed_by((d.id, d.unseen_rank, d.unseen_without) for d in loaded)
     got = unseen(by_iface, missed)
     assert [(u.pod, u.missing) for u in got] == want
     for u in got:
