@@ -7,8 +7,8 @@ round. Which class crosses which interface is each detector's own rule, and each
 (``Detector.unseen_without``: interface -> what a reader would miss; ``Detector.unseen_rank``: its place in the
 line; docs/ADDING_A_DETECTOR.md): e.g. tuple_collision.py acts on the challenge ACK on eth0 (on lo it reads only
 the app's REDIRECTed SYNs), conntrack_invalid.py returns at once on lo (the REDIRECT is in PREROUTING: only what
-arrives on eth0 can miss it), upstream_refused.py and startup_ordering.py act on lo alone. This module reads the run's loaded detectors'
-declarations, passed in (``missed_by``); it knows no detector.
+arrives on eth0 can miss it), upstream_refused.py and startup_ordering.py act on lo alone. This module reads the
+run's loaded detectors' declarations, passed in (``missed_by``); it knows no detector.
 
 A detector whose finding cannot name its cause asks the same of the packets read so far (``captured``, with
 DetectorContext.by_iface; ``next_look`` words it): it says to capture an interface only when the run lacks it,
