@@ -5,6 +5,7 @@ server pod's files."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,32 @@ def test_the_caller_alone_asks_for_the_upstream_pod(tmp_path):
                                       "(Istio's retry on reset): the user sees them when the retries are spent."))
     assert f["remediation"] == unknown_upstream()[1]
     assert "Capture the upstream pod (kubectl meshdoctor watch pod/<pod>)" in f["remediation"]
+
+
+def test_a_watch_of_both_pods_points_there_before_the_end():
+    """The live join (core/live_join.py) of the same two pods mid-run: the caller's pipeline given only its
+    access-log lines of downstream-idle, the server's its whole recording, each event in time order."""
+    from kubectl_meshdoctor.core.events import AccessLogEvent, PacketEvent
+    from kubectl_meshdoctor.core.live_join import LiveJoin
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+
+    from ..mesh_replay import pod_events
+
+    async def events() -> list:
+        caller = [(ev, "caller") for ev in await pod_events(MESH / "downstream-idle" / "caller", "caller")
+                  if isinstance(ev, AccessLogEvent)]
+        server = [(ev, "server") for ev in await pod_events(MESH / "downstream-idle" / "server", "server")]
+        return sorted(caller + server, key=lambda x: (x[0].ts, not isinstance(x[0], PacketEvent)))
+
+    pipelines = {pod: Pipeline.with_detectors(pod=pod) for pod in ("caller", "server")}
+    fed = asyncio.run(events())
+    for ev, pod in fed:
+        (pipelines[pod].feed if isinstance(ev, PacketEvent) else pipelines[pod].context)(ev)
+    for p in pipelines.values():  # the run goes on quiet, as a watch's ticker tells the pipelines (not finished)
+        p.tick(fed[-1][0].ts + 12.0)
+    assert not any(p.finished for p in pipelines.values())
+    view = LiveJoin(lambda: list(pipelines.values())).view()
+    [f] = [f for f in view.findings if f.pod == "caller" and "UC" in f.envoy_flags]
+    [server] = [g for g in view.findings if g.pod == "server" and g.detector == "stale-keepalive"]
+    assert f.details["upstream_pod"] == "server"
+    assert f"\"{server.title}\" (stale-keepalive)" in f.explanation and "pod/<pod>" not in f.remediation
