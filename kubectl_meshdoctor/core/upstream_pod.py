@@ -109,9 +109,10 @@ def held_advice(entry: AccessLogEntry, pod: HeldPod, other: Finding | None, wire
         said = f"\"{other.title}\" ({other.detector})"
         on = f"on this connection ({_connection(entry)})" if wire else "of this request (its sidecar's line of it)"
         return (f"{at}, and that pod's own finding {on}, {said}, tells what its evidence shows of it.",
-                f"# none from this line alone: pod {pod.pod}'s finding "
-                f"{'on the same connection' if wire else 'of the same request'}, {said},\n# "
-                + ("prints its fix." if other.remediation else "tells what its evidence shows."))
+                f"# none from this line alone: see pod {pod.pod}'s finding "
+                f"{'on the same connection' if wire else 'of the same request'} ({other.detector}):\n"
+                f"# \"{other.title}\"\n# " + ("It prints its fix." if other.remediation else "It tells what that pod's "
+                                                                                      "evidence shows."))
     given = captured(pod.by_iface, *_span(entry))
     look = {"lo": "on lo, the app's FIN or RST on its sidecar's connection to it under the request",
             "eth0": f"on eth0, this connection ({_connection(entry)}): the FIN or RST and which end sent it, and an "

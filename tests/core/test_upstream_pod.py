@@ -50,7 +50,8 @@ def test_a_callers_503_uc_points_to_the_upstream_pods_own_finding(tmp_path, scen
     assert "This run holds the upstream pod, server (198.18.1.2)" in f["explanation"]
     assert f"\"{server['title']}\" ({detector})" in f["explanation"]
     assert f"{f['flow']['client']} to {UPSTREAM}" in f["explanation"]
-    assert f"pod server's finding on the same connection, \"{server['title']}\"" in f["remediation"]
+    assert (f"see pod server's finding on the same connection ({detector}):\n# \"{server['title']}\"\n# It prints "
+            f"its fix.") in f["remediation"]
     assert "pod/<pod>" not in f["explanation"] + f["remediation"]
     assert unknown_upstream()[0] not in f["explanation"]
 
