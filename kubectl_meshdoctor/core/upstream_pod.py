@@ -28,8 +28,8 @@ from .unseen import IfaceStats, captured, missing_of, next_look
 LOGGERS = ("this sidecar's pool and connection loggers (kubectl meshdoctor watch --envoy-debug: a reused pooled "
            "connection closed by its peer is the keep-alive race)")
 _WATCH = "the FIN or RST under the request, and from which port"
-_REMEDY = "# none yet: the cause is not in this evidence. {} this sidecar's debug log (--envoy-debug); the finding they" \
-          " give prints its fix."
+_REMEDY = ("# none yet: the cause is not in this evidence. {} this sidecar's debug log (--envoy-debug); the finding "
+           "they give prints its fix.")
 
 
 def unknown_upstream() -> tuple[str, str]:
@@ -111,8 +111,8 @@ def held_advice(entry: AccessLogEntry, pod: HeldPod, other: Finding | None, wire
         return (f"{at}, and that pod's own finding {on}, {said}, tells what its evidence shows of it.",
                 f"# none from this line alone: see pod {pod.pod}'s finding "
                 f"{'on the same connection' if wire else 'of the same request'} ({other.detector}):\n"
-                f"# \"{other.title}\"\n# " + ("It prints its fix." if other.remediation else "It tells what that pod's "
-                                                                                      "evidence shows."))
+                f"# \"{other.title}\"\n# "
+                + ("It prints its fix." if other.remediation else "It tells what that pod's evidence shows."))
     given = captured(pod.by_iface, *_span(entry))
     look = {"lo": "on lo, the app's FIN or RST on its sidecar's connection to it under the request",
             "eth0": f"on eth0, this connection ({_connection(entry)}): the FIN or RST and which end sent it, and an "
