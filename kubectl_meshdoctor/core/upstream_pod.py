@@ -147,7 +147,7 @@ def point_to_upstream(findings: list[Finding], pods: Iterable[HeldPod]) -> list[
     if not asking:
         return findings
     request_of = _same_request(asking, findings)
-    on_wire: dict[frozenset, list[Finding]] = {}  # each eth0 connection's findings: a look-up an asking finding
+    on_wire: dict[frozenset, list[Finding]] = {}  # by eth0 connection: one look-up an asking finding
     for g in findings:
         if isinstance(g.flow, FlowRef) and g.flow.iface == "eth0":
             on_wire.setdefault(frozenset((g.flow.client, g.flow.server)), []).append(g)
