@@ -54,6 +54,7 @@ from kubectl_meshdoctor.core.flows import Flow
 from kubectl_meshdoctor.core.mtls import hello_evidence, hello_of, remember_hello
 from kubectl_meshdoctor.core.remedies import destination_rule_pool, duration_below
 from kubectl_meshdoctor.core.unseen import captured, missing_of, next_look
+from kubectl_meshdoctor.core.upstream_pod import LOGGERS as _LOGGERS, unknown_upstream
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.flags import BEFORE_RESPONSE, parse_reset_details
 from kubectl_meshdoctor.envoy.stats import scoped
@@ -70,8 +71,6 @@ _NOTE = "stale-keepalive"
 _DETAILS = "upstream_reset_before_response_started{connection_termination}"
 _UPSTREAM_NEXT = ("Capture next: the upstream pod (kubectl meshdoctor watch pod/<pod>) or the sidecar's debug log "
                   "(--envoy-debug).")
-_LOGGERS = ("this sidecar's pool and connection loggers (kubectl meshdoctor watch --envoy-debug: a reused pooled "
-            "connection closed by its peer is the keep-alive race)")
 
 # The downstream hop: the caller's pool must let go first. Its side, so no field of this pod is set.
 CALLER_FIXES = (Fix(
@@ -443,9 +442,10 @@ class StaleKeepalive(Detector):
                    f"for an app that crashed or aborted mid-request, and for a reset by {upstream_pod}'s kernel "
                    f"when a conntrack-INVALID segment bypassed Istio's REDIRECT (conntrack-invalid: an RST without "
                    f"ACK from the app's port). ")
-            given = () if outbound else captured(self.ctx.by_iface, entry.ts, entry.ts + entry.duration_ms / 1000)
-            tail, remedy = next_steps(upstream_pod, given, f" ({entry.upstream_local} to {entry.upstream_host})"
-                                      if entry.upstream_local and entry.upstream_host else "")
+            # The upstream pod's captures are not this pipeline's: a run that holds it says so (core/upstream_pod.py)
+            tail, remedy = unknown_upstream() if outbound else next_steps(upstream_pod, captured(
+                self.ctx.by_iface, entry.ts, entry.ts + entry.duration_ms / 1000), f" ({entry.upstream_local} to "
+                f"{entry.upstream_host})" if entry.upstream_local and entry.upstream_host else "")
             why += tail
         keepalive = idle if proven and idle is not None and idle > 0 else None
         return Finding(

@@ -161,11 +161,11 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         else:
             continue
         empty.add(a.path)
-    read_captures = sum(1 for a, r in zip(captures, results)
-                        if (not r.error or r.cut_short) and a.path not in empty)
+    read_captures = sum(1 for a, r in zip(captures, results) if (not r.error or r.cut_short) and a.path not in empty)
     read_logs = sum(1 for r in results[len(captures):] if r.readable)
     return Report(source, pipeline.stats, findings, problems, envoy=envoy,
-                  captured_nothing=not (read_captures or read_logs or read_dumps), logged=pipeline.logged)
+                  captured_nothing=not (read_captures or read_logs or read_dumps), logged=pipeline.logged,
+                  addresses=pipeline.addresses())
 
 
 async def analyze_pods(args: list[CaptureArg], new_pipeline: Callable[[str | None], Pipeline],

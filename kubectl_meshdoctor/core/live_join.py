@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .findings import Finding
 from .hops import join_hops
 from .pipeline import Pipeline
+from .upstream_pod import HeldPod, point_to_upstream
 
 EVERY_S = 1.0  # seconds between two joins at most: a finding is seen in its joined form this long after it
 SHARE = 0.2  # at most this share of the time goes to joining: a join that took 0.3 s waits 1.5 s for the next
@@ -71,7 +72,8 @@ class LiveJoin:
 
 def joined(pipelines: Sequence[Pipeline]) -> list[Finding]:
     """Each pipeline's findings so far (Pipeline.so_far); with several pods, their hops joined across pods in time
-    order, with each pod's unquoted 5xx lines, as commands/watch/live.py's merge_reports does at the end."""
+    order, with each pod's unquoted 5xx lines, and a caller's 503 UC told where its upstream pod is in the run
+    (core/upstream_pod.py), as commands/watch/live.py's merge_reports does at the end."""
     if len(pipelines) == 1:
         return pipelines[0].so_far()[0]
     findings: list[Finding] = []
@@ -80,4 +82,5 @@ def joined(pipelines: Sequence[Pipeline]) -> list[Finding]:
         own, lines = p.so_far()
         findings += own
         logged += lines
-    return join_hops(sorted(findings, key=lambda f: f.ts), logged)
+    held = [HeldPod(p.ctx.pod, p.addresses(), p.stats.by_iface) for p in pipelines if p.ctx.pod is not None]
+    return point_to_upstream(join_hops(sorted(findings, key=lambda f: f.ts), logged), held)

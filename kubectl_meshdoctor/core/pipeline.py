@@ -34,12 +34,14 @@ from .events import (
 )
 from .findings import Evidence, Finding, Severity
 from .flows import FlowTable
+from .hop_pairs import direction
 from .hop_path import own_addresses, with_end
 from .hops import LoggedLine, join_hops
 from .pod_history import attach_sidecar_runs
 from .redact import redact_finding
 from .registry import load_detectors
 from .unseen import IfaceStats, Missed, missed_by
+from .upstream_pod import ip_of
 
 TICK_EVERY_S = 0.5  # packet time between detector ticks (silence-based conclusions such as unanswered SYNs)
 MAX_FINDINGS = 10_000
@@ -268,6 +270,15 @@ class Pipeline:
             self.findings = attach_sidecar_runs(self.findings, self._pods[-1],
                                                 {d.id for d in self.detectors if d.pod_runs})
         return self.findings
+
+    def addresses(self) -> frozenset[str]:
+        """The pod's own IPs as far as the run tells: those of its lo's SYNs (hop_path.own_addresses), its
+        status.podIPs (PodEvent, a watch), and the %DOWNSTREAM_LOCAL_ADDRESS% of its sidecar's inbound lines (the
+        pod's IP:port the caller dialled, which the sidecar reads after the REDIRECT as SO_ORIGINAL_DST). A run of
+        several pods finds the upstream pod of a caller's line by them (core/upstream_pod.py)."""
+        inbound = {ip_of(e.downstream_local) for e in self.correlator.entries() if direction(e) == "inbound"}
+        ips = (*own_addresses(self._on_lo), *(ip for p in self._pods for ip in p.ips))
+        return frozenset(a for a in (*(ip_of(f"[{ip}]:0") for ip in ips), *inbound) if a is not None)
 
     def so_far(self) -> tuple[list[Finding], tuple[LoggedLine, ...]]:
         """Mid-run, what ``finish`` would make of the findings kept so far: each with the access-log and debug-log

@@ -18,6 +18,7 @@ from .hop_path import hop_of
 from .hops import LoggedLine, join_hops
 from .pipeline import PipelineStats
 from .unseen import Unseen, unseen
+from .upstream_pod import HeldPod, point_to_upstream
 
 # -- what was read ---------------------------------------------------------------------------------------------
 
@@ -270,6 +271,9 @@ class Report:
     # The 5xx answers a pod's sidecar logged that no finding quotes (Pipeline.logged): not in the report, for
     # merge_pod_reports to give to the other hop's finding of the same request.
     logged: tuple[LoggedLine, ...] = field(default=(), compare=False)
+    # The pod's own IPs (Pipeline.addresses): not in the report, for merge_pod_reports to find a caller line's
+    # upstream pod among the run's (core/upstream_pod.py).
+    addresses: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         # Findings past the pipeline's MAX_FINDINGS are counted, not kept: a report must say that it is cut.
@@ -382,6 +386,9 @@ def merge_pod_reports(reports: list[Report], problems: list[Problem]) -> Report:
     # A caller pod's relayed 5xx and the server pod's finding of the same request are one finding (core/hops.py).
     findings = join_hops(sorted((f for r in reports for f in r.findings), key=lambda f: f.ts),
                          [x for r in reports for x in r.logged])
+    # A caller's 503 UC that asks to capture its upstream pod, which this run holds: where in the run to look.
+    findings = point_to_upstream(findings, [HeldPod(src.pod, r.addresses, r.stats.by_iface)
+                                            for r, src in zip(reports, sources) if src.pod is not None])
     return Report(FilesSource.merged(sources), stats, findings,
                   [p for r in reports for p in r.problems] + problems, envoy=PerPodSide(envoy) if envoy else None,
                   captured_nothing=all(r.captured_nothing for r in reports))

@@ -29,6 +29,7 @@ from kubectl_meshdoctor.core.events import (
 from kubectl_meshdoctor.core.findings import Problem
 from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 from kubectl_meshdoctor.core.hops import join_hops
+from kubectl_meshdoctor.core.upstream_pod import HeldPod, point_to_upstream
 from kubectl_meshdoctor.core.report_model import (KernelSide, LiveSource, PerPodSide, PodCapture, Report,
                                                   SidecarSide)
 from kubectl_meshdoctor.istio.redirect import redirect_map_from_annotations
@@ -196,6 +197,7 @@ def merge_reports(pods: list, reports: list) -> Report:
     stats = PipelineStats()
     findings, problems, sources, kernel, envoy = [], [], [], {}, {}
     logged: list = []  # each pod's 5xx lines no finding of its own quotes, for the other hop's finding
+    held: list[HeldPod] = []  # each pod's addresses and captures: a caller's 503 UC told where its upstream is
     for pod, r in zip(pods, reports):
         name = pod.metadata.name
         if isinstance(r, BaseException):
@@ -213,6 +215,7 @@ def merge_reports(pods: list, reports: list) -> Report:
             envoy[name] = r.envoy
         findings += r.findings
         logged += r.logged
+        held.append(HeldPod(name, r.addresses, r.stats.by_iface))
         problems += r.problems
         sources.append(r.source)
         for k, v in (r.kernel.moved if r.kernel is not None else {}).items():
@@ -220,8 +223,8 @@ def merge_reports(pods: list, reports: list) -> Report:
     if not sources:
         raise KubeError("no pod could be captured: " + "; ".join(p.line() for p in problems))
     # A caller pod's relayed 5xx and the server pod's finding of the same request are one (core/hops.py).
-    return Report(LiveSource.merged(sources), stats, join_hops(sorted(findings, key=lambda f: f.ts), logged),
-                  problems,
+    joined = point_to_upstream(join_hops(sorted(findings, key=lambda f: f.ts), logged), held)
+    return Report(LiveSource.merged(sources), stats, joined, problems,
                   kernel=KernelSide(kernel), envoy=PerPodSide(envoy),
                   captured_nothing=all(r.captured_nothing for r in reports if not isinstance(r, BaseException)))
 
@@ -323,7 +326,8 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
                         state.debug.report())
     nothing = captured.captured_nothing  # scripts read the exit code, not the problems
     return Report(LiveSource((pod_name,), pod.metadata.namespace, capture), pipeline.stats, findings, problems,
-                  envoy=envoy, kernel=KernelSide(kernel), captured_nothing=nothing, logged=pipeline.logged)
+                  envoy=envoy, kernel=KernelSide(kernel), captured_nothing=nothing, logged=pipeline.logged,
+                  addresses=pipeline.addresses())
 
 
 async def _container_events(kube: Kube, pod, problems: list[Problem],
