@@ -9,6 +9,7 @@ blocks carry the interface names (``lo``, ``eth0``), which is how ``analyze`` at
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 from kubectl_meshdoctor.core.events import split_endpoint
 from kubectl_meshdoctor.core.findings import Finding
 from kubectl_meshdoctor.pcap_header import is_pcapng
+from kubectl_meshdoctor.private_files import open_copy, replaceable
 
 if TYPE_CHECKING:
     from dpkt import pcapng
@@ -124,7 +126,11 @@ def save_evidence(f: Finding, sources: Mapping[str, str], path: str, overwrite: 
 
     tmp = f"{path}.part"
     try:
-        with open(tmp, "wb") as out:
+        if overwrite:
+            replaceable(path)  # a link, a FIFO or another user's file there is not ours to replace
+        # Owner-only, as --write-pcap's copies: the packets hold the traffic's headers unredacted (cookies,
+        # tokens); a .part left by a run that died is ours to replace, a link planted there is not.
+        with io.BufferedWriter(open_copy(tmp, replace=True)) as out:
             writer = pcapng.Writer(out, idb=idbs)
             for ts, iface, buf in picked:
                 writer.writepkt(pcapng.EnhancedPacketBlockLE(iface_id=iface, caplen=len(buf), pkt_len=len(buf),
@@ -135,5 +141,5 @@ def save_evidence(f: Finding, sources: Mapping[str, str], path: str, overwrite: 
             os.unlink(tmp)
         except OSError:
             pass
-        raise SaveError(f"cannot write {path}: {e.strerror}") from None
+        raise SaveError(f"cannot write {e.filename or path}: {e.strerror}") from None
     return Saved(path, len(picked), frames)

@@ -50,3 +50,41 @@ def test_no_capture_file_for_the_source_is_one_clear_error(collision, tmp_path):
     with pytest.raises(SaveError, match="no capture file"):
         save_evidence(collision, {}, str(tmp_path / "x.pcapng"))
     assert not (tmp_path / "x.pcapng").exists()
+
+
+def test_saved_packets_are_the_owners_alone_whatever_the_umask(collision, tmp_path):
+    """The packets keep the traffic's headers unredacted (cookies, tokens), as --write-pcap's copies do: 0600,
+    also when replacing a file that was readable by others, and under a permissive umask."""
+    import os
+    import stat
+
+    sources = {a.path: a.path for a in ARGS}
+    old = os.umask(0o000)
+    try:
+        fresh = tmp_path / "fresh.pcapng"
+        save_evidence(collision, sources, str(fresh))
+        replaced = tmp_path / "replaced.pcapng"
+        replaced.write_bytes(b"old")
+        replaced.chmod(0o644)
+        save_evidence(collision, sources, str(replaced), overwrite=True)
+    finally:
+        os.umask(old)
+    for path in (fresh, replaced):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_a_link_where_the_packets_go_is_not_written_through(collision, tmp_path):
+    """Overwriting replaces a file of ours, never what a planted link points at (the TUI may run as root)."""
+    target = tmp_path / "victim"
+    target.write_bytes(b"keep me")
+    link = tmp_path / "evidence.pcapng"
+    link.symlink_to(target)
+    with pytest.raises(SaveError, match="symbolic link"):
+        save_evidence(collision, {a.path: a.path for a in ARGS}, str(link), overwrite=True)
+    assert target.read_bytes() == b"keep me" and link.is_symlink()
+    part = tmp_path / "other.pcapng.part"  # a link planted where the partial file goes: refused, and named
+    part.symlink_to(target)
+    with pytest.raises(SaveError, match=f"cannot write {part}: it is a symbolic link"):
+        save_evidence(collision, {a.path: a.path for a in ARGS}, str(tmp_path / "other.pcapng"))
+    assert target.read_bytes() == b"keep me" and not (tmp_path / "other.pcapng").exists()
