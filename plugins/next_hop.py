@@ -30,6 +30,7 @@ from kubectl_meshdoctor.core.counters import CounterSignal, counter_findings
 from kubectl_meshdoctor.core.detector import Detector
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent
 from kubectl_meshdoctor.core.findings import Evidence, Finding, NoFlow, Severity
+from kubectl_meshdoctor.core.remedies import upstream_pod_commands
 from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.istio_cluster import IstioCluster, parse_istio_cluster
 from kubectl_meshdoctor.envoy.story import StreamStory
@@ -50,17 +51,8 @@ def relayed(entry: AccessLogEntry) -> IstioCluster | None:
 
 
 def where_to_look(cluster: IstioCluster, upstream_host: str | None) -> str:
-    """The commands that find the next hop's pod and read its side: by the upstream host's IP when the line has
-    it, else by the service's endpoints."""
-    ns = cluster.namespace
-    flag = f"-n {ns} " if ns else ""
-    ip = upstream_host.rpartition(":")[0].strip("[]") if upstream_host and ":" in upstream_host else None
-    if ip:
-        find = f"kubectl get pods -A -o wide --field-selector status.podIP={ip}"
-    elif cluster.service:
-        find = f"kubectl get endpointslices {flag}-l kubernetes.io/service-name={cluster.service} -o wide"
-    else:
-        find = f"# the pods behind {cluster.host or 'the cluster'}"
+    """The commands that find the next hop's pod and read its side (core/remedies.upstream_pod_commands)."""
+    find, flag = upstream_pod_commands(cluster, upstream_host)
     return (f"# The answer came from the next hop: read that pod's sidecar.\n{find}\n"
             f"kubectl meshdoctor watch {flag}pod/<that pod> --envoy-debug\n"
             f"# or, offline: kubectl logs {flag}<that pod> -c istio-proxy > server.log; "

@@ -23,8 +23,10 @@ from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
 from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
-from .hop_pairs import logged_entries
+from .hop_pairs import caller_side, logged_entries
 from .hop_path import DOWNSTREAM_FLAGS
+from .remedies import upstream_pod_commands
+from .upstream_pod import ip_of
 
 # The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
@@ -186,8 +188,10 @@ class Correlator:
     one request (x-request-id, else time and details), and matches them to findings. Each request is decided
     once: explained by a finding, claimed by a detector that reads it, or reported on its own."""
 
-    def __init__(self, pod: str | None = None, source: str = "istio-proxy log", redact: bool = True) -> None:
+    def __init__(self, pod: str | None = None, source: str = "istio-proxy log", redact: bool = True,
+                 packets: Callable[[], int] | None = None) -> None:
         self.pod = pod
+        self._packets = packets  # how many packets the run has read so far (None: not told)
         self.redact = redact  # hide the credentials a line carries where it is quoted (--no-redact: show them)
         self.source = source
         self._lines: deque[_Record] = deque(maxlen=MAX_LINES)
@@ -378,6 +382,16 @@ class Correlator:
         meanings = "; ".join(f"{fl.short} ({fl.long or 'unknown flag'}): {fl.meaning}" for fl in flags)
         nxt = next((_NEXT_CAPTURE[s] for s in entry.flags if s in _NEXT_CAPTURE),
                    "capture lo and eth0 while it happens (kubectl meshdoctor watch)")
+        remedy = f"# What to capture next: {nxt}."
+        upstream = ip_of(entry.upstream_host) if caller_side(entry) else None
+        if upstream is not None:  # a caller's line: the lo to capture is the upstream pod's, not this one's
+            find, ns = upstream_pod_commands(parse_istio_cluster(entry.upstream_cluster), entry.upstream_host)
+            remedy = (f"# What to capture next, on the upstream pod ({upstream}): {nxt}.\n{find}\n"
+                      f"kubectl meshdoctor watch {ns}pod/<that pod>")
+        no_packet = ("No capture was read with it, so no packet could show the cause"
+                     if self._packets is not None and not self._packets() else
+                     "No packet in the capture explains it (the failure may lie outside the captured interfaces or "
+                     "before the capture started)")
         flow = access_log_flow(entry)
         server = flow.server
         request = f"{entry.method} {entry.path}" if entry.method else "a TCP connection"
@@ -402,9 +416,8 @@ class Correlator:
                             "Mixer in 1.0 - 1.4, ext_authz, RBAC, a Wasm or Lua filter, a direct response); "
                             "Envoy's debug log (http and router at debug) names the filter"
                             if local_reply else "")
-                         + ". No packet in the capture explains it (the failure may lie outside the captured "
-                           "interfaces or before the capture started)."),
-            remediation=f"# What to capture next: {nxt}.",
+                         + f". {no_packet}."),
+            remediation=remedy,
             pod=self.pod,
             ts=entry.ts,
             access_log=(entry.quoted(self.redact),) if entry.raw else (),

@@ -89,7 +89,7 @@ class Pipeline:
         self.stats = PipelineStats(by_iface=ctx.by_iface, missed=missed_by(
             (d.id, d.unseen_rank, d.unseen_without) for d in self.detectors))
         self._on_finding = on_finding
-        self.correlator = Correlator(ctx.pod, redact=ctx.redact)
+        self.correlator = Correlator(ctx.pod, redact=ctx.redact, packets=lambda: self.stats.packets)
         self._next_tick: float | None = None
         self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
         self._envoy_moved: dict[str, dict[str, int]] = {}

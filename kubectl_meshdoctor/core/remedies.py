@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from kubectl_meshdoctor.envoy.istio_cluster import IstioCluster
+
 from .fixes import Fix
 
 INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"
@@ -201,3 +203,18 @@ def duration_below(seconds: float) -> str:
     if value >= 1:
         return f"{math.floor(value * 10) / 10:g}s"
     return f"{max(1, math.floor(value * 1000))}ms"
+
+
+def upstream_pod_commands(cluster: IstioCluster | None, upstream_host: str | None) -> tuple[str, str]:
+    """How to find the pod a caller's outbound line went to, as kubectl lines: (the command that lists it, ``-n NS ``
+    for the cluster's namespace or ""). By %UPSTREAM_HOST%'s IP (``IP:port``, ``[v6]:port``) when the line has one
+    (a pod's IP is its status.podIP, a field selector the API server serves for pods), else by the Service's
+    EndpointSlices, else a comment naming the cluster's host."""
+    ns = cluster.namespace if cluster is not None else None
+    flag = f"-n {ns} " if ns else ""
+    ip = upstream_host.rpartition(":")[0].strip("[]") if upstream_host and ":" in upstream_host else None
+    if ip:
+        return f"kubectl get pods -A -o wide --field-selector status.podIP={ip}", flag
+    if cluster is not None and cluster.service:
+        return f"kubectl get endpointslices {flag}-l kubernetes.io/service-name={cluster.service} -o wide", flag
+    return f"# the pods behind {(cluster.host if cluster is not None else '') or 'the cluster'}", flag
