@@ -265,7 +265,7 @@ def _envoy_details(f: Finding) -> str:
         return f"  envoy logged: {f.response_code_details}"
     flags = "/".join(f.envoy_flags)
     return (f"  envoy would log: {f.response_code_details}" + (f" (flag {flags})" if flags else "")
-            + ", no Envoy log read")
+            + ", no log line of it")  # the run may have read a log: none of its lines is this one
 
 
 def _wrapped(line: str, one: str, width: int) -> list[str]:
