@@ -103,7 +103,16 @@ def kind_of(entry: AccessLogEntry, story: StreamStory | None = None) -> str | No
                                 story.transport_failure if story else None) if x)
     if not any(mark in text for mark in _TLS_MARKS):
         return None
-    return TLS_TO_PLAINTEXT if any(mark in text for mark in _NOT_TLS) else HANDSHAKE
+    if any(mark in text for mark in _NOT_TLS):
+        return TLS_TO_PLAINTEXT
+    # A handshake that fails is a connect that fails: the pool's failure, 503 UF (...{remote_connection_failure|
+    # TLS_error:...}). An RST on a connection whose handshake was done reads as a TLS error too, BoringSSL's
+    # "system library ... Connection reset by peer" (real Envoy 1.40 on a conntrack-INVALID reset,
+    # tests/data/envoy-1.40-mesh/conntrack-invalid/caller), but Envoy logs that as a termination: 503 UC
+    # {connection_termination}. That is no handshake, and not this detector's.
+    if ("UC" in entry.flags and "UF" not in entry.flags) or "connection_termination" in (entry.details or ""):
+        return None
+    return HANDSHAKE
 
 
 def _port(endpoint: str) -> int | None:
