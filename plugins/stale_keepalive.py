@@ -117,22 +117,22 @@ def keepalive_timeout(response: PacketEvent | None) -> float | None:
     return None
 
 
-def fixes(keepalive_s: float | None, seen_idle: bool = False) -> tuple[Fix, ...]:
-    """The fix of the upstream race for an app whose keep-alive timeout is ``keepalive_s`` seconds (None: not
-    known from the capture, a placeholder to fill in); ``seen_idle``: the figure is how long the connection sat
-    idle before the app closed it (Envoy's debug log), not a timeout the app announced."""
+def fixes(keepalive_s: float | None, seen_idle: bool = False, upstream: bool = False) -> tuple[Fix, ...]:
+    """The fix of the race with an app whose keep-alive timeout is ``keepalive_s`` s (None: unknown, a placeholder);
+    ``seen_idle``: it is how long the connection sat idle before being closed (Envoy's debug log); ``upstream``: a
+    caller sidecar's race with the next pod (its sidecar's idle timeout, or an app outside the mesh)."""
+    peer, hop = ("the upstream", "an mTLS handshake") if upstream else ("the app", "a handshake on the pod's loopback")
     if keepalive_s is None:
-        value, comment, settings = "<below the app's keep-alive timeout>", "e.g. app 60 s -> 48s", ()
+        value, comment, settings = f"<below {peer}'s keep-alive timeout>", "e.g. app 60 s -> 48s", ()
     else:
         value = duration_below(keepalive_s)
-        comment = (f"below the {keepalive_s:.3g} s the app let it sit idle before closing it" if seen_idle
-                   else f"below the app's keep-alive timeout, {keepalive_s:g} s")
+        comment = (f"below the {keepalive_s:.3g} s {peer} let it sit idle before closing it" if seen_idle
+                   else f"below {peer}'s keep-alive timeout, {keepalive_s:g} s")
         settings = ((IDLE_TIMEOUT_FIELD, value),)
     return (Fix(
-        "idle-timeout", "let Envoy close idle pooled connections to the app before the app does",
-        "the whole mesh and the app as they are; Envoy never reuses a connection the app may be closing",
-        "Envoy opens a new connection to the app after every idle spell longer than the timeout (a handshake "
-        "on the pod's loopback)",
+        "idle-timeout", f"let Envoy close idle pooled connections to {peer} before {peer} does",
+        f"the whole mesh and {peer} as they are; Envoy never reuses a connection {peer} may be closing",
+        f"Envoy opens a new connection to {peer} after every idle spell longer than the timeout ({hop})",
         yaml=destination_rule_pool("http", "idleTimeout", value, comment), settings=settings),)
 
 
@@ -463,8 +463,8 @@ class StaleKeepalive(Detector):
             response_code_details=entry.details or "",
             explanation=why + (" The caller's sidecar retries such 503s by default (Istio's retry on reset): the "
                                "user sees them when the retries are spent." if outbound else ""),
-            fixes=fixes(keepalive, seen_idle=True) if proven else (),
-            remediation=render(fixes(keepalive, seen_idle=True), RETRY_NOTE) if proven else remedy,
+            fixes=fixes(keepalive, True, outbound) if proven else (),
+            remediation=render(fixes(keepalive, True, outbound), RETRY_NOTE) if proven else remedy,
             pod=self.ctx.pod,
             ts=entry.ts,
             details={"from": "envoy-log" if story is not None else "access-log", "proven": bool(proven),
