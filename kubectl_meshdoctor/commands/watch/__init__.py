@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from kubectl_meshdoctor.commands.console import error, progress_line
+from kubectl_meshdoctor.commands.console import end_progress_line, error, progress_line
 from kubectl_meshdoctor.commands.watch.headless_stop import found_so_far, leave_now, within_grace
 from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.pipeline import Pipeline
@@ -177,6 +177,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
             return error(str(e))
         finally:
             ticker.cancel()
+            end_progress_line()
         for p in report.problems:
             sys.stderr.write(f"problem: {one_line(p.line())}\n")
         sys.stdout.write(rendered_for(output, report, sys.stdout))

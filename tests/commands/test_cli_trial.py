@@ -1,0 +1,51 @@
+"""What a new user met at an 80x24 terminal (issue s46): the headless watch's lines, flags before the command,
+durations, help that copied the code's lists, and `analyze -`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from kubectl_meshdoctor.commands import watch as watch_command
+from kubectl_meshdoctor.commands.watch.headless_stop import found_so_far
+from kubectl_meshdoctor.commands.watch.live import WatchOptions
+
+from ..waiting import wait_until_async
+
+
+class _Terminal(io.StringIO):
+    """stdout and stderr of one terminal: what both write lands on one screen, in order."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _headless(monkeypatch, duration_s: float | None) -> str:
+    """A headless watch (commands/watch._watch_headless) on a terminal; the capture stands in for the cluster and
+    returns once the progress line has been drawn. What the terminal shows."""
+    screen = _Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    monkeypatch.setattr(sys, "stdout", screen)
+
+    async def capture(kube, opts, make_pipeline, stop, progress, state):
+        pipeline = make_pipeline("refused")
+        state.phase = "capturing"  # past the API server and the debug container: the line counts packets
+        await wait_until_async("the progress line", 10, screen.getvalue, ok=lambda text: "so far" in text)
+        return found_so_far([pipeline], ["refused"], opts.namespace)
+
+    monkeypatch.setattr(watch_command, "watch", capture)
+    opts = WatchOptions(targets=(), namespace="default", duration_s=duration_s)
+    watch_command._watch_headless(SimpleNamespace(), opts, "text")
+    return screen.getvalue()
+
+
+def test_the_report_starts_on_a_line_of_its_own_after_the_progress_line(monkeypatch):
+    shown = _headless(monkeypatch, duration_s=15.0)
+    first = min(shown.index(word) for word in ("problem: ", "kubectl-meshdoctor "))
+    before = shown[:first]
+    assert before.endswith("\n") or before.endswith("\r\033[K"), repr(before[-120:])
