@@ -49,3 +49,12 @@ def test_the_report_starts_on_a_line_of_its_own_after_the_progress_line(monkeypa
     first = min(shown.index(word) for word in ("problem: ", "kubectl-meshdoctor "))
     before = shown[:first]
     assert before.endswith("\n") or before.endswith("\r\033[K"), repr(before[-120:])
+
+
+def test_a_headless_watch_without_duration_says_once_how_it_ends(monkeypatch):
+    shown = _headless(monkeypatch, duration_s=None)
+    assert shown.count("Ctrl-C ends the capture and prints the report") == 1
+
+
+def test_a_headless_watch_with_a_duration_needs_no_ctrl_c(monkeypatch):
+    assert "Ctrl-C" not in _headless(monkeypatch, duration_s=15.0)

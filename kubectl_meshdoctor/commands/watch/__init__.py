@@ -25,6 +25,10 @@ from kubectl_meshdoctor.frontends.report import rendered_for
 from kubectl_meshdoctor.frontends.shown import one_line
 
 
+# Said once on a terminal by a headless watch without --duration, which otherwise never says how it ends.
+UNTIL_CTRL_C = "capturing until Ctrl-C: Ctrl-C ends the capture and prints the report"
+
+
 def _ifaces(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", n)]
@@ -156,6 +160,8 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
                 sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {one_line(f.title)} "
                                  f"({f.flow.text(labelled=False)})\n")
 
+        if live and opts.duration_s is None:  # a run with no end of its own: say once how it ends, and that it reports
+            sys.stderr.write(f"{UNTIL_CTRL_C}\n")
         pipelines = []
 
         def make_pipeline(pod: str) -> Pipeline:
