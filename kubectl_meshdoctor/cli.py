@@ -187,13 +187,13 @@ def _request_timeout(text: str) -> float | None:
 
 
 def _positive(text: str) -> float:
+    # Seconds, or a duration as kubectl users type one (2m, 1m30s): --request-timeout takes both.
+    from kubectl_meshdoctor.kube.duration import parse_seconds
+
     try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
-    return v
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _count(text: str) -> int:
@@ -222,21 +222,22 @@ def build_parser() -> argparse.ArgumentParser:
     _kube_flags(w)
     w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end (the default "
                    "when stdout or stdin is not a terminal)")
-    w.add_argument("--duration", type=_positive, metavar="SECONDS",
-                   help="stop after this many seconds (default: until q / Ctrl-C)")
+    w.add_argument("--duration", type=_positive, metavar="DURATION",
+                   help="stop after this long: seconds or 90s, 2m, 1h (default: until q / Ctrl-C)")
     _output_flag(w)
     w.add_argument("--image", default=None, help="debug container image with tcpdump "
                    "(default docker.io/nicolaka/netshoot:v0.13)")
-    w.add_argument("--ttl", type=_positive, default=3600, metavar="SECONDS",
-                   help="the debug container's sleep: it ends by itself after this (default 3600)")
+    w.add_argument("--ttl", type=_positive, default=3600, metavar="DURATION",
+                   help="the debug container's sleep: it ends by itself after this; seconds or 30m, 2h (default 1h)")
     w.add_argument("--iface", default="lo,eth0", metavar="LIST",
                    help="the pod's interfaces to capture, comma-separated (default lo,eth0)")
     w.add_argument("--proxy-admin-port", type=int, default=15000, metavar="PORT",
                    help="the sidecar's Envoy admin port, for counters (default 15000)")
     w.add_argument("-v", "--verbose", action="store_true",
                    help="progress lines on stderr even when it is not a terminal (e.g. \"capturing ...\")")
-    w.add_argument("--start-timeout", type=_positive, default=120, metavar="SECONDS",
-                   help="how long the debug container may take to start, e.g. pulling its image (default 120)")
+    w.add_argument("--start-timeout", type=_positive, default=120, metavar="DURATION",
+                   help="how long the debug container may take to start, e.g. pulling its image; seconds or 90s, 5m "
+                   "(default 2m)")
     w.add_argument("--profile", choices=("least", "netadmin"), default="least",
                    help="debug container capabilities: least = NET_RAW only (default), netadmin = NET_ADMIN too")
     w.add_argument("--dry-run", action="store_true",

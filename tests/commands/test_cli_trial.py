@@ -58,3 +58,33 @@ def test_a_headless_watch_without_duration_says_once_how_it_ends(monkeypatch):
 
 def test_a_headless_watch_with_a_duration_needs_no_ctrl_c(monkeypatch):
     assert "Ctrl-C" not in _headless(monkeypatch, duration_s=15.0)
+
+
+def _meshdoctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("flag", ["--duration", "--ttl", "--start-timeout"])
+@pytest.mark.parametrize("text, seconds", [("15", 15.0), ("1.5", 1.5), ("2m", 120.0), ("90s", 90.0),
+                                           ("1m30s", 90.0), ("500ms", 0.5), ("1h", 3600.0)])
+def test_spans_of_time_take_seconds_or_kubectl_durations(flag, text, seconds):
+    from kubectl_meshdoctor.cli import build_parser
+
+    args = build_parser().parse_args(["watch", "pod/x", flag, text])
+    assert getattr(args, flag.lstrip("-").replace("-", "_")) == seconds
+
+
+@pytest.mark.parametrize("text, needle", [("2x", "not a number of seconds or a duration such as 90s, 2m"),
+                                          ("inf", "not a number of seconds or a duration"),
+                                          ("-3", "must be more than 0 seconds"), ("0s", "must be more than 0"),
+                                          ("9999h", "at most 365 days")])
+def test_a_bad_duration_is_one_usage_line(text, needle):
+    proc = _meshdoctor("watch", "pod/x", f"--duration={text}")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and f"argument --duration: {needle}" in lines[0], proc.stderr
+
+
+def test_watch_help_says_the_duration_forms():
+    text = " ".join(_meshdoctor("watch", "--help").stdout.split())
+    assert "--duration DURATION stop after this long: seconds or 90s, 2m, 1h" in text

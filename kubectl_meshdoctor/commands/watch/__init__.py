@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -40,7 +41,7 @@ def _ifaces(text: str) -> tuple[str, ...]:
 def _watch_options(args, kube):
     return WatchOptions(targets=parse_targets(args.target), selector=args.selector,
                         namespace=args.namespace or kube.namespace,
-                        duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
+                        duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=math.ceil(args.ttl),
                         write_pcap_dir=args.write_pcap, overwrite_pcap=args.overwrite,
                         admin_port=args.proxy_admin_port,
                         full_capture=args.full_capture, dissect=args.dissect, envoy_debug=args.envoy_debug,
