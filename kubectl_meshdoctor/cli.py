@@ -140,6 +140,8 @@ probe-not-rewritten, excluded-port-exposed; exit 1 when any finding is an error.
 class _Parser(argparse.ArgumentParser):
     # An epilog built only when --help is asked for (from the detectors: not worth importing on every run).
     epilog_of: Callable[[], str] | None = None
+    # Options' help built the same way, by dest: what they list comes from the code, not a copy of it.
+    help_of: dict[str, Callable[[], str]] | None = None
     commands: tuple[str, ...] = ()  # the root parser's: every command it takes, its own and extensions'
 
     def __init__(self, *args, **kwargs) -> None:
@@ -154,6 +156,9 @@ class _Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         if self.epilog_of is not None:
             self.epilog = self.epilog_of()
+        for action in self._actions if self.help_of else ():
+            if action.dest in self.help_of:
+                action.help = self.help_of[action.dest]()
         return super().format_help()
 
 
@@ -194,6 +199,18 @@ def _positive(text: str) -> float:
         return parse_seconds(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _envoy_debug_help() -> str:
+    # The loggers watch raises (Pipeline.envoy_loggers: the detectors' and envoy/story.py STORY_LOGGERS), asked of
+    # the code when --help is: a list copied here missed `filter`.
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+
+    loggers = ", ".join(sorted(Pipeline.with_detectors().envoy_loggers()))
+    return ("for this run only, raise the sidecar's Envoy loggers the detectors read (" + loggers + ") to debug, so "
+            "each failing request is also told in Envoy's own words (findings quote those lines); the levels found "
+            "are put back when watch ends (q, Ctrl-C, SIGTERM, --duration), by a guard in the debug container if "
+            "watch is killed, else by the next watch or log-level on the pod. In the TUI: l, then v toggles it")
 
 
 def _count(text: str) -> int:
@@ -254,12 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "container, beside its tcpdump (needs tshark in --image, as netshoot has; ~160 MB of the pod's "
                    "memory an interface), so only the fields of the packets detectors read cross the API: less "
                    "CPU here on a busy pod, but no pcap bytes (no --write-pcap, no saving a finding's packets)")
-    w.add_argument("--envoy-debug", action="store_true",
-                   help="for this run only, raise the sidecar's Envoy loggers the detectors read (conn_handler, "
-                   "connection, client, pool, router, http, http2, upstream) to debug, so each failing request is "
-                   "also told in Envoy's own words (findings quote those lines); the levels found are put back when "
-                   "watch ends (q, Ctrl-C, SIGTERM, --duration), by a guard in the debug container if watch is "
-                   "killed, else by the next watch or log-level on the pod. In the TUI: l, then v toggles it")
+    w.add_argument("--envoy-debug", action="store_true", help="raise the loggers the detectors read to debug")
+    w.help_of = {"envoy_debug": _envoy_debug_help}
     w.add_argument("--full-capture", action="store_true",
                    help="capture every TCP packet; by default tcpdump in the pod keeps what a detector reads "
                    "(SYN/FIN/RST, HTTP/1 message starts on lo, pure ACKs on eth0), which keeps up with busier pods")

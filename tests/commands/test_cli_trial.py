@@ -88,3 +88,12 @@ def test_a_bad_duration_is_one_usage_line(text, needle):
 def test_watch_help_says_the_duration_forms():
     text = " ".join(_meshdoctor("watch", "--help").stdout.split())
     assert "--duration DURATION stop after this long: seconds or 90s, 2m, 1h" in text
+
+
+def test_watch_help_lists_the_loggers_envoy_debug_raises():
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+    from kubectl_meshdoctor.envoy.story import STORY_LOGGERS
+
+    text = " ".join(_meshdoctor("watch", "--help").stdout.split())
+    listed = text.split("raise the sidecar's Envoy loggers the detectors read (", 1)[1].split(")", 1)[0]
+    assert set(listed.split(", ")) == set(Pipeline.with_detectors().envoy_loggers()) >= set(STORY_LOGGERS)
