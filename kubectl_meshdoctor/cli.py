@@ -31,16 +31,11 @@ from kubectl_meshdoctor.commands.console import PROG, error
 from kubectl_meshdoctor.commands.help_format import WrappingHelpFormatter
 from kubectl_meshdoctor.commands.extensions import KNOWN_ELSEWHERE, load_extensions
 from kubectl_meshdoctor.core.registry import DetectorLoadError
-from kubectl_meshdoctor.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from kubectl_meshdoctor.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from kubectl_meshdoctor.frontends.report import RENDERERS
 
 # Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
 COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level"}
-EXIT_CODES_HELP = """\
-exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on stderr), or
-a watch where no interface captured anything and nothing else found an error (the report is printed; its
-problems say why)
-"""
 
 EPILOG_MAIN = """\
 examples:

@@ -97,3 +97,16 @@ def test_watch_help_lists_the_loggers_envoy_debug_raises():
     text = " ".join(_meshdoctor("watch", "--help").stdout.split())
     listed = text.split("raise the sidecar's Envoy loggers the detectors read (", 1)[1].split(")", 1)[0]
     assert set(listed.split(", ")) == set(Pipeline.with_detectors().envoy_loggers()) >= set(STORY_LOGGERS)
+
+
+def test_help_and_readme_give_the_same_exit_codes():
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().replace("`", "").split())
+    shown = " ".join(_meshdoctor("--help").stdout.split())
+    for case in ("0 no error finding, 1 at least one error finding, 2 usage or input error (one line on stderr), "
+                 "or a run that read nothing and found no error",
+                 "a watch where no interface captured anything or every capture stream was lost",
+                 "an analyze where no input held anything to read (a pcap header alone, frames of no byte, a log "
+                 "with no line of Envoy's)"):
+        assert case in shown and case in readme, case
