@@ -20,6 +20,7 @@ import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import shlex  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import traceback  # noqa: E402
@@ -379,12 +380,57 @@ def _parse(parser: argparse.ArgumentParser, given: list[str]) -> argparse.Namesp
     return parser.parse_args(given) if extra else args
 
 
+# kubectl takes these before its command; ours are the commands' own flags (argparse then read the flag's value
+# as the command: "invalid choice: 'ns'").
+_KUBE_FLAGS = {"-n": "-n/--namespace", "--namespace": "-n/--namespace", "--context": "--context",
+               "--kubeconfig": "--kubeconfig", "--request-timeout": "--request-timeout"}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def _takes(parser: argparse.ArgumentParser, flags: list[str]) -> bool:
+    """Whether ``parser``, or one of its own commands (lab up, lab down), has one of ``flags``."""
+    return (any(f in parser._option_string_actions for f in flags)
+            or any(_takes(p, flags) for p in _subcommands(parser).values()))
+
+
+def _kube_flag_first(given: list[str], parser: argparse.ArgumentParser) -> str | None:
+    """The one line for ``kubectl meshdoctor -n ns watch pod/x`` (a cluster flag before the command): where the
+    flag goes, and the command line with it moved there; or that the command has no such flag (analyze). None
+    when ``given`` does not start with one."""
+    moved: list[str] = []
+    i = 0
+    while i < len(given):
+        word = given[i]
+        name = word.split("=", 1)[0]
+        joined = "=" in word or (name.startswith("-n") and not name.startswith("--") and len(name) > 2)
+        if (name[:2] if joined and not name.startswith("--") else name) not in _KUBE_FLAGS:
+            break
+        step = 1 if joined else 2
+        moved += given[i:i + step]
+        i += step
+    if not moved:
+        return None
+    first = given[0].split("=", 1)[0]
+    label = _KUBE_FLAGS[first if first.startswith("--") else first[:2]]
+    commands = _subcommands(parser)
+    command, rest = (given[i], given[i + 1:]) if i < len(given) and given[i] in commands else ("COMMAND", given[i:])
+    if command != "COMMAND" and not _takes(commands[command], label.split("/")):
+        return f"{label}: {command} has no such option (see {PROG} {command} --help)"
+    return f"{label} goes after the command: {PROG} {shlex.join([command, *moved, *rest])}"
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in KNOWN_ELSEWHERE and given[0] not in parser.commands:
         return error(f"{given[0]}: {KNOWN_ELSEWHERE[given[0]]}")
+    misplaced = _kube_flag_first(given, parser)
+    if misplaced is not None:
+        return error(misplaced)
     args = _parse(parser, given)
     if args.command is None:
         parser.print_help()

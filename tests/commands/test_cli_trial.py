@@ -110,3 +110,19 @@ def test_help_and_readme_give_the_same_exit_codes():
                  "an analyze where no input held anything to read (a pcap header alone, frames of no byte, a log "
                  "with no line of Envoy's)"):
         assert case in shown and case in readme, case
+
+
+@pytest.mark.parametrize("argv, said", [
+    ("-n ns watch pod/x", "-n/--namespace goes after the command: kubectl meshdoctor watch -n ns pod/x"),
+    ("--namespace=ns watch pod/x",
+     "-n/--namespace goes after the command: kubectl meshdoctor watch --namespace=ns pod/x"),
+    ("--context prod -n shop watch deploy/r --no-tui",
+     "--context goes after the command: kubectl meshdoctor watch --context prod -n shop deploy/r --no-tui"),
+    ("--kubeconfig /tmp/k lint pod/y",
+     "--kubeconfig goes after the command: kubectl meshdoctor lint --kubeconfig /tmp/k pod/y"),
+    ("-nshop analyze a.pcap", "-n/--namespace: analyze has no such option (see kubectl meshdoctor analyze --help)"),
+])
+def test_a_cluster_flag_before_the_command_is_one_line_saying_where_it_goes(argv, said):
+    proc = _meshdoctor(*argv.split())
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"kubectl meshdoctor: error: {said}\n"
