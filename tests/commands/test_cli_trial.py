@@ -126,3 +126,26 @@ def test_a_cluster_flag_before_the_command_is_one_line_saying_where_it_goes(argv
     proc = _meshdoctor(*argv.split())
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"kubectl meshdoctor: error: {said}\n"
+
+
+def test_one_access_log_line_read_is_one_line(tmp_path):
+    from pathlib import Path
+
+    data = Path(__file__).parents[1] / "envoy" / "data" / "istio_access_log.txt"
+    line = next(x for x in data.read_text().splitlines() if x.startswith("["))
+    log = tmp_path / "proxy.log"
+    log.write_text(line + "\n")
+    first = _meshdoctor("analyze", str(log)).stdout.splitlines()[0]
+    assert first.endswith("no capture; 1 access-log line read"), first
+    log.write_text(f"{line}\n{line}\n")
+    assert _meshdoctor("analyze", str(log)).stdout.splitlines()[0].endswith("; 2 access-log lines read")
+
+
+@pytest.mark.parametrize("n, said", [(1, "the run's"), (2, "the run's, for both problems that name it"),
+                                     (4, "the run's, for all 4 problems that name it")])
+def test_a_counter_two_problems_name_is_said_to_be_both_of_theirs(n, said):
+    from collections import Counter
+
+    from kubectl_meshdoctor.frontends.report import _whose
+
+    assert _whose("reviews", "cluster.x.upstream_rq_503", Counter({("reviews", "cluster.x.upstream_rq_503"): n})) == said
