@@ -149,3 +149,13 @@ def test_a_counter_two_problems_name_is_said_to_be_both_of_theirs(n, said):
     from kubectl_meshdoctor.frontends.report import _whose
 
     assert _whose("reviews", "cluster.x.upstream_rq_503", Counter({("reviews", "cluster.x.upstream_rq_503"): n})) == said
+
+
+@pytest.mark.parametrize("argv", [["-"], ["-", "ticket.txt"]])
+def test_analyze_dash_says_to_save_stdin_to_a_file(argv, tmp_path):
+    (tmp_path / "ticket.txt").write_text("[2025-06-12T08:14:03.512Z] \"GET / HTTP/1.1\" 503 UF\n")
+    proc = subprocess.run([sys.executable, "-m", "kubectl_meshdoctor", "analyze", *argv], input="x\n",
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("kubectl meshdoctor: error: -: analyze reads files, not standard input: save it to a "
+                           "file first and name the file (analyze ticket.txt)\n")
