@@ -148,7 +148,8 @@ def test_a_counter_two_problems_name_is_said_to_be_both_of_theirs(n, said):
 
     from kubectl_meshdoctor.frontends.report import _whose
 
-    assert _whose("reviews", "cluster.x.upstream_rq_503", Counter({("reviews", "cluster.x.upstream_rq_503"): n})) == said
+    counter = "cluster.x.upstream_rq_503"
+    assert _whose("reviews", counter, Counter({("reviews", counter): n})) == said
 
 
 @pytest.mark.parametrize("argv", [["-"], ["-", "ticket.txt"]])
