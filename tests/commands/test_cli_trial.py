@@ -3,7 +3,6 @@ durations, help that copied the code's lists, and `analyze -`."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import subprocess
 import sys
