@@ -20,6 +20,7 @@ import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import shlex  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import traceback  # noqa: E402
@@ -31,16 +32,11 @@ from kubectl_meshdoctor.commands.console import PROG, error
 from kubectl_meshdoctor.commands.help_format import WrappingHelpFormatter
 from kubectl_meshdoctor.commands.extensions import KNOWN_ELSEWHERE, load_extensions
 from kubectl_meshdoctor.core.registry import DetectorLoadError
-from kubectl_meshdoctor.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from kubectl_meshdoctor.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from kubectl_meshdoctor.frontends.report import RENDERERS
 
 # Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
 COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level"}
-EXIT_CODES_HELP = """\
-exit codes: 0 no error finding, 1 at least one error finding, 2 usage or input error (one line on stderr), or
-a watch where no interface captured anything and nothing else found an error (the report is printed; its
-problems say why)
-"""
 
 EPILOG_MAIN = """\
 examples:
@@ -140,6 +136,8 @@ probe-not-rewritten, excluded-port-exposed; exit 1 when any finding is an error.
 class _Parser(argparse.ArgumentParser):
     # An epilog built only when --help is asked for (from the detectors: not worth importing on every run).
     epilog_of: Callable[[], str] | None = None
+    # Options' help built the same way, by dest: what they list comes from the code, not a copy of it.
+    help_of: dict[str, Callable[[], str]] | None = None
     commands: tuple[str, ...] = ()  # the root parser's: every command it takes, its own and extensions'
 
     def __init__(self, *args, **kwargs) -> None:
@@ -154,6 +152,9 @@ class _Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         if self.epilog_of is not None:
             self.epilog = self.epilog_of()
+        for action in self._actions if self.help_of else ():
+            if action.dest in self.help_of:
+                action.help = self.help_of[action.dest]()
         return super().format_help()
 
 
@@ -187,13 +188,25 @@ def _request_timeout(text: str) -> float | None:
 
 
 def _positive(text: str) -> float:
+    # Seconds, or a duration as kubectl users type one (2m, 1m30s): --request-timeout takes both.
+    from kubectl_meshdoctor.kube.duration import parse_seconds
+
     try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
-    return v
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _envoy_debug_help() -> str:
+    # The loggers watch raises (Pipeline.envoy_loggers: the detectors' and envoy/story.py STORY_LOGGERS), asked of
+    # the code when --help is: a list copied here missed `filter`.
+    from kubectl_meshdoctor.core.pipeline import Pipeline
+
+    loggers = ", ".join(sorted(Pipeline.with_detectors().envoy_loggers()))
+    return ("for this run only, raise the sidecar's Envoy loggers the detectors read (" + loggers + ") to debug, so "
+            "each failing request is also told in Envoy's own words (findings quote those lines); the levels found "
+            "are put back when watch ends (q, Ctrl-C, SIGTERM, --duration), by a guard in the debug container if "
+            "watch is killed, else by the next watch or log-level on the pod. In the TUI: l, then v toggles it")
 
 
 def _count(text: str) -> int:
@@ -222,21 +235,22 @@ def build_parser() -> argparse.ArgumentParser:
     _kube_flags(w)
     w.add_argument("--no-tui", action="store_true", help="no screen: print a report at the end (the default "
                    "when stdout or stdin is not a terminal)")
-    w.add_argument("--duration", type=_positive, metavar="SECONDS",
-                   help="stop after this many seconds (default: until q / Ctrl-C)")
+    w.add_argument("--duration", type=_positive, metavar="DURATION",
+                   help="stop after this long: seconds or 90s, 2m, 1h (default: until q / Ctrl-C)")
     _output_flag(w)
     w.add_argument("--image", default=None, help="debug container image with tcpdump "
                    "(default docker.io/nicolaka/netshoot:v0.13)")
-    w.add_argument("--ttl", type=_positive, default=3600, metavar="SECONDS",
-                   help="the debug container's sleep: it ends by itself after this (default 3600)")
+    w.add_argument("--ttl", type=_positive, default=3600, metavar="DURATION",
+                   help="the debug container's sleep: it ends by itself after this; seconds or 30m, 2h (default 1h)")
     w.add_argument("--iface", default="lo,eth0", metavar="LIST",
                    help="the pod's interfaces to capture, comma-separated (default lo,eth0)")
     w.add_argument("--proxy-admin-port", type=int, default=15000, metavar="PORT",
                    help="the sidecar's Envoy admin port, for counters (default 15000)")
     w.add_argument("-v", "--verbose", action="store_true",
                    help="progress lines on stderr even when it is not a terminal (e.g. \"capturing ...\")")
-    w.add_argument("--start-timeout", type=_positive, default=120, metavar="SECONDS",
-                   help="how long the debug container may take to start, e.g. pulling its image (default 120)")
+    w.add_argument("--start-timeout", type=_positive, default=120, metavar="DURATION",
+                   help="how long the debug container may take to start, e.g. pulling its image; seconds or 90s, 5m "
+                   "(default 2m)")
     w.add_argument("--profile", choices=("least", "netadmin"), default="least",
                    help="debug container capabilities: least = NET_RAW only (default), netadmin = NET_ADMIN too")
     w.add_argument("--dry-run", action="store_true",
@@ -253,12 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "container, beside its tcpdump (needs tshark in --image, as netshoot has; ~160 MB of the pod's "
                    "memory an interface), so only the fields of the packets detectors read cross the API: less "
                    "CPU here on a busy pod, but no pcap bytes (no --write-pcap, no saving a finding's packets)")
-    w.add_argument("--envoy-debug", action="store_true",
-                   help="for this run only, raise the sidecar's Envoy loggers the detectors read (conn_handler, "
-                   "connection, client, pool, router, http, http2, upstream) to debug, so each failing request is "
-                   "also told in Envoy's own words (findings quote those lines); the levels found are put back when "
-                   "watch ends (q, Ctrl-C, SIGTERM, --duration), by a guard in the debug container if watch is "
-                   "killed, else by the next watch or log-level on the pod. In the TUI: l, then v toggles it")
+    w.add_argument("--envoy-debug", action="store_true", help="raise the loggers the detectors read to debug")
+    w.help_of = {"envoy_debug": _envoy_debug_help}
     w.add_argument("--full-capture", action="store_true",
                    help="capture every TCP packet; by default tcpdump in the pod keeps what a detector reads "
                    "(SYN/FIN/RST, HTTP/1 message starts on lo, pure ACKs on eth0), which keeps up with busier pods")
@@ -370,12 +380,57 @@ def _parse(parser: argparse.ArgumentParser, given: list[str]) -> argparse.Namesp
     return parser.parse_args(given) if extra else args
 
 
+# kubectl takes these before its command; ours are the commands' own flags (argparse then read the flag's value
+# as the command: "invalid choice: 'ns'").
+_KUBE_FLAGS = {"-n": "-n/--namespace", "--namespace": "-n/--namespace", "--context": "--context",
+               "--kubeconfig": "--kubeconfig", "--request-timeout": "--request-timeout"}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+def _takes(parser: argparse.ArgumentParser, flags: list[str]) -> bool:
+    """Whether ``parser``, or one of its own commands (lab up, lab down), has one of ``flags``."""
+    return (any(f in parser._option_string_actions for f in flags)
+            or any(_takes(p, flags) for p in _subcommands(parser).values()))
+
+
+def _kube_flag_first(given: list[str], parser: argparse.ArgumentParser) -> str | None:
+    """The one line for ``kubectl meshdoctor -n ns watch pod/x`` (a cluster flag before the command): where the
+    flag goes, and the command line with it moved there; or that the command has no such flag (analyze). None
+    when ``given`` does not start with one."""
+    moved: list[str] = []
+    i = 0
+    while i < len(given):
+        word = given[i]
+        name = word.split("=", 1)[0]
+        joined = "=" in word or (name.startswith("-n") and not name.startswith("--") and len(name) > 2)
+        if (name[:2] if joined and not name.startswith("--") else name) not in _KUBE_FLAGS:
+            break
+        step = 1 if joined else 2
+        moved += given[i:i + step]
+        i += step
+    if not moved:
+        return None
+    first = given[0].split("=", 1)[0]
+    label = _KUBE_FLAGS[first if first.startswith("--") else first[:2]]
+    commands = _subcommands(parser)
+    command, rest = (given[i], given[i + 1:]) if i < len(given) and given[i] in commands else ("COMMAND", given[i:])
+    if command != "COMMAND" and not _takes(commands[command], label.split("/")):
+        return f"{label}: {command} has no such option (see {PROG} {command} --help)"
+    return f"{label} goes after the command: {PROG} {shlex.join([command, *moved, *rest])}"
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in KNOWN_ELSEWHERE and given[0] not in parser.commands:
         return error(f"{given[0]}: {KNOWN_ELSEWHERE[given[0]]}")
+    misplaced = _kube_flag_first(given, parser)
+    if misplaced is not None:
+        return error(misplaced)
     args = _parse(parser, given)
     if args.command is None:
         parser.print_help()

@@ -19,3 +19,12 @@ def by_signal(signum: int) -> int:
 
 
 EXIT_INTERRUPTED = by_signal(signal.SIGINT)  # Ctrl-C outside a run's own handling: 130
+
+# The codes as --help says them (its epilogs, re-wrapped to the terminal): here, beside the numbers, so that the
+# help does not keep a copy that drifts from README's "Exit codes" and docs/DESIGN.md's.
+EXIT_CODES_HELP = f"""\
+exit codes: {EXIT_OK} no error finding, {EXIT_FINDINGS} at least one error finding, {EXIT_USAGE} usage or input
+error (one line on stderr), or a run that read nothing and found no error (the report is printed; its problems
+say why): a watch where no interface captured anything or every capture stream was lost, an analyze where no input held
+anything to read (a pcap header alone, frames of no byte, a log with no line of Envoy's)
+"""

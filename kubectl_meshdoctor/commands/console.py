@@ -48,4 +48,13 @@ async def progress_line(pipelines, label: str, every_s: float = 1.0,
             sys.stderr.write(f"\r{label}, so far: {packets} packets analysed ({per_iface}), {findings} findings ")
             sys.stderr.flush()
     finally:
+        end_progress_line()
+
+
+def end_progress_line() -> None:
+    """Erase the progress line on a terminal's stderr, at once. Called before a report or a problem line is
+    written: a cancelled progress_line erases it only when the loop next runs its task, which may be after the
+    report went out, glued to the line's end (stdout and stderr on one terminal)."""
+    if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
+        sys.stderr.flush()

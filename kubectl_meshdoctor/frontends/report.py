@@ -50,7 +50,8 @@ def _headline(report: Report) -> str:
     clusters = report.envoy.clusters if isinstance(report.envoy, FilesSide) else None
     if not st.by_iface and (lines or own or dumps or clusters):  # logs or dumps alone: no packet to analyse
         hosts = sum(c["hosts"] for c in clusters.values()) if clusters else 0
-        read = [f"{lines} access-log lines" if lines else "", f"{own} entries of Envoy's own log" if own else "",
+        read = [f"{lines} access-log line{'' if lines == 1 else 's'}" if lines else "",
+                f"{own} entr{'y' if own == 1 else 'ies'} of Envoy's own log" if own else "",
                 f"/stats counters (since {dumps.since})" if dumps else "",
                 f"/clusters ({len(clusters)} cluster(s), {hosts} host(s))" if clusters else ""]
         skipped = logs.other_log_lines if logs is not None else 0
@@ -182,7 +183,7 @@ def _sharing(groups) -> Counter:
 
 def _whose(pod: str | None, name: str, sharing: Counter) -> str:
     n = sharing[pod, name]
-    return "the run's" if n < 2 else f"the run's, for all {n} problems that name it"
+    return "the run's" if n < 2 else f"the run's, for {'both' if n == 2 else f'all {n}'} problems that name it"
 
 
 class _Verbatim(str):

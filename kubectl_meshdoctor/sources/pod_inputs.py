@@ -155,8 +155,14 @@ def _identity(path: str) -> tuple[int, int] | None:
 def pod_inputs(argv: Sequence[str]) -> PodInputs:
     """Each input file of ``argv`` (the arguments above) once, with its pod (None for all when no argument
     names one); a directory that holds no file or cannot be listed is a problem (``skipped``) and the rest is
-    read. Raises InputError (one line) for two directories of one name (two pods would be read as one), for
-    ``FILE:WORD`` with WORD no interface name (CaptureArg.parse), and when no argument is left to read."""
+    read. Raises InputError (one line) for ``-`` (stdin is not read: the line says to save it to a file), for
+    two directories of one name (two pods would be read as one), for ``FILE:WORD`` with WORD no interface name
+    (CaptureArg.parse), and when no argument is left to read."""
+    if any(CaptureArg.parse(arg).path == "-" and not os.path.exists(arg) for arg in argv):
+        # Each input is read by path, more than once (its head for its kind, then tshark or the log reader, the
+        # reader again to interleave by time), as /dev/stdin is refused by files.py: stdin is not read at all.
+        raise InputError("-: analyze reads files, not standard input: save it to a file first and name the file "
+                         "(analyze ticket.txt)")
     out: list[CaptureArg] = []
     skipped: list[Problem] = []
     pods = _Pods()

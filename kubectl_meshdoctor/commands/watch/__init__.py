@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
 import sys
 from pathlib import Path
 
-from kubectl_meshdoctor.commands.console import error, progress_line
+from kubectl_meshdoctor.commands.console import end_progress_line, error, progress_line
 from kubectl_meshdoctor.commands.watch.headless_stop import found_so_far, leave_now, within_grace
 from kubectl_meshdoctor.commands.watch.live import MAX_PODS, WatchOptions, WatchState, watch
 from kubectl_meshdoctor.core.pipeline import Pipeline
@@ -25,6 +26,10 @@ from kubectl_meshdoctor.frontends.report import rendered_for
 from kubectl_meshdoctor.frontends.shown import one_line
 
 
+# Said once on a terminal by a headless watch without --duration, which otherwise never says how it ends.
+UNTIL_CTRL_C = "capturing until Ctrl-C: Ctrl-C ends the capture and prints the report"
+
+
 def _ifaces(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", n)]
@@ -36,7 +41,7 @@ def _ifaces(text: str) -> tuple[str, ...]:
 def _watch_options(args, kube):
     return WatchOptions(targets=parse_targets(args.target), selector=args.selector,
                         namespace=args.namespace or kube.namespace,
-                        duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=int(args.ttl),
+                        duration_s=args.duration, image=args.image or DEFAULT_IMAGE, ttl_s=math.ceil(args.ttl),
                         write_pcap_dir=args.write_pcap, overwrite_pcap=args.overwrite,
                         admin_port=args.proxy_admin_port,
                         full_capture=args.full_capture, dissect=args.dissect, envoy_debug=args.envoy_debug,
@@ -156,6 +161,8 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
                 sys.stderr.write(f"\r\033[K{f.severity.value}: {f.detector}: {one_line(f.title)} "
                                  f"({f.flow.text(labelled=False)})\n")
 
+        if live and opts.duration_s is None:  # a run with no end of its own: say once how it ends, and that it reports
+            sys.stderr.write(f"{UNTIL_CTRL_C}\n")
         pipelines = []
 
         def make_pipeline(pod: str) -> Pipeline:
@@ -177,6 +184,7 @@ def _watch_headless(kube, opts, output: str, verbose: bool = False, redact: bool
             return error(str(e))
         finally:
             ticker.cancel()
+            end_progress_line()
         for p in report.problems:
             sys.stderr.write(f"problem: {one_line(p.line())}\n")
         sys.stdout.write(rendered_for(output, report, sys.stdout))
