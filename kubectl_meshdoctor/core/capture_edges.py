@@ -1,0 +1,48 @@
+"""Whether a request Envoy logged lies within what a pod's captures could show of it, and the report's line on the
+failing lines that do not (core/correlate.py reads them as context, not judged).
+
+A capture shows a request's cause only over the span it ran: a request that began before it (the pod's log is
+followed before tcpdump starts), or was still open when it stopped (a watch's ``--duration`` ending between the
+app's ``GET`` on lo and its RST 200 ms later), has a part where its cause would show that no packet read could
+show. Such a line is context, as one from before a live capture began; a line wholly inside the span whose cause
+the packets do not show is judged (the cause is elsewhere: "not in this evidence"), and one wholly outside is
+commands/outside_span.py's in analyze.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .unseen import IfaceStats, span
+
+LOG_RESOLUTION_S = 0.001  # Envoy's %START_TIME% and %DURATION% are whole milliseconds (truncated)
+
+
+def edge(by_iface: Mapping[str, IfaceStats], start: float, duration_ms: int) -> str | None:
+    """Whether a request logged at ``start`` (seconds since the epoch) lasting ``duration_ms`` runs across an edge
+    of the span of the pod's packets read (``by_iface``, core/unseen.span): "before" (it began before the first
+    packet and ended after it), "after" (it began by the latest and ended after it), else None (wholly inside,
+    wholly outside, nothing read, no start). Its times are whole milliseconds: the start is taken as late as it may
+    be, the end (start plus duration) is no later than the real one, so an edge said is one for sure."""
+    read = span(by_iface)
+    if read is None or not start:
+        return None
+    first, last = read
+    end = start + duration_ms / 1000.0
+    if start + LOG_RESOLUTION_S <= first <= end:
+        return "before"
+    return "after" if start <= last < end else None
+
+
+def context_note(before: int, after: int, live: bool) -> str | None:
+    """One line on the failing access-log lines read as context: ``before`` of requests begun before the capture
+    (a live run's start, or the first packet), ``after`` of requests still open at its last packet; a live run
+    (``live``) speaks of its capture, analyze of the captures given. None when there were none."""
+    capture = "the capture" if live else "the captures given"
+    said = [f"{before} failing access-log line(s) of requests that began before {capture} did were read as "
+            f"context, not judged: no packet of their start could be seen" if before else "",
+            f"{after} failing access-log line(s) of requests still open "
+            f"{'when the capture stopped' if live else 'at the end of the captures given'} (they ended after "
+            f"{'its' if live else 'their'} last packet) were read as context, not judged: their end, where a cause "
+            f"shows, was not captured" if after else ""]
+    return "; ".join(w for w in said if w) or None
