@@ -18,12 +18,16 @@ from .unseen import IfaceStats, span
 LOG_RESOLUTION_S = 0.001  # Envoy's %START_TIME% and %DURATION% are whole milliseconds (truncated)
 
 
-def edge(by_iface: Mapping[str, IfaceStats], start: float, duration_ms: int) -> str | None:
+def edge(by_iface: Mapping[str, IfaceStats], start: float, duration_ms: int,
+         stopped: float | None = None) -> str | None:
     """Whether a request logged at ``start`` (seconds since the epoch) lasting ``duration_ms`` runs across an edge
     of the span of the pod's packets read (``by_iface``, core/unseen.span): "before" (it began before the first
-    packet and ended after it), "after" (it began by the latest and ended after it), else None (wholly inside,
-    wholly outside, nothing read, no start). Its times are whole milliseconds: the start is taken as late as it may
-    be, the end (start plus duration) is no later than the real one, so an edge said is one for sure."""
+    packet and ended after it), "after" (it began by the latest and ended after it, or, in a live run, began after
+    its capture ``stopped``: the time it knew the capture over, no earlier than tcpdump's end), else None (wholly
+    inside, wholly outside, nothing read, no start). Its times are whole milliseconds: the start is taken as late as
+    it may be, the end (start plus duration) is no later than the real one, so an edge said is one for sure."""
+    if stopped is not None and start > stopped:
+        return "after"
     read = span(by_iface)
     if read is None or not start:
         return None
@@ -41,8 +45,8 @@ def context_note(before: int, after: int, live: bool) -> str | None:
     capture = "the capture" if live else "the captures given"
     said = [f"{before} failing access-log line(s) of requests that began before {capture} did were read as "
             f"context, not judged: no packet of their start could be seen" if before else "",
-            f"{after} failing access-log line(s) of requests still open "
-            f"{'when the capture stopped' if live else 'at the end of the captures given'} (they ended after "
-            f"{'its' if live else 'their'} last packet) were read as context, not judged: their end, where a cause "
-            f"shows, was not captured" if after else ""]
+            f"{after} failing access-log line(s) of requests "
+            + ("that ended after the capture stopped (open at its last packet, or begun after it)" if live else
+               "still open at the end of the captures given (they ended after their last packet)")
+            + " were read as context, not judged: their end, where a cause shows, was not captured" if after else ""]
     return "; ".join(w for w in said if w) or None

@@ -204,13 +204,13 @@ class Correlator:
         # A live run whose capture has not begun yet (await_capture): a request decided now began before it did.
         self.capture_pending = False
         self.before_capture = 0
-        # The pod's packets read so far (PipelineStats.by_iface): a line across their span's edge is context too.
+        # The pod's packets read so far (PipelineStats.by_iface), a live capture's stop: a line across either is context
         self.by_iface: Mapping[str, IfaceStats] = by_iface if by_iface is not None else {}
+        self.judged_until: float | None = None
         self.after_capture = 0
 
     def await_capture(self) -> None:
-        """A live run's capture is about to begin: until its start is known (CaptureStartEvent), a request decided
-        (older than GRACE_S) began before it."""
+        """A live run's capture is to begin: until its start is known (CaptureStartEvent), one decided began before."""
         self.capture_pending = True
 
     def before_capture_note(self) -> str | None:
@@ -365,8 +365,8 @@ class Correlator:
             return None
         # A line alone (no debug-log story, which tells of its own connection's end) is judged against packets
         # only: one across an edge of their span is context, as one from before the capture.
-        across = (edge(self.by_iface, entry.ts, entry.duration_ms) if failing and story is None and line is not None
-                  else None)
+        across = (edge(self.by_iface, entry.ts, entry.duration_ms, self.judged_until)
+                  if failing and story is None and line is not None else None)
         if across == "after" and now is not None:
             return None
         rec.decided = True

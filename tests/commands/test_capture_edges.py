@@ -97,3 +97,18 @@ def test_a_line_decided_before_the_live_capture_began_is_context():
     found = [f for f in p.finish() if f.severity is Severity.ERROR]
     assert not found and p.correlator.before_capture == 1, found
     assert "began before the capture did" in (p.correlator.before_capture_note() or "")
+
+
+def test_a_line_of_a_request_begun_after_the_live_capture_stopped_is_context():
+    """watch reads the sidecar's log on after its capture stopped (the access log is flushed late): a request begun
+    after the stop had no packet to be seen. One begun before the stop, with no packet read, is judged as before."""
+    uc = _uc(SERVER)
+    for stopped, errors, context in ((uc.ts - 0.5, 0, 1), (uc.ts + 0.5, 1, 0)):
+        p = Pipeline.with_detectors(pod="stale-keepalive")
+        p.context(CaptureStartEvent(uc.ts - 5.0))
+        p.correlator.judged_until = stopped
+        p.context(AccessLogEvent(uc.ts, uc))
+        found = [f for f in p.finish() if f.severity is Severity.ERROR]
+        assert len(found) == errors and p.correlator.after_capture == context, (stopped, found)
+        if context:
+            assert "ended after the capture stopped" in (p.correlator.before_capture_note() or "")

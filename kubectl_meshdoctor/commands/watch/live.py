@@ -287,6 +287,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         finally:
             await run.stop()
             capture_ended = time.time()
+            pipeline.correlator.judged_until = capture_ended  # a line begun later had no packet to be seen
         captured = run.report()
         problems += captured.problems
         pipeline.stats.frames_read.update(captured.frames_read)
