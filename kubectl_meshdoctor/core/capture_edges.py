@@ -16,6 +16,15 @@ from collections.abc import Mapping
 from .unseen import IfaceStats, span
 
 LOG_RESOLUTION_S = 0.001  # Envoy's %START_TIME% and %DURATION% are whole milliseconds (truncated)
+# The response flags whose cause only packets show (a reset, a refused connect, a malformed message, the caller
+# going away): a line of these alone across an edge is context. A line of any other flag (UO, UH, NR, UT, a rate
+# limit...) is proven by the log itself and its detector's claim, wherever the capture stopped: never set aside.
+PACKET_CAUSED = frozenset({"UC", "UF", "URX", "UPE", "DC", "DPE"})
+
+
+def packet_caused(flags: tuple[str, ...]) -> bool:
+    """Whether every one of a line's response ``flags`` (one at least) is of a cause only packets show."""
+    return bool(flags) and PACKET_CAUSED.issuperset(flags)
 
 
 def edge(by_iface: Mapping[str, IfaceStats], start: float, duration_ms: int,

@@ -22,7 +22,7 @@ from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
-from .capture_edges import context_note, edge
+from .capture_edges import context_note, edge, packet_caused
 from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
 from .hop_pairs import logged_entries
 from .hop_path import DOWNSTREAM_FLAGS
@@ -366,7 +366,7 @@ class Correlator:
         # A line alone (no debug-log story, which tells of its own connection's end) is judged against packets
         # only: one across an edge of their span is context, as one from before the capture.
         across = (edge(self.by_iface, entry.ts, entry.duration_ms, self.judged_until)
-                  if failing and story is None and line is not None else None)
+                  if failing and story is None and line is not None and packet_caused(entry.flags) else None)
         if across == "after" and now is not None:
             return None
         rec.decided = True

@@ -112,3 +112,18 @@ def test_a_line_of_a_request_begun_after_the_live_capture_stopped_is_context():
         assert len(found) == errors and p.correlator.after_capture == context, (stopped, found)
         if context:
             assert "ended after the capture stopped" in (p.correlator.before_capture_note() or "")
+
+
+def test_a_line_proven_by_the_log_alone_is_judged_wherever_the_capture_stopped():
+    """Only a line whose cause packets show (UC, UF, UPE, DC...) is set aside at an edge: real Envoy's 503 UO
+    (the circuit breaker's overflow, tests/data/envoy-1.40-mesh/overflow/caller) is proven by its own line, so one
+    begun after the live capture stopped is still its detector's finding, not context."""
+    log = DATA / "envoy-1.40-mesh" / "overflow" / "caller" / "istio-proxy.log"
+    uo = next(e for ln in log.read_text().splitlines() if ln.startswith("[20") and (e := parse_line(ln))
+              and "UO" in e.flags)
+    p = Pipeline.with_detectors(pod="caller")
+    p.context(CaptureStartEvent(uo.ts - 5.0))
+    p.correlator.judged_until = uo.ts - 0.5
+    p.context(AccessLogEvent(uo.ts, uo))
+    found = [f for f in p.finish() if f.severity is Severity.ERROR]
+    assert [f.detector for f in found] == ["circuit-breaker-overflow"] and p.correlator.after_capture == 0, found
