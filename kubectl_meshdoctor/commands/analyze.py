@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from kubectl_meshdoctor.commands.capture_meta import named_by_watch
-from kubectl_meshdoctor.commands.outside_span import outside_capture
+from kubectl_meshdoctor.commands.outside_span import context_problems, outside_capture
 from kubectl_meshdoctor.commands.console import error, progress_line
 from kubectl_meshdoctor.commands.tui import KEEP_RECENT, evidence_saver, pods_lines
 from kubectl_meshdoctor.core.events import ClustersEvent, EnvoyCountersEvent, PacketEvent
@@ -163,8 +163,8 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
         empty.add(a.path)
     read_captures = sum(1 for a, r in zip(captures, results) if (not r.error or r.cut_short) and a.path not in empty)
     read_logs = sum(1 for r in results[len(captures):] if r.readable)
-    return Report(source, pipeline.stats, findings, problems, envoy=envoy,
-                  captured_nothing=not (read_captures or read_logs or read_dumps), logged=pipeline.logged,
+    return Report(source, pipeline.stats, findings, problems + context_problems(pipeline, [a.path for a in logs]),
+                  envoy=envoy, captured_nothing=not (read_captures or read_logs or read_dumps), logged=pipeline.logged,
                   addresses=pipeline.addresses())
 
 

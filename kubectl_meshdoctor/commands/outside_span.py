@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from kubectl_meshdoctor.core.findings import Finding
-from kubectl_meshdoctor.core.pipeline import PipelineStats
+from kubectl_meshdoctor.core.findings import Finding, Problem
+from kubectl_meshdoctor.core.pipeline import Pipeline, PipelineStats
 
 
 def _clock(ts: float) -> str:
@@ -63,3 +63,10 @@ def outside_capture(findings: list[Finding], stats: PipelineStats) -> list[Findi
                            details={**f.details, "outside_capture": {key: round(gap, 3),
                                                                      "span": [round(first, 6), round(last, 6)]}}))
     return out
+
+
+def context_problems(pipeline: Pipeline, logs: list[str]) -> list[Problem]:
+    """The report's line on the failing access-log lines of ``logs`` (their paths) read as context, not judged
+    (core/correlate.py: requests across an edge of the captures' span), as watch says it; none when none was."""
+    note = pipeline.correlator.before_capture_note()
+    return [Problem(", ".join(logs), note)] if note is not None and logs else []

@@ -22,11 +22,12 @@ from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 from kubectl_meshdoctor.envoy.stats import scoped
 from kubectl_meshdoctor.envoy.story import StreamStory
 
+from .capture_edges import context_note, edge, packet_caused
 from .findings import ENVOY_LOG, PACKET, Evidence, Finding, FlowRef, Severity
-from .hop_pairs import caller_side, logged_entries
+from .hop_pairs import logged_entries
 from .hop_path import DOWNSTREAM_FLAGS
-from .remedies import upstream_pod_commands
-from .upstream_pod import ip_of
+from .remedies import capture_next
+from .unseen import IfaceStats
 
 # The flags of a request Envoy failed or refused (envoy/flags.py): fault injection (FI, DI) is asked for, the rest
 # is a failure a user meets, a 4xx among them a warning (rate limited, denied by an external authorizer).
@@ -51,17 +52,6 @@ UNPINNED_WINDOW_S = 0.25
 GRACE_S = 5.0  # how long a failing line waits for a packet finding before it is reported on its own
 MAX_LINES = 10_000
 
-_NEXT_CAPTURE = {
-    "UC": "capture lo while it happens: a request from 127.0.0.6 on an idle pooled connection answered by the "
-          "app's RST (with or without a FIN before it) is stale-keepalive; on eth0, a challenge ACK before it is "
-          "tuple-collision",
-    "UF": "capture lo: a SYN from 127.0.0.6 answered by RST means nothing listens on the app port; no answer "
-          "means drops; on the caller's side, capture eth0 for challenge ACKs (tuple-collision)",
-    "URX": "the retries were spent: look for the failure of each attempt (UF, UC) in the same window",
-    "UPE": "capture lo: the app's response headers show which framing rule (RFC 9112 section 6) it breaks",
-    "UH": "no healthy endpoint: check the cluster's hosts in /clusters (health_flags) and the endpoints",
-    "UT": "the route timeout fired: compare the access log's duration with the app's response time on lo",
-}
 
 
 def _server_of(entry: AccessLogEntry) -> str | None:
@@ -189,9 +179,8 @@ class Correlator:
     once: explained by a finding, claimed by a detector that reads it, or reported on its own."""
 
     def __init__(self, pod: str | None = None, source: str = "istio-proxy log", redact: bool = True,
-                 packets: Callable[[], int] | None = None) -> None:
+                 by_iface: Mapping[str, IfaceStats] | None = None) -> None:
         self.pod = pod
-        self._packets = packets  # how many packets the run has read so far (None: not told)
         self.redact = redact  # hide the credentials a line carries where it is quoted (--no-redact: show them)
         self.source = source
         self._lines: deque[_Record] = deque(maxlen=MAX_LINES)
@@ -202,15 +191,24 @@ class Correlator:
         # A live run's capture start (CaptureStartEvent): a failing request that began earlier is context, counted
         # in before_capture, not judged: no packet of it could be seen, nor, across pods, the other hop's line.
         self.judged_from: float | None = None
+        # A live run whose capture has not begun yet (await_capture): a request decided now began before it did.
+        self.capture_pending = False
         self.before_capture = 0
+        # The pod's packets read so far (PipelineStats.by_iface), a live capture's stop: a line across either is context
+        self.by_iface: Mapping[str, IfaceStats] = by_iface if by_iface is not None else {}
+        self._told = by_iface is not None  # whether "no packet read" can be said
+        self.judged_until: float | None = None
+        self.after_capture = 0
+
+    def await_capture(self) -> None:
+        """A live run's capture is to begin: until its start is known (CaptureStartEvent), one decided began before."""
+        self.capture_pending = True
 
     def before_capture_note(self) -> str | None:
-        """One line on the failing lines read as context (``before_capture``), for the report's problems and a
-        live screen's; None when there were none."""
-        if not self.before_capture:
-            return None
-        return (f"{self.before_capture} failing access-log line(s) of requests that began before the capture did "
-                f"were read as context, not judged: no packet of theirs could be seen")
+        """The line on the failing lines read as context (``before_capture``, ``after_capture``), for the report's
+        problems and a live screen's (core/capture_edges.context_note); None when there were none."""
+        return context_note(self.before_capture, self.after_capture,
+                            self.judged_from is not None or self.capture_pending)
 
     def add(self, entry: AccessLogEntry, source: str | None = None, line: int = 0) -> None:
         """Keep access-log line ``entry``; ``source`` and ``line`` (1-based) name where it was read (a file
@@ -320,7 +318,7 @@ class Correlator:
         requests not yet decided are checked, so a tick costs a scan of the kept ones, not findings x lines."""
         wire = [f for f in findings if of_the_wire(f)]  # the only findings that explain a line not their own
         by_details = self._by_details(wire, claims)
-        decided = (self._decide(rec, wire, claims, by_details) for rec in self._lines
+        decided = (self._decide(rec, wire, claims, by_details, now) for rec in self._lines
                    if not rec.decided and (now is None or now - rec.entry.ts >= GRACE_S))
         return [f for f in decided if f is not None]
 
@@ -346,8 +344,9 @@ class Correlator:
         return [f for f in findings if not f.envoy_flags and f.response_code_details] if claims else []
 
     def _decide(self, rec: _Record, wire: list[Finding], claims: Sequence[Claim],
-                by_details: list[Finding]) -> Finding | None:
-        """The finding of one request not decided yet, or None (explained already, or no failure)."""
+                by_details: list[Finding], now: float | None = None) -> Finding | None:
+        """The finding of one request not decided yet, or None (explained already, or no failure, or, at a tick
+        (``now``), a line still open at the latest packet read: left undecided, later packets may show its end)."""
         line = rec if rec.story is None else rec.partner
         story = rec.story if rec.story is not None else (rec.partner.story if rec.partner else None)
         entry = line.entry if line is not None else rec.entry
@@ -355,14 +354,24 @@ class Correlator:
                    or envoys_own_5xx(entry))
         if not failing and not claims:
             return None
+        # A line alone (no debug-log story, which tells of its own connection's end) is judged against packets
+        # only: one across an edge of their span is context, as one from before the capture.
+        across = (edge(self.by_iface, entry.ts, entry.duration_ms, self.judged_until)
+                  if failing and story is None and line is not None and packet_caused(entry.flags) else None)
+        if across == "after" and now is not None:
+            return None
         rec.decided = True
         if rec.partner is not None:
             rec.partner.decided = True
-        if self.judged_from is not None and entry.ts < self.judged_from and entry.ts:
+        if self.capture_pending or self.judged_from is not None and entry.ts < self.judged_from and entry.ts:
             self.before_capture += failing
             return None
         if any(explains(f, entry) for f in (wire if failing else by_details)):
             return None  # a finding of the wire speaks of it already (and quotes it: attach)
+        if across is not None:
+            self.before_capture += across == "before"
+            self.after_capture += across == "after"
+            return None
         evidence = ((Evidence.log_line(line.source, line.n, entry.ts, log_line_summary(entry)),)
                     if line is not None else ()) + (story_evidence(story) if story is not None else ())
         if not evidence:
@@ -380,16 +389,9 @@ class Correlator:
     def _finding(self, evidence: Evidence, entry: AccessLogEntry) -> Finding:
         flags = [flag(s) for s in entry.flags]
         meanings = "; ".join(f"{fl.short} ({fl.long or 'unknown flag'}): {fl.meaning}" for fl in flags)
-        nxt = next((_NEXT_CAPTURE[s] for s in entry.flags if s in _NEXT_CAPTURE),
-                   "capture lo and eth0 while it happens (kubectl meshdoctor watch)")
-        remedy = f"# What to capture next: {nxt}."
-        upstream = ip_of(entry.upstream_host) if caller_side(entry) else None
-        if upstream is not None:  # a caller's line: the lo to capture is the upstream pod's, not this one's
-            find, ns = upstream_pod_commands(parse_istio_cluster(entry.upstream_cluster), entry.upstream_host)
-            remedy = (f"# What to capture next, on the upstream pod ({upstream}): {nxt}.\n{find}\n"
-                      f"kubectl meshdoctor watch {ns}pod/<that pod>")
+        remedy = capture_next(entry)
         no_packet = ("No capture was read with it, so no packet could show the cause"
-                     if self._packets is not None and not self._packets() else
+                     if self._told and not any(s.packets for s in self.by_iface.values()) else
                      "No packet in the capture explains it (the failure may lie outside the captured interfaces or "
                      "before the capture started)")
         flow = access_log_flow(entry)

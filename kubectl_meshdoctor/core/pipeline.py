@@ -89,7 +89,7 @@ class Pipeline:
         self.stats = PipelineStats(by_iface=ctx.by_iface, missed=missed_by(
             (d.id, d.unseen_rank, d.unseen_without) for d in self.detectors))
         self._on_finding = on_finding
-        self.correlator = Correlator(ctx.pod, redact=ctx.redact, packets=lambda: self.stats.packets)
+        self.correlator = Correlator(ctx.pod, redact=ctx.redact, by_iface=ctx.by_iface)
         self._next_tick: float | None = None
         self.recent: deque[PacketEvent] = deque(maxlen=keep_recent)
         self._envoy_moved: dict[str, dict[str, int]] = {}
@@ -202,6 +202,7 @@ class Pipeline:
                 self._pods = [*self._pods[:1], ev]
             case CaptureStartEvent():
                 self.correlator.judged_from = max(self.correlator.judged_from or ev.ts, ev.ts)
+                self.correlator.capture_pending = False
         if self.correlator.evicted:
             self._emit(self.correlator.decide_evicted(self._wire, self._claims))
         for det in self.detectors:

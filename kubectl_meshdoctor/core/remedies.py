@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 
-from kubectl_meshdoctor.envoy.istio_cluster import IstioCluster
+from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
+from kubectl_meshdoctor.envoy.istio_cluster import IstioCluster, parse_istio_cluster
 
 from .fixes import Fix
 
@@ -218,3 +219,34 @@ def upstream_pod_commands(cluster: IstioCluster | None, upstream_host: str | Non
     if cluster is not None and cluster.service:
         return f"kubectl get endpointslices {flag}-l kubernetes.io/service-name={cluster.service} -o wide", flag
     return f"# the pods behind {(cluster.host if cluster is not None else '') or 'the cluster'}", flag
+
+
+# What to capture next for an access-log line no packet explains (core/correlate.py's own finding), by its flag.
+_NEXT_CAPTURE = {
+    "UC": "capture lo while it happens: a request from 127.0.0.6 on an idle pooled connection answered by the "
+          "app's RST (with or without a FIN before it) is stale-keepalive; on eth0, a challenge ACK before it is "
+          "tuple-collision",
+    "UF": "capture lo: a SYN from 127.0.0.6 answered by RST means nothing listens on the app port; no answer "
+          "means drops; on the caller's side, capture eth0 for challenge ACKs (tuple-collision)",
+    "URX": "the retries were spent: look for the failure of each attempt (UF, UC) in the same window",
+    "UPE": "capture lo: the app's response headers show which framing rule (RFC 9112 section 6) it breaks",
+    "UH": "no healthy endpoint: check the cluster's hosts in /clusters (health_flags) and the endpoints",
+    "UT": "the route timeout fired: compare the access log's duration with the app's response time on lo",
+}
+
+
+def capture_next(entry: AccessLogEntry) -> str:
+    """The remediation of an access-log line no packet explains: what to capture next, by its response flag; for a
+    caller's line (an outbound cluster) on the upstream pod, with the commands that find it by %UPSTREAM_HOST%."""
+    from .hop_pairs import caller_side  # core modules that read findings: not needed by the fixes above
+    from .upstream_pod import ip_of
+
+    nxt = next((_NEXT_CAPTURE[s] for s in entry.flags if s in _NEXT_CAPTURE),
+               "capture lo and eth0 while it happens (kubectl meshdoctor watch)")
+    upstream = ip_of(entry.upstream_host) if caller_side(entry) else None
+    if upstream is None:
+        return f"# What to capture next: {nxt}."
+    # A caller's line: the lo to capture is the upstream pod's, not this one's.
+    find, ns = upstream_pod_commands(parse_istio_cluster(entry.upstream_cluster), entry.upstream_host)
+    return (f"# What to capture next, on the upstream pod ({upstream}): {nxt}.\n{find}\n"
+            f"kubectl meshdoctor watch {ns}pod/<that pod>")

@@ -98,6 +98,17 @@ def unseen(by_iface: dict[str, int], missed: Iterable[Missed]) -> list[Unseen]:
     return out
 
 
+def span(by_iface: Mapping[str, IfaceStats]) -> tuple[float, float] | None:
+    """The span of the packets read of one pod (``by_iface``: interface -> its counts): the first's and the
+    latest's time of any interface (seconds since the epoch), or None when none was read. What its captures could
+    show of a request: one that began before it, or still ran after it, had a part no packet read could show."""
+    read = [st for st in by_iface.values() if st.packets and st.first_ts is not None and st.last_ts is not None]
+    if not read:
+        return None
+    return min(st.first_ts for st in read if st.first_ts is not None), max(
+        st.last_ts for st in read if st.last_ts is not None)
+
+
 def captured(by_iface: Mapping[str, IfaceStats], start: float | None = None,
              end: float | None = None) -> tuple[str, ...]:
     """Of one pod's lo and eth0 (in that order), those whose packets were read (``by_iface``: interface -> its
@@ -107,9 +118,8 @@ def captured(by_iface: Mapping[str, IfaceStats], start: float | None = None,
     commands/outside_span.py judges a request: those captures could not show it. Not each interface's own span:
     the reader keeps only the packets a detector may act on, so a capture running all along may hold none read
     near the time."""
-    read = [st for st in by_iface.values() if st.packets and st.first_ts is not None and st.last_ts is not None]
-    if start is not None and (not read or min(st.first_ts for st in read) > (start if end is None else end)
-                              or start > max(st.last_ts for st in read)):
+    read = span(by_iface)
+    if start is not None and (read is None or read[0] > (start if end is None else end) or start > read[1]):
         return ()
     return tuple(i for i in ROLES if (st := by_iface.get(i)) is not None and st.packets)
 

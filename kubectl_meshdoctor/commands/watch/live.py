@@ -105,8 +105,8 @@ PipelineFactory = Callable[[str], Pipeline]
 class CaptureStarts:
     """When every pod's capture has begun, each pod's pipeline learns the latest start (CaptureStartEvent): a
     request that began earlier is context, for its packets could not be seen, nor, across pods, the other hop's
-    line (each pod's log is followed from its own setup on). A pod that never starts leaves the rest unjudged by
-    time, as before."""
+    line (each pod's log is followed from its own setup on). Until then each pod judges from its own start; a pod
+    that never starts leaves the rest judged from their own."""
 
     def __init__(self, pods: int) -> None:
         self.pods = pods
@@ -114,6 +114,8 @@ class CaptureStarts:
         self.latest = 0.0
 
     def started(self, pipeline: Pipeline, ts: float) -> None:
+        # Its own start at once: a request decided before it began is context (Correlator.await_capture).
+        pipeline.context(CaptureStartEvent(ts))
         self.pipelines.append(pipeline)
         self.latest = max(self.latest, ts)
         if len(self.pipelines) == self.pods:
@@ -261,6 +263,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         kernel_before = await _kernel_counters(kube, pod, dbg.name, problems, pipeline)
         progress(f"reading Envoy admin and following the {SIDECAR_CONTAINER} log of pod/{pod_name}")
         ticker = QuietTicker(pipeline)
+        pipeline.correlator.await_capture()  # the log is followed from now on, the capture begins later
         proxy = await open_proxy(kube, pod.metadata.namespace, pod_name, ticker.wrap(pipeline.context),
                                  opts.admin_port)
         ticker.idle = proxy.log.idle if proxy.log else None
@@ -284,6 +287,7 @@ async def watch_pod(kube: Kube, opts: WatchOptions, pod, pipeline: Pipeline, sto
         finally:
             await run.stop()
             capture_ended = time.time()
+            pipeline.correlator.judged_until = capture_ended  # a line begun later had no packet to be seen
         captured = run.report()
         problems += captured.problems
         pipeline.stats.frames_read.update(captured.frames_read)
