@@ -60,7 +60,8 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
         second = _second_row([step if waiting else "", said or ""], trouble,
                              [x for x in ("" if waiting else step, latest) if x], width)
         counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}"
-        return _before(where, counts, width) + "\n" + second
+        short = f"{st.packets} pkts  flows: {st.flows_seen}  findings: {findings}"  # s46: before the namespace
+        return _before(where, [counts, short], width) + "\n" + second
     counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}".rstrip()
     if width > 1 and len(where) > 2 * width:
         where = where[:2 * width - 1] + "…"
@@ -98,16 +99,19 @@ def _short_verdict(line: str) -> str:
     return _VERDICT_TOTAL.sub(r"\1\2", line, count=1)
 
 
-def _before(where: str, counts: str, width: int) -> str:
-    """``where`` and ``counts`` on one row of ``width`` columns: ``where`` cut with "…" to leave ``counts``
-    whole (a pod's name first, its namespace and context cut), the row cut if ``counts`` alone is wider."""
+def _before(where: str, counts: list[str], width: int) -> str:
+    """``where`` and the traffic's counts on one row of ``width`` columns: the first of ``counts`` (their longest
+    form first) with which ``where`` is whole (s46: at 80 columns the per-interface packet counts give way to a
+    watch's namespace and context); else the first, whole, and ``where`` cut with "…" (a pod's name first, its
+    namespace and context cut; a list of files); the row cut if the counts alone are wider."""
     where = one_line(where)
+    text = next((c for c in counts if width <= 1 or len(where) + 2 + len(c) <= width), counts[0])
     if not where:
-        return _cut(counts, width)
-    room = width - len(counts) - 2
+        return _cut(counts[0], width)
+    room = width - len(text) - 2
     if width > 1 and len(where) > room:
         where = where[:room - 1] + "…" if room > 8 else ""  # less than a pod's name: the counts alone
-    return _cut(f"{where}  {counts}" if where else counts, width)
+    return _cut(f"{where}  {text}" if where else text, width)
 
 
 def _cut(line: str, width: int, rows: int = 1) -> str:
