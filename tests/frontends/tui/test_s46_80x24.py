@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from kubectl_meshdoctor.core.findings import SPEC, NoFlow
+
 from kubectl_meshdoctor.commands.watch.live_session import watch_described
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.frontends.tui.status_line import _second_row
 
 from .test_80x24 import SIZES, status_rows
 from .test_app import replay_session, wait_for
+from .test_no_flow_tui import AlsoSpec, spec_findings
 from .test_small_screen import shown
 
 
@@ -58,3 +62,51 @@ async def test_a_hostile_target_shows_as_text_or_cut_and_the_counts_stay_whole(p
             assert row.strip().startswith("pod/nnnn") and "…  " in row, row
         assert app.is_running  # [@click=app.quit] was not a link that ran
         await pilot.press("q")
+
+
+class SpecAndDrops(AlsoSpec):
+    """The collision, the pod's spec warnings, and tcpdump's drops known only when it ends (a watch's)."""
+
+    def drops(self):
+        return {"collision/eth0": None, "collision/lo": 0}
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_verdict_row_says_its_counts_whole_the_spec_warnings_with_them_before_any_name(size):
+    """The trial: `verdict so far: 1 error, 0 warnings: tuple-collision; …  ·  drops: at the end…` over two WARN
+    rows: the clause counting them cut, "0 warnings" read wrong, the drops unreadable."""
+    session = SpecAndDrops(spec_findings())
+    app = MeshDoctorApp(session)
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "q quits" in str(app.query_one("#status").render()) and app.list.up_to_date())
+        await pilot.pause(0.3)
+        spec = sum(isinstance(g.shown.flow, NoFlow) and g.shown.flow.kind == SPEC for g in app.list.groups())
+        assert spec >= 1
+        rows = status_rows(app)
+        if size == (80, 24):
+            assert rows[1].strip().startswith(f"verdict: 1 error, 0 warnings + {spec} spec (lint)  ·  drops: at the "
+                                              "end  ·  tuple-"), rows
+            assert len(rows[1].rstrip()) <= 80
+        else:  # the wide layout: the report's verdict whole, on a row of its own
+            said = (f"verdict: 1 failure problem (1 error, 0 warnings): tuple-collision; {spec} spec "
+                    f"warning{'' if spec == 1 else 's'} of the pods (lint)")
+            assert any(r.strip().startswith(said) for r in rows), rows
+            assert any("drops: at the end" in r for r in rows), rows
+        await pilot.press("q")
+
+
+def test_the_counts_are_whole_before_any_name_at_every_width():
+    """_second_row from 40 to 130 columns, with the spec warnings' clause the trial saw cut: where the whole head
+    does not fit, the errors, warnings, the spec count and the trouble are whole before the detectors' names."""
+    verdict = ("verdict so far: 2 failure problems (1 error, 1 warning): stale-keepalive, tuple-collision; "
+               "2 spec warnings of the pods (lint)")
+    trouble = "problems: 1  drops: at the end"
+    for width in range(40, 131):
+        row = _second_row([verdict], trouble, ["capturing lo, eth0"], width)
+        head = row[:row.index(trouble) + len(trouble)]
+        assert len(head) <= width - 1, (width, row)
+        if "keepalive" not in head and width - 1 >= len("so far: 1 error, 1 warning + 2 spec  ·  ") + len(trouble):
+            assert "1 error, 1 warning + 2 spec" in head, (width, row)  # the names given way: the counts first
+            assert row.index("stale-keepalive, tuple-collision") > row.index(trouble), (width, row)
+        if width >= 80:
+            assert "…" not in head, (width, row)
