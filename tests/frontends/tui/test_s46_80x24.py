@@ -4,17 +4,21 @@ the characters the screen shows (test_small_screen.shown), at 80x24 and at 160x4
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from kubectl_meshdoctor.core.findings import SPEC, NoFlow
 
 from kubectl_meshdoctor.commands.watch.live_session import watch_described
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.frontends.tui.stats_pane import SHORT_CLUSTER, CountersScreen, short_cluster
 from kubectl_meshdoctor.frontends.tui.status_line import _second_row
 
 from .test_80x24 import SIZES, status_rows
 from .test_app import replay_session, wait_for
 from .test_no_flow_tui import AlsoSpec, spec_findings
+from .test_offline_panes import REFUSED, opened, read, session_of
 from .test_small_screen import shown
 
 
@@ -110,3 +114,55 @@ def test_the_counts_are_whole_before_any_name_at_every_width():
             assert row.index("stale-keepalive, tuple-collision") > row.index(trouble), (width, row)
         if width >= 80:
             assert "…" not in head, (width, row)
+
+
+HOSTILE_CLUSTERS = {"outbound|5000||[bold]x[/bold].ns.svc.cluster.local": "out [bold]x[/bold].ns:5000",
+                    "outbound|80||[@click=app.quit].svc.cluster.local": "out [@click=app.quit]:80",
+                    "inbound|5000||": "in :5000", "BlackHoleCluster": "BlackHoleCluster"}
+
+
+def test_a_cluster_s_short_name_has_its_direction_service_namespace_port_and_subset():
+    assert short_cluster("outbound|9080|v1|reviews.shop.svc.cluster.local") == "out reviews.shop:9080 v1"
+    assert short_cluster("outbound|9080||reviews.shop.svc.corp.example") == "out reviews.shop:9080"
+    assert short_cluster("outbound|443||api.example.com") == "out api.example.com:443"  # a ServiceEntry's host
+    for name, short in HOSTILE_CLUSTERS.items():
+        assert short_cluster(name) == short
+    long = short_cluster("outbound|9080||" + "n" * 300 + ".shop.svc.cluster.local")
+    assert len(long) == SHORT_CLUSTER and long.endswith("…")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_counters_keep_each_stat_s_cluster_on_screen_short_at_80_columns(tmp_path, size):
+    """The trial: `108 external.upstream_rq_200` rows at 80 columns, the cluster column off-screen. Clusters of
+    hostile names (markup, a link, control bytes, 300 characters) show as text, or cut."""
+    pod = tmp_path / "caller"
+    shutil.copytree(REFUSED / "caller", pod)
+    # /stats names hold no brackets (envoy.stats.parse_stats skips such lines): markup comes without them
+    on_screen = {"outbound|80||@click=app.quit.svc.cluster.local": "out @click=app.quit:80",
+                 "outbound|5000||a\x1bb.svc.cluster.local": "out a\\x1bb:5000", "inbound|5000||": "in :5000",
+                 "BlackHoleCluster": "BlackHoleCluster",
+                 "outbound|5000||" + "n" * 300: "out " + "n" * (SHORT_CLUSTER - 5) + "…"}
+    hostile = list(on_screen)
+    for dump, value in (("stats-before.txt", 0), ("stats-after.txt", 7)):
+        with (pod / dump).open("a") as out:
+            out.writelines(f"cluster.{c};.upstream_rq_200: {value}\n" for c in hostile)
+    app = MeshDoctorApp(session_of(pod))
+    async with app.run_test(size=size) as pilot:
+        await read(app, pilot)
+        table = await opened(app, pilot, "k", CountersScreen, "#counters")
+        await pilot.press("slash", *"rq_200", "enter")
+        await wait_for(pilot, lambda: table.row_count == len(hostile))
+        await pilot.pause(0.2)
+        lines = shown(app)[table.region.y:table.region.bottom]
+        assert all(len(line.rstrip()) <= size[0] for line in lines)
+        rows = [" ".join(line.split()) for line in lines]
+        if size[0] == 80:
+            assert rows[0].startswith("moved cluster stat"), rows
+            for short in on_screen.values():
+                assert f"7 {short} upstream_rq_200" in rows, (short, rows)
+        else:  # as it was: the stat, then its cluster whole (a long one cut by the screen)
+            assert rows[0].startswith("moved stat cluster"), rows
+            for name in hostile[:4]:
+                assert "7 upstream_rq_200 " + name.replace("\x1b", "\\x1b") in rows, (name, rows)
+        assert app.is_running
+        await pilot.press("escape", "escape", "q")
