@@ -12,13 +12,14 @@ from kubectl_meshdoctor.core.findings import SPEC, NoFlow
 
 from kubectl_meshdoctor.commands.watch.live_session import watch_described
 from kubectl_meshdoctor.frontends.tui.app import MeshDoctorApp
+from kubectl_meshdoctor.frontends.tui.detail_pane import DetailPane
 from kubectl_meshdoctor.frontends.tui.stats_pane import SHORT_CLUSTER, CountersScreen, short_cluster
 from kubectl_meshdoctor.frontends.tui.status_line import _second_row
 
 from .test_80x24 import SIZES, status_rows
 from .test_app import replay_session, wait_for
 from .test_no_flow_tui import AlsoSpec, spec_findings
-from .test_offline_panes import REFUSED, opened, read, session_of
+from .test_offline_panes import DATA, REFUSED, opened, read, session_of
 from .test_small_screen import shown
 
 
@@ -166,3 +167,32 @@ async def test_the_counters_keep_each_stat_s_cluster_on_screen_short_at_80_colum
                 assert "7 upstream_rq_200 " + name.replace("\x1b", "\\x1b") in rows, (name, rows)
         assert app.is_running
         await pilot.press("escape", "escape", "q")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_ladder_keeps_its_ports_whole_and_its_rows_on_one_line(size):
+    """The trial: `│◀ P. :5000→:5…─│  #6 last response from`, `#8 request from the sidecar on the` wrapping: the
+    labels' short forms keep the ports whole; a name is cut with "…" (the evidence list has it whole)."""
+    stale = DATA / "envoy-1.40-mesh" / "stale-keepalive"
+    app = MeshDoctorApp(session_of(stale / "caller", stale / "server"))
+    async with app.run_test(size=size) as pilot:
+        await read(app, pilot)
+        await wait_for(pilot, lambda: app.selected is not None)
+        f = app.selected
+        await pilot.press("enter")
+        detail = app.query_one(DetailPane)
+        await wait_for(pilot, lambda: detail.has_focus)
+        await pilot.pause(0.3)
+        while not any("#10 " in line for line in shown(app)):
+            assert detail.scroll_y < detail.max_scroll_y, "the ladder is not reachable"
+            await pilot.press("pagedown")
+            await pilot.pause(0.2)
+        lines = shown(app)
+        for e in (e for e in f.evidence if e.src and e.dst):
+            row = next(line for line in lines if f"  #{e.frame} " in line)
+            src, dst = (x.rpartition(":")[2] for x in (e.src, e.dst))
+            assert f"{e.flags} {src}→{dst} " in row or f"{e.flags} :{src}→:{dst} " in row, row  # ports whole
+            assert len(row.rstrip()) <= size[0]
+            following = lines[lines.index(row) + 1]
+            assert "│" in following or "⋮" in following, following  # no name wrapped onto a row of its own
+        await pilot.press("q")
