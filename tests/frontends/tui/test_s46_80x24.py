@@ -17,7 +17,8 @@ from kubectl_meshdoctor.frontends.tui.stats_pane import SHORT_CLUSTER, CountersS
 from kubectl_meshdoctor.frontends.tui.status_line import _second_row
 
 from .test_80x24 import SIZES, status_rows
-from .test_app import replay_session, wait_for
+from .test_app import replay_session, screen_text, wait_for
+from .test_loggers import loggers_open
 from .test_no_flow_tui import AlsoSpec, spec_findings
 from .test_offline_panes import DATA, REFUSED, opened, read, session_of
 from .test_small_screen import shown
@@ -200,3 +201,35 @@ async def test_the_ladder_keeps_its_ports_whole_and_its_rows_on_one_line(size):
             following = lines[lines.index(row) + 1]
             assert "│" in following or "⋮" in following, following  # no name wrapped onto a row of its own
         await pilot.press("q")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_instance_line_keeps_its_key_hints_whole(size):
+    """The trial: `… (30.0/min)  -  [` / `older  ] newer` at 80 columns: the rate gives way, the hints stay whole on
+    the line's one row; beside the list (160x45) the line is as it was."""
+    app = MeshDoctorApp(replay_session("lab-collision3m-eth0.pcap:eth0", "lab-collision3m-lo.pcap:lo"))
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "files read" in str(app.query_one("#status").render()) and app.selected)
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.query_one(DetailPane).has_focus)
+        await pilot.pause(0.3)
+        lines = shown(app)
+        at = next(i for i, line in enumerate(lines) if "instance 90 of 90 (newest)" in line)
+        if size == (80, 24):
+            assert lines[at].strip().endswith("  -  [ older  ] newer"), lines[at]
+            assert lines[at + 1].lstrip().startswith("ERROR"), lines[at + 1]  # nothing wrapped
+        else:
+            assert "(30.0/min)" in screen_text(app, "#detail")
+        await pilot.press("q")
+
+
+async def test_a_footer_leaves_out_a_hint_that_does_not_fit_whole(tmp_path):
+    """The trial: the `l` pane's footer ended in `v detectors' l`."""
+    async with loggers_open(tmp_path, (80, 24)) as (_, app, pilot, table):
+        await pilot.pause(0.3)
+        footer = shown(app)[-1]
+        long_hint = "v detectors' loggers: debug for this run / back"
+        assert long_hint in footer or "detectors'" not in footer, footer
+        assert footer.rstrip().endswith("esc back"), footer  # a later hint kept where it fits
+        assert len(footer.rstrip()) <= 80
