@@ -9,6 +9,7 @@ characters), so the same lines go into the TUI and into ``-o markdown`` reports.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ LANES = ("client", "eth0", "sidecar", "app (lo)")
 _X = (0, 12, 36, 60)  # lane columns inside the diagram; labels fit between eth0 and sidecar, sidecar and app
 _TIME_W = 10  # "+1234.567 " column on the left
 _NAME_W = 32  # a row's evidence name at most (after its "#145 "); the evidence list carries the whole text
+MIN_NAME = 12  # a row's evidence name keeps this many columns when its lanes make room for whole labels
 _MIN_LANES = 40  # narrower, a label between two lanes would be cut to nothing: the diagram scrolls instead
 NOTE_INDENT = _TIME_W + 2  # where a note's text starts (after "⋮ "): a wrapped row or note goes on there
 
@@ -65,24 +67,55 @@ def arrows(f: Finding) -> list[Arrow]:
 
 def _lanes(width: int | None, names: list[str]) -> tuple[int, ...]:
     """The lanes' columns: _X, or spread over what ``width`` columns leave once the time column and the longest
-    of the rows' ``names`` (``#19 SYN``) are set beside them; the client -> eth0 gap stays the narrowest, for
-    labels go between eth0 and the sidecar, and the sidecar and the app."""
+    of the rows' ``names`` (``#19 SYN``) are set beside them."""
     if width is None:
         return _X
-    room = max(_MIN_LANES, width - _TIME_W - 2 - max(map(len, names), default=0) - 1)
+    return _spread(max(_MIN_LANES, width - _TIME_W - 2 - max(map(len, names), default=0) - 1))
+
+
+def _spread(room: int) -> tuple[int, ...]:
+    """The lanes over ``room`` columns: the client -> eth0 gap stays the narrowest, for labels go between eth0 and
+    the sidecar, and the sidecar and the app."""
     eth0 = max(len(LANES[0]) + 3, room // 6)  # "client" and "eth0" apart in the header
     sidecar = eth0 + (room - eth0) // 2
     return (0, eth0, sidecar, room)
 
 
-def _name(arrow: Arrow) -> str:
+def _whole(arrow: Arrow, label: str, lanes: tuple[int, ...]) -> bool:
+    """Whether ``_row`` draws ``label`` whole on ``arrow`` between ``lanes``: between its lanes (with a space each
+    side and the arrow's three columns), or for an arrow across eth0, between eth0 and its far lane."""
+    lo, hi = sorted((lanes[arrow.start], lanes[arrow.end]))
+    if lo < lanes[1] < hi:
+        return len(label) + 2 <= hi - lanes[1] - 2
+    return len(label) + 2 <= hi - lo - 3
+
+
+def _room_for(rows: list[Arrow], labels: list[str]) -> int:
+    """The fewest columns of lanes (``_spread``) on which every row's label is whole."""
+    room = _MIN_LANES
+    while not all(_whole(a, label, _spread(room)) for a, label in zip(rows, labels)):
+        room += 1
+    return room
+
+
+def _label_forms(label: str) -> list[str]:
+    """``label`` (``P. :5000→:51544 95B``) and its shorter forms, the ports kept: without the payload's size
+    (``P. :5000→:51544``), then without the ports' colons (``P. 5000→51544``)."""
+    bare = re.sub(r" \d+B$", "", label)
+    return [label, bare, bare.replace(":", "")]
+
+
+def _name(arrow: Arrow, most: int = _NAME_W) -> str:
+    """The row's name, ``#145 what``, its ``what`` at most ``most`` columns (a shorter one cut with "…")."""
     what = arrow.what.split(" (")[0].split(", ")[0]  # its name; the evidence list carries the rest
     if arrow.record and not what.startswith(arrow.record):  # the frame's TLS record leads: the label has no room
         what = f"{arrow.record}: {what}"
+    if most < _NAME_W and len(what) > most:
+        what = what[:max(most - 1, 1)].rstrip() + "…"
     return f"#{arrow.frame} {what[:_NAME_W]}"
 
 
-def _row(arrow: Arrow, lanes: tuple[int, ...]) -> str:
+def _row(arrow: Arrow, lanes: tuple[int, ...], label: str | None = None, name: str | None = None) -> str:
     width = lanes[-1] + 1
     cells = [" "] * width
     for x in lanes:
@@ -94,7 +127,7 @@ def _row(arrow: Arrow, lanes: tuple[int, ...]) -> str:
         cells[hi - 1] = "▶"
     else:
         cells[lo + 1] = "◀"
-    label = f" {arrow.label} "
+    label = f" {arrow.label if label is None else label} "
     span = hi - lo - 3
     if len(label) > span:
         label = label[: max(span - 1, 0)] + "… "
@@ -105,7 +138,7 @@ def _row(arrow: Arrow, lanes: tuple[int, ...]) -> str:
     for i, ch in enumerate(label):
         if lo < at + i < hi - 1 and cells[at + i] != "┼":
             cells[at + i] = ch
-    return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  {_name(arrow)}"
+    return f"{'+' + format(arrow.rel_ms, '.3f'):>{_TIME_W - 1}} " + "".join(cells) + f"  {name or _name(arrow)}"
 
 
 def _header(lanes: tuple[int, ...]) -> list[str]:
@@ -138,8 +171,21 @@ def render_ladder(f: Finding, width: int | None = None) -> list[str]:
     rows = arrows(f)
     if not rows:
         return []
-    lanes = _lanes(width, [_name(a) for a in rows])
-    lines = _header(lanes) + [_row(a, lanes) for a in rows]
+    names, labels = [_name(a) for a in rows], [a.label for a in rows]
+    lanes = _lanes(width, names)
+    if width is not None and not all(_whole(a, a.label, lanes) for a in rows):
+        # s46: at 80 columns the labels' ports were cut (`P. :5000→:5…`) and the names wrapped. The longest label
+        # form whose lanes leave the names whole, else the shortest, the names cut to what its lanes leave (the
+        # evidence list above has them whole), down to MIN_NAME columns
+        name_w = max(map(len, names))
+        for form in range(3):
+            labels = [_label_forms(a.label)[form] for a in rows]
+            room = _room_for(rows, labels)
+            if width - _TIME_W - 2 - room - 1 >= name_w:
+                break
+        lanes = _spread(room)
+        names = [_name(a, max(width - _TIME_W - 2 - room - 1 - len(f"#{a.frame} "), MIN_NAME)) for a in rows]
+    lines = _header(lanes) + [_row(a, lanes, label, name) for a, label, name in zip(rows, labels, names)]
     for e in f.evidence:
         if not (e.src and e.dst):
             lines += _note(e, width)

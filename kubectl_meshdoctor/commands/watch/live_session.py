@@ -50,6 +50,14 @@ class RunLoggerControl(LoggerControl):
         return self.levels(), said
 
 
+def watch_described(target: str, namespace: str, context: str | None) -> tuple[str, str]:
+    """The watch's header line, ``pod/x  namespace n  context c``, and its short form for the 80-column status
+    line, ``pod/x  ns/n  ctx/c`` (kubectl's ``ns`` short name; the context left out when there is none). The pod
+    first in both: a narrow terminal cuts a line's end, and the pod is what the user must not lose."""
+    ctx, short = (f"  context {context}", f"  ctx/{context}") if context else ("", "")
+    return f"{target}  namespace {namespace}{ctx}", f"{target}  ns/{namespace}{short}"
+
+
 class LiveSession(Session):
     """``watch`` on the cluster (live.py) with one fresh pipeline per pod; the findings shown joined as the report
     will join them (core/live_join.py); the Envoy panes show a pod's sidecar (the first, or the one asked for),
@@ -65,8 +73,7 @@ class LiveSession(Session):
         self.saves_evidence = opts.dissect == "local"  # --dissect pod: the packets stay in the pod
         self.exit_when_done = opts.duration_s is not None
         target = describe_targets(opts.targets, opts.selector)
-        # The pod first: a narrow terminal cuts the header's end, and the pod is what the user must not lose.
-        self.describe = f"{target}  namespace {opts.namespace}  context {kube.context}"
+        self.describe, self.describe_short = watch_described(target, opts.namespace, kube.context)
         self.pipelines: list[Pipeline] = []
         self.state = WatchState()
         self._controls: dict[str, LoggerControl] = {}

@@ -388,7 +388,8 @@ class MeshDoctorApp(SaveKey, EnvoyPaneKeys, App[Report | None]):
                            self.last_progress, time.monotonic() - self._progress_since,
                            self.report is not None or self.error is not None,
                            len(self.findings) - self._shown if self.paused else None,
-                           one_line(self.session.describe) if self.compact() else "",  # the header is hidden
+                           # the header is hidden: its line, in short, beside the counts
+                           one_line(self.session.describe_short or self.session.describe) if self.compact() else "",
                            self.size.width - 2, self.compact())
 
     def _on_timer(self, refresh: Callable[[], None]) -> None:

@@ -8,6 +8,7 @@ read from its top.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from textual.app import ComposeResult
@@ -24,15 +25,21 @@ from .detail import finding_detail, finding_explanation, ladder_text
 from .plain import PlainStatic
 
 
-def instance_line(g: FindingGroup | None, f: Finding) -> str:
+def instance_line(g: FindingGroup | None, f: Finding, width: int = 0) -> str:
     """Which instance of ``g`` is ``f`` and how many are newer: "instance 23 of 81, seen 81 times in 2 min
-    (30.0/min)  -  newer instances: 58 (] steps, n the newest)"; "" for a problem seen once."""
+    (30.0/min)  -  newer instances: 58 (] steps, n the newest)  [ older"; "" for a problem seen once. Wider than
+    ``width`` columns (0: any width), the rate goes first, then the key hints, each whole from the last (s46: at
+    80 columns the line wrapped as `… (30.0/min)  -  [` / `older  ] newer`)."""
     if g is None or g.count < 2 or f not in g.instances:
         return ""
     at = g.instances.index(f) + 1
     newer = g.count - at
-    steps = f"newer instances: {newer} (] steps, n the newest)  [ older" if newer else "[ older  ] newer"
-    return f"instance {at} of {g.count}{' (newest)' if not newer else ''}, seen {g.span_text()}  -  {steps}"
+    hints = [f"newer instances: {newer}", "(] steps, n the newest)", " [ older"] if newer else ["[ older", " ] newer"]
+    span = g.span_text()
+    head = f"instance {at} of {g.count}{' (newest)' if not newer else ''}, seen "
+    lines = [f"{head}{span}  -  {' '.join(hints)}", f"{head}{re.sub(r' [(][^()]*/min[)]$', '', span)}"]
+    lines[1:] = [lines[1] + ("  -  " + " ".join(hints[:n]) if n else "") for n in range(len(hints), -1, -1)]
+    return next((line for line in lines if len(line) <= width), lines[-1]) if width > 0 else lines[0]
 
 
 class DetailPane(ScrollableContainer):
@@ -49,6 +56,8 @@ class DetailPane(ScrollableContainer):
         self._shown: tuple[GroupKey | None, int] | None = None  # the problem and instance shown: read from the top
         self._finding: Finding | None = None
         self._line = ""
+        self._group: FindingGroup | None = None
+        self._redact = True
         self._ladder_width: int | None = None  # the width the ladder was last drawn for
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -69,7 +78,11 @@ class DetailPane(ScrollableContainer):
     def show(self, f: Finding, g: FindingGroup | None, redact: bool) -> None:
         """Show ``f`` (an instance of ``g``) under its instance line (whose counts move while the rest holds),
         from the top when it is another problem or instance than the one shown."""
-        line = instance_line(g, f)
+        self._group, self._redact = g, redact
+        # fitted where the pane has the screen (80x24: the line is where [ ] are named); beside the list the footer
+        # names them and the line wraps as it did
+        compact = getattr(self.app, "compact", lambda: False)()
+        line = instance_line(g, f, self.scrollable_content_region.width - 2 if compact else 0)  # its padding
         if f is self._finding and line == self._line:
             return
         self._line = line
@@ -99,6 +112,12 @@ class DetailPane(ScrollableContainer):
 
     def on_resize(self, event) -> None:
         self.call_after_refresh(self._fit_ladder)  # the scrollbars' room is known after the layout
+        self.call_after_refresh(self._fit_line)
+
+    def _fit_line(self) -> None:
+        """The instance line fitted again to the pane's new width (its key hints kept or left out whole)."""
+        if self._finding is not None:
+            self.show(self._finding, self._group, self._redact)
 
     def on_focus(self) -> None:
         self.on_read()

@@ -48,6 +48,9 @@ class Session:
     (offline there is no proxy to ask). Nothing here may block but ``save_evidence``, which runs in a thread."""
 
     describe: str = ""  # shown in the header: context, namespace, target, or the files
+    # the same at 80 columns, where the status line shows it beside the counts: kubectl's short words (``ns/x
+    # ctx/y``) so that the namespace and context stay readable (s46); "" when ``describe`` is short already
+    describe_short: str = ""
     redact: bool = True  # hide secret header values on screen (--no-redact)
     exit_when_done: bool = False  # leave the screen when the run ends by itself (watch --duration)
     saves_evidence: bool = False  # whether save_evidence can write a finding's packets (s)

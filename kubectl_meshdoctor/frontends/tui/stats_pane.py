@@ -35,12 +35,32 @@ def _since(view: EnvoyCountersEvent) -> str:
     return f"moved since {view.since}'s first read of /stats (read again every {COUNTERS_REFRESH_S:.0f} s)"
 
 
-def _columns(table: DataTable, label: str) -> None:
+NARROW = 120  # below this many columns a cluster's name is shown short, before the stat (s46: at 80, off-screen)
+SHORT_CLUSTER = 26  # a short cluster name at most, cut with "…" (a service of a long name)
+
+
+def _columns(table: DataTable, label: str, narrow: bool) -> None:
     table.add_column(label, key="count")  # first: a stat's name is long, and an 80-column screen cuts it
+    if narrow:  # the cluster, short, before the stat: a stat of no cluster leaves an empty column of its width
+        table.add_column("cluster", key="cluster")
     table.add_column("stat", key="stat")
-    # last: Istio's cluster names (outbound|5000||svc.ns.svc.cluster.local) are long; cut at the right of an
-    # 80-column screen, the stat before them stays whole (all 15 rows of one cluster read alike otherwise)
-    table.add_column("cluster", key="cluster")
+    if not narrow:
+        # last: Istio's cluster names (outbound|5000||svc.ns.svc.cluster.local) are long; the stat before them
+        # stays whole (all 15 rows of one cluster read alike otherwise)
+        table.add_column("cluster", key="cluster")
+
+
+def short_cluster(name: str) -> str:
+    """An Istio cluster's name, ``direction|port|subset|hostname`` (Istio's model.BuildSubsetKey,
+    pilot/pkg/model/service.go), as ``out reviews.shop:9080 v1``: the direction in a word, the hostname up to its
+    ``.svc.`` (the service and its namespace), the port, the subset; cut with "…" at SHORT_CLUSTER. Any other
+    name (``BlackHoleCluster``, ``xds-grpc``) as it is, cut alike."""
+    parts = name.split("|")
+    if len(parts) == 4 and parts[0] in ("inbound", "outbound") and parts[1].isdigit():
+        direction, port, subset, host = parts
+        host = host.split(".svc.", 1)[0]
+        name = f"{'out' if direction == 'outbound' else 'in'} {host}:{port}" + (f" {subset}" if subset else "")
+    return name if len(name) <= SHORT_CLUSTER else name[:SHORT_CLUSTER - 1] + "…"
 
 
 def stat_cells(name: str, value: int) -> tuple[Text, Text, Text]:
@@ -50,6 +70,12 @@ def stat_cells(name: str, value: int) -> tuple[Text, Text, Text]:
     stat, cluster = (split[1], split[0]) if split is not None else (name, "")
     style = "bold red" if split is not None and is_cluster_failure_stat(split[1]) else ""
     return Text(str(value)), Text(one_line(stat), style=style), Text(one_line(cluster))
+
+
+def shown_cells(cells: tuple[Text, Text, Text], narrow: bool) -> tuple[Text, ...]:
+    """``stat_cells``' row in the columns' order (``_columns``): narrow, the cluster short before the stat."""
+    count, stat, cluster = cells
+    return (count, Text(short_cluster(cluster.plain)), stat) if narrow else cells
 
 
 class CountersScreen(PodPane):
@@ -67,13 +93,15 @@ class CountersScreen(PodPane):
         super().__init__(fetch, pods, dump_of)
         self.filter_text = ""
         self.view: EnvoyCountersEvent | None = None
+        self.narrow = False  # the columns as drawn: the cluster short, before the stat (``_columns``)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="")
         yield PlainStatic("reading /stats ...", id="counters-status", markup=False)
         yield Input(placeholder="filter: any part of a stat's name, Enter to apply", id="counters-filter")
         table = PlainTable(id="counters", cursor_type="row", zebra_stripes=True)
-        _columns(table, "moved")
+        self.narrow = self.app.size.width < NARROW
+        _columns(table, "moved", self.narrow)
         yield table
         yield KeysFooter()
 
@@ -99,18 +127,25 @@ class CountersScreen(PodPane):
         table.clear()
         # one dump's stats are totals (and gauges) since Envoy started, not what moved
         label = "value" if view.since == "Envoy's start" else "moved"
-        if str(next(iter(table.columns.values())).label) != label:
+        narrow = self.size.width < NARROW
+        if str(next(iter(table.columns.values())).label) != label or narrow != self.narrow:
+            self.narrow = narrow
             table.clear(columns=True)
-            _columns(table, label)
+            _columns(table, label, narrow)
         shown = 0
         for name, value in sorted(view.stats.items()):
             cells = stat_cells(name, value)
-            if row_matches(cells, self.filter_text):
-                table.add_row(*cells)
+            if row_matches(cells, self.filter_text):  # the whole names, whatever the screen shows of them
+                table.add_row(*shown_cells(cells, narrow))
                 shown += 1
         pod = f"pod/{one_line(self.pod)}: " if len(self.pods) > 1 else ""
         filt = f", filter {self.filter_text!r}: {shown} shown" if self.filter_text else ""
         self.set_status(one_line(f"{pod}{len(view.stats)} stats {_since(view)}{filt} ({view.source})", 400))
+
+    def on_resize(self) -> None:
+        """Across NARROW columns the cluster moves (short before the stat, or whole after it): redrawn."""
+        if self.view is not None and (self.size.width < NARROW) != self.narrow:
+            self.show(self.view)
 
     def action_filter(self) -> None:
         self.query_one("#counters-filter", Input).focus()

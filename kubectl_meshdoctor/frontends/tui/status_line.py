@@ -16,6 +16,10 @@ from .session import Session
 SEP = "  ·  "  # between the parts of the compact layout's second row
 # the report's verdict (frontends/report.py verdict_of): its prefix, its total of failure problems, their severities
 _VERDICT_TOTAL = re.compile(r"^(verdict(?: so far)?: )\d+ failure problems? \(([^()]*)\)")
+# its parts: the errors and warnings (or "no failure seen"), what follows (the detectors' names, or the traffic
+# seen), and the pods' spec warnings (lint) it counts apart
+_VERDICT_PARTS = re.compile(r"^(verdict(?: so far)?: )(?:\d+ failure problems? \(([^()]*)\): |(no failure seen))(.*?)"
+                            r"(?:; (\d+ spec warnings?) of the pods \(lint\))?$")
 # Progress messages of start-up steps that wait on something (commands.watch.live, kube.debug): shown with their age.
 WAITING_STEPS = ("resolving", "checking", "adding", "reusing", "waiting", "reading", "stopping")
 
@@ -60,7 +64,8 @@ def status_text(session: Session, groups: list[FindingGroup], findings: int, pro
         second = _second_row([step if waiting else "", said or ""], trouble,
                              [x for x in ("" if waiting else step, latest) if x], width)
         counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}"
-        return _before(where, counts, width) + "\n" + second
+        short = f"{st.packets} pkts  flows: {st.flows_seen}  findings: {findings}"  # s46: before the namespace
+        return _before(where, [counts, short], width) + "\n" + second
     counts = f"{ifaces}  flows: {st.flows_seen}  findings: {findings}  {dropped}".rstrip()
     if width > 1 and len(where) > 2 * width:
         where = where[:2 * width - 1] + "…"
@@ -74,22 +79,43 @@ def _second_row(first: list[str], trouble: str, rest: list[str], width: int) -> 
     verdict), then ``trouble`` (how many problems, drops: short, always whole), then ``rest`` (any other step, the
     latest problem), which the screen cuts at ``width`` with "…" (the app's CSS: text-overflow): their text stays
     whole for a search. Where ``first`` and ``trouble`` do not fit, lower priorities give way first: ``rest``,
-    then the verdict's total (``_short_verdict``: its errors and warnings say it), then the end of ``first``, cut
-    with "…". s45: the verdict's 66-74 columns had left no room for anything after it at 80 columns."""
+    then the verdict's total (``_short_verdict``: its errors and warnings say it), then its detectors' names,
+    which go after the trouble (``_verdict_counts``: s46, the counts whole before any name), then the end of
+    ``first``, cut with "…". s45: the verdict's 66-74 columns had left no room for anything after it at 80
+    columns."""
     first = [one_line(x) for x in first if x]
-    tail = SEP.join(one_line(x) for x in rest)
-    room = width - 1 if tail else width  # a column for the screen's "…" after the row's head
-    for lead in (first, [_short_verdict(x) for x in first]):
+    rest = [one_line(x) for x in rest]
+    forms = [(first, rest), ([_short_verdict(x) for x in first], rest)]
+    for tight in (False, True):
+        counted = [_verdict_counts(x, tight) for x in first]
+        forms.append(([x for x, _ in counted], [x for _, x in counted if x] + rest))
+    for lead, after in forms:
         head = SEP.join([*lead, trouble] if trouble else lead)
+        room = width - 1 if after else width  # a column for the screen's "…" after the row's head
         if width <= 1 or len(head) <= room:
             break
     else:  # the end of the step and verdict cut, the trouble's counts kept whole after them
         if not trouble:  # nothing to keep after them: the screen cuts the row
-            return SEP.join(x for x in (head, tail) if x)
+            return SEP.join(x for x in (head, *after) if x)
         text = SEP.join(lead)
         keep = room - len(trouble) - len(SEP) - 1
         head = (text[:keep] + "…" + SEP + trouble) if keep > 0 else _cut(trouble, room)
-    return SEP.join(x for x in (head, tail) if x)
+    return SEP.join(x for x in (head, *after) if x)
+
+
+def _verdict_counts(line: str, tight: bool = False) -> tuple[str, str]:
+    """A verdict line as its counts and the rest: ``verdict: 1 error, 0 warnings + 2 spec (lint)`` and its
+    detectors' names ``a, b`` (``verdict: no failure seen + 1 spec (lint)`` and ``in 12 s of traffic (…)``);
+    ``tight``, the counts in fewer words (``so far: 1 error, 0 warnings + 2 spec``); any other line as it is, and ""."""
+    m = _VERDICT_PARTS.match(line)
+    if m is None:
+        return line, ""
+    lead, severities, none, after, spec = m.groups()
+    if tight:
+        lead = lead.removeprefix("verdict").removeprefix(":").lstrip()
+    counts = lead + (severities or none) + (f" + {spec.split()[0]} spec" if spec else "")
+    counts += " (lint)" if spec and not tight else ""
+    return counts, after.strip()
 
 
 def _short_verdict(line: str) -> str:
@@ -98,16 +124,19 @@ def _short_verdict(line: str) -> str:
     return _VERDICT_TOTAL.sub(r"\1\2", line, count=1)
 
 
-def _before(where: str, counts: str, width: int) -> str:
-    """``where`` and ``counts`` on one row of ``width`` columns: ``where`` cut with "…" to leave ``counts``
-    whole (a pod's name first, its namespace and context cut), the row cut if ``counts`` alone is wider."""
+def _before(where: str, counts: list[str], width: int) -> str:
+    """``where`` and the traffic's counts on one row of ``width`` columns: the first of ``counts`` (their longest
+    form first) with which ``where`` is whole (s46: at 80 columns the per-interface packet counts give way to a
+    watch's namespace and context); else the first, whole, and ``where`` cut with "…" (a pod's name first, its
+    namespace and context cut; a list of files); the row cut if the counts alone are wider."""
     where = one_line(where)
+    text = next((c for c in counts if width <= 1 or len(where) + 2 + len(c) <= width), counts[0])
     if not where:
-        return _cut(counts, width)
-    room = width - len(counts) - 2
+        return _cut(counts[0], width)
+    room = width - len(text) - 2
     if width > 1 and len(where) > room:
         where = where[:room - 1] + "…" if room > 8 else ""  # less than a pod's name: the counts alone
-    return _cut(f"{where}  {counts}" if where else counts, width)
+    return _cut(f"{where}  {text}" if where else text, width)
 
 
 def _cut(line: str, width: int, rows: int = 1) -> str:

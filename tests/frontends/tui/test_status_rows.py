@@ -94,7 +94,7 @@ async def test_at_80x24_the_second_row_shows_the_verdict_and_the_trouble_s_count
 def test_the_second_row_keeps_the_trouble_whole_at_every_width():
     """_second_row over widths from 40 to 130 columns: the head (step waited on, verdict, counts) within the width
     (a column left for the screen's "…" when more follows), the counts whole, the verdict's total given way
-    before its detectors' names are cut, and the whole verdict where it fits."""
+    before its detectors' names go after the counts (s46), and the whole verdict where it fits."""
     verdict = "verdict so far: 3 failure problems (2 errors, 1 warning): stale-keepalive, tuple-collision"
     trouble, step = "problems: 2  drops: at the end", "capturing lo, eth0 in pod/orders via meshdoctor-7f3a"
     for lead in ([], ["waiting for ephemeral container meshdoctor-7f3a: ContainerCreating (12 s)"]):
@@ -107,6 +107,9 @@ def test_the_second_row_keeps_the_trouble_whole_at_every_width():
                 assert head == full, (width, row)
             elif not lead and width - 1 >= len(_short_verdict(verdict)) + 5 + len(trouble):
                 assert head == f"verdict so far: 2 errors, 1 warning: stale-keepalive, tuple-collision  ·  {trouble}"
+            elif "keepalive" not in head and "…" not in head:  # s46: the counts whole, the names after the trouble
+                assert row[len(head):].startswith("  ·  stale-keepalive, tuple-collision  ·  "), (width, row)
+                assert "2 errors, 1 warning  ·  " + trouble in head, (width, row)
             else:
                 assert "…  ·  " + trouble in head, (width, row)
             assert row.endswith(step), row  # the step's text whole for a search: the screen cuts it
