@@ -173,6 +173,7 @@ def render_ladder(f: Finding, width: int | None = None) -> list[str]:
         return []
     names, labels = [_name(a) for a in rows], [a.label for a in rows]
     lanes = _lanes(width, names)
+    drawn = _header(lanes) + [_row(a, lanes, label, name) for a, label, name in zip(rows, labels, names)]
     if width is not None and not all(_whole(a, a.label, lanes) for a in rows):
         # s46: at 80 columns the labels' ports were cut (`P. :5000→:5…`) and the names wrapped. The longest label
         # form whose lanes leave the names whole, else the shortest, the names cut to what its lanes leave (the
@@ -185,7 +186,10 @@ def render_ladder(f: Finding, width: int | None = None) -> list[str]:
                 break
         lanes = _spread(room)
         names = [_name(a, max(width - _TIME_W - 2 - room - 1 - len(f"#{a.frame} "), MIN_NAME)) for a in rows]
-    lines = _header(lanes) + [_row(a, lanes, label, name) for a, label, name in zip(rows, labels, names)]
+        fitted = _header(lanes) + [_row(a, lanes, label, name) for a, label, name in zip(rows, labels, names)]
+        # Narrower than whole labels and MIN_NAME leave room for: the lanes shrink as before (labels cut)
+        drawn = fitted if max(map(len, fitted)) <= width else drawn
+    lines = list(drawn)
     for e in f.evidence:
         if not (e.src and e.dst):
             lines += _note(e, width)
