@@ -10,6 +10,8 @@ from kubectl_meshdoctor.envoy.access_log import AccessLogEntry
 from kubectl_meshdoctor.envoy.istio_cluster import IstioCluster, parse_istio_cluster
 
 from .fixes import Fix
+from .hop_pairs import caller_side
+from .upstream_pod import ip_of
 
 INTERCEPTION_MODE = "sidecar.istio.io/interceptionMode"
 EXCLUDE_INBOUND_PORTS = "traffic.sidecar.istio.io/excludeInboundPorts"
@@ -213,7 +215,7 @@ def upstream_pod_commands(cluster: IstioCluster | None, upstream_host: str | Non
     EndpointSlices, else a comment naming the cluster's host."""
     ns = cluster.namespace if cluster is not None else None
     flag = f"-n {ns} " if ns else ""
-    ip = upstream_host.rpartition(":")[0].strip("[]") if upstream_host and ":" in upstream_host else None
+    ip = ip_of(upstream_host)  # an IP, normalised; a host name is no pod's status.podIP
     if ip:
         return f"kubectl get pods -A -o wide --field-selector status.podIP={ip}", flag
     if cluster is not None and cluster.service:
@@ -238,9 +240,6 @@ _NEXT_CAPTURE = {
 def capture_next(entry: AccessLogEntry) -> str:
     """The remediation of an access-log line no packet explains: what to capture next, by its response flag; for a
     caller's line (an outbound cluster) on the upstream pod, with the commands that find it by %UPSTREAM_HOST%."""
-    from .hop_pairs import caller_side  # core modules that read findings: not needed by the fixes above
-    from .upstream_pod import ip_of
-
     nxt = next((_NEXT_CAPTURE[s] for s in entry.flags if s in _NEXT_CAPTURE),
                "capture lo and eth0 while it happens (kubectl meshdoctor watch)")
     upstream = ip_of(entry.upstream_host) if caller_side(entry) else None
