@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Header, Input, Static
 
 from kubectl_meshdoctor.core.events import EnvoyCountersEvent
+from kubectl_meshdoctor.envoy.istio_cluster import parse_istio_cluster
 from kubectl_meshdoctor.envoy.stats import is_cluster_failure_stat, split_cluster_stat
 
 from ..shown import one_line
@@ -55,11 +56,10 @@ def short_cluster(name: str) -> str:
     pilot/pkg/model/service.go), as ``out reviews.shop:9080 v1``: the direction in a word, the hostname up to its
     ``.svc.`` (the service and its namespace), the port, the subset; cut with "…" at SHORT_CLUSTER. Any other
     name (``BlackHoleCluster``, ``xds-grpc``) as it is, cut alike."""
-    parts = name.split("|")
-    if len(parts) == 4 and parts[0] in ("inbound", "outbound") and parts[1].isdigit():
-        direction, port, subset, host = parts
-        host = host.split(".svc.", 1)[0]
-        name = f"{'out' if direction == 'outbound' else 'in'} {host}:{port}" + (f" {subset}" if subset else "")
+    c = parse_istio_cluster(name)
+    if c is not None and c.port is not None:
+        host = c.host.split(".svc.", 1)[0]
+        name = f"{'out' if c.direction == 'outbound' else 'in'} {host}:{c.port}" + (f" {c.subset}" if c.subset else "")
     return name if len(name) <= SHORT_CLUSTER else name[:SHORT_CLUSTER - 1] + "…"
 
 
