@@ -3,10 +3,11 @@ order into one pcap stream on a pipe, copied as the pre-pass gives them (byte fo
 its header block) under one file header.
 
 Read one after the other in chunks, two files cost a tshark start a chunk (~0.2 s, 30 of them at 1M packets),
-and the time merge held a chunk of one file while the other waited for the one tshark. Here the pre-pass of each
-file runs in a thread, a third thread merges their kept records by time (ties by the order the files were given,
-as sources/merge.py orders events) and writes them into tshark's stdin, and one tshark reads the whole stream
-while the pipeline parses what it prints: the three run at once, on both cores, and no chunk is written to disk.
+and the time merge held a chunk of one file while the other waited for the one tshark. Here one thread runs the
+pre-pass of every file (prepass.kept_records), merges their kept records by time (ties by the order the files
+were given, as sources/merge.py orders events) and writes them into tshark's stdin, and one tshark reads the
+whole stream while the pipeline parses what it prints: the two run at once, and no chunk is written to disk.
+(Each pass in a thread of its own cost more CPU than it saved: the threads took turns holding the GIL.)
 With each record the merger notes its file and frame, so every line maps back to its file's frame number.
 
 Only plain pcap files that agree on byte order, time unit and link type can share a stream (one file header);
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import os
-import queue
 import struct
 import threading
 from array import array
@@ -36,8 +36,6 @@ from .interleave_fast import DRAIN, FastReader, RealStream, merge_fast
 from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 from .tshark import FIELD_ARGS, FILE_PREFILTER, MAX_NAMED, TSHARK_ARGS, ReadResult, Undissectable, packet_from_fields
 
-_BATCH = 2048  # kept records handed from a file's pass to the merger at a time (fewer hand-overs, ~2 MB a file)
-_QUEUED = 2  # batches a file's pass may run ahead of the merger
 _WRITE = 1 << 18  # bytes the merger writes into tshark's pipe at a time
 _READ = 1 << 18  # bytes each file's pass reads at a time (two files at once: their copies add up)
 # Records a tshark reads before the next one takes over: tshark keeps ~100 bytes a frame it has read, so one
@@ -73,56 +71,21 @@ def interleavable(paths: Sequence[str]) -> bytes | None:
     return max(heads, key=lambda h: h.snaplen).raw
 
 
-class _Feed:
-    """The pre-pass's output (its ``ChunkFiles`` interface): kept records in batches onto a queue for the merger."""
+def _time_key(order: str, nanoseconds: bool) -> Callable[[memoryview], float]:
+    """A record's place in the time merge, from its header: the order tshark's times give (frame.time_epoch as a
+    float, what the time merge compares): exact in microseconds; nanoseconds as the float they read as."""
+    ts = struct.Struct(order + "II").unpack_from
+    if not nanoseconds:
+        def key(data) -> float:
+            sec, frac = ts(data, 0)
+            return sec * 1_000_000 + frac
+        return key
 
-    def __init__(self, index: int, order: str, nanoseconds: bool, stop: threading.Event) -> None:
-        self.index, self.stop = index, stop
-        self.preamble = bytearray()
-        self.chunks: list = []
-        self.q: queue.Queue = queue.Queue(_QUEUED)
-        self._batch: list = []
-        self._ts = struct.Struct(order + "II").unpack_from
-        self._ns = nanoseconds
-
-    def record(self, data, frame: int) -> None:
-        sec, frac = self._ts(data, 0)
-        # The order tshark's times give (frame.time_epoch as a float, what the time merge compares): exact in
-        # microseconds; nanoseconds as the float they read as.
-        if not self._ns:
-            key = sec * 1_000_000 + frac
-        else:  # a damaged fraction (a second or more) reads as its text does, digits run on
-            key = epoch(sec, frac) if frac < 1_000_000_000 else float(f"{sec}.{frac:09d}")
-        self._batch.append((key, self.index, frame, bytes(data)))
-        if len(self._batch) >= _BATCH:
-            self._put(self._batch)
-            self._batch = []
-
-    def other(self, data) -> None:  # pcapng only
-        pass
-
-    def close(self) -> None:
-        if self._batch:
-            self._put(self._batch)
-            self._batch = []
-
-    def _put(self, item) -> None:
-        while not self.stop.is_set():
-            try:
-                self.q.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                pass
-
-    def records(self) -> Iterator[tuple]:
-        while not self.stop.is_set():
-            try:
-                batch = self.q.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if batch is None:
-                return
-            yield from batch
+    def key_ns(data) -> float:
+        sec, frac = ts(data, 0)
+        # a damaged fraction (a second or more) reads as its text does, digits run on
+        return epoch(sec, frac) if frac < 1_000_000_000 else float(f"{sec}.{frac:09d}")
+    return key_ns
 
 
 class _Ledger:
@@ -162,31 +125,33 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     if head is None:
         raise ValueError("not a pcap file header")
     stop = threading.Event()
-    feeds = [_Feed(i, head.order, head.nanoseconds, stop) for i in range(len(paths))]
     passes: list = [None] * len(paths)
     ledger = _Ledger()
     loop = asyncio.get_running_loop()
     sessions: asyncio.Queue = asyncio.Queue()  # (read_fd, records before it) of each tshark's pipe; None: done
     errors: list[BaseException] = []
     damaged: list[str | None] = [None] * len(paths)
+    key = _time_key(head.order, head.nanoseconds)
 
-    def run_pass(i: int) -> None:
+    def kept(i: int) -> Iterator[tuple]:
+        """File ``i``'s kept records as (time key, i, frame, record), its pass run by whoever takes them."""
         try:
             with open(paths[i], "rb") as fh:
                 own = pcap_header(fh.read(HEADER_LEN))  # interleavable() read it: only a file changed since is None
-                passes[i] = prepass.walk_pcap(fh, own, feeds[i], stop, _READ) if own is not None else None
+                if own is not None:
+                    passes[i] = yield from prepass.kept_records(
+                        fh, own, stop, lambda data, frame: (key(data), i, frame, bytes(data)), _READ)
         except prepass.Stopped:
             pass
         except prepass.Damaged as e:  # what came before it is in the stream: the file ends there
             frame, caplen = e.args
             damaged[i] = (f"frame {frame + 1} claims {caplen} bytes, more than tshark reads ({prepass.MAX_FRAME}): "
                           f"the capture is damaged there; analysed up to frame {frame}")
+        except GeneratorExit:  # the merger stopped early: no error of this file's
+            raise
         except BaseException as e:  # handed to the caller
             errors.append(e)
             stop.set()
-        finally:
-            feeds[i].close()
-            feeds[i]._put(None)
 
     fast = fastpath_wanted()
     fast_queue: deque = deque()
@@ -195,7 +160,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
 
     def merge_with_fast_path() -> None:
         try:
-            merge_fast(heapq.merge(*(f.records() for f in feeds)), head, real, fast_queue, stop,
+            merge_fast(heapq.merge(*map(kept, range(len(paths)))), head, real, fast_queue, stop,
                        lambda place: loop.call_soon_threadsafe(sessions.put_nowait, (DRAIN, place)),
                        SESSION_RECORDS, REPLAY_RECORDS)
         except OSError:  # tshark went away: its end says why
@@ -212,7 +177,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
         write_fd, written, in_session = -1, 0, 0
         recent: deque[bytes] = deque(maxlen=min(REPLAY_RECORDS, SESSION_RECORDS))
         try:
-            for _, index, frame, data in heapq.merge(*(f.records() for f in feeds)):
+            for _, index, frame, data in heapq.merge(*map(kept, range(len(paths)))):
                 if write_fd < 0 or in_session >= SESSION_RECORDS:
                     if write_fd >= 0:
                         _flush(write_fd, out, files, frames)
@@ -252,9 +217,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
         while data:
             data = data[os.write(write_fd, data):]
 
-    threads = [threading.Thread(target=run_pass, args=(i,), name=f"prepass-{i}", daemon=True)
-               for i in range(len(paths))]
-    threads.append(threading.Thread(target=merge_with_fast_path if fast else merge, name="interleave", daemon=True))
+    threads = [threading.Thread(target=merge_with_fast_path if fast else merge, name="interleave", daemon=True)]
     packets = [0] * len(paths)
     last = [0] * len(paths)
     bad = [0] * len(paths)
@@ -323,9 +286,9 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     if errors:
         raise errors[0]
     results = []
-    for i, p in enumerate(passes):
-        records = p.records if p is not None else None
+    for i, p in enumerate(passes):  # p: (whole records, kept records, cut short) as prepass.kept_records gives
+        records = p[0] if p is not None else None
         why = damaged[i] or (error if p is not None else "no whole record in the file")
-        results.append(ReadResult(packets[i], last[i], bool(p and p.cut_short), why, records, None, bad[i],
+        results.append(ReadResult(packets[i], last[i], bool(p and p[2]), why, records, None, bad[i],
                                   tuple(named[i])))
     return results

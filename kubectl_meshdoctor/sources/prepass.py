@@ -318,19 +318,37 @@ def walk_pcap(fh, header: PcapHeader, out, stop: threading.Event | None, block: 
     """The pass over a pcap file after its ``header``, each kept record to ``out`` (``record(data, frame)``, a
     ``preamble`` it starts every chunk with); ``block``: bytes read at a time. Raises Damaged at a record longer
     than tshark reads (its ``frame``: the whole records before it), Stopped once ``stop`` is set."""
-    order = header.order
     if header.network >> 16 or header.link_type not in LINKS:
         return None  # FCS bits set, or a link type this pass does not walk: nothing to gain
-    link = header.link_type
     out.preamble[:] = header.raw
+    walk = kept_records(fh, header, stop, out.record, block)
+    while True:
+        try:
+            next(walk)
+        except StopIteration as done:
+            return done.value and PrepassResult(out.chunks, *done.value)
+
+
+def kept_records(fh, header: PcapHeader, stop: threading.Event | None, make, block: int = BLOCK):
+    """The pass over a pcap file after its ``header`` (of a link type in LINKS, no FCS bits), as a generator: it
+    yields ``make(data, frame)`` of each kept record (``data`` a view of the record, valid until the next item:
+    copy what is kept), in file order, and returns (whole records, kept records, cut short), or None for a file
+    with no whole record. Raises Damaged and Stopped as walk_pcap does.
+
+    A pass taken this way runs in the thread that takes its records: on bench/gen's short mix, the passes of two
+    files in threads of their own cost analyze ~3 s of CPU more than the same passes taken in turn by the thread
+    that merges their records (three threads took turns holding the GIL; bench/RESULTS.md)."""
+    order = header.order
+    link = header.link_type
     rec = struct.Struct(order + "8xII").unpack_from
     pack_lengths = struct.Struct(order + "II").pack
     conv = _Conversations()
-    classify, out_record = _classify, out.record  # locals for the loop
+    classify = _classify  # a local for the loop
     buf = fh.read(block)
     pos = frame = kept = 0
     while True:
         n = len(buf)
+        view = memoryview(buf)
         while pos + 16 <= n:
             caplen, wirelen = rec(buf, pos)
             if caplen > MAX_FRAME:
@@ -341,16 +359,15 @@ def walk_pcap(fh, header: PcapHeader, out, stop: threading.Event | None, block: 
             frame += 1
             verdict = classify(buf, pos + 16, caplen, wirelen, link, conv)
             if verdict is KEEP or (frame == 1 and verdict is SKIP):
-                out_record(memoryview(buf)[pos:end], frame)
                 kept += 1
+                yield make(view[pos:end], frame)
             elif verdict:  # its first bytes only: the record's captured length says so (its wire length stays)
-                out_record(buf[pos:pos + 8] + pack_lengths(verdict, wirelen) + buf[pos + 16:pos + 16 + verdict],
-                           frame)
                 kept += 1
+                yield make(buf[pos:pos + 8] + pack_lengths(verdict, wirelen) + buf[pos + 16:pos + 16 + verdict], frame)
             pos = end
         nxt = _refill(fh, buf, pos, stop, block)
         if nxt is None:  # no whole record: nothing to save, and tshark says what it says of such a file
-            return PrepassResult(out.chunks, frame, kept, cut_short=pos < n) if frame else None
+            return (frame, kept, pos < n) if frame else None
         buf, pos = nxt, 0
 
 
