@@ -32,7 +32,7 @@ from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, PcapHe
 from . import prepass
 from .fast_events import epoch
 from .fastpath import fastpath_wanted
-from .interleave_fast import DRAIN, FastReader, RealStream, merge_fast
+from .interleave_fast import DRAIN, FLAGS, FastReader, RealStream, kept_segments, merge_fast
 from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 from .tshark import FIELD_ARGS, FILE_PREFILTER, MAX_NAMED, TSHARK_ARGS, ReadResult, Undissectable, packet_from_fields
 
@@ -115,11 +115,13 @@ class _Ledger:
 
 async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces: Sequence[str],
                            forced: Sequence[bool], header: bytes, on_event: Callable[[PacketEvent], None],
-                           ) -> list[ReadResult]:
+                           make_event: Callable = PacketEvent, flags: Sequence = FLAGS) -> list[ReadResult]:
     """Read capture files ``paths`` (headed as ``interleavable`` said: ``header``) through one tshark, in
     capture-time order, into ``on_event``; each file's events carry its ``sources``/``ifaces`` entry
     (``forced``: on every packet). -> a ReadResult per file, ``frames_read`` its whole records. Raises OSError
-    when a file cannot be read."""
+    when a file cannot be read. The fast path's events are what ``make_event`` makes of PacketEvent's arguments
+    (the flags as ``flags[bits]``; sources/reader_process.py packs them for another process); tshark's are
+    PacketEvents."""
     await asyncio.to_thread(tshark_version, None)
     head = pcap_header(header)
     if head is None:
@@ -132,13 +134,19 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     errors: list[BaseException] = []
     damaged: list[str | None] = [None] * len(paths)
     key = _time_key(head.order, head.nanoseconds)
+    fast = fastpath_wanted()
 
     def kept(i: int) -> Iterator[tuple]:
         """File ``i``'s kept records as (time key, i, frame, record), its pass run by whoever takes them."""
         try:
             with open(paths[i], "rb") as fh:
                 own = pcap_header(fh.read(HEADER_LEN))  # interleavable() read it: only a file changed since is None
-                if own is not None:
+                if own is None:
+                    pass
+                elif fast:  # each record read once, for its verdict and its event
+                    passes[i] = yield from kept_segments(
+                        fh, own, stop, lambda data, frame, seen: (key(data), i, frame, data, seen), _READ)
+                else:
                     passes[i] = yield from prepass.kept_records(
                         fh, own, stop, lambda data, frame: (key(data), i, frame, bytes(data)), _READ)
         except prepass.Stopped:
@@ -153,7 +161,6 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
             errors.append(e)
             stop.set()
 
-    fast = fastpath_wanted()
     fast_queue: deque = deque()
     real = RealStream(header, ledger, lambda item: loop.call_soon_threadsafe(sessions.put_nowait, item), REPLAY,
                       SESSION_RECORDS)
@@ -223,7 +230,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     bad = [0] * len(paths)
     named: list[list[int]] = [[] for _ in paths]
     base = 0  # records in the stream before the current tshark's first
-    reader = FastReader(fast_queue, sources, ifaces, forced, on_event, packets, last)
+    reader = FastReader(fast_queue, sources, ifaces, forced, on_event, packets, last, make_event, flags)
 
     def handle(batch: bytes) -> None:
         for line in batch.decode("latin-1").split("\n"):

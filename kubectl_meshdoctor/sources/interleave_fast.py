@@ -30,7 +30,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
 from kubectl_meshdoctor.pcap_header import PcapHeader
@@ -38,6 +38,7 @@ from kubectl_meshdoctor.pcap_header import PcapHeader
 from .fast_events import address_text
 from .tshark import iface_of
 from .fastpath import DIRTY, IRRELEVANT, decide, read_pcap_record, shown_completeness
+from .prepass import KEEP, SKIP, Conversations, _classify, pcap_records, tcp_verdict
 
 MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
 # Events queued for the reader at most (~200 bytes each, ~1 KB with an HTTP/1 start) before the merger waits.
@@ -46,7 +47,7 @@ MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table s
 # analyze's ~19 s on bench/gen's short mix, at 4,096 0.2 s (bench/RESULTS.md).
 FAST_PENDING = 4096
 _WRITE = 1 << 18
-_FLAGS = tuple(TcpFlags(v) for v in range(64))
+FLAGS = tuple(TcpFlags(v) for v in range(64))  # a TcpFlags for each value of the six bits, built once
 DRAIN = -1  # a session item that only hands on the events queued so far
 
 
@@ -106,9 +107,46 @@ class RealStream:
         self.dirty = False
 
 
+def kept_segments(fh, head: PcapHeader, stop: threading.Event | None, make, block: int):
+    """prepass.kept_records for the fast path: yields ``make(data, frame, seen)`` of each kept record, ``data``
+    its bytes and ``seen`` what read_pcap_record reads of them, and returns what kept_records returns. Each
+    record is read once: its verdict comes from that read (prepass.tcp_verdict) wherever it is a TCP segment read
+    here, from prepass._classify elsewhere (the same verdict: _classify walks the same headers first). Reading
+    every record twice, once for the verdict and once for the event, was a tenth of analyze's CPU on bench/gen's
+    short mix, whose records are nearly all kept."""
+    link = head.link_type
+    pack_lengths = struct.Struct(head.order + "II").pack
+    record_header = struct.Struct(head.order + "IIII")
+    conv = Conversations()
+    kept = 0
+    records = pcap_records(fh, head, stop, block)
+    while True:
+        try:
+            buf, pos, caplen, wirelen, frame = next(records)
+        except StopIteration as done:
+            return done.value and (done.value[0], kept, done.value[1])
+        data = buf[pos:pos + 16 + caplen]
+        seen = read_pcap_record(data, head, record_header)
+        if type(seen) is tuple:
+            src, dst, sport, dport, flags, _, _, payload, _, _, start, _ = seen[1]
+            a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+            verdict = tcp_verdict(conv, a + b if a <= b else b + a, flags, payload, data, start, 16 + caplen, 16)
+        else:
+            verdict = _classify(buf, pos + 16, caplen, wirelen, link, conv)
+        if verdict is KEEP or (frame == 1 and verdict is SKIP):
+            kept += 1
+            yield make(data, frame, seen)
+        elif verdict:  # an HTTP/1 start cut after its header block, as kept_records cuts it
+            kept += 1
+            # its payload's captured bytes now end with the record (tcp_verdict cuts inside the payload)
+            yield make(data[:8] + pack_lengths(verdict, wirelen) + data[16:16 + verdict], frame,
+                       (seen[0], seen[1][:11] + (16 + verdict,), seen[2]))
+
+
 def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, queue: deque, stop: threading.Event,
                drain: Callable[[int], None], session_records: int, replay_records: int) -> None:
-    """Write ``records`` ((key, file index, frame, record) in the virtual stream's order) into ``real``, and
+    """Write ``records`` ((key, file index, frame, record, what read_pcap_record reads of it) in the virtual
+    stream's order, as kept_segments makes them) into ``real``, and
     queue the events decided here in ``queue`` as (place in the real stream, file index, frame, event fields).
     ``drain(place)`` asks the reader to hand on what is queued before ``place``."""
     record_header = struct.Struct(head.order + "IIII")
@@ -119,7 +157,7 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
     replay: list[bytes] = []
     log: list[bytes] = []
     texts: dict[bytes, str] = {}  # address bytes -> as tshark prints them
-    for _, index, frame, data in records:
+    for _, index, frame, data, seen in records:
         if stop.is_set():
             return
         if in_session >= session_records:  # where merge() starts a new tshark
@@ -129,12 +167,12 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
             started, dirty, in_session = True, False, 0
             conversations, log = {}, []
             for old in replay:
-                seen = read_pcap_record(old, head, record_header)
-                if seen is DIRTY:
+                replayed = read_pcap_record(old, head, record_header)
+                if replayed is DIRTY:
                     dirty = True
                     break
-                if seen is not IRRELEVANT:
-                    _decide(conversations, seen)
+                if replayed is not IRRELEVANT:
+                    _decide(conversations, replayed)
             if dirty:
                 real.open(replay)
                 real.dirty = True
@@ -143,7 +181,6 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
         if dirty:
             real.write(index, frame, data)
             continue
-        seen = read_pcap_record(data, head, record_header)
         if seen is DIRTY:  # the rest of this session as without the fast path
             dirty = True
             real.open(replay + log)
@@ -190,13 +227,15 @@ class FastReader:
     """The reader's side: hands on the queued events before a place in the real stream, counting them per
     file in ``packets`` and ``last``."""
 
-    def __init__(self, queue: deque, sources, ifaces, forced, on_event, packets: list[int], last: list[int]):
+    def __init__(self, queue: deque, sources, ifaces, forced, on_event, packets: list[int], last: list[int],
+                 make_event: Callable = PacketEvent, flags: Sequence = FLAGS):
         self.queue, self.on_event, self.packets, self.last = queue, on_event, packets, last
+        self._make, self._flags = make_event, flags
         self._sources, self._ifaces, self._forced = sources, ifaces, forced
         self._where: dict[tuple, str] = {}
 
     def upto(self, place: float) -> None:
-        q = self.queue
+        q, make, flags_of = self.queue, self._make, self._flags
         while q and q[0][0] <= place:
             _, i, frame, ts, src, dst, sport, dport, flags, seq, ack, where, payload, http, tls = q.popleft()
             key = (i, where)
@@ -204,7 +243,7 @@ class FastReader:
             if iface is None:
                 iface = self._where[key] = self._ifaces[i] if self._forced[i] else \
                     iface_of(*where, self._ifaces[i])
-            self.on_event(PacketEvent(ts, iface, self._sources[i], frame, src, sport, dst, dport, _FLAGS[flags],
-                                      seq, ack, payload, http, tls))
+            self.on_event(make(ts, iface, self._sources[i], frame, src, sport, dst, dport, flags_of[flags], seq, ack,
+                               payload, http, tls))
             self.packets[i] += 1
             self.last[i] = frame

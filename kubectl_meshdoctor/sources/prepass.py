@@ -14,7 +14,7 @@ record's link, IP and TCP headers with ``struct`` and skips a record only when i
   RST since the latest SYN" holds wherever tshark shows one of them without SYN, since tshark starts a new
   conversation at a SYN, and it needs no memory of the conversations that never ended; and every record of a
   conversation until it has had two with ACK, SYN, FIN or RST (tshark counts nothing of a first frame but a SYN, and keeps a
-  pure ACK while it shows nothing: see _Conversations);
+  pure ACK while it shows nothing: see Conversations);
 - kept too, for tshark to decide as without the pass: anything not parsed here (not TCP, IP fragments, IPv6
   extension headers, link types or VLAN stacks not walked, headers cut by the snap length, lengths that do not
   add up, a TCP header length under 20 bytes);
@@ -93,7 +93,7 @@ class PrepassResult:
     cut_short: bool  # the file ends inside a record, after ``records`` whole ones
 
 
-class _Conversations:
+class Conversations:
     """What the pass knows of each conversation (address/port pair, either direction): ``pending``, its latest
     SYN (no ACK) seen and no SYN-ACK after it; ``closed``, a FIN or RST since its latest SYN (or ever, with no SYN);
     ``flagged``, how many of its records had ACK, SYN, FIN or RST (counted to 2). A pure ACK on a conversation in
@@ -145,7 +145,7 @@ class _Conversations:
         return self.overflow or key in self.pending or key in self.closed
 
 
-def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _Conversations) -> bool | int:
+def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: Conversations) -> bool | int:
     """KEEP or SKIP the frame of ``caplen`` bytes at ``buf[o:]`` (``wirelen`` on the wire) of link type ``link``,
     or keep only its first N bytes (an int, less than ``caplen``: an HTTP/1 start up to its header block's end)."""
     end = o + caplen
@@ -218,15 +218,19 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
     doff = (buf[tcp + 12] >> 4) * 4
     if doff < 20 or end - tcp < doff or seg < doff:
         return KEEP  # tshark reports these as undissectable: it must see them
-    flags = buf[tcp + 13]
-    payload = seg - doff
-    key = a + b if a <= b else b + a
+    return tcp_verdict(conv, a + b if a <= b else b + a, buf[tcp + 13], seg - doff, buf, tcp + doff, end, o)
+
+
+def tcp_verdict(conv: Conversations, key: bytes, flags: int, payload: int, buf: bytes, start: int, end: int,
+                o: int) -> bool | int:
+    """_classify's verdict on a TCP segment read whole: ``key`` its conversation's (both address/port pairs,
+    the lesser first), ``flags`` its header's, ``payload`` bytes of TCP payload, which start at ``buf[start]``;
+    the frame starts at ``buf[o]`` and its captured bytes end at ``buf[end]``."""
     if flags & 0x07:  # FIN, SYN, RST
         conv.update(key, flags)
         return KEEP
     first = conv.early(key, flags)
     if payload:
-        start = tcp + doff
         if payload < 4 or end - start < 4:
             return KEEP  # too little sent or captured to tell
         if buf[start:start + 4] not in _STARTS:
@@ -235,7 +239,7 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: _C
         # The parser reads an HTTP/1 start up to its header block's end, never the body: the bytes after it
         # need not cross to tshark, nor tshark's hex of them back (an HTTP/1 start with its first body bytes in
         # one full-size segment was most of the stream's bytes on bench/gen's traffic).
-        head_end = buf.find(b"\r\n\r\n", start, min(end, tcp + seg))
+        head_end = buf.find(b"\r\n\r\n", start, min(end, start + payload))
         return KEEP if head_end < 0 or head_end + 4 >= end else head_end + 4 - o
     return first or conv.want_ack(key)
 
@@ -338,36 +342,52 @@ def kept_records(fh, header: PcapHeader, stop: threading.Event | None, make, blo
     A pass taken this way runs in the thread that takes its records: on bench/gen's short mix, the passes of two
     files in threads of their own cost analyze ~3 s of CPU more than the same passes taken in turn by the thread
     that merges their records (three threads took turns holding the GIL; bench/RESULTS.md)."""
-    order = header.order
     link = header.link_type
-    rec = struct.Struct(order + "8xII").unpack_from
-    pack_lengths = struct.Struct(order + "II").pack
-    conv = _Conversations()
+    pack_lengths = struct.Struct(header.order + "II").pack
+    conv = Conversations()
     classify = _classify  # a local for the loop
+    kept = 0
+    records = pcap_records(fh, header, stop, block)
+    view, last = memoryview(b""), None
+    while True:
+        try:
+            buf, pos, caplen, wirelen, frame = next(records)
+        except StopIteration as done:
+            return done.value and (done.value[0], kept, done.value[1])
+        if buf is not last:
+            view, last = memoryview(buf), buf
+        end = pos + 16 + caplen
+        verdict = classify(buf, pos + 16, caplen, wirelen, link, conv)
+        if verdict is KEEP or (frame == 1 and verdict is SKIP):
+            kept += 1
+            yield make(view[pos:end], frame)
+        elif verdict:  # its first bytes only: the record's captured length says so (its wire length stays)
+            kept += 1
+            yield make(buf[pos:pos + 8] + pack_lengths(verdict, wirelen) + buf[pos + 16:pos + 16 + verdict], frame)
+
+
+def pcap_records(fh, header: PcapHeader, stop: threading.Event | None, block: int = BLOCK):
+    """The whole records of a pcap file after its ``header``, as a generator of (block, offset of the record's
+    header in it, captured length, original length, frame number); returns (whole records, cut short: the file
+    ends inside a record) or None for a file with no whole record. Raises Damaged at a record longer than
+    tshark reads, Stopped once ``stop`` is set (checked between blocks of ``block`` bytes)."""
+    rec = struct.Struct(header.order + "8xII").unpack_from
     buf = fh.read(block)
-    pos = frame = kept = 0
+    pos = frame = 0
     while True:
         n = len(buf)
-        view = memoryview(buf)
         while pos + 16 <= n:
             caplen, wirelen = rec(buf, pos)
             if caplen > MAX_FRAME:
                 raise Damaged(frame, caplen)
-            end = pos + 16 + caplen
-            if end > n:
+            if pos + 16 + caplen > n:
                 break
             frame += 1
-            verdict = classify(buf, pos + 16, caplen, wirelen, link, conv)
-            if verdict is KEEP or (frame == 1 and verdict is SKIP):
-                kept += 1
-                yield make(view[pos:end], frame)
-            elif verdict:  # its first bytes only: the record's captured length says so (its wire length stays)
-                kept += 1
-                yield make(buf[pos:pos + 8] + pack_lengths(verdict, wirelen) + buf[pos + 16:pos + 16 + verdict], frame)
-            pos = end
+            yield buf, pos, caplen, wirelen, frame
+            pos += 16 + caplen
         nxt = _refill(fh, buf, pos, stop, block)
         if nxt is None:  # no whole record: nothing to save, and tshark says what it says of such a file
-            return (frame, kept, pos < n) if frame else None
+            return (frame, pos < n) if frame else None
         buf, pos = nxt, 0
 
 
@@ -386,7 +406,7 @@ def walk_pcapng(fh, head: bytes, out: ChunkFiles, stop: threading.Event | None) 
     ends = struct.Struct(order + "II").unpack_from
     links: list[int] = []
     snaplens: list[int] = []
-    conv = _Conversations()
+    conv = Conversations()
     buf = head + fh.read(BLOCK)
     pos = frame = kept = sections = 0
     while True:
