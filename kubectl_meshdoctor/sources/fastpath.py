@@ -127,7 +127,23 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
     here)."""
     if caplen > wirelen:
         return DIRTY
-    if link == ETHERNET and caplen >= 14 and buf[o + 12:o + 14] == b"\x08\x00":  # most records: _link's IPv4
+    if link == ETHERNET and caplen >= 54 and buf[o + 12] == 8 and buf[o + 13] == 0 and buf[o + 14] == 0x45:
+        # Most records: Ethernet, IPv4 without options, a whole TCP header captured. The checks below in one
+        # struct read and the same order (a third of the time of reading the fields one by one).
+        _, total, fragment, proto, src, dst, sport, dport, seq, ack, offset, flags = _ETHERNET_IPV4(buf, o + 14)
+        if total < 20 or total > wirelen - 14 or fragment & 0x3FFF:
+            return DIRTY
+        l4, end = o + 34, o + caplen
+        if proto != 6:
+            return _no_tcp(buf, l4, end, proto, 1)
+        doff = (offset >> 4) * 4
+        if doff < 20 or end - l4 < doff or total - 20 < doff:
+            return DIRTY
+        if doff > 20 and not _plain_options(buf, l4 + 20, l4 + doff):
+            return DIRTY
+        start, payload = l4 + doff, total - 20 - doff
+        return src, dst, sport, dport, flags & 0x3F, seq, ack, payload, "", "", start, min(end, start + payload)
+    if link == ETHERNET and caplen >= 14 and buf[o + 12:o + 14] == b"\x08\x00":  # _link's IPv4
         etype, ip, hatype, ifindex = 0x0800, o + 14, "", ""
     else:
         found = _link(buf, o, caplen, link)
@@ -175,6 +191,9 @@ def _segment(buf: bytes, o: int, caplen: int, wirelen: int, link: int) -> tuple 
 
 
 _PORTS_SEQ_ACK = struct.Struct("!HHII").unpack_from  # compiled once: struct.unpack_from looks its format up
+# An IPv4 header of 20 bytes and a TCP header's first 14: version/IHL, total length, flags/fragment offset,
+# protocol, source, destination (RFC 791 section 3.1); ports, seq, ack, data offset, flags (RFC 9293 section 3.1).
+_ETHERNET_IPV4 = struct.Struct("!BxH2xHxB2x4s4sHHIIBB").unpack_from
 
 
 # The TCP options read here, by kind: their one length, or their lengths (RFC 9293 section 3.2: MSS; RFC 7323:
