@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubectl_meshdoctor.sources.files import CaptureArg, iface_from_name
-from kubectl_meshdoctor.sources.merge import merge_by_time
+from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.sources.merge import DUPLICATE_WINDOW_S, SeenOnce, merge_by_time
 
 from ..helpers import S, Wire
 
@@ -103,3 +104,46 @@ def test_pcapng_without_interface_names_falls_back_to_the_file_name():
     seen = set()
     asyncio.run(read_file(str(path), path.name, iface_from_name(str(path)), lambda ev: seen.add(ev.iface)))
     assert seen == {"eth0"}
+
+
+class _ReferenceSeenOnce:
+    """SeenOnce as its docstring states it, one fingerprint a packet (its first, plain form)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple, str] = {}
+        self.order: list[tuple[float, tuple]] = []
+        self.dropped: dict[tuple[str, str], int] = {}
+
+    def __call__(self, ev) -> bool:
+        while self.order and self.order[0][0] < ev.ts - DUPLICATE_WINDOW_S:
+            self.seen.pop(self.order.pop(0)[1], None)
+        fp = (round(ev.ts * 1e6), ev.frame, ev.src, ev.sport, ev.dst, ev.dport, ev.seq, ev.ack, ev.flags._value_,
+              ev.payload_len)
+        first = self.seen.get(fp)
+        if first is None:
+            self.seen[fp] = ev.source
+            self.order.append((ev.ts, fp))
+            return False
+        if first == ev.source:
+            return False
+        self.dropped[(ev.source, first)] = self.dropped.get((ev.source, first), 0) + 1
+        return True
+
+
+# Packets crowded into few microseconds (times running back and forth, within the window and past it), frames and
+# sequence numbers, from three sources: duplicates, packets sharing a microsecond but not a fingerprint, and
+# fingerprints forgotten, then seen again.
+_crowded = st.lists(st.tuples(st.sampled_from([0, 1, 2, 400_000, 1_100_000, 1_100_001, 2_300_000]),
+                              st.integers(1, 2), st.integers(0, 1), st.sampled_from(["a.pcap", "b.pcap", "c.pcapng"])),
+                    max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_crowded)
+def test_seen_once_drops_what_one_fingerprint_a_packet_drops(steps):
+    ours, reference = SeenOnce(), _ReferenceSeenOnce()
+    for us, frame, seq, source in steps:
+        ev = PacketEvent(1_700_000_000 + us / 1e6, "eth0", source, frame, "198.18.0.1", 40000, "198.18.0.2", 80, S,
+                         seq, 0)
+        assert ours(ev) == reference(ev)
+    assert ours.dropped == reference.dropped
