@@ -38,7 +38,7 @@ from kubectl_meshdoctor.pcap_header import PcapHeader
 from .fast_events import address_text
 from .tshark import iface_of
 from .fastpath import DIRTY, IRRELEVANT, decide, read_pcap_record, shown_completeness
-from .prepass import KEEP, SKIP, Conversations, _classify, pcap_records, tcp_verdict
+from .prepass import KEEP, SKIP, Conversations, _classify, pcap_blocks, tcp_verdict
 
 MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
 # Events queued for the reader at most (~200 bytes each, ~1 KB with an HTTP/1 start) before the merger waits.
@@ -118,29 +118,31 @@ def kept_segments(fh, head: PcapHeader, stop: threading.Event | None, make, bloc
     pack_lengths = struct.Struct(head.order + "II").pack
     record_header = struct.Struct(head.order + "IIII")
     conv = Conversations()
-    kept = 0
-    records = pcap_records(fh, head, stop, block)
+    kept = frame = 0
+    blocks = pcap_blocks(fh, head, stop, block)
     while True:
         try:
-            buf, pos, caplen, wirelen, frame = next(records)
+            buf, records = next(blocks)
         except StopIteration as done:
             return done.value and (done.value[0], kept, done.value[1])
-        data = buf[pos:pos + 16 + caplen]
-        seen = read_pcap_record(data, head, record_header)
-        if type(seen) is tuple:
-            src, dst, sport, dport, flags, _, _, payload, _, _, start, _ = seen[1]
-            a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
-            verdict = tcp_verdict(conv, a + b if a <= b else b + a, flags, payload, data, start, 16 + caplen, 16)
-        else:
-            verdict = _classify(buf, pos + 16, caplen, wirelen, link, conv)
-        if verdict is KEEP or (frame == 1 and verdict is SKIP):
-            kept += 1
-            yield make(data, frame, seen)
-        elif verdict:  # an HTTP/1 start cut after its header block, as kept_records cuts it
-            kept += 1
-            # its payload's captured bytes now end with the record (tcp_verdict cuts inside the payload)
-            yield make(data[:8] + pack_lengths(verdict, wirelen) + data[16:16 + verdict], frame,
-                       (seen[0], seen[1][:11] + (16 + verdict,), seen[2]))
+        for pos, caplen, wirelen in records:
+            frame += 1
+            data = buf[pos:pos + 16 + caplen]
+            seen = read_pcap_record(data, head, record_header)
+            if type(seen) is tuple:
+                src, dst, sport, dport, flags, _, _, payload, _, _, start, _ = seen[1]
+                a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+                verdict = tcp_verdict(conv, a + b if a <= b else b + a, flags, payload, data, start, 16 + caplen, 16)
+            else:
+                verdict = _classify(buf, pos + 16, caplen, wirelen, link, conv)
+            if verdict is KEEP or (frame == 1 and verdict is SKIP):
+                kept += 1
+                yield make(data, frame, seen)
+            elif verdict:  # an HTTP/1 start cut after its header block, as kept_records cuts it
+                kept += 1
+                # its payload's captured bytes now end with the record (tcp_verdict cuts inside the payload)
+                yield make(data[:8] + pack_lengths(verdict, wirelen) + data[16:16 + verdict], frame,
+                           (seen[0], seen[1][:11] + (16 + verdict,), seen[2]))
 
 
 def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, queue: deque, stop: threading.Event,
