@@ -44,7 +44,7 @@ from kubectl_meshdoctor.sources import files, read_plan
 from kubectl_meshdoctor.sources.captools import CaptureSummary, capture_summary
 from kubectl_meshdoctor.sources.envoy_files import clusters_summary, read_access_log, read_clusters, read_counters
 from kubectl_meshdoctor.sources.files import CaptureArg, InputError
-from kubectl_meshdoctor.sources.interleave import read_interleaved
+from kubectl_meshdoctor.sources.reader_process import read_pair
 from kubectl_meshdoctor.sources.pod_inputs import by_pod, pod_inputs
 from kubectl_meshdoctor.sources.merge import HIGH_WATER, MAX_BUFFERED, SeenOnce, merge_by_time
 from kubectl_meshdoctor.sources.read_plan import read_capture
@@ -214,9 +214,9 @@ def _kinds(args: list[CaptureArg], log_format: LogFormat | None = None) -> tuple
 
 
 async def _interleaved(captures: list[CaptureArg], header: bytes, push, gate) -> list:
-    """merge_by_time's reader for the captures sharing one stream: already in time order, so no gate."""
-    return await read_interleaved([a.path for a in captures], [a.path for a in captures],
-                                  [a.iface for a in captures], [a.explicit for a in captures], header, push)
+    """merge_by_time's reader for the captures sharing one stream: in time order, so no gate (reader_process)."""
+    return await read_pair([a.path for a in captures], [a.path for a in captures], [a.iface for a in captures],
+                           [a.explicit for a in captures], header, push)
 
 
 def _distinct(args: list[CaptureArg], kinds: dict[str, str]) -> tuple[list[CaptureArg], list[Problem]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubectl_meshdoctor.pcap_header import PcapHeader, pcap_header, pcapng_order
@@ -71,7 +72,7 @@ class FastPrepass:
 
 def _link(buf: bytes, o: int, caplen: int, link: int) -> tuple[int, int, str, str] | int:
     """(EtherType, offset of the IP header, sll.hatype, sll.ifindex as tshark prints them) of the frame at
-    ``buf[o:]``, or IRRELEVANT/DIRTY. Walks what prepass._classify walks, no more."""
+    ``buf[o:]``, or IRRELEVANT/DIRTY. Walks what prepass.classify walks, no more."""
     hatype = ifindex = ""
     if link == ETHERNET:
         if caplen < 14:
@@ -285,12 +286,14 @@ def prefilter_keeps_pure_ack(c: int) -> bool:
     return bool((c & 1 and not c & 2) or (c & 0x30 and not c & 1) or c == 0)
 
 
-def payload_event(flags: int, payload: bytes) -> tuple[bool, HttpStart | None, TlsStart | None]:
+def payload_event(flags: int, payload: bytes, http_start: Callable[[bytes], object] = parse_http_start
+                  ) -> tuple[bool, HttpStart | None, TlsStart | None]:
     """What FILE_PREFILTER and sources/tshark.py's _packet make of a segment with TCP payload, from ``payload``,
     its captured bytes (tshark's tcp.payload): whether it is kept (SYN, FIN or RST, or a payload whose first
     captured bytes are an HTTP/1 start's or a TLS record's: ``tcp.payload[0:N] == ...`` is false when fewer
     than N bytes were captured), and its HTTP/1 start (up to its header block's end) or TLS record start (none
-    for an RST, whose data tshark does not show as tcp.payload)."""
+    for an RST, whose data tshark does not show as tcp.payload), as ``http_start`` makes it of the header block's
+    bytes (sources/reader_process.py has another process parse them)."""
     tls_start = payload.startswith(RECORD_PREFIXES)
     if not (flags & 0x07 or tls_start or payload[:4] in _STARTS):
         return False, None, None
@@ -301,17 +304,18 @@ def payload_event(flags: int, payload: bytes) -> tuple[bool, HttpStart | None, T
     if tls_start:
         return True, None, parse_tls_start(payload[:TLS_BYTES_READ])
     end = payload.find(b"\r\n\r\n")
-    return True, parse_http_start(payload if end < 0 else payload[:end + 4]), None
+    return True, http_start(payload if end < 0 else payload[:end + 4]), None
 
 
-def decide(conversations: dict[bytes, list], seg: tuple, data: bytes) -> tuple[bool, HttpStart | None,
-                                                                               TlsStart | None]:
+def decide(conversations: dict[bytes, list], seg: tuple, data: bytes, http_start: Callable[[bytes], object] =
+           parse_http_start) -> tuple[bool, HttpStart | None, TlsStart | None]:
     """Whether FILE_PREFILTER keeps the segment ``seg`` (as _segment gives it) of record ``data``, and the HTTP/1 or
-    TLS start its payload holds; ``conversations`` is updated as tshark updates tcp.completeness."""
+    TLS start its payload holds (``http_start`` as in payload_event); ``conversations`` is updated as tshark
+    updates tcp.completeness."""
     src, dst, sport, dport, flags, seq, ack, payload, _, _, start, end = seg
     shown = shown_completeness(conversations, src, sport, dst, dport, flags, seq, ack, payload)
     if payload:
-        return payload_event(flags, data[start:end])
+        return payload_event(flags, data[start:end], http_start)
     return bool(flags & 0x07) or prefilter_keeps_pure_ack(shown), None, None
 
 

@@ -32,6 +32,7 @@ from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, PcapHe
 from . import prepass
 from .fast_events import epoch
 from .fastpath import fastpath_wanted
+from .http1 import parse_http_start
 from .interleave_fast import DRAIN, FLAGS, FastReader, RealStream, kept_segments, merge_fast
 from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 from .tshark import FIELD_ARGS, FILE_PREFILTER, MAX_NAMED, TSHARK_ARGS, ReadResult, Undissectable, packet_from_fields
@@ -115,13 +116,14 @@ class _Ledger:
 
 async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces: Sequence[str],
                            forced: Sequence[bool], header: bytes, on_event: Callable[[PacketEvent], None],
-                           make_event: Callable = PacketEvent, flags: Sequence = FLAGS) -> list[ReadResult]:
+                           make_event: Callable = PacketEvent, flags: Sequence = FLAGS,
+                           http_start: Callable[[bytes], object] = parse_http_start) -> list[ReadResult]:
     """Read capture files ``paths`` (headed as ``interleavable`` said: ``header``) through one tshark, in
     capture-time order, into ``on_event``; each file's events carry its ``sources``/``ifaces`` entry
     (``forced``: on every packet). -> a ReadResult per file, ``frames_read`` its whole records. Raises OSError
     when a file cannot be read. The fast path's events are what ``make_event`` makes of PacketEvent's arguments
-    (the flags as ``flags[bits]``; sources/reader_process.py packs them for another process); tshark's are
-    PacketEvents."""
+    (the flags as ``flags[bits]``, the HTTP/1 start as ``http_start`` makes it of the header block's bytes;
+    sources/reader_process.py packs them for another process); tshark's are PacketEvents."""
     await asyncio.to_thread(tshark_version, None)
     head = pcap_header(header)
     if head is None:
@@ -169,7 +171,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
         try:
             merge_fast(heapq.merge(*map(kept, range(len(paths)))), head, real, fast_queue, stop,
                        lambda place: loop.call_soon_threadsafe(sessions.put_nowait, (DRAIN, place)),
-                       SESSION_RECORDS, REPLAY_RECORDS)
+                       SESSION_RECORDS, REPLAY_RECORDS, http_start)
         except OSError:  # tshark went away: its end says why
             stop.set()
         finally:

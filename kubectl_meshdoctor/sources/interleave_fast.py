@@ -36,9 +36,10 @@ from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
 from kubectl_meshdoctor.pcap_header import PcapHeader
 
 from .fast_events import address_text
+from .http1 import parse_http_start
 from .tshark import iface_of
 from .fastpath import DIRTY, IRRELEVANT, decide, read_pcap_record, shown_completeness
-from .prepass import KEEP, SKIP, Conversations, _classify, pcap_blocks, tcp_verdict
+from .prepass import KEEP, SKIP, Conversations, classify, pcap_blocks, tcp_verdict
 
 MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
 # Events queued for the reader at most (~200 bytes each, ~1 KB with an HTTP/1 start) before the merger waits.
@@ -111,7 +112,7 @@ def kept_segments(fh, head: PcapHeader, stop: threading.Event | None, make, bloc
     """prepass.kept_records for the fast path: yields ``make(data, frame, seen)`` of each kept record, ``data``
     its bytes and ``seen`` what read_pcap_record reads of them, and returns what kept_records returns. Each
     record is read once: its verdict comes from that read (prepass.tcp_verdict) wherever it is a TCP segment read
-    here, from prepass._classify elsewhere (the same verdict: _classify walks the same headers first). Reading
+    here, from prepass.classify elsewhere (the same verdict: classify walks the same headers first). Reading
     every record twice, once for the verdict and once for the event, was a tenth of analyze's CPU on bench/gen's
     short mix, whose records are nearly all kept."""
     link = head.link_type
@@ -134,7 +135,7 @@ def kept_segments(fh, head: PcapHeader, stop: threading.Event | None, make, bloc
                 a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
                 verdict = tcp_verdict(conv, a + b if a <= b else b + a, flags, payload, data, start, 16 + caplen, 16)
             else:
-                verdict = _classify(buf, pos + 16, caplen, wirelen, link, conv)
+                verdict = classify(buf, pos + 16, caplen, wirelen, link, conv)
             if verdict is KEEP or (frame == 1 and verdict is SKIP):
                 kept += 1
                 yield make(data, frame, seen)
@@ -146,7 +147,8 @@ def kept_segments(fh, head: PcapHeader, stop: threading.Event | None, make, bloc
 
 
 def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, queue: deque, stop: threading.Event,
-               drain: Callable[[int], None], session_records: int, replay_records: int) -> None:
+               drain: Callable[[int], None], session_records: int, replay_records: int,
+               http_start: Callable[[bytes], object] = parse_http_start) -> None:
     """Write ``records`` ((key, file index, frame, record, what read_pcap_record reads of it) in the virtual
     stream's order, as kept_segments makes them) into ``real``, and
     queue the events decided here in ``queue`` as (place in the real stream, file index, frame, event fields).
@@ -193,7 +195,7 @@ def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, que
         if seen is IRRELEVANT:
             continue
         ts, seg, name = seen
-        keep, http, tls = decide(conversations, seg, data)
+        keep, http, tls = decide(conversations, seg, data, http_start)
         if keep:
             src, dst, sport, dport, flags, seq, ack, payload, hatype, ifindex, _, _ = seg
             # A pod talks with few addresses: each printed once, not twice an event (inet_ntop and intern).

@@ -73,7 +73,7 @@ MAX_PENDING = 200_000  # conversations awaiting their SYN-ACK; past it every pur
 MAX_CLOSED = 200_000
 MAX_SEEN = 200_000  # conversations whose records are counted (~100 bytes each); past it a new one is kept whole
 
-# Verdicts of _classify.
+# Verdicts of classify.
 KEEP, SKIP = True, False
 
 
@@ -145,7 +145,7 @@ class Conversations:
         return self.overflow or key in self.pending or key in self.closed
 
 
-def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: Conversations) -> bool | int:
+def classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: Conversations) -> bool | int:
     """KEEP or SKIP the frame of ``caplen`` bytes at ``buf[o:]`` (``wirelen`` on the wire) of link type ``link``,
     or keep only its first N bytes (an int, less than ``caplen``: an HTTP/1 start up to its header block's end)."""
     end = o + caplen
@@ -223,7 +223,7 @@ def _classify(buf: bytes, o: int, caplen: int, wirelen: int, link: int, conv: Co
 
 def tcp_verdict(conv: Conversations, key: bytes, flags: int, payload: int, buf: bytes, start: int, end: int,
                 o: int) -> bool | int:
-    """_classify's verdict on a TCP segment read whole: ``key`` its conversation's (both address/port pairs,
+    """classify's verdict on a TCP segment read whole: ``key`` its conversation's (both address/port pairs,
     the lesser first), ``flags`` its header's, ``payload`` bytes of TCP payload, which start at ``buf[start]``;
     the frame starts at ``buf[o]`` and its captured bytes end at ``buf[end]``."""
     if flags & 0x07:  # FIN, SYN, RST
@@ -345,7 +345,7 @@ def kept_records(fh, header: PcapHeader, stop: threading.Event | None, make, blo
     link = header.link_type
     pack_lengths = struct.Struct(header.order + "II").pack
     conv = Conversations()
-    classify = _classify  # a local for the loop
+    verdict_of = classify  # a local for the loop
     kept = frame = 0
     blocks = pcap_blocks(fh, header, stop, block)
     while True:
@@ -356,7 +356,7 @@ def kept_records(fh, header: PcapHeader, stop: threading.Event | None, make, blo
         view = memoryview(buf)
         for pos, caplen, wirelen in records:
             frame += 1
-            verdict = classify(buf, pos + 16, caplen, wirelen, link, conv)
+            verdict = verdict_of(buf, pos + 16, caplen, wirelen, link, conv)
             if verdict is KEEP or (frame == 1 and verdict is SKIP):
                 kept += 1
                 yield make(view[pos:pos + 16 + caplen], frame)
@@ -439,7 +439,7 @@ def walk_pcapng(fh, head: bytes, out: ChunkFiles, stop: threading.Event | None) 
                 if iface >= len(links) or not 0 <= caplen <= MAX_FRAME or data + caplen > end - 4:
                     raise Damaged  # tshark complains of such a file: let it, as without the pass
                 link = links[iface]
-                if link not in LINKS or _classify(buf, data, caplen, wirelen, link, conv) or frame == 1:
+                if link not in LINKS or classify(buf, data, caplen, wirelen, link, conv) or frame == 1:
                     out.record(memoryview(buf)[pos:end], frame)
                     kept += 1
             elif btype == 1:  # Interface Description Block: every chunk needs it before its packets

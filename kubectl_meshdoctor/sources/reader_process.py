@@ -1,0 +1,178 @@
+"""sources/interleave.py's read of several capture files, run in a process of its own.
+
+One Python process runs one thread at a time: analyze reading a capture pair spent its CPU time as wall time,
+the pre-pass, the fast path and the detectors taking turns on one core while the other waited. Here the read
+(each file's pre-pass, the merge by capture time, the fast path's events, any tshark it starts) runs in a child
+Python process, and the analyze process only turns what it is handed into events for its detectors: the two
+halves run at once, on two cores.
+
+The events cross the child's stdout in capture-time order, in batches packed by columns (sources/event_columns.py)
+and rebuilt here into the same PacketEvents. The last message is the ReadResult of each file, or the exception
+the read raised, raised again here. The child is started by ``sys.executable -m`` this module, is told its job on
+its stdin, ignores the terminal's Ctrl-C (the analyze process stops it) and is ended by its PID when the read is
+cancelled; a child that cannot start leaves the read to this process, as before.
+
+Small inputs are read in this process: a child's start (~0.2 s, ~30 MB) costs more than it saves below
+``APART_BYTES`` of capture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from kubectl_meshdoctor.core.events import PacketEvent
+
+from .event_columns import Packer, Unpacker
+from .interleave import read_interleaved
+from .tshark import ReadResult
+
+# Capture bytes (all files together) from which the read runs in a child: ~0.2 s of CPU to start it, and the
+# read of 8 MiB of short connections (~35k packets) takes ~0.7 s, of which the child takes about half.
+APART_BYTES = 8 << 20
+BATCH = 4096  # events a message: fewer writes and reads, ~200 KB at most but for HTTP/1 start lines
+EVENTS, RESULTS, ERROR = b"E", b"R", b"X"
+_HEAD = 5  # a message: its kind (1 byte), its length (4 bytes, little-endian), then the body
+_STDERR_KEPT = 4096  # bytes of the child's stderr kept for the error that names why it ended
+
+
+def apart_wanted(paths: Sequence[str]) -> bool:
+    """Whether to read ``paths`` in a child process: MESHDOCTOR_READER_PROCESS=1 always, =0 never (tests and
+    bench/ compare the two), else when the files hold APART_BYTES or more."""
+    env = os.environ.get("MESHDOCTOR_READER_PROCESS")
+    if env in ("0", "1"):
+        return env == "1"
+    try:
+        return sum(os.path.getsize(p) for p in paths) >= APART_BYTES
+    except OSError:
+        return False
+
+
+async def read_pair(paths: Sequence[str], sources: Sequence[str], ifaces: Sequence[str], forced: Sequence[bool],
+                    header: bytes, on_event: Callable[[PacketEvent], None]) -> list[ReadResult]:
+    """sources/interleave.py's read_interleaved (the same arguments, events, results and errors): in a child
+    process when apart_wanted says so and one starts, else in this process."""
+    job = (paths, sources, ifaces, forced, header, on_event)
+    if apart_wanted(paths) and (results := await read_apart(*job)) is not None:
+        return results
+    return await read_interleaved(*job)
+
+
+async def read_apart(paths: Sequence[str], sources: Sequence[str], ifaces: Sequence[str], forced: Sequence[bool],
+                     header: bytes, on_event: Callable[[PacketEvent], None]) -> list[ReadResult] | None:
+    """``read_interleaved(paths, sources, ifaces, forced, header, on_event)`` in a child process: the same events
+    in the same order, the same ReadResults, the same exceptions (OSError when a file cannot be read). None when
+    no child could be started (nothing was read: the caller reads in this process). RuntimeError when the child
+    ended without an answer (killed: its signal is named)."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH")))))
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", __name__, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, limit=1 << 20)
+    except OSError:
+        return None
+    stderr = bytearray()
+
+    async def keep_stderr() -> None:  # drained, so that a chatty child never blocks on a full pipe
+        while chunk := await child.stderr.read(1 << 16):
+            stderr[:] = (stderr + chunk)[-_STDERR_KEPT:]
+
+    drain = asyncio.ensure_future(keep_stderr())
+    answered = False
+    inbox = Unpacker(on_event)
+    try:
+        child.stdin.write(pickle.dumps((list(paths), list(sources), list(ifaces), list(forced), header)))
+        await child.stdin.drain()
+        child.stdin.close()
+        while True:
+            try:
+                head = await child.stdout.readexactly(_HEAD)
+                body = await child.stdout.readexactly(int.from_bytes(head[1:], "little"))
+            except asyncio.IncompleteReadError:
+                break
+            kind = head[:1]
+            if kind == EVENTS:
+                inbox.take(body)
+            elif kind == RESULTS:
+                answered = True
+                return pickle.loads(body)
+            elif kind == ERROR:
+                answered = True
+                raise pickle.loads(body)
+        code = await child.wait()
+        await drain
+        said = bytes(stderr).decode("utf-8", "replace").strip().splitlines()
+        why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        raise RuntimeError(f"the capture reader process ended without an answer ({why})"
+                           + (f": {said[-1]}" if said else ""))
+    finally:
+        if child.returncode is None and not answered:
+            child.terminate()  # our own child, by its PID: it ends its tshark and threads, then itself
+        try:
+            await asyncio.wait_for(asyncio.shield(child.wait()), 10)
+        except asyncio.TimeoutError:
+            child.kill()
+            await child.wait()
+        drain.cancel()
+
+
+def _send(kind: bytes, body: bytes) -> None:
+    data = kind + len(body).to_bytes(4, "little") + body
+    while data:
+        data = data[os.write(1, data):]
+
+
+async def _child(job: tuple) -> None:
+    paths, sources, ifaces, forced, header = job
+    packer = Packer()
+
+    def flush() -> None:
+        if len(packer):
+            _send(EVENTS, packer.message())
+
+    def on_event(ev: PacketEvent | None) -> None:  # None: the fast path's event, added by make_event
+        if ev is not None:
+            packer.put(ev)
+        if len(packer) >= BATCH:
+            flush()
+
+    task = asyncio.current_task()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        results = await read_interleaved(paths, sources, ifaces, forced, header, on_event, make_event=packer.add,
+                                         flags=range(64), http_start=bytes)
+    except asyncio.CancelledError:
+        return
+    except BaseException as e:  # the parent raises it again
+        flush()
+        try:
+            body = pickle.dumps(e)
+        except Exception:
+            body = pickle.dumps(RuntimeError(f"{type(e).__name__}: {e}"))
+        _send(ERROR, body)
+        return
+    flush()
+    _send(RESULTS, pickle.dumps(results))
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the analyze process's to handle
+    import gc
+
+    gc.freeze()  # what the imports made is never garbage
+    gc.disable()  # the read makes no reference cycles (tests/sources/test_reader_process.py): only its cost
+    job = pickle.loads(sys.stdin.buffer.read())
+    try:
+        asyncio.run(_child(job))
+    except BrokenPipeError:  # the analyze process went away: nobody to answer
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
