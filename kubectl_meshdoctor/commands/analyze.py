@@ -79,8 +79,9 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     shared = jobs < len(captures)
     # Captures that can share one stream go through one tshark, in capture-time order (sources/interleave.py).
     header = read_plan.interleave_header([a.path for a in captures])
-    if header is not None:
-        readers = [functools.partial(_interleaved, captures, header)]
+    seen_once = SeenOnce() if len(captures) > 1 else None
+    if header is not None:  # every packet from one reader, which drops the ones seen_once drops
+        readers = [functools.partial(_interleaved, captures, header, seen_once)]
     else:
         readers = [functools.partial(read_capture, a, slots, shared) for a in captures]
     readers += [functools.partial(read_access_log, a.path, log_format=log_format, only_pod=a.line_pod,
@@ -88,15 +89,14 @@ async def analyze(args: list[CaptureArg], pipeline: Pipeline, jobs: int | None =
     # Sharing tshark, every stream may hold a whole chunk while the others wait for the slot: the merge must hold
     # that much to keep capture-time order (without editcap files are read whole, and order is best effort).
     held = len(captures) * (read_plan.CHUNK_PACKETS + HIGH_WATER) if shared else 0
-
-    seen_once = SeenOnce() if len(captures) > 1 else None
+    dedup = seen_once if header is None else None
 
     def on_event(ev) -> None:
         if isinstance(ev, PacketEvent):
             mixed = roles.get(ev.source) if roles else None
             if mixed is not None and (role := mixed.role(ev.frame)) is not None:
                 ev = dataclasses.replace(ev, iface=role)
-            if seen_once is None or not seen_once(ev):
+            if dedup is None or not dedup(ev):
                 pipeline.feed(ev)
         else:
             pipeline.context(ev)
@@ -213,10 +213,10 @@ def _kinds(args: list[CaptureArg], log_format: LogFormat | None = None) -> tuple
     return kinds, refused
 
 
-async def _interleaved(captures: list[CaptureArg], header: bytes, push, gate) -> list:
+async def _interleaved(captures: list[CaptureArg], header: bytes, seen_once: SeenOnce | None, push, gate) -> list:
     """merge_by_time's reader for the captures sharing one stream: in time order, so no gate (reader_process)."""
     return await read_pair([a.path for a in captures], [a.path for a in captures], [a.iface for a in captures],
-                           [a.explicit for a in captures], header, push)
+                           [a.explicit for a in captures], header, push, seen_once)
 
 
 def _distinct(args: list[CaptureArg], kinds: dict[str, str]) -> tuple[list[CaptureArg], list[Problem]]:

@@ -50,6 +50,10 @@ class Packer:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def add_row(self, row: tuple) -> None:
+        """``add``'s fields as one tuple."""
+        self._rows.append(row)
+
     def add(self, *fields) -> None:
         """PacketEvent's fields in its order: ts, iface, source, frame, src, sport, dst, dport, flags (the int of
         its six bits), seq, ack, payload_len, http, tls; ``http`` may be an HTTP/1 message's bytes up to its
@@ -59,8 +63,7 @@ class Packer:
         self._rows.append(fields)
 
     def put(self, ev: PacketEvent) -> None:
-        self._rows.append((ev.ts, ev.iface, ev.source, ev.frame, ev.src, ev.sport, ev.dst, ev.dport,
-                           ev.flags._value_, ev.seq, ev.ack, ev.payload_len, ev.http, ev.tls))
+        self._rows.append(row_of(ev))
 
     def _names(self, column: tuple[str, ...], new: list[str]) -> list[int]:
         ids = list(map(self._texts.get, column))
@@ -136,6 +139,12 @@ class Packer:
             array("H", sport).tobytes(), array("H", dport).tobytes(), array("I", payload).tobytes(),
             array("B", flags).tobytes(), names.tobytes(), http_at.tobytes(), http_lines, http_ids.tobytes(),
             http_counts.tobytes(), http_rare, blocks_at.tobytes(), blocks, tls_at))
+
+
+def row_of(ev: PacketEvent) -> tuple:
+    """A PacketEvent as the tuple of its fields that Packer.add takes (its flags an int)."""
+    return (ev.ts, ev.iface, ev.source, ev.frame, ev.src, ev.sport, ev.dst, ev.dport, ev.flags._value_, ev.seq,
+            ev.ack, ev.payload_len, ev.http, ev.tls)
 
 
 def _column(data: bytes, code: str) -> list:

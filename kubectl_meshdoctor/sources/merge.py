@@ -103,47 +103,66 @@ class SeenOnce:
         # its fingerprint is built only when another packet shares its microsecond), else its fingerprints.
         # Building every packet's fingerprint was a tenth of the detectors' process on bench/gen's short mix.
         self._seen: dict[int, PacketEvent | dict[tuple, str]] = {}
-        self._order: deque[tuple[float, int, PacketEvent | tuple]] = deque()  # (first seen, microsecond, what)
+        # (first seen, microsecond, the packet held alone or None, its fingerprint or None), in time order
+        self._order: deque[tuple] = deque()
         self.dropped: dict[tuple[str, str], int] = {}
 
     def __call__(self, ev: PacketEvent) -> bool:
+        return self._check(ev.ts, ev.source, ev, _fingerprint)
+
+    def row(self, row: tuple) -> bool:
+        """``__call__`` for an event given as the tuple of PacketEvent's fields, its flags an int (what
+        sources/event_columns.py's Packer takes)."""
+        return self._check(row[0], row[2], row, _row_fingerprint)
+
+    def _check(self, ts: float, source: str, item, fingerprint) -> bool:
         order, seen = self._order, self._seen
-        cutoff = ev.ts - DUPLICATE_WINDOW_S
+        cutoff = ts - DUPLICATE_WINDOW_S
         while order and order[0][0] < cutoff:
-            _, us, what = order.popleft()
+            _, us, what, fp = order.popleft()
             held = seen[us]
             if held is what:
                 del seen[us]
             else:  # a fingerprint of a microsecond that held several
-                del held[what if type(what) is tuple else _fingerprint(what)]
+                del held[fingerprint(what) if fp is None else fp]
                 if not held:
                     del seen[us]
-        us = round(ev.ts * 1e6)
+        us = round(ts * 1e6)
         held = seen.get(us)
         if held is None:
-            seen[us] = ev
-            order.append((ev.ts, us, ev))
+            seen[us] = item
+            order.append((ts, us, item, None))
             return False
-        fp = _fingerprint(ev)
+        fp = fingerprint(item)
         if type(held) is not dict:
-            if _fingerprint(held) != fp:
-                seen[us] = {_fingerprint(held): held.source, fp: ev.source}
-                order.append((ev.ts, us, fp))
+            if fingerprint(held) != fp:
+                seen[us] = {fingerprint(held): held_source(held), fp: source}
+                order.append((ts, us, None, fp))
                 return False
-            first = held.source
+            first = held_source(held)
         else:
             first = held.get(fp)
             if first is None:
-                held[fp] = ev.source
-                order.append((ev.ts, us, fp))
+                held[fp] = source
+                order.append((ts, us, None, fp))
                 return False
-        if first == ev.source:
+        if first == source:
             return False
-        self.dropped[(ev.source, first)] = self.dropped.get((ev.source, first), 0) + 1
+        self.dropped[(source, first)] = self.dropped.get((source, first), 0) + 1
         return True
+
+
+def held_source(item) -> str:
+    """The source of what SeenOnce holds: a PacketEvent or a row."""
+    return item[2] if type(item) is tuple else item.source
 
 
 def _fingerprint(ev: PacketEvent) -> tuple:
     """SeenOnce's fingerprint of a packet (its docstring)."""
     return (round(ev.ts * 1e6), ev.frame, ev.src, ev.sport, ev.dst, ev.dport, ev.seq, ev.ack, ev.flags._value_,
             ev.payload_len)
+
+
+def _row_fingerprint(row: tuple) -> tuple:
+    """_fingerprint of a row (SeenOnce.row)."""
+    return (round(row[0] * 1e6), row[3], row[4], row[5], row[6], row[7], row[9], row[10], row[8], row[11])

@@ -27,8 +27,9 @@ from collections.abc import Callable, Sequence
 
 from kubectl_meshdoctor.core.events import PacketEvent
 
-from .event_columns import Packer, Unpacker
+from .event_columns import Packer, Unpacker, row_of
 from .interleave import read_interleaved
+from .merge import SeenOnce
 from .tshark import ReadResult
 
 # Capture bytes (all files together) from which the read runs in a child: ~0.2 s of CPU to start it, and the
@@ -53,21 +54,27 @@ def apart_wanted(paths: Sequence[str]) -> bool:
 
 
 async def read_pair(paths: Sequence[str], sources: Sequence[str], ifaces: Sequence[str], forced: Sequence[bool],
-                    header: bytes, on_event: Callable[[PacketEvent], None]) -> list[ReadResult]:
+                    header: bytes, on_event: Callable[[PacketEvent], None], seen_once: SeenOnce | None = None,
+                    ) -> list[ReadResult]:
     """sources/interleave.py's read_interleaved (the same arguments, events, results and errors): in a child
-    process when apart_wanted says so and one starts, else in this process."""
-    job = (paths, sources, ifaces, forced, header, on_event)
-    if apart_wanted(paths) and (results := await read_apart(*job)) is not None:
+    process when apart_wanted says so and one starts, else in this process. With ``seen_once``, a packet it
+    drops is not handed on, and its ``dropped`` counts them (in the child, its own SeenOnce: ~0.6 us a packet
+    taken from the detectors' process)."""
+    if apart_wanted(paths) and (results := await read_apart(paths, sources, ifaces, forced, header, on_event,
+                                                             seen_once)) is not None:
         return results
-    return await read_interleaved(*job)
+    push = on_event if seen_once is None else lambda ev: seen_once(ev) or on_event(ev)
+    return await read_interleaved(paths, sources, ifaces, forced, header, push)
 
 
 async def read_apart(paths: Sequence[str], sources: Sequence[str], ifaces: Sequence[str], forced: Sequence[bool],
-                     header: bytes, on_event: Callable[[PacketEvent], None]) -> list[ReadResult] | None:
+                     header: bytes, on_event: Callable[[PacketEvent], None], seen_once: SeenOnce | None = None,
+                     ) -> list[ReadResult] | None:
     """``read_interleaved(paths, sources, ifaces, forced, header, on_event)`` in a child process: the same events
     in the same order, the same ReadResults, the same exceptions (OSError when a file cannot be read). None when
     no child could be started (nothing was read: the caller reads in this process). RuntimeError when the child
-    ended without an answer (killed: its signal is named)."""
+    ended without an answer (killed: its signal is named). With ``seen_once``, the child drops what a SeenOnce
+    of its own drops, and ``seen_once.dropped`` gets its counts."""
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH")))))
     try:
@@ -86,7 +93,8 @@ async def read_apart(paths: Sequence[str], sources: Sequence[str], ifaces: Seque
     answered = False
     inbox = Unpacker(on_event)
     try:
-        child.stdin.write(pickle.dumps((list(paths), list(sources), list(ifaces), list(forced), header)))
+        child.stdin.write(pickle.dumps((list(paths), list(sources), list(ifaces), list(forced), header,
+                                        seen_once is not None)))
         await child.stdin.drain()
         child.stdin.close()
         while True:
@@ -100,7 +108,10 @@ async def read_apart(paths: Sequence[str], sources: Sequence[str], ifaces: Seque
                 inbox.take(body)
             elif kind == RESULTS:
                 answered = True
-                return pickle.loads(body)
+                results, dropped = pickle.loads(body)
+                for pair, n in dropped.items():
+                    seen_once.dropped[pair] = seen_once.dropped.get(pair, 0) + n
+                return results
             elif kind == ERROR:
                 answered = True
                 raise pickle.loads(body)
@@ -128,23 +139,28 @@ def _send(kind: bytes, body: bytes) -> None:
 
 
 async def _child(job: tuple) -> None:
-    paths, sources, ifaces, forced, header = job
+    paths, sources, ifaces, forced, header, dedup = job
     packer = Packer()
+    seen_once = SeenOnce() if dedup else None
 
     def flush() -> None:
         if len(packer):
             _send(EVENTS, packer.message())
 
-    def on_event(ev: PacketEvent | None) -> None:  # None: the fast path's event, added by make_event
+    def add(*row) -> None:  # the fast path's event
+        if seen_once is None or not seen_once.row(row):
+            packer.add_row(row)
+
+    def on_event(ev: PacketEvent | None) -> None:  # None: the fast path's event, added by add
         if ev is not None:
-            packer.put(ev)
+            add(*row_of(ev))
         if len(packer) >= BATCH:
             flush()
 
     task = asyncio.current_task()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        results = await read_interleaved(paths, sources, ifaces, forced, header, on_event, make_event=packer.add,
+        results = await read_interleaved(paths, sources, ifaces, forced, header, on_event, make_event=add,
                                          flags=range(64), http_start=bytes)
     except asyncio.CancelledError:
         return
@@ -157,7 +173,7 @@ async def _child(job: tuple) -> None:
         _send(ERROR, body)
         return
     flush()
-    _send(RESULTS, pickle.dumps(results))
+    _send(RESULTS, pickle.dumps((results, seen_once.dropped if seen_once else {})))
 
 
 def main() -> int:

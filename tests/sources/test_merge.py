@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from kubectl_meshdoctor.sources.files import CaptureArg, iface_from_name
 from kubectl_meshdoctor.core.events import PacketEvent
+from kubectl_meshdoctor.sources.event_columns import row_of
 from kubectl_meshdoctor.sources.merge import DUPLICATE_WINDOW_S, SeenOnce, merge_by_time
 
 from ..helpers import S, Wire
@@ -141,9 +142,11 @@ _crowded = st.lists(st.tuples(st.sampled_from([0, 1, 2, 400_000, 1_100_000, 1_10
 @settings(max_examples=300, deadline=None)
 @given(_crowded)
 def test_seen_once_drops_what_one_fingerprint_a_packet_drops(steps):
-    ours, reference = SeenOnce(), _ReferenceSeenOnce()
+    ours, by_rows, reference = SeenOnce(), SeenOnce(), _ReferenceSeenOnce()
     for us, frame, seq, source in steps:
         ev = PacketEvent(1_700_000_000 + us / 1e6, "eth0", source, frame, "198.18.0.1", 40000, "198.18.0.2", 80, S,
                          seq, 0)
-        assert ours(ev) == reference(ev)
-    assert ours.dropped == reference.dropped
+        drop = reference(ev)
+        assert ours(ev) == drop
+        assert by_rows.row(row_of(ev)) == drop  # the form the reader process's child takes
+    assert ours.dropped == reference.dropped == by_rows.dropped
