@@ -124,7 +124,6 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     when a file cannot be read. The fast path's events are what ``make_event`` makes of PacketEvent's arguments
     (the flags as ``flags[bits]``, the HTTP/1 start as ``http_start`` makes it of the header block's bytes;
     sources/reader_process.py packs them for another process); tshark's are PacketEvents."""
-    await asyncio.to_thread(tshark_version, None)
     head = pcap_header(header)
     if head is None:
         raise ValueError("not a pcap file header")
@@ -266,6 +265,9 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
         t.start()
     ended = 0  # tsharks that have ended (fast path: real.ends)
     try:
+        # Asked once (pyshark's cache) before any tshark reads: a missing tshark raises here. Asked while the
+        # merger already reads the files (`tshark -v` takes ~0.2 s, mostly waiting).
+        await asyncio.to_thread(tshark_version, None)
         while (session := await sessions.get()) is not None:
             if session[0] == DRAIN:
                 reader.upto(session[1])
