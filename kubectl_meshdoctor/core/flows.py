@@ -54,6 +54,10 @@ class Flow:
         return (self.iface, self.client, self.server)
 
 
+_SYN_SENT, _ESTABLISHED, _CLOSING, _CLOSED, _RESET = (FlowState.SYN_SENT, FlowState.ESTABLISHED, FlowState.CLOSING,
+                                                      FlowState.CLOSED, FlowState.RESET)
+
+
 def _guess_client(ev: PacketEvent) -> tuple[Endpoint, Endpoint]:
     """Client and server of a connection picked up mid-stream: the SYN tells, else the higher (ephemeral) port."""
     a, b = (ev.src, ev.sport), (ev.dst, ev.dport)
@@ -94,16 +98,20 @@ class FlowTable:
 
     def observe(self, ev: PacketEvent) -> Flow:
         """Update the table with one packet and return its flow (new or existing)."""
+        # Once a packet, ~a sixth of the detectors' process: locals, plain int tests (see PacketEvent.is_syn),
+        # the client side compared only where a FIN or the handshake's last ACK needs it.
         self._peers_memo = None
-        before = len(self._flows)
+        flows = self._flows
+        before = len(flows)
+        iface = ev.iface
         a, b = (ev.src, ev.sport), (ev.dst, ev.dport)
-        flags = ev.flags._value_  # plain int tests: this runs once a packet (see PacketEvent.is_syn)
+        flags = ev.flags._value_
         syn = flags & 0x12 == 0x02
-        key = (ev.iface, a, b)
-        flow = self._flows.get(key)
+        key = (iface, a, b)
+        flow = flows.get(key)
         if flow is None:
-            key = (ev.iface, b, a)
-            flow = self._flows.get(key)
+            key = (iface, b, a)
+            flow = flows.get(key)
         reused = False
         if flow is not None and syn and not flow.state.live:
             # A new connection reusing the four-tuple after close (TIME_WAIT reuse): a new flow.
@@ -111,32 +119,30 @@ class FlowTable:
             flow, reused = None, True
         if flow is None:
             client, server = _guess_client(ev)
-            state = FlowState.SYN_SENT if syn else FlowState.ESTABLISHED
-            flow = Flow(ev.iface, client, server, ev.ts, ev.ts, state, syn_seen=syn,
+            flow = Flow(iface, client, server, ev.ts, ev.ts, _SYN_SENT if syn else _ESTABLISHED, syn_seen=syn,
                         first_frame=ev.frame, source=ev.source, reused_closed=reused)
             self._insert(flow)
         else:
-            self._flows.move_to_end(key)
+            flows.move_to_end(key)
         if ev.ts > flow.last_ts:
             flow.last_ts = ev.ts
         flow.packets += 1
-        from_client = a == flow.client
         if flags & 0x04:  # RST
-            flow.state = FlowState.RESET
-        elif flags & 0x12 == 0x12 and flow.state is FlowState.SYN_SENT:  # SYN-ACK
-            flow.state = FlowState.ESTABLISHED
+            flow.state = _RESET
+        elif flags & 0x12 == 0x12 and flow.state is _SYN_SENT:  # SYN-ACK
+            flow.state = _ESTABLISHED
         elif flags & 0x01:  # FIN
-            if from_client:
+            if a == flow.client:
                 flow.client_fin = True
             else:
                 flow.server_fin = True
-            flow.state = FlowState.CLOSED if flow.client_fin and flow.server_fin else FlowState.CLOSING
-        elif flow.state is FlowState.SYN_SENT and not syn and from_client and flags & 0x10:
-            flow.state = FlowState.ESTABLISHED
+            flow.state = _CLOSED if flow.client_fin and flow.server_fin else _CLOSING
+        elif flow.state is _SYN_SENT and not syn and flags & 0x10 and a == flow.client:
+            flow.state = _ESTABLISHED
         self._since_sweep += 1
-        if self._since_sweep >= 1024 or len(self._flows) > self.max_flows:
+        if self._since_sweep >= 1024 or len(flows) > self.max_flows:
             self.sweep(ev.ts)
-        if len(self._flows) > before:
+        if len(flows) > before:
             self.counted += 1
         return flow
 
