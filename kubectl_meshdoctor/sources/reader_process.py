@@ -36,6 +36,7 @@ from .tshark import ReadResult
 # read of 8 MiB of short connections (~35k packets) takes ~0.7 s, of which the child takes about half.
 APART_BYTES = 8 << 20
 BATCH = 4096  # events a message: fewer writes and reads, ~200 KB at most but for HTTP/1 start lines
+FIRST_BATCH = 256  # the first message's: the detectors' process waits for it, idle
 EVENTS, RESULTS, ERROR = b"E", b"R", b"X"
 _HEAD = 5  # a message: its kind (1 byte), its length (4 bytes, little-endian), then the body
 _STDERR_KEPT = 4096  # bytes of the child's stderr kept for the error that names why it ended
@@ -143,7 +144,11 @@ async def _child(job: tuple) -> None:
     packer = Packer()
     seen_once = SeenOnce() if dedup else None
 
+    limit = FIRST_BATCH
+
     def flush() -> None:
+        nonlocal limit
+        limit = BATCH
         if len(packer):
             _send(EVENTS, packer.message())
 
@@ -154,7 +159,7 @@ async def _child(job: tuple) -> None:
     def on_event(ev: PacketEvent | None) -> None:  # None: the fast path's event, added by add
         if ev is not None:
             add(*row_of(ev))
-        if len(packer) >= BATCH:
+        if len(packer) >= limit:
             flush()
 
     task = asyncio.current_task()
