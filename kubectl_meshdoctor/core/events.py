@@ -54,6 +54,14 @@ class HttpStart:
     complete: bool = True  # False when the header block did not end inside this segment
     raw_owners: tuple[str, ...] = ()  # "" where no field line came before
 
+    # One a message start read: stored through the slots, as PacketEvent's (0.58 us -> 0.39 us).
+    def __init__(self, start_line, headers=(), raw_header_lines=(), complete=True, raw_owners=()) -> None:
+        _set_start_line(self, start_line)
+        _set_headers(self, headers)
+        _set_raw_header_lines(self, raw_header_lines)
+        _set_complete(self, complete)
+        _set_raw_owners(self, raw_owners)
+
     @property
     def is_request(self) -> bool:
         return not self.start_line.startswith("HTTP/")
@@ -65,6 +73,10 @@ class HttpStart:
         parts = self.start_line.split(" ", 2)
         code = parts[1] if len(parts) > 1 and not self.is_request else ""
         return int(code) if len(code) == 3 and code.isascii() and code.isdigit() else None
+
+
+_set_start_line, _set_headers, _set_raw_header_lines, _set_complete, _set_raw_owners = (
+    HttpStart.__dict__[f.name].__set__ for f in fields(HttpStart))
 
 
 # TLS record content types (RFC 8446 section 5.1) and handshake types (section 4) the capture reads.

@@ -1,5 +1,5 @@
-"""PacketEvent's own __init__ (core/events.py: built once a packet, it stores through the slots) against what a
-frozen dataclass of the same fields would be."""
+"""PacketEvent's and HttpStart's own __init__ (core/events.py: built once a packet, a message start; they store
+through the slots) against what a frozen dataclass of the same fields would be."""
 
 import dataclasses
 import inspect
@@ -14,12 +14,21 @@ _VALUES = dict(ts=1_764_439_363.25, iface="eth0", source="a.pcap", frame=7, src=
                http=HttpStart("GET / HTTP/1.1", (("Host", "x"),)), tls=TlsStart(22, 0x0303, 512, 1, "x"))
 
 
-def test_its_parameters_are_the_dataclass_fields_in_order_with_their_defaults():
-    params = inspect.signature(PacketEvent).parameters
-    assert list(params) == [f.name for f in dataclasses.fields(PacketEvent)]
-    for f in dataclasses.fields(PacketEvent):
+@pytest.mark.parametrize("cls", [PacketEvent, HttpStart])
+def test_its_parameters_are_the_dataclass_fields_in_order_with_their_defaults(cls):
+    params = inspect.signature(cls).parameters
+    assert list(params) == [f.name for f in dataclasses.fields(cls)]
+    for f in dataclasses.fields(cls):
         default = params[f.name].default
         assert default == (inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default), f.name
+
+
+def test_an_http_start_holds_what_it_was_given():
+    given = dict(start_line="GET / HTTP/1.1", headers=(("Host", "x"),), raw_header_lines=(" folded",),
+                 complete=False, raw_owners=("Host",))
+    for start in (HttpStart(**given), HttpStart(*given.values())):
+        assert {f.name: getattr(start, f.name) for f in dataclasses.fields(start)} == given
+    assert HttpStart("HTTP/1.1 200 OK") == HttpStart("HTTP/1.1 200 OK", (), (), True, ())
 
 
 @pytest.mark.parametrize("by_name", [False, True])
