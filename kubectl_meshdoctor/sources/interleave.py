@@ -264,16 +264,19 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
     for t in threads:
         t.start()
     ended = 0  # tsharks that have ended (fast path: real.ends)
-    # Asked once (pyshark's cache) before any tshark reads, and by the end (a missing tshark raises then):
-    # `tshark -v` takes ~0.2 s, mostly waiting, while the merger reads and the fast path's events are handed on.
-    version = asyncio.ensure_future(asyncio.to_thread(tshark_version, None))
+    asked = False  # tshark's version
     try:
         while (session := await sessions.get()) is not None:
             if session[0] == DRAIN:
                 reader.upto(session[1])
                 continue
-            await version
             read_fd, base = session
+            if not asked:
+                # `tshark -v` once (pyshark's cache), off the loop, before the first tshark reads: ~0.2 s and ~160
+                # MB of RSS (its dissector tables), as much as the rest of analyze; a read the fast path makes
+                # alone asks nothing of tshark, as read_plan's fast path of one file does not
+                await asyncio.to_thread(tshark_version, None)
+                asked = True
             capture = FieldsPipeCapture(read_fd, output_args=FIELD_ARGS, display_filter=FILE_PREFILTER,
                                          custom_parameters=list(TSHARK_ARGS), eventloop=loop)
             await capture.packets_from_tshark(handle, close_tshark=True)
@@ -285,12 +288,7 @@ async def read_interleaved(paths: Sequence[str], sources: Sequence[str], ifaces:
                 reader.upto(real.ends[ended] if ended < len(real.ends) else float("inf"))
                 ended += 1
         reader.upto(float("inf"))
-        await version
     finally:
-        if not version.done():
-            version.cancel()
-        elif not version.cancelled():
-            version.exception()  # raised above, or another error went first: never left unretrieved
         stop.set()
         if read_fd >= 0:
             os.close(read_fd)  # a merger blocked on the full pipe gets EPIPE

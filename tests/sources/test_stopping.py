@@ -148,15 +148,33 @@ def big_pair(tmp_path: Path, copies: int) -> tuple[Path, Path]:
     return eth0, lo
 
 
+def reader_child(proc: subprocess.Popen) -> list[psutil.Process]:
+    """analyze's reader process (sources/reader_process.py), once it runs."""
+    found = []
+    for child in psutil.Process(proc.pid).children():
+        try:
+            if "kubectl_meshdoctor.sources.reader_process" in child.cmdline():
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("fastpath", ["0", "1"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_stopping_analyze_of_a_pair_through_one_tshark_leaves_nothing(tmp_path, sig):
-    """Two captures through one tshark (sources/interleave.py): SIGTERM ends analyze as Ctrl-C does, SIGKILL
-    leaves no time to clean up; either way tshark is gone within 10 s and nothing is left beside the input."""
+def test_stopping_analyze_of_a_pair_through_one_tshark_leaves_nothing(tmp_path, sig, fastpath):
+    """Two captures through one stream (sources/interleave.py), read in a child process (reader_process.py):
+    SIGTERM ends analyze as Ctrl-C does, SIGKILL leaves no time to clean up; either way the child and its tshark
+    (every record goes through one without the fast path; a clean capture needs none with it) are gone within
+    10 s, and nothing is left beside the input."""
     eth0, lo = big_pair(tmp_path, 6000)
     proc = subprocess.Popen([sys.executable, "-m", "kubectl_meshdoctor", "analyze", str(eth0), str(lo), "-o",
                              "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "MESHDOCTOR_PREPASS": "1"})
-    while_running(proc, "tshark running", lambda: running(proc, "tshark"))
+                            env={**os.environ, "MESHDOCTOR_PREPASS": "1", "MESHDOCTOR_FASTPATH": fastpath})
+    if fastpath == "0":
+        while_running(proc, "tshark running", lambda: running(proc, "tshark"))
+    else:
+        while_running(proc, "reader process running", lambda: reader_child(proc))
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
