@@ -39,7 +39,7 @@ from .fast_events import address_text
 from .http1 import parse_http_start
 from .tshark import iface_of
 from .fastpath import DIRTY, IRRELEVANT, decide, read_pcap_record, shown_completeness
-from .prepass import KEEP, SKIP, Conversations, classify, pcap_blocks, tcp_verdict
+from .prepass import KEEP, SKIP, Conversations, PcapBlocks, classify, tcp_verdict
 
 MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
 # Events queued for the reader at most (~200 bytes each, ~1 KB with an HTTP/1 start) before the merger waits.
@@ -120,12 +120,8 @@ def kept_segments(fh, head: PcapHeader, stop: threading.Event | None, make, bloc
     record_header = struct.Struct(head.order + "IIII")
     conv = Conversations()
     kept = frame = 0
-    blocks = pcap_blocks(fh, head, stop, block)
-    while True:
-        try:
-            buf, records = next(blocks)
-        except StopIteration as done:
-            return done.value and (done.value[0], kept, done.value[1])
+    blocks = PcapBlocks(fh, head, stop, block)
+    for buf, records in blocks:
         for pos, caplen, wirelen in records:
             frame += 1
             data = buf[pos:pos + 16 + caplen]
@@ -144,6 +140,7 @@ def kept_segments(fh, head: PcapHeader, stop: threading.Event | None, make, bloc
                 # its payload's captured bytes now end with the record (tcp_verdict cuts inside the payload)
                 yield make(data[:8] + pack_lengths(verdict, wirelen) + data[16:16 + verdict], frame,
                            (seen[0], seen[1][:11] + (16 + verdict,), seen[2]))
+    return blocks.kept(kept)
 
 
 def merge_fast(records: Iterator[tuple], head: PcapHeader, real: RealStream, queue: deque, stop: threading.Event,

@@ -347,12 +347,8 @@ def kept_records(fh, header: PcapHeader, stop: threading.Event | None, make, blo
     conv = Conversations()
     verdict_of = classify  # a local for the loop
     kept = frame = 0
-    blocks = pcap_blocks(fh, header, stop, block)
-    while True:
-        try:
-            buf, records = next(blocks)
-        except StopIteration as done:
-            return done.value and (done.value[0], kept, done.value[1])
+    blocks = PcapBlocks(fh, header, stop, block)
+    for buf, records in blocks:
         view = memoryview(buf)
         for pos, caplen, wirelen in records:
             frame += 1
@@ -364,15 +360,37 @@ def kept_records(fh, header: PcapHeader, stop: threading.Event | None, make, blo
                 kept += 1
                 yield make(buf[pos:pos + 8] + pack_lengths(verdict, wirelen) + buf[pos + 16:pos + 16 + verdict],
                            frame)
+    return blocks.kept(kept)
 
 
-def pcap_blocks(fh, header: PcapHeader, stop: threading.Event | None, block: int = BLOCK):
-    """The whole records of a pcap file after its ``header``, a block at a time, as a generator of (block,
-    [(offset of a record's header in it, captured length, original length), ...]); returns (whole records, cut
-    short: the file ends inside a record) or None for a file with no whole record. Raises Damaged at a record
-    longer than tshark reads (after the block's records before it), Stopped once ``stop`` is set (checked
-    between blocks of ``block`` bytes). A block's records are found in one loop, then taken in another: a
-    generator's step for each record cost the fast path's walk a tenth of its time."""
+class PcapBlocks:
+    """The whole records of a pcap file after its ``header``, a block at a time: iterated, (block, [(offset of a
+    record's header in it, captured length, original length), ...]); once exhausted, ``result`` is (whole
+    records, cut short: the file ends inside a record), or None for a file with no whole record. Raises Damaged
+    at a record longer than tshark reads (after the block's records before it), Stopped once ``stop`` is set
+    (checked between blocks of ``block`` bytes). A block's records are found in one loop, then taken in
+    another: a generator's step for each record cost the fast path's walk a tenth of its time."""
+
+    def __init__(self, fh, header: PcapHeader, stop: threading.Event | None, block: int = BLOCK) -> None:
+        self.result: tuple[int, bool] | None = None
+        self._blocks = _pcap_blocks(fh, header, stop, block)
+
+    def __iter__(self) -> PcapBlocks:
+        return self
+
+    def __next__(self) -> tuple[bytes, list[tuple[int, int, int]]]:
+        try:
+            return next(self._blocks)
+        except StopIteration as done:
+            self.result = done.value
+            raise StopIteration from None
+
+    def kept(self, kept: int) -> tuple[int, int, bool] | None:
+        """(whole records, ``kept`` of them, cut short), or None for a file with no whole record."""
+        return self.result and (self.result[0], kept, self.result[1])
+
+
+def _pcap_blocks(fh, header: PcapHeader, stop: threading.Event | None, block: int):
     rec = struct.Struct(header.order + "8xII").unpack_from
     buf = fh.read(block)
     pos = frame = 0
