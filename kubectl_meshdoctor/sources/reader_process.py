@@ -185,8 +185,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the analyze process's to handle
     import gc
 
-    gc.freeze()  # what the imports made is never garbage
-    gc.disable()  # the read makes no reference cycles (tests/sources/test_reader_process.py): only its cost
+    gc.freeze()  # what the imports made is never garbage: no collection walks it again
     job = pickle.loads(sys.stdin.buffer.read())
     try:
         asyncio.run(_child(job))
