@@ -2,8 +2,9 @@
 
 A batch of events crosses as one ``marshal`` message: each number field as the bytes of a typed array (the
 time, frame, ports, sequence and acknowledgment numbers, payload length and flags of every event), each string
-(interface, source, addresses) as its number in a table both sides keep, and HTTP/1 starts as their start line
-and their header fields' numbers in a second table. A string or (name, value) pair crosses once, with the first
+(interface, source, addresses) as its number in a table both sides keep, and an HTTP/1 start as its header
+block's bytes, parsed by the receiver (the reader process's choice), or, parsed already (tshark's events), as its
+start line and its header fields' numbers in a second table. A string or (name, value) pair crosses once, with the first
 message that uses it; both sides start their tables again past a bound, so a long read stays bounded.
 
 Rebuilding an event from marshalled tuples cost the receiving process ~2.3 us an event (bench/RESULTS.md, an
@@ -26,7 +27,7 @@ from operator import attrgetter
 from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TlsStart
 
 from .http1 import parse_http_start, reusable
-from .interleave_fast import FLAGS
+from .tshark import FLAGS
 
 MAX_TEXTS = 65_536  # strings both sides hold by number, then both start again
 MAX_PAIRS = 16_384  # header pairs both sides hold by number, then both start again
@@ -35,8 +36,8 @@ _TLS_FIELDS = attrgetter("content_type", "version", "length", "handshake_type", 
 
 
 class Packer:
-    """The sending side: ``add`` an event's fields (PacketEvent's, ``flags`` as the int of its six bits), ``put``
-    a PacketEvent, and ``message`` the events so far as bytes (then none). An event is kept as the tuple of its
+    """The sending side: ``add_row`` an event's fields, ``put`` a PacketEvent, and ``message`` the events so far
+    as bytes (then none). An event is kept as the tuple of its
     fields until ``message`` turns the batch into columns with ``zip`` (a C loop: appending each field to its
     array as it came cost the reading process a tenth of its time)."""
 
@@ -51,16 +52,12 @@ class Packer:
         return len(self._rows)
 
     def add_row(self, row: tuple) -> None:
-        """``add``'s fields as one tuple."""
+        """PacketEvent's fields in its order, as a tuple: ts, iface, source, frame, src, sport, dst, dport, flags
+        (the int of its six bits), seq, ack, payload_len, http, tls; ``http`` may be an HTTP/1 message's bytes up
+        to its header block's end, which the receiver parses (http1.parse_http_start): parsed here, its header
+        lines crossed as numbers that cost more to make than parsing them again there (its pairs' strings are
+        shared by both ways, through the parser's cache of lines)."""
         self._rows.append(row)
-
-    def add(self, *fields) -> None:
-        """PacketEvent's fields in its order: ts, iface, source, frame, src, sport, dst, dport, flags (the int of
-        its six bits), seq, ack, payload_len, http, tls; ``http`` may be an HTTP/1 message's bytes up to its
-        header block's end, which the receiver parses (http1.parse_http_start): parsed here, its header lines
-        crossed as numbers that cost more to make than parsing them again there (its pairs' strings are shared
-        by both ways, through the parser's cache of lines)."""
-        self._rows.append(fields)
 
     def put(self, ev: PacketEvent) -> None:
         self._rows.append(row_of(ev))
@@ -121,7 +118,7 @@ class Packer:
         for k, h in enumerate(http):
             if h is None:
                 continue
-            if type(h) is bytes:  # a header block, parsed by the receiver (add)
+            if type(h) is bytes:  # a header block, parsed by the receiver (add_row)
                 blocks_at.append(k)
                 blocks.append(h)
                 continue
@@ -142,7 +139,7 @@ class Packer:
 
 
 def row_of(ev: PacketEvent) -> tuple:
-    """A PacketEvent as the tuple of its fields that Packer.add takes (its flags an int)."""
+    """A PacketEvent as the tuple of its fields that Packer.add_row takes (its flags an int)."""
     return (ev.ts, ev.iface, ev.source, ev.frame, ev.src, ev.sport, ev.dst, ev.dport, ev.flags._value_, ev.seq,
             ev.ack, ev.payload_len, ev.http, ev.tls)
 

@@ -20,11 +20,9 @@ import sys
 from array import array
 from collections.abc import Iterator
 
-from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TcpFlags, TlsStart
+from kubectl_meshdoctor.core.events import HttpStart, PacketEvent, TlsStart
 
-from .tshark import iface_of
-
-_FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once, as packet_from_fields does
+from .tshark import FLAGS, iface_of
 
 
 class FastEvents:
@@ -89,7 +87,7 @@ class FastEvents:
             ports = self.ports[i]
             http, tls = starts.get(i, none)
             yield PacketEvent(self.ts[i], ifaces[self.where[i]], source, self.frames[i], src, ports >> 16, dst,
-                              ports & 0xFFFF, _FLAGS[self.flags[i]], self.seq[i], self.ack[i], self.payload[i],
+                              ports & 0xFFFF, FLAGS[self.flags[i]], self.seq[i], self.ack[i], self.payload[i],
                               http, tls)
 
 

@@ -33,9 +33,10 @@ from . import prepass
 from .fast_events import epoch
 from .fastpath import fastpath_wanted
 from .http1 import parse_http_start
-from .interleave_fast import DRAIN, FLAGS, FastReader, RealStream, kept_segments, merge_fast
+from .interleave_fast import DRAIN, FastReader, RealStream, kept_segments, merge_fast
 from .pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
-from .tshark import FIELD_ARGS, FILE_PREFILTER, MAX_NAMED, TSHARK_ARGS, ReadResult, Undissectable, packet_from_fields
+from .tshark import (FIELD_ARGS, FILE_PREFILTER, FLAGS, MAX_NAMED, TSHARK_ARGS, ReadResult, Undissectable,
+                     packet_from_fields)
 
 _WRITE = 1 << 18  # bytes the merger writes into tshark's pipe at a time
 _READ = 1 << 18  # bytes each file's pass reads at a time (two files at once: their copies add up)

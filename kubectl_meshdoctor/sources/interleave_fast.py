@@ -32,12 +32,12 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
-from kubectl_meshdoctor.core.events import PacketEvent, TcpFlags
+from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import PcapHeader
 
 from .fast_events import address_text
 from .http1 import parse_http_start
-from .tshark import iface_of
+from .tshark import FLAGS, iface_of
 from .fastpath import DIRTY, IRRELEVANT, decide, read_pcap_record, shown_completeness
 from .prepass import KEEP, SKIP, Conversations, PcapBlocks, classify, tcp_verdict
 
@@ -48,7 +48,6 @@ MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table s
 # analyze's ~19 s on bench/gen's short mix, at 4,096 0.2 s (bench/RESULTS.md).
 FAST_PENDING = 4096
 _WRITE = 1 << 18
-FLAGS = tuple(TcpFlags(v) for v in range(64))  # a TcpFlags for each value of the six bits, built once
 DRAIN = -1  # a session item that only hands on the events queued so far
 
 

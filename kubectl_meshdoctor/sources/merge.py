@@ -136,10 +136,10 @@ class SeenOnce:
         fp = fingerprint(item)
         if type(held) is not dict:
             if fingerprint(held) != fp:
-                seen[us] = {fingerprint(held): held_source(held), fp: source}
+                seen[us] = {fingerprint(held): _held_source(held), fp: source}
                 order.append((ts, us, None, fp))
                 return False
-            first = held_source(held)
+            first = _held_source(held)
         else:
             first = held.get(fp)
             if first is None:
@@ -152,7 +152,7 @@ class SeenOnce:
         return True
 
 
-def held_source(item) -> str:
+def _held_source(item) -> str:
     """The source of what SeenOnce holds: a PacketEvent or a row."""
     return item[2] if type(item) is tuple else item.source
 

@@ -109,7 +109,9 @@ class ReadResult:
 
 
 MAX_NAMED = 10  # undissectable frames named by number in a report; the rest are counted
-_FLAGS = tuple(TcpFlags(v) for v in range(64))  # built once: constructing an IntFlag per packet is slow
+# A TcpFlags for each value of the six flag bits, built once: constructing an IntFlag per packet is slow. The one
+# table every reader of packets here uses (fast_events, interleave_fast, event_columns).
+FLAGS = tuple(TcpFlags(v) for v in range(64))
 IO_STAT_ROW = re.compile(r"\|\s*[\d.]+\s*<>\s*(?:[\d.]+|Dur)\s*\|\s*(\d+)\s*\|")
 ARPHRD_LOOPBACK = "772"  # Linux hardware type of lo, in Linux cooked (SLL, SLL2) headers
 
@@ -221,7 +223,7 @@ def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame
         frame = int(number) + frame_offset if frame_map is None else _frame(int(number) + frame_offset, frame_map)
     # Positional, in PacketEvent's field order: cheaper than thirteen keywords, once a packet.
     return PacketEvent(float(ts), default_iface if force_iface else iface_of(name, hatype, ifindex, default_iface),
-                       source, frame, src, int(sport), dst, int(dport), _FLAGS[int(flags, 16) & 0x3F], int(seq),
+                       source, frame, src, int(sport), dst, int(dport), FLAGS[int(flags, 16) & 0x3F], int(seq),
                        int(ack), payload_len, http, tls)
 
 

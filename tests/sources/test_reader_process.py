@@ -122,7 +122,7 @@ def test_columns_give_back_every_event(batches, small_tables):
     for rows in batches:
         for row in rows:
             if row[12] is None or isinstance(row[12], bytes):
-                packer.add(*row)
+                packer.add_row(row)
             else:
                 packer.put(PacketEvent(*row[:8], TcpFlags(row[8]), *row[9:]))
             http = parse_http_start(row[12]) if isinstance(row[12], bytes) else row[12]
