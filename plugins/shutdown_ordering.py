@@ -14,7 +14,9 @@ pod's ``eth0``, which the caller's and the server's captures both hold:
 - at the exit, the server end of every connection the sidecar still held sends FIN at once (the kernel closes a
   killed process's sockets), before any response; the caller's next segment (its TLS close_notify) is answered
   by a bare RST. The request in flight there is the caller sidecar's ``503 UC
-  upstream_reset_before_response_started{connection_termination}``;
+  upstream_reset_before_response_started{connection_termination}``. A connection cut in its TLS handshake (the
+  close acknowledges nothing past the caller's ClientHello) had no request yet: the caller's sidecar met a connect
+  failure, retried it into the refusals below, and logged ``503 URX,UF`` (measured: lab-shutdown-handshake-cut);
 - after it, each SYN to the pod's port is answered by RST from that port (istio-init's REDIRECT to 15006, where
   nothing listens: RFC 9293 section 3.10.7.1), after the same port accepted connections earlier in the capture;
   the caller's sidecar retries and logs ``503 URX,UF
@@ -86,11 +88,25 @@ class _Served:
     drain: PacketEvent | None = None  # the first HTTP/1 response with connection: close (the drain, in plaintext)
     drains: int = 0
     exited: PacketEvent | None = None  # the first refusal after it accepted: the sidecar had exited
-    closes: list[PacketEvent] = field(default_factory=list)  # the server's own first FINs, newest last
+    # the server's own first FINs, newest last, each with the ClientHello it came before the end of (None: the
+    # client had sent more than its ClientHello)
+    closes: list[tuple[PacketEvent, PacketEvent | None]] = field(default_factory=list)
 
 
 def _connection_close(ev: PacketEvent) -> bool:
     return any(k.lower() == "connection" and "close" in v.lower() for k, v in ev.http.headers) if ev.http else False
+
+
+def _in_handshake(flow: Flow, close: PacketEvent) -> PacketEvent | None:
+    """The connection's ClientHello when the server's ``close`` acknowledges nothing past it (RFC 9293 section
+    3.4: its ACK is the next byte the server expects), so the client had not sent its second flight, and the TLS
+    handshake was cut: the caller's sidecar met a connect failure (UF), not a request reset. None otherwise, and
+    for a close with no ACK bit (nothing acknowledged to read)."""
+    hello = flow.notes.get("client-hello")
+    if hello is None or not close.flags._value_ & 0x10:
+        return None
+    hello_end = (hello.seq + 5 + hello.tls.length) % 2**32  # the record's 5-byte header, then its body
+    return hello if (hello_end - close.ack) % 2**32 < 2**31 else None
 
 
 def _envoy_response(ev: PacketEvent) -> bool:
@@ -139,6 +155,8 @@ class ShutdownOrdering(Detector):
             if (ev.dst, ev.dport) == flow.server:
                 if ev.tls is not None and ev.tls.is_encrypted_alert:
                     flow.notes["client-alert"] = True  # the caller closed first (its close_notify): not the exit's
+                elif ev.tls is not None and ev.tls.is_client_hello:
+                    flow.notes["client-hello"] = ev
                 elif _connection_close(ev):
                     flow.notes["asked-close"] = True  # its answer's connection: close is the caller's, not a drain
             return ()
@@ -159,7 +177,7 @@ class ShutdownOrdering(Detector):
             if not flow.client_fin and not flow.notes.get("client-alert") and not flow.notes.get("drain-close"):
                 # the server closed (or reset: a connection the kernel held that Envoy never took) first, with no
                 # connection: close said before
-                served.closes.append(ev)
+                served.closes.append((ev, _in_handshake(flow, ev)))
                 del served.closes[:-MAX_CLOSES]
         return ()
 
@@ -174,8 +192,8 @@ class ShutdownOrdering(Detector):
         if served.exited is None:
             served.exited = rst
             # the sockets the kill closed: the server's own FINs since its last accepted connection
-            cut = [c for c in served.closes if served.last_accept.ts - 0.05 <= c.ts <= rst.ts]
-            findings.extend(self._cut(served, fin) for fin in cut)
+            cut = [c for c in served.closes if served.last_accept.ts - 0.05 <= c[0].ts <= rst.ts]
+            findings.extend(self._cut(served, fin, hello) for fin, hello in cut)
             served.closes.clear()
         findings.append(self._refusal(served, syn, rst))
         return findings
@@ -250,12 +268,24 @@ class ShutdownOrdering(Detector):
             rst.ts, f"Connection to {port} refused after its sidecar exited: the app's callers were still calling",
             "connection refused after the sidecar exited")
 
-    def _cut(self, served: _Served, fin: PacketEvent) -> Finding:
+    def _cut(self, served: _Served, fin: PacketEvent, hello: PacketEvent | None) -> Finding:
         port = fin.src_endpoint
+        close = "RST" if fin.is_rst else "FIN"
+        if hello is not None:
+            return self._finding(
+                served, FlowRef(fin.dst_endpoint, port, fin.iface),
+                (Evidence.of(hello, f"ClientHello to {port}"),
+                 Evidence.of(fin, f"{close} from {port} acknowledging nothing past the ClientHello: the killed "
+                                  f"sidecar's socket closed in the TLS handshake")), ("UF", "URX"),
+                f"The sidecar at {port} closed this connection when it exited, in its TLS handshake: the kernel "
+                f"closes a killed process's sockets, and this one had received the caller's ClientHello and nothing "
+                f"after it. The caller's sidecar meets a connect failure (UF), retries it (Istio's default retryOn "
+                f"has connect-failure), and its retries are refused here: it logs 503 URX,UF. ",
+                fin.ts, f"{port}'s sidecar exited in a connection's TLS handshake: the caller's connect failed (503 UF)",
+                "TLS handshake cut by the sidecar's exit")
         return self._finding(
             served, FlowRef(fin.dst_endpoint, port, fin.iface),
-            (Evidence.of(fin, f"{'RST' if fin.is_rst else 'FIN'} from {port} with no response: the killed sidecar's "
-                              f"socket closed"),), ("UC",),
+            (Evidence.of(fin, f"{close} from {port} with no response: the killed sidecar's socket closed"),), ("UC",),
             f"The sidecar at {port} closed this connection when it exited: the kernel closes a killed process's "
             f"sockets, so the connections it still held were ended at once with no answer (during the drain a served "
             f"connection is closed after its response, so one still open carried a request). The caller's sidecar "
@@ -266,7 +296,7 @@ class ShutdownOrdering(Detector):
     def on_tick(self, now: float) -> Iterable[Finding]:
         self._pending.expire(now)
         for served in self._served.values():
-            if served.closes and served.closes[0].ts < now - CLOSE_KEPT_S:
-                served.closes[:] = [c for c in served.closes if c.ts >= now - CLOSE_KEPT_S]
+            if served.closes and served.closes[0][0].ts < now - CLOSE_KEPT_S:
+                served.closes[:] = [c for c in served.closes if c[0].ts >= now - CLOSE_KEPT_S]
         return ()
 

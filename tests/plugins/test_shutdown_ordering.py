@@ -194,3 +194,34 @@ def test_the_pod_s_sidecar_runs_are_quoted_as_watch_read_them_at_its_start_and_e
     assert sum(s.startswith("event Started (istio-proxy") for s in spec) == 1, spec  # not quoted twice
     assert any(s.startswith("event Killing (istio-proxy") for s in spec), spec
     assert "killed by SIGKILL" in f.explanation
+
+
+def test_a_connection_cut_in_its_tls_handshake_is_the_callers_connect_failure_not_a_request_reset():
+    """lab-shutdown-handshake-cut: the kill came as a call's connection had sent its ClientHello and nothing
+    more (the RST acknowledges its last byte). The caller's sidecar met a connect failure, retried it, was refused,
+    and logged 503 URX,UF: no request of that connection was in flight, so it is no 503 UC. The slow request's
+    connection, cut with its request in flight, is still the one UC."""
+    import dpkt
+
+    data = DATA / "lab-shutdown-handshake-cut"
+    code, report = analyze_json(data / "healthy", data / "healthy-caller")
+    found = report["findings"]
+    assert code == 1 and {f["detector"] for f in found} == {"shutdown-ordering"}
+    by_variant: dict[str, list[dict]] = {}
+    for f in found:
+        by_variant.setdefault(f["variant"], []).append(f)
+    (uc,) = by_variant["connection closed by the sidecar's exit"]
+    assert uc["envoy_flags"] == ["UC"] and [" 503 UC " in line and "/slow/" in line for line in uc["access_log"]] \
+        == [True]
+    (cut,) = by_variant["TLS handshake cut by the sidecar's exit"]
+    hello, close = cut["evidence"][:2]
+    assert cut["envoy_flags"] == ["UF", "URX"] and hello["record"] == "ClientHello"
+    assert (hello["src"], hello["dst"]) == (close["dst"], close["src"]) == (cut["flow"]["client"], POD)
+    # the rule read again from the file by another reader: the close's ACK is the ClientHello record's end
+    with open(data / "healthy" / "eth0.pcap", "rb") as fh:
+        tcp = {n: dpkt.ethernet.Ethernet(buf).data.data for n, (_, buf) in enumerate(dpkt.pcap.Reader(fh), 1)}
+    first = tcp[hello["frame"]]
+    assert tcp[close["frame"]].ack == first.seq + 5 + int.from_bytes(first.data[3:5], "big")
+    # the call whose connect it was: retried, refused, logged as URX,UF at the cut's time
+    line = next(iter(cut["access_log"]))
+    assert " 503 URX,UF " in line and "delayed_connect_error:_Connection_refused" in line
