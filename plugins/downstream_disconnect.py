@@ -88,6 +88,7 @@ def note(waited_ms: int, kind: str = "") -> str:
 class DownstreamDisconnect(Detector):
     id = "downstream-disconnect"
     packet_ifaces = frozenset({"eth0"})
+    packet_kinds = frozenset({"http", "fin", "rst"})
     envoy_counters = ("upstream_rq_rx_reset", "upstream_rq_tx_reset")
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:

@@ -106,6 +106,7 @@ def _wire_kind(request: PacketEvent, response: PacketEvent, status: int) -> str 
 class DownstreamProtocolError(Detector):
     id = "downstream-protocol-error"
     packet_ifaces = frozenset({"eth0"})
+    packet_kinds = frozenset({"http"})
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:
         if ev.iface != "eth0" or ev.http is None:

@@ -135,6 +135,7 @@ NOTE = ("# Until the app is fixed, retries (a VirtualService with retries.retryO
 class HttpFraming(Detector):
     id = "http-framing"
     packet_ifaces = frozenset({"lo"})
+    packet_kinds = frozenset({"http"})
     unseen_without = {"lo": "malformed HTTP/1 responses"}
     unseen_rank = 30
     envoy_counters = ("upstream_cx_protocol_error",)

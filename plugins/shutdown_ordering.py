@@ -119,6 +119,7 @@ def _envoy_response(ev: PacketEvent) -> bool:
 class ShutdownOrdering(Detector):
     id = "shutdown-ordering"
     packet_ifaces = frozenset({"eth0"})
+    packet_kinds = frozenset({"syn", "fin", "rst", "http", "tls"})  # not the pure ACKs
     unseen_without = {"eth0": "a stopped sidecar's refusals"}
     unseen_rank = 50
     pod_runs = True

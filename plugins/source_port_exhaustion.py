@@ -70,6 +70,7 @@ def _errno(entry: AccessLogEntry) -> int | None:
 class SourcePortExhaustion(Detector):
     id = "source-port-exhaustion"
     packet_ifaces = frozenset({"lo"})
+    packet_kinds = frozenset({"fin"})
     envoy_counters = ("upstream_cx_connect_fail", "upstream_rq_pending_failure_eject")
 
     def __init__(self, ctx) -> None:

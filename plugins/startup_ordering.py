@@ -89,6 +89,7 @@ _CAUSE_TEXT = {
 class StartupOrdering(Detector):
     id = "startup-ordering"
     packet_ifaces = frozenset({"lo"})
+    packet_kinds = frozenset({"syn", "rst"})  # a SYN-ACK or RST answers a REDIRECTed SYN
     unseen_without = {"lo": "the app starting before its sidecar"}
     unseen_rank = 20
     pod_runs = True

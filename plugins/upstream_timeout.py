@@ -85,6 +85,7 @@ COUNTERS = (CounterSignal("cluster", "upstream_rq_timeout", "requests the route 
 class UpstreamTimeout(Detector):
     id = "upstream-timeout"
     packet_ifaces = frozenset({"eth0"})
+    packet_kinds = frozenset({"http"})
     envoy_counters = ("upstream_rq_timeout", "upstream_rq_per_try_timeout")
 
     def on_packet(self, ev: PacketEvent, flow: Flow) -> Iterable[Finding]:

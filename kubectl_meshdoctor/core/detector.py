@@ -22,6 +22,26 @@ from .flows import Flow, FlowTable
 from .unseen import IfaceStats
 
 
+# Detector.packet_kinds' names -> their bit in the pipeline's mask of a packet: the TCP header's own FIN, SYN and
+# RST bits (RFC 9293 section 3.1), then an HTTP/1 start and a TLS record.
+PACKET_KINDS = {"fin": 0x01, "syn": 0x02, "rst": 0x04, "http": 0x08, "tls": 0x10}
+ALL_KINDS = 0x1F
+
+
+def kinds_mask(kinds: frozenset[str] | None) -> int:
+    """The mask of ``kinds`` (Detector.packet_kinds), ALL_KINDS for None. Raises ValueError for a kind not in
+    PACKET_KINDS: a misspelt declaration would silently starve its detector."""
+    if kinds is None:
+        return ALL_KINDS
+    unknown = set(kinds) - set(PACKET_KINDS)
+    if unknown:
+        raise ValueError(f"unknown packet kind(s) {sorted(unknown)}; known: {sorted(PACKET_KINDS)}")
+    mask = 0
+    for kind in kinds:
+        mask |= PACKET_KINDS[kind]
+    return mask
+
+
 @dataclass(slots=True)
 class DetectorContext:
     """What every detector may read: the shared flow table and what is known about the pod."""
@@ -63,6 +83,13 @@ class Detector:
     # pipeline hands a packet only to the detectors that read its interface and override ``on_packet``: calling
     # each detector for each packet to return at once was most of the detectors' share of analyze's CPU.
     packet_ifaces: ClassVar[frozenset[str] | None] = None
+    # The packets ``on_packet`` reads, by what they carry (PACKET_KINDS): "syn", "fin", "rst" (that TCP flag set; a
+    # SYN-ACK is a "syn"), "http" (an HTTP/1 start), "tls" (a TLS record read); None, every packet. The pipeline
+    # hands a detector only packets of one of its kinds, so a declaration must hold for every other packet:
+    # on_packet would return nothing and change nothing (tests/core/test_pipeline_dispatch.py runs every recording
+    # with and without the declarations). On bench/gen's short-connection mix, most of the packets an HTTP-only
+    # detector was called for carried no HTTP start.
+    packet_kinds: ClassVar[frozenset[str] | None] = None
     # The interface ("lo" or "eth0") whose packets alone carry a failure class of this detector -> what a reader of
     # a run without that interface's packets would miss, in a few words ("the collision's challenge ACK"). The
     # report's "not seen" line lists these (core/unseen.py); each interface is one ``on_packet`` reads.

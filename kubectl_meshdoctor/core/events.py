@@ -70,8 +70,11 @@ class HttpStart:
     def status(self) -> int | None:
         """A response's status code (RFC 9112 section 4: three ASCII digits), None for a request or a status
         line that has none."""
-        parts = self.start_line.split(" ", 2)
-        code = parts[1] if len(parts) > 1 and not self.is_request else ""
+        line = self.start_line
+        if not line.startswith("HTTP/"):
+            return None
+        parts = line.split(" ", 2)
+        code = parts[1] if len(parts) > 1 else ""
         return int(code) if len(code) == 3 and code.isascii() and code.isdigit() else None
 
 

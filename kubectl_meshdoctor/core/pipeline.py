@@ -19,7 +19,7 @@ from .correlate import (
     logged_entries,
     of_the_wire,
 )
-from .detector import Detector, DetectorContext
+from .detector import ALL_KINDS, Detector, DetectorContext, kinds_mask
 from .events import (
     AccessLogEvent,
     CaptureStartEvent,
@@ -160,7 +160,12 @@ class Pipeline:
         reading = self._reading.get(ev.iface)
         if reading is None:
             reading = self._reading[ev.iface] = self._packet_readers(ev.iface)
-        for det in reading:
+        kind = ev.flags._value_ & 0x07  # FIN, SYN, RST: PACKET_KINDS' first three bits are the header's
+        if ev.http is not None:
+            kind |= 0x08
+        if ev.tls is not None:
+            kind |= 0x10
+        for det in reading[kind]:
             found = det.on_packet(ev, flow)
             if found:  # most packets conclude nothing: () or [] skips the emit (a generator is always tried)
                 self._emit(found)
@@ -168,10 +173,15 @@ class Pipeline:
             self._next_tick = ev.ts + TICK_EVERY_S
             self.tick(ev.ts)
 
-    def _packet_readers(self, iface: str) -> tuple[Detector, ...]:
-        """The detectors, in order, whose ``on_packet`` reads packets of ``iface`` (Detector.packet_ifaces)."""
-        return tuple(d for d in self.detectors if type(d).on_packet is not Detector.on_packet
-                     and (d.packet_ifaces is None or iface in d.packet_ifaces))
+    def _packet_readers(self, iface: str) -> tuple[tuple[Detector, ...], ...]:
+        """For each packet mask (detector.PACKET_KINDS' bits), the detectors, in order, whose ``on_packet`` reads
+        packets of ``iface`` (Detector.packet_ifaces) and of one of that mask's kinds (Detector.packet_kinds; a
+        packet of none, a pure ACK, goes to those that declare no kinds)."""
+        readers = [(d, kinds_mask(d.packet_kinds)) for d in self.detectors
+                   if type(d).on_packet is not Detector.on_packet
+                   and (d.packet_ifaces is None or iface in d.packet_ifaces)]
+        return tuple(tuple(d for d, mask in readers if mask == ALL_KINDS or mask & kind)
+                     for kind in range(ALL_KINDS + 1))
 
     def context(self, ev: ContextEvent) -> None:
         """Something known about the pod: a redirect map replaces the default one; an access-log line is kept

@@ -3,10 +3,19 @@ override on_packet, in their order; and each built-in detector's declaration say
 
 from __future__ import annotations
 
-from kubectl_meshdoctor.core.detector import Detector, DetectorContext
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kubectl_meshdoctor.core.detector import PACKET_KINDS, Detector, DetectorContext, kinds_mask
+from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.flows import FlowTable
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.core.registry import load_detectors
+from kubectl_meshdoctor.sources import read_plan
+from kubectl_meshdoctor.sources.files import CaptureArg
 
 from ..helpers import A, P, R, Wire
 
@@ -58,3 +67,69 @@ def test_each_built_in_detector_reads_no_packet_of_an_interface_it_does_not_decl
                 flow = flows.observe(ev)
                 assert not list(det.on_packet(ev, flow)), (det.id, iface)
                 assert not flow.notes, (det.id, iface)
+
+
+def test_a_packet_goes_only_to_the_detectors_that_read_one_of_its_kinds():
+    calls: list = []
+
+    def kinds_of(name: str, kinds):
+        cls = _recording(name, None, calls)
+        cls.packet_kinds = kinds
+        return cls
+
+    ctx = DetectorContext(flows=FlowTable())
+    detectors = [kinds_of("every", None)(ctx), kinds_of("http", frozenset({"http"}))(ctx),
+                 kinds_of("close", frozenset({"fin", "rst"}))(ctx), kinds_of("syn", frozenset({"syn"}))(ctx)]
+    pipeline = Pipeline(detectors, ctx)
+    events = _packets("eth0")  # SYN, SYN-ACK, ACK, the GET, the RST
+    for ev in events:
+        pipeline.feed(ev)
+    by_frame: dict[int, list[str]] = {}
+    for name, _, frame in calls:
+        by_frame.setdefault(frame, []).append(name)
+    assert [by_frame[ev.frame] for ev in events] == [["every", "syn"], ["every", "syn"], ["every"],
+                                                     ["every", "http"], ["every", "close"]]
+
+
+def test_a_misspelt_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown packet kind"):
+        kinds_mask(frozenset({"http", "fn"}))
+    assert kinds_mask(None) == kinds_mask(frozenset(PACKET_KINDS))
+
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+CAPTURES = sorted(p for p in DATA.rglob("*") if p.suffix in (".pcap", ".pcapng"))
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="reads captures through tshark")
+def test_every_recording_gives_the_same_findings_with_and_without_the_kinds_declared(monkeypatch):
+    """Each built-in declaration of Detector.packet_kinds holds on every capture in tests/data: the detectors'
+    findings are the same when every detector is handed every packet."""
+    declared = {type(d) for d in load_detectors(DetectorContext(flows=FlowTable())) if d.packet_kinds is not None}
+    assert len(declared) >= 5
+    streams = []
+    for path in CAPTURES:
+        events: list = []
+
+        async def gate() -> None:
+            pass
+
+        asyncio.run(read_plan.read_capture(CaptureArg.parse(str(path)), asyncio.Semaphore(1), False,
+                                           events.append, gate))
+        streams.append((path, [ev for ev in events if isinstance(ev, PacketEvent)]))
+
+    def findings() -> list:
+        out = []
+        for path, events in streams:
+            pipeline = Pipeline.with_detectors()
+            for ev in events:
+                pipeline.feed(ev)
+            out.append((path.name, [(f.detector, f.variant, f.ts, f.envoy_flags, f.evidence) for f in
+                                     pipeline.finish()]))
+        return out
+
+    declared_run = findings()
+    assert sum(len(found) for _, found in declared_run) >= 50
+    for cls in declared:
+        monkeypatch.setattr(cls, "packet_kinds", None)
+    assert findings() == declared_run
