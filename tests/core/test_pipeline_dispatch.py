@@ -107,6 +107,10 @@ def test_every_recording_gives_the_same_findings_with_and_without_the_kinds_decl
     findings are the same when every detector is handed every packet."""
     declared = {type(d) for d in load_detectors(DetectorContext(flows=FlowTable())) if d.packet_kinds is not None}
     assert len(declared) >= 5
+    # read through the pre-pass's fast path, which gives tshark's events (tests/sources/test_fastpath.py) without
+    # a tshark a file: CI's time
+    monkeypatch.setenv("MESHDOCTOR_PREPASS", "1")
+    monkeypatch.setenv("MESHDOCTOR_FASTPATH", "1")
     streams = []
     for path in CAPTURES:
         events: list = []
