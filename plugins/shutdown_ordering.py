@@ -157,6 +157,8 @@ class ShutdownOrdering(Detector):
                 if ev.tls is not None and ev.tls.is_encrypted_alert:
                     flow.notes["client-alert"] = True  # the caller closed first (its close_notify): not the exit's
                 elif ev.tls is not None and ev.tls.is_client_hello:
+                    # the latest, not core/mtls.remember_hello's first: after a HelloRetryRequest the client sends
+                    # a second ClientHello (RFC 8446 section 4.1.4), and the close is held to that one's end
                     flow.notes["client-hello"] = ev
                 elif _connection_close(ev):
                     flow.notes["asked-close"] = True  # its answer's connection: close is the caller's, not a drain
