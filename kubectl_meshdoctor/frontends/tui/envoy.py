@@ -298,8 +298,18 @@ class AccessLogScreen(Screen):
         yield table
         yield KeysFooter()
 
+    def _title(self) -> str:
+        """Whose lines the pane shows: one pod (or the files given), every pod's with their count, or the one pod
+        ``p`` stepped to, numbered as the c and l panes number theirs."""
+        if len(self._pods) > 1:
+            if self.only is None:
+                return f"Envoy access log of {len(self._pods)} pods (p: one pod's lines)"
+            at = self._pods.index(self.only) + 1 if self.only in self._pods else 0
+            return one_line(f"Envoy access log of pod/{self.only} ({at} of {len(self._pods)}; p: next pod)")
+        return one_line(f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}")
+
     def on_mount(self) -> None:
-        self.sub_title = one_line(f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}")
+        self.sub_title = self._title()
         self.query_one("#access-log", DataTable).focus()  # keys go to the screen; / moves to the filter
         self.refresh_entries()
         self.set_interval(1.0, self.refresh_entries)
@@ -316,6 +326,7 @@ class AccessLogScreen(Screen):
             return
         self._shown = counted
         rows, total, failing = self._rows()
+        self.sub_title = self._title()  # the pods are known once their lines are
         table = self.query_one("#access-log", DataTable)
         table.clear()
         for cells in reversed(rows):

@@ -173,11 +173,17 @@ async def test_hostile_pod_names_are_shown_as_text_on_the_rows_and_the_access_lo
         assert [str(c.label) for c in access.columns.values()][0] == "pod"
         pods = {str(access.get_row_at(i)[0]) for i in range(access.row_count)}
         assert len(pods) == 2 and all(len(p) <= 20 for p in pods), pods
+        # the title says whose lines these are: both pods', not the first pod's alone
+        assert app.screen.sub_title == "Envoy access log of 2 pods (p: one pod's lines)", app.screen.sub_title
+        assert "Envoy access log of 2 pods" in screen_output(app).splitlines()[0]
         everyone = access.row_count
         await pilot.press("p")  # one pod's lines
         await wait_for(pilot, lambda: "(p: next pod)" in str(app.screen.query_one("#log-status", Static).render()))
         one = {str(access.get_row_at(i)[0]) for i in range(access.row_count)}
         assert len(one) == 1 and 0 < access.row_count < everyone
+        title = app.screen.sub_title
+        assert title.startswith("Envoy access log of pod/") and title.endswith("(1 of 2; p: next pod)"), title
+        assert not [ch for ch in UNSAFE if ch in title], title  # the hostile name, escaped
         shown.append(screen_output(app))
         await pilot.press("p", "p")  # the other pod's, then every pod's again
         await wait_for(pilot, lambda: access.row_count == everyone)
