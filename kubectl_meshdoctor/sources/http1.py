@@ -56,17 +56,10 @@ class _FieldLines(dict):
     """Header line -> its (name, value), or _RAW; at most _MAX_CACHED_LINES short, non-credential lines."""
 
     def __missing__(self, text: str) -> tuple[str, str]:
-        # _field_line and reusable, inlined: a request's trace and id lines miss every time (a third of
-        # parse_http_start's time on bench/gen's short connections, where a request has five of them).
-        name, colon, value = text.partition(":")
-        if colon and name and name.isascii() and name.isprintable() and " " not in name:
-            pair = (name, value.strip(" \t"))
-            # A line that begins with a credential's name and a colon is a field line (the name is a token), so
-            # looking at the parsed name is enough: lowering the whole line was a third of a miss's cost.
-            name = name.lower()
-        else:
-            pair, name = _RAW, ""
-        if len(text) <= _CACHED_LINE_CHARS and name not in _NEW_EACH_REQUEST and name not in SENSITIVE_HEADERS:
+        pair = _field_line(text) or _RAW
+        # A line that begins with a credential's name and a colon is a field line (the name is a token), so
+        # looking at the parsed name is enough: lowering the whole line was a third of a miss's cost.
+        if reusable(pair[0], len(text)):
             if len(self) >= _MAX_CACHED_LINES:
                 self.clear()
             self[text] = pair
