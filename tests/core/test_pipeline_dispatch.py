@@ -3,7 +3,6 @@ override on_packet, in their order; and each built-in detector's declaration say
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from pathlib import Path
 
@@ -14,10 +13,9 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.core.flows import FlowTable
 from kubectl_meshdoctor.core.pipeline import Pipeline
 from kubectl_meshdoctor.core.registry import load_detectors
-from kubectl_meshdoctor.sources import read_plan
-from kubectl_meshdoctor.sources.files import CaptureArg
 
 from ..helpers import A, P, R, Wire
+from ..sources.test_fastpath import stream
 
 
 def _recording(name: str, ifaces, calls: list):
@@ -109,18 +107,8 @@ def test_every_recording_gives_the_same_findings_with_and_without_the_kinds_decl
     assert len(declared) >= 5
     # read through the pre-pass's fast path, which gives tshark's events (tests/sources/test_fastpath.py) without
     # a tshark a file: CI's time
-    monkeypatch.setenv("MESHDOCTOR_PREPASS", "1")
-    monkeypatch.setenv("MESHDOCTOR_FASTPATH", "1")
-    streams = []
-    for path in CAPTURES:
-        events: list = []
-
-        async def gate() -> None:
-            pass
-
-        asyncio.run(read_plan.read_capture(CaptureArg.parse(str(path)), asyncio.Semaphore(1), False,
-                                           events.append, gate))
-        streams.append((path, [ev for ev in events if isinstance(ev, PacketEvent)]))
+    streams = [(path, [ev for ev in stream(path, True, monkeypatch)[0] if isinstance(ev, PacketEvent)])
+               for path in CAPTURES]
 
     def findings() -> list:
         out = []
