@@ -304,8 +304,8 @@ class AccessLogScreen(Screen):
         if len(self._pods) > 1:
             if self.only is None:
                 return f"Envoy access log of {len(self._pods)} pods (p: one pod's lines)"
-            at = self._pods.index(self.only) + 1 if self.only in self._pods else 0
-            return one_line(f"Envoy access log of pod/{self.only} ({at} of {len(self._pods)}; p: next pod)")
+            at = f"{self._pods.index(self.only) + 1} of " if self.only in self._pods else "one of "
+            return one_line(f"Envoy access log of pod/{self.only} ({at}{len(self._pods)}; p: next pod)")
         return one_line(f"Envoy access log of {f'pod/{self.pod}' if self.pod else 'the files given'}")
 
     def on_mount(self) -> None:
