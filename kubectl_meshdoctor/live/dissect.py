@@ -34,7 +34,8 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, pcap_header
 
 from kubectl_meshdoctor.sources.prepass import MAX_FRAME
-from kubectl_meshdoctor.sources.pyshark_adapter import FieldsPipeCapture, sized_pipe, tshark_complaint, tshark_version
+from kubectl_meshdoctor.sources.pipes import sized_pipe
+from kubectl_meshdoctor.sources.pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
 from kubectl_meshdoctor.sources.tshark import (
     FIELD_ARGS,
     PREFILTER,

@@ -19,6 +19,8 @@ from pyshark.capture.pipe_capture import PipeCapture
 from pyshark.tshark.output_parser.base_parser import BaseTsharkOutputParser
 from pyshark.tshark.tshark import get_tshark_version
 
+from .pipes import sized_pipe
+
 # pyshark's private names this module overrides, calls or reads: class -> name -> the parameters it takes (for a
 # method; None for an attribute), as pyshark 0.6 defines them.
 PYSHARK_INTERNALS: dict[str, dict[str, tuple[str, ...] | None]] = {
@@ -73,18 +75,6 @@ class LineBatches(BaseTsharkOutputParser):
 
 
 POLLED_PIPE_BYTES = 1 << 20  # what tshark can write between two polls before it waits for us
-
-
-def sized_pipe(nbytes: int) -> tuple[int, int]:
-    """os.pipe() -> (read fd, write fd), grown to hold ``nbytes`` (fcntl F_SETPIPE_SZ, Linux). Linux may refuse
-    (above /proc/sys/fs/pipe-max-size, or the user over pipe-user-pages-soft, pipe(7)): the pipe then keeps its
-    default size; F_GETPIPE_SZ tells."""
-    read_fd, write_fd = os.pipe()
-    try:
-        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, nbytes)
-    except OSError:
-        pass
-    return read_fd, write_fd
 
 
 class PolledPipe:

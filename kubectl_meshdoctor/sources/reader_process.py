@@ -30,6 +30,7 @@ from kubectl_meshdoctor.core.events import PacketEvent
 from .event_columns import Packer, Unpacker, row_of
 from .interleave import read_interleaved
 from .merge import SeenOnce
+from .pipes import grow_pipe
 from .tshark import ReadResult
 
 # Capture bytes (all files together) from which the read runs in a child: ~0.2 s of CPU to start it, and the
@@ -37,6 +38,11 @@ from .tshark import ReadResult
 APART_BYTES = 8 << 20
 BATCH = 4096  # events a message: fewer writes and reads, ~200 KB at most but for HTTP/1 start lines
 FIRST_BATCH = 256  # the first message's: the detectors' process waits for it, idle
+# What the child's stdout holds before a write waits: several messages. The two processes run at once on two
+# cores, each nearly all the time; with Linux's 64 KiB (a third of a message) the child waited at every batch
+# the detectors' process took to read, and that one then waited for the rest of the next message: each used
+# ~0.89 of a core, ~0.92 with this (bench/gen's short mix, analyze's wall 0.94x; bench/RESULTS.md).
+PIPE_BYTES = 1 << 20
 EVENTS, RESULTS, ERROR = b"E", b"R", b"X"
 _HEAD = 5  # a message: its kind (1 byte), its length (4 bytes, little-endian), then the body
 _STDERR_KEPT = 4096  # bytes of the child's stderr kept for the error that names why it ended
@@ -187,6 +193,7 @@ def main() -> int:
 
     gc.freeze()  # what the imports made is never garbage: no collection walks it again
     job = pickle.loads(sys.stdin.buffer.read())
+    grow_pipe(1, PIPE_BYTES)
     try:
         asyncio.run(_child(job))
     except BrokenPipeError:  # the analyze process went away: nobody to answer
