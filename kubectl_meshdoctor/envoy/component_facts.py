@@ -96,7 +96,7 @@ def _connect_error(m: re.Match, line: ComponentLine) -> Fact:
 
 def _reset(m: re.Match, line: ComponentLine) -> Fact:
     transport = (m.group(2) or "").strip()
-    return Fact(UPSTREAM_RESET, line.ts, line.connection, line.stream, detail=m.group(1).strip(),
+    return Fact(UPSTREAM_RESET, line.ts, line.connection, line.stream, detail=(m.group(1) or "").strip(),
                 errno=transport_errno(transport), transport=transport)
 
 

@@ -73,3 +73,17 @@ def test_healthy_requests_are_told_too_and_are_not_failures():
     told = stories((DATA / "downstream-idle.log").read_text().splitlines())
     assert told and not [s for s in told if s.failed]
     assert all(s.status == 200 and s.upstream_reused for s in told if s.path)
+
+
+@pytest.mark.parametrize("message, detail, transport", [
+    ("upstream reset", "", ""),  # Envoy's router with no reason after it (a cut line, or an older release)
+    ("upstream reset: reset reason: connection termination", "connection termination", ""),
+    ("upstream reset: reset reason: remote connection failure, transport failure reason: delayed connect error: "
+     "111", "remote connection failure", "delayed connect error: 111"),
+])
+def test_an_upstream_reset_line_with_or_without_its_reason_is_one_fact(message, detail, transport):
+    line = ('2026-12-03T14:01:46.279133Z\tdebug\tenvoy router source/common/router/router.cc:1697\t'
+            f'[Tags: "ConnectionId":"2","StreamId":"16869936917595320856"] {message}')
+    (n, entry), = read_component_log([line])
+    fact = fact_of(entry)
+    assert (fact.kind, fact.detail, fact.transport) == ("upstream-reset", detail, transport)
