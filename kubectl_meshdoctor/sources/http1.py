@@ -18,15 +18,6 @@ _MAX_HEADER_BYTES = 16_384
 _CACHED_LINE_CHARS = 160  # a few MB of cache at most; long lines (tokens, cookies) are rarely repeated
 
 
-def _field_line(text: str) -> tuple[str, str] | None:
-    name, colon, value = text.partition(":")  # a name holds no colon: the first one ends it
-    # A field line: a name that is a token of visible ASCII (RFC 9110 section 5.1), nothing around it, then a
-    # colon; checked with string methods, a third of a regex's cost: ASCII, printable, no space.
-    if colon and name and name.isascii() and name.isprintable() and " " not in name:
-        return name, value.strip(" \t")
-    return None
-
-
 # A pod's messages repeat most of their header lines (Server, Content-Type, Connection: keep-alive), so equal
 # lines share one (name, value) pair: half of analyze's Python memory was header strings held while the time
 # merge waits for the other interface (bench/RESULTS.md). Only short lines, and never credentials, which would
@@ -52,14 +43,49 @@ def reusable(name: str, chars: int) -> bool:
     return name not in _NEW_EACH_REQUEST and name not in SENSITIVE_HEADERS
 
 
+# What a line's name says, kept by name: 0 no field name (the line is raw), 1 a field line that may be cached
+# (reusable), 2 one that never is (new in every request, a credential). A request's five or so id and trace
+# lines miss the line cache by design; checking their name and lowering it again at each miss was half of
+# parsing a request (5.4 -> 3.x us on bench/gen's eth0 requests).
+_RAW_LINE, _KEPT_FIELD, _FRESH_FIELD = 0, 1, 2
+_MAX_NAMES = 1024  # names kept, then the table starts again
+_MAX_NAME_CHARS = 64  # a longer name is checked at each miss, not kept
+
+
+def _name_kind(name: str) -> int:
+    """What ``name``, a line's text before its first colon (a name holds none), says of the line. A field line's
+    name is a token of visible ASCII (RFC 9110 section 5.1) with nothing around it, checked with string methods
+    (a third of a regex's cost): ASCII, printable, no space."""
+    if not (name and name.isascii() and name.isprintable() and " " not in name):
+        return _RAW_LINE
+    return _KEPT_FIELD if reusable(name, 0) else _FRESH_FIELD
+
+
 class _FieldLines(dict):
-    """Header line -> its (name, value), or _RAW; at most _MAX_CACHED_LINES short, non-credential lines."""
+    """Header line -> its (name, value), the value stripped of spaces and tabs, or _RAW when it is no field
+    line; at most _MAX_CACHED_LINES short, non-credential lines kept (reusable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._names: dict[str, int] = {}
 
     def __missing__(self, text: str) -> tuple[str, str]:
-        pair = _field_line(text) or _RAW
-        # A line that begins with a credential's name and a colon is a field line (the name is a token), so
-        # looking at the parsed name is enough: lowering the whole line was a third of a miss's cost.
-        if reusable(pair[0], len(text)):
+        name, colon, value = text.partition(":")
+        if colon:
+            names = self._names
+            kind = names.get(name)
+            if kind is None:
+                kind = _name_kind(name)
+                if len(name) <= _MAX_NAME_CHARS:
+                    if len(names) >= _MAX_NAMES:
+                        names.clear()
+                    names[name] = kind
+            pair = (name, value.strip(" \t")) if kind else _RAW
+        else:
+            pair, kind = _RAW, _RAW_LINE
+        # as reusable says: a raw line under the name "" (a credential's line is a field line, its name a token),
+        # a field line by its name, and either by its length
+        if kind != _FRESH_FIELD and len(text) <= _CACHED_LINE_CHARS:
             if len(self) >= _MAX_CACHED_LINES:
                 self.clear()
             self[text] = pair

@@ -52,13 +52,28 @@ def test_kernel_breakers_are_skipped_not_raised():
 
 @FUZZ
 @given(st.text(alphabet=st.characters(max_codepoint=255), max_size=40)
-       | st.sampled_from(["Host: a", "X-Bad : 1", ":x", "a:", " folded", "k:\tv \t", "n\x7f: v", "a:b:c"]))
+       | st.sampled_from(["Host: a", "X-Bad : 1", ":x", "a:", " folded", "k:\tv \t", "n\x7f: v", "a:b:c",
+                         "X-Request-Id: 7", "x-request-id", "Cookie: a=1", "Cookie : a=1", "x-b3-spanid:" + "f" * 200,
+                         "Server: " + "e" * 200]))
 def test_a_field_line_is_a_token_then_a_colon(text):
-    """RFC 9110 section 5.1 as one pattern says it, against the faster partition the parser uses."""
-    from kubectl_meshdoctor.sources.http1 import _field_line
+    """RFC 9110 section 5.1 as one pattern says it, against the faster partition the parser uses; the line is
+    kept for the messages after it as reusable says, whether its name was met before or not."""
+    from kubectl_meshdoctor.sources.http1 import _RAW, _FieldLines, reusable
 
     m = re.fullmatch(r"([!-9;-~]+):(.*)", text, re.S)
-    assert _field_line(text) == ((m.group(1), m.group(2).strip(" \t")) if m else None)
+    want = (m.group(1), m.group(2).strip(" \t")) if m else _RAW
+    for lines in (_FieldLines(), _warm(text)):  # its name new to the table, then known
+        assert lines[text] == want
+        assert (text in lines) == reusable(want[0], len(text))
+
+
+def _warm(text: str):
+    """A line table that has met ``text``'s name on another line (a request id seen in an earlier request)."""
+    from kubectl_meshdoctor.sources.http1 import _FieldLines
+
+    lines = _FieldLines()
+    lines[text.partition(":")[0] + ":other value"]
+    return lines
 
 
 @FUZZ
