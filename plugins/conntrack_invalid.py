@@ -90,7 +90,9 @@ class ConntrackInvalid(Detector):
         if ev.iface == "lo":
             return ()  # the REDIRECT is in PREROUTING: only what arrives on eth0 can miss it
         from_server = (ev.src, ev.sport) == flow.server
-        note = flow.notes.setdefault(_NOTE, {"closed": False, "client": None, "reported": False, "live": False})
+        note = flow.notes.get(_NOTE)
+        if note is None:  # not setdefault: its default, a new dict, was built at every packet
+            note = flow.notes[_NOTE] = {"closed": False, "client": None, "reported": False, "live": False}
         if not ev.is_rst:
             if from_server and ev.is_fin:
                 note["closed"] = True  # the pod closed first: late data then finds no socket (not this class)

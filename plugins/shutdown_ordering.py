@@ -94,7 +94,14 @@ class _Served:
 
 
 def _connection_close(ev: PacketEvent) -> bool:
-    return any(k.lower() == "connection" and "close" in v.lower() for k, v in ev.http.headers) if ev.http else False
+    """Whether ``ev`` is an HTTP/1 message with ``connection: close`` (RFC 9112 section 9.6)."""
+    if ev.http is None:
+        return False
+    # once an HTTP/1 message: a loop that lowers only a name of the right length, not a generator lowering each
+    for name, value in ev.http.headers:
+        if len(name) == 10 and name.lower() == "connection" and "close" in value.lower():
+            return True
+    return False
 
 
 def _in_handshake(flow: Flow, close: PacketEvent) -> PacketEvent | None:
