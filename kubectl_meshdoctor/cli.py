@@ -16,7 +16,6 @@ import signal
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 import argparse  # noqa: E402
-import gc  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
@@ -34,6 +33,7 @@ from kubectl_meshdoctor.commands.extensions import KNOWN_ELSEWHERE, load_extensi
 from kubectl_meshdoctor.core.registry import DetectorLoadError
 from kubectl_meshdoctor.exit_codes import EXIT_CODES_HELP, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from kubectl_meshdoctor.frontends.report import RENDERERS
+from kubectl_meshdoctor.gc_tuning import tune_gc
 
 # Each command's module under kubectl_meshdoctor/commands/ has run(args) -> exit code.
 COMMANDS = {"watch": "watch", "analyze": "analyze", "lint": "lint", "log-level": "log_level"}
@@ -339,19 +339,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# gc.set_threshold: allocations a young collection, young collections a middle one, middle ones a full one.
-GC_THRESHOLDS = (50_000, 20, 50)
-
-
-def _tune_gc() -> None:
-    """The packet path allocates a few objects a packet, nearly all freed by reference counting, and Python's
-    default (a young collection every 700 allocations) spent ~6% of analyze's CPU on a 1M-packet pair looking for
-    cycles that are not there (bench/RESULTS.md). What is loaded by now (modules, detectors) is moved out of the
-    collector's sight for good (gc.freeze), and collections come less often."""
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
 def _leaving(code: int) -> int:
     """``code``, once the run is over. A run stopped while it waited on the API server leaves that call's thread
     behind (commands/watch/stopping.py): a daemon, but one that may write a warning while the interpreter shuts
@@ -440,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         # the screen.
         extension = getattr(args, "extension", None)
         command = extension or importlib.import_module(f"kubectl_meshdoctor.commands.{COMMANDS[args.command]}")
-        _tune_gc()
+        tune_gc()
         return _leaving(command.run(args))
     except DetectorLoadError as e:  # an installed detector plugin is broken: its name, not our traceback
         return error(str(e))
