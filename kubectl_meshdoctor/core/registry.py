@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 
-from .detector import Detector, DetectorContext
+from .detector import Detector, DetectorContext, kinds_mask
 
 ENTRY_POINT_GROUP = "kubectl_meshdoctor.detectors"
 DISTRIBUTION = "kubectl-meshdoctor"
@@ -36,7 +36,8 @@ def available_detectors() -> dict[str, type[Detector]]:
     """Every detector class by id: this distribution's first, then outside packages', which cannot shadow a
     built-in id (the first registration of an id wins) nor take one of RESERVED_IDS.
 
-    Raises DetectorLoadError when a registered detector fails to import or is not a Detector with that id.
+    Raises DetectorLoadError when a registered detector fails to import, is not a Detector with that id, or
+    declares a packet kind core/detector.py does not know (PACKET_KINDS).
     """
     found: dict[str, type[Detector]] = {}
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_builtin_first):
@@ -50,6 +51,11 @@ def available_detectors() -> dict[str, type[Detector]]:
         if not (isinstance(obj, type) and issubclass(obj, Detector) and obj.id == ep.name):
             raise DetectorLoadError(f"detector {ep.name} ({ep.value}) is not a Detector subclass with id "
                                     f"{ep.name!r}")
+        try:  # checked here, not at the run's first packet (a misspelt kind would starve the detector)
+            kinds_mask(obj.packet_kinds)
+        except (TypeError, ValueError) as e:
+            raise DetectorLoadError(f"detector {ep.name} ({ep.value}) declares packet_kinds it cannot have: "
+                                    f"{e}") from None
         found[ep.name] = obj
     return found
 

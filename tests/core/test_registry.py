@@ -107,6 +107,24 @@ def test_an_entry_point_whose_id_differs_from_its_class_is_refused(tmp_path, mon
         available_detectors()
 
 
+@pytest.mark.parametrize("kinds, said", [
+    ('frozenset({"syn", "htpp"})', "unknown packet kind(s) ['htpp']"),
+    ('"http"', "unknown packet kind(s) ['h', 'p', 't']"),  # a string, not a set of names
+    ("42", "'int' object is not iterable"),
+])
+def test_a_detector_declaring_a_packet_kind_nobody_knows_is_refused_when_it_loads(tmp_path, monkeypatch, kinds,
+                                                                                    said):
+    _install_outside(tmp_path, monkeypatch, {"any-reset": "meshdoctor_extra:AnyReset"},
+                     module=OUTSIDE_DETECTOR.replace('    kernel_counters = ("TcpOutRsts",)\n',
+                                                     f'    kernel_counters = ("TcpOutRsts",)\n    packet_kinds = {kinds}\n'))
+    with pytest.raises(DetectorLoadError) as e:
+        available_detectors()
+    assert str(e.value).startswith("detector any-reset (meshdoctor_extra:AnyReset) declares packet_kinds it cannot "
+                                   "have: ")
+    assert said in str(e.value)
+    assert "\n" not in str(e.value)
+
+
 def test_an_unknown_id_names_the_known_ones():
     with pytest.raises(UnknownDetectorError, match="unknown detector nope; known: .*tuple-collision"):
         Pipeline.with_detectors(only=["nope"])
