@@ -96,32 +96,43 @@ class PrepassResult:
 class Conversations:
     """What the pass knows of each conversation (address/port pair, either direction): ``pending``, its latest
     SYN (no ACK) seen and no SYN-ACK after it; ``closed``, a FIN or RST since its latest SYN (or ever, with no SYN);
-    ``flagged``, how many of its records had ACK, SYN, FIN or RST (counted to 2). A pure ACK on a conversation in
-    neither of the first two, with two flagged records before it, is one PREFILTER drops: answered with its SYN
-    seen and not closed since, or never opened nor closed, and showing some tcp.completeness bit.
+    ``flagged``, how many of its records gave tshark a tcp.completeness bit (counted to 2). A pure ACK on a
+    conversation in neither of the first two, with two such records before it, is one PREFILTER drops: answered
+    with its SYN seen and not closed since, or never opened nor closed, and showing some tcp.completeness bit.
 
-    The count is there because tshark 4.0 counts nothing of a conversation's first frame but a SYN (a first FIN,
-    as when a capture starts mid-connection, is never counted) while each later frame with one of those flags
-    adds a bit: PREFILTER keeps a pure ACK while the bits are 0, and a skipped frame would move which frame is
-    first. So every record of a conversation is kept until it has had two flagged ones (for a conversation with
-    its handshake, the SYN and SYN-ACK, kept anyway); later frames of both files then show a bit, and the ones
-    skipped add only ACK and data bits, which no test of PREFILTER reads."""
+    The count is there because tshark 4.0 gives a conversation's first frame a bit only when it is a SYN alone,
+    and a later frame one only when it has ACK (ACK or data, SYN-ACK, FIN with ACK) or RST (shown_completeness
+    in sources/fastpath.py): PREFILTER keeps a pure ACK while the bits are 0, and a skipped frame would move which
+    frame is first. So every record of a conversation is kept until two of them gave a bit (for a conversation
+    with its handshake, the SYN and SYN-ACK, kept anyway); later frames of both files then show a bit, and the
+    ones skipped add only ACK and data bits, which no test of PREFILTER reads. A SYN-ACK then a SYN again, or a
+    FIN without ACK, gives no bit: counting them had let a later data frame's bit go unseen (found by
+    tests/sources/test_prepass_ack_rules.py's random sequences)."""
 
     def __init__(self) -> None:
         self.pending: set[bytes] = set()
         self.closed: set[bytes] = set()
         self.flagged: dict[bytes, int] = {}
+        # Conversations whose first record was no SYN alone: tshark shows no SYN bit on them, so once closed their
+        # pure ACKs stay yielded (PREFILTER's second test) until a SYN of another connection starts a new one,
+        # which the pass cannot tell from a SYN of the same one (tshark compares its seq with the flow's base)
+        self.midstream: set[bytes] = set()
         self.overflow = False
 
     def early(self, key: bytes, flags: int) -> bool:
-        """Whether tshark may show this record's conversation with no completeness bit (fewer than two flagged
-        records before it), counting this one; past MAX_SEEN a conversation not counted always may."""
+        """Whether tshark may show this record's conversation with no completeness bit (fewer than two records
+        that gave one before it), counting this one; past MAX_SEEN a conversation not counted always may."""
         seen = self.flagged.get(key)
-        if seen is None:
+        if seen is None:  # its first record: kept
             if len(self.flagged) >= MAX_SEEN:
                 return True
-            seen = self.flagged[key] = 0
-        if seen < 2 and flags & 0x17:
+            if flags & 0x12 == 0x02:
+                self.flagged[key] = 1
+            else:
+                self.flagged[key] = 0
+                self.midstream.add(key)
+            return True
+        if seen < 2 and flags & 0x14:
             self.flagged[key] = seen + 1
         return seen < 2
 
@@ -132,7 +143,8 @@ class Conversations:
             if len(self.pending) >= MAX_PENDING:
                 self.overflow = True
             self.pending.add(key)
-            self.closed.discard(key)  # tshark starts a new conversation here: its FIN bit starts clear
+            if key not in self.midstream:  # opened by a SYN: bit 1 set either way, the FIN bit no longer read
+                self.closed.discard(key)
         elif (flags & 0x17) == 0x12:  # SYN-ACK and nothing else: the narrowest test, so we keep more
             self.pending.discard(key)
         if flags & 0x05:  # FIN or RST, whatever else is set (with a SYN too: we keep more)

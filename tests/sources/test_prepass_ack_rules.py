@@ -97,6 +97,15 @@ def test_an_ack_after_a_fin_on_a_conversation_with_its_syn_is_not_yielded(tmp_pa
     assert 5 not in frames
 
 
+
+def test_a_syn_again_on_a_closed_conversation_that_began_without_one_keeps_its_acks(tmp_path):
+    """Hypothesis found it: the conversation begins with a SYN-ACK (no SYN bit) and is closed; a SYN with the
+    flow's base seq is no new connection to tshark, so the FIN bit stays and the last pure ACK is yielded. The
+    pass had taken every SYN for a new connection and dropped it."""
+    frames = _same_with_the_pass(tmp_path, [(True, S | A, 100, 0), (True, F | A, 100, 0), (True, S, 100, 0),
+                                            (True, S | A, 100, 0), (True, A, 100, 0)])
+    assert 5 in frames
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.booleans(), st.sampled_from(FLAGS), st.sampled_from([100, 101, 5000]),
                           st.sampled_from([0, 101, 901])), min_size=1, max_size=14))
