@@ -63,7 +63,7 @@ def _name_kind(name: str) -> int:
 
 class _FieldLines(dict):
     """Header line -> its (name, value), the value stripped of spaces and tabs, or _RAW when it is no field
-    line; at most _MAX_CACHED_LINES short, non-credential lines kept (reusable)."""
+    line; at most _MAX_CACHED_LINES short, non-credential field lines kept (reusable), no raw line."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -76,16 +76,16 @@ class _FieldLines(dict):
             kind = names.get(name)
             if kind is None:
                 kind = _name_kind(name)
-                if len(name) <= _MAX_NAME_CHARS:
+                if kind and len(name) <= _MAX_NAME_CHARS:  # a field's name, never a raw line's text
                     if len(names) >= _MAX_NAMES:
                         names.clear()
                     names[name] = kind
             pair = (name, value.strip(" \t")) if kind else _RAW
         else:
             pair, kind = _RAW, _RAW_LINE
-        # as reusable says: a raw line under the name "" (a credential's line is a field line, its name a token),
-        # a field line by its name, and either by its length
-        if kind != _FRESH_FIELD and len(text) <= _CACHED_LINE_CHARS:
+        # A field line as reusable says, by its name and length. Never a raw line: rare (bad bytes, an obs-fold
+        # continuation), and one may carry a credential (a folded Cookie's second line) that no name tells.
+        if kind == _KEPT_FIELD and len(text) <= _CACHED_LINE_CHARS:
             if len(self) >= _MAX_CACHED_LINES:
                 self.clear()
             self[text] = pair

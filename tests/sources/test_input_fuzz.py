@@ -54,17 +54,20 @@ def test_kernel_breakers_are_skipped_not_raised():
 @given(st.text(alphabet=st.characters(max_codepoint=255), max_size=40)
        | st.sampled_from(["Host: a", "X-Bad : 1", ":x", "a:", " folded", "k:\tv \t", "n\x7f: v", "a:b:c",
                          "X-Request-Id: 7", "x-request-id", "Cookie: a=1", "Cookie : a=1", "x-b3-spanid:" + "f" * 200,
-                         "Server: " + "e" * 200]))
+                         "Server: " + "e" * 200, "\tsession=s3cret;x=a", " folded: with a colon", "Cookie : a=1"]))
 def test_a_field_line_is_a_token_then_a_colon(text):
-    """RFC 9110 section 5.1 as one pattern says it, against the faster partition the parser uses; the line is
-    kept for the messages after it as reusable says, whether its name was met before or not."""
-    from kubectl_meshdoctor.sources.http1 import _RAW, _FieldLines, reusable
+    """RFC 9110 section 5.1 as one pattern says it, against the faster partition the parser uses; a field line
+    is kept for the messages after it as reusable says, whether its name was met before or not, and a raw line
+    never is (a folded credential's continuation carries no name to tell it by)."""
+    from kubectl_meshdoctor.sources.http1 import _RAW, _FieldLines, _name_kind, reusable
 
     m = re.fullmatch(r"([!-9;-~]+):(.*)", text, re.S)
     want = (m.group(1), m.group(2).strip(" \t")) if m else _RAW
     for lines in (_FieldLines(), _warm(text)):  # its name new to the table, then known
         assert lines[text] == want
-        assert (text in lines) == reusable(want[0], len(text))
+        assert (text in lines) == (want is not _RAW and reusable(want[0], len(text)))
+        assert all(_RAW is not lines[t] for t in lines)
+        assert all(_name_kind(n) for n in lines._names)  # names of field lines only, never a raw line's text
 
 
 def _warm(text: str):
