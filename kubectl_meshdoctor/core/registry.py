@@ -52,7 +52,9 @@ def available_detectors() -> dict[str, type[Detector]]:
             raise DetectorLoadError(f"detector {ep.name} ({ep.value}) is not a Detector subclass with id "
                                     f"{ep.name!r}")
         try:  # checked here, not at the run's first packet (a misspelt kind would starve the detector)
-            kinds_mask(obj.packet_kinds)
+            kinds = obj.packet_kinds
+            if not hasattr(kinds, "__get__"):  # a property is read on the instance, by the pipeline, as before
+                kinds_mask(kinds)
         except (TypeError, ValueError) as e:
             raise DetectorLoadError(f"detector {ep.name} ({ep.value}) declares packet_kinds it cannot have: "
                                     f"{e}") from None

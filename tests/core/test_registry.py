@@ -125,6 +125,20 @@ def test_a_detector_declaring_a_packet_kind_nobody_knows_is_refused_when_it_load
     assert "\n" not in str(e.value)
 
 
+def test_a_detector_whose_packet_kinds_is_a_property_still_loads(tmp_path, monkeypatch):
+    """A property is read on the instance when the pipeline dispatches, as it was before the load-time check."""
+    _install_outside(tmp_path, monkeypatch, {"any-reset": "meshdoctor_extra:AnyReset"},
+                     module=OUTSIDE_DETECTOR.replace('    kernel_counters = ("TcpOutRsts",)\n',
+                                                     '    kernel_counters = ("TcpOutRsts",)\n\n    @property\n'
+                                                     '    def packet_kinds(self):\n        return frozenset({"rst"})\n'))
+    assert "any-reset" in available_detectors()
+    w = Wire(iface="eth0")
+    w.pkt("198.18.0.1:40000", "198.18.0.2:5000", S, 1)
+    w.pkt("198.18.0.2:5000", "198.18.0.1:40000", R | A, 0, 2)
+    (f,) = run(w.events, only=["any-reset"])
+    assert [e.frame for e in f.evidence] == [2]
+
+
 def test_an_unknown_id_names_the_known_ones():
     with pytest.raises(UnknownDetectorError, match="unknown detector nope; known: .*tuple-collision"):
         Pipeline.with_detectors(only=["nope"])
