@@ -44,8 +44,8 @@ from .prepass import KEEP, SKIP, Conversations, PcapBlocks, classify, tcp_verdic
 MAX_TEXTS = 65_536  # addresses kept printed (~150 bytes each), then the table starts again: a scan stays bounded
 # Events queued for the reader at most (~200 bytes each, ~1 KB with an HTTP/1 start) before the merger waits.
 # Queued events are the objects that outlive a young collection of Python's cyclic GC (a young collection every
-# 50,000 allocations: gc_tuning.GC_THRESHOLDS, in the analyze process and the reader process), and each collection walks all of them: at 50,000 the GC took 1.8 s of
-# analyze's ~19 s on bench/gen's short mix, at 4,096 0.2 s (bench/RESULTS.md).
+# 50,000 allocations in both of analyze's processes: gc_tuning.GC_THRESHOLDS), and each collection walks all of
+# them: at 50,000 the GC took 1.8 s of analyze's ~19 s on bench/gen's short mix, at 4,096 0.2 s (bench/RESULTS.md).
 FAST_PENDING = 4096
 _WRITE = 1 << 18
 DRAIN = -1  # a session item that only hands on the events queued so far
