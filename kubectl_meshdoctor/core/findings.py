@@ -283,3 +283,11 @@ def undissectable_problem(where: str, count: int, frames: tuple[int, ...]) -> Pr
     named = ", ".join(map(str, frames)) + (", ..." if count > len(frames) else "")
     return Problem(where, f"{count} TCP frame{'s' if count != 1 else ''} tshark could not dissect (frame "
                           f"{named}: a header shorter than TCP's, or captured short): skipped, the rest analysed")
+
+
+def payload_cut_problem(where: str, count: int) -> Problem:
+    """The problem of ``count`` live frames whose payload was read from the first bytes tshark's line shows
+    (sources/tshark_columns.py: the record was no longer held, or tshark reassembled it from IP fragments)."""
+    frames = "1 frame's payload was" if count == 1 else f"{count} frames' payloads were"
+    return Problem(where, f"{frames} read from the first 36 bytes tshark showed (no longer held, or reassembled "
+                          "from IP fragments): an HTTP/1 or TLS start there is read as if captured that short")

@@ -10,7 +10,9 @@ link type) gets a tshark of its own with its own header, in the same way.
 Records go in as each stream's pump delivers them (a record is written only once whole), and with each one the
 index of its stream, so tshark's frame number says which stream a line belongs to and which frame it is in that
 stream: the n-th record of that pod/interface's tcpdump, the number its ``--write-pcap`` file and the spool have.
-Every stream keeps its own frames, interface and pod. Source: the pcap format (draft-ietf-opsawg-pcap: a 24-byte
+Every stream keeps its own frames, interface and pod. tshark writes summary columns, not ``-T fields`` (its CPU
+6.2 -> 3.4 s on 300,313 live records: sources/tshark_columns.py), and a line's payload is read from its record,
+held here until then. Source: the pcap format (draft-ietf-opsawg-pcap: a 24-byte
 file header, 16-byte record headers with the captured length at offset 8).
 
 dumpcap, which can read many pipes into one pcapng, was measured for this and dropped: it ends the capture as
@@ -27,6 +29,8 @@ import struct
 import sys
 import termios
 import threading
+from array import array
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -36,14 +40,8 @@ from kubectl_meshdoctor.pcap_header import HEADER_LEN, RECORD_HEADER_LEN, pcap_h
 from kubectl_meshdoctor.sources.prepass import MAX_FRAME
 from kubectl_meshdoctor.sources.pipes import sized_pipe
 from kubectl_meshdoctor.sources.pyshark_adapter import FieldsPipeCapture, tshark_complaint, tshark_version
-from kubectl_meshdoctor.sources.tshark import (
-    FIELD_ARGS,
-    PREFILTER,
-    SESSION_PACKETS,
-    TSHARK_ARGS,
-    ReadResult,
-    counted_event,
-)
+from kubectl_meshdoctor.sources.tshark import PREFILTER, SESSION_PACKETS, TSHARK_ARGS, ReadResult
+from kubectl_meshdoctor.sources.tshark_columns import COLUMN_ARGS, column_event
 
 MAX_STREAMS = 255  # streams a tshark dissects: one byte of stream index a frame
 PIPE_BYTES = 1 << 20  # the pipe into tshark holds this much (more batching when tshark lags)
@@ -68,22 +66,25 @@ class RecordSplitter:
         """Bytes held that are not a whole record yet (at the end of a stream: a record cut short)."""
         return len(self._buf)
 
-    def feed(self, data: bytes) -> tuple[bytes, int]:
-        """-> (the whole records completed by ``data``, joined; how many). A record longer than tshark reads
-        (262,144 bytes) would stop the tshark every stream shares: the stream ends before it (``error``)."""
+    def feed(self, data: bytes) -> tuple[bytes, int, array]:
+        """-> (the whole records completed by ``data``, joined; how many; where each starts in them). A record
+        longer than tshark reads (262,144 bytes) would stop the tshark every stream shares: the stream ends
+        before it (``error``)."""
+        offsets = array("I")
         if self.error is not None:
-            return b"", 0
+            return b"", 0, offsets
         buf = self._buf + data if self._buf else data
         pos, n = 0, len(buf)
         if self.header is None:
             if n < HEADER_LEN:
                 self._buf = buf
-                return b"", 0
+                return b"", 0, offsets
             header = pcap_header(buf[:HEADER_LEN])
             if header is None:
                 raise ValueError("not a pcap stream")
             self._fmt, self.header, pos = header.u32, header.raw, HEADER_LEN
         start, count = pos, 0
+        note = offsets.append
         while n - pos >= RECORD_HEADER_LEN:
             caplen = struct.unpack_from(self._fmt, buf, pos + 8)[0]
             if caplen > MAX_FRAME:
@@ -94,34 +95,53 @@ class RecordSplitter:
             end = pos + RECORD_HEADER_LEN + caplen
             if end > n:
                 break
+            note(pos - start)
             pos, count = end, count + 1
         self._buf = buf[pos:n] if self.error is None else b""
         self.records += count
-        return (buf[start:pos] if count else b""), count
+        return (buf[start:pos] if count else b""), count, offsets
 
 
 class _Ledger:
-    """Which stream each frame of the dissected stream came from, and each stream's own frame number.
+    """Which stream each frame of the dissected stream came from, each stream's own frame number, and the
+    frame's pcap record (tshark's lines show only the first bytes of a payload: sources/tshark_columns.py).
 
-    The writer appends one byte (the stream index) per record before tshark can read it; the reader asks
-    for frames in increasing order, so what lies before the last asked frame is counted into each stream's
-    total and dropped: memory is a byte per frame between two yielded ones."""
+    The writer appends one byte (the stream index) per record, and the records themselves, before tshark can
+    read them; the reader asks for frames in increasing order, so what lies before the last asked frame is
+    counted into each stream's total and dropped: memory is a byte per frame between two yielded ones, and the
+    records written since the last yielded one. Those are what tshark has not read yet (its pipe: PIPE_BYTES)
+    or has read and left out (its display filter: a few a connection on a live watch's lean capture), up to
+    HELD_BYTES; past that the oldest go first (a line about one of those has its payload's first bytes only)."""
 
     PRUNE_AT = 1 << 20  # frames held before the oldest are counted and dropped
+    HELD_BYTES = 64 << 20  # records held for lines not read yet
 
     def __init__(self, streams: int) -> None:
         self._ids = bytearray()
         self._base = 0  # global index (0-based) of _ids[0]
         self._counted = [0] * streams  # per stream: frames counted so far ...
         self._upto = [0] * streams  # ... among the global frames before this index
+        # (global index of the first record, of the one after the last, the records joined, where each starts)
+        self._held: deque[tuple[int, int, bytes, array]] = deque()
+        self._held_bytes = 0
+        self._written = 0  # records appended
         self._lock = threading.Lock()
 
-    def append(self, ids: bytes) -> None:
+    def append(self, ids: bytes, records: bytes = b"", offsets: array | None = None) -> None:
+        """Note ``ids`` (a stream index a record) and, if given, the records themselves (joined; ``offsets``:
+        where each starts in ``records``)."""
         with self._lock:
             self._ids += ids
+            first, self._written = self._written, self._written + len(ids)
+            if offsets is not None and len(offsets) == len(ids):
+                self._held.append((first, self._written, records, offsets))
+                self._held_bytes += len(records)
+                while self._held_bytes > self.HELD_BYTES and len(self._held) > 1:
+                    self._held_bytes -= len(self._held.popleft()[2])
 
-    def frame(self, index: int) -> tuple[int, int] | None:
-        """(stream, frame number in that stream) of global frame ``index`` (0-based), None if not written."""
+    def frame(self, index: int) -> tuple[int, int, bytes | None, int] | None:
+        """(stream, frame number in that stream, the records that hold its record or None, where it starts in
+        them) of global frame ``index`` (0-based), None if not written."""
         with self._lock:
             at = index - self._base
             if not 0 <= at < len(self._ids):
@@ -130,13 +150,20 @@ class _Ledger:
             start = self._upto[s] - self._base
             self._counted[s] += self._ids.count(s, max(start, 0), at + 1)
             self._upto[s] = index + 1
+            held = self._held
+            while held and held[0][1] <= index:
+                self._held_bytes -= len(held.popleft()[2])
+            records, where = None, 0
+            if held and held[0][0] <= index:
+                first, _, records, offsets = held[0]
+                where = offsets[index - first]
             if at > self.PRUNE_AT:  # drop what no later question can need
                 for t in range(len(self._counted)):
                     self._counted[t] += self._ids.count(t, max(self._upto[t] - self._base, 0), at)
                     self._upto[t] = max(self._upto[t], self._base + at)
                 del self._ids[:at]
                 self._base += at
-            return s, self._counted[s]
+            return s, self._counted[s], records, where
 
 
 @dataclass(eq=False)
@@ -158,6 +185,7 @@ class Stream:
     last_frame: int = 0
     undissectable: int = 0
     undissectable_frames: list[int] = field(default_factory=list)
+    payload_cut: int = 0  # frames whose payload was read from tshark's line alone (sources/tshark_columns.py)
     not_pcap: bool = False
     problem: str | None = None  # why the stream's bytes stopped being read before its end (its own, not tshark's)
     group: "_Group | None" = None
@@ -169,7 +197,7 @@ class Stream:
         if self.not_pcap:
             return
         try:
-            records, count = self.splitter.feed(data)
+            records, count, offsets = self.splitter.feed(data)
         except ValueError:
             self.not_pcap = True
             self.problem = "the capture stream is not pcap (tcpdump -w -): nothing of it was analysed"
@@ -179,7 +207,7 @@ class Stream:
         if self.group is None and self.splitter.header is not None:
             self.dissector._join(self)
         if count and self.group is not None:
-            self.group.write(self, records, count)
+            self.group.write(self, records, count, offsets)
 
     def ended(self) -> None:
         """From the writer's thread: the stream is over (nothing more comes)."""
@@ -191,6 +219,9 @@ class _Group:
 
     def __init__(self, header: bytes) -> None:
         self.header = header
+        parsed = pcap_header(header)
+        # a record header's captured and original lengths (offset 8), in the file's byte order
+        self.record_header = struct.Struct((parsed.order if parsed is not None else "<") + "II")
         self.streams: list[Stream] = []
         self.ledger = _Ledger(MAX_STREAMS)
         self.lock = threading.Lock()
@@ -212,11 +243,11 @@ class _Group:
             return 0
         return int.from_bytes(buf, sys.byteorder)
 
-    def write(self, stream: Stream, records: bytes, count: int) -> None:
+    def write(self, stream: Stream, records: bytes, count: int, offsets: array | None = None) -> None:
         with self.lock:  # the ledger's order is the pipe's order
             if self.broken or self.closed:
                 return
-            self.ledger.append(bytes((stream.index,)) * count)
+            self.ledger.append(bytes((stream.index,)) * count, records, offsets)
             stream.frames += count
             self._write(records)
 
@@ -239,10 +270,11 @@ class _Group:
 
 
 class _Lines:
-    """tshark's -T fields lines of the dissected stream -> each stream's PacketEvents, frames renumbered."""
+    """tshark's summary lines (sources/tshark_columns.py) of the dissected stream -> each stream's PacketEvents,
+    frames renumbered, payloads read from the records."""
 
-    def __init__(self, streams: Sequence[Stream], ledger: _Ledger) -> None:
-        self.streams, self.ledger = streams, ledger
+    def __init__(self, streams: Sequence[Stream], ledger: _Ledger, record_header: struct.Struct) -> None:
+        self.streams, self.ledger, self.record_header = streams, ledger, record_header
         self.sessions = 0  # -M sessions before the current one
         self.seen_any = False
 
@@ -261,7 +293,7 @@ class _Lines:
             if where is None:
                 continue  # cannot be: the copier notes a block before tshark can read it
             s = self.streams[where[0]]
-            ev = counted_event(s, line, where[1])
+            ev = column_event(s, line, where[1], where[2], where[3], self.record_header)
             if ev is not None:
                 s.on_event(ev)
 
@@ -368,11 +400,12 @@ async def _dissect(group: _Group) -> None:
     capture = None
     try:
         await asyncio.to_thread(tshark_version, None)
-        capture = FieldsPipeCapture(group.read_fd, output_args=FIELD_ARGS, display_filter=PREFILTER,
+        capture = FieldsPipeCapture(group.read_fd, output_args=COLUMN_ARGS, display_filter=PREFILTER,
                                      line_buffered=True, poll_s=OUTPUT_POLL_S,
                                      custom_parameters=list(TSHARK_ARGS) + ["-M", str(SESSION_PACKETS)],
                                      eventloop=loop)
-        await capture.packets_from_tshark(_Lines(group.streams, group.ledger), close_tshark=True)
+        await capture.packets_from_tshark(_Lines(group.streams, group.ledger, group.record_header),
+                                          close_tshark=True)
         error = await tshark_complaint(capture)
         killed_by = -capture.exit_status if capture.exit_status is not None and capture.exit_status < 0 else None
         for s in list(group.streams):
@@ -382,7 +415,7 @@ async def _dissect(group: _Group) -> None:
                        f"analysed")
             _settle(s.result, ReadResult(s.packets, s.last_frame, bool(s.done and s.splitter.pending), why,
                                          None if killed_by or error else s.frames, killed_by, s.undissectable,
-                                         tuple(s.undissectable_frames)))
+                                         tuple(s.undissectable_frames), s.payload_cut))
     except BaseException as exc:
         for s in list(group.streams):
             if not s.result.done():

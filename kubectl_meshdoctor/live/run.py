@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubectl_meshdoctor.core.events import PacketEvent
-from kubectl_meshdoctor.core.findings import Problem, undissectable_problem
+from kubectl_meshdoctor.core.findings import Problem, payload_cut_problem, undissectable_problem
 from kubectl_meshdoctor.core.report_model import CaptureCounts
 from kubectl_meshdoctor.kube.client import Kube
 
@@ -178,6 +178,8 @@ class LiveRun:
                                                f"read by tshark"))
             if not isinstance(res, BaseException) and res.undissectable:
                 problems.append(undissectable_problem(where, res.undissectable, res.undissectable_frames))
+            if not isinstance(res, BaseException) and res.payload_cut:
+                problems.append(payload_cut_problem(where, res.payload_cut))
         # Scripts read the exit code, not the problems: a capture of nothing must say so.
         nothing = not any(cap.heard_listening for cap in state.captures) or (
             bool(state.captures) and all(cap.failed for cap in state.captures)

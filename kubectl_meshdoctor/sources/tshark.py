@@ -106,6 +106,8 @@ class ReadResult:
     # TCP frames tshark could dissect only in part: how many, and the numbers of the first MAX_NAMED of them.
     undissectable: int = 0
     undissectable_frames: tuple[int, ...] = ()
+    # Live only: frames whose payload was read from tshark's line alone, its first bytes (sources/tshark_columns.py)
+    payload_cut: int = 0
 
 
 MAX_NAMED = 10  # undissectable frames named by number in a report; the rest are counted

@@ -8,6 +8,7 @@ import random
 import shutil
 import struct
 import threading
+from array import array
 from pathlib import Path
 
 import pytest
@@ -172,12 +173,43 @@ def test_the_ledger_numbers_each_streams_frames_as_counted(ids, pick, prune):
     ledger.PRUNE_AT = prune
     asked = sorted(pick.draw(st.sets(st.integers(0, max(len(ids) - 1, 0)))) if ids else [])
     cut = pick.draw(st.integers(0, len(ids)))
-    ledger.append(bytes(ids[:cut]))
-    ledger.append(bytes(ids[cut:]))
+    # record i is its index as 4 bytes after a record header: where the ledger says it is, it must be
+    recs = [bytes(16) + i.to_bytes(4, "big") for i in range(len(ids))]
+    for lo, hi in ((0, cut), (cut, len(ids))):
+        ledger.append(bytes(ids[lo:hi]), b"".join(recs[lo:hi]), array("I", range(0, 20 * (hi - lo), 20)))
     for index in asked:
         s = ids[index]
-        assert ledger.frame(index) == (s, ids[:index + 1].count(s))
+        stream, frame, held, at = ledger.frame(index)
+        assert (stream, frame) == (s, ids[:index + 1].count(s))
+        assert held[at:at + 20] == recs[index]
     assert ledger.frame(len(ids)) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30), held=st.integers(1, 400), pick=st.data())
+def test_the_ledger_lets_the_oldest_records_go_past_its_bound_and_drops_what_was_read(sizes, held, pick):
+    """Records are held up to HELD_BYTES (the newest block always): a frame whose block went has none, and
+    what lies before an asked frame is let go."""
+    ledger = _Ledger(1)
+    ledger.HELD_BYTES = held
+    blocks, first = [], 0
+    for n in sizes:  # a block of n records of 20 bytes each
+        ledger.append(bytes(n), bytes(20 * n), array("I", range(0, 20 * n, 20)))
+        blocks.append((first, first + n))
+        first += n
+    # the blocks the bound keeps: the newest ones whose sum stays within it, and always the newest
+    kept, total = set(), 0
+    for lo, hi in reversed(blocks):
+        total += 20 * (hi - lo)
+        if kept and total > held:
+            break
+        kept.add(lo)
+    for index in sorted(pick.draw(st.sets(st.integers(0, first - 1)))):
+        lo = max(b for b, _ in blocks if b <= index)
+        _, frame, records, at = ledger.frame(index)
+        assert frame == index + 1
+        assert (records is not None) == (lo in kept)
+    assert ledger._held_bytes == sum(len(r) for _, _, r, _ in ledger._held) <= max(held, 20 * sizes[-1])
 
 
 @settings(max_examples=100, deadline=None)
@@ -190,7 +222,12 @@ def test_the_record_splitter_gives_whole_records_however_the_bytes_come(cuts):
         splitter = RecordSplitter()
         out, count, at = b"", 0, 0
         for c in sorted(set(cuts)) + [len(body)]:
-            got, n = splitter.feed(body[at:max(at, c)])
+            got, n, offsets = splitter.feed(body[at:max(at, c)])
+            # each offset starts one record, and the records it starts are the whole
+            assert len(offsets) == n
+            assert b"".join(got[o:e] for o, e in zip(offsets, list(offsets[1:]) + [len(got)])) == got
+            assert all(struct.unpack_from("<I", got, o + 8)[0] + 16 == e - o
+                       for o, e in zip(offsets, list(offsets[1:]) + [len(got)]))
             out, count, at = out + got, count + n, max(at, c)
         whole = parts[1:] if not trim else parts[1:-1]
         assert splitter.header == parts[0] and out == b"".join(whole) and count == len(whole)
