@@ -38,20 +38,20 @@ COLUMNS = ("frame.number", "frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "
 # Occurrence 1: the first, as -E occurrence=f gives it (the outer header of a tunnel); U: unresolved values.
 COLUMN_ARGS = ("-n", "-T", "tabs",
                "-o", "gui.column.format:" + ",".join(f'"{i}","%Cus:{f}:1:U"' for i, f in enumerate(COLUMNS)))
+SHOWN_BYTES = 36  # of a bytes field in a custom column (tshark 4.0.17)
 _ELLIPSIS = "\u2026".encode().decode("latin-1")  # how a column cut short ends, in the lines' latin-1 reading
 
 
 def _prefix(column: str) -> bytes | None:
     """The payload bytes that tcp.payload's column shows (hex, maybe cut short with an ellipsis); None when it is
-    not hex as tshark 4.0 writes it."""
-    if column.endswith(_ELLIPSIS):
-        column = column[:-len(_ELLIPSIS)]
-    if column[2:3] == ":":  # tshark 3 separated the bytes with colons
-        column = column.replace(":", "")
+    not hex as tshark writes it."""
     try:
-        return bytes.fromhex(column)
-    except ValueError:
-        return None
+        return bytes.fromhex(column[:2 * SHOWN_BYTES])  # tshark 4.0: 36 bytes at most, then the ellipsis
+    except ValueError:  # cut shorter than that, or tshark 3's colons between the bytes
+        try:
+            return bytes.fromhex(column.replace(_ELLIPSIS, "").replace(":", ""))
+        except ValueError:
+            return None
 
 
 def record_payload(chunk: bytes, at: int, record_header: struct.Struct, tcp_len: int,
