@@ -7,17 +7,16 @@ columns (``-T tabs``, ``gui.column.format`` of ``%Cus:FIELD:1:U`` columns) need 
 display filter name: the rest of the tree is never built. On a live capture of bench/live's load (300,313
 records, tshark 4.0.17, the live arguments) that is 3.4-3.5 s of tshark's CPU against 6.2-6.4 s
 (bench/RESULTS.md). The columns print what ``-T fields`` prints for the same fields and the same first
-occurrence (checked on every capture in tests/data: tests/live/test_dissector.py), but a custom column of
+occurrence (checked on every capture in tests/data: tests/live/test_dissector_columns.py), but a custom column of
 bytes shows at most the first 36 of them, then an ellipsis (``…``). So tcp.payload's column is only the
 payload's first bytes, and the payload itself is read from the record the live dissector wrote (it holds each
 record until tshark's line for it, or a later one, has been read: live/dissect.py).
 
-Where the payload lies in its record: a record holds the frame's first ``caplen`` bytes of ``wirelen``, and the
-TCP payload of tcp.len bytes ends the frame on the wire unless a trailer follows it (Ethernet padding of a
-short frame, an FCS). So it starts ``wirelen - tcp.len`` bytes into the frame, which the column's first bytes
-confirm; when they do not (a trailer), it is the last place at or before that where they are; when they are
-nowhere in the record (a TCP segment tshark reassembled from IP fragments, or a record no longer held), the
-column's bytes are all that is read of it, as if the frame had been captured that short (``payload_cut``).
+A payload of at most 36 bytes is all in its column. A longer one is read from its record: from where the
+column's bytes first occur in it (record_payload says why not from the end of the frame), for tcp.len bytes or up
+to the end of what was captured. When they are nowhere in the record (a TCP segment tshark reassembled from IP
+fragments, or a record no longer held), the column's bytes are all that is read of it, as if the frame had been
+captured that short (``payload_cut``).
 """
 
 from __future__ import annotations
@@ -40,33 +39,44 @@ COLUMN_ARGS = ("-n", "-T", "tabs",
                "-o", "gui.column.format:" + ",".join(f'"{i}","%Cus:{f}:1:U"' for i, f in enumerate(COLUMNS)))
 SHOWN_BYTES = 36  # of a bytes field in a custom column (tshark 4.0.17)
 _ELLIPSIS = "\u2026".encode().decode("latin-1")  # how a column cut short ends, in the lines' latin-1 reading
+_CUT_LEN = 2 * SHOWN_BYTES + len(_ELLIPSIS)
 
 
-def _prefix(column: str) -> bytes | None:
-    """The payload bytes that tcp.payload's column shows (hex, maybe cut short with an ellipsis); None when it is
-    not hex as tshark writes it."""
+def _shown(column: str) -> tuple[bytes | None, bool]:
+    """(the payload bytes tcp.payload's column shows, whether that is all of the captured payload: no ellipsis);
+    (None, False) when it is not hex as tshark writes it."""
+    n = len(column)
     try:
-        return bytes.fromhex(column[:2 * SHOWN_BYTES])  # tshark 4.0: 36 bytes at most, then the ellipsis
-    except ValueError:  # cut shorter than that, or tshark 3's colons between the bytes
-        try:
-            return bytes.fromhex(column.replace(_ELLIPSIS, "").replace(":", ""))
-        except ValueError:
-            return None
+        if n <= 2 * SHOWN_BYTES:  # tshark 4.0: the whole payload, as hex
+            return bytes.fromhex(column), True
+        if n == _CUT_LEN and column.endswith(_ELLIPSIS):  # tshark 4.0: its first SHOWN_BYTES bytes
+            return bytes.fromhex(column[:2 * SHOWN_BYTES]), False
+    except ValueError:  # tshark 3's colons between the bytes
+        pass
+    whole = not column.endswith(_ELLIPSIS)
+    try:
+        return bytes.fromhex(column.replace(_ELLIPSIS, "").replace(":", "")), whole
+    except ValueError:
+        return None, False
 
 
 def record_payload(chunk: bytes, at: int, record_header: struct.Struct, tcp_len: int,
-                   prefix: bytes | None) -> bytes | None:
+                   prefix: bytes) -> bytes | None:
     """The captured TCP payload of the pcap record at offset ``at`` of ``chunk`` (``record_header``: the file's
     ``caplen, wirelen`` at offset 8 of a record header), ``tcp_len`` bytes on the wire whose first captured bytes
-    are ``prefix`` (None: not known, taken as found); None when they are not in the record."""
-    caplen, wirelen = record_header.unpack_from(chunk, at + 8)
+    are ``prefix``; None when those are not in the record.
+
+    It starts where ``prefix`` first occurs in the record. Not at ``wirelen - tcp_len`` into the frame, where it
+    starts when the datagram ends the frame: a trailer after it (an FCS, padding) moves that point by its length,
+    and a payload whose first bytes recur within that length (``GET GET GET ...``) would match there too. The
+    headers before the payload never hold its first SHOWN_BYTES bytes (the column is only read from a record
+    when it shows that many)."""
+    caplen = record_header.unpack_from(chunk, at + 8)[0]
     first = at + RECORD_HEADER_LEN
     last = first + caplen
-    start = first + wirelen - tcp_len
-    if prefix is not None and (start < first or chunk[start:start + len(prefix)] != prefix):
-        start = chunk.rfind(prefix, first, min(max(start, first) + len(prefix), last))
-        if start < 0:
-            return None
+    start = chunk.find(prefix, first, last)
+    if start < 0:
+        return None
     return chunk[start:min(start + tcp_len, last)]
 
 
@@ -104,11 +114,13 @@ def _packet(stream, line: str, frame: int, chunk: bytes | None, at: int,
     bits = int(flags, 16) & 0x3F
     http = tls = None
     if payload_len and shown:  # tshark shows no tcp.payload for an RST's data, nor parses it: neither do we
-        prefix = _prefix(shown)
-        payload = None if chunk is None else record_payload(chunk, at, record_header, payload_len, prefix)
-        if payload is None:
-            stream.payload_cut += 1
-            payload = prefix or b""
+        payload, whole = _shown(shown)
+        if not whole:  # only its first bytes: the rest is in the record
+            found = None if chunk is None or not payload else record_payload(chunk, at, record_header,
+                                                                              payload_len, payload)
+            if found is None:
+                stream.payload_cut += 1
+            payload = found or payload or b""
         _, http, tls = payload_event(bits, payload)
     return PacketEvent(float(ts), stream.iface, stream.source, frame, src, int(sport), dst, int(dport), FLAGS[bits],
                        int(seq), int(ack), payload_len, http, tls)

@@ -324,11 +324,12 @@ async def test_tui_shows_the_live_collision_and_q_stops_the_capture(lab_state, t
 
 
 def stream_tsharks(parent: int) -> list[psutil.Process]:
-    """The tsharks under ``parent`` that read a capture stream (not pyshark's `tshark -v`)."""
+    """The tsharks under ``parent`` that read a capture stream (``-r -``; not pyshark's `tshark -v`)."""
     found = []
     for proc in psutil.Process(parent).children(recursive=True):
         try:
-            if proc.name() == "tshark" and "fields" in proc.cmdline():
+            cmd = proc.cmdline()
+            if proc.name() == "tshark" and "-r" in cmd and cmd[cmd.index("-r") + 1:][:1] == ["-"]:
                 found.append(proc)
         except psutil.NoSuchProcess:  # a `tshark -v` that just ended
             pass

@@ -191,12 +191,41 @@ def test_the_payload_is_found_behind_any_trailer_and_not_outside_its_record():
     record = next(r for r in recs if b"GET /" in r)
     start = record.index(b"GET /")
     payload = record[start:]
-    for trailer in (b"", b"\x00", b"GET /" * 3):  # even a trailer that repeats the payload's first bytes
+    for trailer in (b"", b"\x00", payload[:40]):  # even a trailer that repeats the payload's first bytes
         chunk = b"x" * 7 + with_trailer(record, trailer) + recs[0]
         assert record_payload(chunk, 7, order, len(payload), payload[:36]) == payload
     # the first bytes shown are not in this record: not read from another one
-    chunk = recs[0] + record
-    assert record_payload(chunk, len(recs[0]), order, len(payload), b"nowhere in here") is None
+    chunk = record + recs[0]
+    assert record_payload(chunk, 0, order, len(payload), recs[0][60:96]) is None
+
+
+def _ethernet(payload: bytes) -> bytes:
+    """A plain Ethernet/IPv4/TCP frame (PSH+ACK) carrying ``payload``."""
+    tcp = dpkt.tcp.TCP(sport=40000, dport=80, seq=1000, ack=2000, flags=0x18, data=payload)
+    ip = dpkt.ip.IP(src=bytes((198, 18, 0, 1)), dst=bytes((198, 18, 0, 2)), p=6, data=tcp)
+    return bytes(dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, data=ip))
+
+
+def _record(frame: bytes, caplen: int | None = None, wirelen: int | None = None) -> bytes:
+    caplen = len(frame) if caplen is None else caplen
+    return struct.pack("<IIII", 1_700_000_000, 1, caplen, len(frame) if wirelen is None else wirelen) + frame[:caplen]
+
+
+@pytest.mark.parametrize("records", [
+    # an FCS after a payload whose first 36 bytes recur 4 bytes in (the trailer's length)
+    pytest.param(lambda f: [_record(f + b"\xaa\xbb\xcc\xdd")], id="fcs-after-a-repeating-payload"),
+    # captured 10 bytes into the payload, 80 trailer bytes on the wire, then the whole segment again
+    pytest.param(lambda f: [_record(f + bytes(80), caplen=len(f) - 50), _record(f)], id="short-with-trailer"),
+])
+def test_a_trailer_never_moves_where_the_payload_is_read(records, tmp_path):
+    """Found by a review: the payload was read from ``wirelen - tcp.len`` into the frame when the column's bytes
+    matched there, a trailer's length too far on when the payload repeats itself, and past the record's end."""
+    frames = records(_ethernet(b"GET " * 20 + b"/ HTTP/1.1\r\nHost: a\r\n\r\n"))
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, ETHERNET)
+    got, results = through_dissector(header, [frames])
+    want, _ = by_fields(header, [frames], tmp_path)
+    assert want[0] and any(e.http is not None for e in want[0])
+    assert got[0] == want[0] and results[0].payload_cut == 0
 
 
 def test_frames_read_from_their_first_bytes_are_a_problem_of_the_capture():
