@@ -198,19 +198,28 @@ def _header_block(payload: str) -> bytes:
     return bytes.fromhex(payload if end < 0 else payload[:end + 8])
 
 
-def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame_offset: int,
-            frame_map: Sequence[int] | None, frame: int | None) -> PacketEvent | None:
-    (number, ts, name, hatype, ifindex, src, dst, src6, dst6, sport, dport, flags, seq, ack, length,
-     payload) = line.split("\t")
+def tcp_ends(sport: str, src: str, dst: str, src6: str, dst6: str) -> tuple[str, str] | None:
+    """A TCP packet's (source, destination) from tshark's tcp.srcport, ip.src, ip.dst, ipv6.src and ipv6.dst:
+    IPv4's, else IPv6's; None for no TCP (a session's first frame, yielded for its number) or neither address.
+    Interned: a pod talks with few addresses, so one string each, not two new ones a packet (memory while the
+    time merge holds events back)."""
     if not sport:
-        return None  # a session's first frame, yielded for its number, is not TCP
+        return None
     if not src:
         if not src6:
             return None
         src, dst = src6, dst6
-    # A pod talks with few addresses: one string each, not two new ones per packet (memory while the time
-    # merge holds events back).
-    src, dst = sys.intern(src), sys.intern(dst)
+    return sys.intern(src), sys.intern(dst)
+
+
+def _packet(line: str, source: str, default_iface: str, force_iface: bool, frame_offset: int,
+            frame_map: Sequence[int] | None, frame: int | None) -> PacketEvent | None:
+    (number, ts, name, hatype, ifindex, src, dst, src6, dst6, sport, dport, flags, seq, ack, length,
+     payload) = line.split("\t")
+    ends = tcp_ends(sport, src, dst, src6, dst6)
+    if ends is None:
+        return None
+    src, dst = ends
     payload_len = int(length) if length else 0
     http: HttpStart | None = None
     tls: TlsStart | None = None

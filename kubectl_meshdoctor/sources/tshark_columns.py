@@ -22,13 +22,12 @@ captured that short (``payload_cut``).
 from __future__ import annotations
 
 import struct
-import sys
 
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import RECORD_HEADER_LEN
 
 from .fastpath import payload_event
-from .tshark import FLAGS, MAX_NAMED
+from .tshark import FLAGS, MAX_NAMED, tcp_ends
 
 # Column order of tshark's summary lines; _packet unpacks in this order. The interface is the stream's own (a
 # live stream is one pod interface), so none of the interface fields -T fields reads is asked for.
@@ -103,13 +102,10 @@ def column_event(stream, line: str, frame: int, chunk: bytes | None, at: int,
 def _packet(stream, line: str, frame: int, chunk: bytes | None, at: int,
             record_header: struct.Struct) -> PacketEvent | None:
     (_, ts, src, dst, src6, dst6, sport, dport, flags, seq, ack, length, shown) = line.split("\t")
-    if not sport:
-        return None  # a session's first frame, yielded for its number, is not TCP
-    if not src:
-        if not src6:
-            return None
-        src, dst = src6, dst6
-    src, dst = sys.intern(src), sys.intern(dst)  # few addresses a pod: one string each (see tshark._packet)
+    ends = tcp_ends(sport, src, dst, src6, dst6)
+    if ends is None:
+        return None
+    src, dst = ends
     payload_len = int(length) if length else 0
     bits = int(flags, 16) & 0x3F
     http = tls = None
