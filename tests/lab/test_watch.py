@@ -328,8 +328,7 @@ def stream_tsharks(parent: int) -> list[psutil.Process]:
     found = []
     for proc in psutil.Process(parent).children(recursive=True):
         try:
-            cmd = proc.cmdline()
-            if proc.name() == "tshark" and "-r" in cmd and cmd[cmd.index("-r") + 1:][:1] == ["-"]:
+            if proc.name() == "tshark" and " -r - " in f" {' '.join(proc.cmdline())} ":
                 found.append(proc)
         except psutil.NoSuchProcess:  # a `tshark -v` that just ended
             pass
