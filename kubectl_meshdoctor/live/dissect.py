@@ -127,21 +127,21 @@ class _Ledger:
         self._written = 0  # records appended
         self._lock = threading.Lock()
 
-    def append(self, ids: bytes, records: bytes = b"", offsets: array | None = None) -> None:
-        """Note ``ids`` (a stream index a record) and, if given, the records themselves (joined; ``offsets``:
-        where each starts in ``records``)."""
+    def append(self, ids: bytes, records: bytes, offsets: array) -> None:
+        """Note ``ids`` (a stream index a record) and the records themselves (joined; ``offsets``: where each
+        starts in ``records``)."""
         with self._lock:
             self._ids += ids
             first, self._written = self._written, self._written + len(ids)
-            if offsets is not None and len(offsets) == len(ids):
+            if len(offsets) == len(ids):
                 self._held.append((first, self._written, records, offsets))
                 self._held_bytes += len(records)
                 while self._held_bytes > self.HELD_BYTES and len(self._held) > 1:
                     self._held_bytes -= len(self._held.popleft()[2])
 
-    def frame(self, index: int) -> tuple[int, int, bytes | None, int] | None:
-        """(stream, frame number in that stream, the records that hold its record or None, where it starts in
-        them) of global frame ``index`` (0-based), None if not written."""
+    def frame(self, index: int) -> tuple[int, int, bytes | None, int, int] | None:
+        """(stream, frame number in that stream, the records that hold its record or None, where it starts and
+        ends in them) of global frame ``index`` (0-based), None if not written."""
         with self._lock:
             at = index - self._base
             if not 0 <= at < len(self._ids):
@@ -153,17 +153,18 @@ class _Ledger:
             held = self._held
             while held and held[0][1] <= index:
                 self._held_bytes -= len(held.popleft()[2])
-            records, where = None, 0
+            records, where, end = None, 0, 0
             if held and held[0][0] <= index:
-                first, _, records, offsets = held[0]
+                first, after, records, offsets = held[0]
                 where = offsets[index - first]
+                end = offsets[index - first + 1] if index + 1 < after else len(records)
             if at > self.PRUNE_AT:  # drop what no later question can need
                 for t in range(len(self._counted)):
                     self._counted[t] += self._ids.count(t, max(self._upto[t] - self._base, 0), at)
                     self._upto[t] = max(self._upto[t], self._base + at)
                 del self._ids[:at]
                 self._base += at
-            return s, self._counted[s], records, where
+            return s, self._counted[s], records, where, end
 
 
 @dataclass(eq=False)
@@ -219,9 +220,6 @@ class _Group:
 
     def __init__(self, header: bytes) -> None:
         self.header = header
-        parsed = pcap_header(header)
-        # a record header's captured and original lengths (offset 8), in the file's byte order
-        self.record_header = struct.Struct((parsed.order if parsed is not None else "<") + "II")
         self.streams: list[Stream] = []
         self.ledger = _Ledger(MAX_STREAMS)
         self.lock = threading.Lock()
@@ -243,7 +241,7 @@ class _Group:
             return 0
         return int.from_bytes(buf, sys.byteorder)
 
-    def write(self, stream: Stream, records: bytes, count: int, offsets: array | None = None) -> None:
+    def write(self, stream: Stream, records: bytes, count: int, offsets: array) -> None:
         with self.lock:  # the ledger's order is the pipe's order
             if self.broken or self.closed:
                 return
@@ -273,8 +271,8 @@ class _Lines:
     """tshark's summary lines (sources/tshark_columns.py) of the dissected stream -> each stream's PacketEvents,
     frames renumbered, payloads read from the records."""
 
-    def __init__(self, streams: Sequence[Stream], ledger: _Ledger, record_header: struct.Struct) -> None:
-        self.streams, self.ledger, self.record_header = streams, ledger, record_header
+    def __init__(self, streams: Sequence[Stream], ledger: _Ledger) -> None:
+        self.streams, self.ledger = streams, ledger
         self.sessions = 0  # -M sessions before the current one
         self.seen_any = False
 
@@ -293,7 +291,7 @@ class _Lines:
             if where is None:
                 continue  # cannot be: the copier notes a block before tshark can read it
             s = self.streams[where[0]]
-            ev = column_event(s, line, where[1], where[2], where[3], self.record_header)
+            ev = column_event(s, line, where[1], where[2], where[3], where[4])
             if ev is not None:
                 s.on_event(ev)
 
@@ -404,8 +402,7 @@ async def _dissect(group: _Group) -> None:
                                      line_buffered=True, poll_s=OUTPUT_POLL_S,
                                      custom_parameters=list(TSHARK_ARGS) + ["-M", str(SESSION_PACKETS)],
                                      eventloop=loop)
-        await capture.packets_from_tshark(_Lines(group.streams, group.ledger, group.record_header),
-                                          close_tshark=True)
+        await capture.packets_from_tshark(_Lines(group.streams, group.ledger), close_tshark=True)
         error = await tshark_complaint(capture)
         killed_by = -capture.exit_status if capture.exit_status is not None and capture.exit_status < 0 else None
         for s in list(group.streams):

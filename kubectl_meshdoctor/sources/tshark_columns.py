@@ -21,8 +21,6 @@ captured that short (``payload_cut``).
 
 from __future__ import annotations
 
-import struct
-
 from kubectl_meshdoctor.core.events import PacketEvent
 from kubectl_meshdoctor.pcap_header import RECORD_HEADER_LEN
 
@@ -59,35 +57,30 @@ def _shown(column: str) -> tuple[bytes | None, bool]:
         return None, False
 
 
-def record_payload(chunk: bytes, at: int, record_header: struct.Struct, tcp_len: int,
-                   prefix: bytes) -> bytes | None:
-    """The captured TCP payload of the pcap record at offset ``at`` of ``chunk`` (``record_header``: the file's
-    ``caplen, wirelen`` at offset 8 of a record header), ``tcp_len`` bytes on the wire whose first captured bytes
-    are ``prefix``; None when those are not in the record.
+def record_payload(chunk: bytes, at: int, end: int, tcp_len: int, prefix: bytes) -> bytes | None:
+    """The captured TCP payload of the pcap record ``chunk[at:end]`` (its 16-byte record header, then the frame
+    as captured), ``tcp_len`` bytes on the wire whose first captured bytes are ``prefix``; None when those are
+    not in the record.
 
     It starts where ``prefix`` first occurs in the record. Not at ``wirelen - tcp_len`` into the frame, where it
     starts when the datagram ends the frame: a trailer after it (an FCS, padding) moves that point by its length,
     and a payload whose first bytes recur within that length (``GET GET GET ...``) would match there too. The
     headers before the payload never hold its first SHOWN_BYTES bytes (the column is only read from a record
     when it shows that many)."""
-    caplen = record_header.unpack_from(chunk, at + 8)[0]
-    first = at + RECORD_HEADER_LEN
-    last = first + caplen
-    start = chunk.find(prefix, first, last)
+    start = chunk.find(prefix, at + RECORD_HEADER_LEN, end)
     if start < 0:
         return None
-    return chunk[start:min(start + tcp_len, last)]
+    return chunk[start:min(start + tcp_len, end)]
 
 
-def column_event(stream, line: str, frame: int, chunk: bytes | None, at: int,
-                 record_header: struct.Struct) -> PacketEvent | None:
+def column_event(stream, line: str, frame: int, chunk: bytes | None, at: int, end: int) -> PacketEvent | None:
     """A live stream's tshark line (COLUMNS, tab-separated) as its PacketEvent at ``frame``, counted in
     ``stream`` as sources/tshark.py's counted_event counts (``source``, ``iface``, ``packets``, ``last_frame``,
     ``undissectable``, ``undissectable_frames``; and ``payload_cut``, the frames whose payload was read from
-    the column alone). ``chunk`` and ``at``: the frame's pcap record (None: not held). None for a line that is
+    the column alone). ``chunk[at:end]``: the frame's pcap record (``chunk`` None: not held). None for a line that is
     no packet event, or a frame tshark could not dissect (counted as such)."""
     try:
-        ev = _packet(stream, line, frame, chunk, at, record_header)
+        ev = _packet(stream, line, frame, chunk, at, end)
     except (ValueError, IndexError):
         stream.undissectable += 1
         if len(stream.undissectable_frames) < MAX_NAMED:
@@ -99,8 +92,7 @@ def column_event(stream, line: str, frame: int, chunk: bytes | None, at: int,
     return ev
 
 
-def _packet(stream, line: str, frame: int, chunk: bytes | None, at: int,
-            record_header: struct.Struct) -> PacketEvent | None:
+def _packet(stream, line: str, frame: int, chunk: bytes | None, at: int, end: int) -> PacketEvent | None:
     (_, ts, src, dst, src6, dst6, sport, dport, flags, seq, ack, length, shown) = line.split("\t")
     ends = tcp_ends(sport, src, dst, src6, dst6)
     if ends is None:
@@ -112,8 +104,7 @@ def _packet(stream, line: str, frame: int, chunk: bytes | None, at: int,
     if payload_len and shown:  # tshark shows no tcp.payload for an RST's data, nor parses it: neither do we
         payload, whole = _shown(shown)
         if not whole:  # only its first bytes: the rest is in the record
-            found = None if chunk is None or not payload else record_payload(chunk, at, record_header,
-                                                                              payload_len, payload)
+            found = None if chunk is None or not payload else record_payload(chunk, at, end, payload_len, payload)
             if found is None:
                 stream.payload_cut += 1
             payload = found or payload or b""

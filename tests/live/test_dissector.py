@@ -179,9 +179,9 @@ def test_the_ledger_numbers_each_streams_frames_as_counted(ids, pick, prune):
         ledger.append(bytes(ids[lo:hi]), b"".join(recs[lo:hi]), array("I", range(0, 20 * (hi - lo), 20)))
     for index in asked:
         s = ids[index]
-        stream, frame, held, at = ledger.frame(index)
+        stream, frame, held, at, end = ledger.frame(index)
         assert (stream, frame) == (s, ids[:index + 1].count(s))
-        assert held[at:at + 20] == recs[index]
+        assert held[at:end] == recs[index]
     assert ledger.frame(len(ids)) is None
 
 
@@ -206,7 +206,7 @@ def test_the_ledger_lets_the_oldest_records_go_past_its_bound_and_drops_what_was
         kept.add(lo)
     for index in sorted(pick.draw(st.sets(st.integers(0, first - 1)))):
         lo = max(b for b, _ in blocks if b <= index)
-        _, frame, records, at = ledger.frame(index)
+        _, frame, records, _, _ = ledger.frame(index)
         assert frame == index + 1
         assert (records is not None) == (lo in kept)
     assert ledger._held_bytes == sum(len(r) for _, _, r, _ in ledger._held) <= max(held, 20 * sizes[-1])

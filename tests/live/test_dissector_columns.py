@@ -187,16 +187,16 @@ def test_a_segment_tshark_reassembles_from_ip_fragments_is_read_from_its_first_b
 
 def test_the_payload_is_found_behind_any_trailer_and_not_outside_its_record():
     header, recs = split((DATA / "lab-framing-mixed-lo.pcap").read_bytes())
-    order = struct.Struct("<II")
     record = next(r for r in recs if b"GET /" in r)
     start = record.index(b"GET /")
     payload = record[start:]
     for trailer in (b"", b"\x00", payload[:40]):  # even a trailer that repeats the payload's first bytes
-        chunk = b"x" * 7 + with_trailer(record, trailer) + recs[0]
-        assert record_payload(chunk, 7, order, len(payload), payload[:36]) == payload
+        padded = with_trailer(record, trailer)
+        chunk = b"x" * 7 + padded + recs[0]
+        assert record_payload(chunk, 7, 7 + len(padded), len(payload), payload[:36]) == payload
     # the first bytes shown are not in this record: not read from another one
     chunk = record + recs[0]
-    assert record_payload(chunk, 0, order, len(payload), recs[0][60:96]) is None
+    assert record_payload(chunk, 0, len(record), len(payload), recs[0][60:96]) is None
 
 
 def _ethernet(payload: bytes) -> bytes:
